@@ -1,0 +1,320 @@
+"""The lab description: one backend-free model, loaded and validated up front.
+
+Everything a user can say about a lab lives in `LabSpec`. It is read from
+`lab.yaml`, overridden by CLI flags, and validated before anything starts, so
+that a typo costs one clear line and exit code 2 instead of a half-started lab.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import pkgutil
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+BACKENDS = ("local", "compose", "k8s")
+DIST_BACKENDS = ("gloo", "nccl", "auto")
+LAUNCHERS = ("torchrun", "direct")
+DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
+DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
+DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names the launch plan owns; a user overriding them would break the contract.
+RESERVED_ENV = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "LAB_NAME", "LAB_RUN_ID", "LAB_DIST_BACKEND",
+    "LAB_NODES", "LAB_NPROC_PER_NODE", "LAB_LAUNCHER",
+})
+
+
+class SpecError(ValueError):
+    """A lab description that cannot run; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-node requests for container backends (Kubernetes quantities)."""
+    cpu: str = "1"
+    memory: str = "2Gi"
+    shm: str = "1Gi"
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    name: str = "lab"
+    nodes: int = 2
+    nproc_per_node: int = 2
+    workloads: tuple[WorkloadSpec, ...] = tuple(WorkloadSpec(w) for w in DEFAULT_WORKLOADS)
+    script: str | None = None
+    script_args: tuple[str, ...] = ()
+    backend: str = "local"
+    dist_backend: str = "gloo"
+    launcher: str = "torchrun"
+    rdzv_port: int | None = None      # None: a free port locally, 29500 in containers
+    timeout: float = 600.0             # whole-lab deadline, seconds
+    join_timeout: float = 120.0        # c10d rendezvous join timeout, seconds
+    image: str | None = None           # None: the CPU or CUDA lab image by dist_backend
+    env: Mapping[str, str] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    out: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def resolved_image(self) -> str:
+        if self.image:
+            return self.image
+        return DEFAULT_CUDA_IMAGE if self.dist_backend == "nccl" else DEFAULT_CPU_IMAGE
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, in the same shape `load` accepts (round-trips)."""
+        data = dataclasses.asdict(self)
+        data["workloads"] = [
+            {"name": w.name, "options": dict(w.options)} if w.options else w.name
+            for w in self.workloads
+        ]
+        data["script_args"] = list(self.script_args)
+        data["env"] = dict(self.env)
+        return data
+
+
+def known_workloads() -> list[str]:
+    """Workload modules shipped in the `workloads` package, found without importing torch."""
+    found = importlib.util.find_spec("workloads")
+    if found is None or not found.submodule_search_locations:
+        return list(DEFAULT_WORKLOADS)
+    return sorted(m.name for m in pkgutil.iter_modules(found.submodule_search_locations)
+                  if not m.name.startswith("_"))
+
+
+_FIELDS = {f.name for f in dataclasses.fields(LabSpec)}
+
+
+def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> LabSpec:
+    """Read `path` (if any), apply non-None `overrides`, validate, and return the spec."""
+    data: dict[str, Any] = {}
+    source = "lab spec"
+    if path is not None:
+        source = str(path)
+        data = _read_yaml(Path(path))
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None and v != ()}
+    if "script" in overrides and "workloads" not in overrides:
+        data.pop("workloads", None)     # --script replaces the file's workloads
+    if "workloads" in overrides and "script" not in overrides:
+        data.pop("script", None)
+    data.update(overrides)
+    return from_dict(data, source=source)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError(f"{path}: no such file (create one with: labctl init {path})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of lab fields (e.g. 'nodes: 2'), "
+                        f"got {type(data).__name__}")
+    return data
+
+
+def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
+    def bad(fieldname: str, value: Any, expected: str) -> SpecError:
+        return SpecError(f"{source}: {fieldname}: expected {expected}, given {value!r}")
+
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise SpecError(f"{source}: unknown field {unknown[0]!r}; "
+                        f"known fields: {', '.join(sorted(_FIELDS))}")
+    kw: dict[str, Any] = {}
+
+    name = data.get("name", LabSpec.name)
+    if not isinstance(name, str) or len(name) > 40 or not _DNS_LABEL.match(name):
+        raise bad("name", name, "a DNS-1123 label of at most 40 characters: lower-case "
+                  "letters, digits and '-', starting and ending with a letter or digit "
+                  "(example: name: ring-lab)")
+    kw["name"] = name
+
+    for key, lo, hi in (("nodes", 1, 4096), ("nproc_per_node", 1, 1024)):
+        if key in data:
+            kw[key] = _int(data[key], key, lo, hi, bad)
+
+    if "rdzv_port" in data and data["rdzv_port"] is not None:
+        kw["rdzv_port"] = _int(data["rdzv_port"], "rdzv_port", 1, 65535, bad,
+                               expected="a port number between 1 and 65535 (example: 29500)")
+
+    for key in ("timeout", "join_timeout"):
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise bad(key, value, "a number of seconds > 0 (example: 300)")
+            try:
+                seconds = float(value)
+            except ValueError:
+                raise bad(key, value, "a number of seconds > 0 (example: 300)") from None
+            if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+                raise bad(key, value, "a number of seconds > 0 (example: 300)")
+            kw[key] = seconds
+
+    for key, choices in (("backend", BACKENDS), ("dist_backend", DIST_BACKENDS),
+                         ("launcher", LAUNCHERS)):
+        if key in data:
+            if data[key] not in choices:
+                raise bad(key, data[key], "one of " + ", ".join(choices))
+            kw[key] = data[key]
+
+    for key in ("image", "out"):
+        if data.get(key) is not None:
+            if not isinstance(data[key], str) or not data[key].strip():
+                raise bad(key, data[key], "a non-empty string")
+            kw[key] = data[key]
+
+    if data.get("script") is not None:
+        script = data["script"]
+        if not isinstance(script, str) or not script.endswith(".py"):
+            raise bad("script", script, "a path to a Python file (example: script: train.py)")
+        kw["script"] = script
+    if "script_args" in data and data["script_args"] is not None:
+        args = data["script_args"]
+        if isinstance(args, str) or not isinstance(args, (list, tuple)):
+            raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
+        kw["script_args"] = tuple(str(a) for a in args)
+
+    if "workloads" in data:
+        kw["workloads"] = _workloads(data["workloads"], bad)
+    if kw.get("script"):
+        if kw.get("workloads"):
+            raise bad("script", kw["script"], "either workloads or a script, not both")
+        kw["workloads"] = ()
+
+    if "env" in data and data["env"] is not None:
+        env = data["env"]
+        if not isinstance(env, dict):
+            raise bad("env", env, "a mapping of variable names to values (example: "
+                      "env: {NCCL_DEBUG: INFO})")
+        for k, v in env.items():
+            if not isinstance(k, str) or not _ENV_NAME.match(k):
+                raise bad("env", k, "environment variable names like NCCL_DEBUG")
+            if k in RESERVED_ENV:
+                raise bad("env", k, "a variable the launch plan does not set itself "
+                          f"(reserved: {', '.join(sorted(RESERVED_ENV))})")
+            if isinstance(v, (dict, list)) or v is None:
+                raise bad(f"env.{k}", v, "a string, number or boolean")
+        kw["env"] = {k: _env_str(v) for k, v in env.items()}
+
+    if "resources" in data and data["resources"] is not None:
+        res = data["resources"]
+        if not isinstance(res, dict):
+            raise bad("resources", res, "a mapping like {cpu: '2', memory: 4Gi, shm: 1Gi}")
+        known = {f.name for f in dataclasses.fields(Resources)}
+        for k, v in res.items():
+            if k not in known:
+                raise bad("resources", k, "one of " + ", ".join(sorted(known)))
+            if not _QUANTITY.match(str(v)):
+                raise bad(f"resources.{k}", v, "a Kubernetes quantity (examples: 2, 500m, 4Gi)")
+        kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
+
+    spec = LabSpec(**kw)
+    if not spec.workloads and not spec.script:
+        raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
+                        f"given none (known workloads: {', '.join(known_workloads())})")
+    return spec
+
+
+def _env_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _int(value: Any, key: str, lo: int, hi: int, bad, expected: str | None = None) -> int:
+    expected = expected or f"an integer between {lo} and {hi} (example: {key}: 2)"
+    if isinstance(value, bool):
+        raise bad(key, value, expected)
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+        value = int(value)
+    if not isinstance(value, int) or not lo <= value <= hi:
+        raise bad(key, value, expected)
+    return value
+
+
+def _workloads(raw: Any, bad) -> tuple[WorkloadSpec, ...]:
+    known = known_workloads()
+    expected = ("a list of workload names or {name: ..., options: {...}} entries "
+                "(example: workloads: [env, p2p])")
+    if isinstance(raw, str):
+        raw = [w for w in re.split(r"[,\s]+", raw) if w]
+    if not isinstance(raw, (list, tuple)):
+        raise bad("workloads", raw, expected)
+    out = []
+    for item in raw:
+        options: Any = {}
+        if isinstance(item, str):
+            name = item
+        elif isinstance(item, dict) and "name" in item:
+            name, options = item["name"], item.get("options") or {}
+            extra = set(item) - {"name", "options"}
+            if extra:
+                raise bad("workloads", item, "only 'name' and 'options' in a workload entry")
+        elif isinstance(item, dict) and len(item) == 1:
+            (name, options), = item.items()
+            options = options or {}
+        else:
+            raise bad("workloads", item, expected)
+        if name not in known:
+            raise bad("workloads", name, "one of the known workloads: " + ", ".join(known))
+        if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+            raise bad(f"workloads.{name}.options", options, "a mapping of option names to values")
+        out.append(WorkloadSpec(name, dict(options)))
+    return tuple(out)
+
+
+def dump(spec: LabSpec) -> str:
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False)
+
+
+STARTER = """\
+# labctl lab description. Every field is optional and every field has a CLI
+# flag of the same name that overrides it (labctl up --help).
+name: {name}                # a DNS-1123 label: names runs, containers, Kubernetes objects
+nodes: 2                 # simulated machines; each runs one torchrun agent
+nproc_per_node: 2        # worker processes per node (WORLD_SIZE = nodes * nproc_per_node)
+backend: local           # where it runs: local | compose | k8s
+dist_backend: gloo       # torch.distributed backend: gloo | nccl | auto (nccl if CUDA)
+launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE set per worker)
+workloads:               # run in this order inside one process group
+  - env
+  - p2p
+  - collectives
+  - ddp
+  # - name: bench
+  #   options: {{ops: [all_reduce], min_bytes: 1024, max_bytes: 1048576, factor: 4}}
+# script: train.py       # run your own script on every node instead of the workloads
+# script_args: [--epochs, "2"]
+# rdzv_port: 29500       # default: a free port locally, 29500 in containers
+timeout: 600             # seconds before the whole lab is stopped
+join_timeout: 120        # seconds the c10d rendezvous waits for every node
+# image: labctl-cpu:latest   # container backends; default by dist_backend
+env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
+resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends
+"""

@@ -1,0 +1,159 @@
+"""The one helper every workload shares: process-group init and result lines.
+
+Results travel in the log stream — one JSON object per line behind
+`RESULT_MARKER` — because a log stream is the one thing every backend can
+collect (a local file, `docker compose logs`, `kubectl logs`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+RESULT_MARKER = "@@labctl-result "
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Write one marked result line (flushed, so a crash right after loses nothing)."""
+    line = RESULT_MARKER + json.dumps(record, sort_keys=True, default=_jsonable)
+    print(line, flush=True)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _env_int(name: str, default: int | None = None) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def resolve_backend(requested: str | None) -> str:
+    """`auto` means NCCL when this process can see a GPU, gloo otherwise."""
+    import torch
+
+    requested = (requested or "auto").lower()
+    if requested == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return requested
+
+
+@dataclass
+class Context:
+    """What a workload needs to know about its place in the world, plus result helpers."""
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    backend: str
+    device: Any                     # torch.device
+    workload: str = ""
+    failures: int = 0
+    checks: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, name: str, ok: bool, **fields: Any) -> bool:
+        """Emit one result for this rank; `ok=False` counts as a failed check."""
+        ok = bool(ok)
+        self.checks += 1
+        if not ok:
+            self.failures += 1
+        emit({"workload": self.workload, "name": name, "rank": self.rank, "ok": ok, **fields})
+        return ok
+
+    def check(self, name: str, got: Any, expected: Any, rtol: float = 0.0, atol: float = 0.0,
+              **fields: Any) -> bool:
+        """Compare `got` with `expected` (tensors, lists or numbers) and record the outcome."""
+        ok, detail = _compare(got, expected, rtol, atol)
+        if not ok:
+            fields.setdefault("detail", detail)
+        return self.record(name, ok, **fields)
+
+    def skip(self, name: str, reason: str) -> None:
+        """Record a check that this backend cannot run, with the reason (not a failure)."""
+        emit({"workload": self.workload, "name": name, "rank": self.rank, "ok": True,
+              "skipped": True, "reason": reason})
+
+    def tensor(self, data: Any, dtype: Any = None):
+        import torch
+
+        return torch.tensor(data, dtype=dtype or torch.float32, device=self.device)
+
+
+def _compare(got: Any, expected: Any, rtol: float, atol: float) -> tuple[bool, str]:
+    import torch
+
+    g = got.detach().cpu().double() if isinstance(got, torch.Tensor) else torch.tensor(got, dtype=torch.float64)
+    e = expected.detach().cpu().double() if isinstance(expected, torch.Tensor) else torch.tensor(expected, dtype=torch.float64)
+    if g.shape != e.shape:
+        return False, f"shape {tuple(g.shape)} != expected {tuple(e.shape)}"
+    close = torch.isclose(g, e, rtol=rtol, atol=atol)
+    if bool(close.all()):
+        return True, ""
+    wrong = int((~close).sum())
+    return False, f"{wrong} of {g.numel()} elements differ; got {_short(g)}, expected {_short(e)}"
+
+
+def _short(t) -> str:
+    flat = t.flatten().tolist()
+    text = ", ".join(f"{x:g}" for x in flat[:8])
+    return f"[{text}{', ...' if len(flat) > 8 else ''}]"
+
+
+def init(backend: str | None = None) -> Context:
+    """Join the process group from the environment (env://), the way torchrun workers do."""
+    import torch
+    import torch.distributed as dist
+
+    backend = resolve_backend(backend or os.environ.get("LAB_DIST_BACKEND"))
+    local_rank = _env_int("LOCAL_RANK", 0)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = {"backend": backend}
+        if backend == "nccl":
+            kwargs["device_id"] = device
+        dist.init_process_group(**kwargs)
+    return Context(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        local_rank=local_rank,
+        local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
+        node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
+        backend=backend,
+        device=device,
+    )
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def finite(x: float) -> bool:
+    return math.isfinite(x)
+
+
+def main_single(name: str) -> None:
+    """Entry point for `torchrun -m workloads.<name>`: run one workload alone."""
+    from .__main__ import run_workloads
+
+    sys.exit(run_workloads([name], {}))
