@@ -160,12 +160,13 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int) -> 
 
 
 def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int) -> tuple[str, ...]:
+    """The torchrun agent for node `node`. No --node-rank: c10d ignores it and
+    assigns group ranks itself; the only per-node flag is the store host role."""
     rdzv_conf = f"is_host={1 if node == 0 else 0},join_timeout={int(spec.join_timeout)}"
     return (
         *placement.torchrun,
         f"--nnodes={spec.nodes}",
         f"--nproc-per-node={spec.nproc_per_node}",
-        f"--node-rank={node}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={placement.master_addr}:{placement.master_port}",
         f"--rdzv-id={run_id}",

@@ -1,0 +1,178 @@
+"""Local backend: every node is a process tree on this machine.
+
+Each node runs its plan processes (one torchrun agent, or its workers in
+direct mode) in a session of its own, so that stopping a node — on a failing
+rank, the deadline or Ctrl-C — kills everything it started with one signal.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, TextIO
+
+from .. import logs
+from ..plan import LaunchPlan, Placement, local_placement
+from ..rundir import NodeOutcome, RunDir
+from ..spec import LabSpec
+
+FAILURE_GRACE_S = 8.0      # after the first failure, let the others notice and exit by themselves
+TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def placement(spec: LabSpec) -> Placement:
+    script = str(Path(spec.script).resolve()) if spec.script else None
+    if script and not Path(script).is_file():
+        raise FileNotFoundError(f"script: no such file: {spec.script}")
+    return local_placement(spec, spec.rdzv_port or free_port(), script_path=script)
+
+
+class _Proc:
+    """One started process and the thread copying its output into the node log."""
+
+    def __init__(self, popen: subprocess.Popen, sink: TextIO, lock: threading.Lock,
+                 prefix: str):
+        self.popen = popen
+        self.thread = threading.Thread(target=self._pump, args=(sink, lock, prefix), daemon=True)
+        self.thread.start()
+
+    def _pump(self, sink: TextIO, lock: threading.Lock, prefix: str) -> None:
+        assert self.popen.stdout is not None
+        for raw in self.popen.stdout:
+            line = raw.decode(errors="replace")
+            with lock:
+                sink.write(prefix + line)
+                sink.flush()
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every process group, wait, then SIGKILL what is left (also orphans)."""
+    for p in procs:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    # Kill the whole group even when its leader is gone: workers may outlive the agent.
+    for p in procs:
+        _signal_group(p, signal.SIGKILL)
+        try:
+            p.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
+        progress: Callable[[str], None] = lambda line: None) -> tuple[list[NodeOutcome], str, str]:
+    """Start every node, wait for all or the first failure/deadline, stop everything.
+
+    Returns (node outcomes, state, message) where state is passed|failed|timeout|interrupted.
+    """
+    started: list[tuple[int, _Proc]] = []
+    sinks: list[TextIO] = []
+    state, message = "passed", ""
+    t0 = time.monotonic()
+    exited: dict[int, float] = {}      # node index -> seconds when its first process ended
+    try:
+        for node in plan.nodes:
+            sink = open(rundir.node_log(node.index), "w")
+            sinks.append(sink)
+            lock = threading.Lock()
+            for proc in node.processes:
+                popen = subprocess.Popen(
+                    list(proc.argv), env={**os.environ, **proc.env},
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                prefix = logs.rank_prefix(proc.rank) if proc.rank is not None else ""
+                started.append((node.index, _Proc(popen, sink, lock, prefix)))
+        first_failure: float | None = None
+        last_line = ""
+        while True:
+            codes = [p.popen.poll() for _, p in started]
+            for (i, _), c in zip(started, codes):
+                if c is not None and i not in exited:
+                    exited[i] = round(time.monotonic() - t0, 3)
+            if all(c is not None for c in codes):
+                break
+            if any(c not in (None, 0) for c in codes) and first_failure is None:
+                first_failure = time.monotonic()
+                bad = sorted({i for (i, _), c in zip(started, codes) if c not in (None, 0)})
+                progress(f"node {', '.join(map(str, bad))} failed; stopping the lab")
+            if first_failure is not None and time.monotonic() - first_failure > FAILURE_GRACE_S:
+                break
+            if time.monotonic() > deadline:
+                state, message = "timeout", f"deadline of {plan.spec.timeout:g}s passed"
+                progress(f"timeout: {message}; stopping the lab")
+                break
+            line = _progress_line(plan, started, codes)
+            if line != last_line:
+                progress(f"[{time.monotonic() - t0:6.1f}s] {line}")
+                last_line = line
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        state, message = "interrupted", "interrupted (Ctrl-C)"
+        progress("interrupted: stopping the lab")
+    finally:
+        stop_all([p.popen for _, p in started])
+        for _, p in started:
+            p.thread.join(timeout=5)
+        for sink in sinks:
+            sink.close()
+
+    outcomes = []
+    for node in plan.nodes:
+        codes = [p.popen.returncode for i, p in started if i == node.index]
+        if len(codes) < len(node.processes):
+            outcomes.append(NodeOutcome(node.index, node.hostname, None, "pending"))
+            continue
+        code = next((c for c in codes if c != 0), 0)
+        if code == 0:
+            node_state = "succeeded"
+        elif code < 0:
+            node_state, code = "killed", code
+        else:
+            node_state = "failed"
+        outcomes.append(NodeOutcome(node.index, node.hostname, code, node_state,
+                                    exited.get(node.index)))
+    if state == "passed" and any(o.state != "succeeded" for o in outcomes):
+        state = "failed"
+    return outcomes, state, message
+
+
+def _progress_line(plan: LaunchPlan, started, codes) -> str:
+    parts = []
+    for node in plan.nodes:
+        mine = [c for (i, _), c in zip(started, codes) if i == node.index]
+        if any(c is None for c in mine):
+            status = "running"
+        elif all(c == 0 for c in mine):
+            status = "succeeded"
+        else:
+            status = "failed"
+        parts.append(f"node-{node.index}: {status}")
+    return "  ".join(parts)
+
+
+def down(rundir: RunDir) -> str:
+    """Local runs stop every process before `up` returns; there is nothing to delete."""
+    return f"nothing to delete: {rundir.path.name} ran as local processes, all stopped when it ended"

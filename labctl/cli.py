@@ -1,0 +1,251 @@
+"""labctl: run one lab description on local processes, docker compose or Kubernetes.
+
+The CLI stays thin: parse flags, call the library, turn known errors into one
+line and an exit code (2: bad lab description, 1: the lab or its backend
+failed). Heavy imports (torch, kubernetes) never happen at import time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import spec as specmod
+from .errors import LabError
+
+EXIT_SPEC = 2
+
+
+def fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def friendly(fn):
+    """Known errors → one line on stderr and an exit code; never a traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except specmod.SpecError as exc:
+            fail(str(exc), EXIT_SPEC)
+        except LabError as exc:
+            fail(str(exc), exc.exit_code)
+        except FileNotFoundError as exc:
+            fail(str(exc).strip("'\""), 1)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+    return wrapper
+
+
+def lab_options(fn):
+    """The flags shared by `up`, `render` and `validate`; each overrides lab.yaml."""
+    options = [
+        click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
+                     help="Lab description (YAML). Default: built-in 2x2 gloo lab."),
+        click.option("--name", help="Lab name (DNS-1123 label)."),
+        click.option("--backend", help="Where it runs: local | compose | k8s."),
+        click.option("--nodes", help="Number of nodes."),
+        click.option("--nproc-per-node", help="Worker processes per node."),
+        click.option("--workload", "workloads", multiple=True,
+                     help="Workload to run (repeatable; comma lists work too)."),
+        click.option("--script", type=str, help="Your own script, run on every node: --script train.py -- ARGS"),
+        click.option("--launcher", help="torchrun (c10d rendezvous) | direct (env:// per worker)."),
+        click.option("--dist-backend", help="gloo | nccl | auto."),
+        click.option("--timeout", help="Seconds before the whole lab is stopped."),
+        click.option("--join-timeout", help="Seconds the rendezvous waits for all nodes."),
+        click.option("--rdzv-port", help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers)."),
+        click.option("--image", help="Container image (compose, k8s)."),
+        click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
+        click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), **flags: Any) -> specmod.LabSpec:
+    overrides: dict[str, Any] = {k: v for k, v in flags.items() if v not in (None, ())}
+    if "workloads" in overrides:
+        overrides["workloads"] = [w for item in overrides["workloads"]
+                                  for w in item.split(",") if w]
+    if "env" in overrides:
+        env = {}
+        for item in overrides["env"]:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise specmod.SpecError(f"--env: expected KEY=VALUE, given {item!r}")
+            env[key] = value
+        overrides["env"] = env
+    if script_args:
+        overrides["script_args"] = list(script_args)
+    return specmod.load(spec_file, overrides)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="labctl")
+def main() -> None:
+    """Run PyTorch distributed labs (p2p, collectives, DDP) on local processes,
+    docker compose or Kubernetes, and report every rank's results."""
+
+
+@main.command()
+@click.argument("path", default="lab.yaml", type=click.Path(dir_okay=False))
+@click.option("--name", default="lab", help="Lab name to write into the file.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@friendly
+def init(path: str, name: str, force: bool) -> None:
+    """Write a commented starter lab description."""
+    target = Path(path)
+    if target.exists() and not force:
+        fail(f"{path} exists; use --force to overwrite it")
+    text = specmod.STARTER.format(name=name)
+    specmod.from_dict({"name": name}, source="--name")      # validate the name
+    target.write_text(text)
+    click.echo(f"wrote {path}; run it with: labctl up -f {path}")
+
+
+@main.command()
+@lab_options
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@friendly
+def validate(spec_file, script_args, **flags) -> None:
+    """Check a lab description; exit 2 with one line when it cannot run."""
+    spec = load_spec(spec_file, script_args, **flags)
+    what = spec.script or ",".join(w.name for w in spec.workloads)
+    click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
+               f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
+               f"backend {spec.backend}, runs {what}")
+
+
+RENDER_TARGETS = ("plan", "compose", "k8s")
+
+
+@main.command()
+@click.argument("target", type=click.Choice(RENDER_TARGETS))
+@lab_options
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+              help="Write files into this folder instead of stdout.")
+@click.option("--run-id", help="Rendezvous id (default: a fresh <lab>-<stamp>-<hex>).")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@friendly
+def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
+    """Print what a backend would run: plan (JSON), compose or k8s manifests."""
+    from . import lab, render as renderers
+
+    if target != "plan":
+        flags["backend"] = target
+    spec = load_spec(spec_file, script_args, **flags)
+    the_plan = lab.make_plan(spec, run_id=run_id)
+    if output_dir:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in renderers.files(target, the_plan).items():
+            (out / name).write_text(text)
+            click.echo(f"wrote {out / name}", err=True)
+    else:
+        click.echo(renderers.text(target, the_plan), nl=False)
+
+
+@main.command()
+@lab_options
+@click.option("--context", help="Kubernetes context (k8s backend).")
+@click.option("--namespace", help="Kubernetes namespace (k8s backend).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the report.")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@friendly
+def up(spec_file, script_args, context, namespace, quiet, **flags) -> None:
+    """Run the lab, collect every rank's logs and results, print the report.
+
+    Exit 0 only when every rank exited 0 and every check passed.
+    """
+    from . import lab, report
+
+    spec = load_spec(spec_file, script_args, **flags)
+    options = {k: v for k, v in (("context", context), ("namespace", namespace)) if v}
+    if options and spec.backend != "k8s":
+        fail(f"--context/--namespace apply to the k8s backend, not {spec.backend}", EXIT_SPEC)
+    progress = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    run = lab.up(spec, progress=progress, **options)
+    click.echo(report.markdown(run))
+    if run.meta["state"] != "passed":
+        first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
+        who = f": {report.describe_failure(first)}" if first else ""
+        if failed:
+            who += f"; failed rank(s): {', '.join(map(str, failed))}"
+        fail(f"lab {run.meta['state']}{who}; logs in {run.path}", 1)
+
+
+def _open_run(run: str):
+    from .rundir import RunDir
+
+    return RunDir.open(run)
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--node", type=int, help="Only this node's log.")
+@click.option("--rank", type=int, help="Only this rank's log.")
+@friendly
+def logs(run, node, rank) -> None:
+    """Print a run's logs: every node's, or one node's or one rank's."""
+    r = _open_run(run)
+    if node is not None and rank is not None:
+        fail("give --node or --rank, not both", EXIT_SPEC)
+    if rank is not None:
+        paths = [r.rank_log(rank)]
+    elif node is not None:
+        paths = [r.node_log(node)]
+    else:
+        paths = sorted((r.path / "nodes").glob("node-*.log"),
+                       key=lambda p: int(p.stem.split("-")[1]))
+    for p in paths:
+        if not p.is_file():
+            known = sorted(x.stem for x in p.parent.glob("*.log"))
+            fail(f"{p}: no such log; this run has: {', '.join(known) or 'none'}")
+        if len(paths) > 1:
+            click.echo(f"==> {p.relative_to(r.path)} <==")
+        click.echo(p.read_text(errors="replace"), nl=False)
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")
+@friendly
+def report(run, fmt) -> None:
+    """Print a run's report (tables; bench runs also write PNG plots)."""
+    from . import report as reportmod
+
+    r = _open_run(run)
+    click.echo(reportmod.render(r, fmt), nl=False)
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@friendly
+def down(run) -> None:
+    """Delete everything a run created (containers, networks, Kubernetes objects)."""
+    from . import backends
+
+    r = _open_run(run)
+    click.echo(backends.load(r.meta["backend"]).down(r))
+
+
+@main.command()
+@click.argument("run_a", type=click.Path())
+@click.argument("run_b", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")
+@friendly
+def compare(run_a, run_b, fmt) -> None:
+    """Compare two bench runs: B/A ratio per operation and size."""
+    from . import bench
+
+    click.echo(bench.compare(_open_run(run_a), _open_run(run_b), fmt), nl=False)
+
+
+if __name__ == "__main__":
+    main()

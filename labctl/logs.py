@@ -1,0 +1,66 @@
+"""Reading node log streams: split them per rank and pull out the result lines.
+
+Every backend ends up with one text stream per node. torchrun tees each
+worker's output with a `[rank<N>]:` prefix (plan.RANK_PREFIX_TEMPLATE), and
+direct-mode backends add the same prefix themselves, so one parser serves all.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Iterable
+
+RESULT_MARKER = "@@labctl-result "       # must match workloads/_common.py
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+# torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
+_TORCHRUN_FAILURE = re.compile(
+    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def rank_prefix(rank: int) -> str:
+    return f"[rank{rank}]:"
+
+
+def split_by_rank(text: str) -> dict[int, list[str]]:
+    """Lines that carry a rank prefix, grouped by rank, prefix removed."""
+    ranks: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = _RANK_PREFIX.match(line)
+        if m:
+            ranks.setdefault(int(m.group(1)), []).append(line[m.end():])
+    return ranks
+
+
+def parse_results(lines: Iterable[str], rank: int | None = None) -> list[dict]:
+    """The JSON records behind RESULT_MARKER; a garbled line becomes a failed record."""
+    records = []
+    for line in lines:
+        at = line.find(RESULT_MARKER)
+        if at < 0:
+            continue
+        payload = line[at + len(RESULT_MARKER):]
+        try:
+            record = json.loads(payload)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            record = {"workload": "labctl", "name": "unparsable_result_line", "ok": False,
+                      "detail": payload[:200]}
+        if rank is not None:
+            record.setdefault("rank", rank)
+        records.append(record)
+    return records
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\s*\n(?:.*\n){0,3}?\s*rank\s*:\s*(\d+)")
+
+
+def torchrun_root_cause(text: str) -> int | None:
+    """The global rank torchrun names as this node's first observed failure, if any."""
+    m = _ROOT_CAUSE.search(text)
+    return int(m.group(1)) if m else None
+
+
+def torchrun_failures(text: str) -> dict[int, int]:
+    """{global rank: exit code} from torchrun's ChildFailedError summary in a node log."""
+    return {int(r): int(code) for r, code in _TORCHRUN_FAILURE.findall(text)}

@@ -1,0 +1,94 @@
+"""Workload `env`: where does every rank run, and does the launcher's story add up?
+
+Each rank reports the environment its launcher gave it (torchrun sets RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR/PORT; labctl
+adds NODE_RANK and LAB_LAUNCHER) in one result named "env", then checks that
+the process group agrees with it:
+
+- `dist.get_rank()` is RANK and `dist.get_world_size()` is WORLD_SIZE;
+- LOCAL_RANK < LOCAL_WORLD_SIZE;
+- an all_gather of (rank, group_rank, local_rank) shows every rank exactly
+  once, and every node's local ranks are exactly 0..LOCAL_WORLD_SIZE-1;
+- RANK == GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK, which torchrun
+  guarantees when every node runs the same number of processes.
+
+Note: with c10d rendezvous, GROUP_RANK is handed out by the rendezvous, so it
+need not equal the NODE_RANK (the node index) that labctl set; both are shown.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _common
+
+# Environment variables reported as integers (None when the launcher did not set them).
+INT_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK")
+STR_VARS = ("MASTER_ADDR", "MASTER_PORT")
+
+
+def _int_or_none(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def run(ctx: _common.Context) -> None:
+    env_ints = {name: _int_or_none(name) for name in INT_VARS}
+    env_strs = {name: os.environ.get(name) for name in STR_VARS}
+    node = env_ints["NODE_RANK"] if env_ints["NODE_RANK"] is not None else ctx.node_rank
+    missing = [n for n in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+               if os.environ.get(n) in (None, "")]
+    ctx.record("env", not missing,
+               hostname=_common.hostname(), node=node, **env_ints, **env_strs,
+               backend=ctx.backend, device=str(ctx.device), pid=os.getpid(),
+               torch=torch.__version__, launcher=os.environ.get("LAB_LAUNCHER"),
+               **({"detail": f"launcher did not set {', '.join(missing)}"} if missing else {}))
+
+    # 1. The process group agrees with the environment.
+    ctx.check("rank-matches-env", dist.get_rank(), env_ints["RANK"] if env_ints["RANK"] is not None else -1)
+    ctx.check("world-size-matches-env", dist.get_world_size(),
+              env_ints["WORLD_SIZE"] if env_ints["WORLD_SIZE"] is not None else -1)
+
+    lws, group_rank, local_rank = env_ints["LOCAL_WORLD_SIZE"], env_ints["GROUP_RANK"], env_ints["LOCAL_RANK"]
+    if lws is None:
+        ctx.skip("local-rank-below-local-world-size", "LOCAL_WORLD_SIZE is not set")
+    else:
+        ctx.record("local-rank-below-local-world-size", local_rank is not None and 0 <= local_rank < lws,
+                   LOCAL_RANK=local_rank, LOCAL_WORLD_SIZE=lws)
+
+    # 2. Every rank shows up exactly once. All ranks take part in this all_gather,
+    #    whatever their own checks said, so nobody is left waiting.
+    mine = ctx.tensor([ctx.rank, _or(group_rank), _or(local_rank), _or(lws)], dtype=torch.int64)
+    everyone = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(everyone, mine)
+    table = [tuple(int(v) for v in t.tolist()) for t in everyone]
+    ranks = sorted(row[0] for row in table)
+    ctx.check("every-rank-once", ranks, list(range(ctx.world_size)), ranks=ranks)
+
+    if group_rank is None or lws is None:
+        ctx.skip("local-ranks-per-node", "GROUP_RANK or LOCAL_WORLD_SIZE is not set")
+        ctx.skip("rank-formula", "GROUP_RANK or LOCAL_WORLD_SIZE is not set")
+        return
+    nodes: dict[int, list[int]] = {}
+    for _, g, lr, _ in table:
+        nodes.setdefault(g, []).append(lr)
+    bad = {g: sorted(lrs) for g, lrs in nodes.items() if sorted(lrs) != list(range(lws))}
+    ctx.record("local-ranks-per-node", not bad, nodes=len(nodes),
+               **({"detail": f"local ranks per GROUP_RANK: {bad}, expected 0..{lws - 1}"} if bad else {}))
+
+    # 3. torchrun numbers ranks node by node: RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK.
+    ctx.check("rank-formula", ctx.rank, group_rank * lws + _or(local_rank),
+              formula=f"{group_rank} * {lws} + {local_rank}")
+
+
+def _or(value: int | None, default: int = -1) -> int:
+    return default if value is None else value
+
+
+if __name__ == "__main__":
+    _common.main_single("env")
