@@ -206,3 +206,24 @@ def plan(spec: LabSpec, placement: Placement, run_id: str) -> LaunchPlan:
             )
         nodes.append(NodeLaunch(i, placement.hostnames[i], procs))
     return LaunchPlan(spec, run_id, placement, tuple(nodes))
+
+
+def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
+    """One command and one environment for a node that is a single container or pod.
+
+    A torchrun node is already one process. A direct-mode node with several
+    workers becomes a bash line that starts each worker with its own RANK and
+    LOCAL_RANK, prefixes its output with `[rank<N>]:` (as torchrun's tee does)
+    and exits non-zero if any worker did — the same processes, one wrapper.
+    """
+    if len(node.processes) == 1 and node.processes[0].rank is None:
+        return node.processes[0].argv, dict(node.processes[0].env)
+    shared = dict(node.processes[0].env)
+    for proc in node.processes[1:]:
+        shared = {k: v for k, v in shared.items() if proc.env.get(k) == v}
+    lines = ["set -o pipefail", "pids=()"]
+    for proc in node.processes:
+        own = " ".join(f"{k}={shlex.quote(v)}" for k, v in proc.env.items() if k not in shared)
+        lines.append(f"{own} {shlex.join(proc.argv)} 2>&1 | sed -u 's/^/[rank{proc.rank}]:/' & pids+=($!)")
+    lines += ["rc=0", 'for p in "${pids[@]}"; do wait "$p" || rc=1; done', "exit $rc"]
+    return ("bash", "-c", "\n".join(lines)), shared
