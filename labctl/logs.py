@@ -17,8 +17,21 @@ _TORCHRUN_FAILURE = re.compile(
     r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
+_EXIT_LINE = re.compile(r"^labctl: rank (\d+) exited with code (-?\d+)$", re.M)
+
+
 def rank_prefix(rank: int) -> str:
     return f"[rank{rank}]:"
+
+
+def exit_line(rank: int, code: int) -> str:
+    """What a direct-mode node writes when one of its workers ends (in the order they end)."""
+    return f"labctl: rank {rank} exited with code {code}"
+
+
+def worker_exits(text: str) -> list[tuple[int, int]]:
+    """(rank, exit code) from direct-mode exit lines, in the order the workers ended."""
+    return [(int(r), int(c)) for r, c in _EXIT_LINE.findall(text)]
 
 
 def split_by_rank(text: str) -> dict[int, list[str]]:

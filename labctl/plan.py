@@ -211,19 +211,36 @@ def plan(spec: LabSpec, placement: Placement, run_id: str) -> LaunchPlan:
 def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
     """One command and one environment for a node that is a single container or pod.
 
-    A torchrun node is already one process. A direct-mode node with several
-    workers becomes a bash line that starts each worker with its own RANK and
-    LOCAL_RANK, prefixes its output with `[rank<N>]:` (as torchrun's tee does)
-    and exits non-zero if any worker did — the same processes, one wrapper.
+    A torchrun node is already one process. A direct-mode node becomes a bash
+    loop that starts each worker with RANK = NODE_RANK * LOCAL_WORLD_SIZE +
+    LOCAL_RANK (the values the plan gives each worker), prefixes its output
+    with `[rank<N>]:` as torchrun's tee does, logs each worker's exit as it
+    ends (so the log names the first failure), and exits non-zero if any did. The script reads
+    only NODE_RANK from the node, so one pod template serves every index.
     """
     if len(node.processes) == 1 and node.processes[0].rank is None:
         return node.processes[0].argv, dict(node.processes[0].env)
-    shared = dict(node.processes[0].env)
-    for proc in node.processes[1:]:
-        shared = {k: v for k, v in shared.items() if proc.env.get(k) == v}
-    lines = ["set -o pipefail", "pids=()"]
+    per_worker = {"RANK", "LOCAL_RANK"}
+    shared = {k: v for k, v in node.processes[0].env.items() if k not in per_worker}
     for proc in node.processes:
-        own = " ".join(f"{k}={shlex.quote(v)}" for k, v in proc.env.items() if k not in shared)
-        lines.append(f"{own} {shlex.join(proc.argv)} 2>&1 | sed -u 's/^/[rank{proc.rank}]:/' & pids+=($!)")
-    lines += ["rc=0", 'for p in "${pids[@]}"; do wait "$p" || rc=1; done', "exit $rc"]
-    return ("bash", "-c", "\n".join(lines)), shared
+        env = dict(proc.env)
+        if {k: v for k, v in env.items() if k not in per_worker} != shared or proc.argv != node.processes[0].argv:
+            raise ValueError("direct-mode workers of one node must differ only in RANK and LOCAL_RANK")
+        if int(env["RANK"]) != node.index * len(node.processes) + int(env["LOCAL_RANK"]):
+            raise ValueError(f"worker rank {env['RANK']} does not follow the node-major layout")
+    script = "\n".join([
+        "pids=()",
+        "for local_rank in $(seq 0 $((LOCAL_WORLD_SIZE - 1))); do",
+        "  rank=$((NODE_RANK * LOCAL_WORLD_SIZE + local_rank))",
+        f"  {{ RANK=$rank LOCAL_RANK=$local_rank {shlex.join(node.processes[0].argv)} 2>&1 \\",
+        "      | sed -u \"s/^/[rank$rank]:/\"",
+        "    code=${PIPESTATUS[0]}",
+        "    echo \"labctl: rank $rank exited with code $code\"",
+        "    exit $code; } &",
+        "  pids+=($!)",
+        "done",
+        "rc=0",
+        "for pid in \"${pids[@]}\"; do wait \"$pid\" || rc=1; done",
+        "exit $rc",
+    ])
+    return ("bash", "-c", script), shared

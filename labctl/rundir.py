@@ -129,7 +129,11 @@ class RunDir:
             for rank, lines in logs.split_by_rank(text).items():
                 rank_lines.setdefault(rank, []).extend(lines)
             exit_codes.update(logs.torchrun_failures(text))
+            exits = logs.worker_exits(text)
+            exit_codes.update((r, c) for r, c in exits if c != 0)
             cause = logs.torchrun_root_cause(text)
+            if cause is None:
+                cause = next((r for r, c in exits if c != 0), None)
             if cause is not None:
                 root_causes[node.index] = cause
         results: list[dict[str, Any]] = []

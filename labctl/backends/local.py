@@ -41,10 +41,21 @@ class _Proc:
     """One started process and the thread copying its output into the node log."""
 
     def __init__(self, popen: subprocess.Popen, sink: TextIO, lock: threading.Lock,
-                 prefix: str):
-        self.popen = popen
+                 prefix: str, rank: int | None):
+        self.popen, self.sink, self.lock, self.rank = popen, sink, lock, rank
+        self.exit_noted = False
         self.thread = threading.Thread(target=self._pump, args=(sink, lock, prefix), daemon=True)
         self.thread.start()
+
+    def note_exit(self, code: int) -> None:
+        """Direct-mode workers: log the exit in order, as the container wrapper does."""
+        if self.rank is None or self.exit_noted:
+            return
+        self.exit_noted = True
+        self.thread.join(timeout=2)          # its last output first
+        with self.lock:
+            self.sink.write(logs.exit_line(self.rank, code) + "\n")
+            self.sink.flush()
 
     def _pump(self, sink: TextIO, lock: threading.Lock, prefix: str) -> None:
         assert self.popen.stdout is not None
@@ -104,14 +115,16 @@ def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
                     start_new_session=True,
                 )
                 prefix = logs.rank_prefix(proc.rank) if proc.rank is not None else ""
-                started.append((node.index, _Proc(popen, sink, lock, prefix)))
+                started.append((node.index, _Proc(popen, sink, lock, prefix, proc.rank)))
         first_failure: float | None = None
         last_line = ""
         while True:
             codes = [p.popen.poll() for _, p in started]
-            for (i, _), c in zip(started, codes):
+            for (i, p), c in zip(started, codes):
                 if c is not None and i not in exited:
                     exited[i] = round(time.monotonic() - t0, 3)
+                if c is not None:
+                    p.note_exit(c)
             if all(c is not None for c in codes):
                 break
             if any(c not in (None, 0) for c in codes) and first_failure is None:
@@ -136,6 +149,8 @@ def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
         stop_all([p.popen for _, p in started])
         for _, p in started:
             p.thread.join(timeout=5)
+            if p.popen.returncode is not None:
+                p.note_exit(p.popen.returncode)
         for sink in sinks:
             sink.close()
 

@@ -1,0 +1,246 @@
+"""Bench results as nccl-tests-style tables (Markdown/JSON/CSV), PNG plots, and run comparison.
+
+The `bench` workload records one result per (op, size) from rank 0, plus a
+`bench_env` record (versions, world layout, threads) and `link` records
+(raw TCP throughput between nodes). Everything here reads those records; the
+bandwidth math itself lives in `workloads._benchmath` (the workload needs it
+inside nodes, where labctl may not be installed) and is re-exported here.
+matplotlib is imported only by `write_plots`.
+"""
+from __future__ import annotations
+
+import csv as _csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from workloads._benchmath import (  # noqa: F401  (re-exported: the one definition)
+    COLLECTIVES, OPS, P2P, algbw_GBps, busbw_factor, busbw_GBps, percentile, sizes,
+)
+
+from .errors import LabError
+
+ROW_FIELDS = ("op", "size_bytes", "count", "dtype", "time_us_median", "time_us_p99",
+              "algbw_GBps", "busbw_GBps", "wrong", "ok")
+FACTOR_TEXT = {"all_reduce": "2(n-1)/n", "all_gather": "(n-1)/n", "reduce_scatter": "(n-1)/n",
+               "all_to_all": "(n-1)/n", "broadcast": "1", "reduce": "1", "pingpong": "1", "ring": "1"}
+TIME_TEXT = {"pingpong": "one-way time = round trip / 2", "ring": "one step: send right, receive left"}
+_BOOKKEEPING = ("workload", "name", "rank", "ok")
+
+
+def _bench(results: Iterable[dict]) -> list[dict]:
+    return [r for r in results if r.get("workload") == "bench"]
+
+
+def rows(results: Iterable[dict]) -> list[dict]:
+    """One row per (op, size, dtype), from the lowest rank that recorded it, in op then size order."""
+    best: dict[tuple, dict] = {}
+    for r in _bench(results):
+        if r.get("name") not in OPS or "size_bytes" not in r:
+            continue
+        key = (r["name"], r["size_bytes"], r.get("dtype"))
+        if key not in best or r.get("rank", 0) < best[key].get("rank", 0):
+            best[key] = r
+    order = {op: i for i, op in enumerate(OPS)}
+    out = [{"op": r["name"], **{f: r.get(f) for f in ROW_FIELDS[1:]}, "world_size": r.get("world_size"),
+            "iters": r.get("iters")} for r in best.values()]
+    return sorted(out, key=lambda r: (order[r["op"]], r["size_bytes"], str(r["dtype"])))
+
+
+def environment(results: Iterable[dict]) -> dict[str, Any]:
+    envs = sorted((r for r in _bench(results) if r.get("name") == "bench_env"),
+                  key=lambda r: r.get("rank", 0))
+    return {k: v for k, v in envs[0].items() if k not in _BOOKKEEPING} if envs else {}
+
+
+def links(results: Iterable[dict]) -> list[dict]:
+    return sorted(({k: v for k, v in r.items() if k not in ("workload", "name")}
+                   for r in _bench(results) if r.get("name") == "link" and r.get("ok")),
+                  key=lambda r: (r.get("dst_node", 0), r.get("dst_rank", 0)))
+
+
+def link_GBps(results: Iterable[dict]) -> float | None:
+    """The slowest measured link: what the busiest collective can at best carry."""
+    speeds = [r["GBps"] for r in links(results) if r.get("GBps")]
+    return min(speeds) if speeds else None
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def _table(headers: list[str], body: Iterable[Iterable[Any]]) -> str:
+    from .report import table
+
+    return table(headers, body)
+
+
+def markdown(results: list[dict]) -> str:
+    env, link, data = environment(results), link_GBps(results), rows(results)
+    parts = ["## Bench (nccl-tests style)", ""]
+    if env:
+        keys = [k for k in env if env[k] not in (None, "")]
+        parts += [_table(["setting", "value"], ([k, json.dumps(env[k]) if isinstance(env[k], list)
+                                                 else env[k]] for k in keys)), ""]
+    measured = links(results)
+    if measured:
+        parts += ["### Link: raw TCP throughput (bytes sent / time until the receiver confirmed)", "",
+                  _table(["from node", "to node (rank)", "address", "bytes", "seconds", "GB/s"],
+                         ([m.get("src_node"), f"{m.get('dst_node')} ({m.get('dst_rank')})", m.get("address"),
+                           m.get("bytes"), _num(m.get("seconds"), 3), _num(m.get("GBps"), 3)]
+                          for m in measured)), ""]
+    if not data:
+        parts.append("No bench measurements recorded.")
+        return "\n".join(parts) + "\n"
+    n = data[0].get("world_size")
+    parts.append(f"GB/s = 1e9 bytes/s · time = slowest rank per iteration, median and p99 · "
+                 f"algbw = size / median time · busbw = algbw x factor (n = {n})"
+                 + (f" · % link = busbw / slowest link ({link:.3f} GB/s)" if link else ""))
+    for op in OPS:
+        mine = [r for r in data if r["op"] == op]
+        if not mine:
+            continue
+        note = f"; {TIME_TEXT[op]}" if op in TIME_TEXT else ""
+        parts += ["", f"### {op} (busbw factor {FACTOR_TEXT[op]}{note})", ""]
+        headers = ["size (B)", "count (elements)", "type", "time median (us)", "time p99 (us)",
+                   "algbw (GB/s)", "busbw (GB/s)"] + (["% link"] if link else []) + ["#wrong"]
+        parts.append(_table(headers, (
+            [r["size_bytes"], r["count"], r["dtype"], _num(r["time_us_median"], 1),
+             _num(r["time_us_p99"], 1), _num(r["algbw_GBps"], 3), _num(r["busbw_GBps"], 3)]
+            + ([_num(100 * r["busbw_GBps"] / link, 1)] if link else [])
+            + [r["wrong"]]
+            for r in mine)))
+    return "\n".join(parts) + "\n"
+
+
+def as_json(results: list[dict]) -> dict[str, Any]:
+    return {"environment": environment(results), "links": links(results),
+            "link_GBps": link_GBps(results), "rows": rows(results)}
+
+
+def csv(results: list[dict]) -> str:
+    """The nccl-tests-style rows, one per (op, size), plus the slowest link for reference."""
+    buf = io.StringIO()
+    writer = _csv.writer(buf, lineterminator="\n")
+    link = link_GBps(results)
+    writer.writerow([*ROW_FIELDS, "world_size", "link_GBps"])
+    for r in rows(results):
+        writer.writerow([r[f] for f in ROW_FIELDS] + [r["world_size"], link])
+    return buf.getvalue()
+
+
+# ---- comparing two runs ----------------------------------------------------
+def comparison(run_a, run_b) -> list[dict]:
+    """Rows present in both runs, with B/A ratios of median time and busbw."""
+    a, b = _rows_or_error(run_a), _rows_or_error(run_b)
+    b_by = {(r["op"], r["size_bytes"], r["dtype"]): r for r in b}
+    out = []
+    for r in a:
+        other = b_by.get((r["op"], r["size_bytes"], r["dtype"]))
+        if other is None:
+            continue
+        out.append({
+            "op": r["op"], "size_bytes": r["size_bytes"], "dtype": r["dtype"],
+            "time_us_a": r["time_us_median"], "time_us_b": other["time_us_median"],
+            "time_ratio": _ratio(other["time_us_median"], r["time_us_median"]),
+            "busbw_GBps_a": r["busbw_GBps"], "busbw_GBps_b": other["busbw_GBps"],
+            "busbw_ratio": _ratio(other["busbw_GBps"], r["busbw_GBps"]),
+        })
+    if not out:
+        raise LabError(f"{run_a.path} and {run_b.path} share no (op, size, dtype): A has "
+                       f"{_what(a)}, B has {_what(b)}; rerun one with the other's bench options")
+    return out
+
+
+def _rows_or_error(run) -> list[dict]:
+    found = rows(run.results())
+    if not found:
+        raise LabError(f"{run.path}: no bench results to compare "
+                       f"(make some with: labctl up --workload bench)")
+    return found
+
+
+def _what(data: list[dict]) -> str:
+    ops = sorted({r["op"] for r in data})
+    sizes_ = sorted({r["size_bytes"] for r in data})
+    return f"{'/'.join(ops)} at {sizes_[0]}..{sizes_[-1]} B"
+
+
+def _ratio(b: float | None, a: float | None) -> float | None:
+    return round(b / a, 4) if a and b is not None else None
+
+
+COMPARE_FIELDS = ("op", "size_bytes", "dtype", "time_us_a", "time_us_b", "time_ratio",
+                  "busbw_GBps_a", "busbw_GBps_b", "busbw_ratio")
+
+
+def compare(run_a, run_b, fmt: str = "md") -> str:
+    data = comparison(run_a, run_b)
+    if fmt == "json":
+        return json.dumps({"a": str(run_a.path), "b": str(run_b.path), "rows": data}, indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = _csv.DictWriter(buf, fieldnames=COMPARE_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(data)
+        return buf.getvalue()
+    head = (f"## Bench comparison: B / A\n\nA = {run_a.path} ({_layout(run_a)})  \n"
+            f"B = {run_b.path} ({_layout(run_b)})\n\n"
+            "time ratio < 1: B is faster; busbw ratio > 1: B moves more data per second.\n\n")
+    return head + _table(
+        ["op", "size (B)", "type", "time A (us)", "time B (us)", "time B/A",
+         "busbw A (GB/s)", "busbw B (GB/s)", "busbw B/A"],
+        ([r["op"], r["size_bytes"], r["dtype"], _num(r["time_us_a"], 1), _num(r["time_us_b"], 1),
+          _num(r["time_ratio"], 3), _num(r["busbw_GBps_a"], 3), _num(r["busbw_GBps_b"], 3),
+          _num(r["busbw_ratio"], 3)] for r in data)) + "\n"
+
+
+def _layout(run) -> str:
+    m = run.meta
+    return (f"{m.get('backend')}, {m.get('dist_backend')}, {m.get('nodes')} node(s) x "
+            f"{m.get('nproc_per_node')} process(es)")
+
+
+# ---- plots -----------------------------------------------------------------
+PLOTS = ("bench_busbw.png", "bench_latency.png")
+
+
+def write_plots(run) -> list[Path]:
+    """busbw and median time vs size (log-2 x axis), one line per op, into the run folder."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise LabError("plots need matplotlib, which is not installed "
+                       "(install it with: pip install 'labctl[plot]')") from None
+    results = run.results()
+    data, link = rows(results), link_GBps(results)
+    if not data:
+        return []
+    n = data[0].get("world_size")
+    written = []
+    for name, field, label, log_y in (
+            (PLOTS[0], "busbw_GBps", "busbw (GB/s)", False),
+            (PLOTS[1], "time_us_median", "time, median (us)", True)):
+        fig = Figure(figsize=(8, 5), dpi=100)
+        ax = fig.subplots()
+        for op in OPS:
+            mine = [r for r in data if r["op"] == op and r.get(field) is not None]
+            if mine:
+                ax.plot([r["size_bytes"] for r in mine], [r[field] for r in mine], marker="o", label=op)
+        if field == "busbw_GBps" and link:
+            ax.axhline(link, linestyle="--", color="grey", label=f"TCP link {link:.2f} GB/s")
+        ax.set_xscale("log", base=2)
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{run.meta.get('lab', 'lab')}: {label} vs size ({_layout(run)}, n = {n})",
+                     fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        target = Path(run.path) / name
+        fig.savefig(target)
+        written.append(target)
+    return written

@@ -1,0 +1,370 @@
+"""Kubernetes renderer: a LaunchPlan in, manifests out (pure and deterministic).
+
+One lab = a headless Service, an Indexed Job whose pods are the nodes, a
+NetworkPolicy and (for a user script) a ConfigMap. Pod i of a Job named after
+the lab gets hostname `<lab>-<i>` and, through the Service (also named after
+the lab), the DNS name `<lab>-<i>.<lab>`; node 0's name is MASTER_ADDR.
+
+One pod template serves every index, so whatever differs between the plan's
+nodes must be computed from the Job completion index inside the pod. The
+template is *derived* by comparing every node's `node_command()`: a value that
+differs between nodes is accepted only when the index explains it exactly
+(NODE_RANK = i, is_host = [i == 0], RANK = i*nproc + local); anything else
+raises, so a future per-node value in the plan fails loudly here instead of
+rendering node 0's value into every pod.
+"""
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from ..errors import LabError
+from ..plan import SCRIPT_MOUNT, LaunchPlan, node_command, node_hostname
+from ..spec import LabSpec
+
+RUN_LABEL = "labctl.dev/run-id"
+COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+INDEX_ENV = ("NODE_RANK", "GROUP_RANK")      # plan variables that are the node index itself
+INDEX_VAR = "NODE_RANK"                     # what the pod's shell computes from
+CONTAINER = "node"
+POD_USER = 1000                             # the lab images run as uid/gid 1000
+TTL_AFTER_FINISHED_S = 3600                 # kubectl-managed runs: an hour to read the logs
+FILE_ORDER = ("configmap.yaml", "service.yaml", "networkpolicy.yaml", "job.yaml")
+
+
+# ---- names ------------------------------------------------------------------
+def job_name(spec: LabSpec) -> str:
+    """The Job is named after the lab, so pod i's hostname is `node_hostname(spec, i)`."""
+    return spec.name
+
+
+def service_name(spec: LabSpec) -> str:
+    return spec.name
+
+
+def script_configmap_name(spec: LabSpec) -> str:
+    return f"{spec.name}-script"
+
+
+def master_addr(spec: LabSpec) -> str:
+    """Node 0's DNS name under the headless Service: `<lab>-0.<lab>`."""
+    return f"{node_hostname(spec, 0)}.{service_name(spec)}"
+
+
+def labels(plan: LaunchPlan, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": plan.spec.name,
+        "app.kubernetes.io/instance": plan.run_id,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "labctl",
+        "app.kubernetes.io/managed-by": "labctl",
+        RUN_LABEL: plan.run_id,
+    }
+
+
+def run_selector(run_id: str) -> str:
+    """The label selector that finds everything one run created."""
+    return f"{RUN_LABEL}={run_id}"
+
+
+# ---- the per-index template ------------------------------------------------
+@dataclass(frozen=True)
+class IndexValue:
+    """An integer computed from the completion index: a*i + b, or 1 on index 0 only."""
+    a: int = 1
+    b: int = 0
+    first_only: bool = False
+
+    def at(self, index: int) -> int:
+        return int(index == 0) if self.first_only else self.a * index + self.b
+
+    def shell(self) -> str:
+        """POSIX shell arithmetic on $NODE_RANK, double-quoted to stay one word."""
+        if self.first_only:
+            expr = f"{INDEX_VAR}==0"
+        elif (self.a, self.b) == (1, 0):
+            expr = INDEX_VAR
+        else:
+            expr = f"{INDEX_VAR}*{self.a}+{self.b}"
+        return f'"$(({expr}))"'
+
+
+Word = tuple  # of str (literal) and IndexValue segments
+
+
+def _fit(numbers: Sequence[int]) -> IndexValue | None:
+    if list(numbers) == [int(i == 0) for i in range(len(numbers))]:
+        return IndexValue(first_only=True)      # the c10d store host role (pytorch#73380)
+    a, b = numbers[1] - numbers[0], numbers[0]
+    if all(n == a * i + b for i, n in enumerate(numbers)):
+        return IndexValue(a, b)
+    return None
+
+
+def derive_word(values: Sequence[str], where: str) -> Word:
+    """One template word that yields values[i] on index i, or LabError."""
+    if all(v == values[0] for v in values):
+        return (values[0],)
+    pieces = [re.split(r"(\d+)", v) for v in values]   # odd positions: digit runs
+    if any(len(p) != len(pieces[0]) for p in pieces):
+        raise _differs(values, where)
+    word: list[Any] = []
+    for k, column in enumerate(zip(*pieces)):
+        if all(c == column[0] for c in column):
+            segment: Any = column[0]
+        elif k % 2 == 1 and all(str(int(c)) == c for c in column):
+            segment = _fit([int(c) for c in column])
+            if segment is None:
+                raise _differs(values, where)
+        else:
+            raise _differs(values, where)
+        if isinstance(segment, str) and word and isinstance(word[-1], str):
+            word[-1] += segment
+        else:
+            word.append(segment)
+    return tuple(word)
+
+
+def _differs(values: Sequence[str], where: str) -> LabError:
+    i = next(i for i, v in enumerate(values) if v != values[0])
+    return LabError(f"k8s render: node {i} differs from node 0 in {where} ({values[0]!r} vs "
+                    f"{values[i]!r}) in a way the Job completion index does not explain; "
+                    "one pod template cannot serve every node (teach labctl/render/k8s.py)")
+
+
+def expand_word(word: Word, index: int) -> str:
+    """What `word` is on pod `index` (the Python twin of `shell_word`)."""
+    return "".join(s if isinstance(s, str) else str(s.at(index)) for s in word)
+
+
+def shell_word(word: Word) -> str:
+    return "".join(shlex.quote(s) if isinstance(s, str) else s.shell() for s in word)
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    command: tuple[str, ...]                 # the container's command, before $-escaping
+    env: tuple[tuple[str, str | None], ...]  # (name, literal value) or (name, None): the index
+
+
+def pod_template(plan: LaunchPlan) -> PodTemplate:
+    """The one command and environment that reproduce every node's `node_command()`."""
+    commands = [node_command(node) for node in plan.nodes]
+    argvs = [argv for argv, _ in commands]
+    envs = [env for _, env in commands]
+    if any(len(a) != len(argvs[0]) for a in argvs):
+        raise _differs([repr(a) for a in argvs], "the number of arguments")
+    if any(list(e) != list(envs[0]) for e in envs):
+        raise _differs([" ".join(e) for e in envs], "the environment's variable names")
+    words = [derive_word([a[k] for a in argvs], f"argv[{k}]") for k in range(len(argvs[0]))]
+
+    env: list[tuple[str, str | None]] = []
+    for name in envs[0]:
+        values = [e[name] for e in envs]
+        if name in INDEX_ENV and values == [str(i) for i in range(len(values))]:
+            env.append((name, None))
+            continue
+        word = derive_word(values, f"env {name}")
+        if len(word) != 1 or not isinstance(word[0], str):
+            raise _differs(values, f"env {name}")
+        env.append((name, word[0]))
+    indexed = {name for name, value in env if value is None}
+
+    if all(len(w) == 1 and isinstance(w[0], str) for w in words):
+        command: tuple[str, ...] = tuple(w[0] for w in words)
+    else:
+        if INDEX_VAR not in indexed:
+            raise LabError(f"k8s render: the command depends on the node index but the plan's "
+                           f"environment has no {INDEX_VAR} to compute it from")
+        script = ("# One template for every pod: values that differ per node are computed\n"
+                  f"# from {INDEX_VAR} (the Job completion index). Index 0 hosts the c10d\n"
+                  "# store (--rdzv-conf is_host, pytorch#73380).\n"
+                  "exec " + " \\\n  ".join(shell_word(w) for w in words) + "\n")
+        command = ("bash", "-c", script)
+    template = PodTemplate(command, tuple(env))
+    _check(template, words, commands)
+    return template
+
+
+def _check(template: PodTemplate, words: list[Word], commands) -> None:
+    """Belt and braces: the template must reproduce every node exactly."""
+    for index, (argv, env) in enumerate(commands):
+        if tuple(expand_word(w, index) for w in words) != tuple(argv):
+            raise LabError(f"k8s render: template does not reproduce node {index}'s command")
+        got = {k: (str(index) if v is None else v) for k, v in template.env}
+        if got != dict(env):
+            raise LabError(f"k8s render: template does not reproduce node {index}'s environment")
+
+
+def kube_escape(text: str) -> str:
+    """Kubernetes expands `$(VAR)` in command, args and env values; `$$` is a literal `$`."""
+    return text.replace("$", "$$")
+
+
+# ---- manifests --------------------------------------------------------------
+def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, Any]]:
+    """Every object of the lab, in creation order. A user script is read from
+    `spec.script` unless `script_text` is given (its only side effect)."""
+    spec = plan.spec
+    objects: list[dict[str, Any]] = []
+    if spec.script:
+        if script_text is None:
+            path = Path(spec.script)
+            if not path.is_file():
+                raise LabError(f"script: no such file: {spec.script} (the k8s render puts it "
+                               "into a ConfigMap; give a path relative to this folder)")
+            script_text = path.read_text()
+        objects.append({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": script_configmap_name(spec), "labels": labels(plan, "script")},
+            "data": {_script_key(spec): script_text},
+        })
+    objects += [_service(plan), _network_policy(plan), _job(plan)]
+    return objects
+
+
+def _script_key(spec: LabSpec) -> str:
+    return spec.script.rsplit("/", 1)[-1] if spec.script else ""
+
+
+def _service(plan: LaunchPlan) -> dict[str, Any]:
+    port = plan.placement.master_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service_name(plan.spec), "labels": labels(plan, "rendezvous")},
+        "spec": {
+            "clusterIP": "None",                    # headless: one DNS record per pod
+            "publishNotReadyAddresses": True,       # pods have no readiness; publish them anyway
+            "selector": {RUN_LABEL: plan.run_id, "app.kubernetes.io/component": "node"},
+            "ports": [{"name": "rdzv", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def _network_policy(plan: LaunchPlan) -> dict[str, Any]:
+    same_run = {"matchLabels": {RUN_LABEL: plan.run_id}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": plan.spec.name, "labels": labels(plan, "network-policy")},
+        "spec": {
+            "podSelector": same_run,
+            "policyTypes": ["Ingress"],
+            # gloo/NCCL open ports of their own choosing: admit every port, only from this run.
+            "ingress": [{"from": [{"podSelector": same_run}]}],
+        },
+    }
+
+
+def _job(plan: LaunchPlan) -> dict[str, Any]:
+    spec = plan.spec
+    template = pod_template(plan)
+    env: list[dict[str, Any]] = []
+    for name, value in template.env:
+        if value is None:
+            env.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}})
+        else:
+            env.append({"name": name, "value": kube_escape(value)})
+    resources: dict[str, Any] = {"cpu": spec.resources.cpu, "memory": spec.resources.memory}
+    if spec.dist_backend == "nccl":
+        resources["nvidia.com/gpu"] = str(spec.nproc_per_node)
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}}]
+    if spec.script:
+        mounts.append({"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True})
+        volumes.append({"name": "script", "configMap": {"name": script_configmap_name(spec)}})
+    container = {
+        "name": CONTAINER,
+        "image": spec.resolved_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [kube_escape(part) for part in template.command],
+        "env": env,
+        "ports": [{"name": "rdzv", "containerPort": plan.placement.master_port, "protocol": "TCP"}],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+        },
+        "volumeMounts": mounts,
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(spec), "labels": labels(plan, "node")},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": spec.nodes,
+            "parallelism": spec.nodes,
+            "backoffLimit": 0,                      # one failed rank fails the lab
+            "activeDeadlineSeconds": max(1, math.ceil(spec.timeout)),
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+            "template": {
+                "metadata": {"labels": labels(plan, "node")},
+                "spec": {
+                    "subdomain": service_name(spec),   # pod i: <job>-<i>.<service>
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": POD_USER,
+                        "runAsGroup": POD_USER,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+# ---- text ------------------------------------------------------------------
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the pod's shell script, a user script) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _dump(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
+
+
+def _header(plan: LaunchPlan) -> str:
+    return (f"# labctl render k8s: lab {plan.spec.name}, run {plan.run_id}, "
+            f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node} process(es)\n")
+
+
+def text(plan: LaunchPlan, script_text: str | None = None) -> str:
+    """All objects as one multi-document YAML stream, for `kubectl apply -f -`."""
+    return _header(plan) + "---\n".join(_dump(o) for o in render(plan, script_text))
+
+
+def files(plan: LaunchPlan, script_text: str | None = None) -> dict[str, str]:
+    """One file per object plus a kustomization.yaml, for `kubectl apply -k DIR`."""
+    out: dict[str, str] = {}
+    for obj in render(plan, script_text):
+        out[f"{obj['kind'].lower()}.yaml"] = _header(plan) + _dump(obj)
+    names = [n for n in FILE_ORDER if n in out]
+    out["kustomization.yaml"] = _header(plan) + _dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": names,
+    })
+    return out

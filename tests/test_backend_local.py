@@ -1,0 +1,120 @@
+"""The local backend with real torchrun agents and workers on this machine."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from labctl import lab, spec
+from labctl.errors import LabError
+
+from conftest import LABCTL, REPO, assert_nothing_left, processes_of_run
+
+pytestmark = pytest.mark.slow
+QUIET = lambda line: None  # noqa: E731
+
+
+def run_lab(tmp_path, **fields):
+    return lab.up(spec.from_dict(fields), out=str(tmp_path / "run"), progress=QUIET)
+
+
+def ranks_in(run, workload):
+    return sorted({r["rank"] for r in run.results() if r["workload"] == workload})
+
+
+@pytest.mark.parametrize("nodes, nproc", [(1, 4), (4, 1), (3, 1)])
+def test_topologies_pass(tmp_path, nodes, nproc):
+    run = run_lab(tmp_path, nodes=nodes, nproc_per_node=nproc, workloads=["env", "p2p", "collectives"])
+    assert run.meta["state"] == "passed", run.meta
+    world = nodes * nproc
+    for workload in ("env", "p2p", "collectives"):
+        assert ranks_in(run, workload) == list(range(world))
+    envs = {r["rank"]: r for r in run.results() if r["name"] == "env"}
+    assert {int(e["WORLD_SIZE"]) for e in envs.values()} == {world}
+    assert sorted({e["GROUP_RANK"] for e in envs.values()}, key=int) == [str(i) for i in range(nodes)]
+    assert all((run.path / "ranks" / f"rank-{r}.log").stat().st_size > 0 for r in range(world))
+    assert_nothing_left(run.meta["run_id"])
+
+
+def test_direct_launcher_sets_rank_per_worker(tmp_path):
+    run = run_lab(tmp_path, launcher="direct", workloads=["env", "p2p", "collectives", "ddp"])
+    assert run.meta["state"] == "passed", run.meta
+    envs = {r["rank"]: r for r in run.results() if r["name"] == "env"}
+    assert sorted(envs) == [0, 1, 2, 3]
+    assert [envs[r]["LOCAL_RANK"] for r in range(4)] == ["0", "1", "0", "1"]
+    plan = json.loads((run.path / "plan.json").read_text())
+    assert [p["env"]["RANK"] for n in plan["nodes"] for p in n["processes"]] == ["0", "1", "2", "3"]
+    assert_nothing_left(run.meta["run_id"])
+
+
+FAIL_ON_RANK = """
+import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print("args", sys.argv[1:], flush=True)
+t = torch.ones(1)
+dist.all_reduce(t)
+if rank == int(os.environ["FAIL_RANK"]):
+    print("rank", rank, "giving up", flush=True)
+    os._exit(3)
+dist.barrier()
+"""
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+def test_a_failing_rank_fails_the_lab_names_it_and_leaves_nothing(tmp_path, write_script, launcher):
+    script = write_script(FAIL_ON_RANK)
+    run = run_lab(tmp_path, script=str(script), script_args=["--lr", "0.1"], launcher=launcher,
+                  env={"FAIL_RANK": "2"})
+    assert run.meta["state"] == "failed"
+    assert run.meta["first_failure"]["rank"] == 2
+    assert 2 in run.meta["failed_ranks"]
+    assert "giving up" in (run.path / "ranks" / "rank-2.log").read_text()
+    assert "args ['--lr', '0.1']" in (run.path / "ranks" / "rank-0.log").read_text()
+    assert (run.path / "nodes" / "node-1.log").stat().st_size > 0
+    assert_nothing_left(run.meta["run_id"])
+
+
+HANG = """
+import time, torch.distributed as dist
+dist.init_process_group("gloo")
+print("hanging", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_hang_hits_the_deadline_and_everything_is_stopped(tmp_path, write_script):
+    run = run_lab(tmp_path, script=str(write_script(HANG)), timeout=20)
+    assert run.meta["state"] == "timeout"
+    assert "deadline" in run.meta["message"]
+    assert "hanging" in (run.path / "ranks" / "rank-3.log").read_text()
+    assert_nothing_left(run.meta["run_id"])
+
+
+def test_ctrl_c_stops_the_lab_and_keeps_the_logs(tmp_path, write_script):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*LABCTL, "up", "--script", str(write_script(HANG)), "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rank_logs = list((out / "nodes").glob("*.log")) if out.exists() else []
+        if any("hanging" in p.read_text() for p in rank_logs):
+            break
+        time.sleep(0.5)
+    run_id = json.loads((out / "status.json").read_text())["run_id"]
+    assert processes_of_run(run_id), "lab should be running before Ctrl-C"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted"
+    assert "Traceback" not in stderr
+    assert_nothing_left(run_id)
+
+
+def test_missing_script_is_a_clear_error(tmp_path):
+    with pytest.raises(LabError, match="no such file"):
+        run_lab(tmp_path, script=str(tmp_path / "absent.py"))

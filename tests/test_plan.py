@@ -1,0 +1,98 @@
+import json
+import subprocess
+
+from labctl import logs, plan, spec
+from labctl.plan import container_placement, local_placement, node_command
+
+
+def _plan(**kw):
+    s = spec.from_dict(kw)
+    return plan.plan(s, container_placement(s, "compose"), "run-1")
+
+
+def test_torchrun_nodes_share_everything_but_the_store_host_role():
+    p = _plan(nodes=3, nproc_per_node=2)
+    argvs = [n.processes[0].argv for n in p.nodes]
+    assert [a for a in argvs[0] if "is_host" in a] == ["--rdzv-conf=is_host=1,join_timeout=120"]
+    assert [a for a in argvs[1] if "is_host" in a] == ["--rdzv-conf=is_host=0,join_timeout=120"]
+    strip = lambda argv: [a for a in argv if "is_host" not in a]
+    assert strip(argvs[0]) == strip(argvs[1]) == strip(argvs[2])
+    assert argvs[0][:1] == ("torchrun",)
+    for flag in ("--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                 "--rdzv-endpoint=lab-0:29500", "--rdzv-id=run-1", "--max-restarts=0"):
+        assert flag in argvs[0]
+    envs = [dict(n.processes[0].env) for n in p.nodes]
+    assert [e["NODE_RANK"] for e in envs] == ["0", "1", "2"]
+    assert all(e["MASTER_ADDR"] == "lab-0" and e["MASTER_PORT"] == "29500" for e in envs)
+    assert not any("RANK" in e for e in envs), "torchrun assigns RANK per worker"
+    assert [n.hostname for n in p.nodes] == ["lab-0", "lab-1", "lab-2"]
+
+
+def test_direct_mode_gives_every_worker_its_rank():
+    p = _plan(nodes=2, nproc_per_node=3, launcher="direct")
+    procs = [proc for n in p.nodes for proc in n.processes]
+    assert [pr.rank for pr in procs] == list(range(6))
+    for pr in procs:
+        env = pr.env
+        assert env["RANK"] == str(pr.rank)
+        assert env["LOCAL_RANK"] == str(pr.rank % 3)
+        assert env["WORLD_SIZE"] == "6" and env["LOCAL_WORLD_SIZE"] == "3"
+        assert env["GROUP_RANK"] == env["NODE_RANK"] == str(pr.rank // 3)
+        assert pr.argv[:3] == ("python3", "-m", "workloads")
+
+
+def test_workload_options_travel_as_json():
+    p = _plan(workloads=["env", {"name": "ddp", "options": {"steps": 3}}])
+    argv = p.nodes[0].processes[0].argv
+    assert argv[argv.index("--workloads") + 1] == "env,ddp"
+    assert json.loads(argv[argv.index("--options") + 1]) == {"ddp": {"steps": 3}}
+
+
+def test_script_runs_under_the_same_launcher():
+    p = _plan(script="dir/train.py", script_args=["--epochs", "2"])
+    assert p.nodes[0].processes[0].argv[-3:] == (f"{plan.SCRIPT_MOUNT}/train.py", "--epochs", "2")
+
+
+def test_local_placement_uses_loopback_and_this_interpreter():
+    s = spec.from_dict({})
+    p = plan.plan(s, local_placement(s, 12345), "r")
+    env = p.nodes[1].processes[0].env
+    assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
+    assert p.nodes[1].processes[0].argv[1:3] == ("-m", "torch.distributed.run")
+    assert "--rdzv-endpoint=127.0.0.1:12345" in p.nodes[1].processes[0].argv
+
+
+def test_user_env_reaches_every_node():
+    p = _plan(env={"NCCL_DEBUG": "INFO"})
+    assert all(n.processes[0].env["NCCL_DEBUG"] == "INFO" for n in p.nodes)
+
+
+def test_plan_is_pure():
+    assert _plan(nodes=4).to_dict() == _plan(nodes=4).to_dict()
+
+
+def test_node_command_is_the_torchrun_process_itself():
+    node = _plan().nodes[1]
+    argv, env = node_command(node)
+    assert argv == node.processes[0].argv and env == dict(node.processes[0].env)
+
+
+def test_node_command_for_direct_mode_runs_every_worker_and_fails_if_one_does(tmp_path):
+    """The bash wrapper is real: run it with stand-in workers and read the prefixes."""
+    s = spec.from_dict({"launcher": "direct", "nproc_per_node": 3})
+    pl = container_placement(s, "compose")
+    pl = plan.Placement(**{**pl.__dict__, "python": ("python3", "-c",
+                           "import os,sys; print('rank', os.environ['RANK']); "
+                           "sys.exit(3 if os.environ['RANK']=='4' else 0)", "--")})
+    p = plan.plan(s, pl, "r")
+    argv, env = node_command(p.nodes[1])
+    assert "RANK" not in env and env["WORLD_SIZE"] == "6"
+    done = subprocess.run(list(argv), capture_output=True, text=True, env={**env, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert sorted(l for l in lines if l.startswith("[rank")) == \
+        ["[rank3]:rank 3", "[rank4]:rank 4", "[rank5]:rank 5"]
+    assert sorted(logs.worker_exits(done.stdout)) == [(3, 0), (4, 3), (5, 0)]
+    argv0, env0 = node_command(p.nodes[0])
+    assert argv0 == argv, "one script for every node: it reads NODE_RANK"
+    assert subprocess.run(list(argv0), capture_output=True, env={**env0, "PATH": "/usr/bin:/bin"}).returncode == 0
