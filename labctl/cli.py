@@ -222,6 +222,13 @@ def report(run, fmt) -> None:
 
     r = _open_run(run)
     click.echo(reportmod.render(r, fmt), nl=False)
+    if any(x.get("workload") == "bench" for x in r.results()):
+        from . import bench
+        try:
+            for path in bench.write_plots(r):
+                click.echo(f"plot: {path}", err=True)
+        except LabError as exc:
+            click.echo(f"note: {exc}", err=True)
 
 
 @main.command()

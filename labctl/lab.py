@@ -49,8 +49,21 @@ def up(spec: LabSpec, out: str | None = None, progress: Callable[[str], None] = 
         signal.signal(signal.SIGTERM, previous)
     run.meta["seconds"] = round(time.monotonic() - t0, 3)
     run.finalize(outcomes, state, message)
+    if any(r.get("workload") == "bench" for r in run.results()):
+        _bench_plots(run, progress)
     (run.path / "report.md").write_text(report.markdown(run))
     return run
+
+
+def _bench_plots(run: RunDir, progress: Callable[[str], None]) -> None:
+    """PNG plots next to the report; a missing matplotlib is a note, not a failed lab."""
+    from . import bench
+
+    try:
+        for path in bench.write_plots(run):
+            progress(f"plot: {path}")
+    except LabError as exc:
+        progress(f"note: {exc}")
 
 
 def _raise_interrupt(signum, frame):

@@ -1,0 +1,111 @@
+"""The numbers nccl-tests reports, as pure functions (no torch).
+
+Shared by the `bench` workload (which runs inside every node, where only the
+`workloads` package is guaranteed) and `labctl.bench` (which re-exports them
+for reports and tests). Definitions follow nccl-tests' doc/PERFORMANCE.md:
+
+- time: one call of the operation; the slowest rank's time per iteration;
+- algbw = S / t, S the operation's size in bytes, GB/s = 1e9 bytes/s;
+- busbw = algbw * factor(op, n), the factor making busbw comparable with the
+  link's peak whatever the number of ranks n.
+
+For all_gather and reduce_scatter S is the *total* array (per-rank count x
+n x element size), as in nccl-tests; for all_to_all S is one rank's send
+buffer. For p2p the time is one way (ping-pong round trip / 2).
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+GB = 1e9
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
+P2P = ("pingpong", "ring")
+OPS = COLLECTIVES + P2P
+# Ops whose size S is split into n equal per-rank blocks.
+BLOCKED = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth correction factor for `op` on `n` ranks."""
+    if n < 1:
+        raise ValueError(f"busbw_factor: expected n >= 1 ranks, given {n}")
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce") or op in P2P:
+        return 1.0
+    raise ValueError(f"busbw_factor: unknown op {op!r}; known: {', '.join(OPS)}")
+
+
+def algbw_GBps(size_bytes: float, seconds: float) -> float:
+    """Algorithm bandwidth S/t in GB/s (1e9 bytes per second); 0 for a zero time."""
+    return size_bytes / seconds / GB if seconds > 0 else 0.0
+
+
+def busbw_GBps(op: str, size_bytes: float, seconds: float, n: int) -> float:
+    return algbw_GBps(size_bytes, seconds) * busbw_factor(op, n)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    if not values:
+        raise ValueError("percentile of no values")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """nccl-tests' -b/-e/-f sweep: min_bytes, min_bytes*factor, ... up to max_bytes."""
+    out, size = [], min_bytes
+    while size <= max_bytes:
+        out.append(size)
+        size *= factor
+    return out
+
+
+def validate_sweep(min_bytes, max_bytes, factor, iters, warmup_iters) -> None:
+    """One clear line for a sweep that cannot run (raised on every rank alike)."""
+    def whole(name, value, lo):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ValueError(f"bench: {name}: expected an integer >= {lo}, given {value!r} "
+                             f"(example: min_bytes: 1024, max_bytes: 1048576, factor: 4)")
+    whole("min_bytes", min_bytes, 1)
+    whole("max_bytes", max_bytes, 1)
+    whole("factor", factor, 2)
+    whole("iters", iters, 1)
+    whole("warmup_iters", warmup_iters, 0)
+    if max_bytes < min_bytes:
+        raise ValueError(f"bench: max_bytes ({max_bytes}) is smaller than min_bytes ({min_bytes})")
+
+
+def element_count(op: str, size_bytes: int, element_size: int, n: int) -> int:
+    """Elements in S: size / element size, rounded down to a multiple of n for blocked ops."""
+    count = size_bytes // element_size
+    if op in BLOCKED:
+        count = (count // n) * n
+    return count
+
+
+def summarize(op: str, count: int, element_size: int, n: int,
+              per_iter_max_s: Iterable[float]) -> dict[str, float]:
+    """Median/p99 time and bandwidths for one (op, size) from the slowest rank's times.
+
+    For p2p ops the times passed in are round trips (pingpong) or one ring step;
+    pingpong's one-way time is half the round trip.
+    """
+    times = list(per_iter_max_s)
+    if op == "pingpong":
+        times = [t / 2 for t in times]
+    size = count * element_size
+    median, p99 = percentile(times, 50), percentile(times, 99)
+    return {
+        "size_bytes": size,
+        "time_us_median": round(median * 1e6, 3),
+        "time_us_p99": round(p99 * 1e6, 3),
+        "algbw_GBps": round(algbw_GBps(size, median), 6),
+        "busbw_GBps": round(busbw_GBps(op, size, median, n), 6),
+    }
