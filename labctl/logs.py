@@ -34,13 +34,38 @@ def worker_exits(text: str) -> list[tuple[int, int]]:
     return [(int(r), int(c)) for r, c in _EXIT_LINE.findall(text)]
 
 
+_ANY_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+
+
 def split_by_rank(text: str) -> dict[int, list[str]]:
-    """Lines that carry a rank prefix, grouped by rank, prefix removed."""
+    """Lines that carry a rank prefix, grouped by rank, prefix removed.
+
+    torchrun's tee forwards whatever a worker has written so far, so a half
+    line of rank A can be followed on the same output line by a line of rank B,
+    and A's rest arrives later behind its own prefix. Such glued lines are cut
+    where another rank's prefix starts and A's halves are joined again. (A
+    worker's own `[rankA]:` inside its line — torch prints those — is kept.)
+    """
     ranks: dict[int, list[str]] = {}
+    unfinished: set[int] = set()
     for line in text.splitlines():
         m = _RANK_PREFIX.match(line)
-        if m:
-            ranks.setdefault(int(m.group(1)), []).append(line[m.end():])
+        if not m:
+            continue
+        pieces = []              # (rank, text, ends_with_newline)
+        rank, start = int(m.group(1)), m.end()
+        for inner in _ANY_RANK_PREFIX.finditer(line, m.end()):
+            if int(inner.group(1)) != rank:
+                pieces.append((rank, line[start:inner.start()], False))
+                rank, start = int(inner.group(1)), inner.end()
+        pieces.append((rank, line[start:], True))
+        for rank, piece, complete in pieces:
+            lines = ranks.setdefault(rank, [])
+            if rank in unfinished and lines:
+                lines[-1] += piece
+            else:
+                lines.append(piece)
+            (unfinished.discard if complete else unfinished.add)(rank)
     return ranks
 
 

@@ -7,6 +7,15 @@ def test_split_by_rank_keeps_only_prefixed_lines_in_order():
     assert logs.split_by_rank(text) == {0: ["hello", "[rank0]: Traceback"], 1: ["a", "b"]}
 
 
+def test_glued_half_lines_from_torchrun_tee_are_put_back_together():
+    text = ('[rank3]:@@labctl-result {"name": "a", "ok": tr[rank2]:@@labctl-result {"name": "b"}\n'
+            '[rank3]:ue}\n[rank3]:[rank3]: Traceback\n')
+    assert logs.split_by_rank(text) == {
+        3: ['@@labctl-result {"name": "a", "ok": true}', "[rank3]: Traceback"],
+        2: ['@@labctl-result {"name": "b"}'],
+    }
+
+
 def test_parse_results_reads_marked_json_and_flags_garbage():
     lines = ['x', logs.RESULT_MARKER + '{"workload": "p2p", "name": "ping", "ok": true}',
              "prefix " + logs.RESULT_MARKER + '{"broken": ', logs.RESULT_MARKER + "[1]"]

@@ -20,7 +20,10 @@ RESULT_MARKER = "@@labctl-result "
 def emit(record: dict[str, Any]) -> None:
     """Write one marked result line (flushed, so a crash right after loses nothing)."""
     line = RESULT_MARKER + json.dumps(record, sort_keys=True, default=_jsonable)
-    print(line, flush=True)
+    # One write per line: with PYTHONUNBUFFERED, print() writes text and newline
+    # separately, and torchrun's tee can then glue another rank's line in between.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _jsonable(value: Any) -> Any:

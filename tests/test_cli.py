@@ -1,0 +1,105 @@
+"""The CLI as a user meets it: real subprocesses, exit codes, one-line errors."""
+import json
+
+import pytest
+
+from conftest import assert_nothing_left, labctl
+
+
+def one_line_error(done, code):
+    assert done.returncode == code, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("content, args, words", [
+    (None, ["-f", "absent.yaml"], ["absent.yaml", "no such file", "labctl init"]),
+    ("nodes: [1, 2\n", [], ["malformed YAML", "line"]),
+    ("name: My_Lab\n", [], ["name", "'My_Lab'", "DNS-1123"]),
+    ("nodes: 0\n", [], ["nodes", "0", "integer between 1"]),
+    ("nodes: two\n", [], ["nodes", "'two'", "integer"]),
+    ("workloads: [env, allreduce]\n", [], ["workloads", "'allreduce'", "collectives", "p2p"]),
+    ("rdzv_port: 70000\n", [], ["rdzv_port", "70000", "1 and 65535"]),
+    ("nodes: 2\n", ["--nodes", "-3"], ["nodes", "'-3'"]),
+    ("nodes: 2\n", ["--backend", "slurm"], ["backend", "'slurm'", "local, compose, k8s"]),
+    ("nodes: 2\n", ["--env", "NOEQUALS"], ["--env", "KEY=VALUE"]),
+])
+@pytest.mark.parametrize("command", ["validate", "up", "render"])
+def test_bad_lab_descriptions_exit_2_with_one_line(tmp_path, content, args, words, command):
+    if content is not None:
+        (tmp_path / "lab.yaml").write_text(content)
+        args = ["-f", "lab.yaml", *args]
+    cmd = [command, "k8s"] if command == "render" else [command]
+    if command == "render" and "--backend" in args:
+        cmd = [command, "plan"]
+    line = one_line_error(labctl(*cmd, *args, cwd=tmp_path), 2)
+    for word in words:
+        assert word in line
+    assert not (tmp_path / "runs").exists(), "nothing may start before validation"
+
+
+def test_init_writes_a_valid_starter_and_refuses_to_overwrite(tmp_path):
+    done = labctl("init", "my.yaml", "--name", "ring", cwd=tmp_path)
+    assert done.returncode == 0 and (tmp_path / "my.yaml").is_file()
+    assert "# " in (tmp_path / "my.yaml").read_text(), "the starter is commented"
+    ok = labctl("validate", "-f", "my.yaml", cwd=tmp_path)
+    assert ok.returncode == 0 and "lab 'ring'" in ok.stdout and "world size 4" in ok.stdout
+    one_line_error(labctl("init", "my.yaml", cwd=tmp_path), 1)
+    one_line_error(labctl("init", "x.yaml", "--name", "Bad Name", cwd=tmp_path), 2)
+
+
+def test_render_plan_shows_every_nodes_command(tmp_path):
+    done = labctl("render", "plan", "--nodes", "3", "--nproc-per-node", "1", "--run-id", "fixed",
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["run_id"] == "fixed" and len(plan["nodes"]) == 3
+    assert all("--rdzv-id=fixed" in n["processes"][0]["argv"] for n in plan["nodes"])
+
+
+def test_logs_and_report_of_something_that_is_not_a_run(tmp_path):
+    for cmd in (["logs", str(tmp_path)], ["report", str(tmp_path)], ["down", str(tmp_path)]):
+        assert "not a run folder" in one_line_error(labctl(*cmd), 1)
+
+
+@pytest.mark.slow
+def test_default_lab_passes_and_its_run_folder_answers_logs_and_report(tmp_path):
+    done = labctl("up", "--out", "run", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# Lab lab: PASSED" in done.stdout
+    run = tmp_path / "run"
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "passed" and status["checks"]["failed"] == 0
+    for name in ("spec.yaml", "plan.json", "results.jsonl", "report.md",
+                 "nodes/node-0.log", "nodes/node-1.log", *(f"ranks/rank-{r}.log" for r in range(4))):
+        assert (run / name).is_file(), name
+    results = [json.loads(l) for l in (run / "results.jsonl").read_text().splitlines()]
+    for workload in ("env", "p2p", "collectives", "ddp"):
+        assert {r["rank"] for r in results if r["workload"] == workload} == {0, 1, 2, 3}
+    assert all({"workload", "name", "rank", "ok"} <= set(r) for r in results)
+
+    rank1 = labctl("logs", str(run), "--rank", "1")
+    assert rank1.returncode == 0 and "@@labctl-result" in rank1.stdout
+    node0 = labctl("logs", str(run), "--node", "0")
+    assert node0.returncode == 0 and "[rank" in node0.stdout
+    one_line_error(labctl("logs", str(run), "--rank", "9"), 1)
+    report = json.loads(labctl("report", str(run), "--format", "json").stdout)
+    assert [r["rank"] for r in report["ranks"]] == [0, 1, 2, 3]
+    assert {w["workload"] for w in report["workloads"]} >= {"env", "p2p", "collectives", "ddp"}
+    assert labctl("report", str(run), "--format", "csv").stdout.startswith("workload,name,rank,ok")
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_up_with_a_failing_script_names_the_rank(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import os, sys, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 1: sys.exit(4)\n"
+        "dist.barrier()\n")
+    done = labctl("up", "-q", "--script", "train.py", "--nodes", "1", "--out", "run", cwd=tmp_path)
+    line = one_line_error(done, 1)
+    assert "rank 1" in line and "exited with code 4" in line and "run" in line
+    assert "First failure: rank 1" in done.stdout
