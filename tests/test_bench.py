@@ -1,0 +1,252 @@
+"""labctl.bench (and the math it re-exports from workloads._benchmath): pure, fast tests."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from labctl import bench
+from labctl.errors import LabError
+from labctl.rundir import RunDir
+from workloads import _benchmath as bm
+from workloads import _link
+
+from conftest import REPO
+
+
+# ---- the math, against nccl-tests' definitions ------------------------------
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 16])
+def test_busbw_factors_are_nccl_tests_definitions(n):
+    """nccl-tests doc/PERFORMANCE.md, "Summary":
+
+    To obtain a bus bandwidth which should be independent of the number of
+    ranks n, we apply a correction factor to the algorithm bandwidth:
+      AllReduce: 2*(n-1)/n · ReduceScatter: (n-1)/n · AllGather: (n-1)/n ·
+      Broadcast: 1 · Reduce: 1 · AlltoAll: (n-1)/n
+    and point-to-point (SendRecv) reports busbw = algbw.
+    """
+    assert bench.busbw_factor("all_reduce", n) == pytest.approx(2 * (n - 1) / n)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert bench.busbw_factor(op, n) == pytest.approx((n - 1) / n)
+    for op in ("broadcast", "reduce", "pingpong", "ring"):
+        assert bench.busbw_factor(op, n) == 1.0
+
+
+def test_busbw_factor_rejects_unknown_op_and_zero_ranks():
+    with pytest.raises(ValueError, match="unknown op 'allreduce'"):
+        bench.busbw_factor("allreduce", 4)
+    with pytest.raises(ValueError, match="n >= 1"):
+        bench.busbw_factor("all_reduce", 0)
+
+
+def test_algbw_is_size_over_time_in_1e9_bytes_per_second():
+    """nccl-tests: `algbw = S/t`, reported in GB/s (1e9 bytes/s, not GiB/s)."""
+    assert bench.algbw_GBps(1e9, 1.0) == 1.0
+    assert bench.algbw_GBps(2**20, 1e-3) == pytest.approx(1.048576)
+    assert bench.algbw_GBps(1024, 0.0) == 0.0
+    # all_reduce of 64 MiB in 0.1 s on 4 ranks: algbw 0.671 GB/s, busbw x 1.5
+    assert bench.busbw_GBps("all_reduce", 64 * 2**20, 0.1, 4) == pytest.approx(0.67108864 * 1.5)
+
+
+def test_sizes_follow_b_e_f():
+    """nccl-tests -b 8 -e 128M -f 2: 8, 16, ... up to and including the max."""
+    assert bench.sizes(1024, 1 << 20, 4) == [1024, 4096, 16384, 65536, 262144, 1048576]
+    assert bench.sizes(8, 100, 2) == [8, 16, 32, 64]
+    assert bench.sizes(64, 64, 2) == [64]
+
+
+def test_element_count_uses_total_size_for_blocked_ops():
+    """nccl-tests: for AllGather/ReduceScatter S is the total array
+    (count per rank x n x sizeof): count is rounded down to a multiple of n."""
+    assert bm.element_count("all_reduce", 1000, 4, 3) == 250
+    assert bm.element_count("all_gather", 1000, 4, 3) == 249
+    assert bm.element_count("reduce_scatter", 1024, 4, 4) == 256
+    assert bm.element_count("all_to_all", 8, 4, 4) == 0
+
+
+def test_percentile_matches_linear_interpolation():
+    assert bench.percentile([3, 1, 2], 50) == 2
+    assert bench.percentile([1, 2, 3, 4], 50) == 2.5
+    assert bench.percentile(list(range(101)), 99) == pytest.approx(99)
+    assert bench.percentile([5.0], 99) == 5.0
+    with pytest.raises(ValueError):
+        bench.percentile([], 50)
+
+
+def test_summarize_pingpong_reports_one_way_time():
+    """p2p: one-way latency = round trip / 2; bandwidth = bytes / one-way time."""
+    s = bm.summarize("pingpong", 250_000, 4, 2, [2e-3, 2e-3, 4e-3])
+    assert s["time_us_median"] == pytest.approx(1000.0)
+    assert s["algbw_GBps"] == pytest.approx(1.0)
+    assert s["busbw_GBps"] == pytest.approx(1.0)
+    s = bm.summarize("all_reduce", 250_000, 4, 4, [1e-3] * 9 + [5e-3])
+    assert s["time_us_median"] == pytest.approx(1000.0)
+    assert s["time_us_p99"] > 4000
+    assert s["busbw_GBps"] == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(min_bytes=0), "min_bytes: expected an integer >= 1"),
+    (dict(factor=1), "factor: expected an integer >= 2"),
+    (dict(max_bytes=10), "max_bytes (10) is smaller than min_bytes (1024)"),
+    (dict(iters="5"), "iters: expected an integer >= 1, given '5'"),
+])
+def test_validate_sweep_one_clear_line(kw, message):
+    args = dict(min_bytes=1024, max_bytes=4096, factor=2, iters=5, warmup_iters=1) | kw
+    with pytest.raises(ValueError) as exc:
+        bm.validate_sweep(**args)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---- tables from synthetic records --------------------------------------------
+def _row(op, size, t_us, rank=0, wrong=0, n=4, dtype="float32"):
+    count = bm.element_count(op, size, 4, n)
+    return {"workload": "bench", "name": op, "rank": rank, "ok": wrong == 0, "wrong": wrong,
+            "count": count, "dtype": dtype, "world_size": n, "iters": 5,
+            **bm.summarize(op, count, 4, n, [t_us * 1e-6] * 5)}
+
+
+ENV = {"workload": "bench", "name": "bench_env", "rank": 0, "ok": True, "torch": "2.13.0",
+       "dist_backend": "gloo", "world_size": 4, "nodes": 2, "nproc_per_node": 2,
+       "OMP_NUM_THREADS": "1", "ops": ["all_reduce", "pingpong"]}
+LINK = {"workload": "bench", "name": "link", "rank": 0, "ok": True, "src_node": 0, "dst_node": 1,
+        "dst_rank": 2, "address": "127.0.0.1", "bytes": 2_000_000_000, "seconds": 1.0, "GBps": 2.0}
+
+
+def synthetic(scale: float = 1.0, wrong: int = 0) -> list[dict]:
+    return [ENV, LINK,
+            _row("all_reduce", 4096, 100 * scale), _row("all_reduce", 1 << 20, 1000 * scale, wrong=wrong),
+            _row("pingpong", 4096, 50 * scale),
+            _row("all_reduce", 4096, 999, rank=1),          # a second rank's copy: not counted
+            {"workload": "bench", "name": "workload_done", "rank": 0, "ok": True, "seconds": 1.0},
+            {"workload": "env", "name": "env", "rank": 0, "ok": True}]
+
+
+def test_rows_keep_one_record_per_op_and_size_from_the_lowest_rank():
+    data = bench.rows(synthetic())
+    assert [(r["op"], r["size_bytes"]) for r in data] == [
+        ("all_reduce", 4096), ("all_reduce", 1 << 20), ("pingpong", 4096)]
+    assert data[0]["time_us_median"] == pytest.approx(100.0)
+
+
+def test_markdown_has_nccl_tests_columns_env_and_link():
+    md = bench.markdown(synthetic(wrong=3))
+    assert "### all_reduce (busbw factor 2(n-1)/n)" in md
+    assert "### pingpong (busbw factor 1; one-way time = round trip / 2)" in md
+    assert ("| size (B) | count (elements) | type | time median (us) | time p99 (us) | "
+            "algbw (GB/s) | busbw (GB/s) | % link | #wrong |") in md
+    # 1 MiB all_reduce in 1 ms on 4 ranks: algbw 1.049, busbw 1.573, 78.6 % of a 2 GB/s link, 3 wrong
+    assert "| 1048576 | 262144 | float32 | 1000.0 | 1000.0 | 1.049 | 1.573 | 78.6 | 3 |" in md
+    assert "| torch | 2.13.0 |" in md and "| OMP_NUM_THREADS | 1 |" in md
+    assert "| 0 | 1 (2) | 127.0.0.1 | 2000000000 | 1.000 | 2.000 |" in md
+    assert "all_gather" not in md.split("| ops |")[0]      # no table for an op never measured
+
+
+def test_markdown_without_link_has_no_link_column():
+    md = bench.markdown([r for r in synthetic() if r.get("name") != "link"])
+    assert "% link" not in md and "| 4096 | 1024 | float32 | 100.0 |" in md
+
+
+def test_csv_and_json_carry_the_same_rows():
+    results = synthetic()
+    table = list(csv.DictReader(io.StringIO(bench.csv(results))))
+    assert [r["op"] for r in table] == ["all_reduce", "all_reduce", "pingpong"]
+    assert table[1]["busbw_GBps"] == "1.572864" and table[1]["link_GBps"] == "2.0"
+    data = bench.as_json(results)
+    json.dumps(data)
+    assert data["link_GBps"] == 2.0 and data["environment"]["torch"] == "2.13.0"
+    assert [r["size_bytes"] for r in data["rows"]] == [4096, 1 << 20, 4096]
+
+
+# ---- compare ------------------------------------------------------------------
+def fake_run(path, results, **meta) -> RunDir:
+    path.mkdir(parents=True)
+    status = {"lab": "lab", "backend": "local", "dist_backend": "gloo", "nodes": 2,
+              "nproc_per_node": 2, "state": "passed", **meta}
+    (path / "status.json").write_text(json.dumps(status))
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    return RunDir.open(path)
+
+
+def test_compare_gives_b_over_a_per_op_and_size(tmp_path):
+    a = fake_run(tmp_path / "a", synthetic())
+    b = fake_run(tmp_path / "b", synthetic(scale=2.0)[:3])       # B: twice as slow, fewer rows
+    data = bench.comparison(a, b)
+    assert [(r["op"], r["size_bytes"]) for r in data] == [("all_reduce", 4096)]
+    assert data[0]["time_ratio"] == 2.0 and data[0]["busbw_ratio"] == 0.5
+    md = bench.compare(a, b, "md")
+    assert "| all_reduce | 4096 | float32 | 100.0 | 200.0 | 2.000 |" in md
+    rows = list(csv.DictReader(io.StringIO(bench.compare(a, b, "csv"))))
+    assert rows[0]["busbw_ratio"] == "0.5"
+    assert json.loads(bench.compare(a, b, "json"))["rows"][0]["time_ratio"] == 2.0
+
+
+def test_compare_errors_are_one_clear_line(tmp_path):
+    a = fake_run(tmp_path / "a", synthetic())
+    empty = fake_run(tmp_path / "e", [{"workload": "env", "name": "env", "rank": 0, "ok": True}])
+    with pytest.raises(LabError, match=r"no bench results to compare \(make some with: labctl up"):
+        bench.compare(a, empty, "md")
+    other = fake_run(tmp_path / "o", [_row("broadcast", 512, 10)])
+    with pytest.raises(LabError, match="share no .op, size, dtype.: A has all_reduce/pingpong at "
+                                       "4096..1048576 B, B has broadcast at 512..512 B"):
+        bench.compare(a, other, "md")
+
+
+def test_cli_compare_exit_code_and_output(tmp_path):
+    a = fake_run(tmp_path / "a", synthetic())
+    b = fake_run(tmp_path / "b", synthetic(scale=0.5))
+    ok = subprocess.run([sys.executable, "-m", "labctl.cli", "compare", str(a.path), str(b.path)],
+                        capture_output=True, text=True, cwd=REPO)
+    assert ok.returncode == 0, ok.stderr
+    assert "| pingpong | 4096 | float32 | 25.0 | 12.5 | 0.500 |" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "labctl.cli", "compare", str(a.path), str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+# ---- plots ----------------------------------------------------------------------
+def test_write_plots_writes_two_pngs(tmp_path):
+    run = fake_run(tmp_path / "r", synthetic())
+    paths = bench.write_plots(run)
+    assert [p.name for p in paths] == list(bench.PLOTS)
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+    assert bench.write_plots(fake_run(tmp_path / "none", [ENV])) == []
+
+
+# ---- the TCP link helper ----------------------------------------------------------
+def test_link_send_for_counts_every_byte_on_loopback():
+    server = _link.listen("127.0.0.1")
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("n", _link.serve_once(server, timeout=10)))
+    t.start()
+    n, seconds = _link.send_for("127.0.0.1", server.getsockname()[1], 3 * _link.CHUNK + 5, 10.0)
+    t.join(10)
+    server.close()
+    assert n == got["n"] == 3 * _link.CHUNK + 5 and seconds > 0
+
+
+def test_gloo_address_follows_gloo_socket_ifname():
+    assert _link.gloo_address({"GLOO_SOCKET_IFNAME": "lo"}) == "127.0.0.1"
+    assert _link.gloo_address({}) == socket.gethostbyname(socket.gethostname())
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME=nosuch0: no IPv4 address"):
+        _link.gloo_address({"GLOO_SOCKET_IFNAME": "nosuch0"})
+
+
+# ---- light imports --------------------------------------------------------------
+@pytest.mark.parametrize("argv", [["--help"], ["render", "plan", "--nodes", "3"]])
+def test_cli_imports_neither_torch_nor_kubernetes(argv):
+    code = ("import sys\nfrom labctl.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "heavy = sorted(m for m in ('torch', 'kubernetes', 'matplotlib') if m in sys.modules)\n"
+            "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY=\n" in done.stderr

@@ -1,0 +1,69 @@
+"""The `bench` and `barrier` workloads, run for real on the local backend (slow)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labctl.rundir import RunDir
+
+from conftest import assert_nothing_left, labctl
+
+SMALL = {"min_bytes": 256, "max_bytes": 16384, "factor": 8, "warmup_iters": 1, "iters": 3,
+         "link_bytes": 8 << 20, "link_seconds": 0.5}
+
+
+def up_bench(tmp_path, nodes: int, nproc: int, options: dict) -> tuple[RunDir, str]:
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(json.dumps({"name": "bench", "nodes": nodes, "nproc_per_node": nproc,
+                               "timeout": 120, "workloads": [{"name": "bench", "options": options}]}))
+    out = tmp_path / "run"
+    done = labctl("up", "-f", str(lab), "--out", str(out), "-q", timeout=180)
+    run = RunDir.open(out)
+    assert_nothing_left(run.meta["run_id"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return run, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nodes, nproc", [(2, 2), (4, 1)])
+def test_bench_sweep_tables_plots_and_no_wrong_elements(tmp_path, nodes, nproc):
+    run, stdout = up_bench(tmp_path, nodes, nproc, SMALL)
+    from labctl import bench
+
+    results = run.results()
+    rows = bench.rows(results)
+    sizes = [256, 2048, 16384]
+    # every op at every size, once (rank 0 only), none with a wrong element
+    assert {(r["op"], r["size_bytes"]) for r in rows} == {(op, s) for op in bench.OPS for s in sizes}
+    assert len(rows) == len([r for r in results if r.get("name") in bench.OPS])
+    assert all(r["wrong"] == 0 and r["ok"] for r in rows)
+    assert all(r["time_us_median"] > 0 and r["busbw_GBps"] > 0 for r in rows)
+    env = bench.environment(results)
+    assert env["world_size"] == 4 and env["nodes"] == nodes and env["nproc_per_node"] == nproc
+    links = bench.links(results)
+    assert [m["dst_node"] for m in links] == list(range(1, nodes))
+    assert all(m["address"] == "127.0.0.1" and m["bytes"] > 0 for m in links)
+    for text in (stdout, (run.path / "report.md").read_text()):
+        assert "### all_reduce (busbw factor 2(n-1)/n)" in text and "% link" in text
+    for name in bench.PLOTS:
+        assert (run.path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_bench_wrong_option_fails_the_lab_with_the_reason(tmp_path):
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(json.dumps({"nodes": 1, "nproc_per_node": 2, "timeout": 60,
+                               "workloads": [{"name": "bench", "options": {"factor": 1}}]}))
+    done = labctl("up", "-f", str(lab), "--out", str(tmp_path / "run"), "-q", timeout=120)
+    assert done.returncode == 1
+    assert "factor: expected an integer >= 2" in (tmp_path / "run" / "nodes" / "node-0.log").read_text()
+
+
+@pytest.mark.slow
+def test_barrier_workload(tmp_path):
+    done = labctl("up", "--workload", "barrier", "--nodes", "2", "--nproc-per-node", "2",
+                  "--out", str(tmp_path / "run"), "-q", timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = RunDir.open(tmp_path / "run").results()
+    assert sorted(r["rank"] for r in results if r["name"] == "barrier") == [0, 1, 2, 3]
