@@ -119,9 +119,12 @@ def derive_word(values: Sequence[str], where: str) -> Word:
         if all(c == column[0] for c in column):
             segment: Any = column[0]
         elif k % 2 == 1 and all(str(int(c)) == c for c in column):
-            segment = _fit([int(c) for c in column])
+            numbers = [int(c) for c in column]
+            segment = _fit(numbers)
             if segment is None:
-                raise _differs(values, where)
+                a, b = numbers[1] - numbers[0], numbers[0]
+                first_off = next(i for i, n in enumerate(numbers) if n != a * i + b)
+                raise _differs(values, where, first_off)
         else:
             raise _differs(values, where)
         if isinstance(segment, str) and word and isinstance(word[-1], str):
@@ -131,8 +134,9 @@ def derive_word(values: Sequence[str], where: str) -> Word:
     return tuple(word)
 
 
-def _differs(values: Sequence[str], where: str) -> LabError:
-    i = next(i for i, v in enumerate(values) if v != values[0])
+def _differs(values: Sequence[str], where: str, i: int | None = None) -> LabError:
+    if i is None:
+        i = next(i for i, v in enumerate(values) if v != values[0])
     return LabError(f"k8s render: node {i} differs from node 0 in {where} ({values[0]!r} vs "
                     f"{values[i]!r}) in a way the Job completion index does not explain; "
                     "one pod template cannot serve every node (teach labctl/render/k8s.py)")
@@ -185,11 +189,19 @@ def pod_template(plan: LaunchPlan) -> PodTemplate:
         script = ("# One template for every pod: values that differ per node are computed\n"
                   f"# from {INDEX_VAR} (the Job completion index). Index 0 hosts the c10d\n"
                   "# store (--rdzv-conf is_host, pytorch#73380).\n"
-                  "exec " + " \\\n  ".join(shell_word(w) for w in words) + "\n")
+                  "exec " + _lines(shell_word(w) for w in words) + "\n")
         command = ("bash", "-c", script)
     template = PodTemplate(command, tuple(env))
     _check(template, words, commands)
     return template
+
+
+def _lines(words) -> str:
+    """One option per line (`--flag value`), continued with backslashes."""
+    out = ""
+    for word in words:
+        out += (" \\\n  " if out and word.startswith("-") else " " if out else "") + word
+    return out
 
 
 def _check(template: PodTemplate, words: list[Word], commands) -> None:
@@ -203,8 +215,10 @@ def _check(template: PodTemplate, words: list[Word], commands) -> None:
 
 
 def kube_escape(text: str) -> str:
-    """Kubernetes expands `$(VAR)` in command, args and env values; `$$` is a literal `$`."""
-    return text.replace("$", "$$")
+    """Kubernetes expands `$(VAR)` and turns `$$` into `$` in command, args and env
+    values; every other `$` passes through. Doubling exactly the `$` that precede
+    `$` or `(` keeps the text intact and the shell script readable."""
+    return re.sub(r"\$(?=[$(])", "$$", text)
 
 
 # ---- manifests --------------------------------------------------------------
@@ -331,7 +345,11 @@ def _job(plan: LaunchPlan) -> dict[str, Any]:
 
 # ---- text ------------------------------------------------------------------
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the pod's shell script, a user script) as literal blocks."""
+    """Multi-line strings (the pod's shell script, a user script) as literal blocks;
+    no &anchors, so every object reads on its own."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str):

@@ -1,0 +1,329 @@
+"""The Kubernetes render: schema-valid, golden, and one template that *is* every node."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labctl import spec as specmod
+from labctl.errors import LabError
+from labctl.plan import SCRIPT_MOUNT, container_placement, node_command, plan
+from labctl.render import k8s
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden" / "k8s"
+BASE_RUN_ID = "lab-default"          # the fixed run id of the k8s/ kustomize base
+REGENERATE_BASE = f"labctl render k8s --run-id {BASE_RUN_ID} -o k8s"
+# Fields the render uses and their Kubernetes versions: Indexed Job (completionMode,
+# the job-completion-index annotation) GA in 1.24, ttlSecondsAfterFinished GA 1.23,
+# seccompProfile 1.19. kubernetes-validate ships schemas from 1.25 on: validate
+# against its oldest and its newest.
+import kubernetes_validate.utils as kv_utils     # noqa: E402
+
+VERSIONS = (kv_utils.all_versions()[0], kv_utils.latest_version())
+SCRIPT_TEXT = "import torch.distributed as dist\ndist.init_process_group()\nprint('hi $(HOME) $$')\n"
+
+CASES = {
+    "default": {},
+    "1x4": {"nodes": 1, "nproc_per_node": 4},
+    "4x1": {"nodes": 4, "nproc_per_node": 1},
+    "3x1": {"nodes": 3, "nproc_per_node": 1},
+    "nccl": {"dist_backend": "nccl"},
+    "direct": {"launcher": "direct", "nodes": 2, "nproc_per_node": 3},
+    "script": {"script": "train.py", "script_args": ["--epochs", "2"], "name": "mine"},
+    "env-and-port": {"env": {"NCCL_DEBUG": "INFO", "ODD": "a $(b) $$c"}, "rdzv_port": 23456,
+                     "timeout": 90.5, "resources": {"cpu": "2", "memory": "3Gi", "shm": "256Mi"}},
+}
+GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script")
+
+
+def make_plan(run_id: str = "run-1", **fields):
+    s = specmod.from_dict({"backend": "k8s", **fields})
+    return plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), run_id)
+
+
+def rendered(case: str, run_id: str = "run-1"):
+    p = make_plan(run_id, **CASES[case])
+    script = SCRIPT_TEXT if p.spec.script else None
+    return p, k8s.render(p, script_text=script), k8s.text(p, script_text=script)
+
+
+def job_of(objects):
+    return next(o for o in objects if o["kind"] == "Job")
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """kubelet's `$(VAR)` expansion (k8s.io/kubernetes third_party/forked/golang/expansion)."""
+    out, checkpoint, cursor = [], 0, 0
+    while cursor < len(text):
+        if text[cursor] == "$" and cursor + 1 < len(text):
+            out.append(text[checkpoint:cursor])
+            nxt = text[cursor + 1]
+            advance = 1
+            if nxt == "$":
+                out.append("$")
+            elif nxt == "(":
+                close = text.find(")", cursor + 2)
+                if close == -1:
+                    out.append("$(")
+                else:
+                    name = text[cursor + 2:close]
+                    out.append(env.get(name, f"$({name})"))
+                    advance = close - cursor
+            else:
+                out.append("$" + nxt)
+            cursor += advance
+            checkpoint = cursor + 1
+        cursor += 1
+    return "".join(out) + text[checkpoint:]
+
+
+def pod_environment(job: dict, index: int) -> dict[str, str]:
+    """The container's environment as kubelet builds it for completion index `index`."""
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "valueFrom" in item:
+            assert item["valueFrom"] == {"fieldRef": {"fieldPath": k8s.COMPLETION_INDEX_FIELD}}
+            env[item["name"]] = str(index)
+        else:
+            env[item["name"]] = kubelet_expand(item["value"], env)
+    return env
+
+
+def pod_command(job: dict, index: int) -> list[str]:
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = pod_environment(job, index)
+    return [kubelet_expand(part, env) for part in container["command"] + container.get("args", [])]
+
+
+# ---- schema ---------------------------------------------------------------------
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_manifest_validates_strictly(case, version):
+    _, objects, text = rendered(case)
+    assert [o["kind"] for o in objects][-3:] == ["Service", "NetworkPolicy", "Job"]
+    reloaded = [d for d in yaml.safe_load_all(text) if d]
+    assert reloaded == objects, "the YAML text must carry exactly the rendered objects"
+    for obj in reloaded:
+        try:
+            kv_utils.validate(obj, version, strict=True)
+        except kv_utils.ValidationError as exc:
+            path = ".".join(map(str, exc.path))
+            pytest.fail(f"{obj['kind']} invalid for Kubernetes {version} at {path}: {exc.message}")
+
+
+def test_the_validator_does_reject_unknown_fields():
+    _, objects, _ = rendered("default")
+    job = job_of(objects)
+    job["spec"]["template"]["spec"]["containers"][0]["commnd"] = ["x"]
+    with pytest.raises(kv_utils.ValidationError):
+        kv_utils.validate(job, VERSIONS[0], strict=True)
+
+
+# ---- golden files and the k8s/ base ----------------------------------------------
+@pytest.mark.parametrize("case", GOLDEN_CASES)
+def test_render_matches_golden_file(case):
+    _, _, text = rendered(case)
+    golden = GOLDEN / f"{case}.yaml"
+    if os.environ.get("LABCTL_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert golden.is_file() and golden.read_text() == text, (
+        f"{golden} differs from the render; if the change is intended, regenerate with: "
+        f"LABCTL_UPDATE_GOLDEN=1 pytest tests/test_render_k8s.py")
+
+
+def test_render_is_deterministic_and_follows_the_run_id():
+    a, b = rendered("default")[2], rendered("default")[2]
+    assert a == b
+    other = rendered("default", run_id="run-2")[2]
+    assert other == a.replace("run-1", "run-2")
+
+
+def test_k8s_base_is_the_current_render_of_the_default_lab():
+    """k8s/ must be exactly what the renderer makes of the default lab."""
+    s = specmod.from_dict({"backend": "k8s"})
+    p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), BASE_RUN_ID)
+    expected = k8s.files(p)
+    base = REPO / "k8s"
+    present = {f.name: f.read_text() for f in base.iterdir() if f.is_file()} if base.is_dir() else {}
+    assert present == expected, f"k8s/ is stale; regenerate it with: {REGENERATE_BASE}"
+    kustomization = yaml.safe_load(expected["kustomization.yaml"])
+    assert kustomization["kind"] == "Kustomization"
+    assert sorted(kustomization["resources"]) == sorted(n for n in expected if n != "kustomization.yaml")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")
+def test_kubectl_kustomize_builds_the_base_offline():
+    out = subprocess.run(["kubectl", "kustomize", str(REPO / "k8s")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
+    assert kinds == ["Job", "NetworkPolicy", "Service"]
+
+
+# ---- the pod template reproduces every node ------------------------------------
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_index_gets_exactly_its_nodes_command_and_environment(case, tmp_path):
+    """Resolve the template for index i as kubelet would and run its shell wrapper
+    for real (bash, fake launcher on PATH): argv and env must be node i's."""
+    p, objects, _ = rendered(case)
+    job = job_of(objects)
+    for node in p.nodes:
+        argv, env = node_command(node)
+        assert pod_environment(job, node.index) == env
+        command = pod_command(job, node.index)
+        if command != list(argv):
+            assert command[:2] == ["bash", "-c"] and "exec " in command[2]
+            assert _run_wrapper(command, pod_environment(job, node.index), argv[0], tmp_path) == list(argv)
+
+
+def _run_wrapper(command: list[str], env: dict[str, str], launcher: str, tmp_path: Path) -> list[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / launcher
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    out = subprocess.run(["/bin/bash", *command[1:]], env={**env, "PATH": f"{bin_dir}:/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return [launcher, *json.loads(out.stdout)]
+
+
+def test_only_node_zero_hosts_the_rendezvous_store(tmp_path):
+    p, objects, _ = rendered("4x1")
+    job = job_of(objects)
+    confs = []
+    for node in p.nodes:
+        argv = _run_wrapper(pod_command(job, node.index), pod_environment(job, node.index),
+                            "torchrun", tmp_path)
+        confs += [a for a in argv if a.startswith("--rdzv-conf=")]
+    assert confs == ["--rdzv-conf=is_host=1,join_timeout=120"] + ["--rdzv-conf=is_host=0,join_timeout=120"] * 3
+
+
+def test_a_per_node_value_the_index_cannot_explain_fails_loudly():
+    p = make_plan(nodes=3)
+    squares = []
+    for node in p.nodes:
+        proc = node.processes[0]
+        env = {**proc.env, "ODD_VALUE": f"v{node.index ** 2}"}     # 0, 1, 4: not a*i+b
+        squares.append(dataclasses.replace(node, processes=(dataclasses.replace(proc, env=env),)))
+    with pytest.raises(LabError, match=r"node 2 differs from node 0 in env ODD_VALUE"):
+        k8s.render(dataclasses.replace(p, nodes=tuple(squares)))
+
+
+def test_a_node_with_an_extra_variable_fails_loudly():
+    p = make_plan(nodes=2)
+    node = p.nodes[1]
+    extra = dataclasses.replace(node.processes[0], env={**node.processes[0].env, "ONLY_ME": "1"})
+    with pytest.raises(LabError, match="variable names"):
+        k8s.render(dataclasses.replace(p, nodes=(p.nodes[0], dataclasses.replace(node, processes=(extra,)))))
+
+
+def test_kube_escape_survives_kubelet_expansion():
+    samples = ["", "$", "$$", "$(", "$(X)", "$$(X)", "a$", "${x}", "$((1+2))", "[rank${rank}]:",
+               "$(seq 0 $((N - 1)))", "\\$(X)", "$$$"]
+    rng = random.Random(7)
+    samples += ["".join(rng.choice("$()X a") for _ in range(rng.randint(1, 12))) for _ in range(2000)]
+    for s in samples:
+        assert kubelet_expand(k8s.kube_escape(s), {"X": "EXPANDED", "N": "9"}) == s, s
+
+
+# ---- what the objects say -------------------------------------------------------
+def test_pods_are_named_and_found_the_way_the_plan_expects():
+    p, objects, _ = rendered("default")
+    service = next(o for o in objects if o["kind"] == "Service")
+    job = job_of(objects)
+    pod = job["spec"]["template"]
+    assert job["metadata"]["name"] == p.spec.name        # pod hostnames <job>-<i> == plan hostnames
+    assert [f"{job['metadata']['name']}-{n.index}" for n in p.nodes] == [n.hostname for n in p.nodes]
+    assert pod["spec"]["subdomain"] == service["metadata"]["name"]
+    assert p.placement.master_addr == f"{p.nodes[0].hostname}.{service['metadata']['name']}"
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["ports"][0]["port"] == p.placement.master_port
+    selector = service["spec"]["selector"]
+    assert all(pod["metadata"]["labels"][k] == v for k, v in selector.items())
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == p.spec.nodes
+    assert job["spec"]["backoffLimit"] == 0 and pod["spec"]["restartPolicy"] == "Never"
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+
+
+def test_pods_meet_the_restricted_pod_security_standard():
+    _, objects, _ = rendered("default")
+    pod = job_of(objects)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["automountServiceAccountToken"] is False
+    assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert "volumes" in pod and all(set(v) & {"emptyDir", "configMap"} for v in pod["volumes"])
+
+
+def test_network_policy_admits_only_pods_of_the_same_run():
+    _, objects, _ = rendered("default")
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
+    same_run = {"matchLabels": {k8s.RUN_LABEL: "run-1"}}
+    assert policy["spec"]["podSelector"] == same_run
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same_run}]}]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_resources_shm_and_gpus():
+    _, objects, _ = rendered("env-and-port")
+    pod = job_of(objects)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "3Gi"}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}} in pod["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert job_of(objects)["spec"]["activeDeadlineSeconds"] == 91
+    gpu = job_of(rendered("nccl")[1])["spec"]["template"]["spec"]["containers"][0]
+    assert gpu["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert gpu["image"] == "labctl-cuda:latest" and gpu["imagePullPolicy"] == "IfNotPresent"
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+
+
+def test_a_script_travels_in_a_read_only_configmap():
+    p, objects, _ = rendered("script")
+    configmap = objects[0]
+    assert configmap["kind"] == "ConfigMap" and configmap["data"] == {"train.py": SCRIPT_TEXT}
+    pod = job_of(objects)["spec"]["template"]["spec"]
+    assert {"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True} in pod["containers"][0]["volumeMounts"]
+    assert {"name": "script", "configMap": {"name": configmap["metadata"]["name"]}} in pod["volumes"]
+    assert f"{SCRIPT_MOUNT}/train.py" in node_command(p.nodes[0])[0]
+
+
+def test_a_missing_script_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = make_plan(script="nowhere.py")
+    with pytest.raises(LabError, match="no such file: nowhere.py"):
+        k8s.render(p)
+
+
+def test_every_run_label_fits_the_63_character_limit():
+    p = make_plan(run_id=f"{'a' * 40}-20260101-120000-abcd", name="a" * 40)
+    for obj in k8s.render(p):
+        assert all(len(v) <= 63 for v in obj["metadata"]["labels"].values())
+        assert len(obj["metadata"]["name"]) <= 63
+    assert len(f"{'a' * 40}-4095.{'a' * 40}") <= 253
+
+
+def test_render_k8s_cli_imports_neither_torch_nor_kubernetes():
+    code = ("import sys\nfrom labctl import cli\n"
+            "try:\n    cli.main(['render', 'k8s', '--run-id', 'x'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'kubernetes') if m in sys.modules), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=60)
+    assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr
+    assert "kind: Job" in out.stdout
