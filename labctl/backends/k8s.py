@@ -69,12 +69,12 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
             raise LabError(f"no Kubernetes cluster reachable: no kubeconfig at {kubeconfig} and "
                            f"not running in a pod; {hint}")
         else:
-            config.load_kube_config(context=context)
-            _, active = config.list_kube_config_contexts()
+            # KUBECONFIG is read now, not when `kubernetes` was imported; ':'-lists merge.
+            config.load_kube_config(config_file=kubeconfig, context=context)
+            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
             if context is None:
                 context = active.get("name")
             if namespace is None:
-                contexts, _ = config.list_kube_config_contexts()
                 chosen = next((c for c in contexts if c.get("name") == context), active)
                 namespace = (chosen.get("context") or {}).get("namespace")
     except LabError:

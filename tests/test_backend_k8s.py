@@ -1,0 +1,411 @@
+"""The k8s backend against a small in-memory API server (no cluster can run here).
+
+The fakes stand in for CoreV1Api, BatchV1Api and NetworkingV1Api only: they
+keep objects, answer with the client's real model classes, and play a tiny
+Job controller + kubelet (pods go Pending -> Running -> their scripted exit).
+Everything else — rendering, the run folder, log splitting — is the real code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client as kc
+from kubernetes.client.exceptions import ApiException
+
+from labctl import spec as specmod
+from labctl.backends import k8s as backend
+from labctl.errors import LabError
+from labctl.plan import plan
+from labctl.render import k8s as render
+from labctl.rundir import RunDir
+
+REPO = Path(__file__).resolve().parent.parent
+NS = "labs"
+
+
+class FakeState:
+    """One namespace: objects by kind and name, every call in order, a clock of polls."""
+
+    def __init__(self, exit_codes: dict[int, int | None] | None = None, interrupt_at_poll=None,
+                 waiting_reason: str | None = None):
+        self.objects: dict[str, dict[str, dict]] = {}
+        self.calls: list[tuple] = []
+        self.polls = 0
+        self.exit_codes = exit_codes or {}
+        self.interrupt_at_poll = interrupt_at_poll
+        self.waiting_reason = waiting_reason
+        self.pod_logs: dict[str, str] = {}
+
+    # -- generic object store ---------------------------------------------------
+    def create(self, kind: str, ns: str, body: dict) -> None:
+        assert ns == NS and isinstance(body, dict)
+        name = body["metadata"]["name"]
+        self.calls.append(("create", kind, name))
+        if name in self.objects.setdefault(kind, {}):
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.objects[kind][name] = body
+        if kind == "Job":
+            self._start_pods(body)
+
+    def listing(self, kind: str, ns: str, label_selector: str):
+        want = dict(part.split("=", 1) for part in label_selector.split(","))
+        self.calls.append(("list", kind, label_selector))
+        return [b for b in self.objects.get(kind, {}).values()
+                if all(b["metadata"].get("labels", {}).get(k) == v for k, v in want.items())]
+
+    def delete(self, kind: str, name: str, ns: str, **options) -> None:
+        self.calls.append(("delete", kind, name, options.get("propagation_policy")))
+        if name not in self.objects.get(kind, {}):
+            raise ApiException(status=404, reason="NotFound")
+        body = self.objects[kind].pop(name)
+        if kind == "Job" and options.get("propagation_policy") in ("Background", "Foreground"):
+            for pod in [p for p in self.objects.get("Pod", {}).values()
+                        if p["metadata"]["labels"].get("job-name") == name]:
+                self.objects["Pod"].pop(pod["metadata"]["name"])
+        return body
+
+    # -- a tiny Job controller and kubelet --------------------------------------------
+    def _start_pods(self, job: dict) -> None:
+        template = job["spec"]["template"]
+        for i in range(job["spec"]["completions"]):
+            name = f"{job['metadata']['name']}-{i}-x{i}z"
+            self.objects.setdefault("Pod", {})[name] = {
+                "metadata": {"name": name, "labels": {**template["metadata"]["labels"],
+                                                      "job-name": job["metadata"]["name"]},
+                             "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
+                             "creationTimestamp": f"2026-01-01T00:00:0{i}Z"},
+                "status": {"phase": "Pending"},
+            }
+            self.pod_logs[name] = _node_log(job, i)
+        job["status"] = {"startTime": "2026-01-01T00:00:00Z"}
+
+    def tick(self) -> None:
+        """One poll of the Job: pods advance one step."""
+        self.polls += 1
+        if self.interrupt_at_poll == self.polls:
+            raise KeyboardInterrupt
+        for pod in self.objects.get("Pod", {}).values():
+            index = int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+            code = self.exit_codes.get(index, 0)
+            if self.waiting_reason and self.polls >= 2:
+                pod["status"] = {"phase": "Pending", "containerStatuses": [_status(
+                    {"waiting": {"reason": self.waiting_reason, "message": "no such image"}})]}
+            elif self.polls == 2:
+                pod["status"] = {"phase": "Running", "containerStatuses": [_status({"running": {}})]}
+            elif self.polls >= 3 and code is not None:
+                pod["status"] = {"phase": "Succeeded" if code == 0 else "Failed",
+                                 "containerStatuses": [_status({"terminated": {
+                                     "exitCode": code, "finishedAt": f"2026-01-01T00:00:1{index}Z"}})]}
+        for job in self.objects.get("Job", {}).values():
+            codes = [self.exit_codes.get(i, 0) for i in range(job["spec"]["completions"])]
+            if self.polls >= 3 and any(c not in (0, None) for c in codes):
+                job["status"]["conditions"] = [{"type": "Failed", "status": "True",
+                                                "reason": "BackoffLimitExceeded"}]
+            elif self.polls >= 3 and all(c == 0 for c in codes):
+                job["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
+
+
+def _status(state: dict) -> dict:
+    return {"name": "node", "image": "labctl-cpu:latest", "imageID": "", "ready": False,
+            "restartCount": 0, "state": state}
+
+
+def _node_log(job: dict, index: int) -> str:
+    """What torchrun would print on node `index`: tee-prefixed result lines per rank."""
+    nproc = int(next(e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+                     if e["name"] == "LAB_NPROC_PER_NODE"))
+    lines = []
+    for rank in range(index * nproc, (index + 1) * nproc):
+        for name in ("ring", "workload_done"):
+            record = {"workload": "env", "name": name, "rank": rank, "ok": True}
+            lines.append(f"[rank{rank}]:@@labctl-result {json.dumps(record)}")
+    return "\n".join(lines) + "\n"
+
+
+def _items(model: str, bodies: list[dict]):
+    return getattr(kc, model).from_dict({"items": bodies})
+
+
+class FakeCoreV1Api:
+    def __init__(self, state: FakeState):
+        self.s = state
+
+    def create_namespaced_config_map(self, namespace, body):
+        self.s.create("ConfigMap", namespace, body)
+
+    def create_namespaced_service(self, namespace, body):
+        self.s.create("Service", namespace, body)
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        return _items("V1PodList", self.s.listing("Pod", namespace, label_selector))
+
+    def list_namespaced_service(self, namespace, label_selector):
+        return _items("V1ServiceList", self.s.listing("Service", namespace, label_selector))
+
+    def list_namespaced_config_map(self, namespace, label_selector):
+        return _items("V1ConfigMapList", self.s.listing("ConfigMap", namespace, label_selector))
+
+    def delete_namespaced_pod(self, name, namespace, **kw):
+        self.s.delete("Pod", name, namespace, **kw)
+
+    def delete_namespaced_service(self, name, namespace, **kw):
+        self.s.delete("Service", name, namespace, **kw)
+
+    def delete_namespaced_config_map(self, name, namespace, **kw):
+        self.s.delete("ConfigMap", name, namespace, **kw)
+
+    def read_namespaced_pod_log(self, name, namespace, container):
+        assert container == "node"
+        self.s.calls.append(("log", "Pod", name))
+        if name not in self.s.objects.get("Pod", {}):
+            raise ApiException(status=404, reason="NotFound")
+        return self.s.pod_logs[name]
+
+    def list_namespaced_event(self, namespace, field_selector):
+        fields = dict(part.split("=", 1) for part in field_selector.split(","))
+        kind, name = fields["involvedObject.kind"], fields["involvedObject.name"]
+        self.s.calls.append(("events", kind, name))
+        reason = "SuccessfulCreate" if kind == "Job" else "Started"
+        return _items("CoreV1EventList", [{
+            "metadata": {"name": f"{name}.1"}, "involvedObject": {"kind": kind, "name": name},
+            "reason": reason, "message": f"{reason} for {name}", "type": "Normal",
+            "lastTimestamp": "2026-01-01T00:00:01Z", "count": 1}])
+
+
+class FakeBatchV1Api:
+    def __init__(self, state: FakeState):
+        self.s = state
+
+    def create_namespaced_job(self, namespace, body):
+        self.s.create("Job", namespace, body)
+
+    def read_namespaced_job(self, name, namespace):
+        self.s.tick()
+        return kc.V1Job.from_dict(self.s.objects["Job"][name])
+
+    def list_namespaced_job(self, namespace, label_selector):
+        return _items("V1JobList", self.s.listing("Job", namespace, label_selector))
+
+    def delete_namespaced_job(self, name, namespace, **kw):
+        self.s.delete("Job", name, namespace, **kw)
+
+
+class FakeNetworkingV1Api:
+    def __init__(self, state: FakeState):
+        self.s = state
+
+    def create_namespaced_network_policy(self, namespace, body):
+        self.s.create("NetworkPolicy", namespace, body)
+
+    def list_namespaced_network_policy(self, namespace, label_selector):
+        return _items("V1NetworkPolicyList", self.s.listing("NetworkPolicy", namespace, label_selector))
+
+    def delete_namespaced_network_policy(self, name, namespace, **kw):
+        self.s.delete("NetworkPolicy", name, namespace, **kw)
+
+
+def fake_cluster(state: FakeState) -> backend.Cluster:
+    return backend.Cluster(FakeCoreV1Api(state), FakeBatchV1Api(state), FakeNetworkingV1Api(state),
+                           NS, "fake-context")
+
+
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch):
+    monkeypatch.setattr(backend, "POLL_S", 0.01)
+
+
+def setup_run(tmp_path, run_id="lab-run-1", **fields):
+    s = specmod.from_dict({"backend": "k8s", **fields})
+    p = plan(s, backend.placement(s), run_id)
+    return p, RunDir.create(p, out=tmp_path / run_id)
+
+
+def up(state, p, rundir, timeout=30.0):
+    lines: list[str] = []
+    result = backend.run(p, rundir, time.monotonic() + timeout, lines.append, cluster=fake_cluster(state))
+    return result, lines
+
+
+def created_kinds(state):
+    return [c[1] for c in state.calls if c[0] == "create"]
+
+
+def test_a_passing_lab_is_created_in_order_watched_collected_and_deleted(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=3)
+    state = FakeState()
+    (outcomes, status, message), lines = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert created_kinds(state) == ["Service", "NetworkPolicy", "Job"]
+    bodies = {c[1]: c for c in state.calls if c[0] == "create"}
+    assert set(bodies) == {o["kind"] for o in render.render(p)}
+    # progress: one line per change of any index's state, with the deadline
+    assert any("node-0: pending  node-1: pending  node-2: pending" in l for l in lines)
+    assert any("node-0: running" in l and "deadline in" in l for l in lines)
+    assert any("node-0: succeeded  node-1: succeeded  node-2: succeeded" in l for l in lines)
+    # logs of every pod and the events, before anything was deleted
+    first_delete = next(i for i, c in enumerate(state.calls) if c[0] == "delete")
+    logs = [c[2] for c in state.calls[:first_delete] if c[0] == "log"]
+    assert sorted(logs) == ["lab-0-x0z", "lab-1-x1z", "lab-2-x2z"]
+    for i in range(3):
+        assert "[rank" in rundir.node_log(i).read_text()
+    events = sorted(f.name for f in (rundir.path / "events").iterdir())
+    assert events == ["job-lab.log", "pod-lab-0-x0z.log", "pod-lab-1-x1z.log", "pod-lab-2-x2z.log"]
+    assert "SuccessfulCreate" in (rundir.path / "events" / "job-lab.log").read_text()
+    # everything with the run label is gone; the Job went with its pods
+    assert all(not objs for objs in state.objects.values())
+    assert ("delete", "Job", "lab", "Background") in state.calls
+    assert [o.state for o in outcomes] == ["succeeded"] * 3
+    assert [o.exited_s for o in outcomes] == [10.0, 11.0, 12.0]
+    # the run folder knows where it ran, and the real finalize agrees it passed
+    assert RunDir.open(rundir.path).meta["k8s"]["namespace"] == NS
+    assert (rundir.path / "rendered" / "k8s.yaml").read_text() == render.text(p)
+    rundir.finalize(outcomes, status, message)
+    assert rundir.meta["state"] == "passed" and rundir.meta["checks"]["total"] == 12
+
+
+def test_a_script_lab_creates_its_configmap_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("print('hello')\n")
+    p, rundir = setup_run(tmp_path, script="train.py")
+    state = FakeState()
+    (_, status, _), _ = up(state, p, rundir)
+    assert created_kinds(state) == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
+    assert status == "passed" and not state.objects["ConfigMap"]
+
+
+def test_a_name_conflict_is_one_clear_error_and_leaves_the_other_run_alone(tmp_path):
+    p, rundir = setup_run(tmp_path)
+    state = FakeState()
+    other = render.render(plan(p.spec, p.placement, "lab-other-run"))
+    for obj in other:
+        state.objects.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
+    with pytest.raises(LabError) as err:
+        up(state, p, rundir)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"service lab already exists in namespace {NS}")
+    assert "labctl down" in text and "kubectl delete -n labs" in text
+    assert "app.kubernetes.io/name=lab" in text
+    assert state.objects["Service"]["lab"]["metadata"]["labels"][render.RUN_LABEL] == "lab-other-run"
+    assert state.objects["Job"]["lab"] is other[-1], "the other run's Job must survive"
+    assert not [c for c in state.calls if c[0] in ("log", "events")]
+
+
+def test_a_failing_node_fails_the_lab_with_logs_kept_and_everything_deleted(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState(exit_codes={0: None, 1: 1})      # node 1 fails, node 0 still running
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert status == "failed" and "BackoffLimitExceeded" in message
+    assert [o.state for o in outcomes] == ["pending", "failed"]
+    assert outcomes[1].exit_code == 1
+    assert rundir.node_log(0).read_text() and rundir.node_log(1).read_text()
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_the_deadline_stops_the_lab_with_logs_kept(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState(exit_codes={0: None, 1: None})
+    (outcomes, status, message), lines = up(state, p, rundir, timeout=0.3)
+    assert status == "timeout" and "deadline" in message
+    assert any(l.startswith("timeout:") for l in lines)
+    assert rundir.node_log(0).read_text() and rundir.node_log(1).read_text()
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_ctrl_c_collects_logs_then_deletes(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState(exit_codes={0: None, 1: None}, interrupt_at_poll=3)
+    (outcomes, status, message), lines = up(state, p, rundir)
+    assert status == "interrupted"
+    assert rundir.node_log(0).read_text() and rundir.node_log(1).read_text()
+    assert (rundir.path / "events" / "job-lab.log").is_file()
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_an_image_that_cannot_be_pulled_fails_fast(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState(waiting_reason="ErrImagePull")
+    (_, status, message), _ = up(state, p, rundir, timeout=600)
+    assert status == "failed" and "ErrImagePull" in message and state.polls < 5
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_down_deletes_exactly_its_own_run(tmp_path):
+    p, rundir = setup_run(tmp_path)
+    rundir.meta["k8s"] = {"namespace": NS, "context": "fake-context"}
+    state = FakeState()
+    for run_id in (p.run_id, "lab-someone-else"):
+        for obj in render.render(plan(p.spec, p.placement, run_id)):
+            obj["metadata"]["name"] += f"-{run_id}"         # two runs side by side
+            state.objects.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
+    summary = backend.down(rundir, cluster=fake_cluster(state))
+    assert summary.startswith(f"deleted 3 object(s) in namespace {NS}: ")
+    left = [o["metadata"]["labels"][render.RUN_LABEL] for objs in state.objects.values() for o in objs.values()]
+    assert left == ["lab-someone-else"] * 3
+    assert "nothing to delete" in backend.down(rundir, cluster=fake_cluster(state))
+
+
+# ---- finding the cluster (real client, real config loading) ------------------------
+def _kubeconfig(tmp_path, server="https://127.0.0.1:9") -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+contexts:
+- {{name: first, context: {{cluster: c, user: u, namespace: ns-first}}}}
+- {{name: second, context: {{cluster: c, user: u}}}}
+current-context: first
+users: [{{name: u, user: {{token: t}}}}]
+""")
+    return path
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_no_kubeconfig_is_one_clear_error(clean_env):
+    with pytest.raises(LabError, match=r"^no Kubernetes cluster reachable: no kubeconfig at .*; "
+                                       r"set KUBECONFIG or --context$"):
+        backend.connect()
+
+
+def test_an_unreachable_cluster_is_one_clear_error(clean_env, tmp_path, monkeypatch):
+    """Loopback port 9 (discard) is closed here: the client's real connection fails."""
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path)))
+    with pytest.raises(LabError, match=r"no Kubernetes cluster reachable at https://127.0.0.1:9 "
+                                       r"\(context first\)"):
+        backend.connect()
+    with pytest.raises(LabError, match=r"no Kubernetes cluster reachable: .*nope"):
+        backend.connect(context="nope")
+
+
+def test_namespace_comes_from_the_flag_then_the_context(clean_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path)))
+    monkeypatch.setattr(kc.VersionApi, "get_code", lambda self, **kw: None)   # no server here
+    assert (backend.connect().namespace, backend.connect().context) == ("ns-first", "first")
+    assert backend.connect(context="second").namespace == "default"
+    assert backend.connect(context="second", namespace="mine").namespace == "mine"
+
+
+def test_cli_up_without_a_cluster_exits_1_with_one_line_and_leaves_a_run_folder(tmp_path):
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "missing"), "HOME": str(tmp_path)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    out = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--backend", "k8s",
+                          "--out", str(tmp_path / "run")], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=120)
+    assert out.returncode == 1
+    errors = [l for l in out.stderr.splitlines() if l.startswith("error:")]
+    assert errors == [f"error: no Kubernetes cluster reachable: no kubeconfig at {tmp_path / 'missing'} "
+                      "and not running in a pod; set KUBECONFIG or --context"]
+    assert "Traceback" not in out.stderr
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "error"
