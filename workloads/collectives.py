@@ -8,7 +8,7 @@ Inputs are small whole numbers in float32, so every answer is exact:
 
 - reductions use `rank + 1` on every rank: SUM = n(n+1)/2, PRODUCT = n!,
   MIN = 1, MAX = n, AVG = (n+1)/2 (n = world size);
-- data movement uses `_unique(a, b)`, a block of values that differs for
+- data movement uses `unique(a, b)`, a block of values that differs for
   every (a, b) pair, so a block that lands in the wrong place is caught.
 
 Rooted collectives (broadcast, scatter, gather, reduce) run once with every
@@ -33,6 +33,7 @@ OPS = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.R
        "MAX": dist.ReduceOp.MAX, "AVG": dist.ReduceOp.AVG}
 # PRODUCT (n!) and AVG may round once n! no longer fits float32's 24-bit mantissa.
 RTOL = {"PRODUCT": 1e-5, "AVG": 1e-6}
+NUMEL = 3                            # elements per block
 
 
 def expected_reduction(op: str, n: int) -> float:
@@ -51,66 +52,71 @@ def unsupported(backend: str, what: str) -> str | None:
     """
     if backend == "gloo" and TorchVersion(torch.__version__) < (2, 8):
         # Both arrived in ProcessGroupGloo in 2025 (pytorch#149781, pytorch#149869).
+        this = f"this is torch {torch.__version__}"
         if what == "AVG":
-            return f"Cannot use ReduceOp.AVG with Gloo (gloo supports AVG from torch 2.8; this is {torch.__version__})"
+            return f"Cannot use ReduceOp.AVG with Gloo (gloo has AVG from torch 2.8; {this})"
         if what == "reduce_scatter":
-            return f"ProcessGroupGloo does not support reduce_scatter (list form) before torch 2.8; this is {torch.__version__}"
+            return f"ProcessGroupGloo does not support reduce_scatter (list form) before torch 2.8; {this}"
     if backend == "nccl" and what == "AVG" and torch.cuda.nccl.version() < (2, 10):
         return f"NCCL {torch.cuda.nccl.version()} has no ncclAvg (needs NCCL 2.10 or newer)"
     return None
 
 
 def _tensor_form(new: str, old: str):
-    """The single-tensor form of a collective (torch 2.13 renamed `*_tensor` to `*_single`)."""
+    """The single-tensor form of a collective: `*_single` in newer torch, `*_tensor` before."""
     return getattr(dist, new, None) or getattr(dist, old)
 
 
-def run(ctx: _common.Context, numel: int = 3) -> None:
-    def _unique(a: int, b: int) -> torch.Tensor:
-        """`numel` values that differ for every (a, b) with a, b < world size."""
-        start = (a * ctx.world_size + b) * numel
-        return torch.arange(start, start + numel, dtype=torch.float32, device=ctx.device)
+def unique(ctx: _common.Context, a: int, b: int) -> torch.Tensor:
+    """NUMEL values that differ for every pair (a, b) of ranks: who sent it, and to whom."""
+    start = (a * ctx.world_size + b) * NUMEL
+    return torch.arange(start, start + NUMEL, dtype=torch.float32, device=ctx.device)
 
-    def _blank() -> torch.Tensor:
-        return torch.full((numel,), -1.0, device=ctx.device)
 
-    n, me = ctx.world_size, ctx.rank
-    rooted(ctx, n, me, _unique, _blank)
-    reductions(ctx, n, me, numel)
-    everyone_to_everyone(ctx, n, me, _unique, _blank)
+def blank(ctx: _common.Context) -> torch.Tensor:
+    """A receive buffer filled with -1, a value no collective here produces."""
+    return torch.full((NUMEL,), -1.0, device=ctx.device)
+
+
+def run(ctx: _common.Context) -> None:
+    rooted(ctx)
+    reductions(ctx)
+    everyone_to_everyone(ctx)
 
     started = time.perf_counter()
     dist.barrier()                   # returns on every rank once all ranks have entered it
     ctx.record("barrier", True, seconds=round(time.perf_counter() - started, 6), unit="s")
 
-    async_ops(ctx, n, me, numel)
-    subgroup(ctx, n, me)
+    async_ops(ctx)
+    subgroup(ctx)
 
 
-def rooted(ctx, n, me, _unique, _blank) -> None:
+def rooted(ctx: _common.Context) -> None:
     """broadcast, scatter and gather, once with every rank as the root."""
+    n, me = ctx.world_size, ctx.rank
     for root in range(n):
         # broadcast: the root's tensor overwrites everybody's.
-        t = _unique(root, root) if me == root else _blank()
+        t = unique(ctx, root, root) if me == root else blank(ctx)
         dist.broadcast(t, src=root)
-        ctx.check(f"broadcast-root-{root}", t, _unique(root, root))
+        ctx.check(f"broadcast-root-{root}", t, unique(ctx, root, root))
 
         # scatter: the root holds one block per rank; rank i receives block i.
-        blocks = [_unique(root, i) for i in range(n)] if me == root else None
-        t = _blank()
+        blocks = [unique(ctx, root, i) for i in range(n)] if me == root else None
+        t = blank(ctx)
         dist.scatter(t, scatter_list=blocks, src=root)
-        ctx.check(f"scatter-root-{root}", t, _unique(root, me))
+        ctx.check(f"scatter-root-{root}", t, unique(ctx, root, me))
 
         # gather: the opposite; only the root receives (and can check) anything.
-        bucket = [_blank() for _ in range(n)] if me == root else None
-        dist.gather(_unique(me, root), gather_list=bucket, dst=root)
+        bucket = [blank(ctx) for _ in range(n)] if me == root else None
+        dist.gather(unique(ctx, me, root), gather_list=bucket, dst=root)
         if me == root:
             ctx.check(f"gather-root-{root}", torch.stack(bucket),
-                      torch.stack([_unique(i, root) for i in range(n)]))
+                      torch.stack([unique(ctx, i, root) for i in range(n)]))
 
 
-def reductions(ctx, n, me, numel) -> None:
+def reductions(ctx: _common.Context) -> None:
     """reduce (every root) and all_reduce with every ReduceOp this backend supports."""
+    n, me = ctx.world_size, ctx.rank
     for name, op in OPS.items():
         why = unsupported(ctx.backend, name)
         if why:
@@ -118,86 +124,90 @@ def reductions(ctx, n, me, numel) -> None:
             for root in range(n):
                 ctx.skip(f"reduce-{name}-root-{root}", why)
             continue
-        want = torch.full((numel,), expected_reduction(name, n))
+        want = torch.full((NUMEL,), expected_reduction(name, n))
         rtol = RTOL.get(name, 0.0)
 
-        t = torch.full((numel,), me + 1.0, device=ctx.device)
+        t = torch.full((NUMEL,), me + 1.0, device=ctx.device)
         dist.all_reduce(t, op=op)
         ctx.check(f"all_reduce-{name}", t, want, rtol=rtol)
 
         for root in range(n):
-            t = torch.full((numel,), me + 1.0, device=ctx.device)
+            t = torch.full((NUMEL,), me + 1.0, device=ctx.device)
             dist.reduce(t, dst=root, op=op)
             # Only the root's tensor is defined afterwards (gloo leaves partial sums elsewhere).
             if me == root:
                 ctx.check(f"reduce-{name}-root-{root}", t, want, rtol=rtol)
 
 
-def everyone_to_everyone(ctx, n, me, _unique, _blank) -> None:
-    """all_gather, reduce_scatter and all_to_all, in list form and single-tensor form."""
+def everyone_to_everyone(ctx: _common.Context) -> None:
+    """all_gather, all_to_all and reduce_scatter, in list form and single-tensor form."""
+    n, me = ctx.world_size, ctx.rank
     # all_gather: everybody ends up with everybody's block, in rank order.
-    everyone = torch.stack([_unique(i, 0) for i in range(n)])
-    out = [_blank() for _ in range(n)]
-    dist.all_gather(out, _unique(me, 0))
+    everyone = torch.stack([unique(ctx, i, 0) for i in range(n)])
+    out = [blank(ctx) for _ in range(n)]
+    dist.all_gather(out, unique(ctx, me, 0))
     ctx.check("all_gather", torch.stack(out), everyone)
-    out = torch.full((n * everyone.shape[1],), -1.0, device=ctx.device)
-    _tensor_form("all_gather_single", "all_gather_into_tensor")(out, _unique(me, 0))
+    out = torch.full((n * NUMEL,), -1.0, device=ctx.device)
+    _tensor_form("all_gather_single", "all_gather_into_tensor")(out, unique(ctx, me, 0))
     ctx.check("all_gather-tensor", out, everyone.flatten())
 
-    # all_to_all: rank `me` sends block _unique(me, i) to rank i,
-    # so it receives _unique(i, me) from every rank i: a transpose.
-    mine = [_unique(i, me) for i in range(n)]
+    # all_to_all: rank `me` sends block unique(me, i) to rank i,
+    # so it receives unique(i, me) from every rank i: a transpose.
+    outgoing = [unique(ctx, me, i) for i in range(n)]
+    incoming = [unique(ctx, i, me) for i in range(n)]
     why = unsupported(ctx.backend, "all_to_all")
     if why:
         ctx.skip("all_to_all", why)
     else:
-        out = [_blank() for _ in range(n)]
-        dist.all_to_all(out, [_unique(me, i) for i in range(n)])
-        ctx.check("all_to_all", torch.stack(out), torch.stack(mine))
+        out = [blank(ctx) for _ in range(n)]
+        dist.all_to_all(out, outgoing)
+        ctx.check("all_to_all", torch.stack(out), torch.stack(incoming))
     why = unsupported(ctx.backend, "all_to_all_single")
     if why:
         ctx.skip("all_to_all_single", why)
     else:
-        out = torch.full((n * mine[0].numel(),), -1.0, device=ctx.device)
-        dist.all_to_all_single(out, torch.cat([_unique(me, i) for i in range(n)]))
-        ctx.check("all_to_all_single", out, torch.cat(mine))
+        out = torch.full((n * NUMEL,), -1.0, device=ctx.device)
+        dist.all_to_all_single(out, torch.cat(outgoing))
+        ctx.check("all_to_all_single", out, torch.cat(incoming))
 
-    # reduce_scatter: like all_to_all, then the received blocks are summed.
+    # reduce_scatter: like all_to_all, then the incoming blocks are summed.
     why = unsupported(ctx.backend, "reduce_scatter")
     if why:
         ctx.skip("reduce_scatter", why)
     else:
-        out = _blank()
-        dist.reduce_scatter(out, [_unique(me, i) for i in range(n)], op=dist.ReduceOp.SUM)
-        ctx.check("reduce_scatter", out, sum(mine))
-    out = _blank()
+        out = blank(ctx)
+        dist.reduce_scatter(out, outgoing, op=dist.ReduceOp.SUM)
+        ctx.check("reduce_scatter", out, sum(incoming))
+    out = blank(ctx)
     _tensor_form("reduce_scatter_single", "reduce_scatter_tensor")(
-        out, torch.cat([_unique(me, i) for i in range(n)]), op=dist.ReduceOp.SUM)
-    ctx.check("reduce_scatter-tensor", out, sum(mine))
+        out, torch.cat(outgoing), op=dist.ReduceOp.SUM)
+    ctx.check("reduce_scatter-tensor", out, sum(incoming))
 
 
-def async_ops(ctx, n, me, numel) -> None:
+def async_ops(ctx: _common.Context) -> None:
     """async_op=True returns at once with a work handle; the result is only valid after wait()."""
-    t = torch.full((numel,), me + 1.0, device=ctx.device)
+    n, me = ctx.world_size, ctx.rank
+    t = torch.full((NUMEL,), me + 1.0, device=ctx.device)
     work = dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True)
     overlap = torch.ones(64, 64, device=ctx.device).sum()   # local work while the network is busy
     work.wait()
-    ctx.check("all_reduce-async", t, torch.full((numel,), expected_reduction("SUM", n)),
+    ctx.check("all_reduce-async", t, torch.full((NUMEL,), expected_reduction("SUM", n)),
               overlapped_result=float(overlap))
 
     root = n - 1                     # the last rank, for variety
-    t = torch.full((numel,), float(root) if me == root else -1.0, device=ctx.device)
+    t = torch.full((NUMEL,), float(root) if me == root else -1.0, device=ctx.device)
     work = dist.broadcast(t, src=root, async_op=True)
     work.wait()
-    ctx.check("broadcast-async", t, torch.full((numel,), float(root)), root=root)
+    ctx.check("broadcast-async", t, torch.full((NUMEL,), float(root)), root=root)
 
 
-def subgroup(ctx, n, me) -> None:
+def subgroup(ctx: _common.Context) -> None:
     """all_reduce inside a group made with new_group: the even ranks, and the odd ranks."""
+    n, me = ctx.world_size, ctx.rank
     members = {parity: list(range(parity, n, 2)) for parity in (0, 1)}
     groups = {}
     for parity, ranks in members.items():
-        if ranks:                    # every rank calls new_group for every group, same order
+        if ranks:                    # every rank calls new_group for every group, in the same order
             groups[parity] = dist.new_group(ranks)
     mine = me % 2
     t = ctx.tensor([me + 1.0])

@@ -40,33 +40,34 @@ def _int_or_none(name: str) -> int | None:
 def run(ctx: _common.Context) -> None:
     env_ints = {name: _int_or_none(name) for name in INT_VARS}
     env_strs = {name: os.environ.get(name) for name in STR_VARS}
-    node = env_ints["NODE_RANK"] if env_ints["NODE_RANK"] is not None else ctx.node_rank
+    rank_env, lws = env_ints["RANK"], env_ints["LOCAL_WORLD_SIZE"]
+    group_rank, local_rank = env_ints["GROUP_RANK"], env_ints["LOCAL_RANK"]
+
     missing = [n for n in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
                if os.environ.get(n) in (None, "")]
     ctx.record("env", not missing,
-               hostname=_common.hostname(), node=node, **env_ints, **env_strs,
+               hostname=_common.hostname(),
+               node=env_ints["NODE_RANK"] if env_ints["NODE_RANK"] is not None else ctx.node_rank,
+               **env_ints, **env_strs,
                backend=ctx.backend, device=str(ctx.device), pid=os.getpid(),
                torch=torch.__version__, launcher=os.environ.get("LAB_LAUNCHER"),
-               **({"detail": f"launcher did not set {', '.join(missing)}"} if missing else {}))
+               detail=f"launcher did not set {', '.join(missing)}" if missing else "")
 
-    # 1. The process group agrees with the environment.
-    ctx.check("rank-matches-env", dist.get_rank(), env_ints["RANK"] if env_ints["RANK"] is not None else -1)
-    ctx.check("world-size-matches-env", dist.get_world_size(),
-              env_ints["WORLD_SIZE"] if env_ints["WORLD_SIZE"] is not None else -1)
-
-    lws, group_rank, local_rank = env_ints["LOCAL_WORLD_SIZE"], env_ints["GROUP_RANK"], env_ints["LOCAL_RANK"]
+    # 1. The process group agrees with the environment (-1 stands for "not set").
+    ctx.check("rank-matches-env", dist.get_rank(), _or(rank_env))
+    ctx.check("world-size-matches-env", dist.get_world_size(), _or(env_ints["WORLD_SIZE"]))
     if lws is None:
         ctx.skip("local-rank-below-local-world-size", "LOCAL_WORLD_SIZE is not set")
     else:
-        ctx.record("local-rank-below-local-world-size", local_rank is not None and 0 <= local_rank < lws,
+        ctx.record("local-rank-below-local-world-size", 0 <= _or(local_rank) < lws,
                    LOCAL_RANK=local_rank, LOCAL_WORLD_SIZE=lws)
 
-    # 2. Every rank shows up exactly once. All ranks take part in this all_gather,
+    # 2. Every RANK shows up exactly once. All ranks take part in this all_gather,
     #    whatever their own checks said, so nobody is left waiting.
-    mine = ctx.tensor([ctx.rank, _or(group_rank), _or(local_rank), _or(lws)], dtype=torch.int64)
+    mine = ctx.tensor([_or(rank_env), _or(group_rank), _or(local_rank)], dtype=torch.int64)
     everyone = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
     dist.all_gather(everyone, mine)
-    table = [tuple(int(v) for v in t.tolist()) for t in everyone]
+    table = [tuple(t.tolist()) for t in everyone]       # row i: what rank i was told
     ranks = sorted(row[0] for row in table)
     ctx.check("every-rank-once", ranks, list(range(ctx.world_size)), ranks=ranks)
 
@@ -74,20 +75,22 @@ def run(ctx: _common.Context) -> None:
         ctx.skip("local-ranks-per-node", "GROUP_RANK or LOCAL_WORLD_SIZE is not set")
         ctx.skip("rank-formula", "GROUP_RANK or LOCAL_WORLD_SIZE is not set")
         return
+    # Every node (GROUP_RANK) runs local ranks 0..LOCAL_WORLD_SIZE-1, each exactly once.
     nodes: dict[int, list[int]] = {}
-    for _, g, lr, _ in table:
+    for _, g, lr in table:
         nodes.setdefault(g, []).append(lr)
     bad = {g: sorted(lrs) for g, lrs in nodes.items() if sorted(lrs) != list(range(lws))}
     ctx.record("local-ranks-per-node", not bad, nodes=len(nodes),
-               **({"detail": f"local ranks per GROUP_RANK: {bad}, expected 0..{lws - 1}"} if bad else {}))
+               detail=f"local ranks per GROUP_RANK: {bad}, expected 0..{lws - 1}" if bad else "")
 
     # 3. torchrun numbers ranks node by node: RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK.
-    ctx.check("rank-formula", ctx.rank, group_rank * lws + _or(local_rank),
+    ctx.check("rank-formula", _or(rank_env), group_rank * lws + _or(local_rank),
               formula=f"{group_rank} * {lws} + {local_rank}")
 
 
-def _or(value: int | None, default: int = -1) -> int:
-    return default if value is None else value
+def _or(value: int | None) -> int:
+    """-1 for a variable the launcher did not set, so it can still travel in a tensor."""
+    return -1 if value is None else value
 
 
 if __name__ == "__main__":

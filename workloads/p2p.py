@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 
-import torch
 import torch.distributed as dist
 
 from . import _common
@@ -51,7 +50,8 @@ def ping_pong(ctx: _common.Context) -> None:
         t += 1
         dist.send(t, dst=1)          # returns once the data is handed over
         dist.recv(t, src=1)          # blocks until rank 1's reply arrives
-        ctx.check("ping-pong", t, [2.0], stage="rank 0 got the reply", round_trip_s=round(time.perf_counter() - started, 6))
+        ctx.check("ping-pong", t, [2.0], stage="rank 0 got the reply",
+                  round_trip_s=round(time.perf_counter() - started, 6))
     else:
         dist.recv(t, src=0)
         ctx.check("ping-pong", t, [1.0], stage="rank 1 received")

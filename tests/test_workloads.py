@@ -1,0 +1,241 @@
+"""The workloads, run for real: torchrun subprocesses on gloo over loopback.
+
+Each lab is started the way labctl's local backend starts it (c10d rendezvous,
+one torchrun agent per node, rank-prefixed tee'd output), and its result lines
+are parsed and checked: exit status 0, every expected check on every rank, no
+check with ok=false. One more lab is made to fail on purpose, and a few small
+in-process tests show that a wrong value is recorded as a failure.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from labctl import logs
+from workloads import _common, collectives
+
+REPO = Path(__file__).resolve().parents[1]
+ALL = ("env", "p2p", "collectives", "ddp")
+TIMEOUT_S = 180
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_results(text: str) -> list[dict]:
+    """Result records from rank-prefixed node output, with labctl's own log parser."""
+    results = []
+    for rank, lines in logs.split_by_rank(text).items():
+        results += logs.parse_results(lines, rank)
+    return results
+
+
+def run_lab(tmp_path: Path, nnodes: int, nproc: int, workloads=ALL, options: dict | None = None):
+    """Start `nnodes` torchrun agents on this machine; return (exit codes, results, output)."""
+    port = free_port()
+    argv_tail = ["-m", "workloads", "--workloads", ",".join(workloads)]
+    if options:
+        argv_tail += ["--options", json.dumps(options)]
+    procs, logs = [], []
+    for node in range(nnodes):
+        env = {**os.environ, "LAB_DIST_BACKEND": "gloo", "GLOO_SOCKET_IFNAME": "lo",
+               "LAB_LAUNCHER": "torchrun", "NODE_RANK": str(node), "PYTHONUNBUFFERED": "1",
+               "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
+        argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+                f"--nproc-per-node={nproc}", f"--node-rank={node}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=test-{port}",
+                f"--rdzv-conf=is_host={1 if node == 0 else 0}", "--max-restarts=0", "--tee=3",
+                *argv_tail]
+        log = open(tmp_path / f"node{node}.log", "wb")       # a file, not a pipe: no pipe can fill up
+        logs.append(log)
+        procs.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+    deadline = time.monotonic() + TIMEOUT_S
+    codes = []
+    try:
+        for p in procs:
+            codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        raise
+    finally:
+        for log in logs:
+            log.close()
+    output = "".join((tmp_path / f"node{node}.log").read_text(errors="replace") for node in range(nnodes))
+    return codes, parse_results(output), output
+
+
+def by_name(results: list[dict], workload: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in results:
+        if r["workload"] == workload:
+            out.setdefault(r["name"], []).append(r)
+    return out
+
+
+def ranks_of(records: list[dict]) -> list[int]:
+    return sorted(r["rank"] for r in records)
+
+
+def assert_lab_passed(codes, results, output, world_size: int) -> None:
+    failed = [r for r in results if not r.get("ok")]
+    assert not failed, f"failed checks: {failed}\n{output[-4000:]}"
+    assert codes == [0] * len(codes), output[-4000:]
+    everyone = list(range(world_size))
+    for w in ALL:
+        assert ranks_of(by_name(results, w).get("workload_done", [])) == everyone, (w, output[-4000:])
+
+
+def assert_env(results, world_size: int, nodes: int, nproc: int) -> None:
+    env = by_name(results, "env")
+    rows = env["env"]
+    assert ranks_of(rows) == list(range(world_size))               # every rank exactly once
+    assert sorted(r["RANK"] for r in rows) == list(range(world_size))
+    assert {r["WORLD_SIZE"] for r in rows} == {world_size}
+    assert {r["LOCAL_WORLD_SIZE"] for r in rows} == {nproc}
+    assert Counter(r["GROUP_RANK"] for r in rows) == {g: nproc for g in range(nodes)}
+    assert all(r["launcher"] == "torchrun" and r["backend"] == "gloo" for r in rows)
+    for name in ("rank-matches-env", "world-size-matches-env", "every-rank-once", "rank-formula",
+                 "local-ranks-per-node", "local-rank-below-local-world-size"):
+        assert ranks_of(env[name]) == list(range(world_size)), name
+        assert not any(r.get("skipped") for r in env[name]), name
+
+
+def assert_collectives(results, world_size: int) -> None:
+    c = by_name(results, "collectives")
+    everyone = list(range(world_size))
+    for root in everyone:
+        assert ranks_of(c[f"broadcast-root-{root}"]) == everyone
+        assert ranks_of(c[f"scatter-root-{root}"]) == everyone
+        assert ranks_of(c[f"gather-root-{root}"]) == [root]        # only the root receives
+        for op in collectives.OPS:
+            assert ranks_of(c[f"reduce-{op}-root-{root}"]) == [root], op
+    for name in [f"all_reduce-{op}" for op in collectives.OPS] + [
+            "all_gather", "all_gather-tensor", "all_to_all", "all_to_all_single", "reduce_scatter",
+            "reduce_scatter-tensor", "barrier", "all_reduce-async", "broadcast-async",
+            "subgroup-all_reduce"]:
+        assert ranks_of(c[name]) == everyone, name
+    # torch 2.13's gloo runs every collective and op used here: nothing may be skipped.
+    assert not [r for r in results if r["workload"] == "collectives" and r.get("skipped")]
+    groups = {r["rank"]: r["group"] for r in c["subgroup-all_reduce"]}
+    assert all(groups[k] == list(range(k % 2, world_size, 2)) for k in everyone)
+
+
+def assert_p2p(results, world_size: int) -> None:
+    p = by_name(results, "p2p")
+    assert ranks_of(p["ping-pong"]) == [0, 1]
+    assert ranks_of(p["ring-shift"]) == list(range(world_size))
+    pairs = p["pair-exchange"]
+    assert ranks_of(pairs) == list(range(world_size))
+    skipped = [r["rank"] for r in pairs if r.get("skipped")]
+    assert skipped == ([world_size - 1] if world_size % 2 else [])   # odd size: last rank has no partner
+
+
+def assert_ddp(results, world_size: int) -> None:
+    d = by_name(results, "ddp")
+    for kind in ("manual", "ddp"):
+        for check in ("params-identical-on-all-ranks", "matches-single-process", "loss-decreases",
+                      "loss-matches-single-process", "final-loss"):
+            assert ranks_of(d[f"{kind}-{check}"]) == list(range(world_size)), (kind, check)
+        assert all(r["last_loss"] < r["first_loss"] for r in d[f"{kind}-loss-decreases"])
+
+
+@pytest.mark.slow
+def test_one_process(tmp_path):
+    codes, results, output = run_lab(tmp_path, nnodes=1, nproc=1)
+    assert_lab_passed(codes, results, output, world_size=1)
+    assert_env(results, world_size=1, nodes=1, nproc=1)
+    assert_collectives(results, world_size=1)
+    assert_ddp(results, world_size=1)
+    p = by_name(results, "p2p")
+    for name in ("ping-pong", "pair-exchange", "ring-shift"):
+        (record,) = p[name]
+        assert record["skipped"] and record["reason"], name
+
+
+@pytest.mark.slow
+def test_three_processes_odd_world_size(tmp_path):
+    codes, results, output = run_lab(tmp_path, nnodes=1, nproc=3)
+    assert_lab_passed(codes, results, output, world_size=3)
+    assert_env(results, world_size=3, nodes=1, nproc=3)
+    assert_p2p(results, world_size=3)
+    assert_collectives(results, world_size=3)
+    assert_ddp(results, world_size=3)
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_processes(tmp_path):
+    """The default lab shape: 2 torchrun agents (nodes) x 2 workers, world size 4."""
+    codes, results, output = run_lab(tmp_path, nnodes=2, nproc=2)
+    assert_lab_passed(codes, results, output, world_size=4)
+    assert_env(results, world_size=4, nodes=2, nproc=2)
+    assert_p2p(results, world_size=4)
+    assert_collectives(results, world_size=4)
+    assert_ddp(results, world_size=4)
+    # Results name the check and the expected answer for this world size, e.g. PRODUCT = 4! = 24.
+    assert collectives.expected_reduction("PRODUCT", 4) == 24
+
+
+@pytest.mark.slow
+def test_failing_check_makes_the_lab_fail(tmp_path):
+    """Far too large a learning rate makes the loss blow up: the check fails, the exit status is not 0."""
+    codes, results, output = run_lab(tmp_path, nnodes=1, nproc=2, workloads=("ddp",),
+                                     options={"ddp": {"steps": 5, "lr": 2.0}})
+    assert all(code != 0 for code in codes), output[-4000:]
+    d = by_name(results, "ddp")
+    for kind in ("manual", "ddp"):
+        assert [r["ok"] for r in d[f"{kind}-loss-decreases"]] == [False, False]
+        assert all(r["ok"] for r in d[f"{kind}-params-identical-on-all-ranks"])   # still in step
+    assert [r["ok"] for r in d["workload_done"]] == [False, False]
+
+
+def _context() -> _common.Context:
+    import torch
+
+    return _common.Context(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
+                           backend="gloo", device=torch.device("cpu"), workload="unit")
+
+
+def test_a_wrong_value_is_a_recorded_failure_not_an_exception():
+    ctx = _context()
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        right = ctx.check("sum", [10.0, 10.0], [collectives.expected_reduction("SUM", 4)] * 2)
+        wrong = ctx.check("product", [23.0], [collectives.expected_reduction("PRODUCT", 4)])
+        close = ctx.check("almost", [1.0 + 1e-7], [1.0], rtol=1e-6)
+    assert (right, wrong, close) == (True, False, True)
+    assert (ctx.checks, ctx.failures) == (3, 1)
+    records = logs.parse_results(buf.getvalue().splitlines())
+    assert [r["ok"] for r in records] == [True, False, True]
+    assert "got [23], expected [24]" in records[1]["detail"]
+
+
+def test_expected_reductions_and_known_backend_gaps():
+    import torch
+    from torch.torch_version import TorchVersion
+
+    assert [collectives.expected_reduction(op, 4) for op in ("SUM", "PRODUCT", "MIN", "MAX", "AVG")] \
+        == [10, 24, 1, 4, 2.5]
+    # Since torch 2.8 gloo supports AVG and reduce_scatter: nothing is skipped by rule.
+    if TorchVersion(torch.__version__) < (2, 8):
+        assert "Cannot use ReduceOp.AVG with Gloo" in collectives.unsupported("gloo", "AVG")
+        return
+    for what in ("AVG", "reduce_scatter", "all_to_all_single"):
+        assert collectives.unsupported("gloo", what) is None, what
