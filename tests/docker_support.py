@@ -1,0 +1,98 @@
+"""Helpers for every test that needs a Docker engine or a labctl image.
+
+The rule: on a developer machine without Docker such tests *skip* with the
+reason; under CI (env CI set) they *fail*, because CI installs Docker
+(`make docker`) and a skip there would hide a broken set-up.
+
+    from docker_support import require_docker, require_image
+
+    @pytest.mark.docker
+    def test_something():
+        require_image()            # engine up + labctl-cpu:latest present (built if missing)
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_IMAGE = "labctl-cpu:latest"
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _docker(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@functools.lru_cache(maxsize=None)
+def docker_available() -> str | None:
+    """None when a Docker engine answers; otherwise the reason, with the fix."""
+    if shutil.which("docker") is None:
+        return "no docker client on PATH (install: bash scripts/ensure-docker.sh)"
+    try:
+        info = _docker("info", "--format", "{{.ServerVersion}}", timeout=20)
+    except subprocess.TimeoutExpired:
+        return "docker info timed out after 20s (is dockerd stuck?)"
+    if info.returncode != 0 or not info.stdout.strip():
+        last = (info.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"no Docker engine answers ({last}); start one with: bash scripts/ensure-docker.sh"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def compose_available() -> str | None:
+    """None when `docker compose` (v2 plugin) or a `docker-compose` v2 binary works."""
+    for argv in (["docker", "compose", "version"], ["docker-compose", "version"]):
+        if shutil.which(argv[0]) is None:
+            continue
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        if done.returncode == 0 and "v2." in done.stdout:
+            return None
+    return "no Compose v2 (docker compose plugin); install it with: bash scripts/ensure-docker.sh"
+
+
+def require_docker() -> None:
+    """Skip (or fail under CI) unless a Docker engine answers."""
+    reason = docker_available()
+    if reason:
+        _skip_or_fail(reason)
+
+
+def require_compose() -> None:
+    """Skip (or fail under CI) unless an engine answers and Compose v2 is installed."""
+    require_docker()
+    reason = compose_available()
+    if reason:
+        _skip_or_fail(reason)
+
+
+def image_exists(name: str) -> bool:
+    return _docker("image", "inspect", name).returncode == 0
+
+
+def require_image(name: str = DEFAULT_IMAGE) -> str:
+    """Make sure `name` exists; the default CPU image is built (images/build.sh) when missing.
+
+    Returns the name. A failed build fails the test with the build's last lines.
+    """
+    require_docker()
+    if image_exists(name):
+        return name
+    if name != DEFAULT_IMAGE:
+        _skip_or_fail(f"image {name} not found and labctl builds only {DEFAULT_IMAGE}")
+    build = subprocess.run(["bash", str(REPO / "images" / "build.sh")], cwd=REPO,
+                           capture_output=True, text=True, timeout=1800)
+    if build.returncode != 0 or not image_exists(name):
+        tail = "\n".join((build.stdout + build.stderr).strip().splitlines()[-10:])
+        pytest.fail(f"images/build.sh could not build {name}:\n{tail}", pytrace=False)
+    return name
