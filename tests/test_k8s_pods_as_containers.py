@@ -1,0 +1,161 @@
+"""The rendered pods, run for real: each Job index as a Docker container.
+
+No API server can run here, so this test plays kubelet for the *rendered*
+manifests (not the plan): for completion index i it resolves the downward-API
+values, applies Kubernetes' `$(VAR)` expansion, and starts the pod's container
+with its hostname `<job>-<i>`, its DNS name `<job>-<i>.<service>` (a network
+alias on one user-defined network, as the headless Service gives), its env,
+command, user, capabilities and /dev/shm. If the default lab passes this way,
+a `kubectl apply` of the same render runs the same processes.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from docker_support import require_docker, require_image
+from labctl import spec as specmod
+from labctl.backends import k8s as backend
+from labctl.plan import plan
+from labctl.render import k8s
+from labctl.rundir import NodeOutcome, RunDir
+from test_render_k8s import pod_command, pod_environment
+
+IMAGE = "labctl-cpu:latest"
+LAB_TIMEOUT_S = 300
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def _bytes(quantity: str) -> int:
+    number, unit = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", quantity).groups()
+    return int(float(number) * _UNITS[unit])
+
+
+def _cpus(quantity: str) -> str:
+    return str(int(quantity[:-1]) / 1000) if quantity.endswith("m") else quantity
+
+
+def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check and out.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args[:3])} ...: {out.stderr.strip()}")
+    return out
+
+
+def docker_run_args(job: dict, service: dict, index: int, network: str, name: str,
+                    script_dir: Path | None) -> list[str]:
+    """`docker run` flags for pod `index`, each derived from a rendered field."""
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"
+    hostname = f"{job['metadata']['name']}-{index}"          # Indexed Job pod hostname
+    pod_sc, sc = pod["securityContext"], container["securityContext"]
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}   # = Docker's default profile
+    args = ["run", "-d", "--name", name, "--network", network,
+            "--hostname", hostname, "--network-alias", f"{hostname}.{pod['subdomain']}",
+            "--user", f"{pod_sc['runAsUser']}:{pod_sc['runAsGroup']}"]
+    if sc["allowPrivilegeEscalation"] is False:
+        args += ["--security-opt", "no-new-privileges"]
+    args += [f"--cap-drop={cap}" for cap in sc["capabilities"]["drop"]]
+    limits = container["resources"]["limits"]
+    args += ["--cpus", _cpus(limits["cpu"]), "--memory", str(_bytes(limits["memory"]))]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for mount in container["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        if "emptyDir" in volume:
+            assert mount["mountPath"] == "/dev/shm" and volume["emptyDir"]["medium"] == "Memory"
+            args += ["--shm-size", str(_bytes(volume["emptyDir"]["sizeLimit"]))]
+        else:
+            assert script_dir is not None and mount["readOnly"] is True
+            args += ["-v", f"{script_dir}:{mount['mountPath']}:ro"]
+    env = {**pod_environment(job, index), "JOB_COMPLETION_INDEX": str(index)}  # set by the Job controller
+    for key, value in env.items():
+        args += ["-e", f"{key}={value}"]
+    command = pod_command(job, index)
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    return args + ["--entrypoint", command[0], container["image"], *command[1:]]
+
+
+def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
+    require_docker()
+    require_image(IMAGE)
+    s = specmod.from_dict({"backend": "k8s", "timeout": LAB_TIMEOUT_S, **fields})
+    the_plan = plan(s, backend.placement(s), run_id)
+    objects = list(yaml.safe_load_all(k8s.text(the_plan, script_text=None)))
+    objects = [o for o in objects if o]
+    job = next(o for o in objects if o["kind"] == "Job")
+    service = next(o for o in objects if o["kind"] == "Service")
+    configmap = next((o for o in objects if o["kind"] == "ConfigMap"), None)
+    script_dir = None
+    if configmap:
+        script_dir = tmp_path / "configmap"
+        script_dir.mkdir()
+        for key, text in configmap["data"].items():
+            (script_dir / key).write_text(text)
+        script_dir.chmod(0o755)
+    rundir = RunDir.create(the_plan, out=tmp_path / run_id)
+    suffix = secrets.token_hex(3)
+    network = f"labctl-k8s-test-{suffix}"
+    names = [f"{network}-{i}" for i in range(job["spec"]["completions"])]
+    started: list[str] = []
+    docker("network", "create", network)
+    try:
+        for i, name in enumerate(names):
+            docker(*docker_run_args(job, service, i, network, name, script_dir))
+            started.append(name)
+        deadline = time.monotonic() + LAB_TIMEOUT_S
+        codes: dict[int, int] = {}
+        while len(codes) < len(names) and time.monotonic() < deadline:
+            for i, name in enumerate(names):
+                if i not in codes:
+                    state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+                    if state[0] == "exited":
+                        codes[i] = int(state[1])
+            time.sleep(1)
+        outcomes = []
+        for i, name in enumerate(names):
+            logs = docker("logs", name, timeout=60)
+            rundir.write_node_log(i, logs.stdout + logs.stderr)
+            code = codes.get(i)
+            outcomes.append(NodeOutcome(i, f"{job['metadata']['name']}-{i}", code,
+                                        "pending" if code is None else "succeeded" if code == 0 else "failed"))
+        state = "passed" if len(codes) == len(names) else "timeout"
+        rundir.finalize(outcomes, state, "" if state == "passed" else "containers did not finish")
+        return rundir
+    finally:
+        for name in started:
+            docker("rm", "-f", name, check=False)
+        docker("network", "rm", network, check=False)
+        leftovers = docker("ps", "-aq", "--filter", f"name={network}", check=False).stdout.split()
+        assert leftovers == [], f"containers left behind: {leftovers}"
+
+
+def _assert_passed(rundir: RunDir, world_size: int) -> None:
+    meta = rundir.meta
+    detail = f"{meta.get('message')}; first failure {meta.get('first_failure')}; logs in {rundir.path}"
+    assert meta["state"] == "passed", detail
+    assert meta["checks"]["failed"] == 0 and meta["checks"]["total"] > 0, detail
+    ranks = {r["rank"] for r in rundir.results() if r.get("name") == "workload_done"}
+    assert ranks == set(range(world_size)), detail
+
+
+@pytest.mark.docker
+def test_rendered_default_lab_runs_as_pods(tmp_path):
+    rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-default")
+    _assert_passed(rundir, 4)
+    # every node found node 0 by its pod DNS name and only node 0 hosted the store
+    assert all(n["state"] == "succeeded" for n in rundir.meta["node_outcomes"])
+
+
+@pytest.mark.docker
+def test_rendered_direct_mode_lab_with_three_nodes_runs_as_pods(tmp_path):
+    rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-direct", nodes=3, nproc_per_node=1,
+                              launcher="direct", workloads=["env", "p2p", "collectives"])
+    _assert_passed(rundir, 3)
