@@ -1,0 +1,129 @@
+"""The compose backend's verbs against the real engine: missing image, timeout,
+Ctrl-C and `down` must each leave logs behind and nothing running."""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from docker_support import require_compose, require_image
+from labctl import lab
+from labctl.backends import compose as backend
+from labctl.errors import LabError
+from labctl.render import compose as render_compose
+from labctl.rundir import RunDir
+from labctl.spec import from_dict
+
+
+def _spec(tmp_path: Path, script: str, **fields):
+    path = tmp_path / "job.py"
+    path.write_text(script)
+    return from_dict({"backend": "compose", "name": "cb", "nodes": 2, "nproc_per_node": 1,
+                      "script": str(path), **fields})
+
+
+def _left_of(run_id: str) -> tuple[str, str]:
+    label = f"label={render_compose.RUN_LABEL}={run_id}"
+    ps = subprocess.run(["docker", "ps", "-a", "-q", "--filter", label], capture_output=True, text=True)
+    nets = subprocess.run(["docker", "network", "ls", "-q", "--filter", label], capture_output=True, text=True)
+    return ps.stdout.strip(), nets.stdout.strip()
+
+
+def test_placement_mounts_the_script_and_names_nodes_by_hostname(tmp_path):
+    spec = _spec(tmp_path, "print(1)\n")
+    placement = backend.placement(spec)
+    assert placement.hostnames == ("cb-0", "cb-1")
+    assert placement.master_addr == "cb-0" and placement.master_port == 29500
+    assert placement.script_path == "/lab/script/job.py"
+
+
+def test_placement_rejects_a_missing_script(tmp_path):
+    spec = from_dict({"backend": "compose", "script": str(tmp_path / "nope.py")})
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        backend.placement(spec)
+
+
+def test_no_docker_on_path_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))          # an empty folder: no docker anywhere
+    backend.compose_command.cache_clear()
+    try:
+        with pytest.raises(LabError, match="docker not found on PATH.*ensure-docker.sh") as err:
+            backend.compose_command()
+        assert "\n" not in str(err.value)
+    finally:
+        backend.compose_command.cache_clear()
+
+
+@pytest.mark.docker
+def test_missing_image_is_a_lab_error_with_the_build_hint(tmp_path):
+    require_compose()
+    spec = _spec(tmp_path, "print(1)\n", image="labctl-no-such-image:0")
+    with pytest.raises(LabError, match=r"image labctl-no-such-image:0 not found; build it with: make images"):
+        lab.up(spec, progress=lambda line: None, runs_root=str(tmp_path / "runs"))
+    run = RunDir.open(next((tmp_path / "runs").iterdir()))
+    assert run.meta["state"] == "error"
+    assert _left_of(run.meta["run_id"]) == ("", "")
+
+
+@pytest.mark.docker
+def test_deadline_stops_the_lab_keeps_logs_and_removes_everything(tmp_path):
+    require_compose()
+    require_image()
+    spec = _spec(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(600)\n",
+                 launcher="direct", timeout=8)
+    t0 = time.monotonic()
+    run = lab.up(spec, progress=lambda line: None, runs_root=str(tmp_path / "runs"))
+    assert time.monotonic() - t0 < 60
+    assert run.meta["state"] == "timeout"
+    assert [n["state"] for n in run.meta["node_outcomes"]] == ["killed", "killed"]
+    assert "started" in run.rank_log(0).read_text() and "started" in run.rank_log(1).read_text()
+    assert (run.path / "rendered" / "compose.yaml").is_file()
+    assert _left_of(run.meta["run_id"]) == ("", "")
+
+
+@pytest.mark.docker
+def test_ctrl_c_while_running_still_collects_logs_and_removes_everything(tmp_path):
+    require_compose()
+    require_image()
+    spec = _spec(tmp_path, "import time\nprint('alive', flush=True)\ntime.sleep(600)\n", launcher="direct")
+
+    def progress(line: str) -> None:
+        if line.startswith("[") and line.endswith("node-0: running  node-1: running"):
+            time.sleep(3)                     # let both print before the "user" presses Ctrl-C
+            raise KeyboardInterrupt
+
+    run = lab.up(spec, progress=progress, runs_root=str(tmp_path / "runs"))
+    assert run.meta["state"] == "interrupted"
+    assert "alive" in run.node_log(1).read_text()
+    assert _left_of(run.meta["run_id"]) == ("", "")
+
+
+@pytest.mark.docker
+def test_down_removes_leftovers_by_run_label_and_is_idempotent(tmp_path):
+    require_compose()
+    image = require_image()
+    spec = _spec(tmp_path, "print(1)\n")
+    plan = lab.make_plan(spec)
+    run = RunDir.create(plan, root=tmp_path / "runs")
+    project = render_compose.project_name(plan.run_id)
+    label = f"{render_compose.RUN_LABEL}={plan.run_id}"
+    # What a killed `labctl up` would leave: the project's network and a running container.
+    subprocess.run(["docker", "network", "create", "--label", label,
+                    "--label", f"com.docker.compose.project={project}", f"{project}_lab"],
+                   check=True, capture_output=True)
+    subprocess.run(["docker", "run", "-d", "--network", f"{project}_lab", "--label", label,
+                    "--label", f"com.docker.compose.project={project}",
+                    image, "sleep", "300"], check=True, capture_output=True)
+    try:
+        first = backend.down(run)
+        assert first.startswith("removed 1 container(s) and 1 network(s)")
+        assert _left_of(plan.run_id) == ("", "")
+        assert backend.down(run).startswith("nothing left of run")
+    finally:
+        containers, networks = _left_of(plan.run_id)
+        if containers:
+            subprocess.run(["docker", "rm", "-f", *containers.split()], capture_output=True)
+        if networks:
+            subprocess.run(["docker", "network", "rm", *networks.split()], capture_output=True)

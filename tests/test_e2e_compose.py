@@ -1,0 +1,92 @@
+"""End to end through the CLI: `labctl up --backend compose` as a user runs it.
+
+A passing default lab (2 nodes x 2 workers, all workloads) and a lab whose
+rank 1 exits 3: the failure is named, the logs stay, and neither containers
+nor the network of either run are left behind.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from docker_support import REPO, require_compose, require_image
+from labctl.render.compose import RUN_LABEL
+
+pytestmark = pytest.mark.docker
+
+
+def labctl_up(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--backend", "compose",
+                           "--out", str(out), *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=400)
+    status = json.loads((out / "status.json").read_text())
+    return done, status, out
+
+
+def assert_nothing_left(run_id: str) -> None:
+    for what in (["ps", "-a"], ["network", "ls"]):
+        listed = subprocess.run(["docker", *what, "-q", "--filter", f"label={RUN_LABEL}={run_id}"],
+                                capture_output=True, text=True, check=True).stdout
+        assert listed.strip() == "", f"docker {' '.join(what)} still shows run {run_id}"
+    names = subprocess.run(["docker", "network", "ls", "--format", "{{.Name}}"],
+                           capture_output=True, text=True, check=True).stdout
+    assert run_id not in names
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _docker_and_image():
+    require_compose()
+    require_image()
+
+
+def test_default_lab_passes_on_compose(tmp_path):
+    done, status, out = labctl_up(tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert status["state"] == "passed" and status["backend"] == "compose"
+    assert status["world_size"] == 4 and status["checks"]["failed"] == 0
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["rank"] for r in results} == {0, 1, 2, 3}
+    done_ranks = {r["rank"] for r in results if r.get("name") == "workload_done"}
+    assert done_ranks == {0, 1, 2, 3}
+    for rank in range(4):
+        assert (out / "ranks" / f"rank-{rank}.log").stat().st_size > 0
+    for node in range(2):
+        assert (out / "nodes" / f"node-{node}.log").stat().st_size > 0
+    rendered = (out / "rendered" / "compose.yaml").read_text()
+    assert f"name: {status['run_id']}" in rendered
+    assert_nothing_left(status["run_id"])
+
+
+FAILING = """\
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"rank {rank} of {dist.get_world_size()} on {os.uname().nodename}", flush=True)
+if rank == 1:
+    sys.exit(3)
+time.sleep(120)      # the others would wait: labctl must stop them
+"""
+
+
+def test_failing_rank_is_named_logs_kept_and_nothing_left(tmp_path):
+    (tmp_path / "fail.py").write_text(FAILING)
+    done, status, out = labctl_up(tmp_path, "--script", "fail.py", "--name", "failing",
+                                  "--nodes", "2", "--nproc-per-node", "2")
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert status["state"] == "failed"
+    assert 1 in status["failed_ranks"]
+    assert status["first_failure"]["rank"] == 1 and status["first_failure"]["exit_code"] == 3
+    assert "rank 1" in done.stderr or "rank(s): 1" in done.stderr
+    assert "rank 1 of 4 on failing-0" in (out / "ranks" / "rank-1.log").read_text()
+    assert "rank 3 of 4 on failing-1" in (out / "ranks" / "rank-3.log").read_text()
+    assert_nothing_left(status["run_id"])
+    # `labctl down` afterwards has nothing to do, and says so.
+    down = subprocess.run([sys.executable, "-m", "labctl.cli", "down", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0 and "nothing left" in down.stdout
