@@ -18,9 +18,9 @@ HERE = Path(__file__).resolve().parent
 # script, full arguments, --quick arguments (a smoke run in a couple of minutes)
 BENCHMARKS = (
     ("scale.py", [], []),
-    ("bringup.py", ["--reps", "5"], ["--reps", "2"]),
-    ("harness_overhead.py", ["--reps", "3"], ["--reps", "1", "--iters", "3", "--max-bytes", "4194304",
-                                              "--factor", "4"]),
+    ("bringup.py", ["--reps", "7"], ["--reps", "2"]),
+    ("harness_overhead.py", ["--rounds", "7", "--iters", "20", "--reps", "2"],
+     ["--rounds", "3", "--iters", "5", "--reps", "1", "--max-bytes", "4194304", "--factor", "4"]),
     ("link.py", [], ["--seconds", "1", "--max-bytes", "8388608", "--iters", "3"]),
 )
 
