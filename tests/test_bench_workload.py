@@ -26,9 +26,9 @@ def up_bench(tmp_path, nodes: int, nproc: int, options: dict) -> tuple[RunDir, s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nodes, nproc", [(2, 2), (4, 1)])
-def test_bench_sweep_tables_plots_and_no_wrong_elements(tmp_path, nodes, nproc):
-    run, stdout = up_bench(tmp_path, nodes, nproc, SMALL)
+@pytest.mark.parametrize("nodes, nproc, dtype", [(2, 2, "float32"), (4, 1, "bfloat16")])
+def test_bench_sweep_tables_plots_and_no_wrong_elements(tmp_path, nodes, nproc, dtype):
+    run, stdout = up_bench(tmp_path, nodes, nproc, {**SMALL, "dtype": dtype})
     from labctl import bench
 
     results = run.results()
@@ -37,7 +37,7 @@ def test_bench_sweep_tables_plots_and_no_wrong_elements(tmp_path, nodes, nproc):
     # every op at every size, once (rank 0 only), none with a wrong element
     assert {(r["op"], r["size_bytes"]) for r in rows} == {(op, s) for op in bench.OPS for s in sizes}
     assert len(rows) == len([r for r in results if r.get("name") in bench.OPS])
-    assert all(r["wrong"] == 0 and r["ok"] for r in rows)
+    assert all(r["wrong"] == 0 and r["ok"] and r["dtype"] == dtype for r in rows)
     assert all(r["time_us_median"] > 0 and r["busbw_GBps"] > 0 for r in rows)
     env = bench.environment(results)
     assert env["world_size"] == 4 and env["nodes"] == nodes and env["nproc_per_node"] == nproc
@@ -57,6 +57,7 @@ def test_bench_wrong_option_fails_the_lab_with_the_reason(tmp_path):
                                "workloads": [{"name": "bench", "options": {"factor": 1}}]}))
     done = labctl("up", "-f", str(lab), "--out", str(tmp_path / "run"), "-q", timeout=120)
     assert done.returncode == 1
+    assert_nothing_left(RunDir.open(tmp_path / "run").meta["run_id"])
     assert "factor: expected an integer >= 2" in (tmp_path / "run" / "nodes" / "node-0.log").read_text()
 
 
@@ -67,3 +68,58 @@ def test_barrier_workload(tmp_path):
     assert done.returncode == 0, done.stderr
     results = RunDir.open(tmp_path / "run").results()
     assert sorted(r["rank"] for r in results if r["name"] == "barrier") == [0, 1, 2, 3]
+
+
+# ---- the correctness pass itself, in a one-rank gloo group (fast) -------------------
+@pytest.fixture
+def one_rank_ctx():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from workloads import _common
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield _common.Context(rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
+                              backend="gloo", device=torch.device("cpu"), workload="bench")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                                "all_to_all"])
+def test_wrong_elements_is_zero_for_a_correct_op_and_counts_corruption(one_rank_ctx, op):
+    """nccl-tests' #wrong: elements differing from the known answer. A call that
+    corrupts 3 elements of the result must be counted as exactly 3 wrong."""
+    import torch
+
+    from workloads import bench
+
+    case = bench.Case(one_rank_ctx, op, 64, torch.float32)
+    assert case.wrong_elements() == 0
+    result = case.recv if op in ("all_gather", "reduce_scatter", "all_to_all") else case.send
+    real_call = case.call
+
+    def corrupting_call():
+        real_call()
+        result[:3] = 99
+
+    case.call = corrupting_call
+    assert case.wrong_elements() == 3
+
+
+def test_pattern_sums_stay_exact_in_small_dtypes():
+    """Known answers must be exact in the dtype, else #wrong would count rounding."""
+    torch = pytest.importorskip("torch")
+    from workloads import bench
+
+    cpu = torch.device("cpu")
+    for dtype in (torch.int8, torch.uint8, torch.float16, torch.bfloat16, torch.float32):
+        for n in (2, 8, 16, 64):
+            total = bench._sum_patterns(n, 50, dtype, cpu)
+            mod = bench.modulus_for(dtype, n)
+            exact = sum(bench.pattern(r, 50, torch.int64, cpu, modulus=mod) for r in range(n))
+            assert torch.equal(total.to(torch.int64), exact), (dtype, n)
+            # and the reduction the backend performs in that dtype gives the same
+            assert torch.equal(sum(bench.pattern(r, 50, dtype, cpu, modulus=mod) for r in range(n)).to(torch.int64),
+                               exact), (dtype, n)

@@ -25,6 +25,7 @@ Rank 0 records one result per (op, size), so nothing is counted twice.
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
@@ -43,8 +44,14 @@ DTYPES = {
     "double": torch.float64, "int32": torch.int32, "int": torch.int32, "int64": torch.int64,
     "int8": torch.int8, "uint8": torch.uint8,
 }
-# f(rank) values stay in 0..10, so a sum over up to 11 ranks is exact even in int8/float16.
+# Known data uses values 0..MODULUS-1, fewer when a sum over n ranks would leave the
+# range a dtype holds exactly (int8 127, bfloat16 256, float16 2048): answers stay exact.
 MODULUS = 11
+EXACT_MAX = {"torch.int8": 127, "torch.uint8": 255, "torch.bfloat16": 256, "torch.float16": 2048}
+
+
+def modulus_for(dtype, n: int) -> int:
+    return max(2, min(MODULUS, EXACT_MAX.get(str(dtype), 1 << 24) // n + 1))
 
 
 def unsupported(backend: str, op: str) -> str | None:
@@ -65,10 +72,10 @@ def _single(new: str, old: str):
     return getattr(dist, new, None) or getattr(dist, old)
 
 
-def pattern(rank: int, numel: int, dtype, device, offset: int = 0) -> torch.Tensor:
-    """Rank-specific known data: (i + offset + 3 * rank) % 11, exact in every dtype."""
+def pattern(rank: int, numel: int, dtype, device, offset: int = 0, modulus: int = MODULUS) -> torch.Tensor:
+    """Rank-specific known data: (i + offset + 3 * rank) % modulus, exact in every dtype."""
     idx = torch.arange(offset, offset + numel, device=device, dtype=torch.int64)
-    return ((idx + 3 * rank) % MODULUS).to(dtype)
+    return ((idx + 3 * rank) % modulus).to(dtype)
 
 
 class Case:
@@ -128,47 +135,49 @@ class Case:
         """Run once on known data; count elements that differ from the answer on this rank."""
         n, me, op, dev, dt = self.n, self.me, self.op, self.ctx.device, self.dtype
         c, b = self.count, self.block
+        mod = modulus_for(dt, n)
+        known = functools.partial(pattern, modulus=mod)         # this case's known data
         expect: torch.Tensor | None
         if op == "all_reduce":
-            self.send.copy_(pattern(me, c, dt, dev))
+            self.send.copy_(known(me, c, dt, dev))
             self.call()
             got, expect = self.send, _sum_patterns(n, c, dt, dev)
         elif op == "all_gather":
-            self.send.copy_(pattern(me, b, dt, dev))
-            self.recv.fill_(MODULUS + 1)
+            self.send.copy_(known(me, b, dt, dev))
+            self.recv.fill_(mod)
             self.call()
-            got, expect = self.recv, torch.cat([pattern(q, b, dt, dev) for q in range(n)])
+            got, expect = self.recv, torch.cat([known(q, b, dt, dev) for q in range(n)])
         elif op == "reduce_scatter":
-            self.send.copy_(pattern(me, c, dt, dev))
-            self.recv.fill_(MODULUS + 1)
+            self.send.copy_(known(me, c, dt, dev))
+            self.recv.fill_(mod)
             self.call()
             got, expect = self.recv, _sum_patterns(n, b, dt, dev, offset=me * b)
         elif op == "broadcast":
-            self.send.copy_(pattern(0, c, dt, dev) if me == 0 else torch.full_like(self.send, MODULUS + 1))
+            self.send.copy_(known(0, c, dt, dev) if me == 0 else torch.full_like(self.send, mod))
             self.call()
-            got, expect = self.send, pattern(0, c, dt, dev)
+            got, expect = self.send, known(0, c, dt, dev)
         elif op == "reduce":
-            self.send.copy_(pattern(me, c, dt, dev))
+            self.send.copy_(known(me, c, dt, dev))
             self.call()
             got, expect = self.send, (_sum_patterns(n, c, dt, dev) if me == 0 else None)
         elif op == "all_to_all":
-            self.send.copy_(pattern(me, c, dt, dev))
-            self.recv.fill_(MODULUS + 1)
+            self.send.copy_(known(me, c, dt, dev))
+            self.recv.fill_(mod)
             self.call()
             # rank q's block `me` lands in our block q
             got = self.recv
-            expect = torch.cat([pattern(q, b, dt, dev, offset=me * b) for q in range(n)])
+            expect = torch.cat([known(q, b, dt, dev, offset=me * b) for q in range(n)])
         elif op == "pingpong":
-            self.send.copy_(pattern(me, c, dt, dev))
-            self.recv.fill_(MODULUS + 1)
+            self.send.copy_(known(me, c, dt, dev))
+            self.recv.fill_(mod)
             self.call()
             got = self.recv
-            expect = {0: pattern(self.peer, c, dt, dev), self.peer: pattern(0, c, dt, dev)}.get(me)
+            expect = {0: known(self.peer, c, dt, dev), self.peer: known(0, c, dt, dev)}.get(me)
         else:  # ring
-            self.send.copy_(pattern(me, c, dt, dev))
-            self.recv.fill_(MODULUS + 1)
+            self.send.copy_(known(me, c, dt, dev))
+            self.recv.fill_(mod)
             self.call()
-            got, expect = self.recv, pattern((me - 1) % n, c, dt, dev)
+            got, expect = self.recv, known((me - 1) % n, c, dt, dev)
         if expect is None:
             return 0
         return int((got != expect).sum())
@@ -177,7 +186,7 @@ class Case:
 def _sum_patterns(n: int, numel: int, dtype, device, offset: int = 0) -> torch.Tensor:
     acc = torch.zeros(numel, dtype=torch.int64, device=device)
     for q in range(n):
-        acc += pattern(q, numel, torch.int64, device, offset)
+        acc += pattern(q, numel, torch.int64, device, offset, modulus_for(dtype, n))
     return acc.to(dtype)
 
 
