@@ -6,7 +6,6 @@ failed). Heavy imports (torch, kubernetes) never happen at import time.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from pathlib import Path

@@ -6,7 +6,9 @@ that a typo costs one clear line and exit code 2 instead of a half-started lab.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import importlib.util
 import pkgutil
 import re
@@ -99,6 +101,76 @@ def known_workloads() -> list[str]:
         return list(DEFAULT_WORKLOADS)
     return sorted(m.name for m in pkgutil.iter_modules(found.submodule_search_locations)
                   if not m.name.startswith("_"))
+
+
+@functools.lru_cache(maxsize=None)
+def workload_parameters(name: str) -> dict[str, Any]:
+    """A workload's options and their defaults, read from its `run` signature.
+
+    Parsed from the source, not imported: importing a workload imports torch,
+    and validation must stay instant. Defaults that are not constants map to None.
+    """
+    found = importlib.util.find_spec(f"workloads.{name}")
+    if found is None or not found.origin or not found.origin.endswith(".py"):
+        return {}
+    tree = ast.parse(Path(found.origin).read_text())
+    run = next((node for node in tree.body
+                if isinstance(node, ast.FunctionDef) and node.name == "run"), None)
+    if run is None:
+        return {}
+    args = run.args.args[1:] + run.args.kwonlyargs          # skip ctx
+    defaults = [None] * (len(run.args.args) - 1 - len(run.args.defaults)) + list(run.args.defaults)
+    defaults += list(run.args.kw_defaults)
+    params = {}
+    for arg, default in zip(args, defaults):
+        try:
+            params[arg.arg] = eval(compile(ast.Expression(default), "<default>", "eval"),
+                                   {"__builtins__": {}}) if default is not None else None
+        except Exception:
+            params[arg.arg] = None
+    return params
+
+
+def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> None:
+    """Unknown option names and wrong types fail at load, not inside a running lab."""
+    params = workload_parameters(name)
+    where = f"workloads.{name}.options"
+    for key, value in options.items():
+        if key not in params:
+            raise bad(where, key, f"one of {name}'s options: {', '.join(params)}" if params
+                      else f"no options ({name} takes none)")
+        default = params[key]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        if not ok:
+            kind = {bool: "true or false", int: "an integer", float: "a number",
+                    str: "a string"}[type(default)]
+            raise bad(f"{where}.{key}", value, f"{kind} (default: {default!r})")
+    if name == "bench":
+        _check_bench(params, options, bad, source)
+
+
+def _check_bench(params: Mapping[str, Any], options: Mapping[str, Any], bad, source: str) -> None:
+    from workloads import _benchmath          # torch-free
+
+    ops = options.get("ops")
+    for op in ([ops] if isinstance(ops, str) else ops or []):
+        if op not in _benchmath.OPS:
+            raise bad("workloads.bench.options.ops", op, "operations from: " + ", ".join(_benchmath.OPS))
+    merged = {**params, **options}
+    try:
+        _benchmath.validate_sweep(merged["min_bytes"], merged["max_bytes"], merged["factor"],
+                                  merged["iters"], merged["warmup_iters"])
+    except ValueError as exc:
+        raise SpecError(f"{source}: workloads.bench.options: {exc}") from None
 
 
 _FIELDS = {f.name for f in dataclasses.fields(LabSpec)}
@@ -201,7 +273,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         kw["script_args"] = tuple(str(a) for a in args)
 
     if "workloads" in data:
-        kw["workloads"] = _workloads(data["workloads"], bad)
+        kw["workloads"] = _workloads(data["workloads"], bad, source)
     if kw.get("script"):
         if kw.get("workloads"):
             raise bad("script", kw["script"], "either workloads or a script, not both")
@@ -258,7 +330,7 @@ def _int(value: Any, key: str, lo: int, hi: int, bad, expected: str | None = Non
     return value
 
 
-def _workloads(raw: Any, bad) -> tuple[WorkloadSpec, ...]:
+def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
     known = known_workloads()
     expected = ("a list of workload names or {name: ..., options: {...}} entries "
                 "(example: workloads: [env, p2p])")
@@ -285,6 +357,7 @@ def _workloads(raw: Any, bad) -> tuple[WorkloadSpec, ...]:
             raise bad("workloads", name, "one of the known workloads: " + ", ".join(known))
         if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
             raise bad(f"workloads.{name}.options", options, "a mapping of option names to values")
+        _check_options(name, options, bad, source)
         out.append(WorkloadSpec(name, dict(options)))
     return tuple(out)
 

@@ -1,7 +1,6 @@
 """Shared fixtures: run labs for real, and prove nothing of a run is left running."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

@@ -1,9 +1,7 @@
 """The local backend with real torchrun agents and workers on this machine."""
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest

@@ -50,15 +50,15 @@ def test_bench_sweep_tables_plots_and_no_wrong_elements(tmp_path, nodes, nproc, 
         assert (run.path / name).read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.slow
-def test_bench_wrong_option_fails_the_lab_with_the_reason(tmp_path):
+def test_bench_wrong_option_is_refused_before_anything_starts(tmp_path):
     lab = tmp_path / "lab.yaml"
     lab.write_text(json.dumps({"nodes": 1, "nproc_per_node": 2, "timeout": 60,
                                "workloads": [{"name": "bench", "options": {"factor": 1}}]}))
     done = labctl("up", "-f", str(lab), "--out", str(tmp_path / "run"), "-q", timeout=120)
-    assert done.returncode == 1
-    assert_nothing_left(RunDir.open(tmp_path / "run").meta["run_id"])
-    assert "factor: expected an integer >= 2" in (tmp_path / "run" / "nodes" / "node-0.log").read_text()
+    assert done.returncode == 2
+    assert "factor: expected an integer >= 2" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

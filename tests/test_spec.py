@@ -22,7 +22,7 @@ def test_file_then_flags_override(tmp_path):
 
 
 def test_round_trip_through_yaml(tmp_path):
-    s = spec.from_dict({"name": "x", "workloads": ["env", {"name": "p2p", "options": {"k": 1}}],
+    s = spec.from_dict({"name": "x", "workloads": ["env", {"name": "ddp", "options": {"steps": 1}}],
                         "resources": {"cpu": "2"}})
     f = tmp_path / "spec.yaml"
     f.write_text(spec.dump(s))
@@ -30,9 +30,9 @@ def test_round_trip_through_yaml(tmp_path):
 
 
 def test_workload_forms():
-    s = spec.from_dict({"workloads": ["env", {"p2p": {"a": 1}}, {"name": "ddp", "options": {"steps": 3}}]})
+    s = spec.from_dict({"workloads": ["env", {"bench": {"iters": 2}}, {"name": "ddp", "options": {"steps": 3}}]})
     assert [(w.name, dict(w.options)) for w in s.workloads] == \
-        [("env", {}), ("p2p", {"a": 1}), ("ddp", {"steps": 3})]
+        [("env", {}), ("bench", {"iters": 2}), ("ddp", {"steps": 3})]
     assert [w.name for w in spec.from_dict({"workloads": "env, p2p"}).workloads] == ["env", "p2p"]
 
 
@@ -76,6 +76,11 @@ def test_known_workloads_found_without_importing_torch():
     ({"script": "train.sh"}, "script", "Python file"),
     ({"colour": "red"}, "colour", "known fields"),
     ({"workloads": []}, "workloads", "at least one"),
+    ({"workloads": [{"ddp": {"stepz": 3}}]}, "workloads.ddp.options", "steps, batch_per_rank"),
+    ({"workloads": [{"ddp": {"steps": "3"}}]}, "workloads.ddp.options.steps", "an integer"),
+    ({"workloads": [{"env": {"x": 1}}]}, "workloads.env.options", "takes none"),
+    ({"workloads": [{"bench": {"ops": ["allreduce"]}}]}, "options.ops", "all_reduce"),
+    ({"workloads": [{"bench": {"min_bytes": 100, "max_bytes": 10}}]}, "bench", "smaller than"),
 ])
 def test_bad_fields_name_field_value_and_expectation(data, field, hint):
     with pytest.raises(SpecError) as err:
@@ -97,6 +102,14 @@ def test_missing_and_malformed_files(tmp_path):
     scalar.write_text("just a string\n")
     with pytest.raises(SpecError, match="expected a mapping"):
         spec.load(scalar)
+
+
+def test_workload_options_are_read_from_the_run_signature_without_torch():
+    params = spec.workload_parameters("ddp")
+    assert params["steps"] == 20 and isinstance(params["lr"], float)
+    assert spec.workload_parameters("bench")["max_bytes"] == 1 << 20
+    assert spec.from_dict({"workloads": [{"ddp": {"lr": 1, "steps": 2}}]}).workloads[0].options == \
+        {"lr": 1, "steps": 2}
 
 
 def test_resolved_image_follows_dist_backend():

@@ -22,6 +22,7 @@ from ..spec import LabSpec
 
 FAILURE_GRACE_S = 8.0      # after the first failure, let the others notice and exit by themselves
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
+POLL_S = 0.05              # how often node processes are checked: the end of a run is noticed this late
 
 
 def free_port() -> int:
@@ -141,7 +142,7 @@ def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
             if line != last_line:
                 progress(f"[{time.monotonic() - t0:6.1f}s] {line}")
                 last_line = line
-            time.sleep(0.2)
+            time.sleep(POLL_S)
     except KeyboardInterrupt:
         state, message = "interrupted", "interrupted (Ctrl-C)"
         progress("interrupted: stopping the lab")

@@ -7,8 +7,36 @@ from __future__ import annotations
 
 import importlib
 import json
+from typing import Any
+
+import yaml
 
 from ..plan import LaunchPlan
+
+# libyaml's emitter when PyYAML has it: a 1,024-node compose file renders
+# several times faster than with the pure-Python one, byte for byte the same.
+_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):
+    """Multi-line strings (shell scripts, a user's script) as literal blocks;
+    no &anchors, so every object reads on its own."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_yaml(obj: Any) -> str:
+    """The one YAML style of every renderer: keys in the order given, block style."""
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
 
 
 def files(target: str, plan: LaunchPlan) -> dict[str, str]:

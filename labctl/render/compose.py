@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
 
 from ..plan import LaunchPlan, node_command
+from . import dump_yaml
 
 RUN_LABEL = "labctl.dev/run-id"
 NETWORK = "lab"
@@ -100,25 +100,11 @@ def render(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: Any) -> bool:       # no &anchors for repeated labels
-        return True
-
-
-def _str(dumper: yaml.SafeDumper, value: str):
-    style = "|" if "\n" in value else None             # the direct-mode script stays readable
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def text(plan: LaunchPlan) -> str:
     header = (f"# Rendered by labctl: lab {plan.spec.name!r}, run id {plan.run_id}, "
               f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node}.\n"
               "# Run: docker compose -f compose.yaml up; clean up: docker compose -f compose.yaml down -v\n")
-    return header + yaml.dump(render(plan), Dumper=_Dumper, sort_keys=False,
-                              default_flow_style=False, width=1000)
+    return header + dump_yaml(render(plan))
 
 
 def files(plan: LaunchPlan) -> dict[str, str]:

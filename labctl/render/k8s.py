@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 
 from ..errors import LabError
 from ..plan import SCRIPT_MOUNT, LaunchPlan, node_command, node_hostname
+from . import dump_yaml
 from ..spec import LabSpec
 
 RUN_LABEL = "labctl.dev/run-id"
@@ -344,24 +344,8 @@ def _job(plan: LaunchPlan) -> dict[str, Any]:
 
 
 # ---- text ------------------------------------------------------------------
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the pod's shell script, a user script) as literal blocks;
-    no &anchors, so every object reads on its own."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _str(dumper: yaml.SafeDumper, value: str):
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def _dump(obj: Any) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
+    return dump_yaml(obj)
 
 
 def _header(plan: LaunchPlan) -> str:
