@@ -90,3 +90,23 @@ def test_failing_rank_is_named_logs_kept_and_nothing_left(tmp_path):
     down = subprocess.run([sys.executable, "-m", "labctl.cli", "down", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and "nothing left" in down.stdout
+
+
+def test_bench_measures_between_containers(tmp_path):
+    """The bench workload on compose: busbw rows, a link measured across the
+    lab network (not loopback), plots in the run folder."""
+    (tmp_path / "lab.yaml").write_text(json.dumps({
+        "nodes": 2, "nproc_per_node": 1,
+        "workloads": [{"name": "bench", "options": {
+            "ops": ["all_reduce", "pingpong"], "min_bytes": 1024, "max_bytes": 65536,
+            "factor": 8, "iters": 3, "warmup_iters": 1, "link_bytes": 8 << 20}}]}))
+    done, status, out = labctl_up(tmp_path, "-f", "lab.yaml")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = [r for r in results if r.get("name") == "all_reduce" and "busbw_GBps" in r]
+    assert [r["size_bytes"] for r in rows] == [1024, 8192, 65536]
+    assert all(r["wrong"] == 0 and r["busbw_GBps"] > 0 for r in rows)
+    links = [r for r in results if r.get("name") == "link"]
+    assert links and not any(str(r.get("address", "")).startswith("127.") for r in links)
+    assert (out / "bench_busbw.png").is_file() and (out / "bench_latency.png").is_file()
+    assert_nothing_left(status["run_id"])
