@@ -127,6 +127,7 @@ def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
                 if c is not None:
                     p.note_exit(c)
             if all(c is not None for c in codes):
+                progress(f"[{time.monotonic() - t0:6.1f}s] {_progress_line(plan, started, codes)}")
                 break
             if any(c not in (None, 0) for c in codes) and first_failure is None:
                 first_failure = time.monotonic()
