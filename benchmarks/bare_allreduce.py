@@ -15,27 +15,33 @@ import time
 import torch
 import torch.distributed as dist
 
-parser = argparse.ArgumentParser()
-parser.add_argument("sizes", type=int, nargs="+", help="bytes (float32)")
-parser.add_argument("--iters", type=int, default=10)
-parser.add_argument("--warmup", type=int, default=3)
-args = parser.parse_args()
 
-dist.init_process_group("gloo")
-medians = {}
-for size in args.sizes:
+
+def bare_median(size: int, iters: int, warmup: int) -> float:
+    """Median over iterations of the slowest rank's time for one all_reduce of `size` bytes."""
     t = torch.zeros(size // 4, dtype=torch.float32)
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         dist.all_reduce(t)
     times = []
-    for _ in range(args.iters):
+    for _ in range(iters):
         dist.barrier()
         started = time.perf_counter()
         dist.all_reduce(t)
         times.append(time.perf_counter() - started)
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    medians[str(size)] = statistics.median(slowest.tolist())
-if dist.get_rank() == 0:
-    print("BARE " + json.dumps(medians), flush=True)
-dist.destroy_process_group()
+    return statistics.median(slowest.tolist())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sizes", type=int, nargs="+", help="bytes (float32)")
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    medians = {str(size): bare_median(size, args.iters, args.warmup) for size in args.sizes}
+    if dist.get_rank() == 0:
+        print("BARE " + json.dumps(medians), flush=True)
+    dist.destroy_process_group()

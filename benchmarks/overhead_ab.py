@@ -9,11 +9,10 @@ the machine's load falls on both. Rank 0 prints one line:
 import argparse
 import json
 import statistics
-import time
 
 import torch
-import torch.distributed as dist
 
+from bare_allreduce import bare_median      # the very loop the separate-launch comparison runs
 from workloads import _common, bench
 
 parser = argparse.ArgumentParser()
@@ -35,18 +34,7 @@ def lab_side(size: int) -> float:
 
 
 def bare_side(size: int) -> float:
-    t = torch.zeros(size // 4, dtype=torch.float32)
-    for _ in range(args.warmup):
-        dist.all_reduce(t)
-    times = []
-    for _ in range(args.iters):
-        dist.barrier()
-        started = time.perf_counter()
-        dist.all_reduce(t)
-        times.append(time.perf_counter() - started)
-    slowest = torch.tensor(times, dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return statistics.median(slowest.tolist())
+    return bare_median(size, args.iters, args.warmup)
 
 
 found = {str(s): {"lab": [], "bare": []} for s in args.sizes}
