@@ -36,6 +36,9 @@ def friendly(fn):
             fail(str(exc), exc.exit_code)
         except FileNotFoundError as exc:
             fail(str(exc).strip("'\""), 1)
+        except OSError as exc:          # permissions, a full disk, a read-only folder ...
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}{exc.strerror or exc}", 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
     return wrapper

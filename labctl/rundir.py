@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from . import logs
+from .errors import LabError
 from .plan import LaunchPlan
 from .spec import LabSpec, dump, from_dict
 
@@ -76,7 +77,11 @@ class RunDir:
         if not (path / "status.json").is_file():
             raise FileNotFoundError(f"{path}: not a run folder (no status.json); "
                                     "runs live under runs/<lab>-<stamp>/")
-        return cls(path, json.loads((path / "status.json").read_text()))
+        try:
+            return cls(path, json.loads((path / "status.json").read_text()))
+        except ValueError as exc:
+            raise LabError(f"{path}/status.json: unreadable ({exc}); "
+                           "the run folder is damaged") from None
 
     # ---- reading --------------------------------------------------------
     @property

@@ -62,6 +62,15 @@ def test_render_plan_shows_every_nodes_command(tmp_path):
 def test_logs_and_report_of_something_that_is_not_a_run(tmp_path):
     for cmd in (["logs", str(tmp_path)], ["report", str(tmp_path)], ["down", str(tmp_path)]):
         assert "not a run folder" in one_line_error(labctl(*cmd), 1)
+    (tmp_path / "status.json").write_text("{")
+    assert "damaged" in one_line_error(labctl("report", str(tmp_path)), 1)
+
+
+def test_an_unwritable_run_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = one_line_error(labctl("up", "-q", "--out", str(blocker / "run"), cwd=tmp_path), 1)
+    assert str(blocker) in line
 
 
 @pytest.mark.slow
