@@ -220,17 +220,11 @@ def logs(run, node, rank) -> None:
 @friendly
 def report(run, fmt) -> None:
     """Print a run's report (tables; bench runs also write PNG plots)."""
-    from . import report as reportmod
+    from . import lab, report as reportmod
 
     r = _open_run(run)
     click.echo(reportmod.render(r, fmt), nl=False)
-    if any(x.get("workload") == "bench" for x in r.results()):
-        from . import bench
-        try:
-            for path in bench.write_plots(r):
-                click.echo(f"plot: {path}", err=True)
-        except LabError as exc:
-            click.echo(f"note: {exc}", err=True)
+    lab.write_bench_plots(r, lambda line: click.echo(line, err=True))
 
 
 @main.command()

@@ -49,14 +49,16 @@ def up(spec: LabSpec, out: str | None = None, progress: Callable[[str], None] = 
         signal.signal(signal.SIGTERM, previous)
     run.meta["seconds"] = round(time.monotonic() - t0, 3)
     run.finalize(outcomes, state, message)
-    if any(r.get("workload") == "bench" for r in run.results()):
-        _bench_plots(run, progress)
+    write_bench_plots(run, progress)
     (run.path / "report.md").write_text(report.markdown(run))
     return run
 
 
-def _bench_plots(run: RunDir, progress: Callable[[str], None]) -> None:
-    """PNG plots next to the report; a missing matplotlib is a note, not a failed lab."""
+def write_bench_plots(run: RunDir, progress: Callable[[str], None]) -> None:
+    """PNG plots next to the report when the run has bench results; a missing
+    matplotlib is a note, not a failed lab."""
+    if not any(r.get("workload") == "bench" for r in run.results()):
+        return
     from . import bench
 
     try:
