@@ -1,7 +1,7 @@
 """The workloads, run for real: torchrun subprocesses on gloo over loopback.
 
-Each lab is started the way labctl's local backend starts it (c10d rendezvous,
-one torchrun agent per node, rank-prefixed tee'd output), and its result lines
+Each lab is started from labctl's launch plan, as the local backend starts it
+(c10d rendezvous, one torchrun agent per node, rank-prefixed tee'd output), and its result lines
 are parsed and checked: exit status 0, every expected check on every rank, no
 check with ok=false. One more lab is made to fail on purpose, and a few small
 in-process tests show that a wrong value is recorded as a failure.
@@ -9,12 +9,9 @@ in-process tests show that a wrong value is recorded as a failure.
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from contextlib import redirect_stdout
@@ -22,18 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from labctl import logs
+from labctl import logs, plan
+from labctl.backends.local import free_port
+from labctl.spec import from_dict
 from workloads import _common, collectives
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = ("env", "p2p", "collectives", "ddp")
 TIMEOUT_S = 180
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def parse_results(text: str) -> list[dict]:
@@ -45,25 +38,22 @@ def parse_results(text: str) -> list[dict]:
 
 
 def run_lab(tmp_path: Path, nnodes: int, nproc: int, workloads=ALL, options: dict | None = None):
-    """Start `nnodes` torchrun agents on this machine; return (exit codes, results, output)."""
-    port = free_port()
-    argv_tail = ["-m", "workloads", "--workloads", ",".join(workloads)]
-    if options:
-        argv_tail += ["--options", json.dumps(options)]
-    procs, logs = [], []
-    for node in range(nnodes):
-        env = {**os.environ, "LAB_DIST_BACKEND": "gloo", "GLOO_SOCKET_IFNAME": "lo",
-               "LAB_LAUNCHER": "torchrun", "NODE_RANK": str(node), "PYTHONUNBUFFERED": "1",
-               "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
-        argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
-                f"--nproc-per-node={nproc}", f"--node-rank={node}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=test-{port}",
-                f"--rdzv-conf=is_host={1 if node == 0 else 0}", "--max-restarts=0", "--tee=3",
-                *argv_tail]
-        log = open(tmp_path / f"node{node}.log", "wb")       # a file, not a pipe: no pipe can fill up
-        logs.append(log)
-        procs.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
+    """Start the launch plan's torchrun agents on this machine; return (exit codes, results, output).
+
+    The argv and env come from labctl's plan (the same the local backend runs);
+    only the process handling is this test's own, so a workload is tested
+    without the backend in between.
+    """
+    entries = [{"name": w, "options": (options or {}).get(w, {})} for w in workloads]
+    spec = from_dict({"nodes": nnodes, "nproc_per_node": nproc, "workloads": entries})
+    the_plan = plan.plan(spec, plan.local_placement(spec, free_port()), f"test-{tmp_path.name}")
+    procs, node_logs = [], []
+    for node in the_plan.nodes:
+        (proc,) = node.processes
+        log = open(tmp_path / f"node{node.index}.log", "wb")   # a file, not a pipe: no pipe can fill up
+        node_logs.append(log)
+        procs.append(subprocess.Popen(list(proc.argv), cwd=REPO, env={**os.environ, **proc.env},
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     deadline = time.monotonic() + TIMEOUT_S
     codes = []
     try:
@@ -76,7 +66,7 @@ def run_lab(tmp_path: Path, nnodes: int, nproc: int, workloads=ALL, options: dic
                 p.wait()
         raise
     finally:
-        for log in logs:
+        for log in node_logs:
             log.close()
     output = "".join((tmp_path / f"node{node}.log").read_text(errors="replace") for node in range(nnodes))
     return codes, parse_results(output), output
@@ -171,26 +161,17 @@ def test_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_three_processes_odd_world_size(tmp_path):
-    codes, results, output = run_lab(tmp_path, nnodes=1, nproc=3)
-    assert_lab_passed(codes, results, output, world_size=3)
-    assert_env(results, world_size=3, nodes=1, nproc=3)
-    assert_p2p(results, world_size=3)
-    assert_collectives(results, world_size=3)
-    assert_ddp(results, world_size=3)
+@pytest.mark.parametrize("nnodes, nproc", [(1, 3), (2, 2)], ids=["odd-world-3", "2-nodes-x-2"])
+def test_multi_rank_labs_pass(tmp_path, nnodes, nproc):
+    """An odd world size on one node, and the default lab shape: 2 agents x 2 workers."""
+    world = nnodes * nproc
+    codes, results, output = run_lab(tmp_path, nnodes=nnodes, nproc=nproc)
+    assert_lab_passed(codes, results, output, world_size=world)
+    assert_env(results, world_size=world, nodes=nnodes, nproc=nproc)
+    assert_p2p(results, world_size=world)
+    assert_collectives(results, world_size=world)
+    assert_ddp(results, world_size=world)
 
-
-@pytest.mark.slow
-def test_two_nodes_of_two_processes(tmp_path):
-    """The default lab shape: 2 torchrun agents (nodes) x 2 workers, world size 4."""
-    codes, results, output = run_lab(tmp_path, nnodes=2, nproc=2)
-    assert_lab_passed(codes, results, output, world_size=4)
-    assert_env(results, world_size=4, nodes=2, nproc=2)
-    assert_p2p(results, world_size=4)
-    assert_collectives(results, world_size=4)
-    assert_ddp(results, world_size=4)
-    # Results name the check and the expected answer for this world size, e.g. PRODUCT = 4! = 24.
-    assert collectives.expected_reduction("PRODUCT", 4) == 24
 
 
 @pytest.mark.slow
