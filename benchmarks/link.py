@@ -12,20 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import threading
 
 from _harness import labctl, scratch, table, write_lab
 
+from labctl.backends.local import free_port
 from labctl.bench import link_GBps, rows
 from labctl.rundir import RunDir
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def iperf3_GBps(seconds: float) -> float | None:
@@ -79,7 +73,7 @@ def main() -> int:
         shutil.rmtree(folder, ignore_errors=True)
     own = link_GBps(results)
     reference, source = (iperf, "iperf3 -c 127.0.0.1") if iperf else (own, "bench workload link test")
-    print(f"## Link: lab busbw vs loopback TCP (2x1 gloo, local backend)\n")
+    print("## Link: lab busbw vs loopback TCP (2x1 gloo, local backend)\n")
     print(table(["link measurement", "GB/s"], [
         ["iperf3 over 127.0.0.1" + ("" if iperf else " (not installed)"), f"{iperf:.3f}" if iperf else "-"],
         ["bench workload `link` (rank 0 -> node 1, same address as gloo)", f"{own:.3f}" if own else "-"],
