@@ -38,17 +38,17 @@ def up(spec: LabSpec, out: str | None = None, progress: Callable[[str], None] = 
     backend = backends.load(spec.backend)
     t0 = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    error: LabError | None = None
     try:
         outcomes, state, message = backend.run(the_plan, run, t0 + spec.timeout, progress, **options)
-    except LabError as exc:
-        outcomes, state, message = [], "error", str(exc)
-        run.meta["seconds"] = round(time.monotonic() - t0, 3)
-        run.finalize(outcomes, state, message)
-        raise
+    except LabError as exc:         # the backend could not run the lab: still a complete folder
+        error, (outcomes, state, message) = exc, ([], "error", str(exc))
     finally:
         signal.signal(signal.SIGTERM, previous)
     run.meta["seconds"] = round(time.monotonic() - t0, 3)
     run.finalize(outcomes, state, message)
+    if error is not None:
+        raise error
     write_bench_plots(run, progress)
     (run.path / "report.md").write_text(report.markdown(run))
     return run
