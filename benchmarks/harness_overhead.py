@@ -25,7 +25,7 @@ import shutil
 
 from _harness import labctl, median, render_plan, run_by_hand, scratch, table, write_lab
 
-from labctl.bench import busbw_GBps, sizes
+from workloads._report.bench import busbw_GBps, sizes
 from labctl.rundir import RunDir
 
 TARGET = 0.95

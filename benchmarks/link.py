@@ -18,7 +18,7 @@ import threading
 from _harness import labctl, scratch, table, write_lab
 
 from labctl.backends.local import free_port
-from labctl.bench import link_GBps, rows
+from workloads._report.bench import link_GBps, rows
 from labctl.rundir import RunDir
 
 

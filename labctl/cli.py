@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from . import backends as backend_registry
 from . import spec as specmod
 from .errors import LabError
 
@@ -64,6 +65,7 @@ def lab_options(fn):
         click.option("--image", help="Container image (compose, k8s)."),
         click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
         click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
+        click.option("--workdir", help="Local nodes' working directory: node (work/node-<i>/ in the run folder) | invoking."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -124,7 +126,26 @@ def validate(spec_file, script_args, **flags) -> None:
                f"backend {spec.backend}, runs {what}")
 
 
-RENDER_TARGETS = ("plan", "compose", "k8s")
+RENDER_TARGETS = backend_registry.render_targets()
+
+
+def backend_options(fn):
+    """Flags that belong to one backend (k8s: --context, --namespace), from the registry."""
+    for option, (help_text, names) in reversed(list(backend_registry.all_options().items())):
+        fn = click.option(f"--{option.replace('_', '-')}", option,
+                          help=f"{help_text} ({', '.join(names)} backend).")(fn)
+    return fn
+
+
+def _options_for(backend: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The backend flags given on the command line; one that does not apply is exit 2."""
+    given = {k: v for k, v in given.items() if v is not None}
+    wrong = [k for k in given if k not in backend_registry.backend_class(backend).options]
+    if wrong:
+        owners = backend_registry.all_options()[wrong[0]][1]
+        fail(f"--{wrong[0].replace('_', '-')} applies to the {', '.join(owners)} backend, "
+             f"not {backend}", EXIT_SPEC)
+    return given
 
 
 @main.command()
@@ -155,37 +176,48 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
 
 @main.command()
 @lab_options
-@click.option("--context", help="Kubernetes context (k8s backend).")
-@click.option("--namespace", help="Kubernetes namespace (k8s backend).")
+@backend_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the report.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @friendly
-def up(spec_file, script_args, context, namespace, quiet, **flags) -> None:
+def up(spec_file, script_args, quiet, **flags) -> None:
     """Run the lab, collect every rank's logs and results, print the report.
 
-    Exit 0 only when every rank exited 0 and every check passed.
+    Exit 0 only when every rank exited 0 and every check passed; 1 when the
+    lab failed or timed out; 2 when it was refused before starting; 130/143/129
+    when Ctrl-C, SIGTERM or SIGHUP stopped it.
     """
     from . import lab, report
+    from .outcome import INTERRUPT_EXIT
 
+    backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
     spec = load_spec(spec_file, script_args, **flags)
-    options = {k: v for k, v in (("context", context), ("namespace", namespace)) if v}
-    if options and spec.backend != "k8s":
-        fail(f"--context/--namespace apply to the k8s backend, not {spec.backend}", EXIT_SPEC)
+    options = _options_for(spec.backend, backend_flags)
     progress = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     run = lab.up(spec, progress=progress, **options)
-    click.echo(report.markdown(run))
+    try:
+        click.echo(report.markdown(run))
+    except OSError:
+        pass                          # the terminal is gone (SIGHUP); the report is in the folder
     if run.meta["state"] != "passed":
         first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
-        who = f": {report.describe_failure(first)}" if first else ""
+        who = f": {report.describe_failure(first)}" if first else (
+            f": {run.meta['message']}" if run.meta.get("message") else "")
         if failed:
             who += f"; failed rank(s): {', '.join(map(str, failed))}"
-        fail(f"lab {run.meta['state']}{who}; logs in {run.path}", 1)
+        fail(f"lab {run.meta['state']}{who}; logs in {run.path}",
+             INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
 
 
 def _open_run(run: str):
     from .rundir import RunDir
 
-    return RunDir.open(run)
+    r = RunDir.open(run)
+    if r.controller_gone():
+        click.echo(f"note: run {r.meta.get('run_id')} is marked running but its labctl "
+                   f"(pid {r.meta['controller']['pid']}) is gone: abandoned; "
+                   f"`labctl down {r.path}` saves what is left and cleans up", err=True)
+    return r
 
 
 @main.command()
@@ -224,18 +256,29 @@ def report(run, fmt) -> None:
 
     r = _open_run(run)
     click.echo(reportmod.render(r, fmt), nl=False)
-    lab.write_bench_plots(r, lambda line: click.echo(line, err=True))
+    for path in reportmod.write_files(r, lambda line: click.echo(line, err=True)):
+        click.echo(f"plot: {path}", err=True)
 
 
 @main.command()
 @click.argument("run", type=click.Path())
+@click.option("--discard-logs", is_flag=True,
+              help="Delete without saving the logs of nodes that are still there.")
+@backend_options
 @friendly
-def down(run) -> None:
-    """Delete everything a run created (containers, networks, Kubernetes objects)."""
-    from . import backends
+def down(run, discard_logs, **options) -> None:
+    """Stop and delete what a run left (processes, containers, Kubernetes objects).
+
+    Logs that were never saved (labctl was killed, or kubectl/compose started
+    the lab) are saved into the run folder first, with status and report;
+    if saving fails, nothing is deleted.
+    """
+    from . import lab
 
     r = _open_run(run)
-    click.echo(backends.load(r.meta["backend"]).down(r))
+    options = _options_for(r.meta["backend"], options)
+    click.echo(lab.down(r, discard_logs=discard_logs,
+                        progress=lambda line: click.echo(line, err=True), **options))
 
 
 @main.command()
@@ -244,10 +287,10 @@ def down(run) -> None:
 @click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")
 @friendly
 def compare(run_a, run_b, fmt) -> None:
-    """Compare two bench runs: B/A ratio per operation and size."""
-    from . import bench
+    """Compare the measurements of two runs (bench: B/A ratio per operation and size)."""
+    from . import report
 
-    click.echo(bench.compare(_open_run(run_a), _open_run(run_b), fmt), nl=False)
+    click.echo(report.compare(_open_run(run_a), _open_run(run_b), fmt), nl=False)
 
 
 if __name__ == "__main__":

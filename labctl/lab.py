@@ -1,72 +1,113 @@
-"""The library behind `labctl up`: spec → plan → backend → run folder → report."""
+"""The library behind the CLI: spec → plan → driver + backend → run folder → report."""
 from __future__ import annotations
 
-import signal
 import time
 from typing import Any, Callable
 
-from . import backends, report
+from . import backends, driver, report
+from .backends.base import Backend
 from .errors import LabError
+from .outcome import NodeState, RunState
 from .plan import LaunchPlan, new_run_id, plan
 from .rundir import RunDir
 from .spec import LabSpec
 
+Progress = Callable[[str], None]
 
-def make_plan(spec: LabSpec, run_id: str | None = None, **options: Any) -> LaunchPlan:
-    backend = backends.load(spec.backend)
+
+def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None = None,
+              **options: Any) -> LaunchPlan:
+    backend = backend or backends.create(spec.backend, **options)
     try:
-        placement = backend.placement(spec, **options)
+        placement = backend.placement(spec)
     except FileNotFoundError as exc:
         raise LabError(str(exc)) from None
     return plan(spec, placement, run_id or new_run_id(spec))
 
 
-def up(spec: LabSpec, out: str | None = None, progress: Callable[[str], None] = print,
+def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
        runs_root: str = "runs", **options: Any) -> RunDir:
     """Run the lab to its end and return the finalized run folder.
 
     The folder is written whatever happens: a failing rank, the deadline,
-    Ctrl-C (or SIGTERM) all end with logs collected and everything stopped.
+    a signal, an error inside the backend — all end with logs collected,
+    everything stopped and a finished status.json. Preflight refusals
+    (exit 2) happen before the folder exists.
     """
-    the_plan = make_plan(spec, **options)
+    backend = backends.create(spec.backend, progress=progress, **options)
+    the_plan = make_plan(spec, backend=backend)
+    backend.preflight(the_plan)
     try:
         run = RunDir.create(the_plan, out or spec.out, root=runs_root)
     except FileExistsError as exc:
         raise LabError(str(exc)) from None
+    run.meta["workdir"] = spec.workdir
+    run.note_controller()
     progress(f"run {the_plan.run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
              f"{spec.launcher}, {spec.dist_backend}, backend {spec.backend} -> {run.path}")
-    backend = backends.load(spec.backend)
     t0 = time.monotonic()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    error: LabError | None = None
-    try:
-        outcomes, state, message = backend.run(the_plan, run, t0 + spec.timeout, progress, **options)
-    except LabError as exc:         # the backend could not run the lab: still a complete folder
-        error, (outcomes, state, message) = exc, ([], "error", str(exc))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    result = driver.run(the_plan, backend, run, progress)
     run.meta["seconds"] = round(time.monotonic() - t0, 3)
-    run.finalize(outcomes, state, message)
-    if error is not None:
-        raise error
-    write_bench_plots(run, progress)
-    (run.path / "report.md").write_text(report.markdown(run))
+    if result.signal:
+        run.meta["signal"] = result.signal
+    if result.notes:
+        run.meta["notes"] = result.notes
+    try:
+        run.finalize(result.outcomes, result.state, result.message)
+    except Exception as exc:      # a damaged log must not leave the folder at "running"
+        run.meta.update({"state": RunState.ERROR.value, "ok": False,
+                         "message": f"finalizing the run folder failed: {exc}"})
+        run.write_status()
+        raise LabError(f"finalizing {run.path} failed: {exc}") from None
+    write_report(run, progress)
+    if result.error is not None:
+        raise result.error
     return run
 
 
-def write_bench_plots(run: RunDir, progress: Callable[[str], None]) -> None:
-    """PNG plots next to the report when the run has bench results; a missing
-    matplotlib is a note, not a failed lab."""
-    if not any(r.get("workload") == "bench" for r in run.results()):
-        return
-    from . import bench
+def write_report(run: RunDir, progress: Progress) -> None:
+    """report.md plus whatever files the run's workloads add (bench plots)."""
+    for path in report.write_files(run, progress):
+        progress(f"plot: {path}")
+    (run.path / "report.md").write_text(report.markdown(run))
 
+
+def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
+         **options: Any) -> str:
+    """Delete what a run left behind — after saving its logs, unless told not to.
+
+    A run whose labctl died (or that kubectl/compose started) still has nodes,
+    and maybe unsaved logs: they are collected into the folder, status.json is
+    finalized as abandoned and the report written, and only then is anything
+    stopped or deleted. If saving fails, nothing is deleted.
+    """
+    backend = backends.create(run.meta["backend"], progress=progress, **options)
+    backend.attach(run)
+    if not backend.alive():
+        if run.meta.get("state") == RunState.RUNNING.value:
+            _finalize_abandoned(run, backend, progress, save=False)
+        return backend.take_down()
+    if discard_logs:
+        return backend.take_down() + " (logs discarded: --discard-logs)"
     try:
-        for path in bench.write_plots(run):
-            progress(f"plot: {path}")
+        _finalize_abandoned(run, backend, progress, save=True)
     except LabError as exc:
-        progress(f"note: {exc}")
+        raise LabError(f"could not save the logs of run {run.meta['run_id']} ({exc}); "
+                       "nothing was deleted (use --discard-logs to delete anyway)") from None
+    done = backend.take_down()
+    return f"saved the logs into {run.path} (report: {run.path / 'report.md'}); {done}"
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save: bool) -> None:
+    """Collect what exists of a run nobody finished, and write it down as abandoned."""
+    outcomes = backend.attached_outcomes()
+    if save:
+        backend.save_logs(run)
+    for o in outcomes:
+        if not o.state.ended:
+            o.state, o.reason = NodeState.STOPPED, "still running when `labctl down` stopped it"
+    previous = run.meta.get("state")
+    message = ("its labctl is gone; `labctl down` saved what the nodes wrote and stopped them"
+               if previous == RunState.RUNNING.value else run.meta.get("message", ""))
+    run.finalize(outcomes, RunState.ABANDONED, message)
+    write_report(run, progress)

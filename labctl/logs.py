@@ -17,7 +17,8 @@ _TORCHRUN_FAILURE = re.compile(
     r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
-_EXIT_LINE = re.compile(r"^labctl: rank (\d+) exited with code (-?\d+)$", re.M)
+# "... at <epoch seconds>": when it ended, so exits on different nodes can be ordered.
+_EXIT_LINE = re.compile(r"^labctl: rank (\d+) exited with code (-?\d+)(?: at ([0-9.]+))?$", re.M)
 
 
 def rank_prefix(rank: int) -> str:
@@ -31,7 +32,7 @@ def exit_line(rank: int, code: int) -> str:
 
 def worker_exits(text: str) -> list[tuple[int, int]]:
     """(rank, exit code) from direct-mode exit lines, in the order the workers ended."""
-    return [(int(r), int(c)) for r, c in _EXIT_LINE.findall(text)]
+    return [(int(r), int(c)) for r, c, _ in _EXIT_LINE.findall(text)]
 
 
 _ANY_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
@@ -45,27 +46,13 @@ def split_by_rank(text: str) -> dict[int, list[str]]:
     and A's rest arrives later behind its own prefix. Such glued lines are cut
     where another rank's prefix starts and A's halves are joined again. (A
     worker's own `[rankA]:` inside its line — torch prints those — is kept.)
+    The streaming form is NodeLogReader; this is it over a string.
     """
     ranks: dict[int, list[str]] = {}
-    unfinished: set[int] = set()
+    reader = NodeLogReader(lambda rank, line: ranks.setdefault(rank, []).append(line))
     for line in text.splitlines():
-        m = _RANK_PREFIX.match(line)
-        if not m:
-            continue
-        pieces = []              # (rank, text, ends_with_newline)
-        rank, start = int(m.group(1)), m.end()
-        for inner in _ANY_RANK_PREFIX.finditer(line, m.end()):
-            if int(inner.group(1)) != rank:
-                pieces.append((rank, line[start:inner.start()], False))
-                rank, start = int(inner.group(1)), inner.end()
-        pieces.append((rank, line[start:], True))
-        for rank, piece, complete in pieces:
-            lines = ranks.setdefault(rank, [])
-            if rank in unfinished and lines:
-                lines[-1] += piece
-            else:
-                lines.append(piece)
-            (unfinished.discard if complete else unfinished.add)(rank)
+        reader.feed_line(line)
+    reader.close()
     return ranks
 
 
@@ -102,3 +89,135 @@ def torchrun_root_cause(text: str) -> int | None:
 def torchrun_failures(text: str) -> dict[int, int]:
     """{global rank: exit code} from torchrun's ChildFailedError summary in a node log."""
     return {int(r): int(code) for r, code in _TORCHRUN_FAILURE.findall(text)}
+
+
+# ---- streaming: split a node log of any size, and find why ranks failed --------------
+MAX_LINE = 1 << 20               # longer lines are read in pieces (memory stays flat)
+AGENT_TAIL_LINES = 400           # torchrun's failure summary sits at the end of a node log
+_PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|ECONNRESET|"
+                        r"EPIPE|Connection refused|peer closed|recvBytes|Socket closed", re.I)
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
+_LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+
+
+def peer_gone(error: str | None) -> bool:
+    """An error that only says a *peer* went away: a symptom, rarely the cause."""
+    return bool(error and _PEER_GONE.search(error))
+
+
+class TracebackTracker:
+    """Follows one stream's lines and keeps its last Python exception: the line
+    (`ValueError: boom`) and the innermost frame in the user's or workload's code."""
+
+    def __init__(self) -> None:
+        self.in_traceback = False
+        self.frames: list[tuple[str, int, str]] = []
+        self.error: dict | None = None
+
+    def feed(self, line: str) -> None:
+        stripped = line.rstrip("\n")
+        if stripped.startswith("Traceback (most recent call last):"):
+            self.in_traceback, self.frames = True, []
+            return
+        if not self.in_traceback:
+            return
+        m = _FRAME.match(stripped)
+        if m:
+            self.frames.append((m.group(1), int(m.group(2)), m.group(3).strip()))
+            del self.frames[:-64]
+            return
+        if not stripped or stripped[:1].isspace() or stripped.startswith("^") or set(stripped) <= set("~^ "):
+            return                    # source lines and caret markers inside the traceback
+        self.in_traceback = False
+        self.error = {"exception": stripped.strip()[:500], **self._where()}
+
+    def _where(self) -> dict:
+        if not self.frames:
+            return {}
+        own = [f for f in self.frames if "/workloads/" in f[0] or not any(s in f[0] for s in _LIBRARY)]
+        file, line, func = (own or self.frames)[-1]
+        return {"file": file, "line": line, "function": func}
+
+
+class NodeLogReader:
+    """One pass over a node log: rank lines go to `sink(rank, line)` as they complete,
+    results are parsed on the way, and the agent's own last lines are kept for its
+    failure summary. Memory is bounded by the longest line piece, never the log size."""
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+        self.pending: dict[int, str] = {}          # a rank's half line glued by torchrun's tee
+        self.tracebacks: dict[int, TracebackTracker] = {}
+        self.agent = TracebackTracker()
+        self.agent_tail: list[str] = []
+        self.exits: list[tuple[int, int]] = []
+        self.exit_times: dict[int, float] = {}      # rank -> epoch seconds, when the line says
+        self.ranks_seen: set[int] = set()
+        self._carry: int | None = None             # rank of an over-long line still being read
+
+    def feed_line(self, line: str, complete: bool = True) -> None:
+        if self._carry is not None:                # the rest of an over-long line
+            self._piece(self._carry, line, complete)
+            if complete:
+                self._carry = None
+            return
+        m = _RANK_PREFIX.match(line)
+        if not m:
+            if complete:
+                self._agent_line(line)
+            return
+        rank, start = int(m.group(1)), m.end()
+        for inner in _ANY_RANK_PREFIX.finditer(line, m.end()):
+            if int(inner.group(1)) != rank:
+                self._piece(rank, line[start:inner.start()], False)
+                rank, start = int(inner.group(1)), inner.end()
+        self._piece(rank, line[start:], complete)
+        if not complete:
+            self._carry = rank
+
+    def _agent_line(self, line: str) -> None:
+        self.agent.feed(line)
+        m = _EXIT_LINE.match(line)
+        if m:
+            self.exits.append((int(m.group(1)), int(m.group(2))))
+            if m.group(3):
+                self.exit_times[int(m.group(1))] = float(m.group(3))
+        self.agent_tail.append(line)
+        if len(self.agent_tail) > 2 * AGENT_TAIL_LINES:
+            del self.agent_tail[:-AGENT_TAIL_LINES]
+
+    def _piece(self, rank: int, piece: str, complete: bool) -> None:
+        self.ranks_seen.add(rank)
+        text = self.pending.pop(rank, "") + piece
+        if not complete:
+            if len(text) < MAX_LINE:
+                self.pending[rank] = text
+                return
+        self.tracebacks.setdefault(rank, TracebackTracker()).feed(text)
+        self.sink(rank, text)
+
+    def feed_file(self, path) -> None:
+        with open(path, "rb") as f:
+            while True:
+                raw = f.readline(MAX_LINE)
+                if not raw:
+                    break
+                complete = raw.endswith(b"\n")
+                self.feed_line(raw.decode(errors="replace").rstrip("\n"), complete)
+
+    def close(self) -> None:
+        for rank in list(self.pending):
+            text = self.pending.pop(rank)
+            self.tracebacks.setdefault(rank, TracebackTracker()).feed(text)
+            self.sink(rank, text)
+
+    # ---- what the pass found -------------------------------------------------
+    @property
+    def tail_text(self) -> str:
+        return "\n".join(self.agent_tail[-AGENT_TAIL_LINES:]) + "\n"
+
+    def errors(self) -> dict[int, dict]:
+        return {r: t.error for r, t in self.tracebacks.items() if t.error}
+
+    def agent_error(self) -> dict | None:
+        return self.agent.error

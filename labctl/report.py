@@ -1,32 +1,71 @@
 """Reports from a run folder: one table per question a learner asks.
 
 Which rank is where (env)? Did every check pass, per workload? What failed,
-on which rank, and where is its log? What was skipped and why? Measurement
-tables (the `bench` workload) come from `labctl.bench`, loaded only when a
-run has bench results.
+on which rank, why (the exception and where it was raised), and where is its
+log? What was skipped and why? What had to be killed? A workload adds its own
+sections, files and comparison through its report hook
+(`workloads/_report/<name>.py`); the core names no workload.
 """
 from __future__ import annotations
 
 import csv
+import importlib
+import importlib.util
 import io
 import json
 from collections import defaultdict
-from typing import Any, Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
 
+from .errors import LabError
 from .rundir import RunDir
+from .tables import table  # noqa: F401  (re-exported: report.table is the table format)
+
+
+def hook(workload: str) -> ModuleType | None:
+    """A workload's report hook module, if it has one (torch-free)."""
+    name = f"workloads._report.{workload}"
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    return importlib.import_module(name)
+
+
+def hooks_for(results: list[dict]) -> list[tuple[str, ModuleType]]:
+    """Hooks of the workloads present in these results, in the order they first appear."""
+    seen: list[str] = []
+    for r in results:
+        w = r.get("workload")
+        if isinstance(w, str) and w not in seen:
+            seen.append(w)
+    return [(w, m) for w in seen if (m := hook(w)) is not None]
+
+
+def write_files(run: RunDir, note: Callable[[str], None] = lambda line: None) -> list[Path]:
+    """Files the run's workloads add next to report.md (plots); a failure is a note."""
+    written: list[Path] = []
+    for name, module in hooks_for(run.results()):
+        if hasattr(module, "write_files"):
+            try:
+                written += module.write_files(run)
+            except LabError as exc:
+                note(f"note: {exc}")
+    return written
+
+
+def compare(run_a: RunDir, run_b: RunDir, fmt: str = "md") -> str:
+    """`labctl compare`: the first workload hook of run A that knows how to compare."""
+    for name, module in hooks_for(run_a.results()):
+        if hasattr(module, "compare"):
+            return module.compare(run_a, run_b, fmt)
+    raise LabError(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
+                   "measurements (make some with: labctl up --workload bench)")
 
 ENV_COLUMNS = ("rank", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
                "hostname", "MASTER_ADDR", "MASTER_PORT", "backend", "device", "pid")
-
-
-def table(headers: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
-    """A Markdown table; cells are stringified, pipes escaped."""
-    headers = list(headers)
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    for row in rows:
-        cells = ["" if c is None else str(c).replace("|", "\\|").replace("\n", " ") for c in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def env_rows(results: list[dict]) -> list[dict]:
@@ -68,10 +107,6 @@ def skipped(results: list[dict]) -> list[dict]:
             for (w, n, why), ranks in groups.items()]
 
 
-def _has_bench(results: list[dict]) -> bool:
-    return any(r.get("workload") == "bench" for r in results)
-
-
 def as_dict(run: RunDir) -> dict[str, Any]:
     results = run.results()
     data = {
@@ -81,9 +116,9 @@ def as_dict(run: RunDir) -> dict[str, Any]:
         "failed_checks": [r for r in results if not r.get("ok", False)],
         "skipped": skipped(results),
     }
-    if _has_bench(results):
-        from . import bench
-        data["bench"] = bench.as_json(results)
+    for name, module in hooks_for(results):
+        if hasattr(module, "as_json"):
+            data[name] = module.as_json(results)
     return data
 
 
@@ -93,7 +128,7 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def markdown(run: RunDir) -> str:
     m, results = run.meta, run.results()
-    state = m.get("state", "?")
+    state = run.effective_state()
     parts = [
         f"# Lab {m.get('lab')}: {state.upper()}",
         "",
@@ -117,9 +152,9 @@ def markdown(run: RunDir) -> str:
                         ((s["workload"], s["ranks"], s["passed"], s["failed"], s["skipped"],
                           f"{s['seconds']:.2f}") for s in summary))]
 
-    if _has_bench(results):
-        from . import bench
-        parts += ["", bench.markdown(results)]
+    for name, module in hooks_for(results):
+        if hasattr(module, "markdown"):
+            parts += ["", module.markdown(results)]
 
     skips = skipped(results)
     if skips:
@@ -136,43 +171,77 @@ def markdown(run: RunDir) -> str:
                           run.rank_log(r["rank"]) if isinstance(r.get("rank"), int) else "")
                          for r in failed[:50]))]
     codes = m.get("rank_exit_codes") or {}
+    errors = m.get("rank_errors") or {}
     bad_nodes = [n for n in m.get("node_outcomes", []) if n.get("state") != "succeeded"]
     first = m.get("first_failure")
     if first:
-        parts += ["", f"**First failure: {describe_failure(first)}** — log: "
-                      f"{run.rank_log(first['rank']) if isinstance(first.get('rank'), int) else run.path}"]
+        log = run.rank_log(first["rank"]) if isinstance(first.get("rank"), int) else (
+            run.node_log(first["node"]) if isinstance(first.get("node"), int) else run.path)
+        parts += ["", f"**First failure: {describe_failure(first)}** — log: {log}"]
+        if first.get("left_early") and first.get("error"):
+            parts.append(f"- what the others saw: rank {first.get('symptom_rank')}: "
+                         f"`{first['error'].get('exception')}`")
     if codes or bad_nodes:
         parts += ["", "## Failed processes", ""]
         for rank, code in codes.items():
             why = " (stopped by its launcher after another failure)" if code in (-15, -9) else ""
-            parts.append(f"- rank {rank} exited with code {code}{why}: {run.rank_log(int(rank))}")
+            err = errors.get(str(rank))
+            cause = f" — `{err['exception']}`{_where(err)}" if err else ""
+            parts.append(f"- rank {rank} exited with code {code}{why}{cause}: "
+                         f"{run.rank_log(int(rank))}")
         for n in bad_nodes:
-            parts.append(f"- node {n['index']} ({n['hostname']}): {n['state']}, exit code "
-                         f"{n['exit_code']}: {run.node_log(n['index'])}")
+            how = n["state"] + (f" by {n['signal']}" if n.get("signal") else "")
+            how += f", exit code {n['exit_code']}" if n.get("exit_code") is not None else ""
+            how += f" ({n['reason']})" if n.get("reason") else ""
+            parts.append(f"- node {n['index']} ({n['hostname']}): {how}: {run.node_log(n['index'])}")
     if m.get("ranks_without_output") and m.get("state") != "passed":
         parts.append(f"- no output from rank(s) {_ranks_text(m['ranks_without_output'])}")
+    leftovers = m.get("leftovers") or []
+    if leftovers:
+        parts += ["", "## Processes killed after the ranks ended", "",
+                  "A rank started these and left them behind (a real node would keep them "
+                  "running); labctl killed them with their node.", "",
+                  table(("node", "pid", "command"),
+                        ((x.get("node"), x.get("pid"), x.get("command")) for x in leftovers[:50]))]
+    for note in m.get("notes") or []:
+        parts.append(f"- note: {note}")
     parts += ["", f"Logs: {run.path}/nodes/ (per node), {run.path}/ranks/ (per rank); "
               f"results: {run.path}/results.jsonl", ""]
     return "\n".join(parts)
 
 
+def _where(error: dict) -> str:
+    return f" at {error['file']}:{error['line']}" if error.get("file") else ""
+
+
 def describe_failure(first: dict) -> str:
-    text = f"rank {first.get('rank')}"
+    """One sentence: who failed first and why (the exception and where it was raised)."""
+    if first.get("left_early"):
+        ranks = first.get("ranks") or ([first["rank"]] if first.get("rank") is not None else [])
+        who = f"rank {', '.join(map(str, ranks))}" if ranks else "its ranks"
+        return (f"{who} on node {first.get('node')} exited 0 while the others were still in a "
+                f"collective (left the group early)")
+    text = f"rank {first.get('rank')}" if first.get("rank") is not None else "the launcher"
     if first.get("node") is not None:
         text += f" on node {first['node']}"
     if first.get("check"):
         text += f" failed check {first['check']}"
+    elif first.get("signal"):
+        text += f" was killed by {first['signal']}"
     elif first.get("exit_code") is not None:
         text += f" exited with code {first['exit_code']}"
+    error = first.get("error")
+    if error:
+        text += f": {error['exception']}{_where(error)}"
     return text
 
 
 def as_csv(run: RunDir) -> str:
     """Every result as one CSV row (bench runs: the nccl-tests-style rows)."""
     results = run.results()
-    if _has_bench(results):
-        from . import bench
-        return bench.csv(results)
+    for name, module in hooks_for(results):
+        if hasattr(module, "csv"):
+            return module.csv(results)
     buf = io.StringIO()
     columns = ["workload", "name", "rank", "ok", "skipped", "detail", "reason"]
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")

@@ -5,6 +5,7 @@
       plan.json            every node's exact argv and env
       rendered/            compose.yaml or k8s.yaml (container backends)
       nodes/node-<i>.log   one log per node (stdout+stderr, as collected)
+      work/node-<i>/       a local node's working directory (files ranks write)
       ranks/rank-<r>.log   the same output split per global rank
       results.jsonl        one JSON result per line (workload, name, rank, ok, ...)
       events/              backend events (Kubernetes), when there are any
@@ -16,32 +17,31 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import socket
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
 from . import logs
 from .errors import LabError
+from .outcome import NodeOutcome, NodeState, RunState
 from .plan import LaunchPlan
 from .spec import LabSpec, dump, from_dict
 
-STATES = ("running", "passed", "failed", "timeout", "interrupted", "error")
+__all__ = ["RunDir", "NodeOutcome", "STATES"]
+STATES = tuple(s.value for s in RunState)
+OPEN_RANK_LOGS = 256             # rank logs kept open at once while splitting
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-@dataclass
-class NodeOutcome:
-    """How one node's processes ended, as the backend saw it."""
-    index: int
-    hostname: str
-    exit_code: int | None          # None: killed by labctl or never started
-    state: str                     # succeeded | failed | killed | pending
-    exited_s: float | None = None  # seconds after start when it ended, when the backend knows
+def _warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr)
 
 
 @dataclass
@@ -99,11 +99,55 @@ class RunDir:
     def rank_log(self, rank: int) -> Path:
         return self.path / "ranks" / f"rank-{rank}.log"
 
-    def results(self) -> list[dict[str, Any]]:
+    def workdir(self, index: int) -> Path:
+        """A local node's working directory, or the invoking one when the spec says so."""
+        if self.meta.get("workdir") == "invoking":
+            return Path.cwd()
+        path = self.path / "work" / f"node-{index}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def iter_results(self, warn=_warn) -> Iterator[dict[str, Any]]:
+        """results.jsonl one record at a time; a garbled line is skipped with one warning."""
         f = self.path / "results.jsonl"
         if not f.is_file():
-            return []
-        return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            return
+        with open(f, errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    if not isinstance(record, dict):
+                        raise ValueError("not a JSON object")
+                except ValueError as exc:
+                    warn(f"{f}:{number}: skipped a garbled result line ({exc})")
+                    continue
+                yield record
+
+    def results(self) -> list[dict[str, Any]]:
+        return list(self.iter_results())
+
+    # ---- the controller ---------------------------------------------------
+    def controller_gone(self) -> bool:
+        """A run still marked running whose labctl (on this machine) no longer exists."""
+        if self.meta.get("state") != RunState.RUNNING.value:
+            return False
+        ctl = self.meta.get("controller") or {}
+        if ctl.get("host") != socket.gethostname() or not ctl.get("pid"):
+            return False
+        try:
+            with open(f"/proc/{ctl['pid']}/stat", "rb") as f:
+                start = int(f.read().rsplit(b")", 1)[1].split()[19])
+        except (OSError, IndexError, ValueError):
+            return True
+        return start != ctl.get("start_ticks")
+
+    def effective_state(self) -> str:
+        state = self.meta.get("state", "?")
+        if self.controller_gone():
+            return "abandoned"
+        return state
 
     # ---- writing --------------------------------------------------------
     def write_node_log(self, index: int, text: str) -> None:
@@ -116,87 +160,216 @@ class RunDir:
 
     def write_status(self) -> None:
         tmp = self.path / "status.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=False) + "\n")
+        tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=False, default=str) + "\n")
         tmp.replace(self.path / "status.json")
 
-    def finalize(self, outcomes: list[NodeOutcome], state: str, message: str = "") -> None:
-        """Split node logs per rank, gather results, decide the run's state; write all down."""
-        assert state in STATES
-        world = self.meta["world_size"]
-        rank_lines: dict[int, list[str]] = {}
-        exit_codes: dict[int, int] = {}
-        root_causes: dict[int, int] = {}       # node index -> rank torchrun blamed first
-        for node in outcomes:
-            f = self.node_log(node.index)
-            text = f.read_text(errors="replace") if f.is_file() else ""
-            if not f.is_file():
-                f.write_text("")
-            for rank, lines in logs.split_by_rank(text).items():
-                rank_lines.setdefault(rank, []).extend(lines)
-            exit_codes.update(logs.torchrun_failures(text))
-            exits = logs.worker_exits(text)
-            exit_codes.update((r, c) for r, c in exits if c != 0)
-            cause = logs.torchrun_root_cause(text)
-            if cause is None:
-                cause = next((r for r, c in exits if c != 0), None)
-            if cause is not None:
-                root_causes[node.index] = cause
-        results: list[dict[str, Any]] = []
-        for rank in sorted(rank_lines):
-            self.rank_log(rank).write_text("\n".join(rank_lines[rank]) + "\n")
-            results.extend(logs.parse_results(rank_lines[rank], rank=rank))
-        with open(self.path / "results.jsonl", "w") as f:
-            for record in results:
-                f.write(json.dumps(record, sort_keys=True) + "\n")
+    def note_controller(self) -> None:
+        """Who runs this lab: lets `report`/`down` tell a live run from an abandoned one."""
+        try:
+            with open("/proc/self/stat", "rb") as f:
+                start = int(f.read().rsplit(b")", 1)[1].split()[19])
+        except (OSError, IndexError, ValueError):
+            start = None
+        self.meta["controller"] = {"pid": os.getpid(), "host": socket.gethostname(),
+                                   "start_ticks": start}
+        self.write_status()
 
-        failed_checks = [r for r in results if not r.get("ok", False)]
-        failed_ranks = sorted({r["rank"] for r in failed_checks if isinstance(r.get("rank"), int)}
+    def split_logs(self, indices: list[int]) -> dict[str, Any]:
+        """One streaming pass over every node log: rank logs, results.jsonl, and what
+        each rank's and agent's last exception was. Memory stays flat at any log size."""
+        open_logs: dict[int, Any] = {}
+        found: dict[str, Any] = {"ranks": set(), "exit_codes": {}, "root_causes": {},
+                                 "errors": {}, "agent_errors": {}, "exits": {}, "finished": set(),
+                                 "total": 0, "failed": [], "failed_count": 0, "skipped": 0}
+        for old in (self.path / "ranks").glob("rank-*.log"):
+            old.unlink()
+
+        def rank_file(rank: int):
+            f = open_logs.get(rank)
+            if f is None:
+                if len(open_logs) >= OPEN_RANK_LOGS:
+                    open_logs.pop(next(iter(open_logs))).close()
+                f = open_logs[rank] = open(self.rank_log(rank), "a")
+            return f
+
+        with open(self.path / "results.jsonl", "w") as results:
+            def sink(rank: int, line: str) -> None:
+                rank_file(rank).write(line + "\n")
+                if logs.RESULT_MARKER in line:
+                    for record in logs.parse_results([line], rank=rank):
+                        results.write(json.dumps(record, sort_keys=True) + "\n")
+                        found["total"] += 1
+                        if record.get("skipped"):
+                            found["skipped"] += 1
+                        if not record.get("ok", False):
+                            found["failed_count"] += 1
+                            if len(found["failed"]) < 50:
+                                found["failed"].append(record)
+                        if record.get("name") == "workload_done":
+                            found["finished"].add(record.get("rank"))
+
+            try:
+                for index in indices:
+                    f = self.node_log(index)
+                    if not f.is_file():
+                        f.write_text("")
+                    reader = logs.NodeLogReader(sink)
+                    reader.feed_file(f)
+                    reader.close()
+                    found["ranks"] |= reader.ranks_seen
+                    found.setdefault("node_ranks", {})[index] = sorted(reader.ranks_seen)
+                    tail = reader.tail_text
+                    found["exit_codes"].update(logs.torchrun_failures(tail))
+                    found["exit_codes"].update((r, c) for r, c in reader.exits if c != 0)
+                    found["exits"][index] = reader.exits
+                    found.setdefault("exit_times", {}).update(
+                        {r: (t, index) for r, t in reader.exit_times.items()})
+                    found["errors"].update(reader.errors())
+                    if reader.agent_error():
+                        found["agent_errors"][index] = reader.agent_error()
+                    cause = logs.torchrun_root_cause(tail)
+                    if cause is None:
+                        cause = next((r for r, c in reader.exits if c != 0), None)
+                    if cause is not None:
+                        found["root_causes"][index] = cause
+            finally:
+                for f in open_logs.values():
+                    f.close()
+        return found
+
+    def finalize(self, outcomes: list[NodeOutcome], state: str | RunState,
+                 message: str = "") -> None:
+        """Split node logs per rank, gather results, decide the run's state; write all down."""
+        state = RunState(state)
+        world = self.meta["world_size"]
+        found = self.split_logs([n.index for n in outcomes])
+        exit_codes: dict[int, int] = found["exit_codes"]
+        failed_ranks = sorted({r["rank"] for r in found["failed"] if isinstance(r.get("rank"), int)}
                               | set(exit_codes))
-        finished = {r["rank"] for r in results if r.get("name") == "workload_done"}
-        silent = sorted(set(range(world)) - set(rank_lines))
-        failed_nodes = [n for n in outcomes if n.state != "succeeded"]
-        if state == "passed" and (failed_checks or failed_nodes or exit_codes):
-            state = "failed"
-        if state == "passed" and self.spec.workloads and finished != set(range(world)):
-            state = "failed"
+        silent = sorted(set(range(world)) - found["ranks"])
+        bad_nodes = [n for n in outcomes if n.state is not NodeState.SUCCEEDED]
+        if state is RunState.PASSED and (found["failed_count"] or bad_nodes or exit_codes):
+            state = RunState.FAILED
+        if state is RunState.PASSED and self.spec.workloads and found["finished"] != set(range(world)):
+            state = RunState.FAILED
             message = message or "some ranks never finished their workloads"
+        first = None
+        if state is not RunState.PASSED:
+            first = _first_failure(outcomes, found)
+        if first and not message:
+            message = _failure_sentence(first)
         self.meta.update({
-            "state": state,
-            "first_failure": _first_failure(outcomes, root_causes, exit_codes, failed_checks),
-            "ok": state == "passed",
+            "state": state.value,
+            "first_failure": first,
+            "ok": state is RunState.PASSED,
             "finished": _now(),
             "message": message,
-            "node_outcomes": [vars(n) for n in outcomes],
+            "node_outcomes": [n.to_dict() for n in outcomes],
             "rank_exit_codes": {str(k): v for k, v in sorted(exit_codes.items())},
+            "rank_errors": {str(k): v for k, v in sorted(found["errors"].items())
+                            if k in failed_ranks or (first and first.get("rank") == k)},
             "failed_ranks": failed_ranks,
             "ranks_without_output": silent,
-            "checks": {"total": len(results), "failed": len(failed_checks),
-                       "skipped": sum(1 for r in results if r.get("skipped"))},
+            "checks": {"total": found["total"], "failed": found["failed_count"],
+                       "skipped": found["skipped"]},
             "failed_checks": [
-                {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in failed_checks
-            ][:50],
+                {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in found["failed"]
+            ],
         })
         self.write_status()
 
 
-def _first_failure(outcomes: list[NodeOutcome], root_causes: dict[int, int],
-                   exit_codes: dict[int, int], failed_checks: list[dict]) -> dict | None:
-    """The rank that failed first: the root cause on the node that failed earliest.
+def _failure_sentence(first: dict) -> str:
+    from .report import describe_failure
 
-    When one rank dies its peers fail too (closed connections) or are stopped
-    (negative exit codes); naming the first one saves the reader a log hunt.
+    return describe_failure(first)
+
+
+def _first_failure(outcomes: list[NodeOutcome], found: dict[str, Any]) -> dict | None:
+    """The rank that failed first, and why.
+
+    When one rank dies its peers fail too (closed connections) or are stopped;
+    naming the first one, with its exception, saves the reader a log hunt. A
+    rank that *exited 0* while its peers were still in a collective is the real
+    culprit when the first error only says that a peer went away.
     """
-    failed = [n for n in outcomes if n.state in ("failed", "killed")]
-    failed.sort(key=lambda n: (n.exited_s is None, n.exited_s or 0.0, n.state != "failed"))
-    for node in failed:
-        if node.index in root_causes:
-            rank = root_causes[node.index]
-            return {"rank": rank, "node": node.index, "exit_code": exit_codes.get(rank)}
-    positive = sorted((r, c) for r, c in exit_codes.items() if c > 0)
-    if positive:
-        return {"rank": positive[0][0], "node": None, "exit_code": positive[0][1]}
-    if failed_checks:
-        r = failed_checks[0]
-        return {"rank": r.get("rank"), "node": None, "exit_code": None,
-                "check": f"{r.get('workload')}/{r.get('name')}"}
+    exit_codes, errors = found["exit_codes"], found["errors"]
+    failed = [n for n in outcomes if n.state.bad]
+    failed.sort(key=lambda n: (n.exited_s is None, n.exited_s or 0.0, n.state is not NodeState.FAILED))
+    first: dict | None = None
+    # direct mode with timed exit lines: the earliest non-zero exit across all nodes
+    timed = sorted((t, r, index) for r, (t, index) in found.get("exit_times", {}).items()
+                   if exit_codes.get(r, 0) != 0)
+    if timed:
+        _, rank, index = timed[0]
+        first = {"rank": rank, "node": index, "exit_code": exit_codes[rank]}
+    for node in ([] if first else failed):
+        if node.index in found["root_causes"]:
+            rank = found["root_causes"][node.index]
+            first = {"rank": rank, "node": node.index, "exit_code": exit_codes.get(rank)}
+            break
+    if first is None:
+        positive = sorted((r, c) for r, c in exit_codes.items() if c > 0)
+        if positive:
+            first = {"rank": positive[0][0], "node": None, "exit_code": positive[0][1]}
+    if first is None and found["failed"]:
+        r = found["failed"][0]
+        first = {"rank": r.get("rank"), "node": None, "exit_code": None,
+                 "check": f"{r.get('workload')}/{r.get('name')}"}
+    if first is None and failed:
+        node = failed[0]
+        first = {"rank": None, "node": node.index, "exit_code": node.exit_code}
+        if node.index in found["agent_errors"]:
+            first["error"] = found["agent_errors"][node.index]
+    if first is None:
+        return None
+    if first.get("rank") is not None and first["rank"] in errors:
+        first["error"] = errors[first["rank"]]
+    node_of_first = next((n for n in outcomes if n.index == first.get("node")), None)
+    if node_of_first is not None and node_of_first.signal:
+        first["signal"] = node_of_first.signal
+    code = first.get("exit_code")
+    if isinstance(code, int) and code < 0 and "signal" not in first:
+        from .outcome import signal_name
+        first["signal"] = signal_name(-code)
+    if "error" not in first and first.get("node") is not None and first["node"] in found["agent_errors"]:
+        first["error"] = found["agent_errors"][first["node"]]
+    early = _left_early(outcomes, found, first)
+    if early is not None:
+        return early
+    return first
+
+
+def _left_early(outcomes: list[NodeOutcome], found: dict[str, Any], first: dict) -> dict | None:
+    """A rank that exited 0 before the first failure, when that failure only says a peer left."""
+    if not logs.peer_gone((first.get("error") or {}).get("exception")):
+        return None
+    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
+                    default=None)
+    # direct mode: the wrapper logs every worker's exit in order (and, lately, when)
+    times = found.get("exit_times", {})
+    if times:
+        failed_time = min((t for r, (t, _) in times.items() if found["exit_codes"].get(r, 0) != 0),
+                          default=None)
+        early = sorted((t, r, i) for r, (t, i) in times.items()
+                       if found["exit_codes"].get(r, 0) == 0 and (failed_time is None or t <= failed_time))
+        if early:
+            _, rank, index = early[0]
+            return {"rank": rank, "node": index, "exit_code": 0, "left_early": True,
+                    "error": first.get("error"), "symptom_rank": first.get("rank")}
+    else:
+        for index, exits in found["exits"].items():
+            for rank, code in exits:
+                if code != 0:
+                    break
+                return {"rank": rank, "node": index, "exit_code": 0, "left_early": True,
+                        "error": first.get("error"), "symptom_rank": first.get("rank")}
+    # torchrun: a node whose agent ended with 0 before any node failed
+    for node in sorted(outcomes, key=lambda n: n.exited_s if n.exited_s is not None else 1e18):
+        if (node.state is NodeState.SUCCEEDED and node.exited_s is not None
+                and failed_at is not None and node.exited_s <= failed_at):
+            ranks = found.get("node_ranks", {}).get(node.index) or []
+            return {"rank": ranks[0] if len(ranks) == 1 else None, "ranks": ranks,
+                    "node": node.index, "exit_code": 0, "left_early": True,
+                    "error": first.get("error"), "symptom_rank": first.get("rank")}
     return None

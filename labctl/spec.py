@@ -18,9 +18,10 @@ from typing import Any, Mapping
 
 import yaml
 
-BACKENDS = ("local", "compose", "k8s")
+from .backends import NAMES as BACKENDS  # noqa: E402  (the registry: names only, no imports)
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
+WORKDIRS = ("node", "invoking")
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
 DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
 DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
@@ -71,6 +72,7 @@ class LabSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
     out: str | None = None
+    workdir: str = "node"              # local nodes run in work/node-<i>/ of the run folder
 
     @property
     def world_size(self) -> int:
@@ -154,23 +156,23 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
             kind = {bool: "true or false", int: "an integer", float: "a number",
                     str: "a string"}[type(default)]
             raise bad(f"{where}.{key}", value, f"{kind} (default: {default!r})")
-    if name == "bench":
-        _check_bench(params, options, bad, source)
+    rules = _report_hook(name)
+    if rules is not None and hasattr(rules, "check_options"):
+        try:
+            rules.check_options(dict(options), dict(params))
+        except ValueError as exc:
+            raise SpecError(f"{source}: {where}.{exc}") from None
 
 
-def _check_bench(params: Mapping[str, Any], options: Mapping[str, Any], bad, source: str) -> None:
-    from workloads import _benchmath          # torch-free
-
-    ops = options.get("ops")
-    for op in ([ops] if isinstance(ops, str) else ops or []):
-        if op not in _benchmath.OPS:
-            raise bad("workloads.bench.options.ops", op, "operations from: " + ", ".join(_benchmath.OPS))
-    merged = {**params, **options}
+def _report_hook(name: str):
+    """The workload's own option rules live in its report hook (workloads/_report/<name>.py)."""
+    module = f"workloads._report.{name}"
     try:
-        _benchmath.validate_sweep(merged["min_bytes"], merged["max_bytes"], merged["factor"],
-                                  merged["iters"], merged["warmup_iters"])
-    except ValueError as exc:
-        raise SpecError(f"{source}: workloads.bench.options: {exc}") from None
+        if importlib.util.find_spec(module) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    return importlib.import_module(module)
 
 
 _FIELDS = {f.name for f in dataclasses.fields(LabSpec)}
@@ -249,7 +251,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             kw[key] = seconds
 
     for key, choices in (("backend", BACKENDS), ("dist_backend", DIST_BACKENDS),
-                         ("launcher", LAUNCHERS)):
+                         ("launcher", LAUNCHERS), ("workdir", WORKDIRS)):
         if key in data:
             if data[key] not in choices:
                 raise bad(key, data[key], "one of " + ", ".join(choices))
@@ -390,4 +392,6 @@ join_timeout: 120        # seconds the c10d rendezvous waits for every node
 # image: labctl-cpu:latest   # container backends; default by dist_backend
 env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
 resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends
+# workdir: node          # local nodes run in <run>/work/node-<i>/ (own files, as a real node);
+                         # 'invoking' runs them in the directory labctl was started from
 """

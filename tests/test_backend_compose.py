@@ -11,6 +11,7 @@ import pytest
 from docker_support import require_compose, require_image
 from labctl import lab
 from labctl.backends import compose as backend
+from labctl.backends.base import PreflightError
 from labctl.errors import LabError
 from labctl.render import compose as render_compose
 from labctl.rundir import RunDir
@@ -33,7 +34,7 @@ def _left_of(run_id: str) -> tuple[str, str]:
 
 def test_placement_mounts_the_script_and_names_nodes_by_hostname(tmp_path):
     spec = _spec(tmp_path, "print(1)\n")
-    placement = backend.placement(spec)
+    placement = backend.ComposeBackend().placement(spec)
     assert placement.hostnames == ("cb-0", "cb-1")
     assert placement.master_addr == "cb-0" and placement.master_port == 29500
     assert placement.script_path == "/lab/script/job.py"
@@ -42,7 +43,7 @@ def test_placement_mounts_the_script_and_names_nodes_by_hostname(tmp_path):
 def test_placement_rejects_a_missing_script(tmp_path):
     spec = from_dict({"backend": "compose", "script": str(tmp_path / "nope.py")})
     with pytest.raises(FileNotFoundError, match="no such file"):
-        backend.placement(spec)
+        backend.ComposeBackend().placement(spec)
 
 
 def test_no_docker_on_path_is_one_clear_line(monkeypatch, tmp_path):
@@ -73,14 +74,23 @@ def test_a_standalone_docker_compose_v2_binary_is_used_when_the_plugin_is_missin
 
 
 @pytest.mark.docker
-def test_missing_image_is_a_lab_error_with_the_build_hint(tmp_path):
+def test_missing_image_is_refused_before_anything_starts_with_the_build_hint(tmp_path):
     require_compose()
     spec = _spec(tmp_path, "print(1)\n", image="labctl-no-such-image:0")
-    with pytest.raises(LabError, match=r"image labctl-no-such-image:0 not found; build it with: make images"):
+    with pytest.raises(PreflightError, match=r"image labctl-no-such-image:0 not found; build it with: make images"):
         lab.up(spec, progress=lambda line: None, runs_root=str(tmp_path / "runs"))
-    run = RunDir.open(next((tmp_path / "runs").iterdir()))
-    assert run.meta["state"] == "error"
-    assert _left_of(run.meta["run_id"]) == ("", "")
+    assert not (tmp_path / "runs").exists(), "a refused lab leaves no run folder"
+
+
+@pytest.mark.docker
+def test_nccl_on_an_engine_without_a_gpu_runtime_is_refused_before_starting(tmp_path):
+    require_compose()
+    require_image()
+    spec = _spec(tmp_path, "print(1)\n", dist_backend="nccl", image="labctl-cpu:latest")
+    with pytest.raises(PreflightError, match=r"no NVIDIA runtime") as err:
+        lab.up(spec, progress=lambda line: None, runs_root=str(tmp_path / "runs"))
+    assert "\n" not in str(err.value) and err.value.exit_code == 2
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.docker
@@ -93,7 +103,8 @@ def test_deadline_stops_the_lab_keeps_logs_and_removes_everything(tmp_path):
     run = lab.up(spec, progress=lambda line: None, runs_root=str(tmp_path / "runs"))
     assert time.monotonic() - t0 < 60
     assert run.meta["state"] == "timeout"
-    assert [n["state"] for n in run.meta["node_outcomes"]] == ["killed", "killed"]
+    assert [n["state"] for n in run.meta["node_outcomes"]] == ["stopped", "stopped"]
+    assert all("deadline" in n["reason"] for n in run.meta["node_outcomes"])
     assert "started" in run.rank_log(0).read_text() and "started" in run.rank_log(1).read_text()
     assert (run.path / "rendered" / "compose.yaml").is_file()
     assert _left_of(run.meta["run_id"]) == ("", "")
@@ -133,10 +144,12 @@ def test_down_removes_leftovers_by_run_label_and_is_idempotent(tmp_path):
                     "--label", f"com.docker.compose.project={project}",
                     image, "sleep", "300"], check=True, capture_output=True)
     try:
-        first = backend.down(run)
+        first = lab.down(run, discard_logs=True, progress=lambda line: None)
         assert first.startswith("removed 1 container(s) and 1 network(s)")
+        assert "logs discarded" in first
         assert _left_of(plan.run_id) == ("", "")
-        assert backend.down(run).startswith("nothing left of run")
+        again = lab.down(RunDir.open(run.path), progress=lambda line: None)
+        assert again.startswith("nothing left of run")
     finally:
         containers, networks = _left_of(plan.run_id)
         if containers:

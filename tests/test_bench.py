@@ -1,4 +1,4 @@
-"""labctl.bench (and the math it re-exports from workloads._benchmath): pure, fast tests."""
+"""workloads._report.bench, the bench report hook (and the math it re-exports from workloads._benchmath): pure, fast tests."""
 from __future__ import annotations
 
 import csv
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from labctl import bench
+from workloads._report import bench
 from labctl.errors import LabError
 from labctl.rundir import RunDir
 from workloads import _benchmath as bm

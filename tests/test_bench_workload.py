@@ -29,7 +29,7 @@ def up_bench(tmp_path, nodes: int, nproc: int, options: dict) -> tuple[RunDir, s
 @pytest.mark.parametrize("nodes, nproc, dtype", [(2, 2, "float32"), (4, 1, "bfloat16")])
 def test_bench_sweep_tables_plots_and_no_wrong_elements(tmp_path, nodes, nproc, dtype):
     run, stdout = up_bench(tmp_path, nodes, nproc, {**SMALL, "dtype": dtype})
-    from labctl import bench
+    from workloads._report import bench
 
     results = run.results()
     rows = bench.rows(results)

@@ -87,7 +87,7 @@ def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
     require_docker()
     require_image(IMAGE)
     s = specmod.from_dict({"backend": "k8s", "timeout": LAB_TIMEOUT_S, **fields})
-    the_plan = plan(s, backend.placement(s), run_id)
+    the_plan = plan(s, backend.K8sBackend().placement(s), run_id)
     objects = list(yaml.safe_load_all(k8s.text(the_plan, script_text=None)))
     objects = [o for o in objects if o]
     job = next(o for o in objects if o["kind"] == "Job")

@@ -1,7 +1,7 @@
 """The numbers nccl-tests reports, as pure functions (no torch).
 
 Shared by the `bench` workload (which runs inside every node, where only the
-`workloads` package is guaranteed) and `labctl.bench` (which re-exports them
+`workloads` package is guaranteed) and `workloads._report.bench` (which re-exports them
 for reports and tests). Definitions follow nccl-tests' doc/PERFORMANCE.md:
 
 - time: one call of the operation; the slowest rank's time per iteration;

@@ -140,6 +140,30 @@ def init(backend: str | None = None) -> Context:
     )
 
 
+def all_gather_json(value: Any) -> list[Any]:
+    """Every rank's JSON-able `value`, in rank order.
+
+    `dist.all_gather_object` pickles through numpy, which the CPU torch wheel
+    does not depend on ("RuntimeError: Numpy is not available"); JSON bytes in
+    a uint8 tensor need nothing but torch.
+    """
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) \
+        if dist.get_backend() == "nccl" else torch.device("cpu")
+    data = torch.tensor(list(json.dumps(value).encode()), dtype=torch.uint8, device=device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64, device=device))
+    longest = int(max(int(s.item()) for s in sizes))
+    padded = torch.zeros(longest, dtype=torch.uint8, device=device)
+    padded[:data.numel()] = data
+    gathered = [torch.zeros(longest, dtype=torch.uint8, device=device) for _ in sizes]
+    dist.all_gather(gathered, padded)
+    return [json.loads(bytes(g[:int(n.item())].cpu().tolist()).decode())
+            for g, n in zip(gathered, sizes)]
+
+
 def shutdown() -> None:
     import torch.distributed as dist
 

@@ -280,9 +280,7 @@ def link_test(ctx: _common.Context, max_bytes: int, max_seconds: float) -> None:
 
 
 def _all(ctx, value) -> list:
-    out = [None] * ctx.world_size
-    dist.all_gather_object(out, value)
-    return out
+    return _common.all_gather_json(value)
 
 
 def run(ctx: _common.Context, ops=None, min_bytes: int = 1024, max_bytes: int = 1 << 20,

@@ -1,10 +1,12 @@
 """Compose backend: every node is a container of one docker compose project.
 
-`run` renders the plan (labctl.render.compose), starts the project, watches
-each container until all exit, the first one fails, the deadline passes or
-Ctrl-C, and then — always, in a `finally` — stops the containers, copies each
-node's log into the run folder and removes containers and network with
-`docker compose down -v`. Only the docker CLI is used (no Python docker lib).
+`start` renders the plan (labctl.render.compose) and starts the project;
+`poll` reads every container's state; `stop` stops containers; `collect`
+copies each node's log into the run folder; `delete` is `docker compose down
+-v`. The driver calls them in that order, always: logs before teardown. Only
+the docker CLI is used (no Python docker lib). The compose project is named
+after the run id, and every container and network carries the run label, so
+a run started by `docker compose up` can be attached to (collect, down).
 """
 from __future__ import annotations
 
@@ -18,22 +20,15 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import LabError
+from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement
 from ..render import compose as render_compose
-from ..rundir import NodeOutcome, RunDir
+from ..rundir import RunDir
 from ..spec import DEFAULT_CUDA_IMAGE, LabSpec
+from .base import Backend, PreflightError
 
-FAILURE_GRACE_S = 8.0      # after the first failing node, let the others notice and exit
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
-POLL_S = 1.0
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
-
-
-def placement(spec: LabSpec) -> Placement:
-    """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
-    if spec.script and not Path(spec.script).is_file():
-        raise FileNotFoundError(f"script: no such file: {spec.script}")
-    return container_placement(spec, "compose")
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,14 +69,20 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else "no output"
 
 
-def _check_engine_and_image(image: str) -> None:
-    info = _docker("info", "--format", "{{.ServerVersion}}", timeout=30)
+def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
+    """Refuse before starting: no engine, no image, or nccl on an engine without GPUs."""
+    info = _docker("info", "--format", "{{json .Runtimes}}", timeout=30)
     if info.returncode != 0:
-        raise LabError(f"no Docker engine answers ({_last_line(info.stderr)}); "
-                       "start one with: bash scripts/ensure-docker.sh")
+        raise PreflightError(f"no Docker engine answers ({_last_line(info.stderr)}); "
+                             "start one with: bash scripts/ensure-docker.sh")
     if _docker("image", "inspect", image).returncode != 0:
-        hint = "bash images/build.sh cuda" if image == DEFAULT_CUDA_IMAGE else "make images"
-        raise LabError(f"image {image} not found; build it with: {hint} (or pass --image)")
+        hint = "make images-cuda" if image == DEFAULT_CUDA_IMAGE else "make images"
+        raise PreflightError(f"image {image} not found; build it with: {hint} (or pass --image)")
+    if needs_gpu and "nvidia" not in info.stdout:
+        raise PreflightError("dist_backend nccl needs GPUs in the containers, and this Docker "
+                             "engine has no NVIDIA runtime (docker info: runtimes "
+                             f"{info.stdout.strip() or 'none'}); use --dist-backend gloo, or a "
+                             "machine with the NVIDIA Container Toolkit")
 
 
 class _Project:
@@ -114,113 +115,113 @@ class _Project:
                 for r in rows}
 
 
-def _describe(plan: LaunchPlan, states: dict[str, tuple[str, int | None]]) -> str:
-    parts = []
-    for node in plan.nodes:
-        state, code = states.get(node.hostname, ("pending", None))
-        parts.append(f"node-{node.index}: {state}" + (f"({code})" if code is not None else ""))
-    return "  ".join(parts)
+def _outcome(index: int, hostname: str, state: tuple[str, int | None] | None) -> NodeOutcome:
+    if state is None:
+        return NodeOutcome(index, hostname)
+    status, code = state
+    if status != "exited":
+        return NodeOutcome(index, hostname, state=NodeState.PENDING if status == "created"
+                           else NodeState.RUNNING, reason=None if status in ("running", "created")
+                           else status)
+    node_state, sig = from_exit_code(code, shell_convention=True)
+    return NodeOutcome(index, hostname, code, node_state, signal=sig)
 
 
-def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
-        progress: Callable[[str], None] = lambda line: None) -> tuple[list[NodeOutcome], str, str]:
-    """Start every node as a container, wait, collect logs, remove everything.
+class ComposeBackend(Backend):
+    name = "compose"
+    renderer = "labctl.render.compose"
+    poll_interval = 1.0
 
-    Returns (node outcomes, state, message), state passed|failed|timeout|interrupted.
-    """
-    compose_command()
-    _check_engine_and_image(plan.spec.resolved_image)
-    compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan))
-    project = _Project(plan.run_id, compose_file, os.getcwd())
-    state, message = "passed", ""
-    t0 = time.monotonic()
-    exited_at: dict[str, float] = {}
-    states: dict[str, tuple[str, int | None]] = {}
-    stopped: set[str] = set()          # services still running when labctl stopped them
-    final = states
-    started = False
-    try:
-        up = project("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")
-        started = True
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plan: LaunchPlan | None = None
+        self.project: _Project | None = None
+        self.hostnames: dict[int, str] = {}
+        self.run_id = ""
+
+    def placement(self, spec: LabSpec) -> Placement:
+        """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
+        if spec.script and not Path(spec.script).is_file():
+            raise FileNotFoundError(f"script: no such file: {spec.script}")
+        return container_placement(spec, "compose")
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        try:
+            compose_command()
+        except LabError as exc:
+            raise PreflightError(str(exc)) from None
+        _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
+
+    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+        self.plan, self.run_id = plan, plan.run_id
+        self.hostnames = {n.index: n.hostname for n in plan.nodes}
+        compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan))
+        self.project = _Project(plan.run_id, compose_file, os.getcwd())
+        up = self.project("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")
         if up.returncode != 0:
-            raise LabError(f"docker compose up failed for project {project.name}: "
+            raise LabError(f"docker compose up failed for project {self.project.name}: "
                            f"{_last_line(up.stderr)}")
-        progress(f"compose project {project.name} started ({len(plan.nodes)} containers)")
-        first_failure: float | None = None
-        last = ""
-        while True:
-            states = project.states()
-            now = time.monotonic()
-            for service, (st, _) in states.items():
-                if st == "exited" and service not in exited_at:
-                    exited_at[service] = round(now - t0, 3)
-            line = _describe(plan, states)
-            if line != last:
-                progress(f"[{now - t0:6.1f}s] {line}")
-                last = line
-            if len(states) == len(plan.nodes) and all(st == "exited" for st, _ in states.values()):
-                break
-            failed = sorted(s for s, (st, code) in states.items() if st == "exited" and code != 0)
-            if failed and first_failure is None:
-                first_failure = now
-                progress(f"{', '.join(failed)} failed; stopping the lab in {FAILURE_GRACE_S:g}s "
-                         "unless the others finish")
-            if first_failure is not None and now - first_failure > FAILURE_GRACE_S:
-                break
-            if now > deadline:
-                state, message = "timeout", f"deadline of {plan.spec.timeout:g}s passed"
-                progress(f"timeout: {message}; stopping the lab")
-                break
-            time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        state, message = "interrupted", "interrupted (Ctrl-C)"
-        progress("interrupted: stopping the lab")
-    finally:
-        if started:
-            try:
-                stopped, final = _stop_collect_and_remove(plan, rundir, project)
-            except KeyboardInterrupt:       # a second Ctrl-C: still remove everything
-                project("down", "--volumes", "--remove-orphans", "--timeout", "0")
-                raise
+        self.progress(f"compose project {self.project.name} started ({len(plan.nodes)} containers)")
 
-    outcomes = []
-    for node in plan.nodes:
-        st, code = final.get(node.hostname, ("pending", None))
-        if node.hostname in stopped:
-            outcomes.append(NodeOutcome(node.index, node.hostname, None, "killed",
-                                        exited_at.get(node.hostname)))
-        elif st == "exited":
-            outcomes.append(NodeOutcome(node.index, node.hostname, code,
-                                        "succeeded" if code == 0 else "failed",
-                                        exited_at.get(node.hostname)))
-        else:
-            outcomes.append(NodeOutcome(node.index, node.hostname, None, "pending"))
-    if state == "passed" and any(o.state != "succeeded" for o in outcomes):
-        state = "failed"
-    return outcomes, state, message
+    def poll(self) -> list[NodeOutcome]:
+        assert self.project is not None
+        states = self.project.states()
+        return [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
 
+    def stop(self, indices: list[int], reason: str) -> None:
+        assert self.project is not None
+        self.project("stop", "--timeout", str(STOP_TIMEOUT_S),
+                     *(self.hostnames[i] for i in indices))
 
-def _stop_collect_and_remove(plan: LaunchPlan, rundir: RunDir, project: _Project
-                             ) -> tuple[set[str], dict[str, tuple[str, int | None]]]:
-    """Stop what still runs, write every node's log, then `down -v`: logs before teardown.
+    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
+        self.save_logs(rundir)
+        return self.poll()
 
-    Returns the services labctl had to stop and every container's final state.
-    """
-    running = {s for s, (st, _) in project.states().items() if st != "exited"}
-    if running:
-        project("stop", "--timeout", str(STOP_TIMEOUT_S), timeout=CLI_TIMEOUT_S)
-    final = project.states()
-    try:
-        for node in plan.nodes:
-            logs = project("logs", "--no-log-prefix", "--no-color", node.hostname)
-            rundir.write_node_log(node.index, logs.stdout + logs.stderr if logs.returncode == 0
-                                  else f"labctl: no log for {node.hostname}: {_last_line(logs.stderr)}\n")
-    finally:
-        down = project("down", "--volumes", "--remove-orphans", "--timeout", "0")
-        if down.returncode != 0 and any(_remove_by_label(plan.run_id)):
-            raise LabError(f"docker compose down failed for project {project.name}: "
-                           f"{_last_line(down.stderr)}; remove it with: labctl down {rundir.path}")
-    return running, final
+    def save_logs(self, rundir: RunDir) -> None:
+        assert self.project is not None
+        for index, hostname in sorted(self.hostnames.items()):
+            logs = self.project("logs", "--no-log-prefix", "--no-color", hostname)
+            if logs.returncode != 0:
+                raise LabError(f"no log for {hostname}: {_last_line(logs.stderr)}")
+            rundir.write_node_log(index, logs.stdout + logs.stderr)
+
+    def delete(self) -> str:
+        if self.project is None:
+            return ""
+        down = self.project("down", "--volumes", "--remove-orphans", "--timeout", "0")
+        left_containers, left_networks = _remove_by_label(self.run_id)
+        if down.returncode != 0 and (left_containers or left_networks):
+            raise LabError(f"docker compose down failed for project {self.project.name}: "
+                           f"{_last_line(down.stderr)}")
+        return f"removed compose project {self.project.name}"
+
+    # ---- runs started by `docker compose up` or by a labctl that died ------------
+    def attach(self, rundir: RunDir) -> None:
+        self.run_id = rundir.meta["run_id"]
+        self.project = _Project(self.run_id, None, os.getcwd())
+        self.hostnames = {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}
+
+    def alive(self) -> bool:
+        containers, networks = _labelled(self.run_id)
+        return bool(containers or networks)
+
+    def attached_outcomes(self) -> list[NodeOutcome]:
+        return self.poll()
+
+    def take_down(self) -> str:
+        containers, networks = _labelled(self.run_id)
+        if not containers and not networks:
+            return f"nothing left of run {self.run_id}: no containers or networks"
+        assert self.project is not None
+        self.project("down", "--volumes", "--remove-orphans", "--timeout", "0")
+        # Whatever compose did not remove (e.g. a project renamed by hand) goes by label.
+        left_containers, left_networks = _remove_by_label(self.run_id)
+        if left_containers or left_networks:
+            raise LabError(f"could not remove {len(left_containers)} container(s) and "
+                           f"{len(left_networks)} network(s) of run {self.run_id}; see: docker ps -a "
+                           f"--filter label={render_compose.RUN_LABEL}={self.run_id}")
+        return (f"removed {len(containers)} container(s) and {len(networks)} network(s) "
+                f"of run {self.run_id} (compose project {self.project.name})")
 
 
 def _labelled(run_id: str) -> tuple[list[str], list[str]]:
@@ -238,21 +239,3 @@ def _remove_by_label(run_id: str) -> tuple[list[str], list[str]]:
     if networks:
         _docker("network", "rm", *networks)
     return _labelled(run_id)
-
-
-def down(rundir: RunDir) -> str:
-    """Remove whatever is left of a run's project (idempotent); one line on what was done."""
-    run_id = rundir.meta["run_id"]
-    containers, networks = _labelled(run_id)
-    if not containers and not networks:
-        return f"nothing left of run {run_id}: no containers or networks"
-    project = _Project(run_id, None, os.getcwd())
-    project("down", "--volumes", "--remove-orphans", "--timeout", "0")
-    # Whatever compose did not remove (e.g. a project renamed by hand) goes by label.
-    left_containers, left_networks = _remove_by_label(run_id)
-    if left_containers or left_networks:
-        raise LabError(f"could not remove {len(left_containers)} container(s) and "
-                       f"{len(left_networks)} network(s) of run {run_id}; see: docker ps -a "
-                       f"--filter label={render_compose.RUN_LABEL}={run_id}")
-    return (f"removed {len(containers)} container(s) and {len(networks)} network(s) "
-            f"of run {run_id} (compose project {project.name})")

@@ -1,9 +1,10 @@
 """Kubernetes backend: apply the rendered lab, watch it, bring the logs home, delete it.
 
 Everything the run creates carries the label `labctl.dev/run-id=<run>`, which
-is how `run` cleans up and how `down` finds leftovers. Logs and events are
-collected *before* anything is deleted — in a `finally`, so a failure, the
-deadline and Ctrl-C all leave them in the run folder.
+is how `delete` cleans up and how `attach` (collect, down) finds a run. The
+driver collects logs and events *before* anything is deleted, so a failure,
+the deadline and Ctrl-C all leave them in the run folder. Every API call has
+a request timeout, never longer than what is left of the lab's deadline.
 
 The `kubernetes` package is imported only inside `connect()`, so that
 `labctl --help` and `labctl render k8s` never pay for it. Tests inject a
@@ -18,10 +19,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import LabError
+from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement
 from ..render import k8s as k8s_render
-from ..rundir import NodeOutcome, RunDir
+from ..rundir import RunDir
 from ..spec import LabSpec
+from .base import Backend, BackendFailure
 
 POLL_S = 2.0
 REQUEST_TIMEOUT_S = 15
@@ -29,13 +32,6 @@ REQUEST_TIMEOUT_S = 15
 STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                            "CreateContainerConfigError", "CreateContainerError"})
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-
-def placement(spec: LabSpec, **_options: Any) -> Placement:
-    """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service)."""
-    if spec.script and not Path(spec.script).is_file():
-        raise FileNotFoundError(f"script: no such file: {spec.script}")
-    return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec))
 
 
 @dataclass
@@ -46,6 +42,13 @@ class Cluster:
     networking: Any      # NetworkingV1Api
     namespace: str
     context: str | None = None
+    deadline: float | None = None        # monotonic; request timeouts never pass it
+
+    def timeout(self) -> float:
+        """Request timeout for the next call: REQUEST_TIMEOUT_S, or less near the deadline."""
+        if self.deadline is None:
+            return REQUEST_TIMEOUT_S
+        return max(1.0, min(REQUEST_TIMEOUT_S, self.deadline - time.monotonic()))
 
 
 def connect(context: str | None = None, namespace: str | None = None) -> Cluster:
@@ -111,7 +114,7 @@ def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
         "Job": cluster.batch.create_namespaced_job,
     }[kind]
     try:
-        create(ns, obj)
+        create(ns, obj, _request_timeout=cluster.timeout())
     except Exception as exc:
         name, lab = obj["metadata"]["name"], obj["metadata"]["labels"]["app.kubernetes.io/name"]
         if _status(exc) == 409:
@@ -136,7 +139,8 @@ def _index(pod: Any) -> int | None:
 def _pods_by_index(cluster: Cluster, run_id: str) -> dict[int, Any]:
     """The newest pod of every completion index."""
     pods = cluster.core.list_namespaced_pod(
-        cluster.namespace, label_selector=k8s_render.run_selector(run_id)).items
+        cluster.namespace, label_selector=k8s_render.run_selector(run_id),
+        _request_timeout=cluster.timeout()).items
     found: dict[int, Any] = {}
     for pod in sorted(pods, key=lambda p: str(p.metadata.creation_timestamp or "")):
         index = _index(pod)
@@ -148,14 +152,6 @@ def _pods_by_index(cluster: Cluster, run_id: str) -> dict[int, Any]:
 def _container_state(pod: Any) -> Any:
     statuses = (pod.status.container_statuses or []) if pod.status else []
     return statuses[0].state if statuses else None
-
-
-def _pod_phase(pod: Any | None) -> str:
-    if pod is None:
-        return "pending"
-    phase = (pod.status.phase if pod.status else None) or "Pending"
-    return {"Pending": "pending", "Running": "running", "Succeeded": "succeeded",
-            "Failed": "failed"}.get(phase, phase.lower())
 
 
 def _stuck(pods: dict[int, Any]) -> str | None:
@@ -175,62 +171,29 @@ def _job_condition(job: Any) -> tuple[str, str] | None:
     return None
 
 
-def _watch(plan: LaunchPlan, cluster: Cluster, deadline: float,
-           progress: Callable[[str], None], t0: float) -> tuple[str, str]:
-    name = k8s_render.job_name(plan.spec)
-    last = ""
-    while True:
-        job = cluster.batch.read_namespaced_job(name, cluster.namespace)
-        pods = _pods_by_index(cluster, plan.run_id)
-        states = "  ".join(f"node-{i}: {_pod_phase(pods.get(i))}" for i in range(plan.spec.nodes))
-        line = f"{states}  (deadline in {max(0, deadline - time.monotonic()):.0f}s)"
-        if states != last:
-            progress(f"[{time.monotonic() - t0:6.1f}s] {line}")
-            last = states
-        decided = _job_condition(job)
-        if decided is not None:
-            kind, reason = decided
-            if kind == "Complete":
-                return "passed", ""
-            if reason == "DeadlineExceeded":
-                return "timeout", f"job {name} passed its activeDeadlineSeconds ({plan.spec.timeout:g}s)"
-            return "failed", f"job {name} failed ({reason or 'no reason given'})"
-        stuck = _stuck(pods)
-        if stuck:
-            progress(f"stuck: {stuck}; stopping the lab")
-            return "failed", stuck
-        if time.monotonic() > deadline:
-            progress(f"timeout: deadline of {plan.spec.timeout:g}s passed; stopping the lab")
-            return "timeout", f"deadline of {plan.spec.timeout:g}s passed"
-        time.sleep(POLL_S)
-
-
 # ---- collecting -------------------------------------------------------------
-def _outcomes(plan: LaunchPlan, pods: dict[int, Any], job_start: Any) -> list[NodeOutcome]:
-    out = []
-    for node in plan.nodes:
-        pod = pods.get(node.index)
-        state = _container_state(pod) if pod is not None else None
-        done = getattr(state, "terminated", None) if state else None
-        if done is None:
-            out.append(NodeOutcome(node.index, node.hostname, None, "pending"))
-            continue
-        code = done.exit_code
-        exited = None
-        if job_start is not None and done.finished_at is not None:
-            exited = round((done.finished_at - job_start).total_seconds(), 3)
-        if code == 0:
-            out.append(NodeOutcome(node.index, node.hostname, 0, "succeeded", exited))
-        elif code > 128:       # SIGTERM/SIGKILL from the Job controller or the kubelet
-            out.append(NodeOutcome(node.index, node.hostname, 128 - code, "killed", exited))
-        else:
-            out.append(NodeOutcome(node.index, node.hostname, code, "failed", exited))
-    return out
+def _outcome(index: int, hostname: str, pod: Any | None, job_start: Any = None) -> NodeOutcome:
+    """A pod's outcome: its container's exit code (128 + N: killed by signal N)."""
+    if pod is None:
+        return NodeOutcome(index, hostname)
+    state = _container_state(pod)
+    done = getattr(state, "terminated", None) if state else None
+    if done is None:
+        phase = (pod.status.phase if pod.status else None) or "Pending"
+        waiting = getattr(state, "waiting", None) if state else None
+        return NodeOutcome(index, hostname, state=NodeState.RUNNING if phase == "Running"
+                           else NodeState.PENDING, reason=getattr(waiting, "reason", None))
+    exited = None
+    if job_start is not None and done.finished_at is not None:
+        exited = round((done.finished_at - job_start).total_seconds(), 3)
+    node_state, sig = from_exit_code(done.exit_code, shell_convention=True)
+    return NodeOutcome(index, hostname, done.exit_code, node_state, exited, signal=sig)
 
 
 def _events_text(cluster: Cluster, kind: str, name: str) -> str:
     events = cluster.core.list_namespaced_event(
-        cluster.namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}")
+        cluster.namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}",
+        _request_timeout=cluster.timeout())
     lines = []
     for ev in sorted(events.items, key=lambda e: str(e.last_timestamp or e.event_time or "")):
         when = ev.last_timestamp or ev.event_time or ""
@@ -239,37 +202,54 @@ def _events_text(cluster: Cluster, kind: str, name: str) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _collect(plan: LaunchPlan, rundir: RunDir, cluster: Cluster,
-             progress: Callable[[str], None]) -> list[NodeOutcome]:
-    """Every pod's log and the Job's and pods' events into the run folder; best effort
-    per item, so one unreadable pod does not cost the others' logs."""
-    name = k8s_render.job_name(plan.spec)
+def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
+             cluster: Cluster, progress: Callable[[str], None],
+             strict: bool = False) -> list[NodeOutcome]:
+    """Every pod's log and the Job's and pods' events into the run folder.
+
+    Best effort per item (one unreadable pod does not cost the others' logs),
+    unless `strict`: then any failure raises, so that `down` deletes nothing
+    whose log it could not save.
+    """
     events = rundir.path / "events"
     events.mkdir(exist_ok=True)
+
+    def failed(what: str, exc: Exception) -> None:
+        if strict:
+            raise LabError(f"{what}: {_one_line(exc)}") from None
+        progress(f"{what}: {_one_line(exc)}")
+
     try:
-        pods = _pods_by_index(cluster, plan.run_id)
+        pods = _pods_by_index(cluster, run_id)
     except Exception as exc:
-        progress(f"could not list pods: {_one_line(exc)}")
+        failed("could not list pods", exc)
         pods = {}
     for index, pod in sorted(pods.items()):
         try:
             text = cluster.core.read_namespaced_pod_log(
-                pod.metadata.name, cluster.namespace, container=k8s_render.CONTAINER)
+                pod.metadata.name, cluster.namespace, container=k8s_render.CONTAINER,
+                _request_timeout=cluster.timeout())
             rundir.write_node_log(index, text or "")
         except Exception as exc:
-            progress(f"could not read the log of pod {pod.metadata.name}: {_one_line(exc)}")
-    for kind, obj in [("Job", name)] + [("Pod", p.metadata.name) for _, p in sorted(pods.items())]:
+            failed(f"could not read the log of pod {pod.metadata.name}", exc)
+    for kind, obj in [("Job", job)] + [("Pod", p.metadata.name) for _, p in sorted(pods.items())]:
         try:
             (events / f"{kind.lower()}-{obj}.log").write_text(_events_text(cluster, kind, obj))
         except Exception as exc:
-            progress(f"could not read the events of {kind.lower()}/{obj}: {_one_line(exc)}")
+            failed(f"could not read the events of {kind.lower()}/{obj}", exc)
     job_start = None
     try:
-        job = cluster.batch.read_namespaced_job(name, cluster.namespace)
-        job_start = job.status.start_time if job.status else None
+        found = cluster.batch.read_namespaced_job(job, cluster.namespace,
+                                                  _request_timeout=cluster.timeout())
+        job_start = found.status.start_time if found.status else None
     except Exception:
         pass
-    return _outcomes(plan, pods, job_start)
+    missing = sorted(set(hostnames) - set(pods))
+    out = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(hostnames.items())]
+    for o in out:
+        if o.index in missing:
+            o.state, o.reason = NodeState.LOST, "no pod left (deleted, or removed by the Job's TTL)"
+    return out
 
 
 # ---- deleting ---------------------------------------------------------------
@@ -288,9 +268,9 @@ def delete_run(cluster: Cluster, run_id: str) -> list[str]:
     ]
     deleted = []
     for kind, list_fn, delete_fn, extra in kinds:
-        for obj in list_fn(ns, label_selector=selector).items:
+        for obj in list_fn(ns, label_selector=selector, _request_timeout=cluster.timeout()).items:
             try:
-                delete_fn(obj.metadata.name, ns, **extra)
+                delete_fn(obj.metadata.name, ns, _request_timeout=cluster.timeout(), **extra)
                 deleted.append(f"{kind}/{obj.metadata.name}")
             except Exception as exc:
                 if _status(exc) != 404:      # gone already (the Job took its pods along)
@@ -298,57 +278,117 @@ def delete_run(cluster: Cluster, run_id: str) -> list[str]:
     return deleted
 
 
-# ---- the verbs --------------------------------------------------------------
-def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
-        progress: Callable[[str], None] = lambda line: None,
-        context: str | None = None, namespace: str | None = None,
-        cluster: Cluster | None = None) -> tuple[list[NodeOutcome], str, str]:
-    """Create the lab's objects, watch the Job to its end or the deadline, collect
-    logs and events, delete everything. Returns (outcomes, state, message)."""
-    manifests = k8s_render.render(plan)
-    rundir.write_rendered("k8s.yaml", k8s_render.text(plan))
-    cluster = cluster or connect(context, namespace)
-    rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
-                          "selector": k8s_render.run_selector(plan.run_id)}
-    rundir.write_status()
-    t0 = time.monotonic()
-    state, message = "error", ""
-    outcomes: list[NodeOutcome] = [NodeOutcome(n.index, n.hostname, None, "pending")
-                                   for n in plan.nodes]
-    created: list[str] = []       # kinds this run created; nothing else is touched
-    try:
+# ---- the backend ------------------------------------------------------------------
+class K8sBackend(Backend):
+    name = "k8s"
+    renderer = "labctl.render.k8s"
+    options = {"context": "Kubernetes context", "namespace": "Kubernetes namespace"}
+
+    def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cluster = cluster              # tests inject fakes here
+        self.plan: LaunchPlan | None = None
+        self.hostnames: dict[int, str] = {}
+        self.job = ""
+        self.run_id = ""
+        self.created: list[str] = []
+
+    @property
+    def poll_interval(self) -> float:       # read at call time: tests shorten POLL_S
+        return POLL_S
+
+    def placement(self, spec: LabSpec) -> Placement:
+        """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service)."""
+        if spec.script and not Path(spec.script).is_file():
+            raise FileNotFoundError(f"script: no such file: {spec.script}")
+        return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec))
+
+    def _connect(self, context: str | None, namespace: str | None) -> Cluster:
+        if self.cluster is None:
+            self.cluster = connect(context, namespace)
+        return self.cluster
+
+    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+        self.plan, self.run_id = plan, plan.run_id
+        self.hostnames = {n.index: n.hostname for n in plan.nodes}
+        self.job = k8s_render.job_name(plan.spec)
+        manifests = k8s_render.render(plan)
+        rundir.write_rendered("k8s.yaml", k8s_render.text(plan))
+        cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+        cluster.deadline = time.monotonic() + plan.spec.timeout
+        rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
+                              "selector": k8s_render.run_selector(plan.run_id)}
+        rundir.write_status()
         for obj in manifests:
             _create(cluster, obj)
-            created.append(obj["kind"])
-            progress(f"created {obj['kind'].lower()}/{obj['metadata']['name']} "
-                     f"in namespace {cluster.namespace}")
-        state, message = _watch(plan, cluster, deadline, progress, t0)
-    except KeyboardInterrupt:
-        state, message = "interrupted", "interrupted (Ctrl-C)"
-        progress("interrupted: collecting logs, then deleting the lab")
-    finally:
-        if "Job" in created:
-            outcomes = _collect(plan, rundir, cluster, progress)
-        if created:
-            try:
-                deleted = delete_run(cluster, plan.run_id)
-                progress(f"deleted {len(deleted)} object(s) labelled "
-                         f"{k8s_render.run_selector(plan.run_id)}")
-            except Exception as exc:
-                progress(f"cleanup failed: {_one_line(exc)}; run: labctl down {rundir.path}")
-    if state == "passed" and any(o.state != "succeeded" for o in outcomes):
-        state = "failed"
-    return outcomes, state, message
+            self.created.append(obj["kind"])
+            self.progress(f"created {obj['kind'].lower()}/{obj['metadata']['name']} "
+                          f"in namespace {cluster.namespace}")
 
+    def poll(self) -> list[NodeOutcome]:
+        assert self.cluster is not None
+        job = self.cluster.batch.read_namespaced_job(self.job, self.cluster.namespace,
+                                                     _request_timeout=self.cluster.timeout())
+        pods = _pods_by_index(self.cluster, self.run_id)
+        stuck = _stuck(pods)
+        if stuck:
+            raise BackendFailure(f"stuck: {stuck}")
+        job_start = job.status.start_time if job.status else None
+        return [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
 
-def down(rundir: RunDir, cluster: Cluster | None = None) -> str:
-    """Delete exactly what one run created (by its run label), where it ran."""
-    where = rundir.meta.get("k8s") or {}
-    cluster = cluster or connect(where.get("context") if where.get("context") != "in-cluster"
-                                 else None, where.get("namespace"))
-    run_id = rundir.meta["run_id"]
-    deleted = delete_run(cluster, run_id)
-    if not deleted:
-        return (f"nothing to delete: no objects labelled {k8s_render.run_selector(run_id)} "
-                f"in namespace {cluster.namespace}")
-    return f"deleted {len(deleted)} object(s) in namespace {cluster.namespace}: {', '.join(deleted)}"
+    def stop(self, indices: list[int], reason: str) -> None:
+        """Pods keep running until `delete`: their logs are read first (a deleted pod has none)."""
+
+    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
+        if "Job" not in self.created or self.cluster is None:
+            return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())]
+        return _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress)
+
+    def delete(self) -> str:
+        if not self.created or self.cluster is None:
+            return ""
+        self.cluster.deadline = None        # cleanup gets its full request timeouts
+        deleted = delete_run(self.cluster, self.run_id)
+        return f"deleted {len(deleted)} object(s) labelled {k8s_render.run_selector(self.run_id)}"
+
+    # ---- runs started by kubectl, or by a labctl that died -------------------------
+    def attach(self, rundir: RunDir) -> None:
+        where = rundir.meta.get("k8s") or {}
+        context = self.settings.get("context") or (
+            where.get("context") if where.get("context") != "in-cluster" else None)
+        self._connect(context, self.settings.get("namespace") or where.get("namespace"))
+        self.run_id = rundir.meta["run_id"]
+        self.hostnames = {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}
+        self.job = rundir.spec.name
+
+    def _objects(self) -> list[str]:
+        assert self.cluster is not None
+        ns, selector = self.cluster.namespace, k8s_render.run_selector(self.run_id)
+        found = []
+        for kind, list_fn in (("job", self.cluster.batch.list_namespaced_job),
+                              ("pod", self.cluster.core.list_namespaced_pod),
+                              ("service", self.cluster.core.list_namespaced_service)):
+            found += [f"{kind}/{o.metadata.name}" for o in
+                      list_fn(ns, label_selector=selector, _request_timeout=self.cluster.timeout()).items]
+        return found
+
+    def alive(self) -> bool:
+        return bool(self._objects())
+
+    def attached_outcomes(self) -> list[NodeOutcome]:
+        assert self.cluster is not None
+        pods = _pods_by_index(self.cluster, self.run_id)
+        return [_outcome(i, h, pods.get(i)) for i, h in sorted(self.hostnames.items())]
+
+    def save_logs(self, rundir: RunDir) -> None:
+        assert self.cluster is not None
+        _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress,
+                 strict=True)
+
+    def take_down(self) -> str:
+        assert self.cluster is not None
+        deleted = delete_run(self.cluster, self.run_id)
+        if not deleted:
+            return (f"nothing to delete: no objects labelled {k8s_render.run_selector(self.run_id)} "
+                    f"in namespace {self.cluster.namespace}")
+        return f"deleted {len(deleted)} object(s) in namespace {self.cluster.namespace}: {', '.join(deleted)}"

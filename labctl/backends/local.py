@@ -1,28 +1,36 @@
-"""Local backend: every node is a process tree on this machine.
+"""Local backend: every node is a process tree on this machine, kept by a node guard.
 
-Each node runs its plan processes (one torchrun agent, or its workers in
-direct mode) in a session of its own, so that stopping a node — on a failing
-rank, the deadline or Ctrl-C — kills everything it started with one signal.
+Each node runs under `labctl/nodeguard.py` (in a session of its own, working
+in `work/node-<i>/` of the run folder unless the spec says `workdir: invoking`),
+which writes the node's output straight into `nodes/node-<i>.log`, keeps every
+descendant in its tree (child subreaper), and stops the tree when labctl asks
+(SIGTERM) or dies (the lifeline pipe reads EOF). So a lab never outlives
+labctl, even when labctl is SIGKILLed, and the logs survive it.
 """
 from __future__ import annotations
 
+import errno
+import glob
+import json
 import os
 import signal
 import socket
 import subprocess
-import threading
+import sys
 import time
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import IO
 
-from .. import logs
+from .. import nodeguard
+from ..errors import LabError
+from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, local_placement
-from ..rundir import NodeOutcome, RunDir
+from ..rundir import RunDir
 from ..spec import LabSpec
+from .base import Backend, PreflightError
 
-FAILURE_GRACE_S = 8.0      # after the first failure, let the others notice and exit by themselves
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
-POLL_S = 0.05              # how often node processes are checked: the end of a run is noticed this late
+GUARD_EXIT_S = TERM_GRACE_S + 5.0
 
 
 def free_port() -> int:
@@ -31,165 +39,228 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def placement(spec: LabSpec) -> Placement:
-    script = str(Path(spec.script).resolve()) if spec.script else None
-    if script and not Path(script).is_file():
-        raise FileNotFoundError(f"script: no such file: {spec.script}")
-    return local_placement(spec, spec.rdzv_port or free_port(), script_path=script)
+def port_taken(port: int) -> bool:
+    """Whether something on this machine already listens on `port` (loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
-class _Proc:
-    """One started process and the thread copying its output into the node log."""
-
-    def __init__(self, popen: subprocess.Popen, sink: TextIO, lock: threading.Lock,
-                 prefix: str, rank: int | None):
-        self.popen, self.sink, self.lock, self.rank = popen, sink, lock, rank
-        self.exit_noted = False
-        self.thread = threading.Thread(target=self._pump, args=(sink, lock, prefix), daemon=True)
-        self.thread.start()
-
-    def note_exit(self, code: int) -> None:
-        """Direct-mode workers: log the exit in order, as the container wrapper does."""
-        if self.rank is None or self.exit_noted:
-            return
-        self.exit_noted = True
-        self.thread.join(timeout=2)          # its last output first
-        with self.lock:
-            self.sink.write(logs.exit_line(self.rank, code) + "\n")
-            self.sink.flush()
-
-    def _pump(self, sink: TextIO, lock: threading.Lock, prefix: str) -> None:
-        assert self.popen.stdout is not None
-        for raw in self.popen.stdout:
-            line = raw.decode(errors="replace")
-            with lock:
-                sink.write(prefix + line)
-                sink.flush()
+def visible_gpus() -> int:
+    """NVIDIA devices this machine exposes, without importing torch."""
+    return len(glob.glob("/dev/nvidia[0-9]*"))
 
 
-def _signal_group(p: subprocess.Popen, sig: int) -> None:
+def processes_of_run(run_id: str) -> list[int]:
+    """PIDs whose environment carries LAB_RUN_ID=<run_id>: guards, agents, workers."""
+    needle = f"LAB_RUN_ID={run_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_processes(pids: list[int], grace: float = 2.0) -> list[dict]:
+    """SIGTERM, then SIGKILL what is left; returns what was found (pid, command)."""
+    found = [{"pid": pid, "command": nodeguard.command_of(pid)} for pid in pids]
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while time.monotonic() < end and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        _kill(pid, signal.SIGKILL)
+    return found
+
+
+def _kill(pid: int, sig: int) -> None:
     try:
-        os.killpg(p.pid, sig)
+        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def stop_all(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM every process group, wait, then SIGKILL what is left (also orphans)."""
-    for p in procs:
-        _signal_group(p, signal.SIGTERM)
-    deadline = time.monotonic() + TERM_GRACE_S
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    # Kill the whole group even when its leader is gone: workers may outlive the agent.
-    for p in procs:
-        _signal_group(p, signal.SIGKILL)
-        try:
-            p.wait(timeout=TERM_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
-        progress: Callable[[str], None] = lambda line: None) -> tuple[list[NodeOutcome], str, str]:
-    """Start every node, wait for all or the first failure/deadline, stop everything.
-
-    Returns (node outcomes, state, message) where state is passed|failed|timeout|interrupted.
-    """
-    started: list[tuple[int, _Proc]] = []
-    sinks: list[TextIO] = []
-    state, message = "passed", ""
-    t0 = time.monotonic()
-    exited: dict[int, float] = {}      # node index -> seconds when its first process ended
+def _alive(pid: int) -> bool:
     try:
-        for node in plan.nodes:
-            sink = open(rundir.node_log(node.index), "w")
-            sinks.append(sink)
-            lock = threading.Lock()
-            for proc in node.processes:
-                popen = subprocess.Popen(
-                    list(proc.argv), env={**os.environ, **proc.env},
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-                prefix = logs.rank_prefix(proc.rank) if proc.rank is not None else ""
-                started.append((node.index, _Proc(popen, sink, lock, prefix, proc.rank)))
-        first_failure: float | None = None
-        last_line = ""
-        while True:
-            codes = [p.popen.poll() for _, p in started]
-            for (i, p), c in zip(started, codes):
-                if c is not None and i not in exited:
-                    exited[i] = round(time.monotonic() - t0, 3)
-                if c is not None:
-                    p.note_exit(c)
-            if all(c is not None for c in codes):
-                progress(f"[{time.monotonic() - t0:6.1f}s] {_progress_line(plan, started, codes)}")
-                break
-            if any(c not in (None, 0) for c in codes) and first_failure is None:
-                first_failure = time.monotonic()
-                bad = sorted({i for (i, _), c in zip(started, codes) if c not in (None, 0)})
-                progress(f"node {', '.join(map(str, bad))} failed; stopping the lab")
-            if first_failure is not None and time.monotonic() - first_failure > FAILURE_GRACE_S:
-                break
-            if time.monotonic() > deadline:
-                state, message = "timeout", f"deadline of {plan.spec.timeout:g}s passed"
-                progress(f"timeout: {message}; stopping the lab")
-                break
-            line = _progress_line(plan, started, codes)
-            if line != last_line:
-                progress(f"[{time.monotonic() - t0:6.1f}s] {line}")
-                last_line = line
-            time.sleep(POLL_S)
-    except KeyboardInterrupt:
-        state, message = "interrupted", "interrupted (Ctrl-C)"
-        progress("interrupted: stopping the lab")
-    finally:
-        stop_all([p.popen for _, p in started])
-        for _, p in started:
-            p.thread.join(timeout=5)
-            if p.popen.returncode is not None:
-                p.note_exit(p.popen.returncode)
-        for sink in sinks:
-            sink.close()
-
-    outcomes = []
-    for node in plan.nodes:
-        codes = [p.popen.returncode for i, p in started if i == node.index]
-        if len(codes) < len(node.processes):
-            outcomes.append(NodeOutcome(node.index, node.hostname, None, "pending"))
-            continue
-        code = next((c for c in codes if c != 0), 0)
-        if code == 0:
-            node_state = "succeeded"
-        elif code < 0:
-            node_state, code = "killed", code
-        else:
-            node_state = "failed"
-        outcomes.append(NodeOutcome(node.index, node.hostname, code, node_state,
-                                    exited.get(node.index)))
-    if state == "passed" and any(o.state != "succeeded" for o in outcomes):
-        state = "failed"
-    return outcomes, state, message
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
-def _progress_line(plan: LaunchPlan, started, codes) -> str:
-    parts = []
-    for node in plan.nodes:
-        mine = [c for (i, _), c in zip(started, codes) if i == node.index]
-        if any(c is None for c in mine):
-            status = "running"
-        elif all(c == 0 for c in mine):
-            status = "succeeded"
-        else:
-            status = "failed"
-        parts.append(f"node-{node.index}: {status}")
-    return "  ".join(parts)
+def _from_status_file(path: Path, index: int, hostname: str, guard_code: int | None,
+                      alive: bool = False) -> NodeOutcome:
+    """A node's outcome from its guard's status file (exit code, who stopped it)."""
+    try:
+        status = json.loads(path.read_text())
+        code = status["exit_code"]
+    except (OSError, ValueError, KeyError):     # no file: the guard was killed, or still runs
+        if guard_code is None:
+            state = NodeState.RUNNING if alive else NodeState.LOST
+            return NodeOutcome(index, hostname, state=state,
+                               reason=None if alive else "no outcome recorded")
+        state, sig = from_exit_code(guard_code)
+        return NodeOutcome(index, hostname, guard_code, state, signal=sig)
+    state, sig = from_exit_code(code)
+    outcome = NodeOutcome(index, hostname, code, state, signal=sig)
+    if status.get("stopped") and state is not NodeState.SUCCEEDED:
+        outcome.state, outcome.reason = NodeState.STOPPED, status["stopped"]
+    return outcome
 
 
-def down(rundir: RunDir) -> str:
-    """Local runs stop every process before `up` returns; there is nothing to delete."""
-    return f"nothing to delete: {rundir.path.name} ran as local processes, all stopped when it ended"
+class LocalBackend(Backend):
+    name = "local"
+    poll_interval = 0.05       # the end of a run is noticed this late
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plan: LaunchPlan | None = None
+        self.rundir: RunDir | None = None
+        self.guards: dict[int, subprocess.Popen] = {}
+        self.logs: list[IO[bytes]] = []
+        self.lifeline_w: int | None = None
+
+    def placement(self, spec: LabSpec) -> Placement:
+        script = str(Path(spec.script).resolve()) if spec.script else None
+        if script and not Path(script).is_file():
+            raise FileNotFoundError(f"script: no such file: {spec.script}")
+        return local_placement(spec, spec.rdzv_port or free_port(), script_path=script)
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        spec = plan.spec
+        if spec.dist_backend == "nccl" and visible_gpus() < spec.nproc_per_node:
+            raise PreflightError(
+                f"dist_backend nccl needs a GPU per worker ({spec.nproc_per_node} per node), "
+                f"and this machine has {visible_gpus()}; use --dist-backend gloo (or auto)")
+        if port_taken(plan.placement.master_port):
+            raise PreflightError(
+                f"rendezvous port {plan.placement.master_port} on 127.0.0.1 is already in use "
+                "(EADDRINUSE); choose another --rdzv-port or leave it out for a free one")
+
+    # ---- the run ---------------------------------------------------------------
+    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+        self.plan, self.rundir = plan, rundir
+        read_end, self.lifeline_w = os.pipe()        # the write end never leaves labctl
+        rundir.meta["local"] = {"controller_pid": os.getpid(), "host": socket.gethostname(),
+                                "guards": {}}
+        try:
+            for node in plan.nodes:
+                workdir = rundir.workdir(node.index)
+                log = open(rundir.node_log(node.index), "ab")
+                self.logs.append(log)
+                self.guards[node.index] = subprocess.Popen(
+                    [sys.executable, nodeguard.__file__, "--plan", str((rundir.path / "plan.json").resolve()),
+                     "--node", str(node.index), "--status", str(self._status_file(node.index)),
+                     "--lifeline", str(read_end), "--grace", str(TERM_GRACE_S)],
+                    cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env={**os.environ, "LAB_RUN_ID": plan.run_id},
+                    start_new_session=True, pass_fds=(read_end,))
+                rundir.meta["local"]["guards"][str(node.index)] = self.guards[node.index].pid
+        finally:
+            os.close(read_end)
+            rundir.write_status()
+
+    def _status_file(self, index: int) -> Path:
+        assert self.rundir is not None
+        return (self.rundir.path / "nodes" / f"node-{index}.exit.json").resolve()
+
+    def _outcome(self, index: int, hostname: str) -> NodeOutcome:
+        guard = self.guards.get(index)
+        if guard is None:
+            return NodeOutcome(index, hostname)
+        if guard.poll() is None:
+            return NodeOutcome(index, hostname, state=NodeState.RUNNING)
+        return _from_status_file(self._status_file(index), index, hostname, guard.returncode)
+
+    def poll(self) -> list[NodeOutcome]:
+        assert self.plan is not None
+        return [self._outcome(n.index, n.hostname) for n in self.plan.nodes]
+
+    def stop(self, indices: list[int], reason: str) -> None:
+        for i in indices:
+            _kill(self.guards[i].pid, signal.SIGTERM)
+        end = time.monotonic() + GUARD_EXIT_S
+        for i in indices:
+            try:
+                self.guards[i].wait(timeout=max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.guards[i].kill()
+                self.guards[i].wait()
+
+    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
+        """The guards wrote the logs already; note what they had to kill after the ranks ended."""
+        assert self.plan is not None
+        for guard in self.guards.values():
+            try:
+                guard.wait(timeout=GUARD_EXIT_S)
+            except subprocess.TimeoutExpired:
+                guard.kill()
+                guard.wait()
+        leftovers = []
+        for node in self.plan.nodes:
+            try:
+                status = json.loads(self._status_file(node.index).read_text())
+            except (OSError, ValueError):
+                continue
+            leftovers += [{"node": node.index, **item} for item in status.get("leftovers", [])]
+        rundir.meta["leftovers"] = leftovers
+        return self.poll()
+
+    def delete(self) -> str:
+        """Close the lifeline and sweep: nothing carrying this run's id may remain."""
+        for log in self.logs:
+            log.close()
+        if self.lifeline_w is not None:
+            os.close(self.lifeline_w)
+            self.lifeline_w = None
+        if self.plan is None:
+            return ""
+        escaped = kill_processes(processes_of_run(self.plan.run_id))
+        if escaped and self.rundir is not None:
+            self.rundir.meta.setdefault("leftovers", []).extend(
+                {"node": None, **item} for item in escaped)
+            return f"killed {len(escaped)} process(es) of the run that outlived their node"
+        return ""
+
+    # ---- runs whose labctl is gone ------------------------------------------------
+    def attach(self, rundir: RunDir) -> None:
+        self.rundir = rundir
+        self.run_id = rundir.meta["run_id"]
+
+    def alive(self) -> bool:
+        return bool(processes_of_run(self.run_id))
+
+    def attached_outcomes(self) -> list[NodeOutcome]:
+        """Outcomes of a run found after the fact: the guards' status files, or still running."""
+        assert self.rundir is not None
+        alive = self.alive()
+        return [_from_status_file(self.rundir.path / "nodes" / f"node-{n['index']}.exit.json",
+                                  n["index"], n["hostname"], None, alive)
+                for n in self.rundir.plan["nodes"]]
+
+    def save_logs(self, rundir: RunDir) -> None:
+        """Nothing to fetch: the guards write each node's log straight into the folder."""
+
+    def take_down(self) -> str:
+        """Stop whatever of an attached run still runs; a truthful line on what was stopped."""
+        pids = processes_of_run(self.run_id)
+        if not pids:
+            return f"nothing running of run {self.run_id}"
+        found = kill_processes(pids)
+        left = [p for p in pids if _alive(p)]
+        if left:
+            raise LabError(f"could not stop {len(left)} process(es) of run {self.run_id}: "
+                           f"pids {', '.join(map(str, left))}")
+        return (f"stopped {len(found)} process(es) of run {self.run_id}: "
+                + ", ".join(f"{p['pid']} ({p['command'][:60]})" for p in found[:8])
+                + (" ..." if len(found) > 8 else ""))

@@ -39,13 +39,23 @@ def dump_yaml(obj: Any) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
 
 
+def _renderer(target: str):
+    """The module that renders for a backend, as the backend registry names it."""
+    from ..backends import backend_class
+
+    module = backend_class(target).renderer
+    if module is None:
+        raise ValueError(f"the {target} backend has nothing to render")
+    return importlib.import_module(module)
+
+
 def files(target: str, plan: LaunchPlan) -> dict[str, str]:
     if target == "plan":
         return {"plan.json": text(target, plan)}
-    return importlib.import_module(f"labctl.render.{target}").files(plan)
+    return _renderer(target).files(plan)
 
 
 def text(target: str, plan: LaunchPlan) -> str:
     if target == "plan":
         return json.dumps(plan.to_dict(), indent=2) + "\n"
-    return importlib.import_module(f"labctl.render.{target}").text(plan)
+    return _renderer(target).text(plan)

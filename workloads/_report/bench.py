@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from workloads._benchmath import (  # noqa: F401  (re-exported: the one definition)
-    COLLECTIVES, OPS, P2P, algbw_GBps, busbw_factor, busbw_GBps, percentile, sizes,
+    COLLECTIVES, OPS, P2P, algbw_GBps, busbw_factor, busbw_GBps, percentile, sizes, validate_sweep,
 )
 
-from .errors import LabError
+from labctl.errors import LabError
+from labctl.tables import table as _table
 
 ROW_FIELDS = ("op", "size_bytes", "count", "dtype", "time_us_median", "time_us_p99",
               "algbw_GBps", "busbw_GBps", "wrong", "ok")
@@ -68,12 +69,6 @@ def link_GBps(results: Iterable[dict]) -> float | None:
 
 def _num(x: Any, digits: int = 2) -> str:
     return "" if x is None else f"{x:.{digits}f}"
-
-
-def _table(headers: list[str], body: Iterable[Iterable[Any]]) -> str:
-    from .report import table
-
-    return table(headers, body)
 
 
 def markdown(results: list[dict]) -> str:
@@ -204,6 +199,25 @@ def _layout(run) -> str:
 
 # ---- plots -----------------------------------------------------------------
 PLOTS = ("bench_busbw.png", "bench_latency.png")
+
+
+def check_options(options: dict, defaults: dict) -> None:
+    """Unknown ops and impossible sweeps fail when the lab is loaded, not inside it."""
+    ops = options.get("ops")
+    for op in ([ops] if isinstance(ops, str) else ops or []):
+        if op not in OPS:
+            raise ValueError(f"ops: expected operations from: {', '.join(OPS)}, given {op!r}")
+    merged = {**defaults, **options}
+    try:
+        validate_sweep(merged["min_bytes"], merged["max_bytes"], merged["factor"],
+                       merged["iters"], merged["warmup_iters"])
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix("bench: ")) from None
+
+
+def write_files(run) -> list[Path]:
+    """The plots, when the run has bench rows; a missing matplotlib is a note, not an error."""
+    return write_plots(run)
 
 
 def write_plots(run) -> list[Path]:

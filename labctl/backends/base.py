@@ -1,0 +1,104 @@
+"""The Backend interface: how to place, start, poll, stop, collect and delete nodes.
+
+A backend never decides *when*: deadlines, the grace after the first failure,
+signals and the run's outcome belong to the driver (labctl/driver.py), the
+way torch elastic's `SimpleElasticAgent._invoke_run` owns the loop and its
+subclasses only start, monitor and stop workers. One instance serves one run
+(`labctl up`) or one attach (`labctl collect`, `labctl down`).
+
+    placement(spec)            names and node 0's address on this backend (pure)
+    preflight(plan)            refuse what cannot work, before anything starts (< 1 s)
+    start(plan, rundir)        create the nodes; node logs go into the run folder
+    poll() -> [NodeOutcome]    one per plan node, never blocking for long
+    stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
+    collect(rundir) -> [...]   write every node's log into the run folder; final outcomes
+    delete() -> str            remove what start created; one line on what was removed
+    attach(rundir)             find a run started elsewhere (kubectl, compose, a dead labctl)
+    alive() -> bool            does anything of an attached run still exist
+    attached_outcomes()        its nodes' outcomes as far as they can be told
+    save_logs(rundir)          its logs into the folder (raise if impossible)
+    take_down() -> str         stop and delete what is left of it
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+from ..errors import LabError
+from ..outcome import NodeOutcome
+from ..plan import LaunchPlan, Placement
+from ..rundir import RunDir
+from ..spec import LabSpec
+
+Progress = Callable[[str], None]
+
+
+class PreflightError(LabError):
+    """A lab that cannot work here, refused before it starts (exit 2, one line)."""
+    exit_code = 2
+
+
+class BackendFailure(LabError):
+    """The backend saw the lab fail in a way no node exit shows (a pod that can never
+    be scheduled, an image that cannot be pulled): the run ends as failed with this message."""
+
+
+class Backend:
+    name: ClassVar[str] = ""
+    # CLI flags that belong to this backend: {option name: help}. `--context` is k8s's.
+    options: ClassVar[dict[str, str]] = {}
+    # Module with files(plan)/text(plan) for `labctl render <name>`, or None.
+    renderer: ClassVar[str | None] = None
+    poll_interval: ClassVar[float] = 1.0
+
+    def __init__(self, progress: Progress = lambda line: None, **options: Any):
+        unknown = sorted(k for k, v in options.items() if v is not None and k not in self.options)
+        if unknown:
+            raise PreflightError(f"--{unknown[0].replace('_', '-')} does not apply to the "
+                                 f"{self.name} backend")
+        self.progress = progress
+        self.settings = {k: v for k, v in options.items() if v is not None}
+
+    # ---- before the run ------------------------------------------------------
+    def placement(self, spec: LabSpec) -> Placement:
+        raise NotImplementedError
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        """Raise PreflightError for what cannot work; cheap checks only."""
+
+    # ---- the run ---------------------------------------------------------------
+    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+        raise NotImplementedError
+
+    def poll(self) -> list[NodeOutcome]:
+        raise NotImplementedError
+
+    def stop(self, indices: list[int], reason: str) -> None:
+        raise NotImplementedError
+
+    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
+        raise NotImplementedError
+
+    def delete(self) -> str:
+        raise NotImplementedError
+
+    # ---- runs started elsewhere --------------------------------------------------
+    def attach(self, rundir: RunDir) -> None:
+        """Bind to an existing run (its plan and where it ran are in the folder)."""
+        raise LabError(f"the {self.name} backend cannot attach to a run started elsewhere")
+
+    def alive(self) -> bool:
+        """Whether any node (or object) of the attached run still exists."""
+        return False
+
+    def attached_outcomes(self) -> list[NodeOutcome]:
+        """Each node's outcome as far as the backend can still tell."""
+        raise NotImplementedError
+
+    def save_logs(self, rundir: RunDir) -> None:
+        """Write every node's log (and events) of the attached run into the folder;
+        raise LabError when that is impossible (then nothing may be deleted)."""
+        raise NotImplementedError
+
+    def take_down(self) -> str:
+        """Stop and delete whatever of the attached run is left; one truthful line."""
+        raise NotImplementedError

@@ -1,0 +1,257 @@
+"""One local node's keeper: runs the node's processes so that none outlives the lab.
+
+The local backend starts every node as `python nodeguard.py --plan plan.json
+--node I --lifeline FD --status FILE`, in a session of its own, with stdout on
+the node's log file. The guard
+
+- becomes a *child subreaper* (PR_SET_CHILD_SUBREAPER), so whatever a rank
+  starts stays its descendant however it detaches (new session, double fork);
+- starts the node's processes from the launch plan (one torchrun agent, or in
+  direct mode each worker, its output prefixed `[rank<N>]:` and its exit
+  logged in order: the same lines the container wrapper writes);
+- watches the *lifeline*, the read end of a pipe whose only write end lives
+  in labctl: when labctl dies by any signal (SIGKILL, the OOM killer, a closed
+  terminal) the pipe reads EOF and the guard stops the whole tree;
+- on SIGTERM (labctl stopping the node) sends SIGTERM to its processes, then
+  SIGKILL to every descendant after the grace period;
+- after the node's processes end, kills whatever they left behind and writes
+  the outcome and those leftovers (pid, command) to the status file.
+
+Standard library only and run by path, so it needs nothing importable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
+REAP_S = 0.05
+LEFTOVER_TERM_S = 1.0
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False          # not Linux: the lifeline and the final sweep still work
+
+
+def _die_with_parent() -> None:
+    """preexec for the node's processes: SIGKILL if the guard itself is killed."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root`, from /proc (children before grandchildren)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # comm may contain spaces and parentheses: the fields after the last ')' are fixed.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def command_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return " ".join(p.decode(errors="replace") for p in f.read().split(b"\0") if p)[:300]
+    except OSError:
+        return "?"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Guard:
+    def __init__(self, processes: list[dict], grace: float, lifeline: int | None):
+        self.grace, self.lifeline = grace, lifeline
+        self.out = sys.stdout.buffer
+        self.lock = threading.Lock()
+        self.procs: list[tuple[subprocess.Popen, dict, threading.Thread | None]] = []
+        self.codes: dict[int, int] = {}           # pid -> returncode (subprocess convention)
+        self.stop_requested = False
+        self.stop_reason = ""
+        self.kill_at: float | None = None
+        # Every process first, then the pumps: preexec_fn is only safe before threads exist.
+        started = [(self._start(proc), proc) for proc in processes]
+        for popen, proc in started:
+            pump = None
+            if proc.get("rank") is not None:
+                pump = threading.Thread(target=self._pump, daemon=True,
+                                        args=(popen, f"[rank{proc['rank']}]:".encode()))
+                pump.start()
+            self.procs.append((popen, proc, pump))
+
+    @staticmethod
+    def _start(proc: dict) -> subprocess.Popen:
+        piped = proc.get("rank") is not None
+        return subprocess.Popen(
+            proc["argv"], env={**os.environ, **proc["env"]}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if piped else None,
+            stderr=subprocess.STDOUT if piped else None,
+            start_new_session=True, preexec_fn=_die_with_parent)
+
+    def _pump(self, popen: subprocess.Popen, prefix: bytes) -> None:
+        assert popen.stdout is not None
+        for line in popen.stdout:
+            with self.lock:
+                self.out.write(prefix + line)
+                self.out.flush()
+
+    def _write(self, text: str) -> None:
+        with self.lock:
+            self.out.write(text.encode() + b"\n")
+            self.out.flush()
+
+    def _reap(self) -> None:
+        """Collect every ended child: our processes (their codes) and adopted orphans."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for popen, proc, pump in self.procs:
+                if popen.pid == pid:
+                    code = os.waitstatus_to_exitcode(status)
+                    popen.returncode = code
+                    self.codes[pid] = code
+                    if proc.get("rank") is not None:
+                        if pump is not None:
+                            pump.join(timeout=2)      # its last output before its exit line
+                        self._write(f"labctl: rank {proc['rank']} exited with code {code} "
+                                    f"at {time.time():.3f}")
+
+    def _running(self) -> list[subprocess.Popen]:
+        return [p for p, _, _ in self.procs if p.pid not in self.codes]
+
+    def request_stop(self, reason: str, grace: float | None = None) -> None:
+        if self.stop_requested:
+            return
+        self.stop_requested, self.stop_reason = True, reason
+        self.kill_at = time.monotonic() + (self.grace if grace is None else grace)
+        for popen in self._running():
+            _signal_group(popen.pid, signal.SIGTERM)
+
+    def lifeline_cut(self) -> bool:
+        if self.lifeline is None:
+            return False
+        try:
+            ready, _, _ = select.select([self.lifeline], [], [], REAP_S)
+        except InterruptedError:
+            return False
+        if ready and os.read(self.lifeline, 1) == b"":
+            os.close(self.lifeline)
+            self.lifeline = None
+            return True
+        return False
+
+    def run(self) -> dict:
+        while self._running():
+            if self.lifeline_cut():
+                self.request_stop("labctl is gone (lifeline closed)", grace=min(self.grace, 2.0))
+            elif self.lifeline is None:
+                time.sleep(REAP_S)
+            self._reap()
+            if self.kill_at is not None and time.monotonic() > self.kill_at:
+                for pid in descendants(os.getpid()):
+                    _signal(pid, signal.SIGKILL)
+                self.kill_at = None
+        leftovers = self.sweep()
+        codes = [self.codes.get(p.pid, p.returncode) for p, _, _ in self.procs]
+        code = next((c for c in codes if c not in (0, None)), 0)
+        return {"exit_code": code, "codes": codes, "leftovers": leftovers,
+                "stopped": self.stop_reason or None}
+
+    def sweep(self) -> list[dict]:
+        """Kill what the node's processes left behind; say what it was."""
+        found = [{"pid": pid, "command": command_of(pid)} for pid in descendants(os.getpid())]
+        if found:
+            for item in found:
+                _signal(item["pid"], signal.SIGTERM)
+            end = time.monotonic() + LEFTOVER_TERM_S
+            while time.monotonic() < end and descendants(os.getpid()):
+                time.sleep(REAP_S)
+                self._reap()
+            for _ in range(20):             # new forks during the kill: repeat until none
+                rest = descendants(os.getpid())
+                if not rest:
+                    break
+                for pid in rest:
+                    _signal(pid, signal.SIGKILL)
+                time.sleep(REAP_S)
+                self._reap()
+            for item in found:
+                self._write(f"labctl: killed leftover process {item['pid']} ({item['command']}) "
+                            "after the node's processes ended")
+        self._reap()
+        return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nodeguard", description=__doc__)
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--node", type=int, required=True)
+    parser.add_argument("--status", required=True, help="where the outcome JSON goes")
+    parser.add_argument("--lifeline", type=int, help="read end of labctl's lifeline pipe")
+    parser.add_argument("--grace", type=float, default=5.0, help="SIGTERM, then SIGKILL after this")
+    args = parser.parse_args(argv)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    with open(args.plan) as f:
+        node = json.load(f)["nodes"][args.node]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # labctl decides what a Ctrl-C means
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    guard: Guard | None = None
+
+    def on_term(signum, frame):
+        if guard is not None:
+            guard.request_stop("stopped by labctl")
+    signal.signal(signal.SIGTERM, on_term)
+    guard = Guard(node["processes"], args.grace, args.lifeline)
+    outcome = guard.run()
+    tmp = args.status + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(outcome, f)
+    os.replace(tmp, args.status)
+    code = outcome["exit_code"]
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

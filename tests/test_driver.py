@@ -1,0 +1,149 @@
+"""The run driver against a scripted in-memory backend: the lifecycle rules, fast.
+
+The same rules run for real on every backend in tests/test_lifecycle.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from labctl import backends, driver, lab
+from labctl.backends.base import Backend, BackendFailure
+from labctl.outcome import NodeOutcome, NodeState, RunState
+from labctl.plan import local_placement, plan
+from labctl.rundir import RunDir
+from labctl.spec import from_dict
+
+
+class ScriptedBackend(Backend):
+    """Nodes follow a script: {node: [state at poll 1, at poll 2, ...]} (last one sticks)."""
+    name = "scripted"
+    poll_interval = 0.001
+
+    def __init__(self, progress=lambda line: None, script=None, explode_at=None, signal_at=None):
+        super().__init__(progress)
+        self.script = script or {}
+        self.explode_at, self.signal_at = explode_at, signal_at
+        self.calls: list[str] = []
+        self.polls = 0
+        self.stopped: set[int] = set()
+
+    def placement(self, spec):
+        return local_placement(spec, 12345)
+
+    def start(self, plan, rundir):
+        self.calls.append("start")
+        self.plan = plan
+
+    def poll(self):
+        self.polls += 1
+        self.calls.append("poll")
+        if self.explode_at == self.polls:
+            raise RuntimeError("the API changed under us")
+        if self.signal_at == self.polls:
+            os.kill(os.getpid(), signal.SIGTERM)
+        out = []
+        for node in self.plan.nodes:
+            states = self.script.get(node.index, ["running"])
+            state = states[min(self.polls, len(states)) - 1]
+            if node.index in self.stopped:
+                state = "failed"               # what a stopped process looks like to a backend
+            code = {"succeeded": 0, "failed": 1}.get(state)
+            out.append(NodeOutcome(node.index, node.hostname, code, NodeState(state)))
+        return out
+
+    def stop(self, indices, reason):
+        self.calls.append(f"stop {indices}")
+        self.stopped |= set(indices)
+
+    def collect(self, rundir):
+        for node in self.plan.nodes:
+            rundir.write_node_log(node.index, f"log of node {node.index}\n")
+        final = self.poll()
+        self.calls.append("collect")
+        return final
+
+    def delete(self):
+        self.calls.append("delete")
+        return ""
+
+
+def _run(tmp_path, grace=0.05, timeout=600, **backend_kw):
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": timeout})
+    b = ScriptedBackend(**backend_kw)
+    p = plan(spec, b.placement(spec), "lab-test")
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    return driver.run(p, b, rundir, lambda line: None, grace=grace), b, rundir
+
+
+def test_all_nodes_succeeding_passes_and_every_verb_runs_once_in_order(tmp_path):
+    result, b, rundir = _run(tmp_path, script={i: ["running", "succeeded"] for i in range(3)})
+    assert result.state is RunState.PASSED
+    assert b.calls[0] == "start" and b.calls[-2:] == ["collect", "delete"]
+    assert not any(c.startswith("stop") for c in b.calls)
+    assert all(rundir.node_log(i).read_text() for i in range(3))
+
+
+def test_a_failed_node_stops_the_others_after_the_grace_and_names_why(tmp_path):
+    result, b, _ = _run(tmp_path, script={1: ["running", "failed"]})
+    assert result.state is RunState.FAILED
+    stops = [c for c in b.calls if c.startswith("stop")]
+    assert stops == ["stop [0, 2]"]
+    assert b.calls.index(stops[0]) < b.calls.index("collect") < b.calls.index("delete")
+    states = {o.index: (o.state, o.reason) for o in result.outcomes}
+    assert states[1][0] is NodeState.FAILED
+    assert states[0] == (NodeState.STOPPED, "stopped by labctl after node 1 failed")
+
+
+def test_the_deadline_is_a_timeout_with_everything_stopped(tmp_path):
+    result, b, _ = _run(tmp_path, timeout=0.05)
+    assert result.state is RunState.TIMEOUT and "deadline" in result.message
+    assert "stop [0, 1, 2]" in b.calls
+    assert all(o.state is NodeState.STOPPED and "deadline" in o.reason for o in result.outcomes)
+
+
+def test_sigterm_interrupts_and_cleanup_still_completes(tmp_path):
+    result, b, _ = _run(tmp_path, signal_at=3)
+    assert result.state is RunState.INTERRUPTED and result.signal == "SIGTERM"
+    assert b.calls[-2:] == ["collect", "delete"] and "stop [0, 1, 2]" in b.calls
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_an_unexpected_exception_in_the_backend_is_an_error_after_full_cleanup(tmp_path):
+    result, b, rundir = _run(tmp_path, explode_at=2)
+    assert result.state is RunState.ERROR
+    assert "RuntimeError: the API changed under us" in result.message
+    assert b.calls[-2:] == ["collect", "delete"]
+    assert rundir.node_log(0).read_text()
+
+
+def test_a_backend_failure_ends_the_run_as_failed_with_its_message(tmp_path):
+    class Stuck(ScriptedBackend):
+        def poll(self):
+            if self.polls >= 1:
+                raise BackendFailure("pod lab-1 (node 1) cannot be scheduled: 0/3 nodes are available")
+            return super().poll()
+    spec = from_dict({"nodes": 2, "nproc_per_node": 1})
+    b = Stuck()
+    p = plan(spec, b.placement(spec), "lab-stuck")
+    result = driver.run(p, b, RunDir.create(p, out=tmp_path / "r"), lambda line: None)
+    assert result.state is RunState.FAILED and "cannot be scheduled" in result.message
+
+
+class Exploding(ScriptedBackend):
+    name = "local"
+
+    def poll(self):
+        raise ValueError("boom")
+
+
+def test_lab_up_finishes_status_json_whatever_the_backend_raised(tmp_path, monkeypatch):
+    monkeypatch.setitem(backends.REGISTRY, "local", "test_driver:Exploding")
+    with pytest.raises(Exception, match="internal error in the local backend: ValueError: boom"):
+        lab.up(from_dict({"nodes": 2, "nproc_per_node": 1}), out=str(tmp_path / "run"),
+               progress=lambda line: None)
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "error" and status["finished"] and "boom" in status["message"]

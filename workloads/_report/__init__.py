@@ -1,0 +1,15 @@
+"""Report hooks: how a workload extends labctl's report, without edits elsewhere.
+
+`workloads/_report/<name>.py` (torch-free; labctl imports it, nodes never do)
+may define any of:
+
+    check_options(options: dict, defaults: dict) -> None
+        raise ValueError("<field>: ...") for options that cannot work (spec load time)
+    markdown(results) -> str             its section of the report
+    as_json(results) -> dict             its part of `labctl report --format json`
+    csv(results) -> str                  `labctl report --format csv` for runs it is in
+    write_files(run) -> list[Path]       plots and other files next to report.md
+    compare(run_a, run_b, fmt) -> str    `labctl compare A B`
+
+labctl finds the module by the workload's name (labctl/report.py `hook`).
+"""
