@@ -41,8 +41,34 @@ CASES = {
     "script": {"script": "train.py", "script_args": ["--epochs", "2"], "name": "mine"},
     "env-and-port": {"env": {"NCCL_DEBUG": "INFO", "ODD": "a $(b) $$c"}, "rdzv_port": 23456,
                      "timeout": 90.5, "resources": {"cpu": "2", "memory": "3Gi", "shm": "256Mi"}},
+    # every k8s: field, on a script lab so that every kind of object carries them
+    "k8s-every-field": {
+        "script": "train.py", "name": "mine", "dist_backend": "nccl", "nodes": 3, "k8s": {
+            "node_selector": {"nvidia.com/gpu.present": "true", "pool": "a100"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                             "effect": "NoExecute", "tolerationSeconds": 60},
+                            {"operator": "Exists", "effect": "PreferNoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                           "values": ["zone-a", "zone-b"]}]}]}},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 50, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                       "labelSelector": {"matchLabels": {"team": "other"}}}}]}},
+            "spread": "hostname",
+            "priority_class": "high-priority",
+            "service_account": "lab-runner",
+            "image_pull_secrets": ["registry-creds", "mirror-creds"],
+            "labels": {"team": "vision", "example.com/cost-centre": "42"},
+            "annotations": {"example.com/owner": "Ada Lovelace <ada@example.com>", "note": "multi\nline"},
+            "queue": "team-a",
+            "gpu_toleration": False,
+            "schedule_timeout": 60}},
+    "gpu-queue": {"name": "gpu", "dist_backend": "nccl", "nproc_per_node": 1, "k8s": {
+        "queue": "gpu-queue", "node_selector": {"nvidia.com/gpu.present": "true"}, "spread": "hostname"}},
 }
-GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script")
+GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script", "gpu-queue")
 
 
 def make_plan(run_id: str = "run-1", **fields):
@@ -327,3 +353,84 @@ def test_render_k8s_cli_imports_neither_torch_nor_kubernetes():
                          timeout=60)
     assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr
     assert "kind: Job" in out.stdout
+
+
+# ---- k8s: scheduling settings ------------------------------------------------------
+def test_settings_that_do_not_apply_leave_the_render_byte_identical():
+    """No k8s: section, an empty one, and defaults spelled out render the same text;
+    the GPU toleration belongs to nccl labs only."""
+    plain = rendered("default")[2]
+    for settings in ({}, {"spread": "none", "gpu_toleration": True, "schedule_timeout": 60}):
+        assert k8s.text(make_plan(k8s=settings)) == plain
+    assert k8s.text(make_plan(dist_backend="auto")).count("toleration") == 0
+
+
+def test_labels_and_annotations_go_on_every_object_without_touching_labctls():
+    p, objects, _ = rendered("k8s-every-field")
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
+    job = job_of(objects)
+    metas = [o["metadata"] for o in objects] + [job["spec"]["template"]["metadata"]]
+    for meta in metas:
+        assert meta["labels"]["team"] == "vision" and meta["labels"]["example.com/cost-centre"] == "42"
+        assert meta["annotations"] == {"example.com/owner": "Ada Lovelace <ada@example.com>",
+                                       "note": "multi\nline"}
+        assert meta["labels"][k8s.RUN_LABEL] == p.run_id
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "labctl"
+    service = objects[1]
+    assert service["spec"]["selector"] == {k8s.RUN_LABEL: p.run_id, "app.kubernetes.io/component": "node"}
+
+
+def test_pod_spec_carries_every_scheduling_setting():
+    _, objects, _ = rendered("k8s-every-field")
+    pod = job_of(objects)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "pool": "a100"}
+    assert pod["priorityClassName"] == "high-priority"
+    assert pod["serviceAccountName"] == "lab-runner" and pod["automountServiceAccountToken"] is False
+    assert pod["imagePullSecrets"] == [{"name": "registry-creds"}, {"name": "mirror-creds"}]
+    # gpu_toleration: false on an nccl lab: only the lab's own tolerations
+    assert pod["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 60},
+        {"operator": "Exists", "effect": "PreferNoSchedule"}]
+    # the user's affinity passes through; spread adds one required term beside theirs
+    assert pod["affinity"]["nodeAffinity"] == CASES["k8s-every-field"]["k8s"]["affinity"]["nodeAffinity"]
+    anti = pod["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 50
+    assert len(anti["requiredDuringSchedulingIgnoredDuringExecution"]) == 1
+
+
+def test_spread_hostname_keeps_the_runs_node_pods_on_different_hosts():
+    p, objects, _ = rendered("gpu-queue")
+    job = job_of(objects)
+    (term,) = job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    selector = term["labelSelector"]["matchLabels"]
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels[k] == v for k, v in selector.items()), "the term selects the lab's own pods"
+    assert selector[k8s.RUN_LABEL] == p.run_id, "and only this run's, not another run of the lab"
+    # the spec's affinity is not modified by rendering (same spec in, same text out)
+    q = make_plan(**CASES["k8s-every-field"])
+    assert k8s.text(q, SCRIPT_TEXT) == k8s.text(q, SCRIPT_TEXT)
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in q.spec.k8s.affinity["podAntiAffinity"]
+
+
+def test_a_queue_suspends_the_job_and_labels_it_for_kueue():
+    _, objects, _ = rendered("gpu-queue")
+    job = job_of(objects)
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert all("kueue.x-k8s.io/queue-name" not in o["metadata"]["labels"] for o in objects if o is not job)
+    assert "suspend" not in job_of(rendered("nccl")[1])["spec"]
+
+
+def test_nccl_labs_tolerate_the_gpu_taint_unless_told_not_to():
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    pod = lambda **f: job_of(k8s.render(make_plan(**f)))["spec"]["template"]["spec"]   # noqa: E731
+    assert pod(dist_backend="nccl")["tolerations"] == [gpu]
+    assert "tolerations" not in pod(dist_backend="nccl", k8s={"gpu_toleration": False})
+    assert "tolerations" not in pod(dist_backend="gloo")
+    mine = {"key": "dedicated", "operator": "Exists"}
+    assert pod(dist_backend="nccl", k8s={"tolerations": [gpu, mine]})["tolerations"] == [gpu, mine]
+    assert pod(dist_backend="gloo", k8s={"tolerations": [gpu]})["tolerations"] == [gpu]
