@@ -1,6 +1,7 @@
 """The Kubernetes render: schema-valid, golden, and one template that *is* every node."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -20,8 +21,14 @@ from labctl.render import k8s
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "k8s"
-BASE_RUN_ID = "lab-default"          # the fixed run id of the k8s/ kustomize base
-REGENERATE_BASE = f"labctl render k8s --run-id {BASE_RUN_ID} -o k8s"
+BASE_RUN_ID = "lab-default"          # the fixed run id of the k8s/base kustomize base
+REGENERATE_BASE = f"labctl render k8s --run-id {BASE_RUN_ID} -o k8s/base"
+BASE = REPO / "k8s" / "base"
+GPU_OVERLAY = REPO / "k8s" / "overlays" / "gpu"
+# What k8s/overlays/gpu patches into the base, said as a k8s: section.
+GPU_OVERLAY_SETTINGS = {"queue": "lab-queue", "node_selector": {"nvidia.com/gpu.present": "true"},
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                         "effect": "NoSchedule"}]}
 # Fields the render uses and their Kubernetes versions: Indexed Job (completionMode,
 # the job-completion-index annotation) GA in 1.24, ttlSecondsAfterFinished GA 1.23,
 # seccompProfile 1.19. kubernetes-validate ships schemas from 1.25 on: validate
@@ -176,16 +183,20 @@ def test_render_is_deterministic_and_follows_the_run_id():
 
 
 def test_k8s_base_is_the_current_render_of_the_default_lab():
-    """k8s/ must be exactly what the renderer makes of the default lab."""
-    s = specmod.from_dict({"backend": "k8s"})
-    p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), BASE_RUN_ID)
-    expected = k8s.files(p)
-    base = REPO / "k8s"
-    present = {f.name: f.read_text() for f in base.iterdir() if f.is_file()} if base.is_dir() else {}
-    assert present == expected, f"k8s/ is stale; regenerate it with: {REGENERATE_BASE}"
+    """k8s/base must be exactly what the renderer makes of the default lab."""
+    expected = k8s.files(base_plan())
+    present = {f.name: f.read_text() for f in BASE.iterdir() if f.is_file()} if BASE.is_dir() else {}
+    assert present == expected, f"k8s/base is stale; regenerate it with: {REGENERATE_BASE}"
     kustomization = yaml.safe_load(expected["kustomization.yaml"])
     assert kustomization["kind"] == "Kustomization"
     assert sorted(kustomization["resources"]) == sorted(n for n in expected if n != "kustomization.yaml")
+    # `kubectl apply -k k8s/` is the base and nothing else
+    assert yaml.safe_load((REPO / "k8s" / "kustomization.yaml").read_text())["resources"] == ["base"]
+
+
+def base_plan(**k8s_settings):
+    s = specmod.from_dict({"backend": "k8s", **({"k8s": k8s_settings} if k8s_settings else {})})
+    return plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), BASE_RUN_ID)
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")
@@ -193,8 +204,109 @@ def test_kubectl_kustomize_builds_the_base_offline():
     out = subprocess.run(["kubectl", "kustomize", str(REPO / "k8s")], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
-    assert kinds == ["Job", "NetworkPolicy", "Service"]
+    built = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert sorted(d["kind"] for d in built) == ["Job", "NetworkPolicy", "Service"]
+    assert sorted(built, key=lambda d: d["kind"]) == sorted(k8s.render(base_plan()), key=lambda d: d["kind"])
+
+
+# ---- the GPU overlay (k8s/overlays/gpu) -----------------------------------------------
+def json_pointer_apply(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902 add/replace/remove, the subset kustomize patches use here; anything
+    else raises, so a richer patch cannot pass this test by being ignored."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        if op["op"] not in ("add", "replace", "remove") or set(op) - {"op", "path", "value"}:
+            raise AssertionError(f"unsupported JSON patch operation: {op}")
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent = doc
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        last = parts[-1]
+        if isinstance(parent, list):
+            index = len(parent) if last == "-" else int(last)
+            if op["op"] == "add":
+                parent.insert(index, op["value"])
+            elif op["op"] == "replace":
+                parent[index] = op["value"]
+            else:
+                del parent[index]
+        else:
+            if op["op"] != "add" and last not in parent:
+                raise AssertionError(f"{op['op']} of a missing member: {op['path']}")
+            if op["op"] == "remove":
+                del parent[last]
+            else:
+                parent[last] = op["value"]
+    return doc
+
+
+def build_gpu_overlay() -> list[dict]:
+    """What `kubectl kustomize k8s/overlays/gpu` makes, without kubectl: the base's
+    resources, each JSON 6902 patch applied to the objects its target names."""
+    kustomization = yaml.safe_load((GPU_OVERLAY / "kustomization.yaml").read_text())
+    assert set(kustomization) == {"apiVersion", "kind", "resources", "patches"}, (
+        "the overlay uses a kustomize feature this test does not model; teach build_gpu_overlay")
+    objects = []
+    for resource in kustomization["resources"]:
+        base_dir = (GPU_OVERLAY / resource).resolve()
+        base = yaml.safe_load((base_dir / "kustomization.yaml").read_text())
+        for name in base["resources"]:
+            objects += [d for d in yaml.safe_load_all((base_dir / name).read_text()) if d]
+    for patch in kustomization["patches"]:
+        target = patch["target"]
+        ops = yaml.safe_load((GPU_OVERLAY / patch["path"]).read_text())
+        assert isinstance(ops, list), "JSON 6902 patches only (a list of operations)"
+        hits = 0
+        for i, obj in enumerate(objects):
+            group, _, version = obj["apiVersion"].rpartition("/")
+            if (obj["kind"], obj["metadata"]["name"], group, version) == (
+                    target["kind"], target["name"], target.get("group", ""), target["version"]):
+                objects[i] = json_pointer_apply(obj, ops)
+                hits += 1
+        assert hits == 1, f"patch {patch['path']} matches {hits} objects"
+    return objects
+
+
+def test_json_pointer_apply_follows_rfc_6902():
+    doc = {"a": {"b/c": 1, "list": [1, 3]}}
+    out = json_pointer_apply(doc, [{"op": "add", "path": "/a/b~1c", "value": 2},
+                                   {"op": "add", "path": "/a/list/1", "value": 2},
+                                   {"op": "add", "path": "/a/list/-", "value": 4},
+                                   {"op": "replace", "path": "/a/list/0", "value": 0},
+                                   {"op": "remove", "path": "/a/b~1c"},
+                                   {"op": "add", "path": "/new", "value": {"x": True}}])
+    assert out == {"a": {"list": [0, 2, 3, 4]}, "new": {"x": True}}
+    assert doc == {"a": {"b/c": 1, "list": [1, 3]}}, "the input is not modified"
+    with pytest.raises(AssertionError, match="missing member"):
+        json_pointer_apply(doc, [{"op": "remove", "path": "/nope"}])
+    with pytest.raises(AssertionError, match="unsupported"):
+        json_pointer_apply(doc, [{"op": "move", "from": "/a", "path": "/b"}])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gpu_overlay_validates_strictly_and_equals_the_k8s_section(version):
+    built = build_gpu_overlay()
+    for obj in built:
+        try:
+            kv_utils.validate(obj, version, strict=True)
+        except kv_utils.ValidationError as exc:
+            pytest.fail(f"overlay {obj['kind']} invalid for Kubernetes {version} at "
+                        f"{'.'.join(map(str, exc.path))}: {exc.message}")
+    job = job_of(built)
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lab-queue"
+    assert job["spec"]["template"]["spec"]["tolerations"] == [k8s.GPU_TOLERATION]
+    # the overlay is the k8s: section it documents, applied to the default lab
+    assert built == k8s.render(base_plan(**GPU_OVERLAY_SETTINGS))
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")
+def test_kubectl_kustomize_builds_the_gpu_overlay_as_modelled():
+    out = subprocess.run(["kubectl", "kustomize", str(GPU_OVERLAY)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    by_kind = lambda objs: sorted(objs, key=lambda d: d["kind"])     # noqa: E731
+    assert by_kind(d for d in yaml.safe_load_all(out.stdout) if d) == by_kind(build_gpu_overlay())
 
 
 # ---- the pod template reproduces every node ------------------------------------
