@@ -28,6 +28,9 @@ DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Kubernetes name syntax (apimachinery's validation): object names, label keys and values.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # Names the launch plan owns; a user overriding them would break the contract.
 RESERVED_ENV = frozenset({
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
@@ -54,6 +57,55 @@ class Resources:
     shm: str = "1Gi"
 
 
+SPREAD = ("none", "hostname")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Labels labctl (or the Job controller) sets itself: a user value would break how
+# `labctl down` finds a run, how the Service selects pods, or the Job's selector.
+RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "labctl.dev/", "batch.kubernetes.io/")
+RESERVED_LABELS = frozenset({QUEUE_LABEL, "job-name", "controller-uid"})
+
+
+@dataclass(frozen=True)
+class K8sSettings:
+    """Where the lab's pods may run on a real cluster (k8s render and backend only).
+
+    Shared clusters taint GPU nodes, admit batch Jobs through Kueue and ask for
+    priority classes, service accounts and pull secrets; none of that changes
+    the launch plan, so it lives here and only the k8s renderer reads it.
+    Tolerations are kept in Kubernetes' own shape (they are rendered as given).
+    """
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = field(default_factory=dict)     # raw, passed through
+    spread: str = "none"                 # hostname: at most one lab node per Kubernetes node
+    priority_class: str | None = None
+    service_account: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    queue: str | None = None             # Kueue LocalQueue: queue-name label + suspended Job
+    gpu_toleration: bool = True          # nccl labs tolerate the nvidia.com/gpu taint
+    schedule_timeout: float = 300.0      # seconds pods may stay unschedulable / unadmitted
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only what differs from the defaults, as plain data `from_dict` accepts."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if value == default:
+                continue
+            if isinstance(value, tuple):
+                value = [dict(v) if isinstance(v, Mapping) else v for v in value]
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+
 @dataclass(frozen=True)
 class LabSpec:
     name: str = "lab"
@@ -71,6 +123,7 @@ class LabSpec:
     image: str | None = None           # None: the CPU or CUDA lab image by dist_backend
     env: Mapping[str, str] = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
+    k8s: K8sSettings = field(default_factory=K8sSettings)
     out: str | None = None
     workdir: str = "node"              # local nodes run in work/node-<i>/ of the run folder
 
@@ -93,6 +146,7 @@ class LabSpec:
         ]
         data["script_args"] = list(self.script_args)
         data["env"] = dict(self.env)
+        data["k8s"] = self.k8s.to_dict()
         return data
 
 
@@ -239,16 +293,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
 
     for key in ("timeout", "join_timeout"):
         if key in data:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise bad(key, value, "a number of seconds > 0 (example: 300)")
-            try:
-                seconds = float(value)
-            except ValueError:
-                raise bad(key, value, "a number of seconds > 0 (example: 300)") from None
-            if not seconds > 0 or seconds != seconds or seconds == float("inf"):
-                raise bad(key, value, "a number of seconds > 0 (example: 300)")
-            kw[key] = seconds
+            kw[key] = _seconds(data[key], key, bad)
 
     for key, choices in (("backend", BACKENDS), ("dist_backend", DIST_BACKENDS),
                          ("launcher", LAUNCHERS), ("workdir", WORKDIRS)):
@@ -308,11 +353,26 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
                 raise bad(f"resources.{k}", v, "a Kubernetes quantity (examples: 2, 500m, 4Gi)")
         kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
 
+    if data.get("k8s") is not None:
+        kw["k8s"] = _k8s(data["k8s"], bad)
+
     spec = LabSpec(**kw)
     if not spec.workloads and not spec.script:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
     return spec
+
+
+def _seconds(value: Any, key: str, bad) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise bad(key, value, "a number of seconds > 0 (example: 300)")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise bad(key, value, "a number of seconds > 0 (example: 300)") from None
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise bad(key, value, "a number of seconds > 0 (example: 300)")
+    return seconds
 
 
 def _env_str(value: Any) -> str:
@@ -364,13 +424,199 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
     return tuple(out)
 
 
+# ---- the k8s: section ---------------------------------------------------------
+_K8S_FIELDS = tuple(f.name for f in dataclasses.fields(K8sSettings))
+_TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+_LABEL_KEY_RULE = ("[prefix/]name: an optional DNS subdomain prefix, then at most 63 of "
+                   "A-Z a-z 0-9 - _ . starting and ending alphanumeric")
+_LABEL_VALUE_RULE = "at most 63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric, or empty"
+
+
+def _is_dns_subdomain(name: Any) -> bool:
+    return isinstance(name, str) and len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
+
+
+def _is_label_key(key: Any) -> bool:
+    """A qualified name: `[DNS-subdomain/]name`, as label, annotation and taint keys are."""
+    if not isinstance(key, str):
+        return False
+    prefix, slash, name = key.rpartition("/")
+    if slash and not _is_dns_subdomain(prefix):
+        return False
+    return len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def _scalar_str(value: Any) -> str | None:
+    """YAML turns `true` and `1` into non-strings; Kubernetes wants the string."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value if isinstance(value, str) else None
+
+
+def _label_value(value: Any) -> str | None:
+    value = _scalar_str(value)
+    if value is None or len(value) > 63 or (value and not _LABEL_NAME.match(value)):
+        return None
+    return value
+
+
+def _k8s(raw: Any, bad) -> K8sSettings:
+    """Validate the `k8s:` section; every error names `k8s.<field>` and one example."""
+    if not isinstance(raw, dict):
+        raise bad("k8s", raw, "a mapping of Kubernetes scheduling settings (example: "
+                  "k8s: {queue: team-a, node_selector: {nvidia.com/gpu.present: 'true'}})")
+    for key in raw:
+        if key not in _K8S_FIELDS:
+            raise bad("k8s", key, "one of the known keys: " + ", ".join(_K8S_FIELDS))
+    given = {k: v for k, v in raw.items() if v is not None}
+    kw: dict[str, Any] = {}
+
+    def string_map(key: str, example: str) -> dict[str, str]:
+        """node_selector, labels (label keys and values) or annotations (any string value)."""
+        value = given[key]
+        if not isinstance(value, dict):
+            raise bad(f"k8s.{key}", value, f"a mapping (example: {key}: {example})")
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if not _is_label_key(k):
+                raise bad(f"k8s.{key}", k, f"keys as Kubernetes label keys, {_LABEL_KEY_RULE} "
+                          f"(example: {key}: {example})")
+            reserved = any(k.startswith(p) for p in RESERVED_LABEL_PREFIXES)
+            if key == "labels" and (reserved or k in RESERVED_LABELS):
+                hint = " (set k8s.queue instead)" if k == QUEUE_LABEL else ""
+                raise bad(f"k8s.{key}", k, f"a label that labctl and the Job controller do not set{hint}; "
+                          f"reserved: {', '.join(p + '*' for p in RESERVED_LABEL_PREFIXES)}, "
+                          f"{', '.join(sorted(RESERVED_LABELS))} (example: {key}: {example})")
+            if key == "annotations" and reserved:
+                raise bad(f"k8s.{key}", k, "an annotation key outside "
+                          f"{', '.join(p + '*' for p in RESERVED_LABEL_PREFIXES)} "
+                          f"(example: {key}: {example})")
+            text = _scalar_str(v) if key == "annotations" else _label_value(v)
+            if text is None:
+                expected = "a string" if key == "annotations" else f"a label value, {_LABEL_VALUE_RULE}"
+                raise bad(f"k8s.{key}.{k}", v, f"{expected} (example: {key}: {example})")
+            out[k] = text
+        return out
+
+    for key, example in (("node_selector", "{nvidia.com/gpu.present: 'true'}"),
+                         ("labels", "{team: vision}"), ("annotations", "{example.com/owner: ada}")):
+        if key in given:
+            kw[key] = string_map(key, example)
+
+    if "tolerations" in given:
+        kw["tolerations"] = _tolerations(given["tolerations"], bad)
+
+    if "affinity" in given:
+        affinity = given["affinity"]
+        if not isinstance(affinity, dict) or not all(
+                k in AFFINITY_KINDS and isinstance(v, dict) for k, v in affinity.items()):
+            raise bad("k8s.affinity", affinity, "the pod's affinity as a mapping with keys from "
+                      f"{', '.join(AFFINITY_KINDS)}, passed through as written (example: "
+                      "affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: ...}})")
+        kw["affinity"] = affinity
+
+    if "spread" in given:
+        if given["spread"] not in SPREAD:
+            raise bad("k8s.spread", given["spread"], "one of " + ", ".join(SPREAD) +
+                      " (hostname: at most one lab node per Kubernetes node)")
+        kw["spread"] = given["spread"]
+
+    for key, example in (("priority_class", "high-priority"), ("service_account", "lab-runner")):
+        if key in given:
+            if not _is_dns_subdomain(given[key]):
+                raise bad(f"k8s.{key}", given[key], "a Kubernetes object name (DNS subdomain: "
+                          f"lower-case letters, digits, '-' and '.') (example: {key}: {example})")
+            kw[key] = given[key]
+
+    if "image_pull_secrets" in given:
+        secrets = given["image_pull_secrets"]
+        if isinstance(secrets, str) or not isinstance(secrets, (list, tuple)) or not all(
+                _is_dns_subdomain(s) for s in secrets):
+            raise bad("k8s.image_pull_secrets", secrets, "a list of Secret names (DNS subdomains) "
+                      "(example: image_pull_secrets: [registry-creds])")
+        kw["image_pull_secrets"] = tuple(secrets)
+
+    if "queue" in given:
+        queue = given["queue"]
+        if not isinstance(queue, str) or len(queue) > 63 or not _DNS_LABEL.match(queue):
+            raise bad("k8s.queue", queue, "a Kueue LocalQueue name, a DNS-1123 label of at most "
+                      "63 characters (it becomes a label value) (example: queue: team-a)")
+        kw["queue"] = queue
+
+    if "gpu_toleration" in given:
+        if not isinstance(given["gpu_toleration"], bool):
+            raise bad("k8s.gpu_toleration", given["gpu_toleration"], "true or false (false: no "
+                      "nvidia.com/gpu toleration for nccl labs)")
+        kw["gpu_toleration"] = given["gpu_toleration"]
+
+    if "schedule_timeout" in given:
+        kw["schedule_timeout"] = _seconds(given["schedule_timeout"], "k8s.schedule_timeout", bad)
+    return K8sSettings(**kw)
+
+
+def _tolerations(raw: Any, bad) -> tuple[dict[str, Any], ...]:
+    """Kubernetes' own toleration rules (ValidateTolerations), checked before any apply."""
+    example = "tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]"
+    if not isinstance(raw, (list, tuple)):
+        raise bad("k8s.tolerations", raw, f"a list of tolerations (example: {example})")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"k8s.tolerations[{i}]"
+        if not isinstance(item, dict):
+            raise bad(where, item, f"a mapping with keys from {', '.join(_TOLERATION_KEYS)} "
+                      f"(example: {example})")
+        for k in item:
+            if k not in _TOLERATION_KEYS:
+                raise bad(where, k, "one of the toleration keys: " + ", ".join(_TOLERATION_KEYS))
+        key = item.get("key") or ""
+        operator = item.get("operator") or "Equal"
+        if key and not _is_label_key(key):
+            raise bad(f"{where}.key", key, f"a taint key, {_LABEL_KEY_RULE} (example: {example})")
+        if operator not in TOLERATION_OPERATORS:
+            raise bad(f"{where}.operator", operator, "one of " + ", ".join(TOLERATION_OPERATORS))
+        if not key and operator != "Exists":
+            raise bad(f"{where}.operator", operator, "Exists when no key is given (an empty key "
+                      "with Exists tolerates every taint)")
+        toleration: dict[str, Any] = {"key": key} if key else {}
+        toleration["operator"] = operator
+        if item.get("value") is not None:
+            value = _label_value(item["value"])
+            if operator == "Exists" and value:
+                raise bad(f"{where}.value", item["value"], "no value with operator Exists "
+                          "(use operator: Equal to match a value)")
+            if value is None:
+                raise bad(f"{where}.value", item["value"], f"a taint value, {_LABEL_VALUE_RULE}")
+            if value:
+                toleration["value"] = value
+        effect = item.get("effect")
+        if effect is not None:
+            if effect not in TAINT_EFFECTS:
+                raise bad(f"{where}.effect", effect, "one of " + ", ".join(TAINT_EFFECTS) +
+                          " (or leave it out to match every effect)")
+            toleration["effect"] = effect
+        seconds = item.get("tolerationSeconds")
+        if seconds is not None:
+            if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+                raise bad(f"{where}.tolerationSeconds", seconds, "a whole number of seconds "
+                          ">= 0 (example: tolerationSeconds: 300)")
+            if effect != "NoExecute":
+                raise bad(f"{where}.tolerationSeconds", seconds, "tolerationSeconds only with "
+                          "effect: NoExecute (it bounds how long a pod stays after the taint)")
+            toleration["tolerationSeconds"] = seconds
+        out.append(toleration)
+    return tuple(out)
+
+
 def dump(spec: LabSpec) -> str:
     return yaml.safe_dump(spec.to_dict(), sort_keys=False)
 
 
 STARTER = """\
-# labctl lab description. Every field is optional and every field has a CLI
-# flag of the same name that overrides it (labctl up --help).
+# labctl lab description. Every field is optional and every top-level field
+# but resources and k8s has a CLI flag of the same name that overrides it
+# (labctl up --help).
 name: {name}                # a DNS-1123 label: names runs, containers, Kubernetes objects
 nodes: 2                 # simulated machines; each runs one torchrun agent
 nproc_per_node: 2        # worker processes per node (WORLD_SIZE = nodes * nproc_per_node)
@@ -394,4 +640,17 @@ env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG
 resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends
 # workdir: node          # local nodes run in <run>/work/node-<i>/ (own files, as a real node);
                          # 'invoking' runs them in the directory labctl was started from
+# k8s:                     # Kubernetes only: where the pods may run (docs/kubernetes.md, Real clusters)
+#   queue: team-a          # Kueue LocalQueue: queue-name label, Job created suspended until admitted
+#   node_selector: {{nvidia.com/gpu.present: "true"}}
+#   tolerations: [{{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}}]
+#   gpu_toleration: true   # nccl labs tolerate the nvidia.com/gpu NoSchedule taint; false: don't
+#   spread: hostname       # at most one lab node per Kubernetes node (default: none)
+#   affinity: {{}}           # the pod's spec.affinity, passed through as written
+#   priority_class: high-priority
+#   service_account: lab-runner
+#   image_pull_secrets: [registry-creds]
+#   labels: {{team: vision}}             # on every object (not app.kubernetes.io/*, labctl.dev/*)
+#   annotations: {{example.com/owner: ada}}
+#   schedule_timeout: 300  # seconds pods may stay unschedulable or unadmitted before the lab fails
 """

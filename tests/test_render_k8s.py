@@ -1,6 +1,7 @@
 """The Kubernetes render: schema-valid, golden, and one template that *is* every node."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -20,8 +21,14 @@ from labctl.render import k8s
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "k8s"
-BASE_RUN_ID = "lab-default"          # the fixed run id of the k8s/ kustomize base
-REGENERATE_BASE = f"labctl render k8s --run-id {BASE_RUN_ID} -o k8s"
+BASE_RUN_ID = "lab-default"          # the fixed run id of the k8s/base kustomize base
+REGENERATE_BASE = f"labctl render k8s --run-id {BASE_RUN_ID} -o k8s/base"
+BASE = REPO / "k8s" / "base"
+GPU_OVERLAY = REPO / "k8s" / "overlays" / "gpu"
+# What k8s/overlays/gpu patches into the base, said as a k8s: section.
+GPU_OVERLAY_SETTINGS = {"queue": "lab-queue", "node_selector": {"nvidia.com/gpu.present": "true"},
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                         "effect": "NoSchedule"}]}
 # Fields the render uses and their Kubernetes versions: Indexed Job (completionMode,
 # the job-completion-index annotation) GA in 1.24, ttlSecondsAfterFinished GA 1.23,
 # seccompProfile 1.19. kubernetes-validate ships schemas from 1.25 on: validate
@@ -41,8 +48,34 @@ CASES = {
     "script": {"script": "train.py", "script_args": ["--epochs", "2"], "name": "mine"},
     "env-and-port": {"env": {"NCCL_DEBUG": "INFO", "ODD": "a $(b) $$c"}, "rdzv_port": 23456,
                      "timeout": 90.5, "resources": {"cpu": "2", "memory": "3Gi", "shm": "256Mi"}},
+    # every k8s: field, on a script lab so that every kind of object carries them
+    "k8s-every-field": {
+        "script": "train.py", "name": "mine", "dist_backend": "nccl", "nodes": 3, "k8s": {
+            "node_selector": {"nvidia.com/gpu.present": "true", "pool": "a100"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                             "effect": "NoExecute", "tolerationSeconds": 60},
+                            {"operator": "Exists", "effect": "PreferNoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                           "values": ["zone-a", "zone-b"]}]}]}},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 50, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                       "labelSelector": {"matchLabels": {"team": "other"}}}}]}},
+            "spread": "hostname",
+            "priority_class": "high-priority",
+            "service_account": "lab-runner",
+            "image_pull_secrets": ["registry-creds", "mirror-creds"],
+            "labels": {"team": "vision", "example.com/cost-centre": "42"},
+            "annotations": {"example.com/owner": "Ada Lovelace <ada@example.com>", "note": "multi\nline"},
+            "queue": "team-a",
+            "gpu_toleration": False,
+            "schedule_timeout": 60}},
+    "gpu-queue": {"name": "gpu", "dist_backend": "nccl", "nproc_per_node": 1, "k8s": {
+        "queue": "gpu-queue", "node_selector": {"nvidia.com/gpu.present": "true"}, "spread": "hostname"}},
 }
-GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script")
+GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script", "gpu-queue")
 
 
 def make_plan(run_id: str = "run-1", **fields):
@@ -150,16 +183,20 @@ def test_render_is_deterministic_and_follows_the_run_id():
 
 
 def test_k8s_base_is_the_current_render_of_the_default_lab():
-    """k8s/ must be exactly what the renderer makes of the default lab."""
-    s = specmod.from_dict({"backend": "k8s"})
-    p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), BASE_RUN_ID)
-    expected = k8s.files(p)
-    base = REPO / "k8s"
-    present = {f.name: f.read_text() for f in base.iterdir() if f.is_file()} if base.is_dir() else {}
-    assert present == expected, f"k8s/ is stale; regenerate it with: {REGENERATE_BASE}"
+    """k8s/base must be exactly what the renderer makes of the default lab."""
+    expected = k8s.files(base_plan())
+    present = {f.name: f.read_text() for f in BASE.iterdir() if f.is_file()} if BASE.is_dir() else {}
+    assert present == expected, f"k8s/base is stale; regenerate it with: {REGENERATE_BASE}"
     kustomization = yaml.safe_load(expected["kustomization.yaml"])
     assert kustomization["kind"] == "Kustomization"
     assert sorted(kustomization["resources"]) == sorted(n for n in expected if n != "kustomization.yaml")
+    # `kubectl apply -k k8s/` is the base and nothing else
+    assert yaml.safe_load((REPO / "k8s" / "kustomization.yaml").read_text())["resources"] == ["base"]
+
+
+def base_plan(**k8s_settings):
+    s = specmod.from_dict({"backend": "k8s", **({"k8s": k8s_settings} if k8s_settings else {})})
+    return plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), BASE_RUN_ID)
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")
@@ -167,8 +204,109 @@ def test_kubectl_kustomize_builds_the_base_offline():
     out = subprocess.run(["kubectl", "kustomize", str(REPO / "k8s")], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
-    assert kinds == ["Job", "NetworkPolicy", "Service"]
+    built = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert sorted(d["kind"] for d in built) == ["Job", "NetworkPolicy", "Service"]
+    assert sorted(built, key=lambda d: d["kind"]) == sorted(k8s.render(base_plan()), key=lambda d: d["kind"])
+
+
+# ---- the GPU overlay (k8s/overlays/gpu) -----------------------------------------------
+def json_pointer_apply(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902 add/replace/remove, the subset kustomize patches use here; anything
+    else raises, so a richer patch cannot pass this test by being ignored."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        if op["op"] not in ("add", "replace", "remove") or set(op) - {"op", "path", "value"}:
+            raise AssertionError(f"unsupported JSON patch operation: {op}")
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent = doc
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        last = parts[-1]
+        if isinstance(parent, list):
+            index = len(parent) if last == "-" else int(last)
+            if op["op"] == "add":
+                parent.insert(index, op["value"])
+            elif op["op"] == "replace":
+                parent[index] = op["value"]
+            else:
+                del parent[index]
+        else:
+            if op["op"] != "add" and last not in parent:
+                raise AssertionError(f"{op['op']} of a missing member: {op['path']}")
+            if op["op"] == "remove":
+                del parent[last]
+            else:
+                parent[last] = op["value"]
+    return doc
+
+
+def build_gpu_overlay() -> list[dict]:
+    """What `kubectl kustomize k8s/overlays/gpu` makes, without kubectl: the base's
+    resources, each JSON 6902 patch applied to the objects its target names."""
+    kustomization = yaml.safe_load((GPU_OVERLAY / "kustomization.yaml").read_text())
+    assert set(kustomization) == {"apiVersion", "kind", "resources", "patches"}, (
+        "the overlay uses a kustomize feature this test does not model; teach build_gpu_overlay")
+    objects = []
+    for resource in kustomization["resources"]:
+        base_dir = (GPU_OVERLAY / resource).resolve()
+        base = yaml.safe_load((base_dir / "kustomization.yaml").read_text())
+        for name in base["resources"]:
+            objects += [d for d in yaml.safe_load_all((base_dir / name).read_text()) if d]
+    for patch in kustomization["patches"]:
+        target = patch["target"]
+        ops = yaml.safe_load((GPU_OVERLAY / patch["path"]).read_text())
+        assert isinstance(ops, list), "JSON 6902 patches only (a list of operations)"
+        hits = 0
+        for i, obj in enumerate(objects):
+            group, _, version = obj["apiVersion"].rpartition("/")
+            if (obj["kind"], obj["metadata"]["name"], group, version) == (
+                    target["kind"], target["name"], target.get("group", ""), target["version"]):
+                objects[i] = json_pointer_apply(obj, ops)
+                hits += 1
+        assert hits == 1, f"patch {patch['path']} matches {hits} objects"
+    return objects
+
+
+def test_json_pointer_apply_follows_rfc_6902():
+    doc = {"a": {"b/c": 1, "list": [1, 3]}}
+    out = json_pointer_apply(doc, [{"op": "add", "path": "/a/b~1c", "value": 2},
+                                   {"op": "add", "path": "/a/list/1", "value": 2},
+                                   {"op": "add", "path": "/a/list/-", "value": 4},
+                                   {"op": "replace", "path": "/a/list/0", "value": 0},
+                                   {"op": "remove", "path": "/a/b~1c"},
+                                   {"op": "add", "path": "/new", "value": {"x": True}}])
+    assert out == {"a": {"list": [0, 2, 3, 4]}, "new": {"x": True}}
+    assert doc == {"a": {"b/c": 1, "list": [1, 3]}}, "the input is not modified"
+    with pytest.raises(AssertionError, match="missing member"):
+        json_pointer_apply(doc, [{"op": "remove", "path": "/nope"}])
+    with pytest.raises(AssertionError, match="unsupported"):
+        json_pointer_apply(doc, [{"op": "move", "from": "/a", "path": "/b"}])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gpu_overlay_validates_strictly_and_equals_the_k8s_section(version):
+    built = build_gpu_overlay()
+    for obj in built:
+        try:
+            kv_utils.validate(obj, version, strict=True)
+        except kv_utils.ValidationError as exc:
+            pytest.fail(f"overlay {obj['kind']} invalid for Kubernetes {version} at "
+                        f"{'.'.join(map(str, exc.path))}: {exc.message}")
+    job = job_of(built)
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lab-queue"
+    assert job["spec"]["template"]["spec"]["tolerations"] == [k8s.GPU_TOLERATION]
+    # the overlay is the k8s: section it documents, applied to the default lab
+    assert built == k8s.render(base_plan(**GPU_OVERLAY_SETTINGS))
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")
+def test_kubectl_kustomize_builds_the_gpu_overlay_as_modelled():
+    out = subprocess.run(["kubectl", "kustomize", str(GPU_OVERLAY)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    by_kind = lambda objs: sorted(objs, key=lambda d: d["kind"])     # noqa: E731
+    assert by_kind(d for d in yaml.safe_load_all(out.stdout) if d) == by_kind(build_gpu_overlay())
 
 
 # ---- the pod template reproduces every node ------------------------------------
@@ -327,3 +465,84 @@ def test_render_k8s_cli_imports_neither_torch_nor_kubernetes():
                          timeout=60)
     assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr
     assert "kind: Job" in out.stdout
+
+
+# ---- k8s: scheduling settings ------------------------------------------------------
+def test_settings_that_do_not_apply_leave_the_render_byte_identical():
+    """No k8s: section, an empty one, and defaults spelled out render the same text;
+    the GPU toleration belongs to nccl labs only."""
+    plain = rendered("default")[2]
+    for settings in ({}, {"spread": "none", "gpu_toleration": True, "schedule_timeout": 60}):
+        assert k8s.text(make_plan(k8s=settings)) == plain
+    assert k8s.text(make_plan(dist_backend="auto")).count("toleration") == 0
+
+
+def test_labels_and_annotations_go_on_every_object_without_touching_labctls():
+    p, objects, _ = rendered("k8s-every-field")
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
+    job = job_of(objects)
+    metas = [o["metadata"] for o in objects] + [job["spec"]["template"]["metadata"]]
+    for meta in metas:
+        assert meta["labels"]["team"] == "vision" and meta["labels"]["example.com/cost-centre"] == "42"
+        assert meta["annotations"] == {"example.com/owner": "Ada Lovelace <ada@example.com>",
+                                       "note": "multi\nline"}
+        assert meta["labels"][k8s.RUN_LABEL] == p.run_id
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "labctl"
+    service = objects[1]
+    assert service["spec"]["selector"] == {k8s.RUN_LABEL: p.run_id, "app.kubernetes.io/component": "node"}
+
+
+def test_pod_spec_carries_every_scheduling_setting():
+    _, objects, _ = rendered("k8s-every-field")
+    pod = job_of(objects)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "pool": "a100"}
+    assert pod["priorityClassName"] == "high-priority"
+    assert pod["serviceAccountName"] == "lab-runner" and pod["automountServiceAccountToken"] is False
+    assert pod["imagePullSecrets"] == [{"name": "registry-creds"}, {"name": "mirror-creds"}]
+    # gpu_toleration: false on an nccl lab: only the lab's own tolerations
+    assert pod["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 60},
+        {"operator": "Exists", "effect": "PreferNoSchedule"}]
+    # the user's affinity passes through; spread adds one required term beside theirs
+    assert pod["affinity"]["nodeAffinity"] == CASES["k8s-every-field"]["k8s"]["affinity"]["nodeAffinity"]
+    anti = pod["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 50
+    assert len(anti["requiredDuringSchedulingIgnoredDuringExecution"]) == 1
+
+
+def test_spread_hostname_keeps_the_runs_node_pods_on_different_hosts():
+    p, objects, _ = rendered("gpu-queue")
+    job = job_of(objects)
+    (term,) = job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    selector = term["labelSelector"]["matchLabels"]
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels[k] == v for k, v in selector.items()), "the term selects the lab's own pods"
+    assert selector[k8s.RUN_LABEL] == p.run_id, "and only this run's, not another run of the lab"
+    # the spec's affinity is not modified by rendering (same spec in, same text out)
+    q = make_plan(**CASES["k8s-every-field"])
+    assert k8s.text(q, SCRIPT_TEXT) == k8s.text(q, SCRIPT_TEXT)
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in q.spec.k8s.affinity["podAntiAffinity"]
+
+
+def test_a_queue_suspends_the_job_and_labels_it_for_kueue():
+    _, objects, _ = rendered("gpu-queue")
+    job = job_of(objects)
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert all("kueue.x-k8s.io/queue-name" not in o["metadata"]["labels"] for o in objects if o is not job)
+    assert "suspend" not in job_of(rendered("nccl")[1])["spec"]
+
+
+def test_nccl_labs_tolerate_the_gpu_taint_unless_told_not_to():
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    pod = lambda **f: job_of(k8s.render(make_plan(**f)))["spec"]["template"]["spec"]   # noqa: E731
+    assert pod(dist_backend="nccl")["tolerations"] == [gpu]
+    assert "tolerations" not in pod(dist_backend="nccl", k8s={"gpu_toleration": False})
+    assert "tolerations" not in pod(dist_backend="gloo")
+    mine = {"key": "dedicated", "operator": "Exists"}
+    assert pod(dist_backend="nccl", k8s={"tolerations": [gpu, mine]})["tolerations"] == [gpu, mine]
+    assert pod(dist_backend="gloo", k8s={"tolerations": [gpu]})["tolerations"] == [gpu]

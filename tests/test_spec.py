@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from labctl import spec
@@ -123,3 +125,117 @@ def test_starter_file_is_a_valid_spec(tmp_path):
     f.write_text(spec.STARTER.format(name="starter"))
     s = spec.load(f)
     assert s.name == "starter" and s.world_size == 4
+
+
+# ---- the k8s: section ------------------------------------------------------------
+EVERY_K8S_FIELD = {
+    "node_selector": {"nvidia.com/gpu.present": True, "pool": "a100"},
+    "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+                    {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                     "effect": "NoExecute", "tolerationSeconds": 60},
+                    {"operator": "Exists"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}]}}},
+    "spread": "hostname",
+    "priority_class": "high-priority",
+    "service_account": "lab-runner",
+    "image_pull_secrets": ["registry-creds", "mirror.creds"],
+    "labels": {"team": "vision", "example.com/cost-centre": 42},
+    "annotations": {"example.com/owner": "Ada Lovelace <ada@example.com>", "note": True},
+    "queue": "team-a",
+    "gpu_toleration": False,
+    "schedule_timeout": "90",
+}
+
+
+def test_every_k8s_field_is_read_normalised_and_round_trips(tmp_path):
+    s = spec.from_dict({"k8s": EVERY_K8S_FIELD})
+    k = s.k8s
+    assert set(k.to_dict()) == set(EVERY_K8S_FIELD), "every field differs from its default"
+    assert dict(k.node_selector) == {"nvidia.com/gpu.present": "true", "pool": "a100"}
+    assert k.tolerations == (
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 60},
+        {"operator": "Exists"})
+    assert dict(k.labels) == {"team": "vision", "example.com/cost-centre": "42"}
+    assert dict(k.annotations)["note"] == "true"
+    assert (k.spread, k.queue, k.gpu_toleration, k.schedule_timeout) == ("hostname", "team-a", False, 90.0)
+    assert k.image_pull_secrets == ("registry-creds", "mirror.creds")
+    f = tmp_path / "spec.yaml"
+    f.write_text(spec.dump(s))
+    assert spec.load(f) == s
+
+
+def test_no_k8s_section_means_the_defaults_and_dumps_empty():
+    s = spec.from_dict({})
+    assert s.k8s == spec.K8sSettings() == spec.from_dict({"k8s": None}).k8s
+    assert (s.k8s.spread, s.k8s.gpu_toleration, s.k8s.schedule_timeout) == ("none", True, 300.0)
+    assert s.to_dict()["k8s"] == {}
+    assert spec.from_dict({"k8s": {"queue": None, "spread": None}}).k8s == spec.K8sSettings()
+
+
+@pytest.mark.parametrize("k8s, field, hint", [
+    ("gpu", "k8s", "a mapping"),
+    ({"nodeSelector": {}}, "k8s", "known keys: node_selector, tolerations"),
+    ({"node_selector": ["a=b"]}, "k8s.node_selector", "a mapping"),
+    ({"node_selector": {"bad key": "x"}}, "k8s.node_selector", "label keys"),
+    ({"node_selector": {"Bad_Prefix/x": "y"}}, "k8s.node_selector", "label keys"),
+    ({"node_selector": {"pool": "a b"}}, "k8s.node_selector.pool", "label value"),
+    ({"node_selector": {"pool": "x" * 64}}, "k8s.node_selector.pool", "at most 63"),
+    ({"node_selector": {"pool": ["a"]}}, "k8s.node_selector.pool", "label value"),
+    ({"tolerations": {"key": "x"}}, "k8s.tolerations", "a list"),
+    ({"tolerations": ["x"]}, "k8s.tolerations[0]", "a mapping"),
+    ({"tolerations": [{"key": "x", "operator": "In"}]}, "k8s.tolerations[0].operator", "Exists, Equal"),
+    ({"tolerations": [{"key": "x", "effect": "NoRun"}]}, "k8s.tolerations[0].effect",
+     "NoSchedule, PreferNoSchedule, NoExecute"),
+    ({"tolerations": [{"key": "x", "operator": "Exists", "value": "y"}]}, "k8s.tolerations[0].value",
+     "no value with operator Exists"),
+    ({"tolerations": [{"value": "y"}]}, "k8s.tolerations[0].operator", "Exists when no key"),
+    ({"tolerations": [{"key": "x", "effect": "NoSchedule", "tolerationSeconds": 5}]},
+     "k8s.tolerations[0].tolerationSeconds", "only with effect: NoExecute"),
+    ({"tolerations": [{"key": "x", "effect": "NoExecute", "tolerationSeconds": "5"}]},
+     "k8s.tolerations[0].tolerationSeconds", "whole number"),
+    ({"tolerations": [{"key": "x", "toleration_seconds": 5}]}, "k8s.tolerations[0]", "tolerationSeconds"),
+    ({"tolerations": [{"key": "-x"}]}, "k8s.tolerations[0].key", "taint key"),
+    ({"affinity": {"nodeAffinty": {}}}, "k8s.affinity", "nodeAffinity, podAffinity, podAntiAffinity"),
+    ({"affinity": "zone-a"}, "k8s.affinity", "passed through"),
+    ({"spread": "zone"}, "k8s.spread", "none, hostname"),
+    ({"priority_class": "High"}, "k8s.priority_class", "DNS subdomain"),
+    ({"service_account": "lab runner"}, "k8s.service_account", "DNS subdomain"),
+    ({"image_pull_secrets": "creds"}, "k8s.image_pull_secrets", "a list of Secret names"),
+    ({"image_pull_secrets": ["Creds"]}, "k8s.image_pull_secrets", "a list of Secret names"),
+    ({"labels": {"app.kubernetes.io/name": "x"}}, "k8s.labels", "reserved: app.kubernetes.io/*"),
+    ({"labels": {"labctl.dev/run-id": "x"}}, "k8s.labels", "labctl.dev/*"),
+    ({"labels": {"kueue.x-k8s.io/queue-name": "q"}}, "k8s.labels", "set k8s.queue instead"),
+    ({"labels": {"job-name": "x"}}, "k8s.labels", "Job controller"),
+    ({"labels": {"team": "a/b"}}, "k8s.labels.team", "label value"),
+    ({"annotations": {"labctl.dev/x": "1"}}, "k8s.annotations", "outside"),
+    ({"annotations": {"a": {"b": 1}}}, "k8s.annotations.a", "a string"),
+    ({"queue": "Team A"}, "k8s.queue", "LocalQueue"),
+    ({"queue": "q" * 64}, "k8s.queue", "63 characters"),
+    ({"gpu_toleration": "no"}, "k8s.gpu_toleration", "true or false"),
+    ({"schedule_timeout": 0}, "k8s.schedule_timeout", "seconds > 0"),
+    ({"schedule_timeout": "soon"}, "k8s.schedule_timeout", "seconds > 0"),
+])
+def test_bad_k8s_settings_are_one_line_naming_the_field(k8s, field, hint):
+    with pytest.raises(SpecError) as err:
+        spec.from_dict({"k8s": k8s}, source="lab.yaml")
+    message = str(err.value)
+    assert message.startswith(f"lab.yaml: {field}: expected "), message
+    assert hint in message and ", given " in message, message
+    assert "\n" not in message
+
+
+def test_the_starters_commented_k8s_section_is_valid_and_shows_every_setting(tmp_path):
+    lines = spec.STARTER.format(name="starter").splitlines()
+    start = lines.index(next(l for l in lines if l.startswith("# k8s:")))
+    block = [l[2:] for l in lines[start:]]
+    assert all(l.startswith("k8s:") or l.startswith("  ") for l in block), "one block, to the end"
+    f = tmp_path / "lab.yaml"
+    f.write_text("\n".join(lines[:start] + block) + "\n")
+    s = spec.load(f)
+    shown = {l.split(":")[0].strip() for l in block[1:]}
+    assert shown == {f.name for f in dataclasses.fields(spec.K8sSettings)}
+    assert s.k8s.queue == "team-a" and s.k8s.spread == "hostname"

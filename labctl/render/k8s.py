@@ -15,6 +15,7 @@ rendering node 0's value into every pod.
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
 import shlex
@@ -26,7 +27,7 @@ from typing import Any, Sequence
 from ..errors import LabError
 from ..plan import SCRIPT_MOUNT, LaunchPlan, node_command, node_hostname
 from . import dump_yaml
-from ..spec import LabSpec
+from ..spec import QUEUE_LABEL, LabSpec
 
 RUN_LABEL = "labctl.dev/run-id"
 COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -36,6 +37,9 @@ CONTAINER = "node"
 POD_USER = 1000                             # the lab images run as uid/gid 1000
 TTL_AFTER_FINISHED_S = 3600                 # kubectl-managed runs: an hour to read the logs
 FILE_ORDER = ("configmap.yaml", "service.yaml", "networkpolicy.yaml", "job.yaml")
+# The taint the NVIDIA GPU operator / device plugin docs put on GPU nodes.
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 
 # ---- names ------------------------------------------------------------------
@@ -66,6 +70,19 @@ def labels(plan: LaunchPlan, component: str) -> dict[str, str]:
         "app.kubernetes.io/managed-by": "labctl",
         RUN_LABEL: plan.run_id,
     }
+
+
+def metadata(plan: LaunchPlan, name: str | None, component: str,
+             extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """labctl's labels, then the lab's `k8s.labels` and `k8s.annotations` (sorted, so
+    equal specs render equal text); the user's keys cannot shadow labctl's (spec.py)."""
+    settings = plan.spec.k8s
+    meta: dict[str, Any] = {"name": name} if name is not None else {}
+    meta["labels"] = {**labels(plan, component), **dict(sorted(settings.labels.items())),
+                      **(extra_labels or {})}
+    if settings.annotations:
+        meta["annotations"] = dict(sorted(settings.annotations.items()))
+    return meta
 
 
 def run_selector(run_id: str) -> str:
@@ -237,7 +254,7 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
         objects.append({
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": script_configmap_name(spec), "labels": labels(plan, "script")},
+            "metadata": metadata(plan, script_configmap_name(spec), "script"),
             "data": {_script_key(spec): script_text},
         })
     objects += [_service(plan), _network_policy(plan), _job(plan)]
@@ -253,7 +270,7 @@ def _service(plan: LaunchPlan) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": service_name(plan.spec), "labels": labels(plan, "rendezvous")},
+        "metadata": metadata(plan, service_name(plan.spec), "rendezvous"),
         "spec": {
             "clusterIP": "None",                    # headless: one DNS record per pod
             "publishNotReadyAddresses": True,       # pods have no readiness; publish them anyway
@@ -268,7 +285,7 @@ def _network_policy(plan: LaunchPlan) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": plan.spec.name, "labels": labels(plan, "network-policy")},
+        "metadata": metadata(plan, plan.spec.name, "network-policy"),
         "spec": {
             "podSelector": same_run,
             "policyTypes": ["Ingress"],
@@ -311,36 +328,88 @@ def _job(plan: LaunchPlan) -> dict[str, Any]:
         },
         "volumeMounts": mounts,
     }
+    settings = spec.k8s
+    pod: dict[str, Any] = {
+        "subdomain": service_name(spec),   # pod i: <job>-<i>.<service>
+        "restartPolicy": "Never",
+    }
+    if settings.service_account:
+        pod["serviceAccountName"] = settings.service_account
+    pod["automountServiceAccountToken"] = False     # also with a service account: no API calls
+    pod["enableServiceLinks"] = False
+    pod.update(scheduling(plan))
+    if settings.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+    pod["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": POD_USER,
+        "runAsGroup": POD_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    pod["containers"] = [container]
+    pod["volumes"] = volumes
+
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "backoffLimit": 0,                      # one failed rank fails the lab
+        "activeDeadlineSeconds": max(1, math.ceil(spec.timeout)),
+        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+    }
+    if settings.queue:
+        # Kueue starts an admitted Job by un-suspending it: created suspended, no pod
+        # runs (or holds GPUs) before admission, webhook or not.
+        job_spec["suspend"] = True
+    job_spec["template"] = {"metadata": metadata(plan, None, "node"), "spec": pod}
+    queue = {QUEUE_LABEL: settings.queue} if settings.queue else None
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job_name(spec), "labels": labels(plan, "node")},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": spec.nodes,
-            "parallelism": spec.nodes,
-            "backoffLimit": 0,                      # one failed rank fails the lab
-            "activeDeadlineSeconds": max(1, math.ceil(spec.timeout)),
-            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
-            "template": {
-                "metadata": {"labels": labels(plan, "node")},
-                "spec": {
-                    "subdomain": service_name(spec),   # pod i: <job>-<i>.<service>
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": POD_USER,
-                        "runAsGroup": POD_USER,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [container],
-                    "volumes": volumes,
-                },
-            },
-        },
+        "metadata": metadata(plan, job_name(spec), "node", extra_labels=queue),
+        "spec": job_spec,
     }
+
+
+def tolerations(spec: LabSpec) -> list[dict[str, Any]]:
+    """GPU nodes are usually tainted nvidia.com/gpu:NoSchedule; an nccl lab that
+    asks for GPUs must tolerate that, unless `k8s.gpu_toleration: false`."""
+    out = [dict(GPU_TOLERATION)] if spec.dist_backend == "nccl" and spec.k8s.gpu_toleration else []
+    out += [dict(t) for t in spec.k8s.tolerations if dict(t) not in out]
+    return out
+
+
+def scheduling(plan: LaunchPlan) -> dict[str, Any]:
+    """The pod spec's placement fields, only those the lab sets (a lab without a
+    `k8s:` section renders exactly as before it existed).
+
+    `spread: hostname` is a *required* pod anti-affinity on kubernetes.io/hostname
+    against the run's own node pods, not a topology spread constraint: maxSkew 1
+    still puts two pods on one host once every host has one, while a lab that
+    asks for one node per host means it (e.g. to measure the network, not
+    loopback). Too few hosts then leave a pod Pending with the scheduler's reason,
+    which labctl shows and fails on after `schedule_timeout`.
+    """
+    spec, settings = plan.spec, plan.spec.k8s
+    out: dict[str, Any] = {}
+    if settings.priority_class:
+        out["priorityClassName"] = settings.priority_class
+    if settings.node_selector:
+        out["nodeSelector"] = dict(sorted(settings.node_selector.items()))
+    affinity = copy.deepcopy(dict(settings.affinity))
+    if settings.spread == "hostname":
+        anti = affinity.setdefault("podAntiAffinity", {})
+        anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append({
+            "labelSelector": {"matchLabels": {RUN_LABEL: plan.run_id,
+                                              "app.kubernetes.io/component": "node"}},
+            "topologyKey": HOSTNAME_TOPOLOGY,
+        })
+    if affinity:
+        out["affinity"] = affinity
+    tolerate = tolerations(spec)
+    if tolerate:
+        out["tolerations"] = tolerate
+    return out
 
 
 # ---- text ------------------------------------------------------------------
