@@ -150,6 +150,10 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int) -> 
         "LAB_NODES": str(spec.nodes),
         "LAB_NPROC_PER_NODE": str(spec.nproc_per_node),
         "NODE_RANK": str(node),
+        # Set for the node by labctl; torchrun overwrites WORLD_SIZE per worker with the
+        # same number, and LAB_WORLD_SIZE keeps labctl's value for the env workload to compare.
+        "WORLD_SIZE": str(spec.world_size),
+        "LAB_WORLD_SIZE": str(spec.world_size),
         "MASTER_ADDR": placement.master_addr,
         "MASTER_PORT": str(placement.master_port),
         "PYTHONUNBUFFERED": "1",
@@ -235,7 +239,7 @@ def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
         f"  {{ RANK=$rank LOCAL_RANK=$local_rank {shlex.join(node.processes[0].argv)} 2>&1 \\",
         "      | sed -u \"s/^/[rank$rank]:/\"",
         "    code=${PIPESTATUS[0]}",
-        "    echo \"labctl: rank $rank exited with code $code\"",
+        "    echo \"labctl: rank $rank exited with code $code at $(date +%s.%N | cut -c1-14)\"",
         "    exit $code; } &",
         "  pids+=($!)",
         "done",

@@ -56,6 +56,12 @@ def run(ctx: _common.Context) -> None:
     # 1. The process group agrees with the environment (-1 stands for "not set").
     ctx.check("rank-matches-env", dist.get_rank(), _or(rank_env))
     ctx.check("world-size-matches-env", dist.get_world_size(), _or(env_ints["WORLD_SIZE"]))
+    # labctl sets the node's WORLD_SIZE (kept as LAB_WORLD_SIZE: torchrun rewrites WORLD_SIZE)
+    lab_world = _env_int_or_none("LAB_WORLD_SIZE")
+    if lab_world is None:
+        ctx.skip("world-size-matches-node-env", "LAB_WORLD_SIZE is not set (not started by labctl)")
+    else:
+        ctx.check("world-size-matches-node-env", dist.get_world_size(), lab_world)
     if lws is None:
         ctx.skip("local-rank-below-local-world-size", "LOCAL_WORLD_SIZE is not set")
     else:
@@ -86,6 +92,11 @@ def run(ctx: _common.Context) -> None:
     # 3. torchrun numbers ranks node by node: RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK.
     ctx.check("rank-formula", _or(rank_env), group_rank * lws + _or(local_rank),
               formula=f"{group_rank} * {lws} + {local_rank}")
+
+
+def _env_int_or_none(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value and value.isdigit() else None
 
 
 def _or(value: int | None) -> int:
