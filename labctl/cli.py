@@ -252,7 +252,7 @@ def logs(run, node, rank) -> None:
 @friendly
 def report(run, fmt) -> None:
     """Print a run's report (tables; bench runs also write PNG plots)."""
-    from . import lab, report as reportmod
+    from . import report as reportmod
 
     r = _open_run(run)
     click.echo(reportmod.render(r, fmt), nl=False)

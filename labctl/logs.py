@@ -96,6 +96,7 @@ MAX_LINE = 1 << 20               # longer lines are read in pieces (memory stays
 AGENT_TAIL_LINES = 400           # torchrun's failure summary sits at the end of a node log
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|ECONNRESET|"
                         r"EPIPE|Connection refused|peer closed|recvBytes|Socket closed", re.I)
+_TORCH_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 _LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 
@@ -115,7 +116,8 @@ class TracebackTracker:
         self.error: dict | None = None
 
     def feed(self, line: str) -> None:
-        stripped = line.rstrip("\n")
+        # torch prefixes a worker's own traceback with "[rankN]: " (on top of torchrun's tee)
+        stripped = _TORCH_RANK_PREFIX.sub("", line.rstrip("\n"), count=1)
         if stripped.startswith("Traceback (most recent call last):"):
             self.in_traceback, self.frames = True, []
             return

@@ -243,6 +243,10 @@ class RunDir:
         state = RunState(state)
         world = self.meta["world_size"]
         found = self.split_logs([n.index for n in outcomes])
+        found["world"] = world
+        for rank in range(world):               # a silent rank still has its (empty) log
+            if not self.rank_log(rank).exists():
+                self.rank_log(rank).touch()
         exit_codes: dict[int, int] = found["exit_codes"]
         failed_ranks = sorted({r["rank"] for r in found["failed"] if isinstance(r.get("rank"), int)}
                               | set(exit_codes))
@@ -364,11 +368,15 @@ def _left_early(outcomes: list[NodeOutcome], found: dict[str, Any], first: dict)
                     break
                 return {"rank": rank, "node": index, "exit_code": 0, "left_early": True,
                         "error": first.get("error"), "symptom_rank": first.get("rank")}
-    # torchrun: a node whose agent ended with 0 before any node failed
+    # torchrun: a node whose ranks all exited 0 in a lab whose first error is a vanished
+    # peer (its agent itself may end later: it waits at torchrun's exit barrier)
     for node in sorted(outcomes, key=lambda n: n.exited_s if n.exited_s is not None else 1e18):
-        if (node.state is NodeState.SUCCEEDED and node.exited_s is not None
-                and failed_at is not None and node.exited_s <= failed_at):
+        if node.state is NodeState.SUCCEEDED and failed_at is not None:
             ranks = found.get("node_ranks", {}).get(node.index) or []
+            if not ranks and "world" in found:     # it printed nothing: the ranks nobody else had
+                others = set().union(*(r for i, r in found.get("node_ranks", {}).items()
+                                       if i != node.index))
+                ranks = sorted(set(range(found["world"])) - others)
             return {"rank": ranks[0] if len(ranks) == 1 else None, "ranks": ranks,
                     "node": node.index, "exit_code": 0, "left_early": True,
                     "error": first.get("error"), "symptom_rank": first.get("rank")}

@@ -1,9 +1,9 @@
-"""The compose backend's verbs against the real engine: missing image, timeout,
-Ctrl-C and `down` must each leave logs behind and nothing running."""
+"""The compose backend's own verbs against the real engine: placement, finding
+Compose, refusals before start, and `down` by label. The lifecycle (pass, a
+failing rank, deadline, Ctrl-C) is tests/test_lifecycle_contract.py."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -91,40 +91,6 @@ def test_nccl_on_an_engine_without_a_gpu_runtime_is_refused_before_starting(tmp_
         lab.up(spec, progress=lambda line: None, runs_root=str(tmp_path / "runs"))
     assert "\n" not in str(err.value) and err.value.exit_code == 2
     assert not (tmp_path / "runs").exists()
-
-
-@pytest.mark.docker
-def test_deadline_stops_the_lab_keeps_logs_and_removes_everything(tmp_path):
-    require_compose()
-    require_image()
-    spec = _spec(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(600)\n",
-                 launcher="direct", timeout=8)
-    t0 = time.monotonic()
-    run = lab.up(spec, progress=lambda line: None, runs_root=str(tmp_path / "runs"))
-    assert time.monotonic() - t0 < 60
-    assert run.meta["state"] == "timeout"
-    assert [n["state"] for n in run.meta["node_outcomes"]] == ["stopped", "stopped"]
-    assert all("deadline" in n["reason"] for n in run.meta["node_outcomes"])
-    assert "started" in run.rank_log(0).read_text() and "started" in run.rank_log(1).read_text()
-    assert (run.path / "rendered" / "compose.yaml").is_file()
-    assert _left_of(run.meta["run_id"]) == ("", "")
-
-
-@pytest.mark.docker
-def test_ctrl_c_while_running_still_collects_logs_and_removes_everything(tmp_path):
-    require_compose()
-    require_image()
-    spec = _spec(tmp_path, "import time\nprint('alive', flush=True)\ntime.sleep(600)\n", launcher="direct")
-
-    def progress(line: str) -> None:
-        if line.startswith("[") and line.endswith("node-0: running  node-1: running"):
-            time.sleep(3)                     # let both print before the "user" presses Ctrl-C
-            raise KeyboardInterrupt
-
-    run = lab.up(spec, progress=progress, runs_root=str(tmp_path / "runs"))
-    assert run.meta["state"] == "interrupted"
-    assert "alive" in run.node_log(1).read_text()
-    assert _left_of(run.meta["run_id"]) == ("", "")
 
 
 @pytest.mark.docker

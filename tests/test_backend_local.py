@@ -1,15 +1,15 @@
-"""The local backend with real torchrun agents and workers on this machine."""
+"""The local backend with real torchrun agents and workers on this machine.
+
+The lifecycle (deadline, Ctrl-C, ...) is tests/test_lifecycle_contract.py;
+killed controllers and hostile ranks are tests/test_local_hostile.py."""
 import json
-import signal
-import subprocess
-import time
 
 import pytest
 
 from labctl import lab, spec
 from labctl.errors import LabError
 
-from conftest import LABCTL, REPO, assert_nothing_left, processes_of_run
+from conftest import assert_nothing_left
 
 pytestmark = pytest.mark.slow
 QUIET = lambda line: None  # noqa: E731
@@ -74,43 +74,6 @@ def test_a_failing_rank_fails_the_lab_names_it_and_leaves_nothing(tmp_path, writ
     assert "args ['--lr', '0.1']" in (run.path / "ranks" / "rank-0.log").read_text()
     assert (run.path / "nodes" / "node-1.log").stat().st_size > 0
     assert_nothing_left(run.meta["run_id"])
-
-
-HANG = """
-import time, torch.distributed as dist
-dist.init_process_group("gloo")
-print("hanging", flush=True)
-time.sleep(600)
-"""
-
-
-def test_a_hang_hits_the_deadline_and_everything_is_stopped(tmp_path, write_script):
-    run = run_lab(tmp_path, script=str(write_script(HANG)), timeout=20)
-    assert run.meta["state"] == "timeout"
-    assert "deadline" in run.meta["message"]
-    assert "hanging" in (run.path / "ranks" / "rank-3.log").read_text()
-    assert_nothing_left(run.meta["run_id"])
-
-
-def test_ctrl_c_stops_the_lab_and_keeps_the_logs(tmp_path, write_script):
-    out = tmp_path / "run"
-    proc = subprocess.Popen([*LABCTL, "up", "--script", str(write_script(HANG)), "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        rank_logs = list((out / "nodes").glob("*.log")) if out.exists() else []
-        if any("hanging" in p.read_text() for p in rank_logs):
-            break
-        time.sleep(0.5)
-    run_id = json.loads((out / "status.json").read_text())["run_id"]
-    assert processes_of_run(run_id), "lab should be running before Ctrl-C"
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode != 0
-    status = json.loads((out / "status.json").read_text())
-    assert status["state"] == "interrupted"
-    assert "Traceback" not in stderr
-    assert_nothing_left(run_id)
 
 
 def test_missing_script_is_a_clear_error(tmp_path):

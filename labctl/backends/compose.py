@@ -15,9 +15,7 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
-from typing import Callable
 
 from ..errors import LabError
 from ..outcome import NodeOutcome, NodeState, from_exit_code

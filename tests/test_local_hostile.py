@@ -1,0 +1,267 @@
+"""The local backend against a hostile user: labctl killed at the worst moment,
+ranks that detach, exit early, raise, or squat on ports. Real processes only."""
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LABCTL, REPO, assert_nothing_left, labctl, processes_of_run
+
+pytestmark = pytest.mark.slow
+
+HANG = """
+import time, torch.distributed as dist
+dist.init_process_group("gloo")
+print("hanging", flush=True)
+time.sleep(600)
+"""
+
+
+def start_hanging_lab(tmp_path: Path, write_script) -> tuple[subprocess.Popen, Path, str]:
+    """`labctl up` of a lab that hangs, returned once every rank said so."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*LABCTL, "up", "--script", str(write_script(HANG)), "--nodes", "2",
+                             "--nproc-per-node", "1", "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        logs = list((out / "nodes").glob("*.log")) if out.exists() else []
+        if sum("hanging" in p.read_text() for p in logs) == 2:
+            break
+        time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail("the lab never started hanging")
+    run_id = json.loads((out / "status.json").read_text())["run_id"]
+    assert len(processes_of_run(run_id)) >= 4, "guards, agents and workers should be running"
+    return proc, out, run_id
+
+
+def gone_within(run_id: str, seconds: float) -> float:
+    t0 = time.monotonic()
+    while processes_of_run(run_id) and time.monotonic() - t0 < seconds:
+        time.sleep(0.1)
+    assert processes_of_run(run_id) == [], f"processes of {run_id} outlived labctl"
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
+def test_no_lab_outlives_a_killed_labctl(tmp_path, write_script, sig):
+    proc, out, run_id = start_hanging_lab(tmp_path, write_script)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    took = gone_within(run_id, 10)
+    status = json.loads((out / "status.json").read_text())
+    if sig == signal.SIGHUP:              # labctl itself handles SIGHUP: a finished folder
+        assert proc.returncode == 129
+        assert status["state"] == "interrupted" and status["signal"] == "SIGHUP"
+        return
+    assert status["state"] == "running", "a SIGKILLed labctl cannot write anything"
+    report = labctl("report", str(out))
+    assert report.returncode == 0 and "ABANDONED" in report.stdout
+    assert "is gone: abandoned" in report.stderr
+    down = labctl("down", str(out))
+    assert down.returncode == 0, down.stderr
+    assert f"nothing running of run {run_id}" in down.stdout
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "abandoned" and status["finished"]
+    assert all(n["state"] == "stopped" and "labctl is gone" in n["reason"]
+               for n in status["node_outcomes"]), status["node_outcomes"]
+    assert "hanging" in (out / "ranks" / "rank-1.log").read_text()
+    assert took < 10
+
+
+def test_ctrl_c_exits_130_and_reports_the_nodes_as_stopped(tmp_path, write_script):
+    proc, out, run_id = start_hanging_lab(tmp_path, write_script)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 15
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted"
+    assert [n["state"] for n in status["node_outcomes"]] == ["stopped", "stopped"]
+    assert all(n["reason"] == "stopped by labctl on SIGINT" for n in status["node_outcomes"])
+    assert_nothing_left(run_id)
+
+
+DETACH = """
+import os, subprocess, sys, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    subprocess.Popen(["sleep", "1000"], start_new_session=True)          # a new session
+    if os.fork() == 0:                                                   # and a double fork
+        if os.fork() == 0:
+            os.setsid()
+            os.execvp("sleep", ["sleep", "1001"])
+        os._exit(0)
+open("written-by-rank-%d.txt" % dist.get_rank(), "w").write("mine")
+dist.barrier()
+"""
+
+
+def test_detached_descendants_are_killed_and_reported_and_files_stay_in_the_run(tmp_path, write_script):
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(write_script(DETACH)), "--nodes", "2",
+                  "--nproc-per-node", "1", "--out", str(out), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    status = json.loads((out / "status.json").read_text())
+    commands = sorted(x["command"] for x in status["leftovers"])
+    assert commands == ["sleep 1000", "sleep 1001"]
+    assert all(x["node"] == 1 for x in status["leftovers"])
+    assert "Processes killed after the ranks ended" in done.stdout and "sleep 1001" in done.stdout
+    assert_nothing_left(status["run_id"])
+    assert not subprocess.run(["pgrep", "-f", "sleep 100[01]"], capture_output=True).stdout
+    # each node wrote in its own working directory inside the run folder, not in the caller's
+    assert (out / "work" / "node-0" / "written-by-rank-0.txt").read_text() == "mine"
+    assert (out / "work" / "node-1" / "written-by-rank-1.txt").is_file()
+    assert not list(tmp_path.glob("written-by-*"))
+    down = labctl("down", str(out))
+    assert f"nothing running of run {status['run_id']}" in down.stdout
+
+
+def test_workdir_invoking_runs_nodes_where_labctl_was_started(tmp_path, write_script):
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(write_script(DETACH.replace("if dist.get_rank() == 1", "if False"))),
+                  "--nodes", "2", "--nproc-per-node", "1", "--out", str(out), "--workdir", "invoking",
+                  cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.glob("written-by-*")) == [
+        "written-by-rank-0.txt", "written-by-rank-1.txt"]
+
+
+LEAVE_EARLY = """
+import os, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    os._exit(0)
+dist.barrier()
+"""
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+def test_a_rank_that_exits_0_early_is_named_as_the_culprit(tmp_path, write_script, launcher):
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(write_script(LEAVE_EARLY)), "--nodes", "2",
+                  "--nproc-per-node", "1", "--launcher", launcher, "--out", str(out),
+                  "--timeout", "120", timeout=300)
+    assert done.returncode == 1
+    first = json.loads((out / "status.json").read_text())["first_failure"]
+    assert first["left_early"] is True and first["node"] == 1, first
+    assert "left the group early" in done.stderr.splitlines()[-1]
+    assert "left the group early" in (out / "report.md").read_text()
+
+
+RAISE = """
+import torch.distributed as dist
+dist.init_process_group("gloo")
+def check_learning_rate(lr):
+    if dist.get_rank() == 1:
+        raise ValueError(f"learning rate {lr} is negative")
+check_learning_rate(-0.1)
+dist.barrier()
+"""
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+def test_the_exception_and_its_line_are_quoted_everywhere(tmp_path, write_script, launcher):
+    script = write_script(RAISE, "train.py")
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
+                  "--launcher", launcher, "--out", str(out), timeout=300)
+    assert done.returncode == 1
+    quote = "ValueError: learning rate -0.1 is negative"
+    where = f"{script}:6"
+    status = json.loads((out / "status.json").read_text())
+    error = status["first_failure"]["error"]
+    assert status["first_failure"]["rank"] == 1
+    assert error["exception"] == quote and f"{error['file']}:{error['line']}" == where
+    assert error["function"] == "check_learning_rate"
+    last = done.stderr.splitlines()[-1]
+    assert quote in last and where in last
+    assert quote in (out / "report.md").read_text()
+
+
+def test_a_taken_rendezvous_port_is_refused_before_starting(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        done = labctl("up", "--rdzv-port", str(port), "--out", str(tmp_path / "run"), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: rendezvous port {port} on 127.0.0.1 is already in use (EADDRINUSE); "
+        "choose another --rdzv-port or leave it out for a free one"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_nccl_without_a_gpu_is_refused_before_starting(tmp_path):
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this machine has a GPU")
+    done = labctl("up", "--dist-backend", "nccl", "--nodes", "1", "--nproc-per-node", "1",
+                  "--out", str(tmp_path / "run"), timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nccl needs a GPU per worker" in lines[0] and "has 0" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_damaged_results_file_is_a_warning_not_a_traceback(tmp_path):
+    out = tmp_path / "run"
+    done = labctl("up", "--workload", "barrier", "--nodes", "1", "--nproc-per-node", "2",
+                  "--out", str(out), timeout=300)
+    assert done.returncode == 0, done.stderr
+    with open(out / "results.jsonl", "a") as f:
+        f.write("{bad\n")
+    lines = (out / "results.jsonl").read_text().count("\n")
+    for command in (["report", str(out)], ["report", str(out), "--format", "json"],
+                    ["compare", str(out), str(out)], ["logs", str(out)]):
+        result = labctl(*command)
+        assert "Traceback" not in result.stderr, command
+    report = labctl("report", str(out))
+    assert report.returncode == 0
+    assert f"results.jsonl:{lines}: skipped a garbled result line" in report.stderr
+
+
+BIG = """
+import sys, torch.distributed as dist
+dist.init_process_group("gloo")
+line = "x" * 1023 + "\\n"
+for _ in range({mib} * 1024):
+    sys.stdout.write(line)
+sys.stdout.flush()
+dist.barrier()
+"""
+
+
+def peak_rss_mib(argv: list[str], cwd: Path) -> tuple[int, float]:
+    """Run `argv`; its own peak RSS (VmHWM, sampled until it exits) in MiB, and its exit code."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    return proc.returncode, peak / 1024
+
+
+def test_a_rank_printing_a_lot_does_not_grow_labctl(tmp_path, write_script):
+    """200 MiB from one rank: labctl's peak RSS stays flat, and the log is whole."""
+    out = tmp_path / "run"
+    code, peak = peak_rss_mib([*LABCTL, "up", "-q", "--script", str(write_script(BIG.format(mib=200))),
+                               "--nodes", "2", "--nproc-per-node", "1", "--launcher", "direct",
+                               "--out", str(out)], REPO)
+    assert code == 0
+    assert (out / "ranks" / "rank-0.log").stat().st_size >= 200 * 1024 * 1024
+    assert json.loads((out / "status.json").read_text())["state"] == "passed"
+    assert peak < 100, f"labctl's peak RSS was {peak:.0f} MiB for 200 MiB of rank output"
