@@ -118,7 +118,9 @@ fetch_wheels() {  # $1: folder, $2: the torch requirement; adds numpy + labctl's
     say "downloaded wheels in $(took "$t") ($(du -sh "$dest" | cut -f1))"
 }
 
-wheels_listing() { (cd "$1" && ls -l --time-style=+ | awk '{print $5, $NF}'); }
+# Names and sizes only. `ls -l`'s "total" line counts disk blocks, which can
+# change while no wheel does: after the first CUDA build its hash no longer matched.
+wheels_listing() { find "$1" -maxdepth 1 -type f -printf '%s %f\n' | sort -k2; }
 
 # ---- cpu ---------------------------------------------------------------------
 build_cpu() {
@@ -200,7 +202,7 @@ build_cuda() {
     rm -rf "$ctx"; mkdir -p "$ctx"
     cp -al "$CUDA_WHEELS" "$ctx/wheels" 2>/dev/null || cp -a "$CUDA_WHEELS" "$ctx/wheels"
     assemble_src "$ctx/src"
-    build_and_label_cuda images/cuda/Dockerfile "$ctx" "$h" "$BASE_TAG + torch $tv wheels" \
+    build_and_label_cuda images/cuda/Dockerfile "$ctx" "$h" "$BASE_TAG" \
         --build-arg BASE_IMAGE="$BASE_TAG" --build-arg TORCH_VERSION="$tv"
 }
 
