@@ -39,7 +39,7 @@ for arg in "$@"; do
     case $arg in
         cpu|cuda) TARGET=$arg ;;
         --force) FORCE=1 ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "build.sh: error: unknown argument '$arg'; expected: [cpu|cuda] [--force]" >&2; exit 2 ;;
     esac
 done
