@@ -1,6 +1,7 @@
 # labctl: two commands set everything up on a fresh machine.
 #   make lab    venv + torch + labctl, then the default lab (2 nodes x 2 processes, gloo, local)
 #   make test   the same set-up, Docker when it can be had, then the whole test suite
+#   make images-cuda   labctl-cuda:latest, air-gapped (several GB of CUDA wheels; not part of test)
 PYTHON        ?= python3
 VENV          ?= .venv
 # Pinned here, not in pyproject.toml: an unpinned torch pulls a multi-GB CUDA build.
@@ -10,7 +11,7 @@ LABCTL        := $(VENV)/bin/labctl
 STAMP         := $(VENV)/.labctl-installed
 PYTEST_ARGS   ?=
 
-.PHONY: setup lab test docker images e2e-compose bench clean
+.PHONY: setup lab test docker images images-cuda e2e-compose bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,11 @@ test: setup docker
 
 images: setup docker
 	bash images/build.sh
+
+# PyPI's default torch==$(TORCH_VERSION) wheel (the CUDA build) + its nvidia-* wheels.
+# BASE_IMAGE=pytorch/pytorch:<tag> builds on that image instead (needs a registry).
+images-cuda: setup docker
+	TORCH_VERSION=$(TORCH_VERSION) bash images/build.sh cuda
 
 e2e-compose: images
 	$(PY) -m pytest -v tests/test_e2e_compose.py

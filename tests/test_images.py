@@ -66,10 +66,11 @@ def test_build_script_rejects_unknown_arguments():
     assert "unknown argument 'gpu'" in done.stderr and "cpu|cuda" in done.stderr
 
 
-def test_cuda_dockerfile_builds_on_the_cpu_image_and_labels_from_torch():
-    """The real CUDA base cannot be pulled here; the Dockerfile is checked on the CPU image."""
+def test_cuda_base_image_override_builds_on_the_cpu_image_and_labels_from_torch():
+    """BASE_IMAGE (e.g. pytorch/pytorch) cannot be pulled here; its Dockerfile is checked on
+    the CPU image. The air-gapped CUDA build is the opt-in test in test_images_cuda.py."""
     cpu = require_image()
-    env = {"CUDA_BASE_IMAGE": cpu, "CUDA_TAG": "labctl-cuda:check", "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    env = {"BASE_IMAGE": cpu, "CUDA_TAG": "labctl-cuda:check", "PATH": "/usr/bin:/bin:/usr/local/bin"}
     done = subprocess.run(["bash", "images/build.sh", "cuda"], cwd=REPO, capture_output=True,
                           text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -77,6 +78,8 @@ def test_cuda_dockerfile_builds_on_the_cpu_image_and_labels_from_torch():
         config = _inspect("labctl-cuda:check")
         labels = config["Labels"]
         assert labels["labctl.cuda-version"] == "none"       # torch.version.cuda of a CPU build
+        assert labels["labctl.nccl-version"] == "none"       # a CPU build has no NCCL
+        assert labels["labctl.base-image"] == cpu
         assert labels["labctl.torch-version"] == _inspect(cpu)["Labels"]["labctl.torch-version"]
         assert labels["org.opencontainers.image.title"] == "labctl-cuda"
         assert config["User"] == "1000:1000"
