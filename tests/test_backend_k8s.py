@@ -34,7 +34,8 @@ class FakeState:
     """One namespace: objects by kind and name, every call in order, a clock of polls."""
 
     def __init__(self, exit_codes: dict[int, int | None] | None = None, interrupt_at_poll=None,
-                 waiting_reason: str | None = None):
+                 waiting_reason: str | None = None, unschedulable: str | None = None,
+                 admitted_at_poll: int | None = 0):
         self.objects: dict[str, dict[str, dict]] = {}
         self.calls: list[tuple] = []
         self.polls = 0
@@ -42,6 +43,9 @@ class FakeState:
         self.interrupt_at_poll = interrupt_at_poll
         self.waiting_reason = waiting_reason
         self.pod_logs: dict[str, str] = {}
+        self.unschedulable = unschedulable          # the scheduler's message for node 1's pod
+        self.admitted_at_poll = admitted_at_poll    # Kueue: the Job stays suspended until then
+        self.started_at_poll: int | None = 0        # None while no pods exist (suspended Job)
 
     # -- generic object store ---------------------------------------------------
     def create(self, kind: str, ns: str, body: dict) -> None:
@@ -51,8 +55,10 @@ class FakeState:
         if name in self.objects.setdefault(kind, {}):
             raise ApiException(status=409, reason="AlreadyExists")
         self.objects[kind][name] = body
-        if kind == "Job":
+        if kind == "Job" and not body["spec"].get("suspend"):
             self._start_pods(body)
+        elif kind == "Job":
+            self.started_at_poll = None
 
     def listing(self, kind: str, ns: str, label_selector: str):
         want = dict(part.split("=", 1) for part in label_selector.split(","))
@@ -91,24 +97,40 @@ class FakeState:
         self.polls += 1
         if self.interrupt_at_poll == self.polls:
             raise KeyboardInterrupt
+        for job in self.objects.get("Job", {}).values():
+            admitted = self.admitted_at_poll is not None and self.polls >= self.admitted_at_poll
+            if job["spec"].get("suspend") and admitted:
+                job["spec"]["suspend"] = False          # Kueue admits the workload
+                self._start_pods(job)
+                self.started_at_poll = self.polls
         for pod in self.objects.get("Pod", {}).values():
             index = int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
             code = self.exit_codes.get(index, 0)
+            step = self.polls - (self.started_at_poll or 0)
+            if self.unschedulable and index == 1:
+                pod["status"] = {"phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": self.unschedulable}]}
+                continue
+            if step < 2:
+                continue
             if self.waiting_reason and self.polls >= 2:
                 pod["status"] = {"phase": "Pending", "containerStatuses": [_status(
                     {"waiting": {"reason": self.waiting_reason, "message": "no such image"}})]}
-            elif self.polls == 2:
+            elif step == 2:
                 pod["status"] = {"phase": "Running", "containerStatuses": [_status({"running": {}})]}
-            elif self.polls >= 3 and code is not None:
+            elif step >= 3 and code is not None:
                 pod["status"] = {"phase": "Succeeded" if code == 0 else "Failed",
                                  "containerStatuses": [_status({"terminated": {
                                      "exitCode": code, "finishedAt": f"2026-01-01T00:00:1{index}Z"}})]}
         for job in self.objects.get("Job", {}).values():
+            if self.started_at_poll is None:
+                continue
             codes = [self.exit_codes.get(i, 0) for i in range(job["spec"]["completions"])]
-            if self.polls >= 3 and any(c not in (0, None) for c in codes):
+            if self.polls - self.started_at_poll >= 3 and any(c not in (0, None) for c in codes):
                 job["status"]["conditions"] = [{"type": "Failed", "status": "True",
                                                 "reason": "BackoffLimitExceeded"}]
-            elif self.polls >= 3 and all(c == 0 for c in codes):
+            elif self.polls - self.started_at_poll >= 3 and all(c == 0 for c in codes):
                 job["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
 
 
@@ -170,9 +192,20 @@ class FakeCoreV1Api:
 
     def list_namespaced_event(self, namespace, field_selector, **_kw):
         fields = dict(part.split("=", 1) for part in field_selector.split(","))
+        if fields.get("reason") == "FailedScheduling":
+            self.s.calls.append(("events", "FailedScheduling", ""))
+            pods = [p for p in self.s.objects.get("Pod", {}).values()
+                    if self.s.unschedulable and p["metadata"]["name"].startswith("lab-1-")]
+            return _items("CoreV1EventList", [{
+                "metadata": {"name": f"{p['metadata']['name']}.fs"},
+                "involvedObject": {"kind": "Pod", "name": p["metadata"]["name"]},
+                "reason": "FailedScheduling", "message": self.s.unschedulable, "type": "Warning",
+                "lastTimestamp": "2026-01-01T00:00:02Z", "count": 3} for p in pods])
         kind, name = fields["involvedObject.kind"], fields["involvedObject.name"]
         self.s.calls.append(("events", kind, name))
         reason = "SuccessfulCreate" if kind == "Job" else "Started"
+        if kind == "Pod" and self.s.unschedulable and name.startswith("lab-1-"):
+            reason = "FailedScheduling"
         return _items("CoreV1EventList", [{
             "metadata": {"name": f"{name}.1"}, "involvedObject": {"kind": kind, "name": name},
             "reason": reason, "message": f"{reason} for {name}", "type": "Normal",
@@ -341,6 +374,41 @@ def test_an_image_that_cannot_be_pulled_fails_fast(tmp_path):
     state = FakeState(waiting_reason="ErrImagePull")
     (_, status, message), _ = up(state, p, rundir, timeout=600)
     assert status == "failed" and "ErrImagePull" in message and state.polls < 5
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_an_unschedulable_pod_is_shown_within_a_poll_and_fails_at_schedule_timeout(tmp_path, monkeypatch):
+    message = "0/3 nodes are available: 3 node(s) had untolerated taint {nvidia.com/gpu: }."
+    p, rundir = setup_run(tmp_path, nodes=2, k8s={"schedule_timeout": 0.2})
+    state = FakeState(unschedulable=message)
+    (outcomes, status, why), lines = up(state, p, rundir)
+    assert status == "failed"
+    assert why == ("not placed within k8s.schedule_timeout (0.2s): pod lab-1-x1z (node 1) cannot "
+                   f"be scheduled: {message}")
+    shown = next(i for i, l in enumerate(lines) if "cannot be scheduled" in l)
+    assert shown <= 3, "the scheduler's message is shown within one poll"
+    events = (rundir.path / "events" / "pod-lab-1-x1z.log").read_text()
+    assert "FailedScheduling" in events, "events are saved before the delete"
+    assert all(not objs for objs in state.objects.values())
+    rundir.finalize(outcomes, status, why)
+    assert "cannot be scheduled" in rundir.meta["message"]
+
+
+def test_a_job_waiting_for_kueue_runs_once_admitted(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2, k8s={"queue": "team-a", "schedule_timeout": 30})
+    state = FakeState(admitted_at_poll=4)
+    (outcomes, status, _), lines = up(state, p, rundir)
+    assert status == "passed", lines
+    assert any("waiting for admission in queue team-a" in l for l in lines)
+    assert state.objects.get("Job") == {} and [o.state for o in outcomes] == ["succeeded"] * 2
+
+
+def test_a_job_never_admitted_fails_at_schedule_timeout_naming_the_queue(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2, k8s={"queue": "team-a", "schedule_timeout": 0.2})
+    state = FakeState(admitted_at_poll=None)
+    (_, status, why), _ = up(state, p, rundir)
+    assert status == "failed"
+    assert why == "not placed within k8s.schedule_timeout (0.2s): waiting for admission in queue team-a"
     assert all(not objs for objs in state.objects.values())
 
 

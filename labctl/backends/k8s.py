@@ -24,6 +24,7 @@ from ..plan import LaunchPlan, Placement, container_placement
 from ..render import k8s as k8s_render
 from ..rundir import RunDir
 from ..spec import LabSpec
+from . import k8s_scheduling
 from .base import Backend, BackendFailure
 
 POLL_S = 2.0
@@ -292,6 +293,7 @@ class K8sBackend(Backend):
         self.job = ""
         self.run_id = ""
         self.created: list[str] = []
+        self.schedule_clock: k8s_scheduling.ScheduleClock | None = None
 
     @property
     def poll_interval(self) -> float:       # read at call time: tests shorten POLL_S
@@ -312,6 +314,7 @@ class K8sBackend(Backend):
         self.plan, self.run_id = plan, plan.run_id
         self.hostnames = {n.index: n.hostname for n in plan.nodes}
         self.job = k8s_render.job_name(plan.spec)
+        self.schedule_clock = k8s_scheduling.ScheduleClock(plan.spec.k8s.schedule_timeout)
         manifests = k8s_render.render(plan)
         rundir.write_rendered("k8s.yaml", k8s_render.text(plan))
         cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
@@ -334,7 +337,34 @@ class K8sBackend(Backend):
         if stuck:
             raise BackendFailure(f"stuck: {stuck}")
         job_start = job.status.start_time if job.status else None
-        return [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
+        outcomes = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
+        why = self._waiting(job, pods)
+        if why is not None:
+            for o in outcomes:
+                if o.state is NodeState.PENDING:
+                    o.reason = why
+        if self.schedule_clock is not None:
+            failure = self.schedule_clock.update(why, time.monotonic())
+            if failure:
+                raise BackendFailure(failure)
+        return outcomes
+
+    def _waiting(self, job: Any, pods: dict[int, Any]) -> str | None:
+        """Why the lab waits on the cluster (Kueue admission, an unschedulable pod), if it does.
+        Events are read only while some pod is still unplaced: one more call, not one per pod."""
+        assert self.cluster is not None and self.plan is not None
+        queue = self.plan.spec.k8s.queue
+        if k8s_scheduling.waiting_for_admission(job, queue):
+            return k8s_scheduling.waiting_for_admission(job, queue)
+        if not any((p.status.phase if p.status else "Pending") == "Pending" for p in pods.values()):
+            return None
+        try:
+            events = self.cluster.core.list_namespaced_event(
+                self.cluster.namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling",
+                _request_timeout=self.cluster.timeout()).items
+        except Exception:
+            events = []
+        return k8s_scheduling.unschedulable(pods, events)
 
     def stop(self, indices: list[int], reason: str) -> None:
         """Pods keep running until `delete`: their logs are read first (a deleted pod has none)."""
