@@ -22,6 +22,7 @@ BENCHMARKS = (
     ("harness_overhead.py", ["--rounds", "7", "--iters", "20", "--reps", "2"],
      ["--rounds", "3", "--iters", "5", "--reps", "1", "--max-bytes", "4194304", "--factor", "4"]),
     ("link.py", [], ["--seconds", "1", "--max-bytes", "8388608", "--iters", "3"]),
+    ("memory.py", [], ["--sizes", "1,100"]),
 )
 
 

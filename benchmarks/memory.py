@@ -1,0 +1,91 @@
+"""labctl's own peak memory while a rank prints a lot: 1 MiB, 100 MiB, 1 GiB of output.
+
+The local backend's node guards write each node's log straight to disk and
+`RunDir.finalize` splits it per rank in one streaming pass, so labctl's peak
+RSS should not grow with the log (goal: under 100 MiB at every size), and the
+end of a run should cost about one read of the logs. For each size the table
+gives labctl's peak RSS (VmHWM of the labctl process, sampled every 20 ms),
+the wall time of `labctl up`, the time of the final split alone (re-run on
+the same folder) and what `cat` needs to read the same logs once.
+
+    python benchmarks/memory.py [--sizes 1,100,1024]   # MiB of output from rank 0
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = """
+import sys, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    line = "x" * 1023 + "\\n"
+    block = line * 1024
+    for _ in range({mib}):
+        sys.stdout.write(block)
+    sys.stdout.flush()
+dist.barrier()
+"""
+
+
+def peak_rss(argv: list[str]) -> tuple[int, float, float]:
+    """(exit code, peak RSS in MiB, seconds) of `argv`, sampling its VmHWM until it exits."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    return proc.returncode, peak / 1024, time.perf_counter() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,100,1024", help="MiB of rank output, comma-separated")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))
+    from labctl.outcome import NodeOutcome, NodeState
+    from labctl.rundir import RunDir
+
+    print("| rank output | labctl peak RSS | `labctl up` wall | final split alone | `cat` of the logs | state |")
+    print("|---|---|---|---|---|---|")
+    for mib in (int(x) for x in args.sizes.split(",")):
+        work = Path(tempfile.mkdtemp(prefix="labctl-mem-"))
+        try:
+            script = work / "print.py"
+            script.write_text(SCRIPT.format(mib=mib))
+            out = work / "run"
+            code, rss, wall = peak_rss([sys.executable, "-m", "labctl.cli", "up", "-q",
+                                        "--script", str(script), "--nodes", "2",
+                                        "--nproc-per-node", "1", "--launcher", "direct",
+                                        "--out", str(out)])
+            state = json.loads((out / "status.json").read_text())["state"]
+            run = RunDir.open(out)
+            outcomes = [NodeOutcome(i, f"lab-{i}", 0, NodeState.SUCCEEDED) for i in (0, 1)]
+            t0 = time.perf_counter()
+            run.finalize(outcomes, "passed")
+            split = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            subprocess.run(f"cat {out}/nodes/*.log > /dev/null", shell=True, check=True)
+            cat = time.perf_counter() - t0
+            print(f"| {mib} MiB | {rss:.0f} MiB | {wall:.1f} s | {split:.2f} s | {cat:.2f} s | "
+                  f"{state} (exit {code}) |", flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
