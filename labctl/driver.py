@@ -25,6 +25,7 @@ from .plan import LaunchPlan
 from .rundir import RunDir
 
 FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and exit by themselves
+FOLLOW_BYTES = 2 << 20    # node log bytes split per node and poll while the lab runs (live logs)
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -125,6 +126,8 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
                     last = line
                 if all(o.state.ended for o in outcomes):
                     break
+                if backend.live_logs:
+                    rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
                 bad = [o for o in outcomes if o.state.bad]
                 if bad and first_failure is None:
                     first_failure = now

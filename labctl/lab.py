@@ -53,7 +53,10 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     if result.notes:
         run.meta["notes"] = result.notes
     try:
+        t_end = time.monotonic()
         run.finalize(result.outcomes, result.state, result.message)
+        run.meta["finalize_seconds"] = round(time.monotonic() - t_end, 3)
+        run.write_status()
     except Exception as exc:      # a damaged log must not leave the folder at "running"
         run.meta.update({"state": RunState.ERROR.value, "ok": False,
                          "message": f"finalizing the run folder failed: {exc}"})

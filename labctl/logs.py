@@ -163,17 +163,28 @@ class NodeLogReader:
             if complete:
                 self._carry = None
             return
-        m = _RANK_PREFIX.match(line)
-        if not m:
+        if not line.startswith("[rank"):
             if complete:
                 self._agent_line(line)
             return
-        rank, start = int(m.group(1)), m.end()
-        for inner in _ANY_RANK_PREFIX.finditer(line, m.end()):
-            if int(inner.group(1)) != rank:
-                self._piece(rank, line[start:inner.start()], False)
-                rank, start = int(inner.group(1)), inner.end()
-        self._piece(rank, line[start:], complete)
+        # fast path, nearly every line: "[rank<N>]:" once, no other rank's prefix glued in
+        close = line.find("]:", 5)
+        digits = line[5:close]
+        if close > 5 and digits.isdigit() and line.find("[rank", close + 2) < 0:
+            rank = int(digits)
+            self._piece(rank, line[close + 2:], complete)
+        else:
+            m = _RANK_PREFIX.match(line)
+            if not m:
+                if complete:
+                    self._agent_line(line)
+                return
+            rank, start = int(m.group(1)), m.end()
+            for inner in _ANY_RANK_PREFIX.finditer(line, m.end()):
+                if int(inner.group(1)) != rank:
+                    self._piece(rank, line[start:inner.start()], False)
+                    rank, start = int(inner.group(1)), inner.end()
+            self._piece(rank, line[start:], complete)
         if not complete:
             self._carry = rank
 
@@ -190,28 +201,45 @@ class NodeLogReader:
 
     def _piece(self, rank: int, piece: str, complete: bool) -> None:
         self.ranks_seen.add(rank)
-        text = self.pending.pop(rank, "") + piece
+        text = self.pending.pop(rank, "") + piece if self.pending else piece
         if not complete:
             if len(text) < MAX_LINE:
                 self.pending[rank] = text
                 return
-        self.tracebacks.setdefault(rank, TracebackTracker()).feed(text)
+        tracker = self.tracebacks.get(rank)
+        if tracker is not None and tracker.in_traceback or "Traceback (most recent" in text:
+            if tracker is None:
+                tracker = self.tracebacks[rank] = TracebackTracker()
+            tracker.feed(text)
         self.sink(rank, text)
+
+    def feed_bytes(self, data: bytes) -> None:
+        """Complete lines (data ends with a newline, or is the very end of the log)."""
+        for raw in data.splitlines(keepends=True):
+            if raw.endswith(b"\n"):
+                self.feed_line(raw[:-1].decode(errors="replace"), True)
+            else:
+                self.feed_line(raw.decode(errors="replace"), len(raw) < MAX_LINE)
+
+    def feed_stream(self, f) -> int:
+        """Everything left in a binary file object; returns the bytes consumed."""
+        consumed = 0
+        while True:
+            raw = f.readline(MAX_LINE)
+            if not raw:
+                return consumed
+            consumed += len(raw)
+            complete = raw.endswith(b"\n")
+            self.feed_line(raw[:-1].decode(errors="replace") if complete
+                           else raw.decode(errors="replace"), complete)
 
     def feed_file(self, path) -> None:
         with open(path, "rb") as f:
-            while True:
-                raw = f.readline(MAX_LINE)
-                if not raw:
-                    break
-                complete = raw.endswith(b"\n")
-                self.feed_line(raw.decode(errors="replace").rstrip("\n"), complete)
+            self.feed_stream(f)
 
     def close(self) -> None:
         for rank in list(self.pending):
-            text = self.pending.pop(rank)
-            self.tracebacks.setdefault(rank, TracebackTracker()).feed(text)
-            self.sink(rank, text)
+            self._piece(rank, self.pending.pop(rank), True)
 
     # ---- what the pass found -------------------------------------------------
     @property

@@ -48,6 +48,7 @@ def _warn(text: str) -> None:
 class RunDir:
     path: Path
     meta: dict[str, Any] = field(default_factory=dict)
+    _split: "LogSplit | None" = field(default=None, repr=False)
 
     # ---- creating -------------------------------------------------------
     @classmethod
@@ -174,68 +175,20 @@ class RunDir:
                                    "start_ticks": start}
         self.write_status()
 
+    def follow_logs(self, indices: list[int], budget: int = 8 << 20) -> None:
+        """Split what the nodes wrote so far (at most `budget` bytes per node): the end
+        of a run then only has the last bit left. For backends whose node logs grow
+        in place during the run (local)."""
+        if self._split is None:
+            self._split = LogSplit(self, indices)
+        self._split.advance(budget)
+
     def split_logs(self, indices: list[int]) -> dict[str, Any]:
-        """One streaming pass over every node log: rank logs, results.jsonl, and what
-        each rank's and agent's last exception was. Memory stays flat at any log size."""
-        open_logs: dict[int, Any] = {}
-        found: dict[str, Any] = {"ranks": set(), "exit_codes": {}, "root_causes": {},
-                                 "errors": {}, "agent_errors": {}, "exits": {}, "finished": set(),
-                                 "total": 0, "failed": [], "failed_count": 0, "skipped": 0}
-        for old in (self.path / "ranks").glob("rank-*.log"):
-            old.unlink()
-
-        def rank_file(rank: int):
-            f = open_logs.get(rank)
-            if f is None:
-                if len(open_logs) >= OPEN_RANK_LOGS:
-                    open_logs.pop(next(iter(open_logs))).close()
-                f = open_logs[rank] = open(self.rank_log(rank), "a")
-            return f
-
-        with open(self.path / "results.jsonl", "w") as results:
-            def sink(rank: int, line: str) -> None:
-                rank_file(rank).write(line + "\n")
-                if logs.RESULT_MARKER in line:
-                    for record in logs.parse_results([line], rank=rank):
-                        results.write(json.dumps(record, sort_keys=True) + "\n")
-                        found["total"] += 1
-                        if record.get("skipped"):
-                            found["skipped"] += 1
-                        if not record.get("ok", False):
-                            found["failed_count"] += 1
-                            if len(found["failed"]) < 50:
-                                found["failed"].append(record)
-                        if record.get("name") == "workload_done":
-                            found["finished"].add(record.get("rank"))
-
-            try:
-                for index in indices:
-                    f = self.node_log(index)
-                    if not f.is_file():
-                        f.write_text("")
-                    reader = logs.NodeLogReader(sink)
-                    reader.feed_file(f)
-                    reader.close()
-                    found["ranks"] |= reader.ranks_seen
-                    found.setdefault("node_ranks", {})[index] = sorted(reader.ranks_seen)
-                    tail = reader.tail_text
-                    found["exit_codes"].update(logs.torchrun_failures(tail))
-                    found["exit_codes"].update((r, c) for r, c in reader.exits if c != 0)
-                    found["exits"][index] = reader.exits
-                    found.setdefault("exit_times", {}).update(
-                        {r: (t, index) for r, t in reader.exit_times.items()})
-                    found["errors"].update(reader.errors())
-                    if reader.agent_error():
-                        found["agent_errors"][index] = reader.agent_error()
-                    cause = logs.torchrun_root_cause(tail)
-                    if cause is None:
-                        cause = next((r for r, c in reader.exits if c != 0), None)
-                    if cause is not None:
-                        found["root_causes"][index] = cause
-            finally:
-                for f in open_logs.values():
-                    f.close()
-        return found
+        """Every node log (the rest of it, when followed) split into rank logs and
+        results.jsonl, plus what each rank's and agent's last exception was."""
+        split = self._split if self._split is not None else LogSplit(self, indices)
+        self._split = None
+        return split.finish()
 
     def finalize(self, outcomes: list[NodeOutcome], state: str | RunState,
                  message: str = "") -> None:
@@ -281,6 +234,97 @@ class RunDir:
             ],
         })
         self.write_status()
+
+
+class LogSplit:
+    """One streaming pass over every node log, resumable: rank logs, results.jsonl,
+    and the last exception of each rank and agent. Memory stays flat at any log size."""
+
+    def __init__(self, run: RunDir, indices: list[int]):
+        self.run, self.indices = run, indices
+        self.open_logs: dict[int, Any] = {}
+        self.found: dict[str, Any] = {"ranks": set(), "exit_codes": {}, "root_causes": {},
+                                      "errors": {}, "agent_errors": {}, "exits": {}, "finished": set(),
+                                      "total": 0, "failed": [], "failed_count": 0, "skipped": 0}
+        for old in (run.path / "ranks").glob("rank-*.log"):
+            old.unlink()
+        self.results = open(run.path / "results.jsonl", "w")
+        self.readers = {i: logs.NodeLogReader(self._line) for i in indices}
+        self.offsets = {i: 0 for i in indices}
+
+    def _rank_file(self, rank: int):
+        f = self.open_logs.get(rank)
+        if f is None:
+            if len(self.open_logs) >= OPEN_RANK_LOGS:
+                self.open_logs.pop(next(iter(self.open_logs))).close()
+            f = self.open_logs[rank] = open(self.run.rank_log(rank), "a")
+        return f
+
+    def _line(self, rank: int, line: str) -> None:
+        self._rank_file(rank).write(line + "\n")
+        if logs.RESULT_MARKER not in line:
+            return
+        found = self.found
+        for record in logs.parse_results([line], rank=rank):
+            self.results.write(json.dumps(record, sort_keys=True) + "\n")
+            found["total"] += 1
+            if record.get("skipped"):
+                found["skipped"] += 1
+            if not record.get("ok", False):
+                found["failed_count"] += 1
+                if len(found["failed"]) < 50:
+                    found["failed"].append(record)
+            if record.get("name") == "workload_done":
+                found["finished"].add(record.get("rank"))
+
+    def advance(self, budget: int | None) -> None:
+        """Feed every node log from where the last call stopped; with a budget, only
+        complete lines and at most `budget` bytes per node."""
+        for index in self.indices:
+            path = self.run.node_log(index)
+            if not path.is_file():
+                continue
+            with open(path, "rb") as f:
+                f.seek(self.offsets[index])
+                if budget is None:
+                    self.offsets[index] += self.readers[index].feed_stream(f)
+                    continue
+                chunk = f.read(budget)
+                cut = chunk.rfind(b"\n") + 1
+                if cut:
+                    self.readers[index].feed_bytes(chunk[:cut])
+                    self.offsets[index] += cut
+
+    def finish(self) -> dict[str, Any]:
+        found = self.found
+        try:
+            self.advance(None)
+            for index in self.indices:
+                if not self.run.node_log(index).is_file():
+                    self.run.node_log(index).write_text("")
+                reader = self.readers[index]
+                reader.close()
+                found["ranks"] |= reader.ranks_seen
+                found.setdefault("node_ranks", {})[index] = sorted(reader.ranks_seen)
+                tail = reader.tail_text
+                found["exit_codes"].update(logs.torchrun_failures(tail))
+                found["exit_codes"].update((r, c) for r, c in reader.exits if c != 0)
+                found["exits"][index] = reader.exits
+                found.setdefault("exit_times", {}).update(
+                    {r: (t, index) for r, t in reader.exit_times.items()})
+                found["errors"].update(reader.errors())
+                if reader.agent_error():
+                    found["agent_errors"][index] = reader.agent_error()
+                cause = logs.torchrun_root_cause(tail)
+                if cause is None:
+                    cause = next((r for r, c in reader.exits if c != 0), None)
+                if cause is not None:
+                    found["root_causes"][index] = cause
+        finally:
+            for f in self.open_logs.values():
+                f.close()
+            self.results.close()
+        return found
 
 
 def _failure_sentence(first: dict) -> str:

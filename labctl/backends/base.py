@@ -49,6 +49,9 @@ class Backend:
     # Module with files(plan)/text(plan) for `labctl render <name>`, or None.
     renderer: ClassVar[str | None] = None
     poll_interval: ClassVar[float] = 1.0
+    # Node logs grow in the run folder while the lab runs (local): the driver splits them
+    # per rank as it goes, so the end of a run has only the last bit left to read.
+    live_logs: ClassVar[bool] = False
 
     def __init__(self, progress: Progress = lambda line: None, **options: Any):
         unknown = sorted(k for k, v in options.items() if v is not None and k not in self.options)

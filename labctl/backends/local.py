@@ -121,6 +121,7 @@ def _from_status_file(path: Path, index: int, hostname: str, guard_code: int | N
 class LocalBackend(Backend):
     name = "local"
     poll_interval = 0.05       # the end of a run is noticed this late
+    live_logs = True           # the guards write node logs into the run folder as they go
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
