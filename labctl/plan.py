@@ -46,8 +46,8 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None) ->
         master_port=port,
         torchrun=(sys.executable, "-m", "torch.distributed.run"),
         python=(sys.executable,),
-        # gloo binds to what the hostname resolves to; nodes that share one
-        # host must use loopback instead (ARCHITECTURE.md, known traps).
+        # gloo binds to what the hostname resolves to; nodes that share one host
+        # must use loopback instead.
         env={"GLOO_SOCKET_IFNAME": "lo"},
         script_path=script_path if script_path is not None else spec.script,
     )
