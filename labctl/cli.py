@@ -282,6 +282,27 @@ def down(run, discard_logs, **options) -> None:
 
 
 @main.command()
+@click.argument("run", type=click.Path())
+@backend_options
+@friendly
+def stacks(run, **options) -> None:
+    """Show where every rank of a running lab is, without stopping it.
+
+    Each rank prints all its threads' Python stacks (SIGUSR1, faulthandler) into
+    its log; they are saved as stacks/rank-<r>.txt and summarized here.
+    """
+    from . import lab, report
+
+    r = _open_run(run)
+    options = _options_for(r.meta["backend"], options)
+    where = lab.stacks(r, progress=lambda line: click.echo(line, err=True), **options)
+    if not where:
+        fail(f"no rank printed a stack (ranks started before labctl could ask, or not Python?); "
+             f"see {r.path / 'nodes'}")
+    click.echo(report.stacks_table(where, r))
+
+
+@main.command()
 @click.argument("run_a", type=click.Path())
 @click.argument("run_b", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")

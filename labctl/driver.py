@@ -139,7 +139,9 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
                 if now > deadline:
                     state, message = RunState.TIMEOUT, f"deadline of {plan.spec.timeout:g}s passed"
                     stop_reason = "stopped by labctl at the deadline"
-                    say(f"timeout: {message}; stopping the lab")
+                    say(f"timeout: {message}; taking every rank's stack, then stopping the lab")
+                    for note in backend.dump_stacks(rundir):
+                        say(note)
                     break
                 time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01)))
         except (Interrupted, KeyboardInterrupt) as exc:

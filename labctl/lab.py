@@ -114,3 +114,30 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
                if previous == RunState.RUNNING.value else run.meta.get("message", ""))
     run.finalize(outcomes, RunState.ABANDONED, message)
     write_report(run, progress)
+
+
+def stacks(run: RunDir, progress: Progress = print, **options: Any) -> dict[str, dict]:
+    """Every rank's stack of a lab that is still running, without stopping it.
+
+    The ranks print their stacks into their logs (SIGUSR1, workloads/_stacks.py);
+    they are read back from the node logs and written to stacks/rank-<r>.txt.
+    """
+    from . import logs
+
+    backend = backends.create(run.meta["backend"], progress=progress, **options)
+    backend.attach(run)
+    if not backend.alive():
+        raise LabError(f"run {run.meta['run_id']} is not running: nothing to ask "
+                       f"(stacks taken at its deadline are in {run.path / 'stacks'})")
+    for note in backend.dump_stacks(run):
+        progress(note)
+    if not backend.live_logs:
+        backend.save_logs(run)
+    dumps: dict[int, list[str]] = {}
+    for node in run.plan["nodes"]:
+        reader = logs.NodeLogReader(lambda rank, line: None)
+        if run.node_log(node["index"]).is_file():
+            reader.feed_file(run.node_log(node["index"]))
+        reader.close()
+        dumps.update(reader.stack_dumps())
+    return run._write_stacks(dumps)

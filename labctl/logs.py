@@ -141,6 +141,79 @@ class TracebackTracker:
         return {"file": file, "line": line, "function": func}
 
 
+_STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
+_STACK_FRAME = re.compile(r'^\s+File "([^"]+)", line (\d+) in (.+)$')
+MAX_STACK_LINES = 500
+
+
+class StackTracker:
+    """The last faulthandler dump (all threads) one rank printed (workloads/_stacks.py)."""
+
+    def __init__(self) -> None:
+        self.capturing: list[str] | None = None
+        self.last: list[str] | None = None
+
+    def feed(self, line: str) -> None:
+        text = _TORCH_RANK_PREFIX.sub("", line, count=1)
+        if _STACK_HEADER.match(text):
+            if self.capturing is None:
+                self.capturing = []
+            if len(self.capturing) < MAX_STACK_LINES:
+                self.capturing.append(text)
+            return
+        if self.capturing is not None and (not text.strip() or _STACK_FRAME.match(text)
+                                           or text.strip().startswith("<")):
+            if len(self.capturing) < MAX_STACK_LINES:
+                self.capturing.append(text)
+            return
+        self.close()
+
+    def close(self) -> None:
+        if self.capturing:
+            while self.capturing and not self.capturing[-1].strip():
+                self.capturing.pop()
+            self.last = self.capturing
+        self.capturing = None
+
+
+_DIST_WRAPPERS = {"wrapper", "_wrapper", "inner", "decorator"}
+
+
+def where_stuck(dump: list[str]) -> dict:
+    """From a faulthandler dump: the innermost frame in the user's or workload's code and
+    the torch.distributed call it is in (barrier, all_reduce, recv ...), per the busiest thread."""
+    threads: list[list[tuple[str, int, str]]] = []
+    for line in dump:
+        if _STACK_HEADER.match(line):
+            threads.append([])
+        else:
+            m = _STACK_FRAME.match(line)
+            if m and threads:
+                threads[-1].append((m.group(1), int(m.group(2)), m.group(3).strip()))
+
+    def own(frame) -> bool:
+        file = frame[0]
+        if file.endswith(("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py")):
+            return False
+        return "/workloads/" in file or not any(s in file for s in _LIBRARY)
+
+    best: dict = {}
+    for frames in threads:                       # most recent call first
+        mine = next((i for i, f in enumerate(frames) if own(f)), None)
+        if mine is None:
+            continue
+        call = None
+        for file, _, func in reversed(frames[:mine]):   # from the user's frame inward
+            if "torch/distributed/" in file and func not in _DIST_WRAPPERS:
+                call = func
+                break
+        file, line, func = frames[mine]
+        found = {"file": file, "line": line, "function": func, "call": call}
+        if not best or (call and not best.get("call")):
+            best = found
+    return best
+
+
 class NodeLogReader:
     """One pass over a node log: rank lines go to `sink(rank, line)` as they complete,
     results are parsed on the way, and the agent's own last lines are kept for its
@@ -150,6 +223,7 @@ class NodeLogReader:
         self.sink = sink
         self.pending: dict[int, str] = {}          # a rank's half line glued by torchrun's tee
         self.tracebacks: dict[int, TracebackTracker] = {}
+        self.stacks: dict[int, StackTracker] = {}
         self.agent = TracebackTracker()
         self.agent_tail: list[str] = []
         self.exits: list[tuple[int, int]] = []
@@ -211,6 +285,11 @@ class NodeLogReader:
             if tracker is None:
                 tracker = self.tracebacks[rank] = TracebackTracker()
             tracker.feed(text)
+        stack = self.stacks.get(rank)
+        if stack is not None and stack.capturing is not None or "(most recent call first):" in text:
+            if stack is None:
+                stack = self.stacks[rank] = StackTracker()
+            stack.feed(text)
         self.sink(rank, text)
 
     def feed_bytes(self, data: bytes) -> None:
@@ -245,6 +324,11 @@ class NodeLogReader:
     @property
     def tail_text(self) -> str:
         return "\n".join(self.agent_tail[-AGENT_TAIL_LINES:]) + "\n"
+
+    def stack_dumps(self) -> dict[int, list[str]]:
+        for tracker in self.stacks.values():
+            tracker.close()
+        return {r: t.last for r, t in self.stacks.items() if t.last}
 
     def errors(self) -> dict[int, dict]:
         return {r: t.error for r, t in self.tracebacks.items() if t.error}

@@ -196,6 +196,9 @@ def markdown(run: RunDir) -> str:
             parts.append(f"- node {n['index']} ({n['hostname']}): {how}: {run.node_log(n['index'])}")
     if m.get("ranks_without_output") and m.get("state") != "passed":
         parts.append(f"- no output from rank(s) {_ranks_text(m['ranks_without_output'])}")
+    if m.get("stacks"):
+        parts += ["", "## Where each rank was (its stack when labctl asked)", "",
+                  stacks_table(m["stacks"], run, m.get("rank_exit_codes") or {})]
     leftovers = m.get("leftovers") or []
     if leftovers:
         parts += ["", "## Processes killed after the ranks ended", "",
@@ -208,6 +211,18 @@ def markdown(run: RunDir) -> str:
     parts += ["", f"Logs: {run.path}/nodes/ (per node), {run.path}/ranks/ (per rank); "
               f"results: {run.path}/results.jsonl", ""]
     return "\n".join(parts)
+
+
+def stacks_table(where: dict[str, dict], run: RunDir, codes: dict | None = None) -> str:
+    """rank · state · innermost frame in the user's or workload's code · torch.distributed call."""
+    codes = codes or {}
+    rows = []
+    for rank, w in sorted(where.items(), key=lambda kv: int(kv[0])):
+        state = f"exited {codes[rank]}" if rank in codes else "running when asked"
+        frame = f"{w['file']}:{w['line']} in {w['function']}" if w.get("file") else "(no frame in user code)"
+        rows.append((rank, state, frame, w.get("call") or "", run.path / "stacks" / f"rank-{rank}.txt"))
+    return table(("rank", "state", "where (innermost frame in your code)", "in torch.distributed",
+                  "stack"), rows)
 
 
 def _where(error: dict) -> str:

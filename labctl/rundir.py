@@ -190,6 +190,18 @@ class RunDir:
         self._split = None
         return split.finish()
 
+    def _write_stacks(self, dumps: dict[int, list[str]]) -> dict[str, dict]:
+        """stacks/rank-<r>.txt for every rank that printed a stack dump; where each was."""
+        if not dumps:
+            return {}
+        folder = self.path / "stacks"
+        folder.mkdir(exist_ok=True)
+        where = {}
+        for rank, lines in sorted(dumps.items()):
+            (folder / f"rank-{rank}.txt").write_text("\n".join(lines) + "\n")
+            where[str(rank)] = logs.where_stuck(lines)
+        return where
+
     def finalize(self, outcomes: list[NodeOutcome], state: str | RunState,
                  message: str = "") -> None:
         """Split node logs per rank, gather results, decide the run's state; write all down."""
@@ -203,6 +215,7 @@ class RunDir:
         exit_codes: dict[int, int] = found["exit_codes"]
         failed_ranks = sorted({r["rank"] for r in found["failed"] if isinstance(r.get("rank"), int)}
                               | set(exit_codes))
+        stacks = self._write_stacks(found.get("stacks") or {})
         silent = sorted(set(range(world)) - found["ranks"])
         bad_nodes = [n for n in outcomes if n.state is not NodeState.SUCCEEDED]
         if state is RunState.PASSED and (found["failed_count"] or bad_nodes or exit_codes):
@@ -227,6 +240,7 @@ class RunDir:
                             if k in failed_ranks or (first and first.get("rank") == k)},
             "failed_ranks": failed_ranks,
             "ranks_without_output": silent,
+            **({"stacks": stacks} if stacks else {}),
             "checks": {"total": found["total"], "failed": found["failed_count"],
                        "skipped": found["skipped"]},
             "failed_checks": [
@@ -313,6 +327,7 @@ class LogSplit:
                 found.setdefault("exit_times", {}).update(
                     {r: (t, index) for r, t in reader.exit_times.items()})
                 found["errors"].update(reader.errors())
+                found.setdefault("stacks", {}).update(reader.stack_dumps())
                 if reader.agent_error():
                     found["agent_errors"][index] = reader.agent_error()
                 cause = logs.torchrun_root_cause(tail)

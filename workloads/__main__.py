@@ -11,10 +11,11 @@ import json
 import sys
 import time
 
-from . import _common
+from . import _common, _stacks
 
 
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
+    _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
     ctx = _common.init()
     try:
         for name in names:

@@ -84,6 +84,16 @@ class Backend:
     def delete(self) -> str:
         raise NotImplementedError
 
+    # ---- the failure lab (optional) ------------------------------------------------
+    def dump_stacks(self, rundir: RunDir) -> list[str]:
+        """Ask every rank for its Python stacks (all threads) without stopping it; the
+        driver calls this at the deadline before anything is stopped. Returns notes."""
+        return [f"the {self.name} backend cannot take stacks"]
+
+    def inject(self, fault: Any) -> str:
+        """Make one fault happen now (kill a rank, freeze a node ...); one line on what was done."""
+        raise LabError(f"the {self.name} backend cannot inject faults")
+
     # ---- runs started elsewhere --------------------------------------------------
     def attach(self, rundir: RunDir) -> None:
         """Bind to an existing run (its plan and where it ran are in the folder)."""

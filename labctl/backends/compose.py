@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from ..errors import LabError
@@ -192,6 +193,19 @@ class ComposeBackend(Backend):
             raise LabError(f"docker compose down failed for project {self.project.name}: "
                            f"{_last_line(down.stderr)}")
         return f"removed compose project {self.project.name}"
+
+    # ---- the failure lab -------------------------------------------------------------
+    def dump_stacks(self, rundir: RunDir) -> list[str]:
+        """SIGUSR1 to every rank inside each container (python3 -m workloads._stacks)."""
+        assert self.project is not None
+        notes = []
+        for index, hostname in sorted(self.hostnames.items()):
+            done = self.project("exec", "-T", hostname, "python3", "-m", "workloads._stacks",
+                                self.run_id, timeout=30)
+            if done.returncode != 0:
+                notes.append(f"node {index}: could not ask for stacks: {_last_line(done.stderr)}")
+        time.sleep(1.5)
+        return notes or ["asked every rank for its stack"]
 
     # ---- runs started by `docker compose up` or by a labctl that died ------------
     def attach(self, rundir: RunDir) -> None:

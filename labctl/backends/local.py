@@ -31,6 +31,7 @@ from .base import Backend, PreflightError
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
 GUARD_EXIT_S = TERM_GRACE_S + 5.0
+STACK_WAIT_S = 1.5         # after SIGUSR1, until every dump reached the node log
 
 
 def free_port() -> int:
@@ -232,6 +233,17 @@ class LocalBackend(Backend):
                 {"node": None, **item} for item in escaped)
             return f"killed {len(escaped)} process(es) of the run that outlived their node"
         return ""
+
+    # ---- the failure lab -------------------------------------------------------------
+    def dump_stacks(self, rundir: RunDir) -> list[str]:
+        """SIGUSR1 to every rank (workloads/_stacks.py); their dumps land in the node logs."""
+        from workloads import _stacks
+
+        run_id = self.plan.run_id if self.plan is not None else self.run_id
+        asked = _stacks.signal_ranks(run_id)
+        time.sleep(STACK_WAIT_S)          # faulthandler writes at once; torchrun's tee follows
+        ranks = sorted(rank for _, rank in asked)
+        return [f"asked rank(s) {', '.join(map(str, ranks)) or 'none'} for their stacks"]
 
     # ---- runs whose labctl is gone ------------------------------------------------
     def attach(self, rundir: RunDir) -> None:

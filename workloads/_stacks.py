@@ -1,0 +1,80 @@
+"""Every rank's Python stack on demand: SIGUSR1 makes a rank print all its threads.
+
+`install()` registers faulthandler for SIGUSR1 (all threads, to stderr). The
+handler is C code: it prints even while the main thread is blocked inside a
+collective (gloo or NCCL waiting in C++), which a Python signal handler could
+not. The workloads runner installs it, and so does `workloads._script`, the
+wrapper labctl starts a user's `--script` through, so a script that knows
+nothing of labctl can be asked too.
+
+`signal_ranks(run_id)` is the asking side: SIGUSR1 to every process of the run
+that has RANK in its environment *and* catches SIGUSR1 (the default action of
+SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). labctl
+calls it locally; on compose it runs inside each container:
+`python3 -m workloads._stacks <run id>`. Standard library only.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+
+SIGNAL = signal.SIGUSR1
+
+
+def install() -> None:
+    try:
+        faulthandler.register(SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        pass            # no SIGUSR1 here (Windows), or stderr has no file descriptor
+
+
+def _catches(pid: int, signum: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            items = f.read().split(b"\0")
+    except OSError:
+        return {}
+    env = {}
+    for item in items:
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
+    """(pid, rank) of every rank process of the run that was asked for its stack."""
+    asked = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        env = _environ(pid)
+        if "RANK" not in env or (run_id and env.get("LAB_RUN_ID") != run_id):
+            continue
+        if not _catches(pid, SIGNAL):
+            continue
+        try:
+            os.kill(pid, SIGNAL)
+            asked.append((pid, int(env["RANK"]) if env["RANK"].isdigit() else -1))
+        except (ProcessLookupError, PermissionError):
+            continue
+    return asked
+
+
+if __name__ == "__main__":
+    found = signal_ranks(sys.argv[1] if len(sys.argv) > 1 else None)
+    print(" ".join(f"{rank}:{pid}" for pid, rank in sorted(found, key=lambda x: x[1])))
