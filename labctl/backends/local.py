@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from .. import logs
-from ..plan import LaunchPlan, Placement, local_placement
+from ..plan import LaunchPlan, Placement, local_placement, ports_needed
 from ..rundir import NodeOutcome, RunDir
 from ..spec import LabSpec
 
@@ -25,17 +25,32 @@ TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
 POLL_S = 0.05              # how often node processes are checked: the end of a run is noticed this late
 
 
-def free_port() -> int:
+def free_port(span: int = 1) -> int:
+    """A free loopback port; with span > 1, the first of `span` free consecutive ports
+    (replicas and tcp:// init count their ports up from the rendezvous port)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if span == 1 or (port + span <= 65536 and all(_bindable(port + k) for k in range(1, span))):
+            return port
+    raise OSError(f"no {span} consecutive free ports found on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def placement(spec: LabSpec) -> Placement:
     script = str(Path(spec.script).resolve()) if spec.script else None
     if script and not Path(script).is_file():
         raise FileNotFoundError(f"script: no such file: {spec.script}")
-    return local_placement(spec, spec.rdzv_port or free_port(), script_path=script)
+    return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)), script_path=script)
 
 
 class _Proc:
@@ -104,6 +119,18 @@ def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
     state, message = "passed", ""
     t0 = time.monotonic()
     exited: dict[int, float] = {}      # node index -> seconds when its first process ended
+    # ---- [init-methods] plan.services (the replica store): started before every
+    # node, stopped after all of them, never part of the outcome.
+    services: list[subprocess.Popen] = []
+    service_logs: list[TextIO] = []
+    for svc in plan.services:
+        (rundir.path / "services").mkdir(exist_ok=True)
+        service_logs.append(open(rundir.path / "services" / f"{svc.hostname}.log", "w"))
+        for proc in svc.processes:
+            services.append(subprocess.Popen(
+                list(proc.argv), env={**os.environ, **proc.env}, stdout=service_logs[-1],
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+    # ---- [/init-methods]
     try:
         for node in plan.nodes:
             sink = open(rundir.node_log(node.index), "w")
@@ -155,6 +182,11 @@ def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
                 p.note_exit(p.popen.returncode)
         for sink in sinks:
             sink.close()
+        # ---- [init-methods] the services go last
+        stop_all(services)
+        for log in service_logs:
+            log.close()
+        # ---- [/init-methods]
 
     outcomes = []
     for node in plan.nodes:
