@@ -35,7 +35,8 @@ def placement(spec: LabSpec, **_options: Any) -> Placement:
     """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service)."""
     if spec.script and not Path(spec.script).is_file():
         raise FileNotFoundError(f"script: no such file: {spec.script}")
-    return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec))
+    return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec),
+                               replica_master_addrs=k8s_render.replica_master_addrs(spec))  # [init-methods]
 
 
 @dataclass
