@@ -86,6 +86,12 @@ def test_each_init_method_with_each_launcher(tmp_path, method, launcher, nodes, 
     if method == "file":          # the same shared directory, a fresh file
         (path,) = again
         assert path.rsplit("/", 1)[0] == url.rsplit("/", 1)[0] and path != url
+    stale = {r.get("stale_keys_removed") for r in run.named("init_methods", "join-env")}
+    if launcher == "torchrun" and method == "env":
+        (n,) = stale     # the first group's keys, still in the agent's store
+        assert n >= 2, "every rank leaves its gloo address behind"
+    elif launcher == "direct":
+        assert stale == {None}, "no agent store, nothing left behind"
     order = [r["name"] for r in run.results if r.get("rank") == 0 and r["name"].startswith("join-")]
     assert order[-1] == f"join-{method}", "the lab's own method goes last"
     assert _ranks(run.named("barrier", "barrier")) == [0, 1], "the group still works afterwards"

@@ -54,6 +54,7 @@ def run(ctx: _common.Context) -> None:
         if url is None:
             ctx.skip(f"join-{method}", why_not)
             continue
+        stale = forget_agent_store_groups(ctx) if method == "env" else None
         dist.barrier()
         dist.destroy_process_group()
         started = time.perf_counter()
@@ -65,9 +66,33 @@ def run(ctx: _common.Context) -> None:
             raise                       # no group left to go on with
         seconds = time.perf_counter() - started
         ok = check_all_reduce(ctx)
+        extra = {"stale_keys_removed": stale} if stale is not None else {}
         ctx.record(f"join-{method}", ok, method=method, url=url, needs=NEEDS[method],
-                   seconds=round(seconds, 6), unit="s",
+                   seconds=round(seconds, 6), unit="s", **extra,
                    detail="" if ok else "all_reduce after the join gave a wrong sum")
+
+
+def forget_agent_store_groups(ctx: _common.Context) -> int | None:
+    """Under torchrun, env:// always meets in the agent's store, which outlives
+    every group: the keys of the lab's first default group (`default_pg/...`,
+    gloo's addresses among them) are still there. A second env:// join under
+    the same group name reads them before the peers overwrite them and dials
+    ports nobody listens on any more ("Connection refused"). torchrun itself
+    never rejoins in one store: each restart attempt gets a new one. Here rank 0
+    deletes those keys first. Returns how many (None: no agent store)."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    removed = 0
+    dist.barrier()                      # nobody still reads them
+    if ctx.rank == 0:
+        agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+        for key in agent.list_keys():
+            name = key.decode() if isinstance(key, bytes) else key
+            if name.startswith("default_pg/"):
+                removed += int(agent.delete_key(name))
+    return _from_rank0(ctx, removed)
 
 
 def joined_through(ctx: _common.Context) -> None:
