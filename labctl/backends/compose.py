@@ -150,6 +150,9 @@ def run(plan: LaunchPlan, rundir: RunDir, deadline: float,
         last = ""
         while True:
             states = project.states()
+            # ---- [init-methods] plan.services (the replica store) never count: watch the nodes
+            states = {k: v for k, v in states.items() if k not in {svc.hostname for svc in plan.services}}
+            # ---- [/init-methods]
             now = time.monotonic()
             for service, (st, _) in states.items():
                 if st == "exited" and service not in exited_at:
