@@ -439,3 +439,10 @@ def test_replica_files_get_one_file_per_object():
                              "networkpolicy.yaml", "service-lab-r0.yaml", "service-lab-r1.yaml",
                              "service-lab-store.yaml"]
     assert len(yaml.safe_load(files["kustomization.yaml"])["resources"]) == len(objects)
+
+
+def test_file_init_without_a_claim_is_one_clear_error():
+    s = specmod.from_dict({"init_method": "file"})        # validated for local, rendered for k8s
+    p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), "run-1")
+    with pytest.raises(LabError, match=r"shared_volume: \{claim: NAME\}"):
+        k8s.render(p)

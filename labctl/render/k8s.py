@@ -253,6 +253,9 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
     """Every object of the lab, in creation order. A user script is read from
     `spec.script` unless `script_text` is given (its only side effect)."""
     spec = plan.spec
+    if spec.init_method == "file" and spec.shared_volume is None:
+        raise LabError("k8s render: init_method file needs shared_volume: {claim: NAME}, a "
+                       "ReadWriteMany claim every pod mounts (example: shared_volume: {claim: lab-shared})")
     objects: list[dict[str, Any]] = []
     if spec.script:
         if script_text is None:
