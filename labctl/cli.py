@@ -59,6 +59,8 @@ def lab_options(fn):
         click.option("--script", type=str, help="Your own script, run on every node: --script train.py -- ARGS"),
         click.option("--launcher", help="torchrun (c10d rendezvous) | direct (env:// per worker)."),
         click.option("--dist-backend", help="gloo | nccl | auto."),
+        click.option("--init-method", help="How workers join: env | tcp (node 0, own port) | file (shared dir)."),
+        click.option("--replicas", help="Independent torchrun jobs sharing one replica store (default 1)."),
         click.option("--timeout", help="Seconds before the whole lab is stopped."),
         click.option("--join-timeout", help="Seconds the rendezvous waits for all nodes."),
         click.option("--rdzv-port", help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers)."),

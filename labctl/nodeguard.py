@@ -227,14 +227,17 @@ class Guard:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nodeguard", description=__doc__)
     parser.add_argument("--plan", required=True)
-    parser.add_argument("--node", type=int, required=True)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--node", type=int, help="index into the plan's nodes")
+    which.add_argument("--service", type=int, help="index into the plan's services")
     parser.add_argument("--status", required=True, help="where the outcome JSON goes")
     parser.add_argument("--lifeline", type=int, help="read end of labctl's lifeline pipe")
     parser.add_argument("--grace", type=float, default=5.0, help="SIGTERM, then SIGKILL after this")
     args = parser.parse_args(argv)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     with open(args.plan) as f:
-        node = json.load(f)["nodes"][args.node]
+        plan = json.load(f)
+    node = plan["nodes"][args.node] if args.node is not None else plan["services"][args.service]
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # labctl decides what a Ctrl-C means
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     guard: Guard | None = None

@@ -4,20 +4,30 @@
 processes, compose services, Kubernetes pods) starts exactly the processes
 listed here; backends differ only in their `Placement` — how nodes are named
 and how they reach node 0 — never in how the command line is built.
+
+With `replicas: R > 1` the plan holds R independent torchrun jobs (each with
+its own rendezvous id and node 0) in `nodes`, replica-major, plus one
+replica store process in `services`: a TCPStore server that backends start
+before the nodes and stop after them, and that never counts for the outcome.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import secrets
 import shlex
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .spec import LabSpec
 
 DEFAULT_CONTAINER_PORT = 29500
+DEFAULT_STORE_PORT = 29400          # the replica store in containers (a host of its own)
+SHARED_MOUNT = "/lab/shared"        # where container backends mount the shared directory
+STORE_MODULE = "workloads._replica_store"
 SCRIPT_MOUNT = "/lab/script"        # where container backends mount a user's script
 # torchrun tees every worker's output with this prefix, so one node log can be
 # split per global rank by every backend (see labctl.logs).
@@ -35,13 +45,45 @@ class Placement:
     python: tuple[str, ...] = ("python3",)
     env: Mapping[str, str] = field(default_factory=dict)
     script_path: str | None = None       # the user's script as seen inside a node
+    # replicas > 1: (node 0's address, rendezvous port) of every replica; () means one
+    # replica at master_addr:master_port.
+    replica_masters: tuple[tuple[str, int], ...] = ()
+    store_addr: str | None = None        # the replica store as workers reach it (replicas > 1)
+    store_port: int | None = None
+    shared_dir: str | None = None        # a directory every node sees (file:// init), if any
+
+    def rendezvous(self, replica: int) -> tuple[str, int]:
+        """Node 0's address and the rendezvous port of `replica`."""
+        return self.replica_masters[replica] if self.replica_masters else (self.master_addr, self.master_port)
+
+
+def ports_needed(spec: LabSpec) -> int:
+    """Consecutive ports a local lab needs from its base port: per replica the
+    rendezvous port and, next to it, the tcp:// init port; then the replica store."""
+    if spec.replicas > 1:
+        return 2 * spec.replicas + 1
+    return 2 if spec.init_method == "tcp" else 1
+
+
+def init_port(rdzv_port: int) -> int:
+    """tcp:// init gets a port of its own on node 0, next to the rendezvous port
+    (the rendezvous store already listens on that one)."""
+    return rdzv_port + 1
 
 
 def local_placement(spec: LabSpec, port: int, script_path: str | None = None) -> Placement:
-    """All nodes are processes on this machine; they meet on loopback."""
+    """All nodes are processes on this machine; they meet on loopback.
+
+    Replicas share the one address, so each gets its own pair of ports
+    (rendezvous, tcp:// init) counted up from `port`, and the replica store the
+    port after them (`ports_needed`). The shared directory for file:// init is
+    the system temp folder: every local process sees it, and the plan cannot
+    know the run folder (it is chosen after the plan).
+    """
+    many = spec.replicas > 1
     return Placement(
         backend="local",
-        hostnames=tuple(node_hostname(spec, i) for i in range(spec.nodes)),
+        hostnames=tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes)),
         master_addr="127.0.0.1",
         master_port=port,
         torchrun=(sys.executable, "-m", "torch.distributed.run"),
@@ -50,28 +92,78 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None) ->
         # must use loopback instead.
         env={"GLOO_SOCKET_IFNAME": "lo"},
         script_path=script_path if script_path is not None else spec.script,
+        replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
+        store_addr="127.0.0.1" if many else None,
+        store_port=port + 2 * spec.replicas if many else None,
+        shared_dir=tempfile.gettempdir(),
     )
 
 
-def container_placement(spec: LabSpec, backend: str, master_addr: str | None = None) -> Placement:
+def container_placement(spec: LabSpec, backend: str, master_addr: str | None = None,
+                        replica_master_addrs: tuple[str, ...] | None = None) -> Placement:
     """One container per node, each with its own hostname and address.
 
     Compose reaches node 0 by its service hostname; Kubernetes by the pod's
-    `<job>-0.<service>` DNS name under the headless Service.
+    `<job>-0.<service>` DNS name under the headless Service (with replicas,
+    `replica_master_addrs` gives each replica's). Every replica's node 0 is a
+    host of its own, so all use the same ports. The shared directory exists
+    when something needs it (init_method file, or a shared_volume).
     """
-    hostnames = tuple(node_hostname(spec, i) for i in range(spec.nodes))
+    hostnames = tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes))
+    port = spec.rdzv_port or DEFAULT_CONTAINER_PORT
+    many = spec.replicas > 1
+    masters: tuple[tuple[str, int], ...] = ()
+    if many:
+        addrs = replica_master_addrs or tuple(node_hostname(spec, 0, k) for k in range(spec.replicas))
+        if len(addrs) != spec.replicas:
+            raise ValueError(f"{len(addrs)} replica master addresses for {spec.replicas} replicas")
+        masters = tuple((a, port) for a in addrs)
+    shared = spec.init_method == "file" or (spec.shared_volume is not None and backend == "k8s")
     return Placement(
         backend=backend,
         hostnames=hostnames,
-        master_addr=master_addr or hostnames[0],
-        master_port=spec.rdzv_port or DEFAULT_CONTAINER_PORT,
+        master_addr=masters[0][0] if many else master_addr or hostnames[0],
+        master_port=port,
         script_path=f"{SCRIPT_MOUNT}/{spec.script.rsplit('/', 1)[-1]}" if spec.script else None,
+        replica_masters=masters,
+        store_addr=store_hostname(spec) if many else None,
+        store_port=DEFAULT_STORE_PORT if many else None,
+        shared_dir=SHARED_MOUNT if shared else None,
     )
 
 
-def node_hostname(spec: LabSpec, index: int) -> str:
-    """`<lab>-<i>`: also the pod hostname of an Indexed Job named after the lab."""
-    return f"{spec.name}-{index}"
+def node_hostname(spec: LabSpec, index: int, replica: int = 0) -> str:
+    """`<lab>-<i>`: also the pod hostname of an Indexed Job named after the lab.
+    With replicas, `<lab>-r<k>-<i>`: replica k's Job is named `<lab>-r<k>`."""
+    return f"{replica_name(spec, replica)}-{index}"
+
+
+def replica_name(spec: LabSpec, replica: int) -> str:
+    """What names one replica's objects: the lab itself when there is only one."""
+    return spec.name if spec.replicas == 1 else f"{spec.name}-r{replica}"
+
+
+def store_hostname(spec: LabSpec) -> str:
+    return f"{spec.name}-store"
+
+
+def init_url(spec: LabSpec, placement: Placement, run_id: str, replica: int = 0) -> str:
+    """The init_method as the URL a worker passes to init_process_group.
+
+    tcp: node 0 of the worker's replica, on a port of its own; global rank 0
+    hosts the store there. file: one file per replica in the shared directory;
+    torch's FileStore deletes it when the last rank lets go.
+    """
+    if spec.init_method == "tcp":
+        addr, port = placement.rendezvous(replica)
+        return f"tcp://{addr}:{init_port(port)}"
+    if spec.init_method == "file":
+        if not placement.shared_dir:
+            raise ValueError(f"init_method file needs a shared directory; the {placement.backend} "
+                             "placement has none")
+        suffix = f"-r{replica}" if spec.replicas > 1 else ""
+        return f"file://{placement.shared_dir}/{run_id}{suffix}.init"
+    return "env://"
 
 
 @dataclass(frozen=True)
@@ -90,9 +182,10 @@ class Process:
 
 @dataclass(frozen=True)
 class NodeLaunch:
-    index: int
+    index: int                         # across replicas: replica * nodes + node
     hostname: str
     processes: tuple[Process, ...]
+    replica: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,27 +194,36 @@ class LaunchPlan:
     run_id: str
     placement: Placement
     nodes: tuple[NodeLaunch, ...]
+    # Helpers the nodes need (the replica store): started before every node,
+    # stopped after the last one, never counted for the outcome.
+    services: tuple[NodeLaunch, ...] = ()
+
+    def replica_nodes(self, replica: int) -> tuple[NodeLaunch, ...]:
+        return tuple(n for n in self.nodes if n.replica == replica)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "run_id": self.run_id,
             "backend": self.placement.backend,
             "launcher": self.spec.launcher,
             "world_size": self.spec.world_size,
             "master_addr": self.placement.master_addr,
             "master_port": self.placement.master_port,
-            "nodes": [
-                {
-                    "index": n.index,
-                    "hostname": n.hostname,
-                    "processes": [
-                        {"rank": p.rank, "argv": list(p.argv), "env": dict(p.env), "shell": p.shell}
-                        for p in n.processes
-                    ],
-                }
-                for n in self.nodes
-            ],
+            "nodes": [_node_dict(n, self.spec.replicas > 1) for n in self.nodes],
         }
+        if self.spec.replicas > 1:
+            data["replicas"] = self.spec.replicas
+            data["services"] = [_node_dict(n, False) for n in self.services]
+        return data
+
+
+def _node_dict(n: NodeLaunch, replica: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": n.index, "hostname": n.hostname}
+    if replica:
+        out["replica"] = n.replica
+    out["processes"] = [{"rank": p.rank, "argv": list(p.argv), "env": dict(p.env), "shell": p.shell}
+                        for p in n.processes]
+    return out
 
 
 def new_run_id(spec: LabSpec, now: _dt.datetime | None = None) -> str:
@@ -142,7 +244,9 @@ def workload_argv(spec: LabSpec, placement: Placement) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int) -> dict[str, str]:
+def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
+                replica: int = 0) -> dict[str, str]:
+    addr, port = placement.rendezvous(replica)
     env = {
         "LAB_NAME": spec.name,
         "LAB_RUN_ID": run_id,
@@ -155,26 +259,43 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int) -> 
         # same number, and LAB_WORLD_SIZE keeps labctl's value for the env workload to compare.
         "WORLD_SIZE": str(spec.world_size),
         "LAB_WORLD_SIZE": str(spec.world_size),
-        "MASTER_ADDR": placement.master_addr,
-        "MASTER_PORT": str(placement.master_port),
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": str(port),
         "PYTHONUNBUFFERED": "1",
     }
+    # Only what is not the default: a default lab's env (and renders) stay as they were.
+    if spec.init_method != "env":
+        env["LAB_INIT_METHOD"] = init_url(spec, placement, run_id, replica)
+    if spec.replicas > 1:
+        env.update({
+            "REPLICA_ID": str(replica),
+            "REPLICA_NUM": str(spec.replicas),
+            "REPLICA_STORE_ADDR": str(placement.store_addr),
+            "REPLICA_STORE_PORT": str(placement.store_port),
+        })
     env.update(placement.env)
     env.update(spec.env)
     return env
 
 
-def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int) -> tuple[str, ...]:
+def rdzv_id(spec: LabSpec, run_id: str, replica: int = 0) -> str:
+    """Each replica is a rendezvous of its own."""
+    return run_id if spec.replicas == 1 else f"{run_id}-r{replica}"
+
+
+def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
+                  replica: int = 0) -> tuple[str, ...]:
     """The torchrun agent for node `node`. No --node-rank: c10d ignores it and
     assigns group ranks itself; the only per-node flag is the store host role."""
     rdzv_conf = f"is_host={1 if node == 0 else 0},join_timeout={int(spec.join_timeout)}"
+    addr, port = placement.rendezvous(replica)
     return (
         *placement.torchrun,
         f"--nnodes={spec.nodes}",
         f"--nproc-per-node={spec.nproc_per_node}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={placement.master_addr}:{placement.master_port}",
-        f"--rdzv-id={run_id}",
+        f"--rdzv-endpoint={addr}:{port}",
+        f"--rdzv-id={rdzv_id(spec, run_id, replica)}",
         # c10d guesses which node hosts the store by comparing hostnames, and
         # guesses wrong on Kubernetes (pytorch#73380): say it explicitly.
         f"--rdzv-conf={rdzv_conf}",
@@ -185,32 +306,51 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int) -
 
 
 def plan(spec: LabSpec, placement: Placement, run_id: str) -> LaunchPlan:
-    if len(placement.hostnames) != spec.nodes:
-        raise ValueError(f"placement has {len(placement.hostnames)} hostnames for {spec.nodes} nodes")
-    nodes = []
-    for i in range(spec.nodes):
-        env = _common_env(spec, placement, run_id, i)
-        if spec.launcher == "torchrun":
-            env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
-            procs = (Process(torchrun_argv(spec, placement, run_id, i), env),)
-        else:
-            procs = tuple(
-                Process(
-                    (*placement.python, *workload_argv(spec, placement)),
-                    {
-                        **env,
-                        "RANK": str(i * spec.nproc_per_node + local),
-                        "LOCAL_RANK": str(local),
-                        "WORLD_SIZE": str(spec.world_size),
-                        "LOCAL_WORLD_SIZE": str(spec.nproc_per_node),
-                        "GROUP_RANK": str(i),
-                    },
-                    rank=i * spec.nproc_per_node + local,
-                )
-                for local in range(spec.nproc_per_node)
+    total = spec.nodes * spec.replicas
+    if len(placement.hostnames) != total:
+        raise ValueError(f"placement has {len(placement.hostnames)} hostnames for {total} nodes")
+    if spec.replicas > 1 and (len(placement.replica_masters) != spec.replicas
+                              or placement.store_port is None):
+        raise ValueError(f"placement lacks a node 0 per replica or the replica store "
+                         f"for {spec.replicas} replicas")
+    nodes = [_node(spec, placement, run_id, k, i) for k in range(spec.replicas) for i in range(spec.nodes)]
+    services = (_store(spec, placement, run_id),) if spec.replicas > 1 else ()
+    return LaunchPlan(spec, run_id, placement, tuple(nodes), services)
+
+
+def _store(spec: LabSpec, placement: Placement, run_id: str) -> NodeLaunch:
+    """The replica store: one TCPStore server for every replica's cross-replica groups.
+    It exits by itself after the lab's timeout, should nobody stop it."""
+    argv = (*placement.python, "-m", STORE_MODULE, "--port", str(placement.store_port),
+            "--lifetime", str(math.ceil(spec.timeout)))
+    env = {"LAB_NAME": spec.name, "LAB_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
+    return NodeLaunch(0, store_hostname(spec), (Process(argv, env),))
+
+
+def _node(spec: LabSpec, placement: Placement, run_id: str, replica: int, i: int) -> NodeLaunch:
+    """Node `i` of replica `replica`: one torchrun agent, or its workers in direct mode."""
+    env = _common_env(spec, placement, run_id, i, replica)
+    if spec.launcher == "torchrun":
+        env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
+        procs = (Process(torchrun_argv(spec, placement, run_id, i, replica), env),)
+    else:
+        procs = tuple(
+            Process(
+                (*placement.python, *workload_argv(spec, placement)),
+                {
+                    **env,
+                    "RANK": str(i * spec.nproc_per_node + local),
+                    "LOCAL_RANK": str(local),
+                    "WORLD_SIZE": str(spec.world_size),
+                    "LOCAL_WORLD_SIZE": str(spec.nproc_per_node),
+                    "GROUP_RANK": str(i),
+                },
+                rank=i * spec.nproc_per_node + local,
             )
-        nodes.append(NodeLaunch(i, placement.hostnames[i], procs))
-    return LaunchPlan(spec, run_id, placement, tuple(nodes))
+            for local in range(spec.nproc_per_node)
+        )
+    index = replica * spec.nodes + i
+    return NodeLaunch(index, placement.hostnames[index], procs, replica)
 
 
 def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -231,7 +371,7 @@ def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
         env = dict(proc.env)
         if {k: v for k, v in env.items() if k not in per_worker} != shared or proc.argv != node.processes[0].argv:
             raise ValueError("direct-mode workers of one node must differ only in RANK and LOCAL_RANK")
-        if int(env["RANK"]) != node.index * len(node.processes) + int(env["LOCAL_RANK"]):
+        if int(env["RANK"]) != int(env["NODE_RANK"]) * len(node.processes) + int(env["LOCAL_RANK"]):
             raise ValueError(f"worker rank {env['RANK']} does not follow the node-major layout")
     script = "\n".join([
         "pids=()",

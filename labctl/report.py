@@ -153,8 +153,9 @@ def markdown(run: RunDir) -> str:
                           f"{s['seconds']:.2f}") for s in summary))]
 
     for name, module in hooks_for(results):
-        if hasattr(module, "markdown"):
-            parts += ["", module.markdown(results)]
+        section = module.markdown(results) if hasattr(module, "markdown") else None
+        if section:
+            parts += ["", section]
 
     skips = skipped(results)
     if skips:

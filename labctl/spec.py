@@ -22,6 +22,8 @@ from .backends import NAMES as BACKENDS  # noqa: E402  (the registry: names only
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
+INIT_METHODS = ("env", "tcp", "file")
+MAX_REPLICAS = 64
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
 DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
 DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
@@ -35,7 +37,8 @@ _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 RESERVED_ENV = frozenset({
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
     "MASTER_ADDR", "MASTER_PORT", "LAB_NAME", "LAB_RUN_ID", "LAB_DIST_BACKEND",
-    "LAB_NODES", "LAB_NPROC_PER_NODE", "LAB_LAUNCHER", "LAB_WORLD_SIZE",
+    "LAB_NODES", "LAB_NPROC_PER_NODE", "LAB_LAUNCHER", "LAB_WORLD_SIZE", "LAB_INIT_METHOD",
+    "REPLICA_ID", "REPLICA_NUM", "REPLICA_STORE_ADDR", "REPLICA_STORE_PORT",
 })
 
 
@@ -107,6 +110,14 @@ class K8sSettings:
 
 
 @dataclass(frozen=True)
+class SharedVolume:
+    """A directory every node sees, for `init_method: file` on Kubernetes: an
+    existing ReadWriteMany PersistentVolumeClaim (pods of one run may land on
+    different machines, so a node-local volume would not do)."""
+    claim: str
+
+
+@dataclass(frozen=True)
 class LabSpec:
     name: str = "lab"
     nodes: int = 2
@@ -126,9 +137,13 @@ class LabSpec:
     k8s: K8sSettings = field(default_factory=K8sSettings)
     out: str | None = None
     workdir: str = "node"              # local nodes run in work/node-<i>/ of the run folder
+    init_method: str = "env"           # how workers join: env:// | tcp://<node 0>:<port> | file://<shared>
+    replicas: int = 1                  # independent torchrun jobs sharing one replica store
+    shared_volume: SharedVolume | None = None
 
     @property
     def world_size(self) -> int:
+        """Workers of one replica (what WORLD_SIZE says); `replicas` times this run in all."""
         return self.nodes * self.nproc_per_node
 
     @property
@@ -283,7 +298,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
                   "(example: name: ring-lab)")
     kw["name"] = name
 
-    for key, lo, hi in (("nodes", 1, 4096), ("nproc_per_node", 1, 1024)):
+    for key, lo, hi in (("nodes", 1, 4096), ("nproc_per_node", 1, 1024), ("replicas", 1, MAX_REPLICAS)):
         if key in data:
             kw[key] = _int(data[key], key, lo, hi, bad)
 
@@ -296,11 +311,21 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             kw[key] = _seconds(data[key], key, bad)
 
     for key, choices in (("backend", BACKENDS), ("dist_backend", DIST_BACKENDS),
-                         ("launcher", LAUNCHERS), ("workdir", WORKDIRS)):
+                         ("launcher", LAUNCHERS), ("workdir", WORKDIRS),
+                         ("init_method", INIT_METHODS)):
         if key in data:
             if data[key] not in choices:
-                raise bad(key, data[key], "one of " + ", ".join(choices))
+                raise bad(key, data[key], "one of " + ", ".join(choices)
+                          + (" (example: init_method: tcp)" if key == "init_method" else ""))
             kw[key] = data[key]
+
+    if data.get("shared_volume") is not None:
+        kw["shared_volume"] = _shared_volume(data["shared_volume"], bad)
+    if (kw.get("init_method") == "file" and kw.get("backend") == "k8s"
+            and kw.get("shared_volume") is None):
+        raise SpecError(f"{source}: shared_volume: expected a ReadWriteMany claim that every pod "
+                        "mounts, because init_method: file on the k8s backend needs one directory "
+                        "all pods see (example: shared_volume: {claim: lab-shared}), given none")
 
     for key in ("image", "out"):
         if data.get(key) is not None:
@@ -373,6 +398,15 @@ def _seconds(value: Any, key: str, bad) -> float:
     if not seconds > 0 or seconds != seconds or seconds == float("inf"):
         raise bad(key, value, "a number of seconds > 0 (example: 300)")
     return seconds
+def _shared_volume(raw: Any, bad) -> SharedVolume:
+    expected = "a mapping with the name of a ReadWriteMany claim (example: shared_volume: {claim: lab-shared})"
+    if not isinstance(raw, dict) or set(raw) != {"claim"}:
+        raise bad("shared_volume", raw, expected)
+    claim = raw["claim"]
+    if not isinstance(claim, str) or len(claim) > 253 or not _DNS_SUBDOMAIN.match(claim):
+        raise bad("shared_volume.claim", claim, "a PersistentVolumeClaim name: lower-case "
+                  "letters, digits, '-' and '.' (example: shared_volume: {claim: lab-shared})")
+    return SharedVolume(claim)
 
 
 def _env_str(value: Any) -> str:
@@ -623,6 +657,9 @@ nproc_per_node: 2        # worker processes per node (WORLD_SIZE = nodes * nproc
 backend: local           # where it runs: local | compose | k8s
 dist_backend: gloo       # torch.distributed backend: gloo | nccl | auto (nccl if CUDA)
 launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE set per worker)
+init_method: env         # how workers join: env (MASTER_ADDR/PORT) | tcp (node 0, own port) | file (shared dir)
+replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, sharing one replica store
+# shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim
 workloads:               # run in this order inside one process group
   - env
   - p2p

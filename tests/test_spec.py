@@ -239,3 +239,36 @@ def test_the_starters_commented_k8s_section_is_valid_and_shows_every_setting(tmp
     shown = {l.split(":")[0].strip() for l in block[1:]}
     assert shown == {f.name for f in dataclasses.fields(spec.K8sSettings)}
     assert s.k8s.queue == "team-a" and s.k8s.spread == "hostname"
+# ---- init_method, replicas, shared_volume ------------------------------------------
+@pytest.mark.parametrize("data, field, hint", [
+    ({"init_method": "ftp"}, "init_method", "env, tcp, file"),
+    ({"init_method": "tcp://x:1"}, "init_method", "example: init_method: tcp"),
+    ({"replicas": 0}, "replicas", "between 1 and 64"),
+    ({"replicas": "two"}, "replicas", "integer"),
+    ({"shared_volume": "nfs"}, "shared_volume", "claim: lab-shared"),
+    ({"shared_volume": {"claim": "x", "size": "1Gi"}}, "shared_volume", "claim"),
+    ({"shared_volume": {"claim": "Bad_Name"}}, "shared_volume.claim", "PersistentVolumeClaim"),
+    ({"backend": "k8s", "init_method": "file"}, "shared_volume", "ReadWriteMany"),
+    ({"env": {"REPLICA_ID": "1"}}, "env", "reserved"),
+    ({"env": {"LAB_INIT_METHOD": "env://"}}, "env", "reserved"),
+])
+def test_new_fields_fail_with_one_line(data, field, hint):
+    with pytest.raises(SpecError) as err:
+        spec.from_dict(data, source="lab.yaml")
+    message = str(err.value)
+    assert message.startswith(f"lab.yaml: {field}: expected") and hint in message and "\n" not in message
+
+
+def test_new_fields_defaults_and_round_trip(tmp_path):
+    s = spec.load()
+    assert (s.init_method, s.replicas, s.shared_volume) == ("env", 1, None)
+    s = spec.from_dict({"backend": "k8s", "init_method": "file", "replicas": "3",
+                        "shared_volume": {"claim": "lab-shared"}})
+    assert (s.init_method, s.replicas, s.shared_volume) == ("file", 3, spec.SharedVolume("lab-shared"))
+    assert s.world_size == 4, "WORLD_SIZE is one replica's"
+    f = tmp_path / "spec.yaml"
+    f.write_text(spec.dump(s))
+    assert spec.load(f) == s
+    # file without a claim is fine where a directory is shared anyway
+    assert spec.from_dict({"backend": "compose", "init_method": "file"}).init_method == "file"
+    assert spec.load(overrides={"init_method": "tcp", "replicas": 2}).replicas == 2

@@ -6,13 +6,14 @@ collect (a local file, `docker compose logs`, `kubectl logs`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 RESULT_MARKER = "@@labctl-result "
 
@@ -63,6 +64,12 @@ class Context:
     failures: int = 0
     checks: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    replica_id: int = 0             # REPLICA_ID: which of REPLICA_NUM independent jobs this is
+    replica_num: int = 1
+
+    def _tags(self) -> dict[str, Any]:
+        """With replicas, ranks repeat in every replica: say which one."""
+        return {"replica": self.replica_id} if self.replica_num > 1 else {}
 
     def record(self, name: str, ok: bool, **fields: Any) -> bool:
         """Emit one result for this rank; `ok=False` counts as a failed check."""
@@ -70,7 +77,8 @@ class Context:
         self.checks += 1
         if not ok:
             self.failures += 1
-        emit({"workload": self.workload, "name": name, "rank": self.rank, "ok": ok, **fields})
+        emit({"workload": self.workload, "name": name, "rank": self.rank, "ok": ok,
+              **self._tags(), **fields})
         return ok
 
     def check(self, name: str, got: Any, expected: Any, rtol: float = 0.0, atol: float = 0.0,
@@ -84,7 +92,7 @@ class Context:
     def skip(self, name: str, reason: str) -> None:
         """Record a check that this backend cannot run, with the reason (not a failure)."""
         emit({"workload": self.workload, "name": name, "rank": self.rank, "ok": True,
-              "skipped": True, "reason": reason})
+              **self._tags(), "skipped": True, "reason": reason})
 
     def tensor(self, data: Any, dtype: Any = None):
         import torch
@@ -112,8 +120,49 @@ def _short(t) -> str:
     return f"[{text}{', ...' if len(flat) > 8 else ''}]"
 
 
+def init_method() -> str:
+    """The URL this worker joins through: LAB_INIT_METHOD, or env:// when it is not set."""
+    return os.environ.get("LAB_INIT_METHOD") or "env://"
+
+
+@contextlib.contextmanager
+def _own_store_for_tcp(url: str) -> Iterator[None]:
+    """Under torchrun, TORCHELASTIC_USE_AGENT_STORE=True makes torch treat every
+    store it creates from a URL as a client of the agent's store — also for
+    tcp://, where nobody would then host it and every rank waits until its
+    timeout. For tcp:// global rank 0 must host: say so while joining."""
+    flag = "TORCHELASTIC_USE_AGENT_STORE"
+    saved = os.environ.get(flag)
+    if url.startswith("tcp://") and saved is not None:
+        os.environ[flag] = "False"
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[flag] = saved
+
+
+def join(backend: str, device: Any, url: str | None = None) -> None:
+    """init_process_group through `url` (default: this worker's init method).
+
+    env:// reads MASTER_ADDR/MASTER_PORT and RANK/WORLD_SIZE itself; tcp:// and
+    file:// carry only the meeting point, so rank and world size are passed.
+    """
+    import torch.distributed as dist
+
+    url = url or init_method()
+    kwargs: dict[str, Any] = {"backend": backend, "init_method": url}
+    if backend == "nccl":
+        kwargs["device_id"] = device
+    if not url.startswith("env://"):
+        kwargs.update(rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))
+    with _own_store_for_tcp(url):
+        dist.init_process_group(**kwargs)
+
+
 def init(backend: str | None = None) -> Context:
-    """Join the process group from the environment (env://), the way torchrun workers do."""
+    """Join the process group through LAB_INIT_METHOD (env:// when unset), the way
+    torchrun workers do, and say where this rank is."""
     import torch
     import torch.distributed as dist
 
@@ -125,10 +174,7 @@ def init(backend: str | None = None) -> Context:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        kwargs: dict[str, Any] = {"backend": backend}
-        if backend == "nccl":
-            kwargs["device_id"] = device
-        dist.init_process_group(**kwargs)
+        join(backend, device)
     return Context(
         rank=dist.get_rank(),
         world_size=dist.get_world_size(),
@@ -137,6 +183,8 @@ def init(backend: str | None = None) -> Context:
         node_rank=_env_int("GROUP_RANK", _env_int("NODE_RANK", 0)),
         backend=backend,
         device=device,
+        replica_id=_env_int("REPLICA_ID", 0),
+        replica_num=_env_int("REPLICA_NUM", 1),
     )
 
 

@@ -137,8 +137,9 @@ def _index(pod: Any) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _pods_by_index(cluster: Cluster, run_id: str) -> dict[int, Any]:
-    """The newest pod of every completion index."""
+def _pods_by_index(cluster: Cluster, run_id: str, nodes_per_replica: int = 0) -> dict[int, Any]:
+    """The newest pod of every node: its completion index, plus replica x nodes when the
+    lab has replicas (each replica is an Indexed Job of its own; the store pod has no index)."""
     pods = cluster.core.list_namespaced_pod(
         cluster.namespace, label_selector=k8s_render.run_selector(run_id),
         _request_timeout=cluster.timeout()).items
@@ -146,6 +147,9 @@ def _pods_by_index(cluster: Cluster, run_id: str) -> dict[int, Any]:
     for pod in sorted(pods, key=lambda p: str(p.metadata.creation_timestamp or "")):
         index = _index(pod)
         if index is not None:
+            replica = (pod.metadata.labels or {}).get(k8s_render.REPLICA_LABEL)
+            if replica is not None and str(replica).isdigit():
+                index += int(replica) * nodes_per_replica
             found[index] = pod
     return found
 
@@ -205,7 +209,7 @@ def _events_text(cluster: Cluster, kind: str, name: str) -> str:
 
 def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
              cluster: Cluster, progress: Callable[[str], None],
-             strict: bool = False) -> list[NodeOutcome]:
+             strict: bool = False, nodes_per_replica: int = 0) -> list[NodeOutcome]:
     """Every pod's log and the Job's and pods' events into the run folder.
 
     Best effort per item (one unreadable pod does not cost the others' logs),
@@ -221,7 +225,7 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
         progress(f"{what}: {_one_line(exc)}")
 
     try:
-        pods = _pods_by_index(cluster, run_id)
+        pods = _pods_by_index(cluster, run_id, nodes_per_replica)
     except Exception as exc:
         failed("could not list pods", exc)
         pods = {}
@@ -294,6 +298,7 @@ class K8sBackend(Backend):
         self.run_id = ""
         self.created: list[str] = []
         self.schedule_clock: k8s_scheduling.ScheduleClock | None = None
+        self.nodes_per_replica = 0
 
     @property
     def poll_interval(self) -> float:       # read at call time: tests shorten POLL_S
@@ -303,7 +308,8 @@ class K8sBackend(Backend):
         """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service)."""
         if spec.script and not Path(spec.script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
-        return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec))
+        return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec),
+                                   replica_master_addrs=k8s_render.replica_master_addrs(spec))
 
     def _connect(self, context: str | None, namespace: str | None) -> Cluster:
         if self.cluster is None:
@@ -314,6 +320,7 @@ class K8sBackend(Backend):
         self.plan, self.run_id = plan, plan.run_id
         self.hostnames = {n.index: n.hostname for n in plan.nodes}
         self.job = k8s_render.job_name(plan.spec)
+        self.nodes_per_replica = plan.spec.nodes
         self.schedule_clock = k8s_scheduling.ScheduleClock(plan.spec.k8s.schedule_timeout)
         manifests = k8s_render.render(plan)
         rundir.write_rendered("k8s.yaml", k8s_render.text(plan))
@@ -332,7 +339,7 @@ class K8sBackend(Backend):
         assert self.cluster is not None
         job = self.cluster.batch.read_namespaced_job(self.job, self.cluster.namespace,
                                                      _request_timeout=self.cluster.timeout())
-        pods = _pods_by_index(self.cluster, self.run_id)
+        pods = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica)
         stuck = _stuck(pods)
         if stuck:
             raise BackendFailure(f"stuck: {stuck}")
@@ -372,7 +379,8 @@ class K8sBackend(Backend):
     def collect(self, rundir: RunDir) -> list[NodeOutcome]:
         if "Job" not in self.created or self.cluster is None:
             return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())]
-        return _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress)
+        return _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress,
+                        nodes_per_replica=self.nodes_per_replica)
 
     def delete(self) -> str:
         if not self.created or self.cluster is None:
@@ -389,7 +397,8 @@ class K8sBackend(Backend):
         self._connect(context, self.settings.get("namespace") or where.get("namespace"))
         self.run_id = rundir.meta["run_id"]
         self.hostnames = {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}
-        self.job = rundir.spec.name
+        self.job = k8s_render.job_name(rundir.spec)
+        self.nodes_per_replica = rundir.spec.nodes
 
     def _objects(self) -> list[str]:
         assert self.cluster is not None
@@ -407,13 +416,13 @@ class K8sBackend(Backend):
 
     def attached_outcomes(self) -> list[NodeOutcome]:
         assert self.cluster is not None
-        pods = _pods_by_index(self.cluster, self.run_id)
+        pods = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica)
         return [_outcome(i, h, pods.get(i)) for i, h in sorted(self.hostnames.items())]
 
     def save_logs(self, rundir: RunDir) -> None:
         assert self.cluster is not None
         _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress,
-                 strict=True)
+                 strict=True, nodes_per_replica=self.nodes_per_replica)
 
     def take_down(self) -> str:
         assert self.cluster is not None

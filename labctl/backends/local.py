@@ -24,7 +24,7 @@ from typing import IO
 from .. import nodeguard
 from ..errors import LabError
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, local_placement
+from ..plan import LaunchPlan, Placement, local_placement, ports_needed
 from ..rundir import RunDir
 from ..spec import LabSpec
 from .base import Backend, PreflightError
@@ -34,10 +34,25 @@ GUARD_EXIT_S = TERM_GRACE_S + 5.0
 STACK_WAIT_S = 1.5         # after SIGUSR1, until every dump reached the node log
 
 
-def free_port() -> int:
+def free_port(span: int = 1) -> int:
+    """A free loopback port; with span > 1, the first of `span` free consecutive ports
+    (replicas and tcp:// init count their ports up from the rendezvous port)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if span == 1 or (port + span <= 65536 and all(_bindable(port + k) for k in range(1, span))):
+            return port
+    raise OSError(f"no {span} consecutive free ports found on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def port_taken(port: int) -> bool:
@@ -129,6 +144,7 @@ class LocalBackend(Backend):
         self.plan: LaunchPlan | None = None
         self.rundir: RunDir | None = None
         self.guards: dict[int, subprocess.Popen] = {}
+        self.services: list[subprocess.Popen] = []      # plan.services: the replica store
         self.logs: list[IO[bytes]] = []
         self.lifeline_w: int | None = None
 
@@ -136,7 +152,8 @@ class LocalBackend(Backend):
         script = str(Path(spec.script).resolve()) if spec.script else None
         if script and not Path(script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
-        return local_placement(spec, spec.rdzv_port or free_port(), script_path=script)
+        return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)),
+                               script_path=script)
 
     def preflight(self, plan: LaunchPlan) -> None:
         spec = plan.spec
@@ -156,21 +173,33 @@ class LocalBackend(Backend):
         rundir.meta["local"] = {"controller_pid": os.getpid(), "host": socket.gethostname(),
                                 "guards": {}}
         try:
+            # services (the replica store) first: they must be up before any node dials them
+            for i, svc in enumerate(plan.services):
+                (rundir.path / "services").mkdir(exist_ok=True)
+                self.services.append(self._guard(rundir, read_end, ["--service", str(i)],
+                                                 rundir.path / "services" / f"{svc.hostname}",
+                                                 rundir.path))
             for node in plan.nodes:
-                workdir = rundir.workdir(node.index)
-                log = open(rundir.node_log(node.index), "ab")
-                self.logs.append(log)
-                self.guards[node.index] = subprocess.Popen(
-                    [sys.executable, nodeguard.__file__, "--plan", str((rundir.path / "plan.json").resolve()),
-                     "--node", str(node.index), "--status", str(self._status_file(node.index)),
-                     "--lifeline", str(read_end), "--grace", str(TERM_GRACE_S)],
-                    cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env={**os.environ, "LAB_RUN_ID": plan.run_id},
-                    start_new_session=True, pass_fds=(read_end,))
+                self.guards[node.index] = self._guard(
+                    rundir, read_end, ["--node", str(node.index)],
+                    rundir.path / "nodes" / f"node-{node.index}", rundir.workdir(node.index))
                 rundir.meta["local"]["guards"][str(node.index)] = self.guards[node.index].pid
         finally:
             os.close(read_end)
             rundir.write_status()
+
+    def _guard(self, rundir: RunDir, lifeline: int, which: list[str], stem: Path,
+               cwd: Path) -> subprocess.Popen:
+        """One node guard: `stem`.log gets the output, `stem`.exit.json the outcome."""
+        log = open(stem.with_name(stem.name + ".log"), "ab")
+        self.logs.append(log)
+        return subprocess.Popen(
+            [sys.executable, nodeguard.__file__, "--plan", str((rundir.path / "plan.json").resolve()),
+             *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
+             "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
+            cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "LAB_RUN_ID": self.plan.run_id if self.plan else ""},
+            start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
         assert self.rundir is not None
@@ -219,7 +248,16 @@ class LocalBackend(Backend):
         return self.poll()
 
     def delete(self) -> str:
-        """Close the lifeline and sweep: nothing carrying this run's id may remain."""
+        """Stop the services, close the lifeline and sweep: nothing carrying this run's
+        id may remain."""
+        for svc in self.services:
+            _kill(svc.pid, signal.SIGTERM)
+        for svc in self.services:
+            try:
+                svc.wait(timeout=GUARD_EXIT_S)
+            except subprocess.TimeoutExpired:
+                svc.kill()
+                svc.wait()
         for log in self.logs:
             log.close()
         if self.lifeline_w is not None:

@@ -12,6 +12,12 @@ so every string we emit escapes `$` as `$$`.
 A user script is bind-mounted read-only from `spec.script` as given: a
 relative path resolves against the compose project directory, which the
 compose backend sets to the directory labctl was started from.
+
+With replicas, the replica store is one more service (`<lab>-store`, from
+`plan.services`) that every node depends on, so compose starts it first. A
+shared directory (init_method file) is one named volume mounted by every
+node: tmpfs-backed and owned by the image's uid 1000, so it needs no host
+path and no root.
 """
 from __future__ import annotations
 
@@ -19,11 +25,14 @@ import re
 from typing import Any
 
 
-from ..plan import LaunchPlan, node_command
+from ..plan import LaunchPlan, NodeLaunch, node_command
 from . import dump_yaml
 
 RUN_LABEL = "labctl.dev/run-id"
 NETWORK = "lab"
+SHARED_VOLUME = "shared"
+SHARED_VOLUME_SIZE = "64m"      # init files are a few bytes each
+IMAGE_UID = 1000                # the lab images' user
 STOP_GRACE = "5s"
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 10**-3}
@@ -67,6 +76,9 @@ def _labels(plan: LaunchPlan, **extra: str) -> dict[str, str]:
 def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
     spec, node = plan.spec, plan.nodes[index]
     argv, env = node_command(node)
+    labels = {"labctl.dev/node": str(node.index)}
+    if spec.replicas > 1:
+        labels["labctl.dev/replica"] = str(node.replica)
     service: dict[str, Any] = {
         "image": spec.resolved_image,
         "hostname": node.hostname,
@@ -76,8 +88,10 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
         "shm_size": quantity_bytes(spec.resources.shm),
         "restart": "no",
         "stop_grace_period": STOP_GRACE,
-        "labels": _labels(plan, **{"labctl.dev/node": str(node.index)}),
+        "labels": _labels(plan, **labels),
     }
+    if plan.services:
+        service["depends_on"] = {svc.hostname: {"condition": "service_started"} for svc in plan.services}
     reservations: dict[str, Any] = {"cpus": _cpus(spec.resources.cpu),
                                     "memory": str(quantity_bytes(spec.resources.memory))}
     if spec.dist_backend == "nccl":
@@ -85,24 +99,56 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
         reservations["devices"] = [{"driver": "nvidia", "count": spec.nproc_per_node,
                                     "capabilities": ["gpu"]}]
     service["deploy"] = {"resources": {"reservations": reservations}}
+    volumes = []
     if spec.script and plan.placement.script_path:
-        service["volumes"] = [{"type": "bind", "source": _escape(spec.script),
-                               "target": plan.placement.script_path, "read_only": True}]
+        volumes.append({"type": "bind", "source": _escape(spec.script),
+                        "target": plan.placement.script_path, "read_only": True})
+    if plan.placement.shared_dir:
+        volumes.append({"type": "volume", "source": SHARED_VOLUME, "target": plan.placement.shared_dir})
+    if volumes:
+        service["volumes"] = volumes
     return service
+
+
+def _helper(plan: LaunchPlan, svc: NodeLaunch) -> dict[str, Any]:
+    """A plan service (the replica store): one process, on the lab network, no resources reserved."""
+    (proc,) = svc.processes
+    return {
+        "image": plan.spec.resolved_image,
+        "hostname": svc.hostname,
+        "command": [_escape(a) for a in proc.argv],
+        "environment": {k: _escape(v) for k, v in proc.env.items()},
+        "networks": [NETWORK],
+        "restart": "no",
+        "stop_grace_period": STOP_GRACE,
+        "labels": _labels(plan, **{"labctl.dev/service": svc.hostname}),
+    }
 
 
 def render(plan: LaunchPlan) -> dict[str, Any]:
     """The compose document as plain data (keys in a fixed, readable order)."""
-    return {
+    services = {svc.hostname: _helper(plan, svc) for svc in plan.services}
+    services.update({node.hostname: _service(plan, node.index) for node in plan.nodes})
+    doc: dict[str, Any] = {
         "name": project_name(plan.run_id),
-        "services": {node.hostname: _service(plan, node.index) for node in plan.nodes},
+        "services": services,
         "networks": {NETWORK: {"labels": _labels(plan)}},
     }
+    if plan.placement.shared_dir:
+        doc["volumes"] = {SHARED_VOLUME: {
+            "labels": _labels(plan),
+            "driver_opts": {"type": "tmpfs", "device": "tmpfs",
+                            "o": f"uid={IMAGE_UID},gid={IMAGE_UID},size={SHARED_VOLUME_SIZE}"},
+        }}
+    return doc
 
 
 def text(plan: LaunchPlan) -> str:
+    shape = f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node}"
+    if plan.spec.replicas > 1:
+        shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
     header = (f"# Rendered by labctl: lab {plan.spec.name!r}, run id {plan.run_id}, "
-              f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node}.\n"
+              f"{shape}.\n"
               "# Run: docker compose -f compose.yaml up; clean up: docker compose -f compose.yaml down -v\n")
     return header + dump_yaml(render(plan))
 

@@ -12,6 +12,17 @@ differs between nodes is accepted only when the index explains it exactly
 (NODE_RANK = i, is_host = [i == 0], RANK = i*nproc + local); anything else
 raises, so a future per-node value in the plan fails loudly here instead of
 rendering node 0's value into every pod.
+
+With replicas (R > 1), each replica k is the same shape under its own name
+`<lab>-r<k>`: an Indexed Job and a headless Service, so pod i of replica k is
+`<lab>-r<k>-<i>.<lab>-r<k>` — the DNS names stay valid, and each Job's one
+template still serves every index of its replica. The replica store is a Job
+of one pod behind a headless Service `<lab>-store`; one NetworkPolicy admits
+every pod of the run (every port: gloo, the rendezvous, tcp:// init, the store).
+
+init_method tcp adds the init port (rendezvous port + 1) to the Service and
+the container ports; init_method file mounts the spec's ReadWriteMany claim at
+the shared directory of every node pod (fsGroup makes it writable for uid 1000).
 """
 from __future__ import annotations
 
@@ -25,7 +36,8 @@ from typing import Any, Sequence
 
 
 from ..errors import LabError
-from ..plan import SCRIPT_MOUNT, LaunchPlan, node_command, node_hostname
+from ..plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
+                    node_hostname, replica_name, store_hostname)
 from . import dump_yaml
 from ..spec import QUEUE_LABEL, LabSpec
 
@@ -42,27 +54,38 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 
+REPLICA_LABEL = "labctl.dev/replica"
+STORE_CONTAINER = "store"
+STORE_RESOURCES = {"cpu": "250m", "memory": "512Mi"}   # one idle TCPStore server (and torch)
+
+
 # ---- names ------------------------------------------------------------------
-def job_name(spec: LabSpec) -> str:
-    """The Job is named after the lab, so pod i's hostname is `node_hostname(spec, i)`."""
-    return spec.name
+def job_name(spec: LabSpec, replica: int = 0) -> str:
+    """The Job is named after the lab (or the replica), so pod i's hostname is
+    `node_hostname(spec, i, replica)`."""
+    return replica_name(spec, replica)
 
 
-def service_name(spec: LabSpec) -> str:
-    return spec.name
+def service_name(spec: LabSpec, replica: int = 0) -> str:
+    return replica_name(spec, replica)
 
 
 def script_configmap_name(spec: LabSpec) -> str:
     return f"{spec.name}-script"
 
 
-def master_addr(spec: LabSpec) -> str:
-    """Node 0's DNS name under the headless Service: `<lab>-0.<lab>`."""
-    return f"{node_hostname(spec, 0)}.{service_name(spec)}"
+def master_addr(spec: LabSpec, replica: int = 0) -> str:
+    """Node 0's DNS name under the headless Service: `<lab>-0.<lab>` (with
+    replicas, `<lab>-r<k>-0.<lab>-r<k>`)."""
+    return f"{node_hostname(spec, 0, replica)}.{service_name(spec, replica)}"
 
 
-def labels(plan: LaunchPlan, component: str) -> dict[str, str]:
-    return {
+def replica_master_addrs(spec: LabSpec) -> tuple[str, ...]:
+    return tuple(master_addr(spec, k) for k in range(spec.replicas))
+
+
+def labels(plan: LaunchPlan, component: str, replica: int | None = None) -> dict[str, str]:
+    out = {
         "app.kubernetes.io/name": plan.spec.name,
         "app.kubernetes.io/instance": plan.run_id,
         "app.kubernetes.io/component": component,
@@ -70,15 +93,18 @@ def labels(plan: LaunchPlan, component: str) -> dict[str, str]:
         "app.kubernetes.io/managed-by": "labctl",
         RUN_LABEL: plan.run_id,
     }
+    if replica is not None and plan.spec.replicas > 1:
+        out[REPLICA_LABEL] = str(replica)
+    return out
 
 
 def metadata(plan: LaunchPlan, name: str | None, component: str,
-             extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+             extra_labels: dict[str, str] | None = None, replica: int | None = None) -> dict[str, Any]:
     """labctl's labels, then the lab's `k8s.labels` and `k8s.annotations` (sorted, so
     equal specs render equal text); the user's keys cannot shadow labctl's (spec.py)."""
     settings = plan.spec.k8s
     meta: dict[str, Any] = {"name": name} if name is not None else {}
-    meta["labels"] = {**labels(plan, component), **dict(sorted(settings.labels.items())),
+    meta["labels"] = {**labels(plan, component, replica), **dict(sorted(settings.labels.items())),
                       **(extra_labels or {})}
     if settings.annotations:
         meta["annotations"] = dict(sorted(settings.annotations.items()))
@@ -174,9 +200,10 @@ class PodTemplate:
     env: tuple[tuple[str, str | None], ...]  # (name, literal value) or (name, None): the index
 
 
-def pod_template(plan: LaunchPlan) -> PodTemplate:
-    """The one command and environment that reproduce every node's `node_command()`."""
-    commands = [node_command(node) for node in plan.nodes]
+def pod_template(plan: LaunchPlan, nodes: Sequence[NodeLaunch] | None = None) -> PodTemplate:
+    """The one command and environment that reproduce every node's `node_command()`
+    (of `nodes`: one replica's, in completion-index order; default every node)."""
+    commands = [node_command(node) for node in (plan.nodes if nodes is None else nodes)]
     argvs = [argv for argv, _ in commands]
     envs = [env for _, env in commands]
     if any(len(a) != len(argvs[0]) for a in argvs):
@@ -243,6 +270,9 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
     """Every object of the lab, in creation order. A user script is read from
     `spec.script` unless `script_text` is given (its only side effect)."""
     spec = plan.spec
+    if spec.init_method == "file" and spec.shared_volume is None:
+        raise LabError("k8s render: init_method file needs shared_volume: {claim: NAME}, a "
+                       "ReadWriteMany claim every pod mounts (example: shared_volume: {claim: lab-shared})")
     objects: list[dict[str, Any]] = []
     if spec.script:
         if script_text is None:
@@ -257,7 +287,15 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
             "metadata": metadata(plan, script_configmap_name(spec), "script"),
             "data": {_script_key(spec): script_text},
         })
-    objects += [_service(plan), _network_policy(plan), _job(plan)]
+    if spec.replicas == 1:
+        objects += [_service(plan), _network_policy(plan), _job(plan)]
+        return objects
+    (store,) = plan.services
+    objects.append(_store_service(plan))
+    objects += [_service(plan, k) for k in range(spec.replicas)]
+    objects.append(_network_policy(plan))
+    objects.append(_store_job(plan, store))      # created first: it must be up before any node
+    objects += [_job(plan, k) for k in range(spec.replicas)]
     return objects
 
 
@@ -265,19 +303,42 @@ def _script_key(spec: LabSpec) -> str:
     return spec.script.rsplit("/", 1)[-1] if spec.script else ""
 
 
-def _service(plan: LaunchPlan) -> dict[str, Any]:
+def _ports(plan: LaunchPlan) -> list[tuple[str, int]]:
+    """(name, port) a node pod listens on by plan: the rendezvous, and tcp:// init's own."""
     port = plan.placement.master_port
+    out = [("rdzv", port)]
+    if plan.spec.init_method == "tcp":
+        out.append(("init", init_port(port)))
+    return out
+
+
+def _headless(plan: LaunchPlan, name: str, component: str, selector: dict[str, str],
+              ports: list[tuple[str, int]], replica: int | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(plan, service_name(plan.spec), "rendezvous"),
+        "metadata": metadata(plan, name, component, replica=replica),
         "spec": {
             "clusterIP": "None",                    # headless: one DNS record per pod
             "publishNotReadyAddresses": True,       # pods have no readiness; publish them anyway
-            "selector": {RUN_LABEL: plan.run_id, "app.kubernetes.io/component": "node"},
-            "ports": [{"name": "rdzv", "port": port, "targetPort": port, "protocol": "TCP"}],
+            "selector": selector,
+            "ports": [{"name": n, "port": p, "targetPort": p, "protocol": "TCP"} for n, p in ports],
         },
     }
+
+
+def _service(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
+    selector = {RUN_LABEL: plan.run_id, "app.kubernetes.io/component": "node"}
+    if plan.spec.replicas > 1:
+        selector[REPLICA_LABEL] = str(replica)
+    return _headless(plan, service_name(plan.spec, replica), "rendezvous", selector, _ports(plan), replica)
+
+
+def _store_service(plan: LaunchPlan) -> dict[str, Any]:
+    """`<lab>-store` resolves to the store pod: REPLICA_STORE_ADDR."""
+    selector = {RUN_LABEL: plan.run_id, "app.kubernetes.io/component": "store"}
+    return _headless(plan, store_hostname(plan.spec), "store", selector,
+                     [("store", int(plan.placement.store_port or 0))])
 
 
 def _network_policy(plan: LaunchPlan) -> dict[str, Any]:
@@ -295,9 +356,80 @@ def _network_policy(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-def _job(plan: LaunchPlan) -> dict[str, Any]:
+def _security(spec: LabSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The restricted Pod Security Standard: (pod securityContext, container securityContext)."""
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": POD_USER,
+        "runAsGroup": POD_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if spec.init_method == "file" or spec.shared_volume is not None:
+        pod["fsGroup"] = POD_USER          # the shared claim writable for the lab's user
+    container = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+    }
+    return pod, container
+
+
+def _job_spec(plan: LaunchPlan, completions: int, indexed: bool, pod: dict[str, Any],
+              component: str, replica: int | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if indexed:
+        spec["completionMode"] = "Indexed"
+    spec.update({
+        "completions": completions,
+        "parallelism": completions,
+        "backoffLimit": 0,                      # one failed rank fails the lab
+        "activeDeadlineSeconds": max(1, math.ceil(plan.spec.timeout)),
+        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+    })
+    if indexed and plan.spec.k8s.queue:
+        # Kueue starts an admitted Job by un-suspending it: created suspended, no pod
+        # runs (or holds GPUs) before admission, webhook or not.
+        spec["suspend"] = True
+    spec["template"] = {"metadata": metadata(plan, None, component, replica=replica), "spec": pod}
+    return spec
+
+
+def _store_job(plan: LaunchPlan, store: NodeLaunch) -> dict[str, Any]:
+    """The replica store: one pod, no volumes; it exits by itself after the lab's
+    timeout (`--lifetime`), and labctl deletes it with the run."""
     spec = plan.spec
-    template = pod_template(plan)
+    (proc,) = store.processes
+    port = int(plan.placement.store_port or 0)
+    pod_sc, container_sc = _security(spec)
+    pod_sc.pop("fsGroup", None)
+    container = {
+        "name": STORE_CONTAINER,
+        "image": spec.resolved_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [kube_escape(part) for part in proc.argv],
+        "env": [{"name": k, "value": kube_escape(v)} for k, v in proc.env.items()],
+        "ports": [{"name": "store", "containerPort": port, "protocol": "TCP"}],
+        "resources": {"requests": dict(STORE_RESOURCES), "limits": dict(STORE_RESOURCES)},
+        "securityContext": container_sc,
+    }
+    pod = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_sc,
+        "containers": [container],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(plan, store.hostname, "store"),
+        "spec": _job_spec(plan, 1, False, pod, "store"),
+    }
+
+
+def _job(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
+    spec = plan.spec
+    template = pod_template(plan, plan.replica_nodes(replica))
     env: list[dict[str, Any]] = []
     for name, value in template.env:
         if value is None:
@@ -313,24 +445,24 @@ def _job(plan: LaunchPlan) -> dict[str, Any]:
     if spec.script:
         mounts.append({"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True})
         volumes.append({"name": "script", "configMap": {"name": script_configmap_name(spec)}})
+    if spec.shared_volume is not None and plan.placement.shared_dir:
+        mounts.append({"name": "shared", "mountPath": plan.placement.shared_dir})
+        volumes.append({"name": "shared", "persistentVolumeClaim": {"claimName": spec.shared_volume.claim}})
+    pod_sc, container_sc = _security(spec)
     container = {
         "name": CONTAINER,
         "image": spec.resolved_image,
         "imagePullPolicy": "IfNotPresent",
         "command": [kube_escape(part) for part in template.command],
         "env": env,
-        "ports": [{"name": "rdzv", "containerPort": plan.placement.master_port, "protocol": "TCP"}],
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in _ports(plan)],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "runAsNonRoot": True,
-        },
+        "securityContext": container_sc,
         "volumeMounts": mounts,
     }
     settings = spec.k8s
     pod: dict[str, Any] = {
-        "subdomain": service_name(spec),   # pod i: <job>-<i>.<service>
+        "subdomain": service_name(spec, replica),   # pod i: <job>-<i>.<service>
         "restartPolicy": "Never",
     }
     if settings.service_account:
@@ -340,34 +472,16 @@ def _job(plan: LaunchPlan) -> dict[str, Any]:
     pod.update(scheduling(plan))
     if settings.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
-    pod["securityContext"] = {
-        "runAsNonRoot": True,
-        "runAsUser": POD_USER,
-        "runAsGroup": POD_USER,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    pod["securityContext"] = pod_sc
     pod["containers"] = [container]
     pod["volumes"] = volumes
-
-    job_spec: dict[str, Any] = {
-        "completionMode": "Indexed",
-        "completions": spec.nodes,
-        "parallelism": spec.nodes,
-        "backoffLimit": 0,                      # one failed rank fails the lab
-        "activeDeadlineSeconds": max(1, math.ceil(spec.timeout)),
-        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
-    }
-    if settings.queue:
-        # Kueue starts an admitted Job by un-suspending it: created suspended, no pod
-        # runs (or holds GPUs) before admission, webhook or not.
-        job_spec["suspend"] = True
-    job_spec["template"] = {"metadata": metadata(plan, None, "node"), "spec": pod}
     queue = {QUEUE_LABEL: settings.queue} if settings.queue else None
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata(plan, job_name(spec), "node", extra_labels=queue),
-        "spec": job_spec,
+        "metadata": metadata(plan, job_name(spec, replica), "node", extra_labels=queue,
+                             replica=replica),
+        "spec": _job_spec(plan, spec.nodes, True, pod, "node", replica),
     }
 
 
@@ -418,8 +532,10 @@ def _dump(obj: Any) -> str:
 
 
 def _header(plan: LaunchPlan) -> str:
-    return (f"# labctl render k8s: lab {plan.spec.name}, run {plan.run_id}, "
-            f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node} process(es)\n")
+    shape = f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node} process(es)"
+    if plan.spec.replicas > 1:
+        shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
+    return f"# labctl render k8s: lab {plan.spec.name}, run {plan.run_id}, {shape}\n"
 
 
 def text(plan: LaunchPlan, script_text: str | None = None) -> str:
@@ -430,9 +546,14 @@ def text(plan: LaunchPlan, script_text: str | None = None) -> str:
 def files(plan: LaunchPlan, script_text: str | None = None) -> dict[str, str]:
     """One file per object plus a kustomization.yaml, for `kubectl apply -k DIR`."""
     out: dict[str, str] = {}
-    for obj in render(plan, script_text):
-        out[f"{obj['kind'].lower()}.yaml"] = _header(plan) + _dump(obj)
-    names = [n for n in FILE_ORDER if n in out]
+    objects = render(plan, script_text)
+    kinds = [obj["kind"] for obj in objects]
+    for obj in objects:
+        kind = obj["kind"].lower()
+        # One object per kind: `job.yaml`; several (replicas): `job-<name>.yaml`.
+        name = f"{kind}.yaml" if kinds.count(obj["kind"]) == 1 else f"{kind}-{obj['metadata']['name']}.yaml"
+        out[name] = _header(plan) + _dump(obj)
+    names = [n for n in FILE_ORDER if n in out] if plan.spec.replicas == 1 else list(out)
     out["kustomization.yaml"] = _header(plan) + _dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
