@@ -229,6 +229,7 @@ class NodeLogReader:
         self.exits: list[tuple[int, int]] = []
         self.exit_times: dict[int, float] = {}      # rank -> epoch seconds, when the line says
         self.ranks_seen: set[int] = set()
+        self.workers_succeeded = False             # torchrun's agent said its worker group ended 0
         self._carry: int | None = None             # rank of an over-long line still being read
 
     def feed_line(self, line: str, complete: bool = True) -> None:
@@ -264,6 +265,8 @@ class NodeLogReader:
 
     def _agent_line(self, line: str) -> None:
         self.agent.feed(line)
+        if "worker group successfully finished" in line:
+            self.workers_succeeded = True
         m = _EXIT_LINE.match(line)
         if m:
             self.exits.append((int(m.group(1)), int(m.group(2))))

@@ -324,6 +324,8 @@ class LogSplit:
                 found["exit_codes"].update(logs.torchrun_failures(tail))
                 found["exit_codes"].update((r, c) for r, c in reader.exits if c != 0)
                 found["exits"][index] = reader.exits
+                if reader.workers_succeeded:
+                    found.setdefault("workers_succeeded", set()).add(index)
                 found.setdefault("exit_times", {}).update(
                     {r: (t, index) for r, t in reader.exit_times.items()})
                 found["errors"].update(reader.errors())
@@ -428,9 +430,13 @@ def _left_early(outcomes: list[NodeOutcome], found: dict[str, Any], first: dict)
                 return {"rank": rank, "node": index, "exit_code": 0, "left_early": True,
                         "error": first.get("error"), "symptom_rank": first.get("rank")}
     # torchrun: a node whose ranks all exited 0 in a lab whose first error is a vanished
-    # peer (its agent itself may end later: it waits at torchrun's exit barrier)
+    # peer (its agent itself may end later: it waits at torchrun's exit barrier, and
+    # under load labctl may stop it there after the grace period)
+    finished = found.get("workers_succeeded", set())
     for node in sorted(outcomes, key=lambda n: n.exited_s if n.exited_s is not None else 1e18):
-        if node.state is NodeState.SUCCEEDED and failed_at is not None:
+        if failed_at is None:
+            break
+        if node.state is NodeState.SUCCEEDED or (node.index in finished and node.state is NodeState.STOPPED):
             ranks = found.get("node_ranks", {}).get(node.index) or []
             if not ranks and "world" in found:     # it printed nothing: the ranks nobody else had
                 others = set().union(*(r for i, r in found.get("node_ranks", {}).items()

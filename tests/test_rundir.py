@@ -1,0 +1,52 @@
+"""Finalizing a run folder from node logs alone: the first failure and its real culprit."""
+from __future__ import annotations
+
+import json
+
+from labctl.outcome import NodeOutcome, NodeState, RunState
+from labctl.plan import local_placement, plan
+from labctl.rundir import RunDir
+from labctl.spec import from_dict
+
+PEER_RESET = ("[rank0]:[rank0]: Traceback (most recent call last):\n"
+              '[rank0]:[rank0]:   File "/tmp/train.py", line 5, in <module>\n'
+              "[rank0]:[rank0]:     dist.barrier()\n"
+              "[rank0]:[rank0]: RuntimeError: [pair.cc:537] Read error [127.0.0.1]:1: Connection reset by peer.\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+              "============================================================\n"
+              "Root Cause (first observed failure):\n"
+              "[0]:\n"
+              "  time      : 2026-11-23_13:29:01\n"
+              "  host      : localhost\n"
+              "  rank      : 0 (local_rank: 0)\n"
+              "  exitcode  : 1 (pid: 2766) \n"
+              "============================================================\n")
+AGENT_DONE = ("I1123 13:29:01.000000 7 torch/distributed/elastic/agent/server/api.py:933] "
+              "[default] worker group successfully finished. Waiting 300 seconds for other agents to finish.\n")
+
+
+def _rundir(tmp_path):
+    spec = from_dict({"nodes": 2, "nproc_per_node": 1})
+    p = plan(spec, local_placement(spec, 29500), "lab-test")
+    return RunDir.create(p, out=tmp_path / "run")
+
+
+def _finalize(tmp_path, node1: NodeOutcome, node1_log: str) -> dict:
+    run = _rundir(tmp_path)
+    run.write_node_log(0, PEER_RESET)
+    run.write_node_log(1, node1_log)
+    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0), node1], RunState.FAILED)
+    return json.loads((run.path / "status.json").read_text())["first_failure"]
+
+
+def test_a_node_whose_workers_finished_is_the_culprit_even_when_stopped_at_the_exit_barrier(tmp_path):
+    # under load torchrun's agent can still wait at its exit barrier when labctl's grace ends
+    stopped = NodeOutcome(1, "lab-1", -15, NodeState.STOPPED)
+    first = _finalize(tmp_path, stopped, AGENT_DONE)
+    assert first["left_early"] is True and first["node"] == 1 and first["symptom_rank"] == 0
+
+
+def test_a_stopped_node_that_never_finished_is_not_blamed(tmp_path):
+    stopped = NodeOutcome(1, "lab-1", -15, NodeState.STOPPED)
+    first = _finalize(tmp_path, stopped, "")
+    assert "left_early" not in first and first["rank"] == 0
