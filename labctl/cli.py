@@ -176,39 +176,101 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
         click.echo(renderers.text(target, the_plan), nl=False)
 
 
+def _spec_and_options(spec_file, script_args, flags) -> tuple[specmod.LabSpec, dict[str, Any]]:
+    """`up`'s and `preflight`'s flags: the lab's, then the chosen backend's own."""
+    backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
+    spec = load_spec(spec_file, script_args, **flags)
+    return spec, _options_for(spec.backend, backend_flags)
+
+
+def _progress(quiet: bool):
+    return (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+
+
+def _failure_line(run, what: str = "lab") -> str:
+    """`lab failed: <who failed first and why>; failed rank(s): ...; logs in <folder>`."""
+    from . import report
+
+    first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
+    who = f": {report.describe_failure(first)}" if first else (
+        f": {run.meta['message']}" if run.meta.get("message") else "")
+    if failed:
+        who += f"; failed rank(s): {', '.join(map(str, failed))}"
+    return f"{what} {run.meta['state']}{who}; logs in {run.path}"
+
+
+def _preflight_table(run) -> tuple[bool, str]:
+    """(passed, its table): the preflight workload's section of the report."""
+    from . import lab, report
+
+    section = report.hook(lab.PREFLIGHT).markdown(run.results())
+    return run.meta["state"] == "passed", section or "(no preflight check reported: see the logs)"
+
+
 @main.command()
 @lab_options
 @backend_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the report.")
+@click.option("--preflight", "with_preflight", is_flag=True,
+              help="Run `labctl preflight` first; stop with its table (exit 2) if a check fails.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @friendly
-def up(spec_file, script_args, quiet, **flags) -> None:
+def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
     """Run the lab, collect every rank's logs and results, print the report.
 
     Exit 0 only when every rank exited 0 and every check passed; 1 when the
-    lab failed or timed out; 2 when it was refused before starting; 130/143/129
+    lab failed or timed out; 2 when it was refused before starting (bad lab
+    description, a cheap check, or a failed --preflight); 130/143/129
     when Ctrl-C, SIGTERM or SIGHUP stopped it.
     """
     from . import lab, report
     from .outcome import INTERRUPT_EXIT
 
-    backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
-    spec = load_spec(spec_file, script_args, **flags)
-    options = _options_for(spec.backend, backend_flags)
-    progress = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    spec, options = _spec_and_options(spec_file, script_args, flags)
+    progress = _progress(quiet)
+    if with_preflight:
+        checked = lab.preflight(spec, out=f"{spec.out}-preflight" if spec.out else None,
+                                progress=progress, **options)
+        passed, section = _preflight_table(checked)
+        if not passed:
+            click.echo(section)
+            fail(f"{_failure_line(checked, 'preflight')}; the lab was not started", EXIT_SPEC)
+        progress(f"preflight passed in {checked.meta.get('seconds', 0):.1f} s ({checked.path})")
     run = lab.up(spec, progress=progress, **options)
     try:
         click.echo(report.markdown(run))
     except OSError:
         pass                          # the terminal is gone (SIGHUP); the report is in the folder
     if run.meta["state"] != "passed":
-        first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
-        who = f": {report.describe_failure(first)}" if first else (
-            f": {run.meta['message']}" if run.meta.get("message") else "")
-        if failed:
-            who += f"; failed rank(s): {', '.join(map(str, failed))}"
-        fail(f"lab {run.meta['state']}{who}; logs in {run.path}",
-             INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
+        fail(_failure_line(run), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
+
+
+@main.command()
+@lab_options
+@backend_options
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the table.")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@friendly
+def preflight(spec_file, script_args, quiet, **flags) -> None:
+    """Check, on the real backend, what makes a multi-node lab fail in its first minute.
+
+    Takes the same flags and lab description as `up`, and runs a short lab of
+    the same nodes (the `preflight` workload, direct launcher): per node, node
+    0's name resolves, its rendezvous port answers, a GPU per worker (nccl),
+    /dev/shm size, clock offset from node 0; per pair of nodes a tiny all_reduce
+    and send/recv, with their times. Prints one table. Exit 0 when every check
+    passed, 1 when one failed, 2 when the lab was refused before starting.
+    """
+    from . import lab
+    from .outcome import INTERRUPT_EXIT
+
+    spec, options = _spec_and_options(spec_file, script_args, flags)
+    run = lab.preflight(spec, out=spec.out, progress=_progress(quiet), **options)
+    passed, section = _preflight_table(run)
+    click.echo(section)
+    if not passed:
+        fail(_failure_line(run, "preflight"), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
+    click.echo(f"preflight passed in {run.meta.get('seconds', 0):.1f} s; report: {run.path / 'report.md'}")
 
 
 def _open_run(run: str):

@@ -1,6 +1,7 @@
 """The library behind the CLI: spec → plan → driver + backend → run folder → report."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable
 
@@ -10,7 +11,12 @@ from .errors import LabError
 from .outcome import NodeState, RunState
 from .plan import LaunchPlan, new_run_id, plan
 from .rundir import RunDir
-from .spec import LabSpec
+from .spec import LabSpec, WorkloadSpec
+
+# The one workload labctl itself names: `labctl preflight` runs it (workloads/preflight.py).
+PREFLIGHT = "preflight"
+PREFLIGHT_JOIN_S = 60.0          # at most this long for every rank to reach node 0's store
+PREFLIGHT_TIMEOUT_S = 300.0      # the whole preflight lab, containers' start included
 
 Progress = Callable[[str], None]
 
@@ -66,6 +72,31 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     if result.error is not None:
         raise result.error
     return run
+
+
+def preflight_spec(spec: LabSpec) -> LabSpec:
+    """The user's lab as a preflight: the same nodes, backend, image, env and
+    resources, running the preflight workload instead of its own work.
+
+    Launched `direct`, one replica, env:// init: under torchrun the agents'
+    rendezvous needs node 0's name and port before any worker runs, so a
+    failure there would never reach the checks; direct workers meet at the same
+    MASTER_ADDR:MASTER_PORT, and check it first. Options the lab gives the
+    preflight workload (in its workloads list) are kept.
+    """
+    given = next((dict(w.options) for w in spec.workloads if w.name == PREFLIGHT), {})
+    options = {"join_timeout": min(spec.join_timeout, PREFLIGHT_JOIN_S), **given}
+    return dataclasses.replace(
+        spec, workloads=(WorkloadSpec(PREFLIGHT, options),), script=None, script_args=(),
+        launcher="direct", init_method="env", replicas=1, out=None,
+        timeout=min(spec.timeout, PREFLIGHT_TIMEOUT_S))
+
+
+def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
+              runs_root: str = "runs", **options: Any) -> RunDir:
+    """Run the lab's preflight (`preflight_spec`) on its backend; the run folder holds
+    the table (report.md) and each node's log. Cheap refusals raise, as for `up`."""
+    return up(preflight_spec(spec), out=out, progress=progress, runs_root=runs_root, **options)
 
 
 def write_report(run: RunDir, progress: Progress) -> None:

@@ -2,6 +2,12 @@
 
 Exit status: 0 when every check on this rank passed, 1 when one failed. A
 crash raises, so torchrun sees a failed worker and stops the node.
+
+A workload may also define `before_init(**options) -> dict | None`, run before
+init_process_group: checks that need no process group (and that explain why
+one could not form). It returns keyword arguments for `_common.init` (a store
+it made, a join timeout) or None, and raises `_common.Stop` when joining is
+pointless; its failed checks count for the exit status as `run`'s do.
 """
 from __future__ import annotations
 
@@ -16,10 +22,18 @@ from . import _common, _stacks
 
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
-    ctx = _common.init()
+    modules = {name: importlib.import_module(f"workloads.{name}") for name in names}
+    join: dict = {}
+    for name, module in modules.items():
+        if hasattr(module, "before_init"):
+            try:
+                join.update(module.before_init(**options.get(name, {})) or {})
+            except _common.Stop:
+                return 1
+    ctx = _common.init(**join)
     try:
         for name in names:
-            module = importlib.import_module(f"workloads.{name}")
+            module = modules[name]
             ctx.workload = name
             started = time.perf_counter()
             failures_before = ctx.failures

@@ -142,27 +142,60 @@ def _own_store_for_tcp(url: str) -> Iterator[None]:
             os.environ[flag] = saved
 
 
-def join(backend: str, device: Any, url: str | None = None) -> None:
-    """init_process_group through `url` (default: this worker's init method).
+_before_init = {"checks": 0, "failures": 0}
+
+
+def record_before_init(workload: str, name: str, ok: bool, **fields: Any) -> bool:
+    """`Context.record` for checks made before init_process_group (no Context yet):
+    the rank comes from RANK, and the tally carries into the Context `init` makes."""
+    ok = bool(ok)
+    _before_init["checks"] += 1
+    _before_init["failures"] += 0 if ok else 1
+    rank = _env_int("RANK", 0)
+    tags = {"replica": _env_int("REPLICA_ID", 0)} if _env_int("REPLICA_NUM", 1) > 1 else {}
+    emit({"workload": workload, "name": name, "rank": rank, "ok": ok, **tags, **fields})
+    return ok
+
+
+class Stop(Exception):
+    """Raised by a workload's `before_init` whose checks make joining pointless:
+    the results are already emitted, the rank exits 1 without init_process_group."""
+
+
+def join(backend: str, device: Any, url: str | None = None, store: Any = None,
+         timeout: float | None = None) -> None:
+    """init_process_group through `url` (default: this worker's init method), or
+    through `store` when a workload's `before_init` made one.
 
     env:// reads MASTER_ADDR/MASTER_PORT and RANK/WORLD_SIZE itself; tcp:// and
     file:// carry only the meeting point, so rank and world size are passed.
+    `timeout` (seconds) bounds the join and every collective after it.
     """
+    import datetime
+
     import torch.distributed as dist
 
-    url = url or init_method()
-    kwargs: dict[str, Any] = {"backend": backend, "init_method": url}
+    kwargs: dict[str, Any] = {"backend": backend}
+    if timeout is not None:
+        kwargs["timeout"] = datetime.timedelta(seconds=timeout)
     if backend == "nccl":
         kwargs["device_id"] = device
+    if store is not None:
+        dist.init_process_group(store=store, rank=_env_int("RANK"),
+                                world_size=_env_int("WORLD_SIZE"), **kwargs)
+        return
+    url = url or init_method()
+    kwargs["init_method"] = url
     if not url.startswith("env://"):
         kwargs.update(rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))
     with _own_store_for_tcp(url):
         dist.init_process_group(**kwargs)
 
 
-def init(backend: str | None = None) -> Context:
+def init(backend: str | None = None, store: Any = None, timeout: float | None = None) -> Context:
     """Join the process group through LAB_INIT_METHOD (env:// when unset), the way
-    torchrun workers do, and say where this rank is."""
+    torchrun workers do, and say where this rank is. `store` and `timeout` come
+    from a workload's `before_init` (see workloads/__main__.py)."""
     import torch
     import torch.distributed as dist
 
@@ -174,7 +207,7 @@ def init(backend: str | None = None) -> Context:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        join(backend, device)
+        join(backend, device, store=store, timeout=timeout)
     return Context(
         rank=dist.get_rank(),
         world_size=dist.get_world_size(),
@@ -185,6 +218,8 @@ def init(backend: str | None = None) -> Context:
         device=device,
         replica_id=_env_int("REPLICA_ID", 0),
         replica_num=_env_int("REPLICA_NUM", 1),
+        checks=_before_init["checks"],
+        failures=_before_init["failures"],
     )
 
 
