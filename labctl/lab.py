@@ -32,15 +32,16 @@ def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None 
 
 
 def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
-       runs_root: str = "runs", **options: Any) -> RunDir:
+       runs_root: str = "runs", backend: Backend | None = None, **options: Any) -> RunDir:
     """Run the lab to its end and return the finalized run folder.
 
     The folder is written whatever happens: a failing rank, the deadline,
     a signal, an error inside the backend — all end with logs collected,
     everything stopped and a finished status.json. Preflight refusals
-    (exit 2) happen before the folder exists.
+    (exit 2) happen before the folder exists. `backend`: an instance to use
+    instead of a new one of `spec.backend` (tests place nodes differently).
     """
-    backend = backends.create(spec.backend, progress=progress, **options)
+    backend = backend or backends.create(spec.backend, progress=progress, **options)
     the_plan = make_plan(spec, backend=backend)
     backend.preflight(the_plan)
     try:
@@ -93,10 +94,11 @@ def preflight_spec(spec: LabSpec) -> LabSpec:
 
 
 def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
-              runs_root: str = "runs", **options: Any) -> RunDir:
+              runs_root: str = "runs", backend: Backend | None = None, **options: Any) -> RunDir:
     """Run the lab's preflight (`preflight_spec`) on its backend; the run folder holds
     the table (report.md) and each node's log. Cheap refusals raise, as for `up`."""
-    return up(preflight_spec(spec), out=out, progress=progress, runs_root=runs_root, **options)
+    return up(preflight_spec(spec), out=out, progress=progress, runs_root=runs_root,
+              backend=backend, **options)
 
 
 def write_report(run: RunDir, progress: Progress) -> None:
