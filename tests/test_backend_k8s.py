@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,7 @@ class FakeState:
         self.unschedulable = unschedulable          # the scheduler's message for node 1's pod
         self.admitted_at_poll = admitted_at_poll    # Kueue: the Job stays suspended until then
         self.started_at_poll: int | None = 0        # None while no pods exist (suspended Job)
+        self.nodes: list[dict] | Exception = []     # what list_node answers (or raises)
 
     # -- generic object store ---------------------------------------------------
     def create(self, kind: str, ns: str, body: dict) -> None:
@@ -164,6 +166,12 @@ class FakeCoreV1Api:
 
     def create_namespaced_service(self, namespace, body, **_kw):
         self.s.create("Service", namespace, body)
+
+    def list_node(self, **_kw):
+        self.s.calls.append(("list", "Node"))
+        if isinstance(self.s.nodes, Exception):
+            raise self.s.nodes
+        return _items("V1NodeList", self.s.nodes)
 
     def list_namespaced_pod(self, namespace, label_selector, **_kw):
         return _items("V1PodList", self.s.listing("Pod", namespace, label_selector))
@@ -487,3 +495,37 @@ def test_cli_up_without_a_cluster_exits_1_with_one_line_and_leaves_a_run_folder(
                       "and not running in a pod; set KUBECONFIG or --context"]
     assert "Traceback" not in out.stderr
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "error"
+
+
+def k8s_node(name: str, gpus: int | None) -> dict:
+    allocatable = {"cpu": "8", **({"nvidia.com/gpu": str(gpus)} if gpus is not None else {})}
+    return {"metadata": {"name": name}, "status": {"allocatable": allocatable}}
+
+
+@pytest.mark.parametrize("nodes, nproc, refused", [
+    ([k8s_node("cpu-a", None), k8s_node("cpu-b", 0)], 1, "no node of context fake-context advertises nvidia.com/gpu (2 node(s)"),
+    ([k8s_node("cpu-a", None), k8s_node("gpu-a", 2)], 4, "the most any node of context fake-context has is 2 (gpu-a); use --nproc-per-node 2"),
+    ([k8s_node("gpu-a", 8)], 4, None),
+    (ApiException(status=403, reason="Forbidden"), 1, None),       # no right to list nodes: the scheduler will say
+])
+def test_preflight_refuses_nccl_when_the_api_says_no_node_has_the_gpus(nodes, nproc, refused):
+    from labctl.backends.base import PreflightError
+
+    state = FakeState()
+    state.nodes = nodes
+    s = specmod.from_dict({"backend": "k8s", "dist_backend": "nccl", "nproc_per_node": nproc})
+    p = plan(s, backend.K8sBackend().placement(s), "lab-run-1")
+    k8s = backend.K8sBackend(cluster=fake_cluster(state))
+    if refused:
+        with pytest.raises(PreflightError, match=re.escape(refused)):
+            k8s.preflight(p)
+    else:
+        k8s.preflight(p)
+    assert state.calls == [("list", "Node")] and not state.objects, "a preflight creates nothing"
+
+
+def test_preflight_asks_the_api_nothing_for_a_gloo_lab():
+    state = FakeState()
+    s = specmod.from_dict({"backend": "k8s"})
+    backend.K8sBackend(cluster=fake_cluster(state)).preflight(plan(s, backend.K8sBackend().placement(s), "r"))
+    assert state.calls == []

@@ -25,7 +25,7 @@ from ..render import k8s as k8s_render
 from ..rundir import RunDir
 from ..spec import LabSpec
 from . import k8s_scheduling
-from .base import Backend, BackendFailure
+from .base import Backend, BackendFailure, PreflightError
 
 POLL_S = 2.0
 REQUEST_TIMEOUT_S = 15
@@ -94,6 +94,14 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
                        f"{_one_line(exc)}; {hint}") from None
     return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), client.NetworkingV1Api(api),
                    namespace or "default", context)
+
+
+def _quantity(value: Any) -> int:
+    """An extended resource's count ("8"); anything unreadable counts as none."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 def _one_line(exc: BaseException) -> str:
@@ -310,6 +318,35 @@ class K8sBackend(Backend):
             raise FileNotFoundError(f"script: no such file: {spec.script}")
         return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec),
                                    replica_master_addrs=k8s_render.replica_master_addrs(spec))
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        """nccl on a cluster whose API says no node has enough `nvidia.com/gpu` for one pod.
+
+        Only when the API answers: no cluster, or no right to list nodes (RBAC on a
+        shared cluster), leaves the question to the scheduler, as before."""
+        spec = plan.spec
+        if spec.dist_backend != "nccl":
+            return
+        try:
+            cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+            nodes = cluster.core.list_node(_request_timeout=REQUEST_TIMEOUT_S).items
+        except Exception:             # LabError (no cluster), ApiException (403), timeouts
+            return
+        gpus = {n.metadata.name: _quantity(((n.status and n.status.allocatable) or {})
+                                           .get(k8s_render.GPU_RESOURCE, "0")) for n in nodes}
+        where = f"context {cluster.context}" if cluster.context else "this cluster"
+        if not any(gpus.values()):
+            raise PreflightError(
+                f"dist_backend nccl needs GPUs, and no node of {where} advertises "
+                f"{k8s_render.GPU_RESOURCE} ({len(gpus)} node(s); see: kubectl get nodes -o "
+                "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu); "
+                "use --dist-backend gloo, or a cluster with the NVIDIA device plugin")
+        if max(gpus.values()) < spec.nproc_per_node:
+            best = max(gpus, key=gpus.get)
+            raise PreflightError(
+                f"each pod asks for {spec.nproc_per_node} {k8s_render.GPU_RESOURCE} (one per "
+                f"worker, nproc_per_node), and the most any node of {where} has is "
+                f"{gpus[best]} ({best}); use --nproc-per-node {gpus[best]} or fewer")
 
     def _connect(self, context: str | None, namespace: str | None) -> Cluster:
         if self.cluster is None:

@@ -49,8 +49,9 @@ CONTAINER = "node"
 POD_USER = 1000                             # the lab images run as uid/gid 1000
 TTL_AFTER_FINISHED_S = 3600                 # kubectl-managed runs: an hour to read the logs
 FILE_ORDER = ("configmap.yaml", "service.yaml", "networkpolicy.yaml", "job.yaml")
+GPU_RESOURCE = "nvidia.com/gpu"     # the NVIDIA device plugin's extended resource
 # The taint the NVIDIA GPU operator / device plugin docs put on GPU nodes.
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 
@@ -438,7 +439,7 @@ def _job(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
             env.append({"name": name, "value": kube_escape(value)})
     resources: dict[str, Any] = {"cpu": spec.resources.cpu, "memory": spec.resources.memory}
     if spec.dist_backend == "nccl":
-        resources["nvidia.com/gpu"] = str(spec.nproc_per_node)
+        resources[GPU_RESOURCE] = str(spec.nproc_per_node)
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}}]
