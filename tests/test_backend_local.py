@@ -79,3 +79,17 @@ def test_a_failing_rank_fails_the_lab_names_it_and_leaves_nothing(tmp_path, writ
 def test_missing_script_is_a_clear_error(tmp_path):
     with pytest.raises(LabError, match="no such file"):
         run_lab(tmp_path, script=str(tmp_path / "absent.py"))
+
+
+@pytest.mark.parametrize("nodes, nproc, gpus, refused", [
+    (1, 2, 0, "needs a GPU per worker (2 per node), and this machine has 0"),
+    (1, 2, 1, "needs a GPU per worker (2 per node), and this machine has 1"),
+    (2, 1, 4, "runs one node only: the 2 nodes share this machine's 4 GPU(s)"),
+    (1, 4, 4, None),
+])
+def test_nccl_is_refused_where_local_ranks_cannot_each_have_a_gpu(nodes, nproc, gpus, refused):
+    from labctl.backends.local import nccl_refusal
+
+    found = nccl_refusal(spec.from_dict({"dist_backend": "nccl", "nodes": nodes,
+                                         "nproc_per_node": nproc}), gpus)
+    assert (found is None) if refused is None else (refused in found)

@@ -70,6 +70,24 @@ def visible_gpus() -> int:
     return len(glob.glob("/dev/nvidia[0-9]*"))
 
 
+def nccl_refusal(spec: LabSpec, gpus: int) -> str | None:
+    """Why an nccl lab cannot run on this machine's `gpus`, or None.
+
+    Local nodes share the machine's GPUs and every node's local rank k takes
+    cuda:k, so with more than one node two ranks would share a GPU, which NCCL
+    refuses (duplicate GPU): only one node can use them."""
+    if gpus < spec.nproc_per_node:
+        return (f"dist_backend nccl needs a GPU per worker ({spec.nproc_per_node} per node), "
+                f"and this machine has {gpus}; use --dist-backend gloo (or auto)")
+    if spec.nodes > 1:
+        return (f"dist_backend nccl on the local backend runs one node only: the {spec.nodes} "
+                f"nodes share this machine's {gpus} GPU(s) and each node's local rank k takes "
+                "cuda:k, so two ranks would share a GPU (NCCL: duplicate GPU); use --nodes 1 "
+                f"--nproc-per-node {min(gpus, spec.nodes * spec.nproc_per_node)}, gloo, or a "
+                "container backend")
+    return None
+
+
 def processes_of_run(run_id: str) -> list[int]:
     """PIDs whose environment carries LAB_RUN_ID=<run_id>: guards, agents, workers."""
     needle = f"LAB_RUN_ID={run_id}".encode()
@@ -157,10 +175,9 @@ class LocalBackend(Backend):
 
     def preflight(self, plan: LaunchPlan) -> None:
         spec = plan.spec
-        if spec.dist_backend == "nccl" and visible_gpus() < spec.nproc_per_node:
-            raise PreflightError(
-                f"dist_backend nccl needs a GPU per worker ({spec.nproc_per_node} per node), "
-                f"and this machine has {visible_gpus()}; use --dist-backend gloo (or auto)")
+        refusal = nccl_refusal(spec, visible_gpus()) if spec.dist_backend == "nccl" else None
+        if refusal:
+            raise PreflightError(refusal)
         if port_taken(plan.placement.master_port):
             raise PreflightError(
                 f"rendezvous port {plan.placement.master_port} on 127.0.0.1 is already in use "
