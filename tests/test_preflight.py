@@ -108,6 +108,20 @@ def test_up_with_preflight_stops_with_the_table_and_exit_2_when_a_check_fails(tm
     assert not out.exists() and (tmp_path / "lab-preflight" / "report.md").is_file()
 
 
+@pytest.mark.slow
+def test_up_with_preflight_runs_the_lab_after_a_passing_preflight(tmp_path):
+    out = tmp_path / "lab"
+    done = labctl("up", "--preflight", "--workload", "barrier", "--nodes", "2",
+                  "--nproc-per-node", "1", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "preflight passed in" in done.stderr
+    checked = json.loads((tmp_path / "lab-preflight" / "status.json").read_text())
+    ran = json.loads((out / "status.json").read_text())
+    assert checked["state"] == ran["state"] == "passed"
+    assert checked["launcher"] == "direct" and ran["launcher"] == "torchrun"
+    assert {r["workload"] for r in results_of(out)} == {"barrier"}
+
+
 def test_the_table_has_one_row_per_node_pair_and_check_worst_record_first():
     records = [
         {"workload": "preflight", "name": "port", "rank": 2, "node": 1, "peer": 0, "ok": True,
