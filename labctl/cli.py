@@ -207,6 +207,21 @@ def _preflight_table(run) -> tuple[bool, str]:
     return run.meta["state"] == "passed", section or "(no preflight check reported: see the logs)"
 
 
+def _preflight_failure(run) -> str:
+    """`preflight failed: dns (node 1 -> node 0), port (...); logs in <folder>`: the
+    failed checks by name; the first failing rank when no check could say."""
+    from . import lab, report
+
+    failed: dict[str, list[str]] = {}
+    for row in report.hook(lab.PREFLIGHT).rows(run.results()):
+        if not row["ok"]:
+            failed.setdefault(row["check"], []).append(row["nodes"])
+    if not failed:
+        return _failure_line(run, "preflight")
+    named = "; ".join(f"{check} ({', '.join(where)})" for check, where in failed.items())
+    return f"preflight failed: {named}; logs in {run.path}"
+
+
 @main.command()
 @lab_options
 @backend_options
@@ -234,7 +249,7 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
         passed, section = _preflight_table(checked)
         if not passed:
             click.echo(section)
-            fail(f"{_failure_line(checked, 'preflight')}; the lab was not started", EXIT_SPEC)
+            fail(f"{_preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
         progress(f"preflight passed in {checked.meta.get('seconds', 0):.1f} s ({checked.path})")
     run = lab.up(spec, progress=progress, **options)
     try:
@@ -269,7 +284,7 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     passed, section = _preflight_table(run)
     click.echo(section)
     if not passed:
-        fail(_failure_line(run, "preflight"), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
+        fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
     click.echo(f"preflight passed in {run.meta.get('seconds', 0):.1f} s; report: {run.path / 'report.md'}")
 
 

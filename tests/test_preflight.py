@@ -104,7 +104,8 @@ def test_up_with_preflight_stops_with_the_table_and_exit_2_when_a_check_fails(tm
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| node 0 | shm | FAIL |" in done.stdout and "| node 1 | shm | FAIL |" in done.stdout
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: preflight failed") and last.endswith("the lab was not started")
+    assert last.startswith("error: preflight failed: shm (node 0, node 1); logs in ")
+    assert last.endswith("the lab was not started")
     assert not out.exists() and (tmp_path / "lab-preflight" / "report.md").is_file()
 
 
