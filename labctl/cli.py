@@ -203,8 +203,18 @@ def _preflight_table(run) -> tuple[bool, str]:
     """(passed, its table): the preflight workload's section of the report."""
     from . import lab, report
 
-    section = report.hook(lab.PREFLIGHT).markdown(run.results())
-    return run.meta["state"] == "passed", section or "(no preflight check reported: see the logs)"
+    section = report.hook(lab.PREFLIGHT).markdown(run.results()) or "no preflight check reported"
+    silent = _silent_nodes(run)
+    if silent:
+        section += "\n\n" + "\n".join(f"- node {i}: no check reported (never started, or died "
+                                      f"first): {run.node_log(i)}" for i in silent)
+    return run.meta["state"] == "passed", section
+
+
+def _silent_nodes(run) -> list[int]:
+    """Nodes of the preflight lab from which no check came back."""
+    heard = {r.get("node") for r in run.results() if r.get("workload") == "preflight"}
+    return [n["index"] for n in run.plan["nodes"] if n["index"] not in heard]
 
 
 def _preflight_failure(run) -> str:
@@ -216,6 +226,9 @@ def _preflight_failure(run) -> str:
     for row in report.hook(lab.PREFLIGHT).rows(run.results()):
         if not row["ok"]:
             failed.setdefault(row["check"], []).append(row["nodes"])
+    silent = _silent_nodes(run)
+    if silent:
+        failed["no check reported"] = [f"node {i}" for i in silent]
     if not failed:
         return _failure_line(run, "preflight")
     named = "; ".join(f"{check} ({', '.join(where)})" for check, where in failed.items())

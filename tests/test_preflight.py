@@ -144,3 +144,18 @@ def test_the_table_has_one_row_per_node_pair_and_check_worst_record_first():
     assert rows[2]["value"] == "1 ms round trip"
     assert "1 of 4 preflight check(s) failed: port" in hook.markdown(records)
     assert hook.as_json(records)["ok"] is False
+
+
+def test_a_node_that_reported_no_check_is_named_in_the_table_and_the_last_line(tmp_path):
+    """A node that never started (or died before its first check) must not read as passing."""
+    from labctl import cli
+    from labctl.rundir import RunDir
+
+    run = RunDir.create(preflight_plan(tmp_path, 29500), out=tmp_path / "pf")
+    (run.path / "results.jsonl").write_text(json.dumps(
+        {"workload": "preflight", "name": "join", "rank": 0, "node": 0, "peer": 0, "ok": False,
+         "value": "1 rank(s) missing", "detail": "rank(s) 1 never reached node 0's store"}) + "\n")
+    run.meta["state"] = "failed"
+    passed, section = cli._preflight_table(run)
+    assert not passed and f"- node 1: no check reported (never started, or died first): {run.node_log(1)}" in section
+    assert cli._preflight_failure(run).startswith("preflight failed: join (node 0); no check reported (node 1); ")
