@@ -82,11 +82,14 @@ def preflight_spec(spec: LabSpec) -> LabSpec:
     Launched `direct`, one replica, env:// init: under torchrun the agents'
     rendezvous needs node 0's name and port before any worker runs, so a
     failure there would never reach the checks; direct workers meet at the same
-    MASTER_ADDR:MASTER_PORT, and check it first. Options the lab gives the
-    preflight workload (in its workloads list) are kept.
+    MASTER_ADDR:MASTER_PORT, and check it first (and MASTER_PORT + 1 for a
+    tcp:// init lab). Options the lab gives the preflight workload (in its
+    workloads list) are kept.
     """
     given = next((dict(w.options) for w in spec.workloads if w.name == PREFLIGHT), {})
     options = {"join_timeout": min(spec.join_timeout, PREFLIGHT_JOIN_S), **given}
+    if spec.init_method == "tcp":            # the lab's tcp:// store: MASTER_PORT + 1 on node 0
+        options.setdefault("check_init_port", True)
     return dataclasses.replace(
         spec, workloads=(WorkloadSpec(PREFLIGHT, options),), script=None, script_args=(),
         launcher="direct", init_method="env", replicas=1, out=None,

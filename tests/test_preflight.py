@@ -31,15 +31,18 @@ def results_of(out) -> list[dict]:
 
 @pytest.mark.slow
 def test_preflight_passes_on_local_2x2_with_every_check_in_one_table(tmp_path):
+    """A tcp:// init lab: its init port (MASTER_PORT + 1) is checked too."""
     out = tmp_path / "pf"
-    done = labctl("preflight", "--nodes", "2", "--nproc-per-node", "2", "--out", str(out))
+    done = labctl("preflight", "--nodes", "2", "--nproc-per-node", "2", "--init-method", "tcp",
+                  "--out", str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "passed" and status["launcher"] == "direct"
     for row in ("| node 1 -> node 0 | dns | pass |", "| node 1 -> node 0 | port | pass |",
                 "| node 1 -> node 0 | clock | pass |", "| node 0 <-> node 1 | all_reduce | pass |",
                 "| node 0 <-> node 1 | p2p | pass |", "| all nodes | all_reduce | pass |",
-                "| node 1 | shm | pass |", "| node 0 | join | pass | 4 rank(s) |"):
+                "| node 1 | shm | pass |", "| node 0 | join | pass | 4 rank(s) |",
+                "| node 1 -> node 0 | init_port | pass |", "| node 0 | init_port | pass |"):
         assert row in done.stdout, done.stdout
     assert "preflight passed in" in done.stdout
     checks = {(r["name"], r.get("node"), r.get("peer")) for r in results_of(out)}
@@ -47,9 +50,10 @@ def test_preflight_passes_on_local_2x2_with_every_check_in_one_table(tmp_path):
     assert_nothing_left(status["run_id"])
 
 
-def preflight_plan(tmp_path, port: int, nodes: int = 2) -> planmod.LaunchPlan:
+def preflight_plan(tmp_path, port: int, nodes: int = 2, **fields) -> planmod.LaunchPlan:
     spec = lab.preflight_spec(from_dict({
-        "nodes": nodes, "nproc_per_node": 1, "workloads": [{"name": "preflight", "options": FAST}]}))
+        "nodes": nodes, "nproc_per_node": 1, "workloads": [{"name": "preflight", "options": FAST}],
+        **fields}))
     return planmod.plan(spec, planmod.local_placement(spec, port), f"pf-{tmp_path.name[-16:]}")
 
 
@@ -91,6 +95,27 @@ def test_a_port_nobody_listens_on_fails_the_port_check_with_connection_refused(t
     assert not port_check["ok"] and "connection refused" in port_check["detail"]
     assert f"127.0.0.1:{port}" in port_check["detail"]
     assert [r["ok"] for r in run.named("preflight", "dns")] == [True]
+
+
+@pytest.mark.slow
+def test_a_taken_tcp_init_port_fails_the_named_init_port_check(tmp_path):
+    """A tcp:// init lab needs MASTER_PORT + 1 on node 0 as well: taken, it is named."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", port + 1))
+    squatter.listen(1)
+    try:
+        run = plan_runner.run_plan(tmp_path, preflight_plan(tmp_path, port, init_method="tcp"))
+    finally:
+        squatter.close()
+    assert run.codes == [1, 1], run.output[-3000:]
+    checks = {r["node"]: r for r in run.named("preflight", "init_port")}
+    assert not checks[0]["ok"] and f"cannot listen on port {port + 1} for tcp:// init" in checks[0]["detail"]
+    assert [r["ok"] for r in run.named("preflight", "port")] == [True, True]
+    (join,) = run.named("preflight", "join")
+    assert not join["ok"] and "rank 0 (node 0): init_port" in join["detail"]
 
 
 @pytest.mark.slow

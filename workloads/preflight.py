@@ -14,6 +14,8 @@ when they fail no process group can form, so they must speak first):
             and what answers is the lab's store. Global rank 0 hosts that store
             itself before anyone joins (so the port can be tried before the group
             exists); on node 0 the check is that the port can be listened on.
+    init_port  (`check_init_port`, set by `labctl preflight` for tcp:// init labs)
+            the same for MASTER_PORT + 1, where rank 0 hosts the tcp:// store
     join    (rank 0) every rank reached the store within `join_timeout` and
             passed its own checks; otherwise it names the ranks that did not.
 
@@ -213,9 +215,32 @@ def gate(store, rank: int, world: int, verdict: str, join_timeout: float) -> lis
     return bad
 
 
+def init_port_check(rank: int, addr: str, port: int, connect_timeout: float):
+    """tcp:// init: rank 0 will host that store on MASTER_PORT + 1; a plain listener
+    stands in for it now (returned, closed after the gate), the others connect to it."""
+    if rank == 0:
+        listener = socket.socket()
+        try:
+            listener.bind(("", port))
+            listener.listen(64)
+        except OSError as exc:
+            listener.close()
+            _record("init_port", False, peer=0, port=port, value=f"cannot listen on {port}",
+                    detail=f"node 0 cannot listen on port {port} for tcp:// init: {exc.strerror}")
+            return None
+        _record("init_port", True, peer=0, port=port, value=f"listening on {port}")
+        return listener
+    ok, took, why = try_port(addr, port, connect_timeout)
+    _record("init_port", ok, peer=0, port=port, seconds=round(took, 6),
+            value=f"{addr}:{port} ({_ms(took):g} ms)" if ok else f"{addr}:{port} unreachable",
+            detail="" if ok else f"{addr}:{port} (node 0's tcp:// init port) not reachable from "
+            f"{_common.hostname()} within {connect_timeout:g} s: {why}")
+    return ok
+
+
 def before_init(connect_timeout: float = CONNECT_TIMEOUT_S, join_timeout: float = JOIN_TIMEOUT_S,
-                min_shm_mib: int = MIN_SHM_MIB, max_clock_offset_ms: float = MAX_CLOCK_OFFSET_MS
-                ) -> dict[str, Any]:
+                min_shm_mib: int = MIN_SHM_MIB, max_clock_offset_ms: float = MAX_CLOCK_OFFSET_MS,
+                check_init_port: bool = False) -> dict[str, Any]:
     """The checks that need no process group; the store they leave is joined through."""
     from torch.distributed import PrefixStore
 
@@ -235,7 +260,16 @@ def before_init(connect_timeout: float = CONNECT_TIMEOUT_S, join_timeout: float 
         store = join_store(addr, port, connect_timeout, join_timeout)
     if store is None:
         raise _common.Stop()
-    bad = gate(store, rank, world, ",".join(failed) or "ok", join_timeout)
+    listener = None
+    if check_init_port:
+        listener = init_port_check(rank, addr, port + 1, connect_timeout)
+        if not listener:
+            failed.append("init_port")
+    try:
+        bad = gate(store, rank, world, ",".join(failed) or "ok", join_timeout)
+    finally:
+        if listener not in (None, True, False):
+            listener.close()
     if bad:
         if rank == 0:
             _record("join", False, peer=0, value=f"{len(bad)} rank(s) failed checks",
@@ -283,7 +317,7 @@ def _one_line(exc: BaseException) -> str:
 # ---- over the process group -------------------------------------------------------
 def run(ctx: _common.Context, connect_timeout: float = CONNECT_TIMEOUT_S,
         join_timeout: float = JOIN_TIMEOUT_S, min_shm_mib: int = MIN_SHM_MIB,
-        max_clock_offset_ms: float = MAX_CLOCK_OFFSET_MS) -> None:
+        max_clock_offset_ms: float = MAX_CLOCK_OFFSET_MS, check_init_port: bool = False) -> None:
     import torch.distributed as dist
 
     me = [ctx.rank, ctx.local_rank, _node(), _common.hostname()]

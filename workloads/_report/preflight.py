@@ -10,8 +10,8 @@ from typing import Any
 from labctl.tables import table as _table
 
 # Node-level checks first (in the order a node meets them), then pairs, then everyone.
-ORDER = ("dns", "gpus", "shm", "port", "join", "clock", "all_reduce", "p2p")
-TO_NODE0 = {"dns", "port", "join", "clock"}
+ORDER = ("dns", "gpus", "shm", "port", "init_port", "join", "clock", "all_reduce", "p2p")
+TO_NODE0 = {"dns", "port", "init_port", "join", "clock"}
 
 
 def rows(results: list[dict]) -> list[dict[str, Any]]:
