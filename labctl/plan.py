@@ -289,9 +289,11 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
     assigns group ranks itself; the only per-node flag is the store host role."""
     rdzv_conf = f"is_host={1 if node == 0 else 0},join_timeout={int(spec.join_timeout)}"
     addr, port = placement.rendezvous(replica)
+    # MIN:MAX only when elastic: a fixed-size lab keeps the plain count (and its renders)
+    nnodes = str(spec.nodes) if spec.fewest_nodes == spec.nodes else f"{spec.fewest_nodes}:{spec.nodes}"
     return (
         *placement.torchrun,
-        f"--nnodes={spec.nodes}",
+        f"--nnodes={nnodes}",
         f"--nproc-per-node={spec.nproc_per_node}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={addr}:{port}",
@@ -299,7 +301,7 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
         # c10d guesses which node hosts the store by comparing hostnames, and
         # guesses wrong on Kubernetes (pytorch#73380): say it explicitly.
         f"--rdzv-conf={rdzv_conf}",
-        "--max-restarts=0",
+        f"--max-restarts={spec.max_restarts}",
         "--tee=3",
         *workload_argv(spec, placement),
     )
