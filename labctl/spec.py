@@ -400,6 +400,13 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     if not spec.workloads and not spec.script:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
+    for w in spec.workloads:              # a workload's rules that need the whole lab
+        rules = _report_hook(w.name)
+        if rules is not None and hasattr(rules, "check_lab"):
+            try:
+                rules.check_lab(spec, dict(w.options), workload_parameters(w.name))
+            except ValueError as exc:
+                raise SpecError(f"{source}: {exc}") from None
     return spec
 
 
