@@ -118,8 +118,8 @@ def test_report_rows_follow_worker_slots_not_torchruns_restart_count():
                rec("attempt", 1, 20, 1.1, restart_count=0, first_step=0),
                rec("checkpoint", 0, 10, 2.0, restart_count=0, step=4, loss=1.0),
                rec("crash-injected", 0, 10, 3.0, restart_count=0, step=6, how="worker"),
-               rec("attempt", 0, 11, 7.0, restart_count=1, first_step=4),
-               rec("attempt", 1, 21, 8.5, restart_count=0, first_step=4),
+               rec("attempt", 0, 11, 7.0, restart_count=1, first_step=4, process_started=4.0),
+               rec("attempt", 1, 21, 8.5, restart_count=0, first_step=4, process_started=5.0),
                rec("attempt_done", 0, 11, 9.0, restart_count=1, first_step=4, steps_done=6, loss=0.1),
                rec("attempt_done", 1, 21, 9.0, restart_count=0, first_step=4, steps_done=6, loss=0.1)]
     rows = attempts(results)
@@ -127,4 +127,5 @@ def test_report_rows_follow_worker_slots_not_torchruns_restart_count():
         (0, 0, 0), (0, 1, 0), (1, 0, 1), (1, 1, 0)]
     assert [(r["last_step"], r["steps_done"], r["ended"]) for r in rows] == [
         (6, 6, "crashed (worker, injected)"), (0, 0, "cut off"), (10, 6, "finished"), (10, 6, "finished")]
-    assert restarts(rows) == [{"attempt": 1, "seconds": 5.5, "world_size": [2, 2], "resumed_step": 4}]
+    assert restarts(rows) == [{"attempt": 1, "seconds": 5.5, "until_spawned": 2.0, "world_size": [2, 2],
+                               "resumed_step": 4}]

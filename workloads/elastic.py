@@ -68,6 +68,19 @@ def slot() -> dict:
             "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0), "pid": os.getpid()}
 
 
+def process_started() -> float | None:
+    """When this process began (epoch seconds, 10 ms steps): splits a restart into
+    torchrun's part (until the new worker exists) and the worker's own (import, join)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def restart_count() -> int:
     """torchrun sets TORCHELASTIC_RESTART_COUNT for every attempt (0, 1, ...)."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
@@ -159,7 +172,7 @@ def run(ctx: _common.Context, steps: int = 30, checkpoint_every: int = 5, step_s
     where = slot()
     ctx.record("attempt", True, restart_count=attempt, world_size=n, first_step=first,
                resumed=first > 0, group_rank=ctx.node_rank, checkpoint=str(path), shared=shared,
-               time=time.time(), **where)
+               time=time.time(), process_started=process_started(), **where)
 
     opt = torch.optim.SGD(model.parameters(), lr=lr)        # no momentum: no optimizer state
     loss = float("nan")

@@ -77,7 +77,8 @@ def attempts(results: list[dict]) -> list[dict]:
                                     "last_step": None, "ended": "cut off", "started": None,
                                     "crashed": None, "loss": None})
         if r["name"] == "attempt":
-            row.update(first_step=r.get("first_step"), started=r.get("time"))
+            row.update(first_step=r.get("first_step"), started=r.get("time"),
+                       spawned=r.get("process_started"))
             step = r.get("first_step")
         elif r["name"] == "checkpoint":
             step = r.get("step")
@@ -117,7 +118,10 @@ def restarts(rows: list[dict]) -> list[dict]:
         if not crashes or not after:
             continue
         before = [r for r in rows if r["attempt"] == n - 1]
+        spawned = [r["spawned"] for r in after if r.get("spawned")]
         out.append({"attempt": n, "seconds": round(max(r["started"] for r in after) - min(crashes), 3),
+                    # torchrun's part: noticing, stopping, re-rendezvous, starting the last worker
+                    "until_spawned": round(max(spawned) - min(crashes), 3) if spawned else None,
                     "world_size": [before[0]["world_size"], after[0]["world_size"]],
                     "resumed_step": after[0]["first_step"]})
     return out
@@ -139,9 +143,12 @@ def markdown(results: list[dict]) -> str:
                      "" if r["loss"] is None else f"{r['loss']:.4g}") for r in rows))]
     for x in restarts(rows):
         before, after = x["world_size"]
+        split = (f": {x['until_spawned']:.1f} s until torchrun had started the last new worker "
+                 f"(noticed, stopped the group, re-rendezvous), the rest importing torch, joining "
+                 f"and loading the checkpoint" if x.get("until_spawned") is not None else "")
         parts += ["", f"- attempt {x['attempt']}: {x['seconds']:.1f} s from the injected crash "
                   f"until every rank of attempt {x['attempt']} had started (resumed at step "
-                  f"{x['resumed_step']}; world size {before} -> {after})"]
+                  f"{x['resumed_step']}; world size {before} -> {after}){split}"]
     return "\n".join(parts) + "\n"
 
 
