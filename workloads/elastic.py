@@ -140,10 +140,14 @@ def crash_due(ctx: _common.Context, path: Path, crash_rank: int, crash_node: int
 
 def crash_now(ctx: _common.Context, how: str, step: int) -> None:
     """The injected failure: this worker alone, or its whole node (agent and workers)."""
+    node = how == "node" and bool(os.environ.get("TORCHELASTIC_RUN_ID"))   # the parent is torchrun
+    # the agent forwards our output (--tee): a node crash waits for it to pass the record on,
+    # and the record says when the kill happens
+    at = time.time() + (TEE_S if node else 0.0)
     ctx.record("crash-injected", True, how=how, step=step, restart_count=restart_count(),
-               world_size=ctx.world_size, time=time.time(), **slot())
-    if how == "node" and os.environ.get("TORCHELASTIC_RUN_ID"):   # the parent is torchrun
-        time.sleep(TEE_S)             # the agent forwards our output (--tee): let it pass the record
+               world_size=ctx.world_size, time=at, **slot())
+    if node:
+        time.sleep(max(0.0, at - time.time()))
         agent = os.getppid()
         siblings = [p for p in _children(agent) if p != os.getpid()]
         for pid in [agent, *siblings]:
