@@ -141,6 +141,9 @@ def crash_due(ctx: _common.Context, path: Path, crash_rank: int, crash_node: int
 def crash_now(ctx: _common.Context, how: str, step: int) -> None:
     """The injected failure: this worker alone, or its whole node (agent and workers)."""
     node = how == "node" and bool(os.environ.get("TORCHELASTIC_RUN_ID"))   # the parent is torchrun
+    if node and os.getppid() == 1:
+        # a container's PID 1 ignores SIGKILL from inside: only the workers die, the agent restarts them
+        how = "node's workers; its agent is PID 1 and stays"
     # the agent forwards our output (--tee): a node crash waits for it to pass the record on,
     # and the record says when the kill happens
     at = time.time() + (TEE_S if node else 0.0)
