@@ -178,7 +178,7 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
     outcomes, notes = finished.outcomes, finished.notes
     for o in outcomes:
         if o.index in tolerated(outcomes, nodes, fewest) and not o.reason:
-            o.reason = f"the lab went on without it (min_nodes {fewest} of {nodes})"
+            o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
     if signals.deferred and interrupted_by is None:
         notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned up")
     return RunResult(run_state(state, outcomes, nodes, fewest), outcomes, message, interrupted_by,

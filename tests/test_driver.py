@@ -108,7 +108,7 @@ def test_an_elastic_lab_goes_on_without_a_node_it_can_spare(tmp_path):
     assert not any(c.startswith("stop") for c in b.calls), "nobody stopped after the grace"
     lost = result.outcomes[1]
     assert lost.state is NodeState.KILLED, "the dead node's outcome stays what it was"
-    assert lost.reason == "the lab went on without it (min_nodes 2 of 3)"
+    assert lost.reason == "the lab went on without it, min_nodes 2 of 3"
 
 
 def test_an_elastic_lab_fails_below_min_nodes_or_without_node_0(tmp_path):
