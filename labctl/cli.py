@@ -68,6 +68,8 @@ def lab_options(fn):
         click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
         click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
         click.option("--workdir", help="Local nodes' working directory: node (work/node-<i>/ in the run folder) | invoking."),
+        click.option("--max-restarts", help="Elastic: times torchrun restarts a node's workers after a failure (default 0)."),
+        click.option("--min-nodes", help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; default: nodes)."),
     ]
     for option in reversed(options):
         fn = option(fn)

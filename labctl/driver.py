@@ -1,7 +1,8 @@
 """The run driver: a lab's lifecycle, written once for every backend.
 
     start ──► poll every node ──► all ended? ──► stop what runs ──► collect ──► delete
-                 │  first failure: grace period, then stop the others
+                 │  first failure: grace period, then stop the others (unless the
+                 │  lab is elastic and can go on without that node: outcome.tolerated)
                  │  deadline passed: stop everything (state timeout)
                  │  SIGINT / SIGTERM / SIGHUP: stop everything (state interrupted)
 
@@ -20,7 +21,7 @@ from typing import Iterator
 
 from .backends.base import Backend, BackendFailure, Progress
 from .errors import LabError
-from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name
+from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, tolerated
 from .plan import LaunchPlan
 from .rundir import RunDir
 
@@ -94,6 +95,8 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
     outcomes = [NodeOutcome(n.index, n.hostname) for n in plan.nodes]
     stop_reason = ""
     started = False
+    nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
+    spared: set[int] = set()              # nodes an elastic lab goes on without
 
     def say(text: str) -> None:
         try:
@@ -128,7 +131,13 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
                     break
                 if backend.live_logs:
                     rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
-                bad = [o for o in outcomes if o.state.bad]
+                survivable = tolerated(outcomes, nodes, fewest)
+                for o in outcomes:
+                    if o.index in survivable and o.index not in spared:
+                        spared.add(o.index)
+                        say(f"node {o.index} {o.describe()}; the lab goes on without it "
+                            f"(min_nodes {fewest} of {nodes})")
+                bad = [o for o in outcomes if o.state.bad and o.index not in survivable]
                 if bad and first_failure is None:
                     first_failure = now
                     who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
@@ -167,9 +176,13 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
             finished = _finish(backend, rundir, plan, started, outcomes, stop_reason,
                                exited, observe, say)
     outcomes, notes = finished.outcomes, finished.notes
+    for o in outcomes:
+        if o.index in tolerated(outcomes, nodes, fewest) and not o.reason:
+            o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
     if signals.deferred and interrupted_by is None:
         notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned up")
-    return RunResult(run_state(state, outcomes), outcomes, message, interrupted_by, error, notes)
+    return RunResult(run_state(state, outcomes, nodes, fewest), outcomes, message, interrupted_by,
+                     error, notes)
 
 
 @dataclass

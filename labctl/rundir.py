@@ -27,7 +27,7 @@ import yaml
 
 from . import logs
 from .errors import LabError
-from .outcome import NodeOutcome, NodeState, RunState
+from .outcome import NodeOutcome, NodeState, RunState, tolerated
 from .plan import LaunchPlan
 from .spec import LabSpec, dump, from_dict
 
@@ -217,10 +217,14 @@ class RunDir:
                               | set(exit_codes))
         stacks = self._write_stacks(found.get("stacks") or {})
         silent = sorted(set(range(world)) - found["ranks"])
-        bad_nodes = [n for n in outcomes if n.state is not NodeState.SUCCEEDED]
+        spec = self.spec
+        spared = tolerated(outcomes, spec.nodes, spec.fewest_nodes)
+        bad_nodes = [n for n in outcomes if n.state is not NodeState.SUCCEEDED and n.index not in spared]
         if state is RunState.PASSED and (found["failed_count"] or bad_nodes or exit_codes):
             state = RunState.FAILED
-        if state is RunState.PASSED and self.spec.workloads and found["finished"] != set(range(world)):
+        if spared and len(found["finished_world"]) == 1:
+            world = next(iter(found["finished_world"]))    # the world the lab went on with
+        if state is RunState.PASSED and spec.workloads and found["finished"] != set(range(world)):
             state = RunState.FAILED
             message = message or "some ranks never finished their workloads"
         first = None
@@ -259,6 +263,7 @@ class LogSplit:
         self.open_logs: dict[int, Any] = {}
         self.found: dict[str, Any] = {"ranks": set(), "exit_codes": {}, "root_causes": {},
                                       "errors": {}, "agent_errors": {}, "exits": {}, "finished": set(),
+                                      "finished_world": set(),
                                       "total": 0, "failed": [], "failed_count": 0, "skipped": 0}
         for old in (run.path / "ranks").glob("rank-*.log"):
             old.unlink()
@@ -290,6 +295,8 @@ class LogSplit:
                     found["failed"].append(record)
             if record.get("name") == "workload_done":
                 found["finished"].add(record.get("rank"))
+                if isinstance(record.get("world_size"), int):
+                    found["finished_world"].add(record["world_size"])
 
     def advance(self, budget: int | None) -> None:
         """Feed every node log from where the last call stopped; with a budget, only

@@ -140,6 +140,20 @@ class LabSpec:
     init_method: str = "env"           # how workers join: env:// | tcp://<node 0>:<port> | file://<shared>
     replicas: int = 1                  # independent torchrun jobs sharing one replica store
     shared_volume: SharedVolume | None = None
+    # Elastic torchrun (docs/failures.md, "Elastic restarts"): worker-group restarts per
+    # node, and the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes).
+    max_restarts: int = 0
+    min_nodes: int | None = None       # None: = nodes (a node that dies fails the lab)
+
+    @property
+    def fewest_nodes(self) -> int:
+        """The fewest nodes of a replica the lab goes on with (torchrun's MIN in MIN:MAX)."""
+        return self.min_nodes if self.min_nodes is not None else self.nodes
+
+    @property
+    def elastic(self) -> bool:
+        """Whether torchrun may restart workers or go on with fewer nodes."""
+        return self.max_restarts > 0 or self.fewest_nodes < self.nodes
 
     @property
     def world_size(self) -> int:
@@ -321,6 +335,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
 
     if data.get("shared_volume") is not None:
         kw["shared_volume"] = _shared_volume(data["shared_volume"], bad)
+    _elastic(data, kw, bad, source)
     if (kw.get("init_method") == "file" and kw.get("backend") == "k8s"
             and kw.get("shared_volume") is None):
         raise SpecError(f"{source}: shared_volume: expected a ReadWriteMany claim that every pod "
@@ -385,6 +400,13 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     if not spec.workloads and not spec.script:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
+    for w in spec.workloads:              # a workload's rules that need the whole lab
+        rules = _report_hook(w.name)
+        if rules is not None and hasattr(rules, "check_lab"):
+            try:
+                rules.check_lab(spec, dict(w.options), workload_parameters(w.name))
+            except ValueError as exc:
+                raise SpecError(f"{source}: {exc}") from None
     return spec
 
 
@@ -398,6 +420,24 @@ def _seconds(value: Any, key: str, bad) -> float:
     if not seconds > 0 or seconds != seconds or seconds == float("inf"):
         raise bad(key, value, "a number of seconds > 0 (example: 300)")
     return seconds
+def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> None:
+    """max_restarts and min_nodes: torchrun's own knobs, so a direct-mode lab cannot have them."""
+    if data.get("max_restarts") is not None:
+        kw["max_restarts"] = _int(data["max_restarts"], "max_restarts", 0, 100, bad,
+                                  expected="an integer between 0 and 100: worker-group restarts "
+                                  "per node (example: max_restarts: 1)")
+    nodes = kw.get("nodes", LabSpec.nodes)
+    if data.get("min_nodes") is not None:
+        kw["min_nodes"] = _int(data["min_nodes"], "min_nodes", 1, nodes, bad,
+                               expected=f"an integer between 1 and nodes ({nodes}): the fewest "
+                               "nodes the lab goes on with (example: min_nodes: 1)")
+    elastic = kw.get("max_restarts", 0) > 0 or kw.get("min_nodes", nodes) < nodes
+    if elastic and kw.get("launcher", LabSpec.launcher) != "torchrun":
+        given = ", ".join(f"{k}: {kw[k]}" for k in ("max_restarts", "min_nodes") if k in kw)
+        raise bad("launcher", kw["launcher"], f"torchrun for an elastic lab ({given}): torchrun's "
+                  "agent restarts the workers, and direct mode has none")
+
+
 def _shared_volume(raw: Any, bad) -> SharedVolume:
     expected = "a mapping with the name of a ReadWriteMany claim (example: shared_volume: {claim: lab-shared})"
     if not isinstance(raw, dict) or set(raw) != {"claim"}:
@@ -660,6 +700,8 @@ launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE 
 init_method: env         # how workers join: env (MASTER_ADDR/PORT) | tcp (node 0, own port) | file (shared dir)
 replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, sharing one replica store
 # shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim
+# max_restarts: 0        # torchrun restarts a node's workers this often (elastic workload)
+# min_nodes: 2           # the fewest nodes the lab goes on with: torchrun --nnodes MIN:nodes
 workloads:               # run in this order inside one process group
   - env
   - p2p

@@ -12,7 +12,7 @@ import pytest
 
 from labctl import backends, driver, lab
 from labctl.backends.base import Backend, BackendFailure
-from labctl.outcome import NodeOutcome, NodeState, RunState
+from labctl.outcome import NodeOutcome, NodeState, RunState, tolerated
 from labctl.plan import local_placement, plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
@@ -71,8 +71,8 @@ class ScriptedBackend(Backend):
         return ""
 
 
-def _run(tmp_path, grace=0.05, timeout=600, **backend_kw):
-    spec = from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": timeout})
+def _run(tmp_path, grace=0.05, timeout=600, fields=None, **backend_kw):
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": timeout, **(fields or {})})
     b = ScriptedBackend(**backend_kw)
     p = plan(spec, b.placement(spec), "lab-test")
     rundir = RunDir.create(p, out=tmp_path / "run")
@@ -96,6 +96,37 @@ def test_a_failed_node_stops_the_others_after_the_grace_and_names_why(tmp_path):
     states = {o.index: (o.state, o.reason) for o in result.outcomes}
     assert states[1][0] is NodeState.FAILED
     assert states[0] == (NodeState.STOPPED, "stopped by labctl after node 1 failed")
+
+
+LATE = ["running"] * 300 + ["succeeded"]        # ends well after the grace period
+
+
+def test_an_elastic_lab_goes_on_without_a_node_it_can_spare(tmp_path):
+    result, b, _ = _run(tmp_path, fields={"min_nodes": 2, "max_restarts": 1},
+                        script={0: LATE, 1: ["running", "killed"], 2: LATE})
+    assert result.state is RunState.PASSED
+    assert not any(c.startswith("stop") for c in b.calls), "nobody stopped after the grace"
+    lost = result.outcomes[1]
+    assert lost.state is NodeState.KILLED, "the dead node's outcome stays what it was"
+    assert lost.reason == "the lab went on without it, min_nodes 2 of 3"
+
+
+def test_an_elastic_lab_fails_below_min_nodes_or_without_node_0(tmp_path):
+    result, b, _ = _run(tmp_path, fields={"min_nodes": 2},
+                        script={0: LATE, 1: ["running", "killed"], 2: ["running", "running", "failed"]})
+    assert result.state is RunState.FAILED and "stop [0]" in b.calls
+    result, b, _ = _run(tmp_path / "host", fields={"min_nodes": 1},
+                        script={0: ["running", "killed"], 1: LATE, 2: LATE})
+    assert result.state is RunState.FAILED and "stop [1, 2]" in b.calls, \
+        "node 0 hosts the rendezvous store: nobody goes on without it"
+
+
+def test_tolerated_counts_per_replica():
+    def outcomes(*states):
+        return [NodeOutcome(i, f"n{i}", state=NodeState(s)) for i, s in enumerate(states)]
+    assert tolerated(outcomes("succeeded", "killed", "running", "lost"), 2, 1) == {1, 3}
+    assert tolerated(outcomes("succeeded", "killed", "killed", "running"), 2, 1) == {1}
+    assert tolerated(outcomes("succeeded", "killed"), 2, 2) == set(), "not elastic"
 
 
 def test_the_deadline_is_a_timeout_with_everything_stopped(tmp_path):

@@ -1,7 +1,8 @@
 """Local backend: every node is a process tree on this machine, kept by a node guard.
 
 Each node runs under `labctl/nodeguard.py` (in a session of its own, working
-in `work/node-<i>/` of the run folder unless the spec says `workdir: invoking`),
+in `work/node-<i>/` of the run folder unless the spec says `workdir: invoking`,
+with LAB_SHARED_DIR naming the run folder's `shared/`, which every node sees),
 which writes the node's output straight into `nodes/node-<i>.log`, keeps every
 descendant in its tree (child subreaper), and stops the tree when labctl asks
 (SIGTERM) or dies (the lifeline pipe reads EOF). So a lab never outlives
@@ -198,7 +199,10 @@ class LocalBackend(Backend):
              *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
              "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "LAB_RUN_ID": self.plan.run_id if self.plan else ""},
+            env={**os.environ, "LAB_RUN_ID": self.plan.run_id if self.plan else "",
+                 # the directory every local node sees: the run folder's shared/ (kept with it;
+                 # the plan cannot name it, the folder is chosen after the plan)
+                 "LAB_SHARED_DIR": str((rundir.path / "shared").resolve())},
             start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
