@@ -68,6 +68,12 @@ def lab_options(fn):
         click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
         click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
         click.option("--workdir", help="Local nodes' working directory: node (work/node-<i>/ in the run folder) | invoking."),
+        click.option("--pg-timeout", help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
+        click.option("--debug", is_flag=True, default=None,
+                     help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
+        click.option("--fault", "faults", multiple=True,
+                     help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
+                          "partition:N@T+D, delay:N=MS (seconds after every node started)."),
     ]
     for option in reversed(options):
         fn = option(fn)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ..errors import LabError
+from ..faults import KILL_RANK_PY, Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement
 from ..render import compose as render_compose
@@ -130,6 +131,7 @@ class ComposeBackend(Backend):
     name = "compose"
     renderer = "labctl.render.compose"
     poll_interval = 1.0
+    fault_kinds = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -206,6 +208,57 @@ class ComposeBackend(Backend):
                 notes.append(f"node {index}: could not ask for stacks: {_last_line(done.stderr)}")
         time.sleep(1.5)
         return notes or ["asked every rank for its stack"]
+
+    def _container(self, index: int) -> str:
+        assert self.project is not None
+        done = self.project("ps", "--all", "--quiet", self.hostnames[index])
+        cid = done.stdout.strip().split()
+        if done.returncode != 0 or not cid:
+            raise LabError(f"no container for node {index} ({self.hostnames[index]})")
+        return cid[0]
+
+    def _network(self) -> str:
+        assert self.project is not None
+        return f"{self.project.name}_{render_compose.NETWORK}"
+
+    def inject(self, fault: Fault) -> str:
+        """kill-rank: SIGKILL inside the container (the rank is found by its environment;
+        c10d decides which node holds which rank, so every container is asked); the
+        others through the engine: kill, pause, network disconnect, tc netem."""
+        if fault.kind == "kill-rank":
+            for index in sorted(self.hostnames):
+                done = _docker("exec", self._container(index), "python3", "-c", KILL_RANK_PY,
+                               self.run_id, str(fault.target), timeout=30)
+                if done.returncode == 0:
+                    return (f"SIGKILL to rank {fault.target} (pid {done.stdout.strip()} in "
+                            f"{self.hostnames[index]})")
+            raise NotYet(f"rank {fault.target} is not running yet in any container")
+        cid, host = self._container(fault.target), self.hostnames[fault.target]
+        if fault.kind == "kill-node":
+            _docker("kill", "--signal", "KILL", cid, check=True)
+            return f"docker kill {host} (SIGKILL)"
+        if fault.kind == "stop-node":
+            _docker("pause", cid, check=True)
+            return f"docker pause {host} (cgroup freezer)"
+        if fault.kind == "partition":
+            _docker("network", "disconnect", self._network(), cid, check=True)
+            return f"docker network disconnect {self._network()} {host}"
+        if fault.kind == "delay":
+            _docker("exec", "--user", "0", cid, "tc", "qdisc", "add", "dev", "eth0", "root",
+                    "netem", "delay", f"{fault.ms}ms", check=True)
+            return f"tc qdisc add dev eth0 root netem delay {fault.ms}ms in {host}"
+        raise LabError(f"the compose backend cannot do {fault.kind}")
+
+    def heal(self, fault: Fault) -> str:
+        cid, host = self._container(fault.target), self.hostnames[fault.target]
+        if fault.kind == "stop-node":
+            _docker("unpause", cid, check=True)
+            return f"docker unpause {host}"
+        if fault.kind == "partition":
+            # the service name is how the others resolve it: give it back as an alias
+            _docker("network", "connect", "--alias", host, self._network(), cid, check=True)
+            return f"docker network connect {self._network()} {host}"
+        raise LabError(f"the compose backend cannot end {fault.kind}")
 
     # ---- runs started by `docker compose up` or by a labctl that died ------------
     def attach(self, rundir: RunDir) -> None:
