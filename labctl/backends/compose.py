@@ -85,6 +85,26 @@ def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
                              "machine with the NVIDIA Container Toolkit")
 
 
+def kernel_has_netem() -> bool | None:
+    """Whether this machine's kernel can do `tc ... netem` (containers share it): loaded,
+    shipped as a module, or built in; None when it cannot be told (a remote engine)."""
+    if os.environ.get("DOCKER_HOST", "unix://").startswith(("tcp://", "ssh://")):
+        return None
+    release = os.uname().release
+    if os.path.isdir("/sys/module/sch_netem") or any(
+            os.path.exists(f"/lib/modules/{release}/kernel/net/sched/sch_netem.ko{ext}")
+            for ext in ("", ".xz", ".zst", ".gz")):
+        return True
+    try:
+        import gzip
+
+        with gzip.open("/proc/config.gz", "rt") as f:
+            config = f.read()
+    except OSError:
+        return None
+    return "CONFIG_NET_SCH_NETEM=y" in config or "CONFIG_NET_SCH_NETEM=m" in config
+
+
 class _Project:
     """One compose project: the fixed part of every `docker compose` call for a run."""
 
@@ -152,6 +172,11 @@ class ComposeBackend(Backend):
         except LabError as exc:
             raise PreflightError(str(exc)) from None
         _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
+        delays = [f for f in plan.spec.faults if f.startswith("delay:")]
+        if delays and kernel_has_netem() is False:
+            raise PreflightError(f"fault {delays[0]} needs tc netem, and this machine's kernel "
+                                 f"({os.uname().release}) has none (CONFIG_NET_SCH_NETEM is not "
+                                 "set); leave the delay out, or run on a kernel with sch_netem")
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
         self.plan, self.run_id = plan, plan.run_id
