@@ -247,7 +247,7 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
                 fire(backend, rundir, clock, t0, faults, fault.at + (fault.duration or 0), fault,
                      "end", say, note="ended early: the lab ended")
             finished = _finish(backend, rundir, plan, started, outcomes, stop_reason,
-                               exited, observe, say)
+                               exited, observe, say, lambda: round(clock() - t0, 3))
     outcomes, notes = finished.outcomes, finished.notes
     if signals.deferred and interrupted_by is None:
         notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned up")
@@ -262,7 +262,7 @@ class _Finished:
 
 def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             outcomes: list[NodeOutcome], stop_reason: str, exited: dict[int, float],
-            observe, say: Progress) -> _Finished:
+            observe, say: Progress, elapsed=lambda: None) -> _Finished:
     """Stop what still runs, collect every log, then delete: in this order, always."""
     notes: list[str] = []
     stopped: set[int] = set()
@@ -276,10 +276,8 @@ def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             reason = stop_reason or "stopped by labctl"
             backend.stop(running, reason)
             stopped = set(running)
-            try:
-                observe()                 # when they ended, for the report's timeline
-            except Exception:
-                pass
+            for index in running:         # when they ended, for the report's timeline
+                exited.setdefault(index, elapsed())
         final = backend.collect(rundir)
     except Exception as exc:
         notes.append(f"collecting failed: {type(exc).__name__}: {exc}")

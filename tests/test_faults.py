@@ -64,8 +64,10 @@ def test_a_malformed_fault_says_how_it_is_written(text, expected):
     ({"faults": ["kill-rank:4@5"]}, "a rank of this lab: 0 to 3 (world size 4)"),
     ({"faults": ["partition:1@5+5"]}, "the local backend cannot do partition (backends that can: compose)"),
     ({"faults": ["delay:1=50"]}, "the local backend cannot do delay (backends that can: compose)"),
-    ({"faults": ["kill-node:1@5"], "backend": "k8s"}, "the k8s backend cannot do kill-node "
+    ({"faults": ["kill-rank:1@5"], "backend": "k8s"}, "the k8s backend cannot do kill-rank "
                                                       "(backends that can: local, compose)"),
+    ({"faults": ["stop-node:1@5+5"], "backend": "k8s"}, "the k8s backend cannot do stop-node "
+                                                        "(backends that can: local, compose)"),
     ({"faults": ["stop-node:1@5+700"]}, "a fault that ends before the lab's deadline"),
     ({"faults": "kill-node:x@5"}, "kill-node is written kill-node:N@T"),
     ({"pg_timeout": 0}, "pg_timeout: expected a number of seconds > 0"),
