@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -53,7 +54,8 @@ def one(backend: str, fault: str, pg_timeout: float, folder: Path) -> dict:
             "peer_state": peer["state"],
             "peer_ended_s": peer.get("exited_s"),
             "detect_s": round(peer["exited_s"] - begin["lab_s"], 2) if peer.get("exited_s") else None,
-            "peer_error": (error.get("exception") or "")[:90], "wall_s": round(wall, 1)}
+            "peer_error": re.sub(r"\[[^\]]*\.cc:\d+\] ", "", error.get("exception") or "")[:100],
+            "wall_s": round(wall, 1)}
 
 
 def main() -> int:
