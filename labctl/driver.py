@@ -131,7 +131,7 @@ class FaultClock:
 def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock,
          at: float, fault: Fault, phase: str, say: Progress, note: str = "") -> None:
     """Make one fault event happen and write it down (faults.jsonl) with when it fired."""
-    now = clock_()
+    asked = clock_()
     try:
         did, ok = (backend.inject(fault) if phase == "begin" else backend.heal(fault)), True
     except NotYet:
@@ -139,13 +139,15 @@ def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock
         return
     except Exception as exc:          # a fault that cannot be done is written down, not fatal
         did, ok = f"could not: {exc}", False
+    now = clock_()                    # done: a kill through `docker exec` takes a while
     if phase == "begin" and fault.duration is not None:
         faults.active.append(fault)
     elif phase == "end" and fault in faults.active:
         faults.active.remove(fault)
     record = {"fault": fault.text, "kind": fault.kind, "target": fault.target, "phase": phase,
               "planned_s": at, "fired_s": round(now - (faults.started_at or t0), 3),
-              "lab_s": round(now - t0, 3), "time": round(time.time(), 3), "did": did, "ok": ok}
+              "lab_s": round(now - t0, 3), "took_s": round(now - asked, 3),
+              "time": round(time.time(), 3), "did": did, "ok": ok}
     if note:
         record["note"] = note
     rundir.record_fault(record)
