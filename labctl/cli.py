@@ -131,7 +131,8 @@ def validate(spec_file, script_args, **flags) -> None:
     what = spec.script or ",".join(w.name for w in spec.workloads)
     click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
                f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
-               f"backend {spec.backend}, runs {what}")
+               f"backend {spec.backend}, runs {what}"
+               + (f"; faults: {', '.join(spec.faults)}" if spec.faults else ""))
 
 
 RENDER_TARGETS = backend_registry.render_targets()
