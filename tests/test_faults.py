@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -217,3 +218,32 @@ def test_compose_refuses_a_delay_on_a_kernel_without_netem(tmp_path, write_scrip
     assert done.returncode == 2
     assert "fault delay:1=50 needs tc netem" in done.stderr and "CONFIG_NET_SCH_NETEM" in done.stderr
     assert not (tmp_path / "run").exists()                # refused before anything started
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_compose_kill_node_during_a_freeze_blames_the_kill_and_unpauses_before_teardown(
+        tmp_path, write_script):
+    require_compose()
+    require_image()
+    out = tmp_path / "run"
+    done = labctl("up", "--backend", "compose", "--script", str(write_script(LOOP)), "--nodes", "3",
+                  "--nproc-per-node", "1", "--fault", "stop-node:1@40+120", "--fault", "kill-node:2@42",
+                  "--pg-timeout", "60", "--timeout", "300", "--out", str(out), timeout=500)
+    assert done.returncode == 1, done.stderr
+    status = json.loads((out / "status.json").read_text())
+    fired = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
+    assert [(f["fault"], f["phase"], f["ok"]) for f in fired] == [
+        ("stop-node:1@40+120", "begin", True), ("kill-node:2@42", "begin", True),
+        ("stop-node:1@40+120", "end", True)]               # unpaused so that it could be stopped
+    assert "docker pause" in fired[0]["did"] and "docker kill" in fired[1]["did"]
+    assert fired[2]["note"] == "ended early: the lab ended"
+    node2 = status["node_outcomes"][2]
+    assert (node2["state"], node2["signal"], node2["reason"]) == ("killed", "SIGKILL",
+                                                                  "killed by fault kill-node:2@42")
+    assert status["first_failure"]["fault"] == "kill-node:2@42"
+    assert "node 2 was killed by fault kill-node:2@42 (SIGKILL)" in done.stderr
+    containers = subprocess.run(["docker", "ps", "-aq", "--filter",
+                                 f"label=labctl.dev/run-id={status['run_id']}"],
+                                capture_output=True, text=True).stdout.split()
+    assert containers == []
