@@ -28,6 +28,7 @@ from .rundir import RunDir
 
 FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and exit by themselves
 FOLLOW_BYTES = 2 << 20    # node log bytes split per node and poll while the lab runs (live logs)
+RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -122,7 +123,7 @@ class FaultClock:
     def next_in(self, now: float) -> float:
         """Seconds until the next event (a long time when none is scheduled yet)."""
         if self.waiting:
-            return 0.0
+            return RETRY_S
         if self.started_at is None or not self.events:
             return 3600.0
         return max(0.0, self.started_at + self.events[0][0] - now)
@@ -131,6 +132,8 @@ class FaultClock:
 def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock,
          at: float, fault: Fault, phase: str, say: Progress, note: str = "") -> None:
     """Make one fault event happen and write it down (faults.jsonl) with when it fired."""
+    if phase == "end" and fault not in faults.active:
+        return                        # it never began (could not be done): nothing to end
     asked = clock_()
     try:
         did, ok = (backend.inject(fault) if phase == "begin" else backend.heal(fault)), True
@@ -140,7 +143,7 @@ def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock
     except Exception as exc:          # a fault that cannot be done is written down, not fatal
         did, ok = f"could not: {exc}", False
     now = clock_()                    # done: a kill through `docker exec` takes a while
-    if phase == "begin" and fault.duration is not None:
+    if phase == "begin" and fault.duration is not None and ok:
         faults.active.append(fault)
     elif phase == "end" and fault in faults.active:
         faults.active.remove(fault)
