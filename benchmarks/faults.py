@@ -8,7 +8,7 @@ torchrun, by the node's end) and what it raised. Detection time = the peer
 node's end - the fault. `--backend compose` also runs partition; `--pg-timeout`
 sets the collective timeout (default 10 s).
 
-    python benchmarks/faults.py [--backend local|compose] [--pg-timeout 10] [--repeat 1]
+    python benchmarks/faults.py [--backend local|compose] [--pg-timeout 10] [--repeat 1] [--only kill-rank]
 """
 from __future__ import annotations
 
@@ -64,10 +64,13 @@ def main() -> int:
     parser.add_argument("--pg-timeout", type=float, default=10.0)
     parser.add_argument("--at", type=float, default=30.0, help="fault time T (after every node started)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--only", help="comma list of fault kinds (default: every one the backend can do)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for template in CASES[args.backend]:
+            if args.only and template.split(":")[0] not in args.only.split(","):
+                continue
             fault = template.format(t=f"{args.at:g}")
             runs = [one(args.backend, fault, args.pg_timeout, Path(tmp)) for _ in range(args.repeat)]
             detect = [r["detect_s"] for r in runs if r["detect_s"] is not None]
