@@ -729,7 +729,7 @@ workloads:               # run in this order inside one process group
 timeout: 600             # seconds before the whole lab is stopped
 join_timeout: 120        # seconds the c10d rendezvous waits for every node
 # pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout;
-                         # workers read it as LAB_PG_TIMEOUT); torch's default is 10 min (gloo)
+                         # workers read it as LAB_PG_TIMEOUT); torch's default is 30 min (gloo)
 # debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
 # faults:                # docs/failures.md; T, D: seconds after every node started
 #   - kill-rank:1@5      # SIGKILL worker rank 1
