@@ -437,6 +437,12 @@ def _fault_cause(first: dict | None, outcomes: list[NodeOutcome], found: dict[st
     freeze or a cut-off kills nothing; the first failure stays the peer's own
     error (the collective's timeout) and says which fault came before it.
     """
+    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
+                    default=None)
+    if failed_at is not None:         # only what came before the first failure can have caused it
+        fired = [r for r in fired if r["lab_s"] - r.get("took_s", 0.0) <= failed_at]
+    if not fired:
+        return first
     kills = sorted((r for r in fired if r["kind"] in ("kill-rank", "kill-node")),
                    key=lambda r: r["lab_s"])
     if kills:
