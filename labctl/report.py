@@ -240,7 +240,11 @@ def fault_timeline(meta: dict) -> str:
         rows.append((n["exited_s"], 1, f"node {n['index']} ended", how + (f" ({n['reason']})" if
                                                                            n.get("reason") else "")))
     rows.sort(key=lambda r: (r[0], r[1]))
-    return table(("t (s)", "event", "detail"), ((f"{t:.1f}", what, d) for t, _, what, d in rows))
+    first = (meta.get("faults") or [{}])[0]
+    clock = first["lab_s"] - first["fired_s"] if "fired_s" in first else None
+    caption = ("Seconds after labctl started the lab" + (f"; every node was running at {clock:.1f} s "
+               "(the faults' T counts from there)" if clock is not None else "") + ".\n\n")
+    return caption + table(("t (s)", "event", "detail"), ((f"{t:.1f}", what, d) for t, _, what, d in rows))
 
 
 def stacks_table(where: dict[str, dict], run: RunDir, codes: dict | None = None) -> str:
