@@ -234,7 +234,7 @@ class RunDir:
             message = message or "some ranks never finished their workloads"
         first = None
         fired = [f for f in self.meta.get("faults") or [] if f.get("phase") == "begin" and f.get("ok")]
-        _blame_nodes(outcomes, fired)
+        _blame_nodes(outcomes, fired, found)
         if state is not RunState.PASSED:
             first = _first_failure(outcomes, found)
             if fired and state is not RunState.INTERRUPTED:
@@ -418,14 +418,22 @@ def _first_failure(outcomes: list[NodeOutcome], found: dict[str, Any]) -> dict |
     return first
 
 
-def _blame_nodes(outcomes: list[NodeOutcome], fired: list[dict]) -> None:
-    """A node that died by a kill-node fault says so, instead of looking like a crash."""
+def _blame_nodes(outcomes: list[NodeOutcome], fired: list[dict], found: dict[str, Any]) -> None:
+    """A node that died by a kill-node fault, or failed because its rank was killed by
+    one, says so, instead of looking like a crash."""
     for record in fired:
-        if record["kind"] != "kill-node":
+        if record["kind"] == "kill-node":
+            index, why = record["target"], f"killed by fault {record['fault']}"
+        elif record["kind"] == "kill-rank":
+            rank = record["target"]
+            index = next((i for i, ranks in found.get("node_ranks", {}).items() if rank in ranks),
+                         next((i for i, r in found["root_causes"].items() if r == rank), None))
+            why = f"its rank {rank} was killed by fault {record['fault']}"
+        else:
             continue
         for node in outcomes:
-            if node.index == record["target"] and node.state.bad:
-                node.reason = f"killed by fault {record['fault']}"
+            if node.index == index and node.state.bad and not node.reason:
+                node.reason = why
 
 
 def _fault_cause(first: dict | None, outcomes: list[NodeOutcome], found: dict[str, Any],

@@ -137,6 +137,8 @@ def test_kill_rank_fails_the_lab_naming_the_rank_and_the_fault(tmp_path, write_s
     first = status["first_failure"]
     assert (first["rank"], first["fault"], first["signal"]) == (1, "kill-rank:1@20", "SIGKILL")
     assert status["rank_exit_codes"]["1"] == -9
+    node = status["node_outcomes"][first["node"]]
+    assert node["state"] == "failed" and node["reason"] == "its rank 1 was killed by fault kill-rank:1@20"
     assert "rank 1 on node" in done.stderr and "was killed by fault kill-rank:1@20 (SIGKILL)" in done.stderr
     (record,) = fired
     assert record["phase"] == "begin" and record["ok"] and 20 <= record["fired_s"] < 60
