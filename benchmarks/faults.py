@@ -8,7 +8,8 @@ torchrun, by the node's end) and what it raised. Detection time = the peer
 node's end - the fault. `--backend compose` also runs partition; `--pg-timeout`
 sets the collective timeout (default 10 s).
 
-    python benchmarks/faults.py [--backend local|compose] [--pg-timeout 10] [--repeat 1] [--only kill-rank]
+    python benchmarks/faults.py [--backend local|compose] [--launcher direct|torchrun]
+                                [--pg-timeout 10] [--repeat 1] [--only kill-rank]
 """
 from __future__ import annotations
 
@@ -37,12 +38,12 @@ CASES = {"local": ["kill-rank:1@{t}", "kill-node:1@{t}", "stop-node:1@{t}+60"],
                      "partition:1@{t}+60"]}
 
 
-def one(backend: str, fault: str, pg_timeout: float, folder: Path) -> dict:
+def one(backend: str, fault: str, pg_timeout: float, folder: Path, launcher: str = "direct") -> dict:
     script = folder / "loop.py"
     script.write_text(LOOP)
     out = folder / f"run-{len(list(folder.glob('run-*')))}"
     done, wall = labctl("up", "--backend", backend, "--script", str(script), "--nodes", "2",
-                        "--nproc-per-node", "1", "--launcher", "direct", "--fault", fault,
+                        "--nproc-per-node", "1", "--launcher", launcher, "--fault", fault,
                         "--pg-timeout", f"{pg_timeout:g}", "--timeout", "400", "--out", str(out),
                         timeout=600)
     status = json.loads((out / "status.json").read_text())
@@ -64,6 +65,7 @@ def main() -> int:
     parser.add_argument("--pg-timeout", type=float, default=10.0)
     parser.add_argument("--at", type=float, default=30.0, help="fault time T (after every node started)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--launcher", default="direct", choices=("direct", "torchrun"))
     parser.add_argument("--only", help="comma list of fault kinds (default: every one the backend can do)")
     args = parser.parse_args()
     rows = []
@@ -72,12 +74,12 @@ def main() -> int:
             if args.only and template.split(":")[0] not in args.only.split(","):
                 continue
             fault = template.format(t=f"{args.at:g}")
-            runs = [one(args.backend, fault, args.pg_timeout, Path(tmp)) for _ in range(args.repeat)]
+            runs = [one(args.backend, fault, args.pg_timeout, Path(tmp), args.launcher) for _ in range(args.repeat)]
             detect = [r["detect_s"] for r in runs if r["detect_s"] is not None]
             rows.append((fault, runs[-1]["state"], runs[-1]["peer_state"],
                          statistics.median(detect) if detect else None, runs[-1]["peer_error"]))
             print(json.dumps(runs), file=sys.stderr, flush=True)
-    print(f"backend {args.backend}, pg_timeout {args.pg_timeout:g}s, direct launcher, 2 x 1 gloo, "
+    print(f"backend {args.backend}, pg_timeout {args.pg_timeout:g}s, {args.launcher} launcher, 2 x 1 gloo, "
           f"median of {args.repeat}")
     print(table(("fault", "lab", "peer node", "peer ended after (s)", "what the peer raised"), rows))
     return 0
