@@ -70,6 +70,12 @@ def lab_options(fn):
         click.option("--workdir", help="Local nodes' working directory: node (work/node-<i>/ in the run folder) | invoking."),
         click.option("--max-restarts", help="Elastic: times torchrun restarts a node's workers after a failure (default 0)."),
         click.option("--min-nodes", help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; default: nodes)."),
+        click.option("--pg-timeout", help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
+        click.option("--debug", is_flag=True, default=None,
+                     help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
+        click.option("--fault", "faults", multiple=True,
+                     help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
+                          "partition:N@T+D, delay:N=MS (seconds after every node started)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -127,7 +133,8 @@ def validate(spec_file, script_args, **flags) -> None:
     what = spec.script or ",".join(w.name for w in spec.workloads)
     click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
                f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
-               f"backend {spec.backend}, runs {what}")
+               f"backend {spec.backend}, runs {what}"
+               + (f"; faults: {', '.join(spec.faults)}" if spec.faults else ""))
 
 
 RENDER_TARGETS = backend_registry.render_targets()

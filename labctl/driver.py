@@ -4,6 +4,7 @@
                  │  first failure: grace period, then stop the others (unless the
                  │  lab is elastic and can go on without that node: outcome.tolerated)
                  │  deadline passed: stop everything (state timeout)
+                 │  faults on a clock that starts when every node runs (inject, heal)
                  │  SIGINT / SIGTERM / SIGHUP: stop everything (state interrupted)
 
 Whatever happens — a failing rank, the deadline, a signal, an exception in
@@ -21,12 +22,14 @@ from typing import Iterator
 
 from .backends.base import Backend, BackendFailure, Progress
 from .errors import LabError
+from .faults import Fault, NotYet, parse as parse_fault
 from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, tolerated
 from .plan import LaunchPlan
 from .rundir import RunDir
 
 FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and exit by themselves
 FOLLOW_BYTES = 2 << 20    # node log bytes split per node and poll while the lab runs (live logs)
+RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -83,6 +86,78 @@ def _line(outcomes: list[NodeOutcome]) -> str:
                      for o in outcomes)
 
 
+class FaultClock:
+    """The spec's faults as timed events (begin, and end for those with a duration),
+    on a clock that starts when every node is running: a fault at T means T seconds
+    after the last node started, whatever the backend's start-up time."""
+
+    def __init__(self, faults: tuple[str, ...]):
+        events = []
+        for text in faults:
+            fault = parse_fault(text)
+            events.append((fault.at, 0, fault, "begin"))
+            if fault.duration is not None:
+                events.append((fault.at + fault.duration, 1, fault, "end"))
+        self.events = sorted(events, key=lambda e: (e[0], e[1]))
+        self.started_at: float | None = None      # clock() when every node ran
+        self.active: list[Fault] = []              # begun, not yet ended
+        self.waiting: list[tuple[float, Fault, str]] = []   # due, but the target is not there yet
+
+    def start(self, now: float) -> None:
+        if self.started_at is None:
+            self.started_at = now
+
+    def due(self, now: float) -> list[tuple[float, Fault, str]]:
+        """Events whose time has come, those still waiting for their target first."""
+        if self.started_at is None:
+            return []
+        out, self.waiting = self.waiting, []
+        while self.events and self.started_at + self.events[0][0] <= now:
+            at, _, fault, phase = self.events.pop(0)
+            out.append((at, fault, phase))
+        return out
+
+    def retry(self, at: float, fault: Fault, phase: str) -> None:
+        """An event whose target is not there yet: tried again at the next poll."""
+        self.waiting.append((at, fault, phase))
+
+    def next_in(self, now: float) -> float:
+        """Seconds until the next event (a long time when none is scheduled yet)."""
+        if self.waiting:
+            return RETRY_S
+        if self.started_at is None or not self.events:
+            return 3600.0
+        return max(0.0, self.started_at + self.events[0][0] - now)
+
+
+def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock,
+         at: float, fault: Fault, phase: str, say: Progress, note: str = "") -> None:
+    """Make one fault event happen and write it down (faults.jsonl) with when it fired."""
+    if phase == "end" and fault not in faults.active:
+        return                        # it never began (could not be done): nothing to end
+    asked = clock_()
+    try:
+        did, ok = (backend.inject(fault) if phase == "begin" else backend.heal(fault)), True
+    except NotYet:
+        faults.retry(at, fault, phase)
+        return
+    except Exception as exc:          # a fault that cannot be done is written down, not fatal
+        did, ok = f"could not: {exc}", False
+    now = clock_()                    # done: a kill through `docker exec` takes a while
+    if phase == "begin" and fault.duration is not None and ok:
+        faults.active.append(fault)
+    elif phase == "end" and fault in faults.active:
+        faults.active.remove(fault)
+    record = {"fault": fault.text, "kind": fault.kind, "target": fault.target, "phase": phase,
+              "planned_s": at, "fired_s": round(now - (faults.started_at or t0), 3),
+              "lab_s": round(now - t0, 3), "took_s": round(now - asked, 3),
+              "time": round(time.time(), 3), "did": did, "ok": ok}
+    if note:
+        record["note"] = note
+    rundir.record_fault(record)
+    say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
+
+
 def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
         grace: float | None = None, clock=time.monotonic) -> RunResult:
     """Run the lab to its end on `backend`; the run folder holds every node's log afterwards."""
@@ -97,6 +172,7 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
     started = False
     nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
     spared: set[int] = set()              # nodes an elastic lab goes on without
+    faults = FaultClock(plan.spec.faults)
 
     def say(text: str) -> None:
         try:
@@ -129,6 +205,13 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
                     last = line
                 if all(o.state.ended for o in outcomes):
                     break
+                if plan.spec.faults:
+                    if all(o.state is not NodeState.PENDING for o in outcomes):
+                        if faults.started_at is None:
+                            say(f"[{now - t0:6.1f}s] every node started: the fault clock starts")
+                        faults.start(now)
+                    for at, fault, phase in faults.due(now):
+                        fire(backend, rundir, clock, t0, faults, at, fault, phase, say)
                 if backend.live_logs:
                     rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
                 survivable = tolerated(outcomes, nodes, fewest)
@@ -152,7 +235,8 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
                     for note in backend.dump_stacks(rundir):
                         say(note)
                     break
-                time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01)))
+                time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01,
+                                        faults.next_in(clock()))))
         except (Interrupted, KeyboardInterrupt) as exc:
             signame = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
             state, interrupted_by = RunState.INTERRUPTED, signame
@@ -173,8 +257,11 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
             stop_reason = "stopped by labctl after an error"
         finally:
             signals.raising = False       # from here on signals wait: the cleanup completes
+            for fault in list(faults.active):     # a frozen or cut-off node cannot be stopped
+                fire(backend, rundir, clock, t0, faults, fault.at + (fault.duration or 0), fault,
+                     "end", say, note="ended early: the lab ended")
             finished = _finish(backend, rundir, plan, started, outcomes, stop_reason,
-                               exited, observe, say)
+                               exited, observe, say, lambda: round(clock() - t0, 3))
     outcomes, notes = finished.outcomes, finished.notes
     for o in outcomes:
         if o.index in tolerated(outcomes, nodes, fewest) and not o.reason:
@@ -193,7 +280,7 @@ class _Finished:
 
 def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             outcomes: list[NodeOutcome], stop_reason: str, exited: dict[int, float],
-            observe, say: Progress) -> _Finished:
+            observe, say: Progress, elapsed=lambda: None) -> _Finished:
     """Stop what still runs, collect every log, then delete: in this order, always."""
     notes: list[str] = []
     stopped: set[int] = set()
@@ -207,6 +294,8 @@ def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             reason = stop_reason or "stopped by labctl"
             backend.stop(running, reason)
             stopped = set(running)
+            for index in running:         # when they ended, for the report's timeline
+                exited.setdefault(index, elapsed())
         final = backend.collect(rundir)
     except Exception as exc:
         notes.append(f"collecting failed: {type(exc).__name__}: {exc}")

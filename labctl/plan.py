@@ -269,6 +269,10 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
     # Only what is not the default: a default lab's env (and renders) stay as they were.
     if spec.init_method != "env":
         env["LAB_INIT_METHOD"] = init_url(spec, placement, run_id, replica)
+    if spec.pg_timeout is not None:
+        env["LAB_PG_TIMEOUT"] = f"{spec.pg_timeout:g}"
+    if spec.debug:
+        env.update(debug_env(spec))
     if spec.replicas > 1:
         env.update({
             "REPLICA_ID": str(replica),
@@ -278,6 +282,16 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         })
     env.update(placement.env)
     env.update(spec.env)
+    return env
+
+
+def debug_env(spec: LabSpec) -> dict[str, str]:
+    """What PyTorch documents for debugging distributed runs: DETAIL wraps every process
+    group in a checker that names mismatched collectives (op, shapes) instead of hanging
+    or aborting; NCCL_DEBUG only means something to NCCL. The user's env: still wins."""
+    env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_CPP_LOG_LEVEL": "INFO"}
+    if spec.dist_backend in ("nccl", "auto"):
+        env["NCCL_DEBUG"] = "INFO"
     return env
 
 

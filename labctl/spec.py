@@ -39,6 +39,7 @@ RESERVED_ENV = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "LAB_NAME", "LAB_RUN_ID", "LAB_DIST_BACKEND",
     "LAB_NODES", "LAB_NPROC_PER_NODE", "LAB_LAUNCHER", "LAB_WORLD_SIZE", "LAB_INIT_METHOD",
     "REPLICA_ID", "REPLICA_NUM", "REPLICA_STORE_ADDR", "REPLICA_STORE_PORT",
+    "LAB_PG_TIMEOUT",
 })
 
 
@@ -144,6 +145,9 @@ class LabSpec:
     # node, and the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes).
     max_restarts: int = 0
     min_nodes: int | None = None       # None: = nodes (a node that dies fails the lab)
+    pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
+    debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
+    faults: tuple[str, ...] = ()       # injected faults, as written (labctl/faults.py)
 
     @property
     def fewest_nodes(self) -> int:
@@ -174,6 +178,7 @@ class LabSpec:
             for w in self.workloads
         ]
         data["script_args"] = list(self.script_args)
+        data["faults"] = list(self.faults)
         data["env"] = dict(self.env)
         data["k8s"] = self.k8s.to_dict()
         return data
@@ -323,6 +328,13 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     for key in ("timeout", "join_timeout"):
         if key in data:
             kw[key] = _seconds(data[key], key, bad)
+    if data.get("pg_timeout") is not None:
+        kw["pg_timeout"] = _seconds(data["pg_timeout"], "pg_timeout", bad)
+    if "debug" in data and data["debug"] is not None:
+        if not isinstance(data["debug"], bool):
+            raise bad("debug", data["debug"], "true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, "
+                      "TORCH_CPP_LOG_LEVEL=INFO, NCCL_DEBUG=INFO for nccl)")
+        kw["debug"] = data["debug"]
 
     for key, choices in (("backend", BACKENDS), ("dist_backend", DIST_BACKENDS),
                          ("launcher", LAUNCHERS), ("workdir", WORKDIRS),
@@ -397,6 +409,8 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         kw["k8s"] = _k8s(data["k8s"], bad)
 
     spec = LabSpec(**kw)
+    if data.get("faults"):
+        spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
     if not spec.workloads and not spec.script:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
@@ -408,6 +422,48 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             except ValueError as exc:
                 raise SpecError(f"{source}: {exc}") from None
     return spec
+
+
+def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
+    """Each fault parsed, aimed inside the lab, and one the chosen backend can do."""
+    from . import faults as faultmod
+    from .backends import backend_class
+
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)):
+        raise bad("faults", raw, f"a list of faults, each {faultmod.USAGE}")
+    can = backend_class(spec.backend).fault_kinds
+    out = []
+    for item in raw:
+        try:
+            fault = faultmod.parse(item)
+        except faultmod.FaultSyntaxError as exc:
+            raise SpecError(f"{source}: faults: {exc}; given {item!r}") from None
+        if fault.kind == "kill-rank":
+            if spec.replicas > 1:
+                raise bad("faults", item, "no kill-rank with replicas (ranks repeat in every "
+                          "replica); use kill-node:N@T with N counted across replicas")
+            if fault.target >= spec.world_size:
+                raise bad("faults", item, f"a rank of this lab: 0 to {spec.world_size - 1} "
+                          f"(world size {spec.world_size})")
+        elif fault.target >= spec.nodes * spec.replicas:
+            raise bad("faults", item, f"a node of this lab: 0 to {spec.nodes * spec.replicas - 1}")
+        if fault.kind not in can:
+            able = [name for name in BACKENDS if fault.kind in backend_class(name).fault_kinds]
+            raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {fault.kind} "
+                            f"(backends that can: {', '.join(able) or 'none'}), given {item!r}")
+        if fault.duration is not None and fault.duration <= 0:
+            raise bad("faults", item, "a duration D > 0 seconds")
+        if fault.at + (fault.duration or 0) >= spec.timeout:
+            raise bad("faults", item, f"a fault that ends before the lab's deadline "
+                      f"({spec.timeout:g}s after start)")
+        out.append(fault.text)
+    kinds = [faultmod.parse(f).kind for f in out]
+    if kinds.count("delay") and len({faultmod.parse(f).target for f in out if f.startswith("delay")}) \
+            != kinds.count("delay"):
+        raise bad("faults", raw, "at most one delay per node")
+    return tuple(out)
 
 
 def _seconds(value: Any, key: str, bad) -> float:
@@ -714,6 +770,15 @@ workloads:               # run in this order inside one process group
 # rdzv_port: 29500       # default: a free port locally, 29500 in containers
 timeout: 600             # seconds before the whole lab is stopped
 join_timeout: 120        # seconds the c10d rendezvous waits for every node
+# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout;
+                         # workers read it as LAB_PG_TIMEOUT); torch's default is 30 min (gloo)
+# debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
+# faults:                # docs/failures.md; T, D: seconds after every node started
+#   - kill-rank:1@5      # SIGKILL worker rank 1
+#   - kill-node:1@5      # kill node 1 (agent and workers; its container)
+#   - stop-node:1@5+30   # freeze node 1 for 30 s (SIGSTOP / docker pause)
+#   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
+#   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)
 # image: labctl-cpu:latest   # container backends; default by dist_backend
 env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
 resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends

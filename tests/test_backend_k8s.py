@@ -487,3 +487,17 @@ def test_cli_up_without_a_cluster_exits_1_with_one_line_and_leaves_a_run_folder(
                       "and not running in a pod; set KUBECONFIG or --context"]
     assert "Traceback" not in out.stderr
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "error"
+
+
+def test_kill_node_deletes_the_pod_and_the_node_reads_killed_by_the_fault(tmp_path):
+    p, rundir = setup_run(tmp_path, faults=["kill-node:1@0"], timeout=30)
+    state = FakeState(exit_codes={0: None, 1: None})        # both would run until stopped
+    (outcomes, status, _), lines = up(state, p, rundir)
+    assert ("delete", "Pod", "lab-1-x1z", None) in state.calls
+    node1 = outcomes[1]
+    assert (node1.state, node1.signal) == ("killed", "SIGKILL")
+    assert node1.reason == "pod lab-1-x1z deleted by fault kill-node:1@0"
+    assert status == "failed"
+    (record,) = [json.loads(line) for line in (rundir.path / "faults.jsonl").read_text().splitlines()]
+    assert record["ok"] and record["did"].startswith("deleted pod lab-1-x1z")
+    assert any("fault kill-node:1@0 (begin)" in line for line in lines)

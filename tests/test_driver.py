@@ -178,3 +178,52 @@ def test_lab_up_finishes_status_json_whatever_the_backend_raised(tmp_path, monke
                progress=lambda line: None)
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "error" and status["finished"] and "boom" in status["message"]
+
+
+class FaultyBackend(ScriptedBackend):
+    """Records faults; node 1's first kill-rank finds no rank yet, a partition cannot be done."""
+    fault_kinds = ("kill-rank", "stop-node", "partition")
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.tries = 0
+
+    def inject(self, fault):
+        from labctl.faults import NotYet
+
+        if fault.kind == "kill-rank":
+            self.tries += 1
+            if self.tries == 1:
+                raise NotYet("rank 1 is still importing torch")
+        if fault.kind == "partition":
+            raise RuntimeError("no network to cut")
+        self.calls.append(f"inject {fault}")
+        return f"did {fault}"
+
+    def heal(self, fault):
+        self.calls.append(f"heal {fault}")
+        return f"healed {fault}"
+
+
+def test_faults_fire_on_the_clock_retry_until_their_target_exists_and_end_before_the_stop(
+        tmp_path, monkeypatch):
+    import dataclasses
+
+    spec = dataclasses.replace(from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": 600}),
+                               faults=("kill-rank:1@0", "stop-node:2@0+600", "partition:0@0+1"))
+    b = FaultyBackend(script={0: ["pending", "running", "running", "running", "failed"]})
+    monkeypatch.setattr(driver, "RETRY_S", 0.001)
+    p = plan(spec, b.placement(spec), "lab-test")
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    driver.run(p, b, rundir, lambda line: None, grace=0.05)
+    faults = [json.loads(line) for line in (rundir.path / "faults.jsonl").read_text().splitlines()]
+    # nothing before every node ran; the kill fired on its second try; the partition that
+    # could not be done is written down and never "ended"; the freeze ended before the stop
+    assert b.calls.index("inject stop-node:2@0+600") > 1
+    assert [(f["fault"], f["phase"], f["ok"]) for f in faults] == [
+        ("stop-node:2@0+600", "begin", True), ("partition:0@0+1", "begin", False),
+        ("kill-rank:1@0", "begin", True), ("stop-node:2@0+600", "end", True)]
+    assert faults[1]["did"] == "could not: no network to cut"
+    assert faults[3]["note"] == "ended early: the lab ended"
+    assert b.calls.index("heal stop-node:2@0+600") < b.calls.index("stop [1, 2]")
+    assert rundir.meta["faults"] == faults

@@ -142,6 +142,15 @@ def _own_store_for_tcp(url: str) -> Iterator[None]:
             os.environ[flag] = saved
 
 
+def pg_timeout():
+    """LAB_PG_TIMEOUT (seconds, the spec's pg_timeout) as the timedelta init_process_group
+    takes: how long a collective waits for its peers before it raises. None: torch's default."""
+    import datetime
+
+    value = os.environ.get("LAB_PG_TIMEOUT")
+    return datetime.timedelta(seconds=float(value)) if value else None
+
+
 def join(backend: str, device: Any, url: str | None = None) -> None:
     """init_process_group through `url` (default: this worker's init method).
 
@@ -156,6 +165,9 @@ def join(backend: str, device: Any, url: str | None = None) -> None:
         kwargs["device_id"] = device
     if not url.startswith("env://"):
         kwargs.update(rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))
+    timeout = pg_timeout()
+    if timeout is not None:
+        kwargs["timeout"] = timeout
     with _own_store_for_tcp(url):
         dist.init_process_group(**kwargs)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, ClassVar
 
 from ..errors import LabError
+from ..faults import Fault
 from ..outcome import NodeOutcome
 from ..plan import LaunchPlan, Placement
 from ..rundir import RunDir
@@ -52,6 +53,8 @@ class Backend:
     # Node logs grow in the run folder while the lab runs (local): the driver splits them
     # per rank as it goes, so the end of a run has only the last bit left to read.
     live_logs: ClassVar[bool] = False
+    # Fault kinds `inject` can do (labctl/faults.py); the spec refuses the others.
+    fault_kinds: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, progress: Progress = lambda line: None, **options: Any):
         unknown = sorted(k for k, v in options.items() if v is not None and k not in self.options)
@@ -90,9 +93,13 @@ class Backend:
         driver calls this at the deadline before anything is stopped. Returns notes."""
         return [f"the {self.name} backend cannot take stacks"]
 
-    def inject(self, fault: Any) -> str:
+    def inject(self, fault: Fault) -> str:
         """Make one fault happen now (kill a rank, freeze a node ...); one line on what was done."""
         raise LabError(f"the {self.name} backend cannot inject faults")
+
+    def heal(self, fault: Fault) -> str:
+        """End a fault with a duration (resume a frozen node, reconnect a cut one)."""
+        raise LabError(f"the {self.name} backend cannot end faults")
 
     # ---- runs started elsewhere --------------------------------------------------
     def attach(self, rundir: RunDir) -> None:

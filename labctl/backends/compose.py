@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ..errors import LabError
+from ..faults import KILL_RANK_PY, Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement
 from ..render import compose as render_compose
@@ -84,6 +85,26 @@ def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
                              "machine with the NVIDIA Container Toolkit")
 
 
+def kernel_has_netem() -> bool | None:
+    """Whether this machine's kernel can do `tc ... netem` (containers share it): loaded,
+    shipped as a module, or built in; None when it cannot be told (a remote engine)."""
+    if os.environ.get("DOCKER_HOST", "unix://").startswith(("tcp://", "ssh://")):
+        return None
+    release = os.uname().release
+    if os.path.isdir("/sys/module/sch_netem") or any(
+            os.path.exists(f"/lib/modules/{release}/kernel/net/sched/sch_netem.ko{ext}")
+            for ext in ("", ".xz", ".zst", ".gz")):
+        return True
+    try:
+        import gzip
+
+        with gzip.open("/proc/config.gz", "rt") as f:
+            config = f.read()
+    except OSError:
+        return None
+    return "CONFIG_NET_SCH_NETEM=y" in config or "CONFIG_NET_SCH_NETEM=m" in config
+
+
 class _Project:
     """One compose project: the fixed part of every `docker compose` call for a run."""
 
@@ -130,6 +151,7 @@ class ComposeBackend(Backend):
     name = "compose"
     renderer = "labctl.render.compose"
     poll_interval = 1.0
+    fault_kinds = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -150,6 +172,11 @@ class ComposeBackend(Backend):
         except LabError as exc:
             raise PreflightError(str(exc)) from None
         _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
+        delays = [f for f in plan.spec.faults if f.startswith("delay:")]
+        if delays and kernel_has_netem() is False:
+            raise PreflightError(f"fault {delays[0]} needs tc netem, and this machine's kernel "
+                                 f"({os.uname().release}) has none (CONFIG_NET_SCH_NETEM is not "
+                                 "set); leave the delay out, or run on a kernel with sch_netem")
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
         self.plan, self.run_id = plan, plan.run_id
@@ -206,6 +233,57 @@ class ComposeBackend(Backend):
                 notes.append(f"node {index}: could not ask for stacks: {_last_line(done.stderr)}")
         time.sleep(1.5)
         return notes or ["asked every rank for its stack"]
+
+    def _container(self, index: int) -> str:
+        assert self.project is not None
+        done = self.project("ps", "--all", "--quiet", self.hostnames[index])
+        cid = done.stdout.strip().split()
+        if done.returncode != 0 or not cid:
+            raise LabError(f"no container for node {index} ({self.hostnames[index]})")
+        return cid[0]
+
+    def _network(self) -> str:
+        assert self.project is not None
+        return f"{self.project.name}_{render_compose.NETWORK}"
+
+    def inject(self, fault: Fault) -> str:
+        """kill-rank: SIGKILL inside the container (the rank is found by its environment;
+        c10d decides which node holds which rank, so every container is asked); the
+        others through the engine: kill, pause, network disconnect, tc netem."""
+        if fault.kind == "kill-rank":
+            for index in sorted(self.hostnames):
+                done = _docker("exec", self._container(index), "python3", "-c", KILL_RANK_PY,
+                               self.run_id, str(fault.target), timeout=30)
+                if done.returncode == 0:
+                    return (f"SIGKILL to rank {fault.target} (pid {done.stdout.strip()} in "
+                            f"{self.hostnames[index]})")
+            raise NotYet(f"rank {fault.target} is not running yet in any container")
+        cid, host = self._container(fault.target), self.hostnames[fault.target]
+        if fault.kind == "kill-node":
+            _docker("kill", "--signal", "KILL", cid, check=True)
+            return f"docker kill {host} (SIGKILL)"
+        if fault.kind == "stop-node":
+            _docker("pause", cid, check=True)
+            return f"docker pause {host} (cgroup freezer)"
+        if fault.kind == "partition":
+            _docker("network", "disconnect", self._network(), cid, check=True)
+            return f"docker network disconnect {self._network()} {host}"
+        if fault.kind == "delay":
+            _docker("exec", "--user", "0", cid, "tc", "qdisc", "add", "dev", "eth0", "root",
+                    "netem", "delay", f"{fault.ms}ms", check=True)
+            return f"tc qdisc add dev eth0 root netem delay {fault.ms}ms in {host}"
+        raise LabError(f"the compose backend cannot do {fault.kind}")
+
+    def heal(self, fault: Fault) -> str:
+        cid, host = self._container(fault.target), self.hostnames[fault.target]
+        if fault.kind == "stop-node":
+            _docker("unpause", cid, check=True)
+            return f"docker unpause {host}"
+        if fault.kind == "partition":
+            # the service name is how the others resolve it: give it back as an alias
+            _docker("network", "connect", "--alias", host, self._network(), cid, check=True)
+            return f"docker network connect {self._network()} {host}"
+        raise LabError(f"the compose backend cannot end {fault.kind}")
 
     # ---- runs started by `docker compose up` or by a labctl that died ------------
     def attach(self, rundir: RunDir) -> None:

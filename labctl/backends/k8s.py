@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import LabError
+from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement
 from ..render import k8s as k8s_render
@@ -288,6 +289,10 @@ class K8sBackend(Backend):
     name = "k8s"
     renderer = "labctl.render.k8s"
     options = {"context": "Kubernetes context", "namespace": "Kubernetes namespace"}
+    # A pod can be deleted through the API alone; killing one process inside it would need
+    # `pods/exec`, which restricted namespaces rarely grant, and a partition a NetworkPolicy
+    # change that CNI plugins apply at their own pace.
+    fault_kinds = ("kill-node",)
 
     def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -299,6 +304,7 @@ class K8sBackend(Backend):
         self.created: list[str] = []
         self.schedule_clock: k8s_scheduling.ScheduleClock | None = None
         self.nodes_per_replica = 0
+        self.killed: dict[int, str] = {}     # node -> why its pod is gone (kill-node faults)
 
     @property
     def poll_interval(self) -> float:       # read at call time: tests shorten POLL_S
@@ -344,7 +350,8 @@ class K8sBackend(Backend):
         if stuck:
             raise BackendFailure(f"stuck: {stuck}")
         job_start = job.status.start_time if job.status else None
-        outcomes = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
+        outcomes = self._blame([_outcome(i, h, pods.get(i), job_start)
+                                for i, h in sorted(self.hostnames.items())])
         why = self._waiting(job, pods)
         if why is not None:
             for o in outcomes:
@@ -379,8 +386,30 @@ class K8sBackend(Backend):
     def collect(self, rundir: RunDir) -> list[NodeOutcome]:
         if "Job" not in self.created or self.cluster is None:
             return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())]
-        return _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress,
-                        nodes_per_replica=self.nodes_per_replica)
+        return self._blame(_collect(self.hostnames, self.job, self.run_id, rundir, self.cluster,
+                                    self.progress, nodes_per_replica=self.nodes_per_replica))
+
+    # ---- the failure lab ----------------------------------------------------------------
+    def inject(self, fault: Fault) -> str:
+        """kill-node: delete the node's pod at once (grace period 0: its container gets SIGKILL)."""
+        assert self.cluster is not None
+        if fault.kind != "kill-node":
+            raise LabError(f"the k8s backend cannot do {fault.kind}")
+        pod = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica).get(fault.target)
+        if pod is None:
+            raise NotYet(f"node {fault.target} has no pod yet")
+        name = pod.metadata.name
+        self.cluster.core.delete_namespaced_pod(name, self.cluster.namespace, grace_period_seconds=0,
+                                                _request_timeout=self.cluster.timeout())
+        self.killed[fault.target] = f"pod {name} deleted by fault {fault.text}"
+        return f"deleted pod {name} (grace period 0: SIGKILL; its log goes with it)"
+
+    def _blame(self, outcomes: list[NodeOutcome]) -> list[NodeOutcome]:
+        """A pod deleted by a fault is gone, not pending or lost: killed, and by what."""
+        for o in outcomes:
+            if o.index in self.killed and o.state in (NodeState.PENDING, NodeState.LOST, NodeState.KILLED):
+                o.state, o.signal, o.reason = NodeState.KILLED, "SIGKILL", self.killed[o.index]
+        return outcomes
 
     def delete(self) -> str:
         if not self.created or self.cluster is None:

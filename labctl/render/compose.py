@@ -3,7 +3,8 @@
 One service per node. Each service runs exactly `plan.node_command(node)`
 (never a rebuilt argv), with the node's hostname so that gloo binds to the
 container's own address and c10d finds node 0 by name, on one lab network.
-No published ports and no privileges: nodes talk only to each other.
+No published ports and no privileges: nodes talk only to each other (a node
+named in a `delay:` fault gets NET_ADMIN, for tc netem, and nothing else).
 
 Compose interpolates `$VAR` in every string, and the plan contains literal
 `$` (torchrun's `[rank${rank}]:` prefix template, the direct-mode bash loop),
@@ -25,6 +26,7 @@ import re
 from typing import Any
 
 
+from ..faults import parse as parse_fault
 from ..plan import LaunchPlan, NodeLaunch, node_command
 from . import dump_yaml
 
@@ -90,6 +92,8 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
         "stop_grace_period": STOP_GRACE,
         "labels": _labels(plan, **labels),
     }
+    if any(f.kind == "delay" and f.target == node.index for f in map(parse_fault, spec.faults)):
+        service["cap_add"] = ["NET_ADMIN"]      # tc netem; only in labs that ask for a delay
     if plan.services:
         service["depends_on"] = {svc.hostname: {"condition": "service_started"} for svc in plan.services}
     reservations: dict[str, Any] = {"cpus": _cpus(spec.resources.cpu),
