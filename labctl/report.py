@@ -237,6 +237,8 @@ def describe_failure(first: dict) -> str:
         who = f"rank {', '.join(map(str, ranks))}" if ranks else "its ranks"
         return (f"{who} on node {first.get('node')} exited 0 while the others were still in a "
                 f"collective (left the group early)")
+    if first.get("lost"):
+        return f"node {first.get('node')} lost: {first['lost']}"
     text = f"rank {first.get('rank')}" if first.get("rank") is not None else "the launcher"
     if first.get("node") is not None:
         text += f" on node {first['node']}"

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from ..errors import LabError
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement
+from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..render import SPEC_KEY, spec_from_stored
 from ..render import compose as render_compose
 from ..rundir import RunDir
 from ..spec import DEFAULT_CUDA_IMAGE, LabSpec
-from .base import Backend, PreflightError
+from .base import Backend, PreflightError, UnknownRun
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
@@ -208,6 +209,42 @@ class ComposeBackend(Backend):
         return notes or ["asked every rank for its stack"]
 
     # ---- runs started by `docker compose up` or by a labctl that died ------------
+    def find_runs(self) -> list[str]:
+        key = render_compose.RUN_LABEL
+        fmt = f'{{{{.Label "{key}"}}}}'
+        found = set(_docker("ps", "--all", "--filter", f"label={key}", "--format", fmt,
+                            check=True).stdout.split())
+        found |= set(_docker("network", "ls", "--filter", f"label={key}", "--format", fmt,
+                             check=True).stdout.split())
+        return sorted(found)
+
+    def attach_by_id(self, run_id: str) -> LaunchPlan:
+        """The plan of a compose-started lab, from its network's `labctl.dev/spec` label."""
+        containers, networks = _labelled(run_id)
+        if not containers and not networks:
+            raise UnknownRun.of(run_id, "on this Docker engine", self.find_runs())
+        stored = None
+        if networks:
+            inspected = json.loads(_docker("network", "inspect", *networks, check=True).stdout)
+            stored = next((n["Labels"][SPEC_KEY] for n in inspected
+                           if SPEC_KEY in (n.get("Labels") or {})), None)
+        if stored is None:
+            raise LabError(f"run {run_id}: no {SPEC_KEY} label on its network (gone, or rendered "
+                           "by an older labctl); render and start it again with this labctl")
+        spec = spec_from_stored(stored, f"the network of run {run_id}")
+        the_plan = make_plan(spec, container_placement(spec, "compose"), run_id)
+        expected = {n.hostname for n in (*the_plan.nodes, *the_plan.services)}
+        services = set(_docker("ps", "--all", "--filter", f"label={render_compose.RUN_LABEL}={run_id}",
+                               "--format", '{{.Label "com.docker.compose.service"}}',
+                               check=True).stdout.split())
+        if services - expected:
+            raise LabError(f"run {run_id}: containers of service(s) {', '.join(sorted(services - expected))} "
+                           f"are not in its lab description (nodes {', '.join(sorted(expected))})")
+        self.run_id = run_id
+        self.project = _Project(run_id, None, os.getcwd())
+        self.hostnames = {n.index: n.hostname for n in the_plan.nodes}
+        return the_plan
+
     def attach(self, rundir: RunDir) -> None:
         self.run_id = rundir.meta["run_id"]
         self.project = _Project(self.run_id, None, os.getcwd())
