@@ -134,9 +134,12 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     """
     backend = backends.create(run.meta["backend"], progress=progress, **options)
     backend.attach(run)
+    finished = run.meta.get("state") != RunState.RUNNING.value
     if not backend.alive():
-        if run.meta.get("state") == RunState.RUNNING.value:
+        if not finished:
             _finalize_abandoned(run, backend, progress, save=False)
+        return backend.take_down()
+    if finished:                  # its logs are in the folder already (e.g. `labctl collect`)
         return backend.take_down()
     if discard_logs:
         return backend.take_down() + " (logs discarded: --discard-logs)"
