@@ -224,7 +224,8 @@ def _report_and_exit(run) -> None:
 @click.option("--run-id", required=True,
               help="The run id: on the first line of every file `labctl render` wrote "
                    "(compose: also the project name).")
-@click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<run id>).")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Run folder (default runs/<run id>, then runs/<run id>.2 ...).")
 @click.option("--no-wait", is_flag=True,
               help="Take what is there now; a lab still running is written down as running.")
 @click.option("--timeout", type=click.FloatRange(min=0),

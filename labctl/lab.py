@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from . import backends, driver, report
@@ -86,6 +87,10 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
     """
     backend = backends.create(backend_name, progress=progress, **options)
     the_plan = backend.attach_by_id(run_id)
+    if out is None:               # collecting again (after --no-wait): runs/<id>.2, .3 ...
+        out = next(str(p) for n in range(1, 10_000) for p in
+                   [Path(runs_root) / (run_id if n == 1 else f"{run_id}.{n}")]
+                   if not p.exists() or not any(p.iterdir()))
     try:
         run = RunDir.create(the_plan, out, root=runs_root)
     except FileExistsError as exc:

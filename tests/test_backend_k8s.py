@@ -578,6 +578,26 @@ def test_collect_stops_waiting_at_the_timeout_and_says_so(tmp_path):
     assert "not ended within --timeout 0.3s" in run.meta["message"]
 
 
+def test_ctrl_c_during_collect_stops_the_waiting_not_the_lab(tmp_path):
+    state = FakeState(exit_codes={0: None, 1: None}, interrupt_at_poll=4)
+    applied(tmp_path, state)
+    run, lines = collect(state, tmp_path)
+    assert run.meta["state"] == "running" and run.meta["signal"] == "SIGINT"
+    assert "SIGINT stopped the waiting" in run.meta["message"]
+    assert run.node_log(0).read_text() and (run.path / "events" / "job-lab.log").is_file()
+    assert not [c for c in state.calls if c[0] == "delete"]
+
+
+def test_collect_again_goes_into_a_folder_of_its_own(tmp_path, monkeypatch):
+    state = FakeState()
+    applied(tmp_path, state, ticks=4)
+    monkeypatch.chdir(tmp_path)
+    first = lab.collect("k8s", "lab-applied", progress=lambda line: None, cluster=fake_cluster(state))
+    second = lab.collect("k8s", "lab-applied", progress=lambda line: None, cluster=fake_cluster(state))
+    assert (first.path, second.path) == (Path("runs/lab-applied"), Path("runs/lab-applied.2"))
+    assert second.meta["state"] == "passed"
+
+
 def test_collect_of_a_job_whose_pods_are_gone_says_what_was_lost_and_why(tmp_path):
     state = FakeState()
     applied(tmp_path, state, ticks=4)

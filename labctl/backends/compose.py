@@ -88,8 +88,9 @@ def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
 class _Project:
     """One compose project: the fixed part of every `docker compose` call for a run."""
 
-    def __init__(self, run_id: str, compose_file: Path | None, project_dir: str):
-        self.name = render_compose.project_name(run_id)
+    def __init__(self, run_id: str, compose_file: Path | None, project_dir: str,
+                 name: str | None = None):
+        self.name = name or render_compose.project_name(run_id)
         argv = [*compose_command(), "-p", self.name]
         if compose_file is not None:
             argv += ["-f", str(compose_file), "--project-directory", project_dir]
@@ -234,14 +235,18 @@ class ComposeBackend(Backend):
         spec = spec_from_stored(stored, f"the network of run {run_id}")
         the_plan = make_plan(spec, container_placement(spec, "compose"), run_id)
         expected = {n.hostname for n in (*the_plan.nodes, *the_plan.services)}
-        services = set(_docker("ps", "--all", "--filter", f"label={render_compose.RUN_LABEL}={run_id}",
-                               "--format", '{{.Label "com.docker.compose.service"}}',
-                               check=True).stdout.split())
+        rows = _docker("ps", "--all", "--filter", f"label={render_compose.RUN_LABEL}={run_id}", "--format",
+                       '{{.Label "com.docker.compose.service"}} {{.Label "com.docker.compose.project"}}',
+                       check=True).stdout.split("\n")
+        services = {r.split(" ")[0] for r in rows if r.strip()}
+        projects = {r.split(" ")[1] for r in rows if len(r.split(" ")) > 1 and r.split(" ")[1]}
         if services - expected:
             raise LabError(f"run {run_id}: containers of service(s) {', '.join(sorted(services - expected))} "
                            f"are not in its lab description (nodes {', '.join(sorted(expected))})")
         self.run_id = run_id
-        self.project = _Project(run_id, None, os.getcwd())
+        # `docker compose -p NAME up` may have renamed the project: follow the containers
+        self.project = _Project(run_id, None, os.getcwd(),
+                                name=projects.pop() if len(projects) == 1 else None)
         self.hostnames = {n.index: n.hostname for n in the_plan.nodes}
         return the_plan
 
