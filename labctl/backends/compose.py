@@ -10,6 +10,7 @@ a run started by `docker compose up` can be attached to (collect, down).
 """
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import json
 import os
@@ -115,6 +116,24 @@ class _Project:
                                r.get("ExitCode") if r.get("State", "").lower() == "exited" else None)
                 for r in rows}
 
+    def exit_times(self) -> dict[str, float]:
+        """{service: seconds from the project's first container start to its exit} for
+        the exited containers: when each node ended, also for a run labctl only watches
+        (its first failure is the first to end, not the first seen ended)."""
+        ids = _docker("ps", "--all", "--quiet", "--filter",
+                      f"label=com.docker.compose.project={self.name}").stdout.split()
+        if not ids:
+            return {}
+        done = _docker("inspect", "--format", '{{index .Config.Labels "com.docker.compose.service"}} '
+                       "{{.State.Status}} {{.State.StartedAt}} {{.State.FinishedAt}}", *ids)
+        rows = [line.split() for line in done.stdout.splitlines() if len(line.split()) == 4]
+        try:
+            starts = [_dt.datetime.fromisoformat(r[2]) for r in rows]
+            return {r[0]: round((_dt.datetime.fromisoformat(r[3]) - min(starts)).total_seconds(), 3)
+                    for r in rows if r[1] == "exited"}
+        except ValueError:            # a date this Python cannot read: times stay unknown
+            return {}
+
 
 def _outcome(index: int, hostname: str, state: tuple[str, int | None] | None) -> NodeOutcome:
     if state is None:
@@ -139,6 +158,7 @@ class ComposeBackend(Backend):
         self.project: _Project | None = None
         self.hostnames: dict[int, str] = {}
         self.run_id = ""
+        self.exit_times: dict[str, float] = {}     # service -> when it exited (exit_times)
 
     def placement(self, spec: LabSpec) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -167,7 +187,13 @@ class ComposeBackend(Backend):
     def poll(self) -> list[NodeOutcome]:
         assert self.project is not None
         states = self.project.states()
-        return [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        if any(o.state.ended and o.hostname not in self.exit_times for o in outcomes):
+            self.exit_times.update(self.project.exit_times())
+        for o in outcomes:
+            if o.state.ended:
+                o.exited_s = self.exit_times.get(o.hostname)
+        return outcomes
 
     def stop(self, indices: list[int], reason: str) -> None:
         assert self.project is not None
