@@ -87,10 +87,8 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
     """
     backend = backends.create(backend_name, progress=progress, **options)
     the_plan = backend.attach_by_id(run_id)
-    if out is None:               # collecting again (after --no-wait): runs/<id>.2, .3 ...
-        out = next(str(p) for n in range(1, 10_000) for p in
-                   [Path(runs_root) / (run_id if n == 1 else f"{run_id}.{n}")]
-                   if not p.exists() or not any(p.iterdir()))
+    if out is None:
+        out = str(_free_folder(Path(runs_root), run_id))
     try:
         run = RunDir.create(the_plan, out, root=runs_root)
     except FileExistsError as exc:
@@ -126,6 +124,16 @@ def write_report(run: RunDir, progress: Progress) -> None:
     for path in report.write_files(run, progress):
         progress(f"plot: {path}")
     (run.path / "report.md").write_text(report.markdown(run))
+
+
+def _free_folder(root: Path, run_id: str) -> Path:
+    """runs/<id>, or runs/<id>.2, .3 ... when collecting the same run again (after --no-wait)."""
+    n = 1
+    while True:
+        path = root / (run_id if n == 1 else f"{run_id}.{n}")
+        if not path.exists() or not any(path.iterdir()):
+            return path
+        n += 1
 
 
 def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,

@@ -267,8 +267,9 @@ class ComposeBackend(Backend):
         services = {r.split(" ")[0] for r in rows if r.strip()}
         projects = {r.split(" ")[1] for r in rows if len(r.split(" ")) > 1 and r.split(" ")[1]}
         if services - expected:
-            raise LabError(f"run {run_id}: containers of service(s) {', '.join(sorted(services - expected))} "
-                           f"are not in its lab description (nodes {', '.join(sorted(expected))})")
+            strangers = ", ".join(sorted(services - expected))
+            raise LabError(f"run {run_id}: containers of service(s) {strangers} are not in its "
+                           f"lab description (nodes {', '.join(sorted(expected))})")
         self.run_id = run_id
         # `docker compose -p NAME up` may have renamed the project: follow the containers
         self.project = _Project(run_id, None, os.getcwd(),

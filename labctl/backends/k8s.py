@@ -35,8 +35,9 @@ STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName
                            "CreateContainerConfigError", "CreateContainerError"})
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Why a node's pod can be missing once its Job exists: said where the log is missed.
-POD_GONE = "pod gone before its log was read (deleted, evicted, or removed with its Job " \
-           f"ttlSecondsAfterFinished={k8s_render.TTL_AFTER_FINISHED_S}s after the Job finished): its log is lost"
+POD_GONE = ("pod gone before its log was read (deleted, evicted, or removed with its Job "
+            f"ttlSecondsAfterFinished={k8s_render.TTL_AFTER_FINISHED_S}s after the Job finished): "
+            "its log is lost")
 
 
 @dataclass
