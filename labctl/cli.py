@@ -155,7 +155,9 @@ def _options_for(backend: str, given: dict[str, Any]) -> dict[str, Any]:
 @lab_options
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Write files into this folder instead of stdout.")
-@click.option("--run-id", help="Rendezvous id (default: a fresh <lab>-<stamp>-<hex>).")
+@click.option("--run-id", help="Run id, also the rendezvous id (default: a fresh <lab>-<stamp>-<hex>); "
+                                "the first line of every rendered file names it, and "
+                                "`labctl collect --run-id` finds the lab by it.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @friendly
 def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
@@ -174,6 +176,9 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
             click.echo(f"wrote {out / name}", err=True)
     else:
         click.echo(renderers.text(target, the_plan), nl=False)
+    if target in backend_registry.collect_targets():
+        click.echo(f"run id {the_plan.run_id}; once started: labctl collect --backend {target} "
+                   f"--run-id {the_plan.run_id}", err=True)
 
 
 @main.command()
