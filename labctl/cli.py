@@ -164,7 +164,9 @@ def _options_for(backend: str, given: dict[str, Any]) -> dict[str, Any]:
 @lab_options
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Write files into this folder instead of stdout.")
-@click.option("--run-id", help="Rendezvous id (default: a fresh <lab>-<stamp>-<hex>).")
+@click.option("--run-id", help="Run id, also the rendezvous id (default: a fresh <lab>-<stamp>-<hex>); "
+                                "the first line of every rendered file names it, and "
+                                "`labctl collect --run-id` finds the lab by it.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @friendly
 def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
@@ -183,6 +185,9 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
             click.echo(f"wrote {out / name}", err=True)
     else:
         click.echo(renderers.text(target, the_plan), nl=False)
+    if target in backend_registry.collect_targets():
+        click.echo(f"run id {the_plan.run_id}; once started: labctl collect --backend {target} "
+                   f"--run-id {the_plan.run_id}", err=True)
 
 
 @main.command()
@@ -198,14 +203,21 @@ def up(spec_file, script_args, quiet, **flags) -> None:
     lab failed or timed out; 2 when it was refused before starting; 130/143/129
     when Ctrl-C, SIGTERM or SIGHUP stopped it.
     """
-    from . import lab, report
-    from .outcome import INTERRUPT_EXIT
+    from . import lab
 
     backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
     spec = load_spec(spec_file, script_args, **flags)
     options = _options_for(spec.backend, backend_flags)
     progress = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     run = lab.up(spec, progress=progress, **options)
+    _report_and_exit(run)
+
+
+def _report_and_exit(run) -> None:
+    """Print the report; exit 0 only if the run passed, else one line on why (as `up`)."""
+    from . import report
+    from .outcome import INTERRUPT_EXIT
+
     try:
         click.echo(report.markdown(run))
     except OSError:
@@ -218,6 +230,44 @@ def up(spec_file, script_args, quiet, **flags) -> None:
             who += f"; failed rank(s): {', '.join(map(str, failed))}"
         fail(f"lab {run.meta['state']}{who}; logs in {run.path}",
              INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
+
+
+@main.command()
+@click.option("--backend", "backend_name", required=True, type=click.Choice(backend_registry.collect_targets()),
+              help="Where the lab runs.")
+@click.option("--run-id", required=True,
+              help="The run id: on the first line of every file `labctl render` wrote "
+                   "(compose: also the project name).")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Run folder (default runs/<run id>, then runs/<run id>.2 ...).")
+@click.option("--no-wait", is_flag=True,
+              help="Take what is there now; a lab still running is written down as running.")
+@click.option("--timeout", type=click.FloatRange(min=0),
+              help="Seconds to wait for every node to end (default: the lab's own timeout).")
+@click.option("--delete", is_flag=True,
+              help="Remove the lab's containers/objects afterwards (never before its logs are saved).")
+@backend_options
+@friendly
+def collect(backend_name, run_id, out, no_wait, timeout, delete, **options) -> None:
+    """Logs, results and report of a lab that `docker compose` or `kubectl` started.
+
+    Render the lab (`labctl render compose|k8s`), start it yourself (`docker
+    compose -f compose.yaml up -d`, `kubectl apply -k DIR`), then collect it:
+    labctl finds its containers or pods by the run id (the first line of every
+    rendered file names it), waits until every node has ended and writes the
+    same run folder as `labctl up`: nodes/, ranks/, results.jsonl, events/
+    (k8s), status.json, report.md. Nothing is stopped or deleted unless
+    --delete.
+
+    Exit 0 only when every rank exited 0 and every check passed; 1 when the
+    lab failed or still runs; 2 for an unknown run id.
+    """
+    from . import lab
+
+    options = _options_for(backend_name, options)
+    run = lab.collect(backend_name, run_id, out=out, wait=not no_wait, timeout=timeout,
+                      delete=delete, progress=lambda line: click.echo(line, err=True), **options)
+    _report_and_exit(run)
 
 
 def _open_run(run: str):

@@ -7,6 +7,9 @@
                  │  faults on a clock that starts when every node runs (inject, heal)
                  │  SIGINT / SIGTERM / SIGHUP: stop everything (state interrupted)
 
+    follow (labctl collect): the same poll loop and collect step on a run started
+    elsewhere, with nothing started, stopped or deleted (and no faults fired).
+
 Whatever happens — a failing rank, the deadline, a signal, an exception in
 the backend — the nodes still running are stopped, every node's log is
 collected *before* anything is deleted, and the outcome is decided by one
@@ -158,6 +161,72 @@ def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock
     say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
 
 
+@dataclass
+class _Watch:
+    """What the poll loop saw last, and why it returned."""
+    outcomes: list[NodeOutcome]
+    deadline_passed: bool = False
+    first_bad: NodeOutcome | None = None      # set when the grace after a failure ran out
+    spared: set[int] = field(default_factory=set)   # nodes an elastic lab goes on without
+
+
+def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Progress,
+           clock, t0: float, deadline: float, grace: float | None, w: _Watch,
+           faults: FaultClock | None = None) -> None:
+    """The one poll loop: until every node has ended, the grace after the first failure
+    has run out (`grace` None: never, for runs labctl only watches), or the deadline.
+    Faults fire on their clock; a node an elastic lab can lose is no failure."""
+    first_failure: float | None = None
+    last = ""
+    nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
+    while True:
+        w.outcomes = observe()
+        now = clock()
+        line = _line(w.outcomes)
+        if line != last:
+            say(f"[{now - t0:6.1f}s] {line}")
+            last = line
+        if all(o.state.ended for o in w.outcomes):
+            return
+        if faults is not None and faults.events + faults.waiting:
+            if all(o.state is not NodeState.PENDING for o in w.outcomes):
+                if faults.started_at is None:
+                    say(f"[{now - t0:6.1f}s] every node started: the fault clock starts")
+                faults.start(now)
+            for at, fault, phase in faults.due(now):
+                fire(backend, rundir, clock, t0, faults, at, fault, phase, say)
+        if backend.live_logs:
+            rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
+        survivable = tolerated(w.outcomes, nodes, fewest)
+        for o in w.outcomes:
+            if o.index in survivable and o.index not in w.spared:
+                w.spared.add(o.index)
+                say(f"node {o.index} {o.describe()}; the lab goes on without it "
+                    f"(min_nodes {fewest} of {nodes})")
+        bad = [o for o in w.outcomes if o.state.bad and o.index not in survivable]
+        if bad and first_failure is None and grace is not None:
+            first_failure = now
+            who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
+            say(f"{who}; stopping the lab in {grace:g}s unless the others finish")
+            w.first_bad = bad[0]
+        if first_failure is not None and grace is not None and now - first_failure > grace:
+            return
+        if now > deadline:
+            w.deadline_passed = True
+            return
+        time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01,
+                                faults.next_in(clock()) if faults is not None else 3600.0)))
+
+
+def _say(progress: Progress) -> Progress:
+    def say(text: str) -> None:
+        try:
+            progress(text)
+        except OSError:                   # the terminal went away (SIGHUP): keep going
+            pass
+    return say
+
+
 def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
         grace: float | None = None, clock=time.monotonic) -> RunResult:
     """Run the lab to its end on `backend`; the run folder holds every node's log afterwards."""
@@ -167,18 +236,12 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
     state, message, interrupted_by = RunState.PASSED, "", None
     error: LabError | None = None
     exited: dict[int, float] = {}         # node -> seconds after start when first seen ended
-    outcomes = [NodeOutcome(n.index, n.hostname) for n in plan.nodes]
+    w = _Watch([NodeOutcome(n.index, n.hostname) for n in plan.nodes])
     stop_reason = ""
     started = False
+    say = _say(progress)
     nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
-    spared: set[int] = set()              # nodes an elastic lab goes on without
     faults = FaultClock(plan.spec.faults)
-
-    def say(text: str) -> None:
-        try:
-            progress(text)
-        except OSError:                   # the terminal went away (SIGHUP): keep going
-            pass
 
     def observe() -> list[NodeOutcome]:
         now = round(clock() - t0, 3)
@@ -194,49 +257,15 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
         try:
             backend.start(plan, rundir)
             started = True
-            first_failure: float | None = None
-            last = ""
-            while True:
-                outcomes = observe()
-                now = clock()
-                line = _line(outcomes)
-                if line != last:
-                    say(f"[{now - t0:6.1f}s] {line}")
-                    last = line
-                if all(o.state.ended for o in outcomes):
-                    break
-                if plan.spec.faults:
-                    if all(o.state is not NodeState.PENDING for o in outcomes):
-                        if faults.started_at is None:
-                            say(f"[{now - t0:6.1f}s] every node started: the fault clock starts")
-                        faults.start(now)
-                    for at, fault, phase in faults.due(now):
-                        fire(backend, rundir, clock, t0, faults, at, fault, phase, say)
-                if backend.live_logs:
-                    rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
-                survivable = tolerated(outcomes, nodes, fewest)
-                for o in outcomes:
-                    if o.index in survivable and o.index not in spared:
-                        spared.add(o.index)
-                        say(f"node {o.index} {o.describe()}; the lab goes on without it "
-                            f"(min_nodes {fewest} of {nodes})")
-                bad = [o for o in outcomes if o.state.bad and o.index not in survivable]
-                if bad and first_failure is None:
-                    first_failure = now
-                    who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
-                    say(f"{who}; stopping the lab in {grace:g}s unless the others finish")
-                    stop_reason = f"stopped by labctl after node {bad[0].index} failed"
-                if first_failure is not None and now - first_failure > grace:
-                    break
-                if now > deadline:
-                    state, message = RunState.TIMEOUT, f"deadline of {plan.spec.timeout:g}s passed"
-                    stop_reason = "stopped by labctl at the deadline"
-                    say(f"timeout: {message}; taking every rank's stack, then stopping the lab")
-                    for note in backend.dump_stacks(rundir):
-                        say(note)
-                    break
-                time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01,
-                                        faults.next_in(clock()))))
+            _watch(plan, backend, rundir, observe, say, clock, t0, deadline, grace, w, faults)
+            if w.first_bad is not None:
+                stop_reason = f"stopped by labctl after node {w.first_bad.index} failed"
+            if w.deadline_passed:
+                state, message = RunState.TIMEOUT, f"deadline of {plan.spec.timeout:g}s passed"
+                stop_reason = "stopped by labctl at the deadline"
+                say(f"timeout: {message}; taking every rank's stack, then stopping the lab")
+                for note in backend.dump_stacks(rundir):
+                    say(note)
         except (Interrupted, KeyboardInterrupt) as exc:
             signame = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
             state, interrupted_by = RunState.INTERRUPTED, signame
@@ -260,7 +289,7 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
             for fault in list(faults.active):     # a frozen or cut-off node cannot be stopped
                 fire(backend, rundir, clock, t0, faults, fault.at + (fault.duration or 0), fault,
                      "end", say, note="ended early: the lab ended")
-            finished = _finish(backend, rundir, plan, started, outcomes, stop_reason,
+            finished = _finish(backend, rundir, plan, started, w.outcomes, stop_reason,
                                exited, observe, say, lambda: round(clock() - t0, 3))
     outcomes, notes = finished.outcomes, finished.notes
     for o in outcomes:
@@ -270,6 +299,79 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
         notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned up")
     return RunResult(run_state(state, outcomes, nodes, fewest), outcomes, message, interrupted_by,
                      error, notes)
+
+
+def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
+           timeout: float, wait: bool = True, clock=time.monotonic) -> RunResult:
+    """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
+    died) through `backend.attach...`, then collect every node's log into the folder.
+
+    The same poll loop and collect step as `run`, but nothing is started, stopped or
+    deleted: a failing node is only noted, and at `timeout` (or at once, `wait`
+    False) the run is written down as still running. A signal ends the watching,
+    not the lab; the logs are collected all the same.
+    """
+    t0 = clock()
+    state, message, interrupted_by = RunState.PASSED, "", None
+    error: LabError | None = None
+    w = _Watch([NodeOutcome(n.index, n.hostname) for n in plan.nodes])
+    say = _say(progress)
+    running_seen: set[int] = set()
+    exited: dict[int, float] = {}
+
+    def observe() -> list[NodeOutcome]:
+        """Exit times only for nodes seen ending while watched: earlier ends are unknown."""
+        seen = backend.poll()
+        for o in seen:
+            if not o.state.ended:
+                running_seen.add(o.index)
+            elif o.index in running_seen and o.index not in exited:
+                exited[o.index] = o.exited_s if o.exited_s is not None else round(clock() - t0, 3)
+            if o.index in exited:
+                o.exited_s = exited[o.index]
+        return seen
+
+    with signals_raise() as signals:
+        try:
+            if wait:
+                _watch(plan, backend, rundir, observe, say, clock, t0, t0 + timeout, None, w)
+            else:
+                w.outcomes = observe()
+                say(_line(w.outcomes))
+        except (Interrupted, KeyboardInterrupt) as exc:
+            interrupted_by = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
+            say(f"{interrupted_by}: no more waiting; collecting what is there (the lab goes on)")
+        except BackendFailure as exc:
+            state, message = RunState.FAILED, str(exc)
+            say(str(exc))
+        except LabError as exc:
+            state, message, error = RunState.ERROR, str(exc), exc
+        except Exception as exc:
+            state = RunState.ERROR
+            message = f"internal error in the {backend.name} backend: {type(exc).__name__}: {exc}"
+            error = LabError(message)
+        finally:
+            signals.raising = False
+            try:
+                final = backend.collect(rundir)
+            except Exception as exc:      # nothing was saved: say so, never pretend
+                final = w.outcomes
+                state, message = RunState.ERROR, f"collecting the logs failed: {exc}"
+                error = error or LabError(message)
+    by_index = {o.index: o for o in final}
+    outcomes = [by_index.get(n.index) or NodeOutcome(n.index, n.hostname) for n in plan.nodes]
+    for o in outcomes:
+        if o.index in exited and o.exited_s is None:
+            o.exited_s = exited[o.index]
+    going = [o.index for o in outcomes if not o.state.ended]
+    if going and state is RunState.PASSED:
+        why = (f"{interrupted_by} stopped the waiting" if interrupted_by else
+               "--no-wait" if not wait else f"not ended within --timeout {timeout:g}s")
+        state = RunState.RUNNING
+        message = (f"node(s) {', '.join(map(str, going))} still running ({why}): "
+                   "collected what they wrote so far")
+    return RunResult(run_state(state, outcomes, plan.spec.nodes, plan.spec.fewest_nodes), outcomes,
+                     message, interrupted_by, error)
 
 
 @dataclass

@@ -274,6 +274,8 @@ def describe_failure(first: dict) -> str:
         who = (f"rank {first['rank']} on node {first.get('node')}" if first.get("rank") is not None
                else f"node {first.get('node')}")
         return f"{who} was killed by fault {first['fault']} ({first.get('signal') or 'SIGKILL'})"
+    if first.get("lost"):
+        return f"node {first.get('node')} lost: {first['lost']}"
     text = f"rank {first.get('rank')}" if first.get("rank") is not None else "the launcher"
     if first.get("node") is not None:
         text += f" on node {first['node']}"

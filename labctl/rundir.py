@@ -404,6 +404,8 @@ def _first_failure(outcomes: list[NodeOutcome], found: dict[str, Any]) -> dict |
     if first is None and failed:
         node = failed[0]
         first = {"rank": None, "node": node.index, "exit_code": node.exit_code}
+        if node.state is NodeState.LOST:
+            first["lost"] = node.reason or "gone without a trace"
         if node.index in found["agent_errors"]:
             first["error"] = found["agent_errors"][node.index]
     if first is None:

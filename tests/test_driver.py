@@ -227,3 +227,36 @@ def test_faults_fire_on_the_clock_retry_until_their_target_exists_and_end_before
     assert faults[3]["note"] == "ended early: the lab ended"
     assert b.calls.index("heal stop-node:2@0+600") < b.calls.index("stop [1, 2]")
     assert rundir.meta["faults"] == faults
+
+
+# ---- follow: runs labctl did not start (labctl collect) --------------------------
+def _follow(tmp_path, wait=True, timeout=5.0, **backend_kw):
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1})
+    b = ScriptedBackend(**backend_kw)
+    p = plan(spec, b.placement(spec), "lab-test")
+    b.plan = p                                   # what attach_by_id binds
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    return driver.follow(p, b, rundir, lambda line: None, timeout=timeout, wait=wait), b, rundir
+
+
+def test_follow_waits_for_every_node_and_never_stops_or_deletes(tmp_path):
+    """A failing node is only noted: the others run to their own end (no grace, no stop)."""
+    script = {0: ["failed"], 1: ["running"] * 30 + ["succeeded"], 2: ["running", "succeeded"]}
+    result, b, rundir = _follow(tmp_path, script=script)
+    assert result.state is RunState.FAILED
+    assert [o.state for o in result.outcomes] == ["failed", "succeeded", "succeeded"]
+    assert "start" not in b.calls and not any(c.startswith("stop") for c in b.calls)
+    assert "delete" not in b.calls and b.calls[-1] == "collect"
+    assert rundir.node_log(1).read_text() == "log of node 1\n"
+    # exit times only for what ended while watched: node 0 had ended before
+    assert [o.exited_s is not None for o in result.outcomes] == [False, True, True]
+
+
+def test_follow_at_the_timeout_or_without_waiting_writes_the_run_down_as_running(tmp_path):
+    result, b, _ = _follow(tmp_path, timeout=0.05, script={0: ["succeeded"]})
+    assert result.state is RunState.RUNNING
+    assert result.message == ("node(s) 1, 2 still running (not ended within --timeout 0.05s): "
+                              "collected what they wrote so far")
+    result, b, _ = _follow(tmp_path / "b", wait=False)
+    assert result.state is RunState.RUNNING and "(--no-wait)" in result.message
+    assert b.calls == ["poll", "poll", "collect"]      # one look, then the logs

@@ -13,6 +13,10 @@ subclasses only start, monitor and stop workers. One instance serves one run
     stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
     collect(rundir) -> [...]   write every node's log into the run folder; final outcomes
     delete() -> str            remove what start created; one line on what was removed
+    find_runs() -> [run id]    the runs this backend can see (by the run label)
+    attach_by_id(run_id)       find a run labctl rendered but did not start (kubectl,
+                               docker compose) by its id -> its LaunchPlan, rebuilt from
+                               the lab description the renderer stored in its objects
     attach(rundir)             find a run started elsewhere (kubectl, compose, a dead labctl)
     alive() -> bool            does anything of an attached run still exist
     attached_outcomes()        its nodes' outcomes as far as they can be told
@@ -36,6 +40,17 @@ Progress = Callable[[str], None]
 class PreflightError(LabError):
     """A lab that cannot work here, refused before it starts (exit 2, one line)."""
     exit_code = 2
+
+
+class UnknownRun(LabError):
+    """No run with that id here (exit 2, one line naming the runs there are)."""
+    exit_code = 2
+
+    @classmethod
+    def of(cls, run_id: str, where: str, runs: list[str]) -> "UnknownRun":
+        known = ", ".join(runs[:20]) + (f" and {len(runs) - 20} more" if len(runs) > 20 else "")
+        return cls(f"no run {run_id} {where}; runs there: {known or 'none'} "
+                   "(the run id is on the first line of every file `labctl render` wrote)")
 
 
 class BackendFailure(LabError):
@@ -102,6 +117,16 @@ class Backend:
         raise LabError(f"the {self.name} backend cannot end faults")
 
     # ---- runs started elsewhere --------------------------------------------------
+    def find_runs(self) -> list[str]:
+        """Ids of the runs that have objects on this backend (containers, Jobs ...)."""
+        raise LabError(f"the {self.name} backend cannot list runs")
+
+    def attach_by_id(self, run_id: str) -> LaunchPlan:
+        """Bind to the run `run_id` (started by kubectl, docker compose or a labctl that
+        died) and return its plan, rebuilt from the lab description in its objects.
+        Raise UnknownRun, naming the runs there are, when nothing has that id."""
+        raise LabError(f"the {self.name} backend cannot collect a run it did not start")
+
     def attach(self, rundir: RunDir) -> None:
         """Bind to an existing run (its plan and where it ran are in the folder)."""
         raise LabError(f"the {self.name} backend cannot attach to a run started elsewhere")

@@ -10,6 +10,7 @@ a run started by `docker compose up` can be attached to (collect, down).
 """
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import json
 import os
@@ -21,11 +22,12 @@ from pathlib import Path
 from ..errors import LabError
 from ..faults import KILL_RANK_PY, Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement
+from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..render import SPEC_KEY, spec_from_stored
 from ..render import compose as render_compose
 from ..rundir import RunDir
 from ..spec import DEFAULT_CUDA_IMAGE, LabSpec
-from .base import Backend, PreflightError
+from .base import Backend, PreflightError, UnknownRun
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
@@ -108,8 +110,9 @@ def kernel_has_netem() -> bool | None:
 class _Project:
     """One compose project: the fixed part of every `docker compose` call for a run."""
 
-    def __init__(self, run_id: str, compose_file: Path | None, project_dir: str):
-        self.name = render_compose.project_name(run_id)
+    def __init__(self, run_id: str, compose_file: Path | None, project_dir: str,
+                 name: str | None = None):
+        self.name = name or render_compose.project_name(run_id)
         argv = [*compose_command(), "-p", self.name]
         if compose_file is not None:
             argv += ["-f", str(compose_file), "--project-directory", project_dir]
@@ -133,6 +136,24 @@ class _Project:
         return {r["Service"]: (r.get("State", "").lower(),
                                r.get("ExitCode") if r.get("State", "").lower() == "exited" else None)
                 for r in rows}
+
+    def exit_times(self) -> dict[str, float]:
+        """{service: seconds from the project's first container start to its exit} for
+        the exited containers: when each node ended, also for a run labctl only watches
+        (its first failure is the first to end, not the first seen ended)."""
+        ids = _docker("ps", "--all", "--quiet", "--filter",
+                      f"label=com.docker.compose.project={self.name}").stdout.split()
+        if not ids:
+            return {}
+        done = _docker("inspect", "--format", '{{index .Config.Labels "com.docker.compose.service"}} '
+                       "{{.State.Status}} {{.State.StartedAt}} {{.State.FinishedAt}}", *ids)
+        rows = [line.split() for line in done.stdout.splitlines() if len(line.split()) == 4]
+        try:
+            starts = [_dt.datetime.fromisoformat(r[2]) for r in rows]
+            return {r[0]: round((_dt.datetime.fromisoformat(r[3]) - min(starts)).total_seconds(), 3)
+                    for r in rows if r[1] == "exited"}
+        except ValueError:            # a date this Python cannot read: times stay unknown
+            return {}
 
 
 def _outcome(index: int, hostname: str, state: tuple[str, int | None] | None) -> NodeOutcome:
@@ -159,6 +180,7 @@ class ComposeBackend(Backend):
         self.project: _Project | None = None
         self.hostnames: dict[int, str] = {}
         self.run_id = ""
+        self.exit_times: dict[str, float] = {}     # service -> when it exited (exit_times)
 
     def placement(self, spec: LabSpec) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -192,7 +214,13 @@ class ComposeBackend(Backend):
     def poll(self) -> list[NodeOutcome]:
         assert self.project is not None
         states = self.project.states()
-        return [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        if any(o.state.ended and o.hostname not in self.exit_times for o in outcomes):
+            self.exit_times.update(self.project.exit_times())
+        for o in outcomes:
+            if o.state.ended:
+                o.exited_s = self.exit_times.get(o.hostname)
+        return outcomes
 
     def stop(self, indices: list[int], reason: str) -> None:
         assert self.project is not None
@@ -286,6 +314,47 @@ class ComposeBackend(Backend):
         raise LabError(f"the compose backend cannot end {fault.kind}")
 
     # ---- runs started by `docker compose up` or by a labctl that died ------------
+    def find_runs(self) -> list[str]:
+        key = render_compose.RUN_LABEL
+        fmt = f'{{{{.Label "{key}"}}}}'
+        found = set(_docker("ps", "--all", "--filter", f"label={key}", "--format", fmt,
+                            check=True).stdout.split())
+        found |= set(_docker("network", "ls", "--filter", f"label={key}", "--format", fmt,
+                             check=True).stdout.split())
+        return sorted(found)
+
+    def attach_by_id(self, run_id: str) -> LaunchPlan:
+        """The plan of a compose-started lab, from its network's `labctl.dev/spec` label."""
+        containers, networks = _labelled(run_id)
+        if not containers and not networks:
+            raise UnknownRun.of(run_id, "on this Docker engine", self.find_runs())
+        stored = None
+        if networks:
+            inspected = json.loads(_docker("network", "inspect", *networks, check=True).stdout)
+            stored = next((n["Labels"][SPEC_KEY] for n in inspected
+                           if SPEC_KEY in (n.get("Labels") or {})), None)
+        if stored is None:
+            raise LabError(f"run {run_id}: no {SPEC_KEY} label on its network (gone, or rendered "
+                           "by an older labctl); render and start it again with this labctl")
+        spec = spec_from_stored(stored, f"the network of run {run_id}")
+        the_plan = make_plan(spec, container_placement(spec, "compose"), run_id)
+        expected = {n.hostname for n in (*the_plan.nodes, *the_plan.services)}
+        rows = _docker("ps", "--all", "--filter", f"label={render_compose.RUN_LABEL}={run_id}", "--format",
+                       '{{.Label "com.docker.compose.service"}} {{.Label "com.docker.compose.project"}}',
+                       check=True).stdout.split("\n")
+        services = {r.split(" ")[0] for r in rows if r.strip()}
+        projects = {r.split(" ")[1] for r in rows if len(r.split(" ")) > 1 and r.split(" ")[1]}
+        if services - expected:
+            strangers = ", ".join(sorted(services - expected))
+            raise LabError(f"run {run_id}: containers of service(s) {strangers} are not in its "
+                           f"lab description (nodes {', '.join(sorted(expected))})")
+        self.run_id = run_id
+        # `docker compose -p NAME up` may have renamed the project: follow the containers
+        self.project = _Project(run_id, None, os.getcwd(),
+                                name=projects.pop() if len(projects) == 1 else None)
+        self.hostnames = {n.index: n.hostname for n in the_plan.nodes}
+        return the_plan
+
     def attach(self, rundir: RunDir) -> None:
         self.run_id = rundir.meta["run_id"]
         self.project = _Project(self.run_id, None, os.getcwd())

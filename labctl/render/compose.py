@@ -28,7 +28,7 @@ from typing import Any
 
 from ..faults import parse as parse_fault
 from ..plan import LaunchPlan, NodeLaunch, node_command
-from . import dump_yaml
+from . import SPEC_KEY, dump_yaml, stored_spec
 
 RUN_LABEL = "labctl.dev/run-id"
 NETWORK = "lab"
@@ -136,7 +136,9 @@ def render(plan: LaunchPlan) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "name": project_name(plan.run_id),
         "services": services,
-        "networks": {NETWORK: {"labels": _labels(plan)}},
+        # The lab description rides on the one network of the run: `labctl collect`
+        # rebuilds the plan from it (docker compose keeps no copy of the file).
+        "networks": {NETWORK: {"labels": _labels(plan, **{SPEC_KEY: _escape(stored_spec(plan.spec))})}},
     }
     if plan.placement.shared_dir:
         doc["volumes"] = {SHARED_VOLUME: {
@@ -153,7 +155,9 @@ def text(plan: LaunchPlan) -> str:
         shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
     header = (f"# Rendered by labctl: lab {plan.spec.name!r}, run id {plan.run_id}, "
               f"{shape}.\n"
-              "# Run: docker compose -f compose.yaml up; clean up: docker compose -f compose.yaml down -v\n")
+              "# Run: docker compose -f compose.yaml up -d\n"
+              f"# Then: labctl collect --backend compose --run-id {plan.run_id}"
+              "  (logs, results, report; --delete removes the lab)\n")
     return header + dump_yaml(render(plan))
 
 
