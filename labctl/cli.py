@@ -68,6 +68,14 @@ def lab_options(fn):
         click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
         click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
         click.option("--workdir", help="Local nodes' working directory: node (work/node-<i>/ in the run folder) | invoking."),
+        click.option("--max-restarts", help="Elastic: times torchrun restarts a node's workers after a failure (default 0)."),
+        click.option("--min-nodes", help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; default: nodes)."),
+        click.option("--pg-timeout", help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
+        click.option("--debug", is_flag=True, default=None,
+                     help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
+        click.option("--fault", "faults", multiple=True,
+                     help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
+                          "partition:N@T+D, delay:N=MS (seconds after every node started)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -125,7 +133,8 @@ def validate(spec_file, script_args, **flags) -> None:
     what = spec.script or ",".join(w.name for w in spec.workloads)
     click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
                f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
-               f"backend {spec.backend}, runs {what}")
+               f"backend {spec.backend}, runs {what}"
+               + (f"; faults: {', '.join(spec.faults)}" if spec.faults else ""))
 
 
 RENDER_TARGETS = backend_registry.render_targets()
@@ -155,7 +164,9 @@ def _options_for(backend: str, given: dict[str, Any]) -> dict[str, Any]:
 @lab_options
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Write files into this folder instead of stdout.")
-@click.option("--run-id", help="Rendezvous id (default: a fresh <lab>-<stamp>-<hex>).")
+@click.option("--run-id", help="Run id, also the rendezvous id (default: a fresh <lab>-<stamp>-<hex>); "
+                                "the first line of every rendered file names it, and "
+                                "`labctl collect --run-id` finds the lab by it.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @friendly
 def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
@@ -174,6 +185,9 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
             click.echo(f"wrote {out / name}", err=True)
     else:
         click.echo(renderers.text(target, the_plan), nl=False)
+    if target in backend_registry.collect_targets():
+        click.echo(f"run id {the_plan.run_id}; once started: labctl collect --backend {target} "
+                   f"--run-id {the_plan.run_id}", err=True)
 
 
 def _spec_and_options(spec_file, script_args, flags) -> tuple[specmod.LabSpec, dict[str, Any]]:
@@ -251,8 +265,7 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
     description, a cheap check, or a failed --preflight); 130/143/129
     when Ctrl-C, SIGTERM or SIGHUP stopped it.
     """
-    from . import lab, report
-    from .outcome import INTERRUPT_EXIT
+    from . import lab
 
     spec, options = _spec_and_options(spec_file, script_args, flags)
     progress = _progress(quiet)
@@ -265,6 +278,14 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
             fail(f"{_preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
         progress(f"preflight passed in {checked.meta.get('seconds', 0):.1f} s ({checked.path})")
     run = lab.up(spec, progress=progress, **options)
+    _report_and_exit(run)
+
+
+def _report_and_exit(run) -> None:
+    """Print the report; exit 0 only if the run passed, else one line on why (as `up`)."""
+    from . import report
+    from .outcome import INTERRUPT_EXIT
+
     try:
         click.echo(report.markdown(run))
     except OSError:
@@ -299,6 +320,44 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     if not passed:
         fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
     click.echo(f"preflight passed in {run.meta.get('seconds', 0):.1f} s; report: {run.path / 'report.md'}")
+
+
+@main.command()
+@click.option("--backend", "backend_name", required=True, type=click.Choice(backend_registry.collect_targets()),
+              help="Where the lab runs.")
+@click.option("--run-id", required=True,
+              help="The run id: on the first line of every file `labctl render` wrote "
+                   "(compose: also the project name).")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Run folder (default runs/<run id>, then runs/<run id>.2 ...).")
+@click.option("--no-wait", is_flag=True,
+              help="Take what is there now; a lab still running is written down as running.")
+@click.option("--timeout", type=click.FloatRange(min=0),
+              help="Seconds to wait for every node to end (default: the lab's own timeout).")
+@click.option("--delete", is_flag=True,
+              help="Remove the lab's containers/objects afterwards (never before its logs are saved).")
+@backend_options
+@friendly
+def collect(backend_name, run_id, out, no_wait, timeout, delete, **options) -> None:
+    """Logs, results and report of a lab that `docker compose` or `kubectl` started.
+
+    Render the lab (`labctl render compose|k8s`), start it yourself (`docker
+    compose -f compose.yaml up -d`, `kubectl apply -k DIR`), then collect it:
+    labctl finds its containers or pods by the run id (the first line of every
+    rendered file names it), waits until every node has ended and writes the
+    same run folder as `labctl up`: nodes/, ranks/, results.jsonl, events/
+    (k8s), status.json, report.md. Nothing is stopped or deleted unless
+    --delete.
+
+    Exit 0 only when every rank exited 0 and every check passed; 1 when the
+    lab failed or still runs; 2 for an unknown run id.
+    """
+    from . import lab
+
+    options = _options_for(backend_name, options)
+    run = lab.collect(backend_name, run_id, out=out, wait=not no_wait, timeout=timeout,
+                      delete=delete, progress=lambda line: click.echo(line, err=True), **options)
+    _report_and_exit(run)
 
 
 def _open_run(run: str):

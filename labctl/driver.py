@@ -1,9 +1,14 @@
 """The run driver: a lab's lifecycle, written once for every backend.
 
     start ──► poll every node ──► all ended? ──► stop what runs ──► collect ──► delete
-                 │  first failure: grace period, then stop the others
+                 │  first failure: grace period, then stop the others (unless the
+                 │  lab is elastic and can go on without that node: outcome.tolerated)
                  │  deadline passed: stop everything (state timeout)
+                 │  faults on a clock that starts when every node runs (inject, heal)
                  │  SIGINT / SIGTERM / SIGHUP: stop everything (state interrupted)
+
+    follow (labctl collect): the same poll loop and collect step on a run started
+    elsewhere, with nothing started, stopped or deleted (and no faults fired).
 
 Whatever happens — a failing rank, the deadline, a signal, an exception in
 the backend — the nodes still running are stopped, every node's log is
@@ -20,12 +25,14 @@ from typing import Iterator
 
 from .backends.base import Backend, BackendFailure, Progress
 from .errors import LabError
-from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name
+from .faults import Fault, NotYet, parse as parse_fault
+from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, tolerated
 from .plan import LaunchPlan
 from .rundir import RunDir
 
 FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and exit by themselves
 FOLLOW_BYTES = 2 << 20    # node log bytes split per node and poll while the lab runs (live logs)
+RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -82,6 +89,144 @@ def _line(outcomes: list[NodeOutcome]) -> str:
                      for o in outcomes)
 
 
+class FaultClock:
+    """The spec's faults as timed events (begin, and end for those with a duration),
+    on a clock that starts when every node is running: a fault at T means T seconds
+    after the last node started, whatever the backend's start-up time."""
+
+    def __init__(self, faults: tuple[str, ...]):
+        events = []
+        for text in faults:
+            fault = parse_fault(text)
+            events.append((fault.at, 0, fault, "begin"))
+            if fault.duration is not None:
+                events.append((fault.at + fault.duration, 1, fault, "end"))
+        self.events = sorted(events, key=lambda e: (e[0], e[1]))
+        self.started_at: float | None = None      # clock() when every node ran
+        self.active: list[Fault] = []              # begun, not yet ended
+        self.waiting: list[tuple[float, Fault, str]] = []   # due, but the target is not there yet
+
+    def start(self, now: float) -> None:
+        if self.started_at is None:
+            self.started_at = now
+
+    def due(self, now: float) -> list[tuple[float, Fault, str]]:
+        """Events whose time has come, those still waiting for their target first."""
+        if self.started_at is None:
+            return []
+        out, self.waiting = self.waiting, []
+        while self.events and self.started_at + self.events[0][0] <= now:
+            at, _, fault, phase = self.events.pop(0)
+            out.append((at, fault, phase))
+        return out
+
+    def retry(self, at: float, fault: Fault, phase: str) -> None:
+        """An event whose target is not there yet: tried again at the next poll."""
+        self.waiting.append((at, fault, phase))
+
+    def next_in(self, now: float) -> float:
+        """Seconds until the next event (a long time when none is scheduled yet)."""
+        if self.waiting:
+            return RETRY_S
+        if self.started_at is None or not self.events:
+            return 3600.0
+        return max(0.0, self.started_at + self.events[0][0] - now)
+
+
+def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock,
+         at: float, fault: Fault, phase: str, say: Progress, note: str = "") -> None:
+    """Make one fault event happen and write it down (faults.jsonl) with when it fired."""
+    if phase == "end" and fault not in faults.active:
+        return                        # it never began (could not be done): nothing to end
+    asked = clock_()
+    try:
+        did, ok = (backend.inject(fault) if phase == "begin" else backend.heal(fault)), True
+    except NotYet:
+        faults.retry(at, fault, phase)
+        return
+    except Exception as exc:          # a fault that cannot be done is written down, not fatal
+        did, ok = f"could not: {exc}", False
+    now = clock_()                    # done: a kill through `docker exec` takes a while
+    if phase == "begin" and fault.duration is not None and ok:
+        faults.active.append(fault)
+    elif phase == "end" and fault in faults.active:
+        faults.active.remove(fault)
+    record = {"fault": fault.text, "kind": fault.kind, "target": fault.target, "phase": phase,
+              "planned_s": at, "fired_s": round(now - (faults.started_at or t0), 3),
+              "lab_s": round(now - t0, 3), "took_s": round(now - asked, 3),
+              "time": round(time.time(), 3), "did": did, "ok": ok}
+    if note:
+        record["note"] = note
+    rundir.record_fault(record)
+    say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
+
+
+@dataclass
+class _Watch:
+    """What the poll loop saw last, and why it returned."""
+    outcomes: list[NodeOutcome]
+    deadline_passed: bool = False
+    first_bad: NodeOutcome | None = None      # set when the grace after a failure ran out
+    spared: set[int] = field(default_factory=set)   # nodes an elastic lab goes on without
+
+
+def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Progress,
+           clock, t0: float, deadline: float, grace: float | None, w: _Watch,
+           faults: FaultClock | None = None) -> None:
+    """The one poll loop: until every node has ended, the grace after the first failure
+    has run out (`grace` None: never, for runs labctl only watches), or the deadline.
+    Faults fire on their clock; a node an elastic lab can lose is no failure."""
+    first_failure: float | None = None
+    last = ""
+    nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
+    while True:
+        w.outcomes = observe()
+        now = clock()
+        line = _line(w.outcomes)
+        if line != last:
+            say(f"[{now - t0:6.1f}s] {line}")
+            last = line
+        if all(o.state.ended for o in w.outcomes):
+            return
+        if faults is not None and faults.events + faults.waiting:
+            if all(o.state is not NodeState.PENDING for o in w.outcomes):
+                if faults.started_at is None:
+                    say(f"[{now - t0:6.1f}s] every node started: the fault clock starts")
+                faults.start(now)
+            for at, fault, phase in faults.due(now):
+                fire(backend, rundir, clock, t0, faults, at, fault, phase, say)
+        if backend.live_logs:
+            rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
+        survivable = tolerated(w.outcomes, nodes, fewest)
+        for o in w.outcomes:
+            if o.index in survivable and o.index not in w.spared:
+                w.spared.add(o.index)
+                say(f"node {o.index} {o.describe()}; the lab goes on without it "
+                    f"(min_nodes {fewest} of {nodes})")
+        bad = [o for o in w.outcomes if o.state.bad and o.index not in survivable]
+        if bad and first_failure is None and grace is not None:
+            first_failure = now
+            who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
+            say(f"{who}; stopping the lab in {grace:g}s unless the others finish")
+            w.first_bad = bad[0]
+        if first_failure is not None and grace is not None and now - first_failure > grace:
+            return
+        if now > deadline:
+            w.deadline_passed = True
+            return
+        time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01,
+                                faults.next_in(clock()) if faults is not None else 3600.0)))
+
+
+def _say(progress: Progress) -> Progress:
+    def say(text: str) -> None:
+        try:
+            progress(text)
+        except OSError:                   # the terminal went away (SIGHUP): keep going
+            pass
+    return say
+
+
 def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
         grace: float | None = None, clock=time.monotonic) -> RunResult:
     """Run the lab to its end on `backend`; the run folder holds every node's log afterwards."""
@@ -91,15 +236,12 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
     state, message, interrupted_by = RunState.PASSED, "", None
     error: LabError | None = None
     exited: dict[int, float] = {}         # node -> seconds after start when first seen ended
-    outcomes = [NodeOutcome(n.index, n.hostname) for n in plan.nodes]
+    w = _Watch([NodeOutcome(n.index, n.hostname) for n in plan.nodes])
     stop_reason = ""
     started = False
-
-    def say(text: str) -> None:
-        try:
-            progress(text)
-        except OSError:                   # the terminal went away (SIGHUP): keep going
-            pass
+    say = _say(progress)
+    nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
+    faults = FaultClock(plan.spec.faults)
 
     def observe() -> list[NodeOutcome]:
         now = round(clock() - t0, 3)
@@ -115,35 +257,15 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
         try:
             backend.start(plan, rundir)
             started = True
-            first_failure: float | None = None
-            last = ""
-            while True:
-                outcomes = observe()
-                now = clock()
-                line = _line(outcomes)
-                if line != last:
-                    say(f"[{now - t0:6.1f}s] {line}")
-                    last = line
-                if all(o.state.ended for o in outcomes):
-                    break
-                if backend.live_logs:
-                    rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
-                bad = [o for o in outcomes if o.state.bad]
-                if bad and first_failure is None:
-                    first_failure = now
-                    who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
-                    say(f"{who}; stopping the lab in {grace:g}s unless the others finish")
-                    stop_reason = f"stopped by labctl after node {bad[0].index} failed"
-                if first_failure is not None and now - first_failure > grace:
-                    break
-                if now > deadline:
-                    state, message = RunState.TIMEOUT, f"deadline of {plan.spec.timeout:g}s passed"
-                    stop_reason = "stopped by labctl at the deadline"
-                    say(f"timeout: {message}; taking every rank's stack, then stopping the lab")
-                    for note in backend.dump_stacks(rundir):
-                        say(note)
-                    break
-                time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01)))
+            _watch(plan, backend, rundir, observe, say, clock, t0, deadline, grace, w, faults)
+            if w.first_bad is not None:
+                stop_reason = f"stopped by labctl after node {w.first_bad.index} failed"
+            if w.deadline_passed:
+                state, message = RunState.TIMEOUT, f"deadline of {plan.spec.timeout:g}s passed"
+                stop_reason = "stopped by labctl at the deadline"
+                say(f"timeout: {message}; taking every rank's stack, then stopping the lab")
+                for note in backend.dump_stacks(rundir):
+                    say(note)
         except (Interrupted, KeyboardInterrupt) as exc:
             signame = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
             state, interrupted_by = RunState.INTERRUPTED, signame
@@ -164,12 +286,92 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
             stop_reason = "stopped by labctl after an error"
         finally:
             signals.raising = False       # from here on signals wait: the cleanup completes
-            finished = _finish(backend, rundir, plan, started, outcomes, stop_reason,
-                               exited, observe, say)
+            for fault in list(faults.active):     # a frozen or cut-off node cannot be stopped
+                fire(backend, rundir, clock, t0, faults, fault.at + (fault.duration or 0), fault,
+                     "end", say, note="ended early: the lab ended")
+            finished = _finish(backend, rundir, plan, started, w.outcomes, stop_reason,
+                               exited, observe, say, lambda: round(clock() - t0, 3))
     outcomes, notes = finished.outcomes, finished.notes
+    for o in outcomes:
+        if o.index in tolerated(outcomes, nodes, fewest) and not o.reason:
+            o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
     if signals.deferred and interrupted_by is None:
         notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned up")
-    return RunResult(run_state(state, outcomes), outcomes, message, interrupted_by, error, notes)
+    return RunResult(run_state(state, outcomes, nodes, fewest), outcomes, message, interrupted_by,
+                     error, notes)
+
+
+def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
+           timeout: float, wait: bool = True, clock=time.monotonic) -> RunResult:
+    """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
+    died) through `backend.attach...`, then collect every node's log into the folder.
+
+    The same poll loop and collect step as `run`, but nothing is started, stopped or
+    deleted: a failing node is only noted, and at `timeout` (or at once, `wait`
+    False) the run is written down as still running. A signal ends the watching,
+    not the lab; the logs are collected all the same.
+    """
+    t0 = clock()
+    state, message, interrupted_by = RunState.PASSED, "", None
+    error: LabError | None = None
+    w = _Watch([NodeOutcome(n.index, n.hostname) for n in plan.nodes])
+    say = _say(progress)
+    running_seen: set[int] = set()
+    exited: dict[int, float] = {}
+
+    def observe() -> list[NodeOutcome]:
+        """Exit times only for nodes seen ending while watched: earlier ends are unknown."""
+        seen = backend.poll()
+        for o in seen:
+            if not o.state.ended:
+                running_seen.add(o.index)
+            elif o.index in running_seen and o.index not in exited:
+                exited[o.index] = o.exited_s if o.exited_s is not None else round(clock() - t0, 3)
+            if o.index in exited:
+                o.exited_s = exited[o.index]
+        return seen
+
+    with signals_raise() as signals:
+        try:
+            if wait:
+                _watch(plan, backend, rundir, observe, say, clock, t0, t0 + timeout, None, w)
+            else:
+                w.outcomes = observe()
+                say(_line(w.outcomes))
+        except (Interrupted, KeyboardInterrupt) as exc:
+            interrupted_by = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
+            say(f"{interrupted_by}: no more waiting; collecting what is there (the lab goes on)")
+        except BackendFailure as exc:
+            state, message = RunState.FAILED, str(exc)
+            say(str(exc))
+        except LabError as exc:
+            state, message, error = RunState.ERROR, str(exc), exc
+        except Exception as exc:
+            state = RunState.ERROR
+            message = f"internal error in the {backend.name} backend: {type(exc).__name__}: {exc}"
+            error = LabError(message)
+        finally:
+            signals.raising = False
+            try:
+                final = backend.collect(rundir)
+            except Exception as exc:      # nothing was saved: say so, never pretend
+                final = w.outcomes
+                state, message = RunState.ERROR, f"collecting the logs failed: {exc}"
+                error = error or LabError(message)
+    by_index = {o.index: o for o in final}
+    outcomes = [by_index.get(n.index) or NodeOutcome(n.index, n.hostname) for n in plan.nodes]
+    for o in outcomes:
+        if o.index in exited and o.exited_s is None:
+            o.exited_s = exited[o.index]
+    going = [o.index for o in outcomes if not o.state.ended]
+    if going and state is RunState.PASSED:
+        why = (f"{interrupted_by} stopped the waiting" if interrupted_by else
+               "--no-wait" if not wait else f"not ended within --timeout {timeout:g}s")
+        state = RunState.RUNNING
+        message = (f"node(s) {', '.join(map(str, going))} still running ({why}): "
+                   "collected what they wrote so far")
+    return RunResult(run_state(state, outcomes, plan.spec.nodes, plan.spec.fewest_nodes), outcomes,
+                     message, interrupted_by, error)
 
 
 @dataclass
@@ -180,7 +382,7 @@ class _Finished:
 
 def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             outcomes: list[NodeOutcome], stop_reason: str, exited: dict[int, float],
-            observe, say: Progress) -> _Finished:
+            observe, say: Progress, elapsed=lambda: None) -> _Finished:
     """Stop what still runs, collect every log, then delete: in this order, always."""
     notes: list[str] = []
     stopped: set[int] = set()
@@ -194,6 +396,8 @@ def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             reason = stop_reason or "stopped by labctl"
             backend.stop(running, reason)
             stopped = set(running)
+            for index in running:         # when they ended, for the report's timeline
+                exited.setdefault(index, elapsed())
         final = backend.collect(rundir)
     except Exception as exc:
         notes.append(f"collecting failed: {type(exc).__name__}: {exc}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from . import backends, driver, report
@@ -55,6 +56,14 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     t0 = time.monotonic()
     result = driver.run(the_plan, backend, run, progress)
     run.meta["seconds"] = round(time.monotonic() - t0, 3)
+    _write_down(run, result, progress)
+    if result.error is not None:
+        raise result.error
+    return run
+
+
+def _write_down(run: RunDir, result: driver.RunResult, progress: Progress) -> None:
+    """status.json and report.md from what the driver saw and the logs it collected."""
     if result.signal:
         run.meta["signal"] = result.signal
     if result.notes:
@@ -70,8 +79,50 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
         run.write_status()
         raise LabError(f"finalizing {run.path} failed: {exc}") from None
     write_report(run, progress)
+
+
+def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool = True,
+            timeout: float | None = None, delete: bool = False, progress: Progress = print,
+            runs_root: str = "runs", **options: Any) -> RunDir:
+    """The run folder of a lab that `docker compose up` or `kubectl apply` started.
+
+    The backend finds the run's objects by its id and rebuilds the plan from the
+    lab description the renderer stored in them; the driver watches it until
+    every node has ended (`wait`, at most `timeout` seconds, default the lab's
+    own timeout) and collects every log. Nothing is stopped; `delete` removes
+    the lab afterwards, only once the folder is written.
+    """
+    backend = backends.create(backend_name, progress=progress, **options)
+    the_plan = backend.attach_by_id(run_id)
+    if out is None:
+        out = str(_free_folder(Path(runs_root), run_id))
+    try:
+        run = RunDir.create(the_plan, out, root=runs_root)
+    except FileExistsError as exc:
+        raise LabError(str(exc)) from None
+    run.meta["collected"] = {"by": "labctl collect", "wait": wait}
+    backend.attach(run)
+    spec = the_plan.spec
+    progress(f"run {run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
+             f"{spec.launcher}, {spec.dist_backend}, started outside labctl on {backend_name} "
+             f"-> {run.path}")
+    t0 = time.monotonic()
+    result = driver.follow(the_plan, backend, run, progress,
+                           timeout=spec.timeout if timeout is None else timeout, wait=wait)
+    run.meta["seconds_watched"] = round(time.monotonic() - t0, 3)
+    if delete and result.error is None:
+        for o in result.outcomes:
+            if not o.state.ended:
+                o.state, o.reason = NodeState.STOPPED, "still running when `labctl collect --delete` removed it"
+        if result.state is RunState.RUNNING:
+            result.state = RunState.FAILED
+            result.message = "removed by `labctl collect --delete` before it ended"
+    _write_down(run, result, progress)
     if result.error is not None:
-        raise result.error
+        raise LabError(f"{result.error}; nothing was deleted; what could be saved is in {run.path}"
+                       if delete else f"{result.error}; see {run.path}") from None
+    if delete:
+        progress(backend.take_down())
     return run
 
 
@@ -111,6 +162,16 @@ def write_report(run: RunDir, progress: Progress) -> None:
     (run.path / "report.md").write_text(report.markdown(run))
 
 
+def _free_folder(root: Path, run_id: str) -> Path:
+    """runs/<id>, or runs/<id>.2, .3 ... when collecting the same run again (after --no-wait)."""
+    n = 1
+    while True:
+        path = root / (run_id if n == 1 else f"{run_id}.{n}")
+        if not path.exists() or not any(path.iterdir()):
+            return path
+        n += 1
+
+
 def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
          **options: Any) -> str:
     """Delete what a run left behind — after saving its logs, unless told not to.
@@ -122,9 +183,12 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     """
     backend = backends.create(run.meta["backend"], progress=progress, **options)
     backend.attach(run)
+    finished = run.meta.get("state") != RunState.RUNNING.value
     if not backend.alive():
-        if run.meta.get("state") == RunState.RUNNING.value:
+        if not finished:
             _finalize_abandoned(run, backend, progress, save=False)
+        return backend.take_down()
+    if finished:                  # its logs are in the folder already (e.g. `labctl collect`)
         return backend.take_down()
     if discard_logs:
         return backend.take_down() + " (logs discarded: --discard-logs)"

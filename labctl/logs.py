@@ -99,6 +99,9 @@ _PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|ECONNRES
 _TORCH_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 _LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+# torch's collective fingerprints (TORCH_DISTRIBUTED_DEBUG=DETAIL) spell out every tensor
+# option; shortened, the two ranks' op and shapes fit in the quoted line.
+_TENSOR_OPTIONS = re.compile(r"TensorOptions\((?:[^()]|\([^()]*\))*\)")
 
 
 def peer_gone(error: str | None) -> bool:
@@ -131,7 +134,8 @@ class TracebackTracker:
         if not stripped or stripped[:1].isspace() or stripped.startswith("^") or set(stripped) <= set("~^ "):
             return                    # source lines and caret markers inside the traceback
         self.in_traceback = False
-        self.error = {"exception": stripped.strip()[:500], **self._where()}
+        self.error = {"exception": _TENSOR_OPTIONS.sub("TensorOptions(...)", stripped.strip())[:500],
+                      **self._where()}
 
     def _where(self) -> dict:
         if not self.frames:

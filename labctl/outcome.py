@@ -108,9 +108,33 @@ class NodeOutcome:
         return text
 
 
-def run_state(state: RunState, outcomes: list[NodeOutcome]) -> RunState:
-    """The one rule: a run that otherwise passed failed when a node did not succeed."""
-    if state is RunState.PASSED and any(o.state is not NodeState.SUCCEEDED for o in outcomes):
+def tolerated(outcomes: list[NodeOutcome], nodes: int, fewest: int) -> set[int]:
+    """The nodes an elastic lab (`min_nodes` < `nodes`) goes on without.
+
+    torchrun re-forms the world from the nodes that are left (`--nnodes MIN:MAX`)
+    as long as at least MIN remain and the rendezvous store lives: node 0 of
+    every replica hosts it (is_host=1), so losing node 0 is never survivable.
+    Counted per replica (`nodes` consecutive indices each)."""
+    if fewest >= nodes:
+        return set()
+    replicas: dict[int, list[NodeOutcome]] = {}
+    for o in outcomes:
+        replicas.setdefault(o.index // nodes, []).append(o)
+    out: set[int] = set()
+    for group in replicas.values():
+        lost = [o for o in group if o.state.bad]
+        if lost and all(o.index % nodes for o in lost) and len(group) - len(lost) >= fewest:
+            out |= {o.index for o in lost}
+    return out
+
+
+def run_state(state: RunState, outcomes: list[NodeOutcome], nodes: int | None = None,
+              fewest: int | None = None) -> RunState:
+    """The one rule: a run that otherwise passed failed when a node did not succeed,
+    unless it is a node an elastic lab went on without (`tolerated`)."""
+    spared = tolerated(outcomes, nodes, fewest) if nodes and fewest else set()
+    if state is RunState.PASSED and any(o.state is not NodeState.SUCCEEDED and o.index not in spared
+                                        for o in outcomes):
         return RunState.FAILED
     return state
 

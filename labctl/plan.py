@@ -107,7 +107,8 @@ def container_placement(spec: LabSpec, backend: str, master_addr: str | None = N
     `<job>-0.<service>` DNS name under the headless Service (with replicas,
     `replica_master_addrs` gives each replica's). Every replica's node 0 is a
     host of its own, so all use the same ports. The shared directory exists
-    when something needs it (init_method file, or a shared_volume).
+    when something needs it (init_method file, or a shared_volume: on compose a
+    volume of labctl's, on k8s the claim); the nodes find it in LAB_SHARED_DIR.
     """
     hostnames = tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes))
     port = spec.rdzv_port or DEFAULT_CONTAINER_PORT
@@ -118,7 +119,7 @@ def container_placement(spec: LabSpec, backend: str, master_addr: str | None = N
         if len(addrs) != spec.replicas:
             raise ValueError(f"{len(addrs)} replica master addresses for {spec.replicas} replicas")
         masters = tuple((a, port) for a in addrs)
-    shared = spec.init_method == "file" or (spec.shared_volume is not None and backend == "k8s")
+    shared = spec.init_method == "file" or spec.shared_volume is not None
     return Placement(
         backend=backend,
         hostnames=hostnames,
@@ -129,6 +130,8 @@ def container_placement(spec: LabSpec, backend: str, master_addr: str | None = N
         store_addr=store_hostname(spec) if many else None,
         store_port=DEFAULT_STORE_PORT if many else None,
         shared_dir=SHARED_MOUNT if shared else None,
+        # where a workload keeps what must outlive a restart (the elastic checkpoints)
+        env={"LAB_SHARED_DIR": SHARED_MOUNT} if shared else {},
     )
 
 
@@ -266,6 +269,10 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
     # Only what is not the default: a default lab's env (and renders) stay as they were.
     if spec.init_method != "env":
         env["LAB_INIT_METHOD"] = init_url(spec, placement, run_id, replica)
+    if spec.pg_timeout is not None:
+        env["LAB_PG_TIMEOUT"] = f"{spec.pg_timeout:g}"
+    if spec.debug:
+        env.update(debug_env(spec))
     if spec.replicas > 1:
         env.update({
             "REPLICA_ID": str(replica),
@@ -275,6 +282,16 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         })
     env.update(placement.env)
     env.update(spec.env)
+    return env
+
+
+def debug_env(spec: LabSpec) -> dict[str, str]:
+    """What PyTorch documents for debugging distributed runs: DETAIL wraps every process
+    group in a checker that names mismatched collectives (op, shapes) instead of hanging
+    or aborting; NCCL_DEBUG only means something to NCCL. The user's env: still wins."""
+    env = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_CPP_LOG_LEVEL": "INFO"}
+    if spec.dist_backend in ("nccl", "auto"):
+        env["NCCL_DEBUG"] = "INFO"
     return env
 
 
@@ -289,9 +306,11 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
     assigns group ranks itself; the only per-node flag is the store host role."""
     rdzv_conf = f"is_host={1 if node == 0 else 0},join_timeout={int(spec.join_timeout)}"
     addr, port = placement.rendezvous(replica)
+    # MIN:MAX only when elastic: a fixed-size lab keeps the plain count (and its renders)
+    nnodes = str(spec.nodes) if spec.fewest_nodes == spec.nodes else f"{spec.fewest_nodes}:{spec.nodes}"
     return (
         *placement.torchrun,
-        f"--nnodes={spec.nodes}",
+        f"--nnodes={nnodes}",
         f"--nproc-per-node={spec.nproc_per_node}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={addr}:{port}",
@@ -299,7 +318,7 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
         # c10d guesses which node hosts the store by comparing hostnames, and
         # guesses wrong on Kubernetes (pytorch#73380): say it explicitly.
         f"--rdzv-conf={rdzv_conf}",
-        "--max-restarts=0",
+        f"--max-restarts={spec.max_restarts}",
         "--tee=3",
         *workload_argv(spec, placement),
     )
@@ -332,6 +351,12 @@ def _node(spec: LabSpec, placement: Placement, run_id: str, replica: int, i: int
     env = _common_env(spec, placement, run_id, i, replica)
     if spec.launcher == "torchrun":
         env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
+        if spec.elastic:
+            # torch 2.13 keeps the agent's worker store across restarts and nothing
+            # scopes the workers' keys per attempt: a restarted group reads the last
+            # attempt's gloo/NCCL addresses ("Connection refused", pytorch#135712).
+            # Without sharing, every attempt's rank 0 hosts a fresh store.
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         procs = (Process(torchrun_argv(spec, placement, run_id, i, replica), env),)
     else:
         procs = tuple(

@@ -182,10 +182,19 @@ def markdown(run: RunDir) -> str:
         if first.get("left_early") and first.get("error"):
             parts.append(f"- what the others saw: rank {first.get('symptom_rank')}: "
                          f"`{first['error'].get('exception')}`")
+        if first.get("peer_error"):
+            parts.append(f"- what the others saw: rank {first.get('peer_rank')}: "
+                         f"`{first['peer_error'].get('exception')}`")
+    if m.get("faults"):
+        parts += ["", "## Faults and what the nodes did", "", fault_timeline(m)]
     if codes or bad_nodes:
         parts += ["", "## Failed processes", ""]
+        killed = {str(f["target"]): f["fault"] for f in m.get("faults") or []
+                  if f["kind"] == "kill-rank" and f["phase"] == "begin" and f.get("ok")}
         for rank, code in codes.items():
             why = " (stopped by its launcher after another failure)" if code in (-15, -9) else ""
+            if rank in killed and code == -9:
+                why = f" (killed by fault {killed[rank]})"
             err = errors.get(str(rank))
             cause = f" — `{err['exception']}`{_where(err)}" if err else ""
             parts.append(f"- rank {rank} exited with code {code}{why}{cause}: "
@@ -214,6 +223,30 @@ def markdown(run: RunDir) -> str:
     return "\n".join(parts)
 
 
+def fault_timeline(meta: dict) -> str:
+    """Injected faults and each node's end on one clock (seconds after labctl started the lab)."""
+    rows = []
+    for f in meta.get("faults") or []:
+        what = f"fault {f['fault']}" + (" begins" if f["phase"] == "begin" and f["kind"] in
+                                        ("stop-node", "partition") else
+                                        " ends" if f["phase"] == "end" else "")
+        detail = f["did"] + (f" ({f['note']})" if f.get("note") else "")
+        rows.append((f["lab_s"], 0, what, detail))
+    for n in meta.get("node_outcomes") or []:
+        if n.get("exited_s") is None:
+            continue
+        how = n["state"] + (f" by {n['signal']}" if n.get("signal") else "")
+        how += f", exit code {n['exit_code']}" if n.get("exit_code") not in (None, 0) else ""
+        rows.append((n["exited_s"], 1, f"node {n['index']} ended", how + (f" ({n['reason']})" if
+                                                                           n.get("reason") else "")))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    first = (meta.get("faults") or [{}])[0]
+    clock = first["lab_s"] - first["fired_s"] if "fired_s" in first else None
+    caption = ("Seconds after labctl started the lab" + (f"; every node was running at {clock:.1f} s "
+               "(the faults' T counts from there)" if clock is not None else "") + ".\n\n")
+    return caption + table(("t (s)", "event", "detail"), ((f"{t:.1f}", what, d) for t, _, what, d in rows))
+
+
 def stacks_table(where: dict[str, dict], run: RunDir, codes: dict | None = None) -> str:
     """rank · state · innermost frame in the user's or workload's code · torch.distributed call."""
     codes = codes or {}
@@ -237,6 +270,12 @@ def describe_failure(first: dict) -> str:
         who = f"rank {', '.join(map(str, ranks))}" if ranks else "its ranks"
         return (f"{who} on node {first.get('node')} exited 0 while the others were still in a "
                 f"collective (left the group early)")
+    if first.get("fault"):
+        who = (f"rank {first['rank']} on node {first.get('node')}" if first.get("rank") is not None
+               else f"node {first.get('node')}")
+        return f"{who} was killed by fault {first['fault']} ({first.get('signal') or 'SIGKILL'})"
+    if first.get("lost"):
+        return f"node {first.get('node')} lost: {first['lost']}"
     text = f"rank {first.get('rank')}" if first.get("rank") is not None else "the launcher"
     if first.get("node") is not None:
         text += f" on node {first['node']}"
@@ -249,6 +288,8 @@ def describe_failure(first: dict) -> str:
     error = first.get("error")
     if error:
         text += f": {error['exception']}{_where(error)}"
+    if first.get("after_fault"):
+        text += f" (after fault {first['after_fault']})"
     return text
 
 

@@ -9,6 +9,7 @@
       ranks/rank-<r>.log   the same output split per global rank
       results.jsonl        one JSON result per line (workload, name, rank, ok, ...)
       events/              backend events (Kubernetes), when there are any
+      faults.jsonl         every injected fault that fired, when, and what was done
       status.json          the outcome, machine-readable
       report.md            the report printed at the end of `labctl up`
 """
@@ -27,7 +28,7 @@ import yaml
 
 from . import logs
 from .errors import LabError
-from .outcome import NodeOutcome, NodeState, RunState
+from .outcome import NodeOutcome, NodeState, RunState, tolerated
 from .plan import LaunchPlan
 from .spec import LabSpec, dump, from_dict
 
@@ -164,6 +165,14 @@ class RunDir:
         tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=False, default=str) + "\n")
         tmp.replace(self.path / "status.json")
 
+    def record_fault(self, record: dict[str, Any]) -> None:
+        """One fired fault event: appended to faults.jsonl at once (it survives a crash of
+        labctl) and kept in status.json for the report."""
+        with open(self.path / "faults.jsonl", "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        self.meta.setdefault("faults", []).append(record)
+        self.write_status()
+
     def note_controller(self) -> None:
         """Who runs this lab: lets `report`/`down` tell a live run from an abandoned one."""
         try:
@@ -217,15 +226,23 @@ class RunDir:
                               | set(exit_codes))
         stacks = self._write_stacks(found.get("stacks") or {})
         silent = sorted(set(range(world)) - found["ranks"])
-        bad_nodes = [n for n in outcomes if n.state is not NodeState.SUCCEEDED]
+        spec = self.spec
+        spared = tolerated(outcomes, spec.nodes, spec.fewest_nodes)
+        bad_nodes = [n for n in outcomes if n.state is not NodeState.SUCCEEDED and n.index not in spared]
         if state is RunState.PASSED and (found["failed_count"] or bad_nodes or exit_codes):
             state = RunState.FAILED
-        if state is RunState.PASSED and self.spec.workloads and found["finished"] != set(range(world)):
+        if spared and len(found["finished_world"]) == 1:
+            world = next(iter(found["finished_world"]))    # the world the lab went on with
+        if state is RunState.PASSED and spec.workloads and found["finished"] != set(range(world)):
             state = RunState.FAILED
             message = message or "some ranks never finished their workloads"
         first = None
+        fired = [f for f in self.meta.get("faults") or [] if f.get("phase") == "begin" and f.get("ok")]
+        _blame_nodes(outcomes, fired, found)
         if state is not RunState.PASSED:
             first = _first_failure(outcomes, found)
+            if fired and state is not RunState.INTERRUPTED:
+                first = _fault_cause(first, outcomes, found, fired)
         if first and not message:
             message = _failure_sentence(first)
         self.meta.update({
@@ -259,6 +276,7 @@ class LogSplit:
         self.open_logs: dict[int, Any] = {}
         self.found: dict[str, Any] = {"ranks": set(), "exit_codes": {}, "root_causes": {},
                                       "errors": {}, "agent_errors": {}, "exits": {}, "finished": set(),
+                                      "finished_world": set(),
                                       "total": 0, "failed": [], "failed_count": 0, "skipped": 0}
         for old in (run.path / "ranks").glob("rank-*.log"):
             old.unlink()
@@ -290,6 +308,8 @@ class LogSplit:
                     found["failed"].append(record)
             if record.get("name") == "workload_done":
                 found["finished"].add(record.get("rank"))
+                if isinstance(record.get("world_size"), int):
+                    found["finished_world"].add(record["world_size"])
 
     def advance(self, budget: int | None) -> None:
         """Feed every node log from where the last call stopped; with a budget, only
@@ -384,6 +404,8 @@ def _first_failure(outcomes: list[NodeOutcome], found: dict[str, Any]) -> dict |
     if first is None and failed:
         node = failed[0]
         first = {"rank": None, "node": node.index, "exit_code": node.exit_code}
+        if node.state is NodeState.LOST:
+            first["lost"] = node.reason or "gone without a trace"
         if node.index in found["agent_errors"]:
             first["error"] = found["agent_errors"][node.index]
     if first is None:
@@ -402,6 +424,63 @@ def _first_failure(outcomes: list[NodeOutcome], found: dict[str, Any]) -> dict |
     early = _left_early(outcomes, found, first)
     if early is not None:
         return early
+    return first
+
+
+def _blame_nodes(outcomes: list[NodeOutcome], fired: list[dict], found: dict[str, Any]) -> None:
+    """A node that died by a kill-node fault, or failed because its rank was killed by
+    one, says so, instead of looking like a crash."""
+    for record in fired:
+        if record["kind"] == "kill-node":
+            index, why = record["target"], f"killed by fault {record['fault']}"
+        elif record["kind"] == "kill-rank":
+            rank = record["target"]
+            index = next((i for i, ranks in found.get("node_ranks", {}).items() if rank in ranks),
+                         next((i for i, r in found["root_causes"].items() if r == rank), None))
+            why = f"its rank {rank} was killed by fault {record['fault']}"
+        else:
+            continue
+        for node in outcomes:
+            if node.index == index and node.state.bad and not node.reason:
+                node.reason = why
+
+
+def _fault_cause(first: dict | None, outcomes: list[NodeOutcome], found: dict[str, Any],
+                 fired: list[dict]) -> dict | None:
+    """With injected faults, the first failure names the fault that caused it.
+
+    A kill (kill-rank, kill-node) that fired is the root cause: what the peers
+    then raise (a closed connection) is its symptom, kept as `peer_error`. A
+    freeze or a cut-off kills nothing; the first failure stays the peer's own
+    error (the collective's timeout) and says which fault came before it.
+    """
+    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
+                    default=None)
+    if failed_at is not None:         # only what came before the first failure can have caused it
+        fired = [r for r in fired if r["lab_s"] - r.get("took_s", 0.0) <= failed_at]
+    if not fired:
+        return first
+    kills = sorted((r for r in fired if r["kind"] in ("kill-rank", "kill-node")),
+                   key=lambda r: r["lab_s"])
+    if kills:
+        record = kills[0]
+        cause: dict[str, Any] = {"fault": record["fault"], "fault_s": record["lab_s"],
+                                 "signal": "SIGKILL"}
+        if record["kind"] == "kill-rank":
+            rank = record["target"]
+            node = next((i for i, ranks in found.get("node_ranks", {}).items() if rank in ranks),
+                        next((i for i, r in found["root_causes"].items() if r == rank), None))
+            cause.update(rank=rank, node=node, exit_code=found["exit_codes"].get(rank))
+        else:
+            node = next((n for n in outcomes if n.index == record["target"]), None)
+            cause.update(rank=None, node=record["target"],
+                         exit_code=node.exit_code if node is not None else None)
+        if first and first.get("error") and first.get("rank") != cause.get("rank"):
+            cause["peer_error"] = first["error"]
+            cause["peer_rank"] = first.get("rank")
+        return cause
+    if first is not None:
+        first = {**first, "after_fault": ", ".join(r["fault"] for r in fired)}
     return first
 
 

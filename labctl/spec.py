@@ -39,6 +39,7 @@ RESERVED_ENV = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "LAB_NAME", "LAB_RUN_ID", "LAB_DIST_BACKEND",
     "LAB_NODES", "LAB_NPROC_PER_NODE", "LAB_LAUNCHER", "LAB_WORLD_SIZE", "LAB_INIT_METHOD",
     "REPLICA_ID", "REPLICA_NUM", "REPLICA_STORE_ADDR", "REPLICA_STORE_PORT",
+    "LAB_PG_TIMEOUT",
 })
 
 
@@ -140,6 +141,23 @@ class LabSpec:
     init_method: str = "env"           # how workers join: env:// | tcp://<node 0>:<port> | file://<shared>
     replicas: int = 1                  # independent torchrun jobs sharing one replica store
     shared_volume: SharedVolume | None = None
+    # Elastic torchrun (docs/failures.md, "Elastic restarts"): worker-group restarts per
+    # node, and the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes).
+    max_restarts: int = 0
+    min_nodes: int | None = None       # None: = nodes (a node that dies fails the lab)
+    pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
+    debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
+    faults: tuple[str, ...] = ()       # injected faults, as written (labctl/faults.py)
+
+    @property
+    def fewest_nodes(self) -> int:
+        """The fewest nodes of a replica the lab goes on with (torchrun's MIN in MIN:MAX)."""
+        return self.min_nodes if self.min_nodes is not None else self.nodes
+
+    @property
+    def elastic(self) -> bool:
+        """Whether torchrun may restart workers or go on with fewer nodes."""
+        return self.max_restarts > 0 or self.fewest_nodes < self.nodes
 
     @property
     def world_size(self) -> int:
@@ -160,6 +178,7 @@ class LabSpec:
             for w in self.workloads
         ]
         data["script_args"] = list(self.script_args)
+        data["faults"] = list(self.faults)
         data["env"] = dict(self.env)
         data["k8s"] = self.k8s.to_dict()
         return data
@@ -309,6 +328,13 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     for key in ("timeout", "join_timeout"):
         if key in data:
             kw[key] = _seconds(data[key], key, bad)
+    if data.get("pg_timeout") is not None:
+        kw["pg_timeout"] = _seconds(data["pg_timeout"], "pg_timeout", bad)
+    if "debug" in data and data["debug"] is not None:
+        if not isinstance(data["debug"], bool):
+            raise bad("debug", data["debug"], "true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, "
+                      "TORCH_CPP_LOG_LEVEL=INFO, NCCL_DEBUG=INFO for nccl)")
+        kw["debug"] = data["debug"]
 
     for key, choices in (("backend", BACKENDS), ("dist_backend", DIST_BACKENDS),
                          ("launcher", LAUNCHERS), ("workdir", WORKDIRS),
@@ -321,6 +347,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
 
     if data.get("shared_volume") is not None:
         kw["shared_volume"] = _shared_volume(data["shared_volume"], bad)
+    _elastic(data, kw, bad, source)
     if (kw.get("init_method") == "file" and kw.get("backend") == "k8s"
             and kw.get("shared_volume") is None):
         raise SpecError(f"{source}: shared_volume: expected a ReadWriteMany claim that every pod "
@@ -382,10 +409,61 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         kw["k8s"] = _k8s(data["k8s"], bad)
 
     spec = LabSpec(**kw)
+    if data.get("faults"):
+        spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
     if not spec.workloads and not spec.script:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
+    for w in spec.workloads:              # a workload's rules that need the whole lab
+        rules = _report_hook(w.name)
+        if rules is not None and hasattr(rules, "check_lab"):
+            try:
+                rules.check_lab(spec, dict(w.options), workload_parameters(w.name))
+            except ValueError as exc:
+                raise SpecError(f"{source}: {exc}") from None
     return spec
+
+
+def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
+    """Each fault parsed, aimed inside the lab, and one the chosen backend can do."""
+    from . import faults as faultmod
+    from .backends import backend_class
+
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)):
+        raise bad("faults", raw, f"a list of faults, each {faultmod.USAGE}")
+    can = backend_class(spec.backend).fault_kinds
+    out = []
+    for item in raw:
+        try:
+            fault = faultmod.parse(item)
+        except faultmod.FaultSyntaxError as exc:
+            raise SpecError(f"{source}: faults: {exc}; given {item!r}") from None
+        if fault.kind == "kill-rank":
+            if spec.replicas > 1:
+                raise bad("faults", item, "no kill-rank with replicas (ranks repeat in every "
+                          "replica); use kill-node:N@T with N counted across replicas")
+            if fault.target >= spec.world_size:
+                raise bad("faults", item, f"a rank of this lab: 0 to {spec.world_size - 1} "
+                          f"(world size {spec.world_size})")
+        elif fault.target >= spec.nodes * spec.replicas:
+            raise bad("faults", item, f"a node of this lab: 0 to {spec.nodes * spec.replicas - 1}")
+        if fault.kind not in can:
+            able = [name for name in BACKENDS if fault.kind in backend_class(name).fault_kinds]
+            raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {fault.kind} "
+                            f"(backends that can: {', '.join(able) or 'none'}), given {item!r}")
+        if fault.duration is not None and fault.duration <= 0:
+            raise bad("faults", item, "a duration D > 0 seconds")
+        if fault.at + (fault.duration or 0) >= spec.timeout:
+            raise bad("faults", item, f"a fault that ends before the lab's deadline "
+                      f"({spec.timeout:g}s after start)")
+        out.append(fault.text)
+    kinds = [faultmod.parse(f).kind for f in out]
+    if kinds.count("delay") and len({faultmod.parse(f).target for f in out if f.startswith("delay")}) \
+            != kinds.count("delay"):
+        raise bad("faults", raw, "at most one delay per node")
+    return tuple(out)
 
 
 def _seconds(value: Any, key: str, bad) -> float:
@@ -398,6 +476,24 @@ def _seconds(value: Any, key: str, bad) -> float:
     if not seconds > 0 or seconds != seconds or seconds == float("inf"):
         raise bad(key, value, "a number of seconds > 0 (example: 300)")
     return seconds
+def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> None:
+    """max_restarts and min_nodes: torchrun's own knobs, so a direct-mode lab cannot have them."""
+    if data.get("max_restarts") is not None:
+        kw["max_restarts"] = _int(data["max_restarts"], "max_restarts", 0, 100, bad,
+                                  expected="an integer between 0 and 100: worker-group restarts "
+                                  "per node (example: max_restarts: 1)")
+    nodes = kw.get("nodes", LabSpec.nodes)
+    if data.get("min_nodes") is not None:
+        kw["min_nodes"] = _int(data["min_nodes"], "min_nodes", 1, nodes, bad,
+                               expected=f"an integer between 1 and nodes ({nodes}): the fewest "
+                               "nodes the lab goes on with (example: min_nodes: 1)")
+    elastic = kw.get("max_restarts", 0) > 0 or kw.get("min_nodes", nodes) < nodes
+    if elastic and kw.get("launcher", LabSpec.launcher) != "torchrun":
+        given = ", ".join(f"{k}: {kw[k]}" for k in ("max_restarts", "min_nodes") if k in kw)
+        raise bad("launcher", kw["launcher"], f"torchrun for an elastic lab ({given}): torchrun's "
+                  "agent restarts the workers, and direct mode has none")
+
+
 def _shared_volume(raw: Any, bad) -> SharedVolume:
     expected = "a mapping with the name of a ReadWriteMany claim (example: shared_volume: {claim: lab-shared})"
     if not isinstance(raw, dict) or set(raw) != {"claim"}:
@@ -660,6 +756,8 @@ launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE 
 init_method: env         # how workers join: env (MASTER_ADDR/PORT) | tcp (node 0, own port) | file (shared dir)
 replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, sharing one replica store
 # shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim
+# max_restarts: 0        # torchrun restarts a node's workers this often (elastic workload)
+# min_nodes: 2           # the fewest nodes the lab goes on with: torchrun --nnodes MIN:nodes
 workloads:               # run in this order inside one process group
   - env
   - p2p
@@ -672,6 +770,15 @@ workloads:               # run in this order inside one process group
 # rdzv_port: 29500       # default: a free port locally, 29500 in containers
 timeout: 600             # seconds before the whole lab is stopped
 join_timeout: 120        # seconds the c10d rendezvous waits for every node
+# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout;
+                         # workers read it as LAB_PG_TIMEOUT); torch's default is 30 min (gloo)
+# debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
+# faults:                # docs/failures.md; T, D: seconds after every node started
+#   - kill-rank:1@5      # SIGKILL worker rank 1
+#   - kill-node:1@5      # kill node 1 (agent and workers; its container)
+#   - stop-node:1@5+30   # freeze node 1 for 30 s (SIGSTOP / docker pause)
+#   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
+#   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)
 # image: labctl-cpu:latest   # container backends; default by dist_backend
 env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
 resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends

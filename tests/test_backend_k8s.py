@@ -63,10 +63,12 @@ class FakeState:
             self.started_at_poll = None
 
     def listing(self, kind: str, ns: str, label_selector: str):
-        want = dict(part.split("=", 1) for part in label_selector.split(","))
+        """Equality (`k=v`) and existence (`k`) selectors, as the API server reads them."""
+        want = [part.split("=", 1) for part in label_selector.split(",")]
         self.calls.append(("list", kind, label_selector))
         return [b for b in self.objects.get(kind, {}).values()
-                if all(b["metadata"].get("labels", {}).get(k) == v for k, v in want.items())]
+                if all(w[0] in b["metadata"].get("labels", {}) if len(w) == 1 else
+                       b["metadata"].get("labels", {}).get(w[0]) == w[1] for w in want)]
 
     def delete(self, kind: str, name: str, ns: str, **options) -> None:
         self.calls.append(("delete", kind, name, options.get("propagation_policy")))
@@ -229,6 +231,8 @@ class FakeBatchV1Api:
 
     def read_namespaced_job(self, name, namespace, **_kw):
         self.s.tick()
+        if name not in self.s.objects.get("Job", {}):
+            raise ApiException(status=404, reason="NotFound")
         return kc.V1Job.from_dict(self.s.objects["Job"][name])
 
     def list_namespaced_job(self, namespace, label_selector, **_kw):
@@ -437,6 +441,210 @@ def test_down_deletes_exactly_its_own_run(tmp_path):
     assert "nothing to delete" in again
 
 
+# ---- labctl down after labctl died (issue: down never deletes unsaved logs) -----------
+def _dead_controller_run(tmp_path, state: FakeState):
+    """What `labctl up` left when it was killed -9 while the pods ran: a folder at
+    'running' whose labctl is gone, and the lab's objects in the cluster."""
+    p, rundir = setup_run(tmp_path)
+    rundir.meta["k8s"] = {"namespace": NS, "context": "fake-context"}
+    rundir.meta["controller"] = {"pid": 2 ** 22 + 1, "host": os.uname().nodename, "start_ticks": 1}
+    rundir.write_status()
+    kubectl_apply(state, p)
+    state.tick(), state.tick()                         # pods running, logs written so far
+    return p, RunDir.open(rundir.path)
+
+
+def test_down_of_a_dead_labctls_run_saves_every_log_then_deletes(tmp_path):
+    state = FakeState(exit_codes={0: None, 1: None})
+    p, rundir = _dead_controller_run(tmp_path, state)
+    assert rundir.controller_gone()
+    summary = lab.down(rundir, progress=lambda line: None, cluster=fake_cluster(state))
+    assert summary.startswith(f"saved the logs into {rundir.path}")
+    first_delete = next(i for i, c in enumerate(state.calls) if c[0] == "delete")
+    assert sorted(c[2] for c in state.calls[:first_delete] if c[0] == "log") == ["lab-0-x0z", "lab-1-x1z"]
+    status = json.loads((rundir.path / "status.json").read_text())
+    assert status["state"] == "abandoned"
+    assert [n["state"] for n in status["node_outcomes"]] == ["stopped", "stopped"]
+    assert "still running when `labctl down` stopped it" in status["node_outcomes"][0]["reason"]
+    assert "[rank1]:" in rundir.node_log(0).read_text() and rundir.rank_log(3).read_text()
+    assert (rundir.path / "events" / "job-lab.log").is_file()
+    assert (rundir.path / "report.md").read_text().startswith("# Lab lab: ABANDONED")
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_down_deletes_nothing_when_the_logs_cannot_be_saved(tmp_path):
+    state = FakeState(exit_codes={0: None, 1: None})
+    p, rundir = _dead_controller_run(tmp_path, state)
+    core = FakeCoreV1Api(state)
+
+    def broken_log(name, namespace, container, **_kw):
+        raise ApiException(status=500, reason="Internal Server Error")
+    core.read_namespaced_pod_log = broken_log
+    cluster = backend.Cluster(core, FakeBatchV1Api(state), FakeNetworkingV1Api(state), NS, "fake-context")
+    before = {kind: sorted(objs) for kind, objs in state.objects.items()}
+    with pytest.raises(LabError, match=r"could not save the logs of run lab-run-1 \(could not read "
+                                       r"the log of pod lab-0-x0z: .*500.*\); nothing was deleted") as err:
+        lab.down(rundir, progress=lambda line: None, cluster=cluster)
+    assert err.value.exit_code == 1 and "\n" not in str(err.value)
+    assert not [c for c in state.calls if c[0] == "delete"]
+    assert {kind: sorted(objs) for kind, objs in state.objects.items()} == before
+    assert RunDir.open(rundir.path).meta["state"] == "running"      # not written down as done
+
+
+# ---- labctl collect: labs that kubectl applied ---------------------------------------
+def kubectl_apply(state: FakeState, p) -> None:
+    """`kubectl apply -f` of `labctl render k8s`: the rendered objects, as rendered."""
+    for obj in render.render(p):
+        state.create(obj["kind"], NS, json.loads(json.dumps(obj)))
+
+
+def applied(tmp_path, state: FakeState, run_id="lab-applied", ticks=0, **fields):
+    s = specmod.from_dict({"backend": "k8s", **fields})
+    p = plan(s, backend.K8sBackend().placement(s), run_id)
+    kubectl_apply(state, p)
+    for _ in range(ticks):
+        state.tick()
+    return p
+
+
+def collect(state: FakeState, tmp_path, run_id="lab-applied", **kw):
+    lines: list[str] = []
+    run = lab.collect("k8s", run_id, out=str(tmp_path / "collected"), progress=lines.append,
+                      cluster=fake_cluster(state), **kw)
+    return run, lines
+
+
+def test_collect_of_a_finished_job_writes_the_run_folder_of_up(tmp_path):
+    state = FakeState()
+    p = applied(tmp_path, state, ticks=4, nodes=3, nproc_per_node=1)
+    run, lines = collect(state, tmp_path)
+    status = json.loads((run.path / "status.json").read_text())
+    assert status["state"] == "passed" and status["ok"] is True
+    assert status["run_id"] == "lab-applied" and status["world_size"] == 3
+    assert status["checks"] == {"total": 6, "failed": 0, "skipped": 0}
+    assert status["k8s"]["namespace"] == NS
+    assert [n["state"] for n in status["node_outcomes"]] == ["succeeded"] * 3
+    # the plan rebuilt from the Job's annotation is the plan that was rendered
+    assert json.loads((run.path / "plan.json").read_text()) == p.to_dict()
+    assert specmod.load(run.path / "spec.yaml") == dataclasses.replace(p.spec, out=None)
+    for rank in range(3):
+        assert "workload_done" in run.rank_log(rank).read_text()
+    assert len((run.path / "results.jsonl").read_text().splitlines()) == 6
+    assert sorted(f.name for f in (run.path / "events").iterdir()) == [
+        "job-lab.log", "pod-lab-0-x0z.log", "pod-lab-1-x1z.log", "pod-lab-2-x2z.log"]
+    assert (run.path / "report.md").read_text().startswith("# Lab lab: PASSED")
+    assert not [c for c in state.calls if c[0] == "delete"], "collect deletes nothing"
+    assert state.objects["Job"] and state.objects["Pod"]
+    # `labctl down` of the collected folder finds the lab (the folder says where it ran)
+    # and leaves the finished folder as it is
+    summary = lab.down(RunDir.open(run.path), progress=lambda line: None, cluster=fake_cluster(state))
+    assert summary == f"deleted 3 object(s) in namespace {NS}: job/lab, service/lab, networkpolicy/lab"
+    assert all(not objs for objs in state.objects.values())
+    assert RunDir.open(run.path).meta["state"] == "passed"
+
+
+def test_collect_delete_removes_the_lab_only_after_the_folder_is_written(tmp_path):
+    state = FakeState(exit_codes={1: 2})
+    applied(tmp_path, state, ticks=4)
+    run, lines = collect(state, tmp_path, delete=True)
+    assert run.meta["state"] == "failed"     # the fake ranks all passed: the pod exit code decides
+    assert [n["state"] for n in run.meta["node_outcomes"]] == ["succeeded", "failed"]
+    first_delete = next(i for i, c in enumerate(state.calls) if c[0] == "delete")
+    assert [c for c in state.calls[first_delete:] if c[0] in ("log", "events")] == []
+    assert lines[-1].startswith(f"deleted 3 object(s) in namespace {NS}: job/lab")
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_collect_waits_for_a_running_job_to_end(tmp_path):
+    state = FakeState()
+    applied(tmp_path, state)                            # pods pending: collect waits
+    run, lines = collect(state, tmp_path)
+    assert run.meta["state"] == "passed"
+    assert any("node-0: running" in l for l in lines)
+    assert [n["exited_s"] for n in run.meta["node_outcomes"]] == [10.0, 11.0]
+
+
+def test_collect_no_wait_of_a_running_job_takes_what_is_there_and_says_running(tmp_path):
+    state = FakeState(exit_codes={0: None, 1: None})
+    applied(tmp_path, state, ticks=2)
+    run, lines = collect(state, tmp_path, wait=False)
+    status = json.loads((run.path / "status.json").read_text())
+    assert status["state"] == "running" and status["ok"] is False
+    assert status["message"] == "node(s) 0, 1 still running (--no-wait): collected what they wrote so far"
+    assert [n["state"] for n in status["node_outcomes"]] == ["running", "running"]
+    assert "ring" in run.rank_log(0).read_text()
+    assert (run.path / "report.md").read_text().startswith("# Lab lab: RUNNING")
+    assert sum("node-0:" in l for l in lines) == 1, "one look, no waiting"
+    assert not [c for c in state.calls if c[0] == "delete"]
+
+
+def test_collect_stops_waiting_at_the_timeout_and_says_so(tmp_path):
+    state = FakeState(exit_codes={0: None, 1: None})
+    applied(tmp_path, state)
+    run, _ = collect(state, tmp_path, timeout=0.3)
+    assert run.meta["state"] == "running"
+    assert "not ended within --timeout 0.3s" in run.meta["message"]
+
+
+def test_ctrl_c_during_collect_stops_the_waiting_not_the_lab(tmp_path):
+    state = FakeState(exit_codes={0: None, 1: None}, interrupt_at_poll=4)
+    applied(tmp_path, state)
+    run, lines = collect(state, tmp_path)
+    assert run.meta["state"] == "running" and run.meta["signal"] == "SIGINT"
+    assert "SIGINT stopped the waiting" in run.meta["message"]
+    assert run.node_log(0).read_text() and (run.path / "events" / "job-lab.log").is_file()
+    assert not [c for c in state.calls if c[0] == "delete"]
+
+
+def test_collect_again_goes_into_a_folder_of_its_own(tmp_path, monkeypatch):
+    state = FakeState()
+    applied(tmp_path, state, ticks=4)
+    monkeypatch.chdir(tmp_path)
+    first = lab.collect("k8s", "lab-applied", progress=lambda line: None, cluster=fake_cluster(state))
+    second = lab.collect("k8s", "lab-applied", progress=lambda line: None, cluster=fake_cluster(state))
+    assert (first.path, second.path) == (Path("runs/lab-applied"), Path("runs/lab-applied.2"))
+    assert second.meta["state"] == "passed"
+
+
+def test_collect_of_a_job_whose_pods_are_gone_says_what_was_lost_and_why(tmp_path):
+    state = FakeState()
+    applied(tmp_path, state, ticks=4)
+    state.objects["Pod"].clear()                        # deleted, evicted ...
+    run, _ = collect(state, tmp_path)
+    status = json.loads((run.path / "status.json").read_text())
+    assert status["state"] == "failed"
+    assert [n["state"] for n in status["node_outcomes"]] == ["lost", "lost"]
+    assert status["node_outcomes"][0]["reason"] == backend.POD_GONE + "; the Job says Complete"
+    assert "ttlSecondsAfterFinished=3600s" in backend.POD_GONE
+    assert "node 0 lost: pod gone before its log was read" in status["message"]
+    assert "its log is lost" in (run.path / "report.md").read_text()
+
+
+def test_collect_after_the_ttl_removed_job_and_pods_names_what_is_left(tmp_path):
+    state = FakeState()
+    applied(tmp_path, state, ticks=4)
+    state.objects["Pod"].clear()
+    state.objects["Job"].clear()
+    with pytest.raises(LabError, match=r"run lab-applied in namespace labs \(context fake-context\): "
+                                       r"its Job and pods are gone \(removed ttlSecondsAfterFinished=3600s") as err:
+        collect(state, tmp_path)
+    assert err.value.exit_code == 1
+    assert "left: service/lab" in str(err.value)
+    assert not (tmp_path / "collected").exists()
+
+
+def test_collect_of_an_unknown_run_id_names_the_runs_there_are(tmp_path):
+    state = FakeState()
+    applied(tmp_path, state, run_id="lab-one")
+    applied(tmp_path, state, run_id="lab-two", name="other")
+    with pytest.raises(backend.UnknownRun) as err:
+        collect(state, tmp_path, run_id="lab-nope")
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith(f"no run lab-nope in namespace {NS} (context fake-context); "
+                                     "runs there: lab-one, lab-two (the run id is on the first line")
+    assert not (tmp_path / "collected").exists()
+
+
 # ---- finding the cluster (real client, real config loading) ------------------------
 def _kubeconfig(tmp_path, server="https://127.0.0.1:9") -> Path:
     path = tmp_path / "kubeconfig"
@@ -529,3 +737,16 @@ def test_preflight_asks_the_api_nothing_for_a_gloo_lab():
     s = specmod.from_dict({"backend": "k8s"})
     backend.K8sBackend(cluster=fake_cluster(state)).preflight(plan(s, backend.K8sBackend().placement(s), "r"))
     assert state.calls == []
+
+def test_kill_node_deletes_the_pod_and_the_node_reads_killed_by_the_fault(tmp_path):
+    p, rundir = setup_run(tmp_path, faults=["kill-node:1@0"], timeout=30)
+    state = FakeState(exit_codes={0: None, 1: None})        # both would run until stopped
+    (outcomes, status, _), lines = up(state, p, rundir)
+    assert ("delete", "Pod", "lab-1-x1z", None) in state.calls
+    node1 = outcomes[1]
+    assert (node1.state, node1.signal) == ("killed", "SIGKILL")
+    assert node1.reason == "pod lab-1-x1z deleted by fault kill-node:1@0"
+    assert status == "failed"
+    (record,) = [json.loads(line) for line in (rundir.path / "faults.jsonl").read_text().splitlines()]
+    assert record["ok"] and record["did"].startswith("deleted pod lab-1-x1z")
+    assert any("fault kill-node:1@0 (begin)" in line for line in lines)

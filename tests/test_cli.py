@@ -112,3 +112,18 @@ def test_up_with_a_failing_script_names_the_rank(tmp_path):
     line = one_line_error(done, 1)
     assert "rank 1" in line and "exited with code 4" in line and "run" in line
     assert "First failure: rank 1" in done.stdout
+
+
+def test_render_names_the_run_id_and_how_to_collect_it(tmp_path):
+    done = labctl("render", "compose", "--run-id", "lab-x", "-o", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "run id lab-x; once started: labctl collect --backend compose --run-id lab-x" in done.stderr
+    assert (tmp_path / "out" / "compose.yaml").read_text().startswith("# Rendered by labctl: lab 'lab', run id lab-x,")
+    plan = labctl("render", "plan", cwd=tmp_path)
+    assert plan.returncode == 0 and "collect" not in plan.stderr
+
+
+def test_collect_with_a_flag_of_another_backend_is_one_line_exit_2(tmp_path):
+    line = one_line_error(labctl("collect", "--backend", "compose", "--run-id", "x", "--namespace", "n",
+                                 cwd=tmp_path), 2)
+    assert "--namespace applies to the k8s backend, not compose" in line

@@ -12,7 +12,7 @@ import pytest
 
 from labctl import backends, driver, lab
 from labctl.backends.base import Backend, BackendFailure
-from labctl.outcome import NodeOutcome, NodeState, RunState
+from labctl.outcome import NodeOutcome, NodeState, RunState, tolerated
 from labctl.plan import local_placement, plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
@@ -71,8 +71,8 @@ class ScriptedBackend(Backend):
         return ""
 
 
-def _run(tmp_path, grace=0.05, timeout=600, **backend_kw):
-    spec = from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": timeout})
+def _run(tmp_path, grace=0.05, timeout=600, fields=None, **backend_kw):
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": timeout, **(fields or {})})
     b = ScriptedBackend(**backend_kw)
     p = plan(spec, b.placement(spec), "lab-test")
     rundir = RunDir.create(p, out=tmp_path / "run")
@@ -96,6 +96,37 @@ def test_a_failed_node_stops_the_others_after_the_grace_and_names_why(tmp_path):
     states = {o.index: (o.state, o.reason) for o in result.outcomes}
     assert states[1][0] is NodeState.FAILED
     assert states[0] == (NodeState.STOPPED, "stopped by labctl after node 1 failed")
+
+
+LATE = ["running"] * 300 + ["succeeded"]        # ends well after the grace period
+
+
+def test_an_elastic_lab_goes_on_without_a_node_it_can_spare(tmp_path):
+    result, b, _ = _run(tmp_path, fields={"min_nodes": 2, "max_restarts": 1},
+                        script={0: LATE, 1: ["running", "killed"], 2: LATE})
+    assert result.state is RunState.PASSED
+    assert not any(c.startswith("stop") for c in b.calls), "nobody stopped after the grace"
+    lost = result.outcomes[1]
+    assert lost.state is NodeState.KILLED, "the dead node's outcome stays what it was"
+    assert lost.reason == "the lab went on without it, min_nodes 2 of 3"
+
+
+def test_an_elastic_lab_fails_below_min_nodes_or_without_node_0(tmp_path):
+    result, b, _ = _run(tmp_path, fields={"min_nodes": 2},
+                        script={0: LATE, 1: ["running", "killed"], 2: ["running", "running", "failed"]})
+    assert result.state is RunState.FAILED and "stop [0]" in b.calls
+    result, b, _ = _run(tmp_path / "host", fields={"min_nodes": 1},
+                        script={0: ["running", "killed"], 1: LATE, 2: LATE})
+    assert result.state is RunState.FAILED and "stop [1, 2]" in b.calls, \
+        "node 0 hosts the rendezvous store: nobody goes on without it"
+
+
+def test_tolerated_counts_per_replica():
+    def outcomes(*states):
+        return [NodeOutcome(i, f"n{i}", state=NodeState(s)) for i, s in enumerate(states)]
+    assert tolerated(outcomes("succeeded", "killed", "running", "lost"), 2, 1) == {1, 3}
+    assert tolerated(outcomes("succeeded", "killed", "killed", "running"), 2, 1) == {1}
+    assert tolerated(outcomes("succeeded", "killed"), 2, 2) == set(), "not elastic"
 
 
 def test_the_deadline_is_a_timeout_with_everything_stopped(tmp_path):
@@ -147,3 +178,85 @@ def test_lab_up_finishes_status_json_whatever_the_backend_raised(tmp_path, monke
                progress=lambda line: None)
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "error" and status["finished"] and "boom" in status["message"]
+
+
+class FaultyBackend(ScriptedBackend):
+    """Records faults; node 1's first kill-rank finds no rank yet, a partition cannot be done."""
+    fault_kinds = ("kill-rank", "stop-node", "partition")
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.tries = 0
+
+    def inject(self, fault):
+        from labctl.faults import NotYet
+
+        if fault.kind == "kill-rank":
+            self.tries += 1
+            if self.tries == 1:
+                raise NotYet("rank 1 is still importing torch")
+        if fault.kind == "partition":
+            raise RuntimeError("no network to cut")
+        self.calls.append(f"inject {fault}")
+        return f"did {fault}"
+
+    def heal(self, fault):
+        self.calls.append(f"heal {fault}")
+        return f"healed {fault}"
+
+
+def test_faults_fire_on_the_clock_retry_until_their_target_exists_and_end_before_the_stop(
+        tmp_path, monkeypatch):
+    import dataclasses
+
+    spec = dataclasses.replace(from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": 600}),
+                               faults=("kill-rank:1@0", "stop-node:2@0+600", "partition:0@0+1"))
+    b = FaultyBackend(script={0: ["pending", "running", "running", "running", "failed"]})
+    monkeypatch.setattr(driver, "RETRY_S", 0.001)
+    p = plan(spec, b.placement(spec), "lab-test")
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    driver.run(p, b, rundir, lambda line: None, grace=0.05)
+    faults = [json.loads(line) for line in (rundir.path / "faults.jsonl").read_text().splitlines()]
+    # nothing before every node ran; the kill fired on its second try; the partition that
+    # could not be done is written down and never "ended"; the freeze ended before the stop
+    assert b.calls.index("inject stop-node:2@0+600") > 1
+    assert [(f["fault"], f["phase"], f["ok"]) for f in faults] == [
+        ("stop-node:2@0+600", "begin", True), ("partition:0@0+1", "begin", False),
+        ("kill-rank:1@0", "begin", True), ("stop-node:2@0+600", "end", True)]
+    assert faults[1]["did"] == "could not: no network to cut"
+    assert faults[3]["note"] == "ended early: the lab ended"
+    assert b.calls.index("heal stop-node:2@0+600") < b.calls.index("stop [1, 2]")
+    assert rundir.meta["faults"] == faults
+
+
+# ---- follow: runs labctl did not start (labctl collect) --------------------------
+def _follow(tmp_path, wait=True, timeout=5.0, **backend_kw):
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1})
+    b = ScriptedBackend(**backend_kw)
+    p = plan(spec, b.placement(spec), "lab-test")
+    b.plan = p                                   # what attach_by_id binds
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    return driver.follow(p, b, rundir, lambda line: None, timeout=timeout, wait=wait), b, rundir
+
+
+def test_follow_waits_for_every_node_and_never_stops_or_deletes(tmp_path):
+    """A failing node is only noted: the others run to their own end (no grace, no stop)."""
+    script = {0: ["failed"], 1: ["running"] * 30 + ["succeeded"], 2: ["running", "succeeded"]}
+    result, b, rundir = _follow(tmp_path, script=script)
+    assert result.state is RunState.FAILED
+    assert [o.state for o in result.outcomes] == ["failed", "succeeded", "succeeded"]
+    assert "start" not in b.calls and not any(c.startswith("stop") for c in b.calls)
+    assert "delete" not in b.calls and b.calls[-1] == "collect"
+    assert rundir.node_log(1).read_text() == "log of node 1\n"
+    # exit times only for what ended while watched: node 0 had ended before
+    assert [o.exited_s is not None for o in result.outcomes] == [False, True, True]
+
+
+def test_follow_at_the_timeout_or_without_waiting_writes_the_run_down_as_running(tmp_path):
+    result, b, _ = _follow(tmp_path, timeout=0.05, script={0: ["succeeded"]})
+    assert result.state is RunState.RUNNING
+    assert result.message == ("node(s) 1, 2 still running (not ended within --timeout 0.05s): "
+                              "collected what they wrote so far")
+    result, b, _ = _follow(tmp_path / "b", wait=False)
+    assert result.state is RunState.RUNNING and "(--no-wait)" in result.message
+    assert b.calls == ["poll", "poll", "collect"]      # one look, then the logs

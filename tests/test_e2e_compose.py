@@ -7,8 +7,11 @@ nor the network of either run are left behind.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +93,74 @@ def test_failing_rank_is_named_logs_kept_and_nothing_left(tmp_path):
     down = subprocess.run([sys.executable, "-m", "labctl.cli", "down", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and "nothing left" in down.stdout
+
+
+HANGING = """\
+import time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"rank {rank} joined", flush=True)
+if rank == 1:
+    print("hanging", flush=True)
+    time.sleep(600)
+dist.barrier()
+"""
+
+
+def test_down_after_labctl_was_killed_saves_every_log_then_removes_the_lab(tmp_path):
+    """kill -9 of `labctl up` while rank 1 hangs: the containers run on; `labctl down`
+    saves both nodes' logs, writes the run down as abandoned, then removes everything."""
+    (tmp_path / "hang.py").write_text(HANGING)
+    out = tmp_path / "run"
+    up = subprocess.Popen([sys.executable, "-m", "labctl.cli", "up", "--backend", "compose",
+                           "--script", "hang.py", "--name", "hang", "--nodes", "2",
+                           "--nproc-per-node", "1", "--out", str(out)], cwd=tmp_path,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run_id = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if run_id is None and (out / "status.json").is_file():
+                run_id = json.loads((out / "status.json").read_text())["run_id"]
+            if run_id is not None and "hanging" in _docker_logs(run_id, "hang-1"):
+                break
+            assert up.poll() is None, "labctl up ended by itself"
+            time.sleep(1)
+        else:
+            pytest.fail("rank 1 never printed 'hanging'")
+        os.kill(up.pid, signal.SIGKILL)
+        up.wait(timeout=30)
+        assert json.loads((out / "status.json").read_text())["state"] == "running"
+        down = subprocess.run([sys.executable, "-m", "labctl.cli", "down", str(out)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=180)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert down.stdout.startswith(f"saved the logs into {out}")
+        assert "removed 2 container(s) and 1 network(s)" in down.stdout
+        assert "[rank1]:hanging" in (out / "nodes" / "node-1.log").read_text()
+        assert "[rank0]:rank 0 joined" in (out / "nodes" / "node-0.log").read_text()
+        assert "hanging" in (out / "ranks" / "rank-1.log").read_text()
+        status = json.loads((out / "status.json").read_text())
+        assert status["state"] == "abandoned" and status["finished"]
+        assert [n["state"] for n in status["node_outcomes"]] == ["stopped", "stopped"]
+        assert (out / "report.md").read_text().startswith("# Lab hang: ABANDONED")
+        assert_nothing_left(run_id)
+    finally:
+        if up.poll() is None:
+            os.kill(up.pid, signal.SIGKILL)
+        if run_id is not None:
+            subprocess.run([sys.executable, "-m", "labctl.cli", "down", "--discard-logs", str(out)],
+                           cwd=tmp_path, capture_output=True, timeout=120)
+
+
+def _docker_logs(run_id: str, service: str) -> str:
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={RUN_LABEL}={run_id}",
+                          "--filter", f"label=com.docker.compose.service={service}"],
+                         capture_output=True, text=True).stdout.split()
+    if not ids:
+        return ""
+    logs = subprocess.run(["docker", "logs", ids[0]], capture_output=True, text=True)
+    return logs.stdout + logs.stderr
 
 
 def test_bench_measures_between_containers(tmp_path):

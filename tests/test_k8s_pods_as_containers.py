@@ -6,7 +6,9 @@ values, applies Kubernetes' `$(VAR)` expansion, and starts the pod's container
 with its hostname `<job>-<i>`, its DNS name `<job>-<i>.<service>` (a network
 alias on one user-defined network, as the headless Service gives), its env,
 command, user, capabilities and /dev/shm. If the default lab passes this way,
-a `kubectl apply` of the same render runs the same processes.
+a `kubectl apply` of the same render runs the same processes. Single-replica
+labs are then collected as `labctl collect` would after `kubectl apply`: the
+containers' exit codes and logs served by the fake API of test_backend_k8s.
 
 With replicas, every replica's Job is played the same way under its own
 headless Service, and the store Job's pod answers to its Service's name.
@@ -152,10 +154,12 @@ def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
                     if state[0] == "exited":
                         codes[n] = int(state[1])
             time.sleep(1)
+        logs = [docker("logs", name, timeout=60) for _, _, name in pods]
+        if s.replicas == 1 and len(codes) == len(pods):
+            return _collect_as_kubectl_applied(tmp_path, objects, pods, codes, logs, run_id)
         outcomes = []
         for n, (job, i, name) in enumerate(pods):
-            logs = docker("logs", name, timeout=60)
-            rundir.write_node_log(n, logs.stdout + logs.stderr)
+            rundir.write_node_log(n, logs[n].stdout + logs[n].stderr)
             code = codes.get(n)
             outcomes.append(NodeOutcome(n, f"{job['metadata']['name']}-{i}", code,
                                         "pending" if code is None else "succeeded" if code == 0 else "failed"))
@@ -168,6 +172,31 @@ def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
         docker("network", "rm", network, check=False)
         leftovers = docker("ps", "-aq", "--filter", f"name={network}", check=False).stdout.split()
         assert leftovers == [], f"containers left behind: {leftovers}"
+
+
+def _collect_as_kubectl_applied(tmp_path: Path, objects: list[dict], pods, codes: dict[int, int],
+                                logs, run_id: str) -> RunDir:
+    """`labctl collect` of the played pods: the rendered objects (parsed from the
+    text, as kubectl reads it) go into the fake API server of test_backend_k8s,
+    whose pods end with the containers' exit codes and serve their real logs, so
+    the plan comes back from the Job's annotation and the logs go through the
+    k8s backend's own collect and parsing path."""
+    from labctl import lab
+    from test_backend_k8s import NS, FakeState, fake_cluster
+
+    state = FakeState(exit_codes={i: codes[n] for n, (_, i, _) in enumerate(pods)})
+    for obj in objects:
+        state.create(obj["kind"], NS, obj)
+    for n, (job, i, _) in enumerate(pods):
+        (pod_name,) = [p for p, body in state.objects["Pod"].items()
+                       if body["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == str(i)]
+        state.pod_logs[pod_name] = logs[n].stdout + logs[n].stderr
+    poll_s, backend.POLL_S = backend.POLL_S, 0.01
+    try:
+        return lab.collect("k8s", run_id, out=str(tmp_path / "collected"), progress=lambda line: None,
+                           cluster=fake_cluster(state))
+    finally:
+        backend.POLL_S = poll_s
 
 
 def _assert_passed(rundir: RunDir, world_size: int) -> None:
@@ -183,6 +212,8 @@ def _assert_passed(rundir: RunDir, world_size: int) -> None:
 def test_rendered_default_lab_runs_as_pods(tmp_path):
     rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-default")
     _assert_passed(rundir, 4)
+    assert rundir.meta["collected"]["by"] == "labctl collect"     # the pods went through collect
+    assert len(list((rundir.path / "events").iterdir())) == 3
     # every node found node 0 by its pod DNS name and only node 0 hosted the store
     assert all(n["state"] == "succeeded" for n in rundir.meta["node_outcomes"])
 

@@ -52,16 +52,21 @@ GRACE = 3.0
 
 
 class Interrupter:
-    """Progress sink that presses Ctrl-C once every node has been seen running."""
+    """Progress sink that presses Ctrl-C once every node has been seen running and,
+    where the logs are live (local), once every node has printed "hanging"."""
 
-    def __init__(self, armed: bool):
-        self.armed, self.lines = armed, []
+    def __init__(self, armed: bool, live_logs=()):
+        self.armed, self.lines, self.live_logs = armed, [], list(live_logs)
 
     def __call__(self, line: str) -> None:
         self.lines.append(line)
         if self.armed and line.startswith("[") and line.count("running") == 2:
             self.armed = False
             time.sleep(2)                       # let both nodes print before the "user" presses
+            waited = time.monotonic() + 120     # a loaded machine imports torch slowly
+            while time.monotonic() < waited and not all(
+                    p.is_file() and "hanging" in p.read_text() for p in self.live_logs):
+                time.sleep(0.2)
             raise KeyboardInterrupt
 
 
@@ -106,7 +111,8 @@ def test_lifecycle(tmp_path, monkeypatch, backend, scenario):
     monkeypatch.setattr(driver, "FAILURE_GRACE_S", GRACE)
     spec = from_dict({"name": "lc", "backend": backend, "nodes": 2, "nproc_per_node": 1,
                       "launcher": "direct", "script": str(path), **fields})
-    progress = Interrupter(armed=scenario == "interrupt")
+    live = [tmp_path / "run" / "nodes" / f"node-{i}.log" for i in (0, 1)] if backend == "local" else []
+    progress = Interrupter(armed=scenario == "interrupt", live_logs=live)
     t0 = time.monotonic()
     if backend == "k8s":
         run = _run_k8s(tmp_path, spec, progress, k8s_codes)

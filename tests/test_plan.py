@@ -28,6 +28,13 @@ def test_torchrun_nodes_share_everything_but_the_store_host_role():
     assert [n.hostname for n in p.nodes] == ["lab-0", "lab-1", "lab-2"]
 
 
+def test_elastic_labs_pass_min_max_nodes_and_restarts_to_torchrun():
+    argv = _plan(nodes=3, min_nodes=2, max_restarts=1).nodes[0].processes[0].argv
+    assert "--nnodes=2:3" in argv and "--max-restarts=1" in argv
+    argv = _plan(nodes=3, min_nodes=3).nodes[0].processes[0].argv
+    assert "--nnodes=3" in argv and "--max-restarts=0" in argv, "a fixed-size lab keeps the plain count"
+
+
 def test_direct_mode_gives_every_worker_its_rank():
     p = _plan(nodes=2, nproc_per_node=3, launcher="direct")
     procs = [proc for n in p.nodes for proc in n.processes]

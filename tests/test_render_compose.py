@@ -18,7 +18,7 @@ import yaml
 from docker_support import REPO, compose_cli
 from labctl import lab
 from labctl.plan import SCRIPT_MOUNT, node_command
-from labctl.render import compose
+from labctl.render import SPEC_KEY, compose, spec_from_stored
 from labctl.spec import from_dict
 
 RUN_ID = "lab-example"
@@ -49,6 +49,12 @@ def test_committed_compose_file_is_the_default_lab_rendered():
     assert committed == compose.text(make_plan()), (
         "compose/compose.yaml is stale; regenerate it with: "
         f".venv/bin/labctl render compose --run-id {RUN_ID} -o compose")
+
+
+def test_the_first_line_names_the_run_id_and_the_file_says_how_to_collect():
+    lines = compose.text(make_plan()).splitlines()
+    assert lines[0].startswith(f"# Rendered by labctl: lab 'lab', run id {RUN_ID},")
+    assert f"labctl collect --backend compose --run-id {RUN_ID}" in lines[2]
 
 
 def test_same_plan_same_text():
@@ -148,6 +154,9 @@ def test_real_compose_accepts_every_render_and_runs_exactly_the_plan(variant, tm
         assert {k: unescape(v) for k, v in service["environment"].items()} == env
         assert service["hostname"] == node.hostname
         assert "ports" not in service and not service.get("privileged")
+    # the lab description on the network survives compose's parsing: `labctl collect` reads it
+    stored = unescape(parsed["networks"][compose.NETWORK]["labels"][SPEC_KEY])
+    assert spec_from_stored(stored, "the network") == plan.spec
 
 
 # ---- replicas and init methods ------------------------------------------------------

@@ -17,7 +17,7 @@ import yaml
 from labctl import spec as specmod
 from labctl.errors import LabError
 from labctl.plan import SCRIPT_MOUNT, container_placement, node_command, plan
-from labctl.render import k8s
+from labctl.render import SPEC_KEY, k8s, spec_from_stored
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "k8s"
@@ -472,9 +472,36 @@ def test_settings_that_do_not_apply_leave_the_render_byte_identical():
     """No k8s: section, an empty one, and defaults spelled out render the same text;
     the GPU toleration belongs to nccl labs only."""
     plain = rendered("default")[2]
-    for settings in ({}, {"spread": "none", "gpu_toleration": True, "schedule_timeout": 60}):
-        assert k8s.text(make_plan(k8s=settings)) == plain
+    assert k8s.text(make_plan(k8s={})) == plain
+    # schedule_timeout is how long labctl waits, not what the cluster runs: only the
+    # lab description stored for `labctl collect` (SPEC_KEY) records it.
+    spelled_out = make_plan(k8s={"spread": "none", "gpu_toleration": True, "schedule_timeout": 60})
+    assert without_stored_spec(k8s.render(spelled_out)) == without_stored_spec(k8s.render(make_plan()))
     assert k8s.text(make_plan(dist_backend="auto")).count("toleration") == 0
+
+
+def without_stored_spec(objects: list[dict]) -> list[dict]:
+    objects = copy.deepcopy(objects)
+    for obj in objects:
+        obj["metadata"].get("annotations", {}).pop(SPEC_KEY, None)
+    return objects
+
+
+def test_the_job_carries_the_lab_description_for_collect():
+    """`labctl collect` of a kubectl-applied lab rebuilds the plan from the Job's annotation."""
+    for case in ("default", "k8s-every-field"):
+        p, objects, _ = rendered(case)
+        stored = job_of(objects)["metadata"]["annotations"][SPEC_KEY]
+        assert "\n" not in stored
+        assert spec_from_stored(stored, "the job") == dataclasses.replace(p.spec, out=None)
+        assert [o for o in objects if SPEC_KEY in o["metadata"].get("annotations", {})] == [job_of(objects)]
+
+
+def test_every_rendered_file_names_the_run_id_on_its_first_line():
+    p = make_plan()
+    for name, text in k8s.files(p).items():
+        assert text.splitlines()[0].endswith(f"run id {p.run_id}, 2 node(s) x 2 process(es)"), name
+    assert k8s.text(p).splitlines()[0] == k8s.files(p)["job.yaml"].splitlines()[0]
 
 
 def test_labels_and_annotations_go_on_every_object_without_touching_labctls():
@@ -484,8 +511,8 @@ def test_labels_and_annotations_go_on_every_object_without_touching_labctls():
     metas = [o["metadata"] for o in objects] + [job["spec"]["template"]["metadata"]]
     for meta in metas:
         assert meta["labels"]["team"] == "vision" and meta["labels"]["example.com/cost-centre"] == "42"
-        assert meta["annotations"] == {"example.com/owner": "Ada Lovelace <ada@example.com>",
-                                       "note": "multi\nline"}
+        assert {k: v for k, v in meta["annotations"].items() if k != SPEC_KEY} == {
+            "example.com/owner": "Ada Lovelace <ada@example.com>", "note": "multi\nline"}
         assert meta["labels"][k8s.RUN_LABEL] == p.run_id
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "labctl"
     service = objects[1]

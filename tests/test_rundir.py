@@ -50,3 +50,27 @@ def test_a_stopped_node_that_never_finished_is_not_blamed(tmp_path):
     stopped = NodeOutcome(1, "lab-1", -15, NodeState.STOPPED)
     first = _finalize(tmp_path, stopped, "")
     assert "left_early" not in first and first["rank"] == 0
+
+
+def _fault(kind, target, lab_s, text):
+    return {"fault": text, "kind": kind, "target": target, "phase": "begin", "ok": True,
+            "lab_s": lab_s, "took_s": 0.1, "did": "SIGKILL"}
+
+
+def test_a_kill_fault_is_the_root_cause_only_when_it_came_before_the_failure():
+    from labctl.rundir import _fault_cause
+
+    found = {"exit_codes": {}, "root_causes": {}, "node_ranks": {0: [0], 1: [1]}}
+    peer = {"rank": 0, "node": 0, "exit_code": 1, "error": {"exception": "RuntimeError: Connection reset by peer"}}
+    killed = NodeOutcome(1, "lab-1", -9, "killed", exited_s=30.2, signal="SIGKILL")
+    peer_node = NodeOutcome(0, "lab-0", 1, "failed", exited_s=30.9)
+    cause = _fault_cause(dict(peer), [peer_node, killed], found, [_fault("kill-node", 1, 30.1, "kill-node:1@30")])
+    assert (cause["fault"], cause["node"], cause["rank"]) == ("kill-node:1@30", 1, None)
+    assert cause["peer_error"] == peer["error"] and cause["peer_rank"] == 0
+    # rank 0 crashed at 5 s by itself; the kill at 30 s came later: not its cause
+    crashed = NodeOutcome(0, "lab-0", 1, "failed", exited_s=5.0)
+    assert _fault_cause(dict(peer), [crashed, killed], found,
+                        [_fault("kill-node", 1, 30.1, "kill-node:1@30")]) == peer
+    # a freeze kills nothing: the peer's own error stays first, with the fault before it
+    after = _fault_cause(dict(peer), [peer_node], found, [_fault("stop-node", 1, 20.0, "stop-node:1@20+60")])
+    assert after == {**peer, "after_fault": "stop-node:1@20+60"}

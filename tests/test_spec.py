@@ -272,3 +272,30 @@ def test_new_fields_defaults_and_round_trip(tmp_path):
     # file without a claim is fine where a directory is shared anyway
     assert spec.from_dict({"backend": "compose", "init_method": "file"}).init_method == "file"
     assert spec.load(overrides={"init_method": "tcp", "replicas": 2}).replicas == 2
+
+
+def test_elastic_fields_default_to_a_fixed_size_lab_and_round_trip(tmp_path):
+    s = spec.load()
+    assert (s.max_restarts, s.min_nodes, s.fewest_nodes, s.elastic) == (0, None, 2, False)
+    s = spec.load(overrides={"nodes": "3", "min_nodes": "1", "max_restarts": "2"})
+    assert (s.max_restarts, s.min_nodes, s.fewest_nodes, s.elastic) == (2, 1, 1, True)
+    f = tmp_path / "spec.yaml"
+    f.write_text(spec.dump(s))
+    assert spec.load(f) == s
+    assert spec.from_dict({"nodes": 4}).fewest_nodes == 4, "min_nodes follows nodes by default"
+    assert not spec.from_dict({"min_nodes": 2}).elastic, "min_nodes = nodes is a fixed-size lab"
+
+
+@pytest.mark.parametrize("data, field, hint", [
+    ({"max_restarts": -1}, "max_restarts", "between 0 and 100"),
+    ({"max_restarts": "once"}, "max_restarts", "worker-group restarts"),
+    ({"nodes": 2, "min_nodes": 3}, "min_nodes", "between 1 and nodes (2)"),
+    ({"min_nodes": 0}, "min_nodes", "between 1 and nodes"),
+    ({"launcher": "direct", "max_restarts": 1}, "launcher", "torchrun for an elastic lab (max_restarts: 1)"),
+    ({"launcher": "direct", "min_nodes": 1}, "launcher", "direct mode has none"),
+])
+def test_bad_elastic_settings_are_one_line(data, field, hint):
+    with pytest.raises(SpecError) as err:
+        spec.from_dict(data, source="lab.yaml")
+    message = str(err.value)
+    assert message.startswith(f"lab.yaml: {field}: expected") and hint in message and "\n" not in message

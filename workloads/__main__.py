@@ -38,8 +38,10 @@ def run_workloads(names: list[str], options: dict[str, dict]) -> int:
             started = time.perf_counter()
             failures_before = ctx.failures
             module.run(ctx, **options.get(name, {}))
+            # world_size: an elastic lab may end with fewer ranks than it started with
             ctx.record("workload_done", ctx.failures == failures_before,
-                       seconds=round(time.perf_counter() - started, 6), unit="s")
+                       seconds=round(time.perf_counter() - started, 6), unit="s",
+                       world_size=ctx.world_size)
     finally:
         _common.shutdown()
     return 1 if ctx.failures else 0

@@ -142,6 +142,15 @@ def _own_store_for_tcp(url: str) -> Iterator[None]:
             os.environ[flag] = saved
 
 
+def pg_timeout():
+    """LAB_PG_TIMEOUT (seconds, the spec's pg_timeout) as the timedelta init_process_group
+    takes: how long a collective waits for its peers before it raises. None: torch's default."""
+    import datetime
+
+    value = os.environ.get("LAB_PG_TIMEOUT")
+    return datetime.timedelta(seconds=float(value)) if value else None
+
+
 _before_init = {"checks": 0, "failures": 0}
 
 
@@ -176,8 +185,9 @@ def join(backend: str, device: Any, url: str | None = None, store: Any = None,
     import torch.distributed as dist
 
     kwargs: dict[str, Any] = {"backend": backend}
-    if timeout is not None:
-        kwargs["timeout"] = datetime.timedelta(seconds=timeout)
+    limit = datetime.timedelta(seconds=timeout) if timeout is not None else pg_timeout()
+    if limit is not None:             # a workload's own bound, else the lab's pg_timeout
+        kwargs["timeout"] = limit
     if backend == "nccl":
         kwargs["device_id"] = device
     if store is not None:

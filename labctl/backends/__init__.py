@@ -52,3 +52,10 @@ def all_options() -> dict[str, tuple[str, list[str]]]:
 def render_targets() -> tuple[str, ...]:
     """`labctl render` targets: the plan, plus every backend that has files to show."""
     return ("plan", *(n for n in NAMES if backend_class(n).renderer is not None))
+
+
+def collect_targets() -> tuple[str, ...]:
+    """`labctl collect --backend` choices: backends that can attach to a run by its id."""
+    from .base import Backend
+
+    return tuple(n for n in NAMES if backend_class(n).attach_by_id is not Backend.attach_by_id)

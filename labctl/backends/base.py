@@ -13,6 +13,10 @@ subclasses only start, monitor and stop workers. One instance serves one run
     stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
     collect(rundir) -> [...]   write every node's log into the run folder; final outcomes
     delete() -> str            remove what start created; one line on what was removed
+    find_runs() -> [run id]    the runs this backend can see (by the run label)
+    attach_by_id(run_id)       find a run labctl rendered but did not start (kubectl,
+                               docker compose) by its id -> its LaunchPlan, rebuilt from
+                               the lab description the renderer stored in its objects
     attach(rundir)             find a run started elsewhere (kubectl, compose, a dead labctl)
     alive() -> bool            does anything of an attached run still exist
     attached_outcomes()        its nodes' outcomes as far as they can be told
@@ -24,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Callable, ClassVar
 
 from ..errors import LabError
+from ..faults import Fault
 from ..outcome import NodeOutcome
 from ..plan import LaunchPlan, Placement
 from ..rundir import RunDir
@@ -35,6 +40,17 @@ Progress = Callable[[str], None]
 class PreflightError(LabError):
     """A lab that cannot work here, refused before it starts (exit 2, one line)."""
     exit_code = 2
+
+
+class UnknownRun(LabError):
+    """No run with that id here (exit 2, one line naming the runs there are)."""
+    exit_code = 2
+
+    @classmethod
+    def of(cls, run_id: str, where: str, runs: list[str]) -> "UnknownRun":
+        known = ", ".join(runs[:20]) + (f" and {len(runs) - 20} more" if len(runs) > 20 else "")
+        return cls(f"no run {run_id} {where}; runs there: {known or 'none'} "
+                   "(the run id is on the first line of every file `labctl render` wrote)")
 
 
 class BackendFailure(LabError):
@@ -52,6 +68,8 @@ class Backend:
     # Node logs grow in the run folder while the lab runs (local): the driver splits them
     # per rank as it goes, so the end of a run has only the last bit left to read.
     live_logs: ClassVar[bool] = False
+    # Fault kinds `inject` can do (labctl/faults.py); the spec refuses the others.
+    fault_kinds: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, progress: Progress = lambda line: None, **options: Any):
         unknown = sorted(k for k, v in options.items() if v is not None and k not in self.options)
@@ -90,11 +108,25 @@ class Backend:
         driver calls this at the deadline before anything is stopped. Returns notes."""
         return [f"the {self.name} backend cannot take stacks"]
 
-    def inject(self, fault: Any) -> str:
+    def inject(self, fault: Fault) -> str:
         """Make one fault happen now (kill a rank, freeze a node ...); one line on what was done."""
         raise LabError(f"the {self.name} backend cannot inject faults")
 
+    def heal(self, fault: Fault) -> str:
+        """End a fault with a duration (resume a frozen node, reconnect a cut one)."""
+        raise LabError(f"the {self.name} backend cannot end faults")
+
     # ---- runs started elsewhere --------------------------------------------------
+    def find_runs(self) -> list[str]:
+        """Ids of the runs that have objects on this backend (containers, Jobs ...)."""
+        raise LabError(f"the {self.name} backend cannot list runs")
+
+    def attach_by_id(self, run_id: str) -> LaunchPlan:
+        """Bind to the run `run_id` (started by kubectl, docker compose or a labctl that
+        died) and return its plan, rebuilt from the lab description in its objects.
+        Raise UnknownRun, naming the runs there are, when nothing has that id."""
+        raise LabError(f"the {self.name} backend cannot collect a run it did not start")
+
     def attach(self, rundir: RunDir) -> None:
         """Bind to an existing run (its plan and where it ran are in the folder)."""
         raise LabError(f"the {self.name} backend cannot attach to a run started elsewhere")

@@ -10,6 +10,7 @@ a run started by `docker compose up` can be attached to (collect, down).
 """
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import json
 import os
@@ -19,12 +20,14 @@ import time
 from pathlib import Path
 
 from ..errors import LabError
+from ..faults import KILL_RANK_PY, Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement
+from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..render import SPEC_KEY, spec_from_stored
 from ..render import compose as render_compose
 from ..rundir import RunDir
 from ..spec import DEFAULT_CUDA_IMAGE, LabSpec
-from .base import Backend, PreflightError
+from .base import Backend, PreflightError, UnknownRun
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
@@ -84,11 +87,32 @@ def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
                              "machine with the NVIDIA Container Toolkit")
 
 
+def kernel_has_netem() -> bool | None:
+    """Whether this machine's kernel can do `tc ... netem` (containers share it): loaded,
+    shipped as a module, or built in; None when it cannot be told (a remote engine)."""
+    if os.environ.get("DOCKER_HOST", "unix://").startswith(("tcp://", "ssh://")):
+        return None
+    release = os.uname().release
+    if os.path.isdir("/sys/module/sch_netem") or any(
+            os.path.exists(f"/lib/modules/{release}/kernel/net/sched/sch_netem.ko{ext}")
+            for ext in ("", ".xz", ".zst", ".gz")):
+        return True
+    try:
+        import gzip
+
+        with gzip.open("/proc/config.gz", "rt") as f:
+            config = f.read()
+    except OSError:
+        return None
+    return "CONFIG_NET_SCH_NETEM=y" in config or "CONFIG_NET_SCH_NETEM=m" in config
+
+
 class _Project:
     """One compose project: the fixed part of every `docker compose` call for a run."""
 
-    def __init__(self, run_id: str, compose_file: Path | None, project_dir: str):
-        self.name = render_compose.project_name(run_id)
+    def __init__(self, run_id: str, compose_file: Path | None, project_dir: str,
+                 name: str | None = None):
+        self.name = name or render_compose.project_name(run_id)
         argv = [*compose_command(), "-p", self.name]
         if compose_file is not None:
             argv += ["-f", str(compose_file), "--project-directory", project_dir]
@@ -113,6 +137,24 @@ class _Project:
                                r.get("ExitCode") if r.get("State", "").lower() == "exited" else None)
                 for r in rows}
 
+    def exit_times(self) -> dict[str, float]:
+        """{service: seconds from the project's first container start to its exit} for
+        the exited containers: when each node ended, also for a run labctl only watches
+        (its first failure is the first to end, not the first seen ended)."""
+        ids = _docker("ps", "--all", "--quiet", "--filter",
+                      f"label=com.docker.compose.project={self.name}").stdout.split()
+        if not ids:
+            return {}
+        done = _docker("inspect", "--format", '{{index .Config.Labels "com.docker.compose.service"}} '
+                       "{{.State.Status}} {{.State.StartedAt}} {{.State.FinishedAt}}", *ids)
+        rows = [line.split() for line in done.stdout.splitlines() if len(line.split()) == 4]
+        try:
+            starts = [_dt.datetime.fromisoformat(r[2]) for r in rows]
+            return {r[0]: round((_dt.datetime.fromisoformat(r[3]) - min(starts)).total_seconds(), 3)
+                    for r in rows if r[1] == "exited"}
+        except ValueError:            # a date this Python cannot read: times stay unknown
+            return {}
+
 
 def _outcome(index: int, hostname: str, state: tuple[str, int | None] | None) -> NodeOutcome:
     if state is None:
@@ -130,6 +172,7 @@ class ComposeBackend(Backend):
     name = "compose"
     renderer = "labctl.render.compose"
     poll_interval = 1.0
+    fault_kinds = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -137,6 +180,7 @@ class ComposeBackend(Backend):
         self.project: _Project | None = None
         self.hostnames: dict[int, str] = {}
         self.run_id = ""
+        self.exit_times: dict[str, float] = {}     # service -> when it exited (exit_times)
 
     def placement(self, spec: LabSpec) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -150,6 +194,11 @@ class ComposeBackend(Backend):
         except LabError as exc:
             raise PreflightError(str(exc)) from None
         _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
+        delays = [f for f in plan.spec.faults if f.startswith("delay:")]
+        if delays and kernel_has_netem() is False:
+            raise PreflightError(f"fault {delays[0]} needs tc netem, and this machine's kernel "
+                                 f"({os.uname().release}) has none (CONFIG_NET_SCH_NETEM is not "
+                                 "set); leave the delay out, or run on a kernel with sch_netem")
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
         self.plan, self.run_id = plan, plan.run_id
@@ -165,7 +214,13 @@ class ComposeBackend(Backend):
     def poll(self) -> list[NodeOutcome]:
         assert self.project is not None
         states = self.project.states()
-        return [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        if any(o.state.ended and o.hostname not in self.exit_times for o in outcomes):
+            self.exit_times.update(self.project.exit_times())
+        for o in outcomes:
+            if o.state.ended:
+                o.exited_s = self.exit_times.get(o.hostname)
+        return outcomes
 
     def stop(self, indices: list[int], reason: str) -> None:
         assert self.project is not None
@@ -207,7 +262,99 @@ class ComposeBackend(Backend):
         time.sleep(1.5)
         return notes or ["asked every rank for its stack"]
 
+    def _container(self, index: int) -> str:
+        assert self.project is not None
+        done = self.project("ps", "--all", "--quiet", self.hostnames[index])
+        cid = done.stdout.strip().split()
+        if done.returncode != 0 or not cid:
+            raise LabError(f"no container for node {index} ({self.hostnames[index]})")
+        return cid[0]
+
+    def _network(self) -> str:
+        assert self.project is not None
+        return f"{self.project.name}_{render_compose.NETWORK}"
+
+    def inject(self, fault: Fault) -> str:
+        """kill-rank: SIGKILL inside the container (the rank is found by its environment;
+        c10d decides which node holds which rank, so every container is asked); the
+        others through the engine: kill, pause, network disconnect, tc netem."""
+        if fault.kind == "kill-rank":
+            for index in sorted(self.hostnames):
+                done = _docker("exec", self._container(index), "python3", "-c", KILL_RANK_PY,
+                               self.run_id, str(fault.target), timeout=30)
+                if done.returncode == 0:
+                    return (f"SIGKILL to rank {fault.target} (pid {done.stdout.strip()} in "
+                            f"{self.hostnames[index]})")
+            raise NotYet(f"rank {fault.target} is not running yet in any container")
+        cid, host = self._container(fault.target), self.hostnames[fault.target]
+        if fault.kind == "kill-node":
+            _docker("kill", "--signal", "KILL", cid, check=True)
+            return f"docker kill {host} (SIGKILL)"
+        if fault.kind == "stop-node":
+            _docker("pause", cid, check=True)
+            return f"docker pause {host} (cgroup freezer)"
+        if fault.kind == "partition":
+            _docker("network", "disconnect", self._network(), cid, check=True)
+            return f"docker network disconnect {self._network()} {host}"
+        if fault.kind == "delay":
+            _docker("exec", "--user", "0", cid, "tc", "qdisc", "add", "dev", "eth0", "root",
+                    "netem", "delay", f"{fault.ms}ms", check=True)
+            return f"tc qdisc add dev eth0 root netem delay {fault.ms}ms in {host}"
+        raise LabError(f"the compose backend cannot do {fault.kind}")
+
+    def heal(self, fault: Fault) -> str:
+        cid, host = self._container(fault.target), self.hostnames[fault.target]
+        if fault.kind == "stop-node":
+            _docker("unpause", cid, check=True)
+            return f"docker unpause {host}"
+        if fault.kind == "partition":
+            # the service name is how the others resolve it: give it back as an alias
+            _docker("network", "connect", "--alias", host, self._network(), cid, check=True)
+            return f"docker network connect {self._network()} {host}"
+        raise LabError(f"the compose backend cannot end {fault.kind}")
+
     # ---- runs started by `docker compose up` or by a labctl that died ------------
+    def find_runs(self) -> list[str]:
+        key = render_compose.RUN_LABEL
+        fmt = f'{{{{.Label "{key}"}}}}'
+        found = set(_docker("ps", "--all", "--filter", f"label={key}", "--format", fmt,
+                            check=True).stdout.split())
+        found |= set(_docker("network", "ls", "--filter", f"label={key}", "--format", fmt,
+                             check=True).stdout.split())
+        return sorted(found)
+
+    def attach_by_id(self, run_id: str) -> LaunchPlan:
+        """The plan of a compose-started lab, from its network's `labctl.dev/spec` label."""
+        containers, networks = _labelled(run_id)
+        if not containers and not networks:
+            raise UnknownRun.of(run_id, "on this Docker engine", self.find_runs())
+        stored = None
+        if networks:
+            inspected = json.loads(_docker("network", "inspect", *networks, check=True).stdout)
+            stored = next((n["Labels"][SPEC_KEY] for n in inspected
+                           if SPEC_KEY in (n.get("Labels") or {})), None)
+        if stored is None:
+            raise LabError(f"run {run_id}: no {SPEC_KEY} label on its network (gone, or rendered "
+                           "by an older labctl); render and start it again with this labctl")
+        spec = spec_from_stored(stored, f"the network of run {run_id}")
+        the_plan = make_plan(spec, container_placement(spec, "compose"), run_id)
+        expected = {n.hostname for n in (*the_plan.nodes, *the_plan.services)}
+        rows = _docker("ps", "--all", "--filter", f"label={render_compose.RUN_LABEL}={run_id}", "--format",
+                       '{{.Label "com.docker.compose.service"}} {{.Label "com.docker.compose.project"}}',
+                       check=True).stdout.split("\n")
+        services = {r.split(" ")[0] for r in rows if r.strip()}
+        projects = {r.split(" ")[1] for r in rows if len(r.split(" ")) > 1 and r.split(" ")[1]}
+        if services - expected:
+            strangers = ", ".join(sorted(services - expected))
+            raise LabError(f"run {run_id}: containers of service(s) {strangers} are not in its "
+                           f"lab description (nodes {', '.join(sorted(expected))})")
+        self.run_id = run_id
+        # `docker compose -p NAME up` may have renamed the project: follow the containers
+        self.project = _Project(run_id, None, os.getcwd(),
+                                name=projects.pop() if len(projects) == 1 else None)
+        self.hostnames = {n.index: n.hostname for n in the_plan.nodes}
+        return the_plan
+
     def attach(self, rundir: RunDir) -> None:
         self.run_id = rundir.meta["run_id"]
         self.project = _Project(self.run_id, None, os.getcwd())

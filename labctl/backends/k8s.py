@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import LabError
+from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement
+from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..render import SPEC_KEY, spec_from_stored
 from ..render import k8s as k8s_render
 from ..rundir import RunDir
 from ..spec import LabSpec
 from . import k8s_scheduling
-from .base import Backend, BackendFailure, PreflightError
+from .base import Backend, BackendFailure, PreflightError, UnknownRun
 
 POLL_S = 2.0
 REQUEST_TIMEOUT_S = 15
@@ -33,6 +35,10 @@ REQUEST_TIMEOUT_S = 15
 STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                            "CreateContainerConfigError", "CreateContainerError"})
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# Why a node's pod can be missing once its Job exists: said where the log is missed.
+POD_GONE = ("pod gone before its log was read (deleted, evicted, or removed with its Job "
+            f"ttlSecondsAfterFinished={k8s_render.TTL_AFTER_FINISHED_S}s after the Job finished): "
+            "its log is lost")
 
 
 @dataclass
@@ -250,18 +256,21 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
             (events / f"{kind.lower()}-{obj}.log").write_text(_events_text(cluster, kind, obj))
         except Exception as exc:
             failed(f"could not read the events of {kind.lower()}/{obj}", exc)
-    job_start = None
+    job_start, verdict = None, None
     try:
         found = cluster.batch.read_namespaced_job(job, cluster.namespace,
                                                   _request_timeout=cluster.timeout())
         job_start = found.status.start_time if found.status else None
+        verdict = _job_condition(found)
     except Exception:
         pass
     missing = sorted(set(hostnames) - set(pods))
     out = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(hostnames.items())]
     for o in out:
         if o.index in missing:
-            o.state, o.reason = NodeState.LOST, "no pod left (deleted, or removed by the Job's TTL)"
+            o.state, o.reason = NodeState.LOST, POD_GONE + (
+                f"; the Job says {verdict[0]}" + (f" ({verdict[1]})" if verdict[1] else "")
+                if verdict else "")
     return out
 
 
@@ -292,10 +301,19 @@ def delete_run(cluster: Cluster, run_id: str) -> list[str]:
 
 
 # ---- the backend ------------------------------------------------------------------
+def _placement(spec: LabSpec) -> Placement:
+    return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec),
+                               replica_master_addrs=k8s_render.replica_master_addrs(spec))
+
+
 class K8sBackend(Backend):
     name = "k8s"
     renderer = "labctl.render.k8s"
     options = {"context": "Kubernetes context", "namespace": "Kubernetes namespace"}
+    # A pod can be deleted through the API alone; killing one process inside it would need
+    # `pods/exec`, which restricted namespaces rarely grant, and a partition a NetworkPolicy
+    # change that CNI plugins apply at their own pace.
+    fault_kinds = ("kill-node",)
 
     def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -307,6 +325,9 @@ class K8sBackend(Backend):
         self.created: list[str] = []
         self.schedule_clock: k8s_scheduling.ScheduleClock | None = None
         self.nodes_per_replica = 0
+        self.killed: dict[int, str] = {}     # node -> why its pod is gone (kill-node faults)
+        self.queue: str | None = None
+        self.attached = False
 
     @property
     def poll_interval(self) -> float:       # read at call time: tests shorten POLL_S
@@ -316,8 +337,7 @@ class K8sBackend(Backend):
         """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service)."""
         if spec.script and not Path(spec.script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
-        return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec),
-                                   replica_master_addrs=k8s_render.replica_master_addrs(spec))
+        return _placement(spec)
 
     def preflight(self, plan: LaunchPlan) -> None:
         """nccl on a cluster whose API says no node has enough `nvidia.com/gpu` for one pod.
@@ -358,6 +378,7 @@ class K8sBackend(Backend):
         self.hostnames = {n.index: n.hostname for n in plan.nodes}
         self.job = k8s_render.job_name(plan.spec)
         self.nodes_per_replica = plan.spec.nodes
+        self.queue = plan.spec.k8s.queue
         self.schedule_clock = k8s_scheduling.ScheduleClock(plan.spec.k8s.schedule_timeout)
         manifests = k8s_render.render(plan)
         rundir.write_rendered("k8s.yaml", k8s_render.text(plan))
@@ -374,14 +395,26 @@ class K8sBackend(Backend):
 
     def poll(self) -> list[NodeOutcome]:
         assert self.cluster is not None
-        job = self.cluster.batch.read_namespaced_job(self.job, self.cluster.namespace,
-                                                     _request_timeout=self.cluster.timeout())
+        try:
+            job = self.cluster.batch.read_namespaced_job(self.job, self.cluster.namespace,
+                                                         _request_timeout=self.cluster.timeout())
+        except Exception as exc:
+            if _status(exc) != 404:
+                raise
+            job = None                      # deleted (by hand, or its TTL) while watched
         pods = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica)
         stuck = _stuck(pods)
         if stuck:
             raise BackendFailure(f"stuck: {stuck}")
-        job_start = job.status.start_time if job.status else None
+        job_start = job.status.start_time if job is not None and job.status else None
         outcomes = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
+        if job is None or _job_condition(job):
+            for o in outcomes:              # the Job is done or gone: a missing pod never comes
+                if o.index not in pods:
+                    o.state, o.reason = NodeState.LOST, POD_GONE
+        outcomes = self._blame(outcomes)    # a pod a fault deleted is killed, not lost
+        if job is None:
+            return outcomes
         why = self._waiting(job, pods)
         if why is not None:
             for o in outcomes:
@@ -396,8 +429,8 @@ class K8sBackend(Backend):
     def _waiting(self, job: Any, pods: dict[int, Any]) -> str | None:
         """Why the lab waits on the cluster (Kueue admission, an unschedulable pod), if it does.
         Events are read only while some pod is still unplaced: one more call, not one per pod."""
-        assert self.cluster is not None and self.plan is not None
-        queue = self.plan.spec.k8s.queue
+        assert self.cluster is not None
+        queue = self.queue
         if k8s_scheduling.waiting_for_admission(job, queue):
             return k8s_scheduling.waiting_for_admission(job, queue)
         if not any((p.status.phase if p.status else "Pending") == "Pending" for p in pods.values()):
@@ -414,10 +447,32 @@ class K8sBackend(Backend):
         """Pods keep running until `delete`: their logs are read first (a deleted pod has none)."""
 
     def collect(self, rundir: RunDir) -> list[NodeOutcome]:
-        if "Job" not in self.created or self.cluster is None:
+        if ("Job" not in self.created and not self.attached) or self.cluster is None:
             return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())]
-        return _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress,
-                        nodes_per_replica=self.nodes_per_replica)
+        return self._blame(_collect(self.hostnames, self.job, self.run_id, rundir, self.cluster,
+                                    self.progress, nodes_per_replica=self.nodes_per_replica))
+
+    # ---- the failure lab ----------------------------------------------------------------
+    def inject(self, fault: Fault) -> str:
+        """kill-node: delete the node's pod at once (grace period 0: its container gets SIGKILL)."""
+        assert self.cluster is not None
+        if fault.kind != "kill-node":
+            raise LabError(f"the k8s backend cannot do {fault.kind}")
+        pod = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica).get(fault.target)
+        if pod is None:
+            raise NotYet(f"node {fault.target} has no pod yet")
+        name = pod.metadata.name
+        self.cluster.core.delete_namespaced_pod(name, self.cluster.namespace, grace_period_seconds=0,
+                                                _request_timeout=self.cluster.timeout())
+        self.killed[fault.target] = f"pod {name} deleted by fault {fault.text}"
+        return f"deleted pod {name} (grace period 0: SIGKILL; its log goes with it)"
+
+    def _blame(self, outcomes: list[NodeOutcome]) -> list[NodeOutcome]:
+        """A pod deleted by a fault is gone, not pending or lost: killed, and by what."""
+        for o in outcomes:
+            if o.index in self.killed and o.state in (NodeState.PENDING, NodeState.LOST, NodeState.KILLED):
+                o.state, o.signal, o.reason = NodeState.KILLED, "SIGKILL", self.killed[o.index]
+        return outcomes
 
     def delete(self) -> str:
         if not self.created or self.cluster is None:
@@ -427,15 +482,63 @@ class K8sBackend(Backend):
         return f"deleted {len(deleted)} object(s) labelled {k8s_render.run_selector(self.run_id)}"
 
     # ---- runs started by kubectl, or by a labctl that died -------------------------
+    def find_runs(self) -> list[str]:
+        cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+        found: set[str] = set()
+        for list_fn in (cluster.batch.list_namespaced_job, cluster.core.list_namespaced_pod,
+                        cluster.core.list_namespaced_service):
+            for obj in list_fn(cluster.namespace, label_selector=k8s_render.RUN_LABEL,
+                               _request_timeout=cluster.timeout()).items:
+                found.add((obj.metadata.labels or {}).get(k8s_render.RUN_LABEL, ""))
+        return sorted(found - {""})
+
+    def attach_by_id(self, run_id: str) -> LaunchPlan:
+        """The plan of a kubectl-applied lab, from its Job's `labctl.dev/spec` annotation."""
+        cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+        where = f"in namespace {cluster.namespace} (context {cluster.context})"
+        self.run_id = run_id
+        jobs = cluster.batch.list_namespaced_job(
+            cluster.namespace, label_selector=k8s_render.run_selector(run_id),
+            _request_timeout=cluster.timeout()).items
+        stored = [j for j in jobs if SPEC_KEY in (j.metadata.annotations or {})]
+        if not stored:
+            left = self._objects()
+            if not left:
+                raise UnknownRun.of(run_id, where, self.find_runs())
+            if not jobs:
+                raise LabError(
+                    f"run {run_id} {where}: its Job and pods are gone (removed "
+                    f"ttlSecondsAfterFinished={k8s_render.TTL_AFTER_FINISHED_S}s after the Job "
+                    f"finished, or deleted), and with them every log; left: {', '.join(left)} "
+                    f"(remove: kubectl delete -n {cluster.namespace} service,networkpolicy,"
+                    f"configmap -l {k8s_render.run_selector(run_id)})")
+            raise LabError(f"run {run_id} {where}: job/{jobs[0].metadata.name} has no {SPEC_KEY} "
+                           "annotation (rendered by an older labctl?); render and apply it again")
+        job = sorted(stored, key=lambda j: j.metadata.name)[0]
+        spec = spec_from_stored(job.metadata.annotations[SPEC_KEY],
+                                f"job/{job.metadata.name} {where}")
+        the_plan = make_plan(spec, _placement(spec), run_id)
+        self._bind(the_plan.spec, {n.index: n.hostname for n in the_plan.nodes})
+        return the_plan
+
+    def _bind(self, spec: LabSpec, hostnames: dict[int, str]) -> None:
+        self.hostnames = hostnames
+        self.job = k8s_render.job_name(spec)
+        self.nodes_per_replica = spec.nodes
+        self.queue = spec.k8s.queue
+        self.attached = True
+
     def attach(self, rundir: RunDir) -> None:
         where = rundir.meta.get("k8s") or {}
         context = self.settings.get("context") or (
             where.get("context") if where.get("context") != "in-cluster" else None)
-        self._connect(context, self.settings.get("namespace") or where.get("namespace"))
+        cluster = self._connect(context, self.settings.get("namespace") or where.get("namespace"))
         self.run_id = rundir.meta["run_id"]
-        self.hostnames = {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}
-        self.job = k8s_render.job_name(rundir.spec)
-        self.nodes_per_replica = rundir.spec.nodes
+        self._bind(rundir.spec, {n["index"]: n["hostname"] for n in rundir.plan["nodes"]})
+        if not where:                       # a folder `labctl collect` made: say where it ran
+            rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
+                                  "selector": k8s_render.run_selector(self.run_id)}
+            rundir.write_status()
 
     def _objects(self) -> list[str]:
         assert self.cluster is not None

@@ -1,7 +1,8 @@
 """Local backend: every node is a process tree on this machine, kept by a node guard.
 
 Each node runs under `labctl/nodeguard.py` (in a session of its own, working
-in `work/node-<i>/` of the run folder unless the spec says `workdir: invoking`),
+in `work/node-<i>/` of the run folder unless the spec says `workdir: invoking`,
+with LAB_SHARED_DIR naming the run folder's `shared/`, which every node sees),
 which writes the node's output straight into `nodes/node-<i>.log`, keeps every
 descendant in its tree (child subreaper), and stops the tree when labctl asks
 (SIGTERM) or dies (the lifeline pipe reads EOF). So a lab never outlives
@@ -23,6 +24,7 @@ from typing import IO
 
 from .. import nodeguard
 from ..errors import LabError
+from ..faults import Fault, NotYet, kill_rank  # type: ignore[attr-defined]
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, local_placement, ports_needed
 from ..rundir import RunDir
@@ -156,6 +158,8 @@ class LocalBackend(Backend):
     name = "local"
     poll_interval = 0.05       # the end of a run is noticed this late
     live_logs = True           # the guards write node logs into the run folder as they go
+    # No partition or delay: local nodes share this machine's one network namespace.
+    fault_kinds = ("kill-rank", "kill-node", "stop-node")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -215,7 +219,10 @@ class LocalBackend(Backend):
              *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
              "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "LAB_RUN_ID": self.plan.run_id if self.plan else ""},
+            env={**os.environ, "LAB_RUN_ID": self.plan.run_id if self.plan else "",
+                 # the directory every local node sees: the run folder's shared/ (kept with it;
+                 # the plan cannot name it, the folder is chosen after the plan)
+                 "LAB_SHARED_DIR": str((rundir.path / "shared").resolve())},
             start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
@@ -299,6 +306,37 @@ class LocalBackend(Backend):
         time.sleep(STACK_WAIT_S)          # faulthandler writes at once; torchrun's tee follows
         ranks = sorted(rank for _, rank in asked)
         return [f"asked rank(s) {', '.join(map(str, ranks)) or 'none'} for their stacks"]
+
+    def _tree(self, index: int) -> list[int]:
+        """A node's guard and everything below it."""
+        guard = self.guards[index].pid
+        return [guard, *nodeguard.descendants(guard)]
+
+    def inject(self, fault: Fault) -> str:
+        assert self.plan is not None
+        if fault.kind == "kill-rank":
+            killed = kill_rank(self.plan.run_id, fault.target)
+            if not killed:
+                raise NotYet(f"rank {fault.target} is not running yet")
+            return f"SIGKILL to rank {fault.target} (pid {' '.join(map(str, killed))})"
+        tree = self._tree(fault.target)
+        if fault.kind == "kill-node":
+            for pid in tree:
+                _kill(pid, signal.SIGKILL)
+            return f"SIGKILL to node {fault.target}'s {len(tree)} process(es) (guard pid {tree[0]})"
+        if fault.kind == "stop-node":
+            for pid in tree:
+                _kill(pid, signal.SIGSTOP)
+            return f"SIGSTOP to node {fault.target}'s {len(tree)} process(es)"
+        raise LabError(f"the local backend cannot do {fault.kind}")
+
+    def heal(self, fault: Fault) -> str:
+        if fault.kind == "stop-node":
+            tree = self._tree(fault.target)
+            for pid in tree:
+                _kill(pid, signal.SIGCONT)
+            return f"SIGCONT to node {fault.target}'s {len(tree)} process(es)"
+        raise LabError(f"the local backend cannot end {fault.kind}")
 
     # ---- runs whose labctl is gone ------------------------------------------------
     def attach(self, rundir: RunDir) -> None:

@@ -2,6 +2,10 @@
 
 Each renderer module (`compose`, `k8s`) provides `files(plan) -> {name: text}`
 (what `render -o DIR` writes) and `text(plan) -> str` (what goes to stdout).
+The first line of every rendered file names the run id, and the rendered
+objects carry the lab description (`SPEC_KEY`: a compose network label, a
+k8s Job annotation), so `labctl collect --run-id` can rebuild the plan of a
+lab that `docker compose` or `kubectl` started.
 """
 from __future__ import annotations
 
@@ -11,7 +15,11 @@ from typing import Any
 
 import yaml
 
+from ..errors import LabError
 from ..plan import LaunchPlan
+from ..spec import LabSpec, from_dict
+
+SPEC_KEY = "labctl.dev/spec"     # label / annotation holding the lab description (one JSON line)
 
 # libyaml's emitter when PyYAML has it: a 1,024-node compose file renders
 # several times faster than with the pure-Python one, byte for byte the same.
@@ -37,6 +45,28 @@ _Dumper.add_representer(str, _str)
 def dump_yaml(obj: Any) -> str:
     """The one YAML style of every renderer: keys in the order given, block style."""
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
+
+
+def stored_spec(spec: LabSpec) -> str:
+    """The lab description as one JSON line: spec.yaml's content, less `out` (where a
+    run folder goes, not what runs) and every field at its default, so that adding a
+    field to the spec does not change what earlier labs rendered."""
+    defaults = LabSpec().to_dict()
+    data = {k: v for k, v in spec.to_dict().items()
+            if k != "out" and v not in (None, [], {}) and v != defaults.get(k)}
+    return json.dumps(data, separators=(",", ":"))
+
+
+def spec_from_stored(text: str, where: str) -> LabSpec:
+    """The lab description a renderer stored (`stored_spec`), validated as lab.yaml is."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return from_dict(data, source=where)
+    except ValueError as exc:       # bad JSON, or a description this labctl rejects
+        raise LabError(f"{where}: unreadable {SPEC_KEY} ({exc}); render and start the lab "
+                       "again with this labctl") from None
 
 
 def _renderer(target: str):

@@ -3,7 +3,8 @@
 One service per node. Each service runs exactly `plan.node_command(node)`
 (never a rebuilt argv), with the node's hostname so that gloo binds to the
 container's own address and c10d finds node 0 by name, on one lab network.
-No published ports and no privileges: nodes talk only to each other.
+No published ports and no privileges: nodes talk only to each other (a node
+named in a `delay:` fault gets NET_ADMIN, for tc netem, and nothing else).
 
 Compose interpolates `$VAR` in every string, and the plan contains literal
 `$` (torchrun's `[rank${rank}]:` prefix template, the direct-mode bash loop),
@@ -25,8 +26,9 @@ import re
 from typing import Any
 
 
+from ..faults import parse as parse_fault
 from ..plan import LaunchPlan, NodeLaunch, node_command
-from . import dump_yaml
+from . import SPEC_KEY, dump_yaml, stored_spec
 
 RUN_LABEL = "labctl.dev/run-id"
 NETWORK = "lab"
@@ -90,6 +92,8 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
         "stop_grace_period": STOP_GRACE,
         "labels": _labels(plan, **labels),
     }
+    if any(f.kind == "delay" and f.target == node.index for f in map(parse_fault, spec.faults)):
+        service["cap_add"] = ["NET_ADMIN"]      # tc netem; only in labs that ask for a delay
     if plan.services:
         service["depends_on"] = {svc.hostname: {"condition": "service_started"} for svc in plan.services}
     reservations: dict[str, Any] = {"cpus": _cpus(spec.resources.cpu),
@@ -132,7 +136,9 @@ def render(plan: LaunchPlan) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "name": project_name(plan.run_id),
         "services": services,
-        "networks": {NETWORK: {"labels": _labels(plan)}},
+        # The lab description rides on the one network of the run: `labctl collect`
+        # rebuilds the plan from it (docker compose keeps no copy of the file).
+        "networks": {NETWORK: {"labels": _labels(plan, **{SPEC_KEY: _escape(stored_spec(plan.spec))})}},
     }
     if plan.placement.shared_dir:
         doc["volumes"] = {SHARED_VOLUME: {
@@ -149,7 +155,9 @@ def text(plan: LaunchPlan) -> str:
         shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
     header = (f"# Rendered by labctl: lab {plan.spec.name!r}, run id {plan.run_id}, "
               f"{shape}.\n"
-              "# Run: docker compose -f compose.yaml up; clean up: docker compose -f compose.yaml down -v\n")
+              "# Run: docker compose -f compose.yaml up -d\n"
+              f"# Then: labctl collect --backend compose --run-id {plan.run_id}"
+              "  (logs, results, report; --delete removes the lab)\n")
     return header + dump_yaml(render(plan))
 
 

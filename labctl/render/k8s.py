@@ -38,7 +38,7 @@ from typing import Any, Sequence
 from ..errors import LabError
 from ..plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
                     node_hostname, replica_name, store_hostname)
-from . import dump_yaml
+from . import SPEC_KEY, dump_yaml, stored_spec
 from ..spec import QUEUE_LABEL, LabSpec
 
 RUN_LABEL = "labctl.dev/run-id"
@@ -100,15 +100,17 @@ def labels(plan: LaunchPlan, component: str, replica: int | None = None) -> dict
 
 
 def metadata(plan: LaunchPlan, name: str | None, component: str,
-             extra_labels: dict[str, str] | None = None, replica: int | None = None) -> dict[str, Any]:
+             extra_labels: dict[str, str] | None = None, replica: int | None = None,
+             extra_annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """labctl's labels, then the lab's `k8s.labels` and `k8s.annotations` (sorted, so
     equal specs render equal text); the user's keys cannot shadow labctl's (spec.py)."""
     settings = plan.spec.k8s
     meta: dict[str, Any] = {"name": name} if name is not None else {}
     meta["labels"] = {**labels(plan, component, replica), **dict(sorted(settings.labels.items())),
                       **(extra_labels or {})}
-    if settings.annotations:
-        meta["annotations"] = dict(sorted(settings.annotations.items()))
+    annotations = {**dict(sorted(settings.annotations.items())), **(extra_annotations or {})}
+    if annotations:
+        meta["annotations"] = annotations
     return meta
 
 
@@ -480,8 +482,10 @@ def _job(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
+        # The lab description, for `labctl collect` of a kubectl-applied lab (pods do not
+        # need it: an annotation on the Job, which lives as long as they do).
         "metadata": metadata(plan, job_name(spec, replica), "node", extra_labels=queue,
-                             replica=replica),
+                             replica=replica, extra_annotations={SPEC_KEY: stored_spec(spec)}),
         "spec": _job_spec(plan, spec.nodes, True, pod, "node", replica),
     }
 
@@ -536,7 +540,9 @@ def _header(plan: LaunchPlan) -> str:
     shape = f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node} process(es)"
     if plan.spec.replicas > 1:
         shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
-    return f"# labctl render k8s: lab {plan.spec.name}, run {plan.run_id}, {shape}\n"
+    return (f"# labctl render k8s: lab {plan.spec.name}, run id {plan.run_id}, {shape}\n"
+            f"# Then: labctl collect --backend k8s --run-id {plan.run_id} --namespace NS"
+            "  (logs, results, report; --delete removes the lab)\n")
 
 
 def text(plan: LaunchPlan, script_text: str | None = None) -> str:

@@ -1,0 +1,140 @@
+"""Injected faults: what can go wrong on purpose, parsed once and fired by the driver.
+
+A fault is written as one string, in the spec (`faults: [...]`) or on the
+command line (`--fault`, repeatable); times are seconds after every node of
+the lab has started:
+
+    kill-rank:R@T        SIGKILL worker rank R (its node's agent stays)
+    kill-node:N@T        kill node N entirely (agent, workers; the container)
+    stop-node:N@T+D      freeze node N for D seconds (SIGSTOP / docker pause), then resume
+    partition:N@T+D      cut node N off the lab network for D seconds, then reconnect
+    delay:N=MS           MS milliseconds more latency on node N's traffic, the whole run
+
+The driver (labctl/driver.py) keeps the clock and calls `Backend.inject`
+(and `Backend.heal` at the end of a fault with a duration); which kinds a
+backend can do is its `fault_kinds`. Standard library only.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KINDS = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
+USAGE = ("kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, partition:N@T+D or delay:N=MS "
+         "(T, D: seconds after every node started; example: kill-node:1@5)")
+_NUM = r"[0-9]+(?:\.[0-9]+)?"
+_SYNTAX = {
+    "kill-rank": re.compile(rf"^kill-rank:(?P<target>[0-9]+)@(?P<at>{_NUM})$"),
+    "kill-node": re.compile(rf"^kill-node:(?P<target>[0-9]+)@(?P<at>{_NUM})$"),
+    "stop-node": re.compile(rf"^stop-node:(?P<target>[0-9]+)@(?P<at>{_NUM})\+(?P<duration>{_NUM})$"),
+    "partition": re.compile(rf"^partition:(?P<target>[0-9]+)@(?P<at>{_NUM})\+(?P<duration>{_NUM})$"),
+    "delay": re.compile(r"^delay:(?P<target>[0-9]+)=(?P<ms>[0-9]+)$"),
+}
+_EXAMPLE = {"kill-rank": "kill-rank:1@5", "kill-node": "kill-node:1@5",
+            "stop-node": "stop-node:1@5+30", "partition": "partition:1@5+30", "delay": "delay:1=50"}
+
+
+class NotYet(Exception):
+    """The fault's target does not exist yet (a rank still importing torch): try again
+    at the next poll; the fault fires, and is written down, when it really happens."""
+
+
+class FaultSyntaxError(ValueError):
+    """The text is not a fault; the message says what is expected."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    target: int                    # a global rank (kill-rank) or a node index
+    at: float = 0.0                # seconds after every node started
+    duration: float | None = None  # stop-node, partition
+    ms: int | None = None          # delay
+
+    @property
+    def text(self) -> str:
+        """The fault as it is written (round-trips through `parse`)."""
+        if self.kind == "delay":
+            return f"delay:{self.target}={self.ms}"
+        text = f"{self.kind}:{self.target}@{_num(self.at)}"
+        return text + (f"+{_num(self.duration)}" if self.duration is not None else "")
+
+    @property
+    def node_fault(self) -> bool:
+        return self.kind != "kill-rank"
+
+    @property
+    def kills(self) -> bool:
+        return self.kind in ("kill-rank", "kill-node")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def parse(text: str) -> Fault:
+    """One fault from its text; FaultSyntaxError with the expected forms otherwise."""
+    if not isinstance(text, str):
+        raise FaultSyntaxError(f"expected a string like {USAGE}")
+    text = text.strip()
+    kind = text.split(":", 1)[0]
+    if kind not in _SYNTAX:
+        raise FaultSyntaxError(f"unknown fault kind {kind!r}; expected one of {USAGE}")
+    m = _SYNTAX[kind].match(text)
+    if not m:
+        raise FaultSyntaxError(f"{kind} is written {_SYNTAX_TEXT[kind]} (example: {_EXAMPLE[kind]})")
+    g = m.groupdict()
+    return Fault(kind, int(g["target"]), float(g.get("at") or 0.0),
+                 float(g["duration"]) if g.get("duration") else None,
+                 int(g["ms"]) if g.get("ms") else None)
+
+
+_SYNTAX_TEXT = {"kill-rank": "kill-rank:R@T", "kill-node": "kill-node:N@T",
+                "stop-node": "stop-node:N@T+D", "partition": "partition:N@T+D",
+                "delay": "delay:N=MS"}
+
+
+# A rank's process, found by its environment (RANK and LAB_RUN_ID) in /proc: the
+# same code runs here (local) and inside a container (compose, `docker exec ...
+# python3 -c`), where labctl's own modules may be older than the image. The
+# topmost process with that RANK is the worker (its children inherit RANK).
+_KILL_RANK_SOURCE = r"""
+def kill_rank(run_id, rank):
+    import os, signal
+    def env(pid):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                return dict(i.split(b"=", 1) for i in f.read().split(b"\0") if b"=" in i)
+        except OSError:
+            return {}
+    def parent(pid):
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                return int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+    mine = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            e = env(int(entry))
+            if e.get(b"RANK") == str(rank).encode() and e.get(b"LAB_RUN_ID") == run_id.encode():
+                mine.add(int(entry))
+    top = sorted(p for p in mine if parent(p) not in mine)
+    for pid in top:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return top
+"""
+exec(_KILL_RANK_SOURCE)
+# `python3 -c KILL_RANK_PY RUN_ID RANK`: prints the pids killed; exit 3 when none was found.
+KILL_RANK_PY = _KILL_RANK_SOURCE + """
+import sys
+top = kill_rank(sys.argv[1], int(sys.argv[2]))
+print(" ".join(map(str, top)))
+sys.exit(0 if top else 3)
+"""

@@ -1,0 +1,134 @@
+"""`labctl collect --backend compose` of labs that `docker compose up -d` started, through
+the CLI as a user runs it: the shipped compose/compose.yaml, and a rendered lab
+whose rank 1 fails. Real containers, real logs; nothing of either run is left.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from docker_support import REPO, require_compose, require_image
+from labctl.backends.compose import compose_command
+from labctl.render.compose import RUN_LABEL
+
+pytestmark = pytest.mark.docker
+SHIPPED_RUN_ID = "lab-example"          # compose/compose.yaml's run id (its first line says so)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _docker_and_image():
+    require_compose()
+    require_image()
+
+
+def labctl(*args: str, cwd: Path = REPO, timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labctl.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def compose_up(compose_file: Path) -> None:
+    done = subprocess.run([*compose_command(), "-f", str(compose_file), "up", "-d"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+
+
+def left_of(run_id: str) -> tuple[str, str]:
+    label = f"label={RUN_LABEL}={run_id}"
+    ps = subprocess.run(["docker", "ps", "-aq", "--filter", label], capture_output=True, text=True)
+    nets = subprocess.run(["docker", "network", "ls", "-q", "--filter", label], capture_output=True, text=True)
+    return ps.stdout.strip(), nets.stdout.strip()
+
+
+def remove(run_id: str) -> None:
+    containers, networks = left_of(run_id)
+    if containers:
+        subprocess.run(["docker", "rm", "-f", *containers.split()], capture_output=True)
+    if networks:
+        subprocess.run(["docker", "network", "rm", *networks.split()], capture_output=True)
+
+
+def test_collect_of_the_shipped_compose_lab_then_delete(tmp_path):
+    shipped = REPO / "compose" / "compose.yaml"
+    assert f"run id {SHIPPED_RUN_ID}," in shipped.read_text().splitlines()[0]
+    assert left_of(SHIPPED_RUN_ID) == ("", ""), "another lab-example is running here"
+    compose_up(shipped)
+    try:
+        out = tmp_path / "run"
+        done = labctl("collect", "--backend", "compose", "--run-id", SHIPPED_RUN_ID, "--out", str(out))
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert done.stdout.startswith("# Lab lab: PASSED")           # the report, printed
+        status = json.loads((out / "status.json").read_text())
+        assert status["state"] == "passed" and status["world_size"] == 4
+        assert [n["state"] for n in status["node_outcomes"]] == ["succeeded", "succeeded"]
+        results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert all(r["ok"] for r in results)
+        for workload in ("env", "p2p", "collectives", "ddp"):
+            assert {r["rank"] for r in results if r["workload"] == workload} == {0, 1, 2, 3}, workload
+        assert {r["rank"] for r in results if r.get("name") == "workload_done"} == {0, 1, 2, 3}
+        for rank in range(4):
+            assert (out / "ranks" / f"rank-{rank}.log").stat().st_size > 0
+        assert (out / "report.md").read_text() == done.stdout.rstrip("\n") + "\n"
+        assert "backend: compose" in (out / "spec.yaml").read_text()
+        assert len(json.loads((out / "plan.json").read_text())["nodes"]) == 2
+        assert left_of(SHIPPED_RUN_ID) != ("", ""), "collect without --delete removes nothing"
+        # --delete: the folder first, then the lab
+        again = labctl("collect", "--backend", "compose", "--run-id", SHIPPED_RUN_ID,
+                       "--out", str(tmp_path / "again"), "--delete")
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert "removed 2 container(s) and 1 network(s) of run lab-example" in again.stderr
+        assert json.loads((tmp_path / "again" / "status.json").read_text())["state"] == "passed"
+        assert left_of(SHIPPED_RUN_ID) == ("", "")
+        names = subprocess.run(["docker", "network", "ls", "--format", "{{.Name}}"],
+                               capture_output=True, text=True, check=True).stdout
+        assert SHIPPED_RUN_ID not in names
+    finally:
+        remove(SHIPPED_RUN_ID)
+
+
+FAILING = """\
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"rank {rank} of {dist.get_world_size()} on {os.uname().nodename}", flush=True)
+if rank == 1:
+    time.sleep(5)                # seen running by collect first: it saw who ended first
+    print("rank 1 gives up", flush=True)
+    sys.exit(3)
+dist.barrier()                   # rank 1 is gone: gloo says so, and rank 0 fails too
+"""
+
+
+def test_collect_of_a_compose_lab_with_a_failing_rank_names_it_and_keeps_its_log(tmp_path):
+    run_id = f"cfail-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "fail.py").write_text(FAILING)
+    rendered = labctl("render", "compose", "--script", "fail.py", "--name", "cfail", "--nodes", "2",
+                      "--nproc-per-node", "1", "--run-id", run_id, "-o", "lab", cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr
+    (tmp_path / "lab" / "fail.py").write_text(FAILING)    # compose mounts it from the file's folder
+    try:
+        unknown = labctl("collect", "--backend", "compose", "--run-id", run_id, cwd=tmp_path)
+        assert unknown.returncode == 2
+        assert unknown.stderr.startswith(f"error: no run {run_id} on this Docker engine; runs there:")
+        assert len(unknown.stderr.strip().splitlines()) == 1
+        compose_up(tmp_path / "lab" / "compose.yaml")
+        out = tmp_path / "run"
+        done = labctl("collect", "--backend", "compose", "--run-id", run_id, "--out", str(out),
+                      "--delete", "--timeout", "240", cwd=tmp_path)
+        assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+        status = json.loads((out / "status.json").read_text())
+        assert status["state"] == "failed"
+        assert status["first_failure"]["rank"] == 1 and status["first_failure"]["exit_code"] == 3
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: lab failed: rank 1 on node 1 exited with code 3"), last
+        assert "rank 1 gives up" in (out / "ranks" / "rank-1.log").read_text()
+        assert "rank 0 of 2 on cfail-0" in (out / "ranks" / "rank-0.log").read_text()
+        assert "First failure: rank 1" in (out / "report.md").read_text()
+        assert left_of(run_id) == ("", "")
+    finally:
+        remove(run_id)

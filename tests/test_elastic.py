@@ -1,0 +1,131 @@
+"""Elastic restarts on real torchrun agents and workers (local backend).
+
+A: a worker crashes once, torchrun restarts the whole group, every rank resumes
+   from the last checkpoint and the training ends as if nothing happened.
+B: a whole node dies (agent and workers, SIGKILL); with min_nodes 1 node 0
+   re-forms the world alone and finishes, and the lab passes.
+The crashes are the workload's own (`crash_rank`, `crash_node`), once per run.
+"""
+import json
+
+import pytest
+import yaml
+
+from labctl import lab, spec
+from labctl.report import markdown
+from labctl.rundir import RunDir
+from workloads._report.elastic import attempts, restarts
+
+from conftest import assert_nothing_left, labctl
+
+STEPS, EVERY, CRASH_AT = 20, 4, 10
+RESUMED = CRASH_AT // EVERY * EVERY        # the newest checkpoint before the crash
+OPTIONS = {"steps": STEPS, "checkpoint_every": EVERY, "step_sleep": 0.1, "crash_at_step": CRASH_AT}
+
+
+def checks(run: RunDir, name: str) -> list[dict]:
+    return [r for r in run.results() if r.get("workload") == "elastic" and r.get("name") == name]
+
+
+@pytest.mark.slow
+def test_a_crashed_worker_is_restarted_and_every_rank_resumes_from_the_checkpoint(tmp_path):
+    lab_file = tmp_path / "lab.yaml"
+    lab_file.write_text(yaml.safe_dump({"name": "ela", "timeout": 300, "workloads": [
+        {"name": "elastic", "options": {**OPTIONS, "crash_rank": 1}}]}))
+    proc = labctl("up", "-f", str(lab_file), "--max-restarts", "1", "--out", str(tmp_path / "run"),
+                  timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = RunDir.open(tmp_path / "run")
+    assert run.meta["state"] == "passed"
+    rows = attempts(run.results())
+    crashed = [r for r in rows if r["ended"].startswith("crashed")]
+    assert [(r["attempt"], r["rank"]) for r in crashed] == [(0, 1)]
+    slots = {(r["node"], r["local_rank"]) for r in rows}
+    assert len(slots) == 4
+    for slot in slots:
+        again = [r for r in rows if (r["node"], r["local_rank"]) == slot and r["attempt"] == 1]
+        assert again and again[0]["first_step"] == RESUMED and again[0]["ended"] == "finished", rows
+    assert len(checks(run, "matches-uninterrupted-run")) == 4
+    assert all(r["ok"] for r in checks(run, "matches-uninterrupted-run") + checks(run, "all-steps-completed"))
+    report = (run.path / "report.md").read_text()
+    assert "## Elastic: attempts per rank" in report and f"resumed at step {RESUMED}" in report
+    assert all(o["state"] == "succeeded" for o in run.meta["node_outcomes"]), \
+        "a node whose workers restarted is not a failed node"
+    assert_nothing_left(run.meta["run_id"])
+
+
+@pytest.mark.slow
+def test_with_min_nodes_1_node_0_goes_on_alone_when_node_1_dies(tmp_path):
+    fields = {"name": "elb", "nodes": 2, "nproc_per_node": 1, "min_nodes": 1, "max_restarts": 1,
+              "timeout": 300, "workloads": [{"name": "elastic", "options": {**OPTIONS, "crash_node": 1}}]}
+    lines: list[str] = []
+    run = lab.up(spec.from_dict(fields), out=str(tmp_path / "run"), progress=lines.append)
+    assert run.meta["state"] == "passed", (run.meta, lines[-5:])
+    node0, node1 = run.meta["node_outcomes"]
+    assert node0["state"] == "succeeded"
+    assert (node1["state"], node1.get("signal")) == ("killed", "SIGKILL"), "recorded as it happened"
+    assert "went on without it" in node1["reason"]
+    assert any("the lab goes on without it" in line for line in lines)
+    rows = attempts(run.results())
+    assert [r["world_size"] for r in rows if r["node"] == 0] == [2, 1]
+    last = [r for r in rows if r["node"] == 0][-1]
+    assert (last["first_step"], last["last_step"], last["ended"]) == (RESUMED, STEPS, "finished")
+    assert [r["ended"] for r in rows if r["node"] == 1] == ["crashed (node, injected)"]
+    (restart,) = restarts(rows)
+    assert restart["world_size"] == [2, 1] and restart["seconds"] > 0
+    assert all(r["ok"] for r in checks(run, "matches-uninterrupted-run")), "world 2 then 1, same result"
+    report = markdown(run)
+    assert "world size 2 -> 1" in report and "PASSED" in report
+    assert json.loads((run.path / "status.json").read_text())["ok"] is True
+    assert_nothing_left(run.meta["run_id"])
+
+
+@pytest.mark.parametrize("fields, hint", [
+    ({"backend": "compose"}, "shared_volume: expected a directory every node sees"),
+    ({"backend": "k8s", "nodes": 3}, "3-node k8s lab"),
+    ({"nodes": 3, "min_nodes": 1, "nproc_per_node": 2, "options": {"global_batch": 20}},
+     "global_batch: expected a multiple of every world size the lab may have (2, 4, 6), given 20"),
+    ({"options": {"crash_node": 2}}, "crash_node: expected a node below nodes (2)"),
+    ({"options": {"crash_rank": 4}}, "crash_rank: expected a rank below the world size 4"),
+    ({"options": {"crash_rank": 0, "crash_at_step": 30}}, "crash_at_step: expected a step between 0 and steps - 1 (29)"),
+    ({"options": {"checkpoint_every": 0}}, "checkpoint_every: expected at least 1"),
+    ({"launcher": "direct", "options": {"crash_node": 1}}, "crash_node: expected -1 with launcher direct"),
+])
+def test_labs_the_elastic_workload_cannot_run_are_one_line(fields, hint):
+    options = fields.pop("options", {})
+    with pytest.raises(spec.SpecError) as err:
+        spec.from_dict({**fields, "workloads": [{"name": "elastic", "options": options}]}, source="lab.yaml")
+    assert str(err.value).startswith("lab.yaml: ") and hint in str(err.value) and "\n" not in str(err.value)
+
+
+def test_container_labs_with_a_shared_volume_checkpoint_there():
+    from labctl.plan import SHARED_MOUNT, container_placement, plan
+    for backend in ("compose", "k8s"):
+        s = spec.from_dict({"backend": backend, "shared_volume": {"claim": "lab-shared"},
+                            "workloads": ["elastic"]})
+        env = plan(s, container_placement(s, backend), "r").nodes[1].processes[0].env
+        assert env["LAB_SHARED_DIR"] == SHARED_MOUNT
+    single = spec.from_dict({"backend": "compose", "nodes": 1, "workloads": ["elastic"]})
+    assert single.shared_volume is None, "one node needs no shared directory"
+
+
+def test_report_rows_follow_worker_slots_not_torchruns_restart_count():
+    """Node 1's agent restarted for node 0's sake: its count stays 0 (pytorch#135712)."""
+    def rec(name, node, pid, t, **kw):
+        return {"workload": "elastic", "name": name, "node": node, "local_rank": 0, "pid": pid,
+                "time": t, "rank": node, "world_size": 2, **kw}
+    results = [rec("attempt", 0, 10, 1.0, restart_count=0, first_step=0),
+               rec("attempt", 1, 20, 1.1, restart_count=0, first_step=0),
+               rec("checkpoint", 0, 10, 2.0, restart_count=0, step=4, loss=1.0),
+               rec("crash-injected", 0, 10, 3.0, restart_count=0, step=6, how="worker"),
+               rec("attempt", 0, 11, 7.0, restart_count=1, first_step=4, process_started=4.0),
+               rec("attempt", 1, 21, 8.5, restart_count=0, first_step=4, process_started=5.0),
+               rec("attempt_done", 0, 11, 9.0, restart_count=1, first_step=4, steps_done=6, loss=0.1),
+               rec("attempt_done", 1, 21, 9.0, restart_count=0, first_step=4, steps_done=6, loss=0.1)]
+    rows = attempts(results)
+    assert [(r["attempt"], r["node"], r["restart_count"]) for r in rows] == [
+        (0, 0, 0), (0, 1, 0), (1, 0, 1), (1, 1, 0)]
+    assert [(r["last_step"], r["steps_done"], r["ended"]) for r in rows] == [
+        (6, 6, "crashed (worker, injected)"), (0, 0, "cut off"), (10, 6, "finished"), (10, 6, "finished")]
+    assert restarts(rows) == [{"attempt": 1, "seconds": 5.5, "until_spawned": 2.0, "world_size": [2, 2],
+                               "resumed_step": 4}]

@@ -1,0 +1,252 @@
+"""The failure lab: injected faults, the process-group timeout and debug mode.
+
+Parsing and validation are checked directly; every fault that fires is checked
+on real processes (local) and real containers (compose): the lab ends the way
+torch makes it end, faults.jsonl says when each fault fired, and the report
+names the fault (or the collective's own timeout) rather than a crash or the deadline.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import assert_nothing_left, labctl
+from docker_support import require_compose, require_image
+from labctl import faults, spec as specmod
+from labctl.plan import local_placement, plan
+from labctl.render import compose as render_compose
+
+# A training-like loop: all_reduce forever (until the lab's fault or deadline ends it).
+LOOP = """
+import os, time, torch, torch.distributed as dist
+from datetime import timedelta
+dist.init_process_group("gloo", timeout=timedelta(seconds=float(os.environ["LAB_PG_TIMEOUT"])))
+x = torch.ones(4)
+step = 0
+while True:
+    dist.all_reduce(x)
+    x.fill_(1)
+    step += 1
+    if step % 20 == 0:
+        print("step", step, flush=True)
+    time.sleep(0.05)
+"""
+MISMATCH = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(2 if dist.get_rank() == 0 else 3))
+"""
+TIMED_OUT = re.compile(r"timed? ?out|timeout", re.I)
+
+
+# ---- syntax and validation ----------------------------------------------------------
+@pytest.mark.parametrize("text", ["kill-rank:3@5", "kill-node:1@2.5", "stop-node:0@5+30",
+                                  "partition:1@10+20", "delay:1=50"])
+def test_a_fault_round_trips(text):
+    assert faults.parse(text).text == text
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("kill-rank:1", "kill-rank is written kill-rank:R@T"),
+    ("stop-node:1@5", "stop-node is written stop-node:N@T+D"),
+    ("explode:1@2", "unknown fault kind 'explode'"),
+    ("delay:1=fast", "delay is written delay:N=MS"),
+])
+def test_a_malformed_fault_says_how_it_is_written(text, expected):
+    with pytest.raises(faults.FaultSyntaxError, match=re.escape(expected)):
+        faults.parse(text)
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"faults": ["kill-node:2@5"]}, "a node of this lab: 0 to 1"),
+    ({"faults": ["kill-rank:4@5"]}, "a rank of this lab: 0 to 3 (world size 4)"),
+    ({"faults": ["partition:1@5+5"]}, "the local backend cannot do partition (backends that can: compose)"),
+    ({"faults": ["delay:1=50"]}, "the local backend cannot do delay (backends that can: compose)"),
+    ({"faults": ["kill-rank:1@5"], "backend": "k8s"}, "the k8s backend cannot do kill-rank "
+                                                      "(backends that can: local, compose)"),
+    ({"faults": ["stop-node:1@5+5"], "backend": "k8s"}, "the k8s backend cannot do stop-node "
+                                                        "(backends that can: local, compose)"),
+    ({"faults": ["stop-node:1@5+700"]}, "a fault that ends before the lab's deadline"),
+    ({"faults": "kill-node:x@5"}, "kill-node is written kill-node:N@T"),
+    ({"pg_timeout": 0}, "pg_timeout: expected a number of seconds > 0"),
+    ({"debug": "yes"}, "debug: expected true or false"),
+])
+def test_a_fault_outside_the_lab_or_the_backend_is_one_line(data, expected):
+    with pytest.raises(specmod.SpecError, match=re.escape(expected)) as info:
+        specmod.from_dict(data)
+    assert "\n" not in str(info.value)
+
+
+def test_faults_pg_timeout_and_debug_round_trip_through_the_spec():
+    spec = specmod.from_dict({"faults": ["kill-rank:1@5", "stop-node:1@10+5"], "pg_timeout": 15,
+                              "debug": True})
+    assert spec.faults == ("kill-rank:1@5", "stop-node:1@10+5")
+    assert specmod.from_dict(spec.to_dict()) == spec
+
+
+def test_the_node_env_carries_pg_timeout_and_debug_and_the_users_env_wins():
+    spec = specmod.from_dict({"pg_timeout": 12.5, "debug": True, "env": {"TORCH_CPP_LOG_LEVEL": "WARNING"}})
+    env = plan(spec, local_placement(spec, 29500), "r").nodes[0].processes[0].env
+    assert env["LAB_PG_TIMEOUT"] == "12.5"
+    assert env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL" and env["TORCH_CPP_LOG_LEVEL"] == "WARNING"
+    assert "NCCL_DEBUG" not in env                        # gloo lab
+    nccl = specmod.from_dict({"debug": True, "dist_backend": "nccl"})
+    assert plan(nccl, local_placement(nccl, 29500), "r").nodes[0].processes[0].env["NCCL_DEBUG"] == "INFO"
+    plain = specmod.from_dict({})
+    assert not {"LAB_PG_TIMEOUT", "TORCH_DISTRIBUTED_DEBUG"} & set(
+        plan(plain, local_placement(plain, 29500), "r").nodes[0].processes[0].env)
+
+
+def test_only_a_delayed_node_gets_net_admin_in_compose():
+    spec = specmod.from_dict({"backend": "compose", "faults": ["delay:1=50", "kill-node:0@5"]})
+    from labctl.plan import container_placement
+
+    services = render_compose.render(plan(spec, container_placement(spec, "compose"), "r"))["services"]
+    assert services["lab-1"]["cap_add"] == ["NET_ADMIN"] and "cap_add" not in services["lab-0"]
+
+
+def test_the_workloads_pass_lab_pg_timeout_to_init_process_group(monkeypatch):
+    from workloads import _common
+
+    monkeypatch.setenv("LAB_PG_TIMEOUT", "7")
+    assert _common.pg_timeout().total_seconds() == 7
+    monkeypatch.delenv("LAB_PG_TIMEOUT")
+    assert _common.pg_timeout() is None
+
+
+# ---- real processes --------------------------------------------------------------
+def _run(tmp_path, script, *args, timeout=400):
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
+                  "--out", str(out), *args, timeout=timeout)
+    status = json.loads((out / "status.json").read_text())
+    fired = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()] \
+        if (out / "faults.jsonl").exists() else []
+    return done, status, fired
+
+
+@pytest.mark.slow
+def test_kill_rank_fails_the_lab_naming_the_rank_and_the_fault(tmp_path, write_script):
+    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-rank:1@20",
+                               "--pg-timeout", "60", "--timeout", "200")
+    assert done.returncode == 1, done.stderr
+    assert status["state"] == "failed"
+    first = status["first_failure"]
+    assert (first["rank"], first["fault"], first["signal"]) == (1, "kill-rank:1@20", "SIGKILL")
+    assert status["rank_exit_codes"]["1"] == -9
+    node = status["node_outcomes"][first["node"]]
+    assert node["state"] == "failed" and node["reason"] == "its rank 1 was killed by fault kill-rank:1@20"
+    assert "rank 1 on node" in done.stderr and "was killed by fault kill-rank:1@20 (SIGKILL)" in done.stderr
+    (record,) = fired
+    assert record["phase"] == "begin" and record["ok"] and 20 <= record["fired_s"] < 60
+    assert "Faults and what the nodes did" in done.stdout and "kill-rank:1@20" in done.stdout
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_kill_node_is_the_root_cause_not_the_peers_closed_connection(tmp_path, write_script):
+    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-node:1@20",
+                               "--pg-timeout", "60", "--timeout", "200")
+    assert done.returncode == 1, done.stderr
+    node1 = status["node_outcomes"][1]
+    assert (node1["state"], node1["signal"], node1["reason"]) == ("killed", "SIGKILL",
+                                                                  "killed by fault kill-node:1@20")
+    first = status["first_failure"]
+    assert (first["node"], first["fault"]) == (1, "kill-node:1@20")
+    assert "node 1 was killed by fault kill-node:1@20" in done.stderr
+    assert fired[0]["kind"] == "kill-node" and fired[0]["fired_s"] >= 20
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_stop_node_ends_in_the_collectives_own_timeout_not_the_deadline(tmp_path, write_script):
+    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "stop-node:1@20+60",
+                               "--pg-timeout", "10", "--timeout", "240")
+    assert done.returncode == 1, done.stderr
+    assert status["state"] == "failed"                   # not "timeout": the lab's deadline is far
+    first = status["first_failure"]
+    # the healthy node's rank (torchrun's c10d rendezvous need not give node 0 rank 0)
+    assert first["node"] == 0 and TIMED_OUT.search(first["error"]["exception"]), first
+    assert first["after_fault"] == "stop-node:1@20+60"
+    begin, end = fired
+    assert begin["phase"] == "begin" and end["phase"] == "end"
+    # the peer gave up after pg_timeout, long before the freeze was over: ended early
+    assert end["note"] == "ended early: the lab ended" and end["fired_s"] < 20 + 60
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_debug_mode_quotes_torchs_collective_mismatch(tmp_path, write_script):
+    done, status, _ = _run(tmp_path, write_script(MISMATCH), "--debug", "--timeout", "200")
+    assert done.returncode == 1
+    error = status["first_failure"]["error"]["exception"]
+    assert error.startswith("RuntimeError: Detected mismatch between collectives on ranks")
+    assert "TensorShape=[2]" in error and "TensorShape=[3]" in error
+    assert "Detected mismatch between collectives" in done.stdout
+
+
+# ---- real containers ------------------------------------------------------------
+@pytest.mark.docker
+@pytest.mark.slow
+def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(tmp_path, write_script):
+    require_compose()
+    require_image()
+    done, status, fired = _run(tmp_path, write_script(LOOP), "--backend", "compose",
+                               "--fault", "partition:1@40+90", "--pg-timeout", "10",
+                               "--timeout", "300", timeout=500)
+    assert done.returncode == 1, done.stderr
+    assert status["state"] == "failed"                   # not "timeout"
+    begin, end = fired
+    assert begin["ok"] and "network disconnect" in begin["did"] and begin["fired_s"] >= 40
+    assert end["ok"] and "network connect" in end["did"]  # reconnected before the teardown
+    first = status["first_failure"]
+    assert first["node"] == 0 and TIMED_OUT.search(first["error"]["exception"]), first
+    assert first["after_fault"] == "partition:1@40+90"
+    assert "Faults and what the nodes did" in done.stdout and "partition:1@40+90" in done.stdout
+
+
+@pytest.mark.docker
+def test_compose_refuses_a_delay_on_a_kernel_without_netem(tmp_path, write_script):
+    from labctl.backends.compose import kernel_has_netem
+
+    require_compose()
+    require_image()
+    if kernel_has_netem() is not False:
+        pytest.skip("this kernel has netem (or it cannot be told): nothing to refuse")
+    done = labctl("up", "--backend", "compose", "--script", str(write_script(LOOP)),
+                  "--fault", "delay:1=50", "--out", str(tmp_path / "run"), timeout=120)
+    assert done.returncode == 2
+    assert "fault delay:1=50 needs tc netem" in done.stderr and "CONFIG_NET_SCH_NETEM" in done.stderr
+    assert not (tmp_path / "run").exists()                # refused before anything started
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_compose_kill_node_during_a_freeze_blames_the_kill_and_unpauses_before_teardown(
+        tmp_path, write_script):
+    require_compose()
+    require_image()
+    out = tmp_path / "run"
+    done = labctl("up", "--backend", "compose", "--script", str(write_script(LOOP)), "--nodes", "3",
+                  "--nproc-per-node", "1", "--fault", "stop-node:1@40+120", "--fault", "kill-node:2@42",
+                  "--pg-timeout", "60", "--timeout", "300", "--out", str(out), timeout=500)
+    assert done.returncode == 1, done.stderr
+    status = json.loads((out / "status.json").read_text())
+    fired = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
+    assert [(f["fault"], f["phase"], f["ok"]) for f in fired] == [
+        ("stop-node:1@40+120", "begin", True), ("kill-node:2@42", "begin", True),
+        ("stop-node:1@40+120", "end", True)]               # unpaused so that it could be stopped
+    assert "docker pause" in fired[0]["did"] and "docker kill" in fired[1]["did"]
+    assert fired[2]["note"] == "ended early: the lab ended"
+    node2 = status["node_outcomes"][2]
+    assert (node2["state"], node2["signal"], node2["reason"]) == ("killed", "SIGKILL",
+                                                                  "killed by fault kill-node:2@42")
+    assert status["first_failure"]["fault"] == "kill-node:2@42"
+    assert "node 2 was killed by fault kill-node:2@42 (SIGKILL)" in done.stderr
+    containers = subprocess.run(["docker", "ps", "-aq", "--filter",
+                                 f"label=labctl.dev/run-id={status['run_id']}"],
+                                capture_output=True, text=True).stdout.split()
+    assert containers == []
