@@ -31,7 +31,7 @@ from .plan import LaunchPlan
 from .rundir import RunDir
 
 FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and exit by themselves
-FOLLOW_BYTES = 2 << 20    # node log bytes split per node and poll while the lab runs (live logs)
+FOLLOW_BYTES = 16 << 20   # node log bytes split per node and poll while the lab runs (live logs)
 RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

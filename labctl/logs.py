@@ -93,6 +93,11 @@ def torchrun_failures(text: str) -> dict[int, int]:
 
 # ---- streaming: split a node log of any size, and find why ranks failed --------------
 MAX_LINE = 1 << 20               # longer lines are read in pieces (memory stays flat)
+READ_CHUNK = 1 << 20             # node logs are read this much at a time
+# A run of whole lines of one rank: split with a few C-level bytes operations, not per line.
+_RANK_RUN = re.compile(rb"\[rank(\d+)\]:[^\n]*\n(?:\[rank\1\]:[^\n]*\n)*")
+_SLOW_MARKERS = (b"Traceback (most recent", b"(most recent call first):",
+                 RESULT_MARKER.encode())
 AGENT_TAIL_LINES = 400           # torchrun's failure summary sits at the end of a node log
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|ECONNRESET|"
                         r"EPIPE|Connection refused|peer closed|recvBytes|Socket closed", re.I)
@@ -223,8 +228,10 @@ class NodeLogReader:
     results are parsed on the way, and the agent's own last lines are kept for its
     failure summary. Memory is bounded by the longest line piece, never the log size."""
 
-    def __init__(self, sink) -> None:
+    def __init__(self, sink, block_sink=None) -> None:
         self.sink = sink
+        # block_sink(rank, data): whole lines at once (bytes, "\n"-ended, no result lines)
+        self.block_sink = block_sink
         self.pending: dict[int, str] = {}          # a rank's half line glued by torchrun's tee
         self.tracebacks: dict[int, TracebackTracker] = {}
         self.stacks: dict[int, StackTracker] = {}
@@ -300,7 +307,50 @@ class NodeLogReader:
         self.sink(rank, text)
 
     def feed_bytes(self, data: bytes) -> None:
-        """Complete lines (data ends with a newline, or is the very end of the log)."""
+        """Complete lines (data ends with a newline, or is the very end of the log).
+
+        Runs of plain lines of one rank (nearly all of a big log) are split in one
+        go; anything that needs a closer look (results, tracebacks, stack dumps,
+        glued half-lines, agent lines) goes line by line."""
+        pos = 0
+        for m in _RANK_RUN.finditer(data):
+            rank = int(m.group(1))
+            run = m.group(0)
+            if not self._plain_run(rank, run):
+                continue                            # left for the line-by-line pass below
+            if m.start() > pos:
+                self._feed_lines(data[pos:m.start()])
+                pos = m.start()
+                if not self._plain_run(rank, run):  # that pass left state for this rank
+                    continue
+            if self._block(rank, m.group(1), run):
+                pos = m.end()
+        if pos < len(data):
+            self._feed_lines(data[pos:])
+
+    def _plain_run(self, rank: int, run: bytes) -> bool:
+        if self._carry is not None or rank in self.pending:
+            return False
+        tracker, stack = self.tracebacks.get(rank), self.stacks.get(rank)
+        if tracker is not None and tracker.in_traceback or stack is not None and stack.capturing is not None:
+            return False
+        return not any(marker in run for marker in _SLOW_MARKERS)
+
+    def _block(self, rank: int, digits: bytes, run: bytes) -> bool:
+        """Split a plain run; False (nothing done) when some line holds another prefix."""
+        prefix = b"[rank" + digits + b"]:"
+        data = run[len(prefix):].replace(b"\n" + prefix, b"\n")
+        if b"[rank" in data:                        # glued half-lines: line by line
+            return False
+        self.ranks_seen.add(rank)
+        if self.block_sink is not None:
+            self.block_sink(rank, data)
+        else:
+            for line in data.decode(errors="replace").split("\n")[:-1]:
+                self.sink(rank, line)
+        return True
+
+    def _feed_lines(self, data: bytes) -> None:
         for raw in data.splitlines(keepends=True):
             if raw.endswith(b"\n"):
                 self.feed_line(raw[:-1].decode(errors="replace"), True)
@@ -309,15 +359,25 @@ class NodeLogReader:
 
     def feed_stream(self, f) -> int:
         """Everything left in a binary file object; returns the bytes consumed."""
-        consumed = 0
+        consumed, rest = 0, b""
         while True:
-            raw = f.readline(MAX_LINE)
-            if not raw:
-                return consumed
-            consumed += len(raw)
-            complete = raw.endswith(b"\n")
-            self.feed_line(raw[:-1].decode(errors="replace") if complete
-                           else raw.decode(errors="replace"), complete)
+            chunk = f.read(READ_CHUNK)
+            if not chunk:
+                break
+            data = rest + chunk if rest else chunk
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                self.feed_bytes(data[:cut])
+                consumed += cut
+            rest = data[cut:]
+            while len(rest) >= MAX_LINE:            # an over-long line: in pieces, as it comes
+                self.feed_line(rest[:MAX_LINE].decode(errors="replace"), False)
+                consumed += MAX_LINE
+                rest = rest[MAX_LINE:]
+        if rest:                                    # the last line, not ended yet
+            self.feed_line(rest.decode(errors="replace"), False)
+            consumed += len(rest)
+        return consumed
 
     def feed_file(self, path) -> None:
         with open(path, "rb") as f:

@@ -281,7 +281,7 @@ class LogSplit:
         for old in (run.path / "ranks").glob("rank-*.log"):
             old.unlink()
         self.results = open(run.path / "results.jsonl", "w")
-        self.readers = {i: logs.NodeLogReader(self._line) for i in indices}
+        self.readers = {i: logs.NodeLogReader(self._line, self._block) for i in indices}
         self.offsets = {i: 0 for i in indices}
 
     def _rank_file(self, rank: int):
@@ -289,11 +289,15 @@ class LogSplit:
         if f is None:
             if len(self.open_logs) >= OPEN_RANK_LOGS:
                 self.open_logs.pop(next(iter(self.open_logs))).close()
-            f = self.open_logs[rank] = open(self.run.rank_log(rank), "a")
+            f = self.open_logs[rank] = open(self.run.rank_log(rank), "ab")
         return f
 
+    def _block(self, rank: int, data: bytes) -> None:
+        """Whole plain lines of one rank (no results among them): straight to its log."""
+        self._rank_file(rank).write(data)
+
     def _line(self, rank: int, line: str) -> None:
-        self._rank_file(rank).write(line + "\n")
+        self._rank_file(rank).write((line + "\n").encode())
         if logs.RESULT_MARKER not in line:
             return
         found = self.found
@@ -313,7 +317,7 @@ class LogSplit:
 
     def advance(self, budget: int | None) -> None:
         """Feed every node log from where the last call stopped; with a budget, only
-        complete lines and at most `budget` bytes per node."""
+        complete lines and at most `budget` bytes per node, read a chunk at a time."""
         for index in self.indices:
             path = self.run.node_log(index)
             if not path.is_file():
@@ -323,11 +327,17 @@ class LogSplit:
                 if budget is None:
                     self.offsets[index] += self.readers[index].feed_stream(f)
                     continue
-                chunk = f.read(budget)
-                cut = chunk.rfind(b"\n") + 1
-                if cut:
+                left = budget
+                while left > 0:
+                    chunk = f.read(min(left, logs.READ_CHUNK))
+                    cut = chunk.rfind(b"\n") + 1
+                    if not cut:
+                        break
                     self.readers[index].feed_bytes(chunk[:cut])
                     self.offsets[index] += cut
+                    left -= cut
+                    if cut < len(chunk):
+                        f.seek(self.offsets[index])
 
     def finish(self) -> dict[str, Any]:
         found = self.found

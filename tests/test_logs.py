@@ -1,4 +1,5 @@
 from labctl import logs
+import pytest
 
 
 def test_split_by_rank_keeps_only_prefixed_lines_in_order():
@@ -60,3 +61,63 @@ def test_torchrun_failure_summary():
     assert logs.torchrun_failures(TORCHRUN_SUMMARY) == {3: -15, 2: 3}
     assert logs.torchrun_root_cause(TORCHRUN_SUMMARY) == 2
     assert logs.torchrun_root_cause("all good\n") is None
+
+
+def _mixed_log(seed: int) -> bytes:
+    """A node log with everything a reader must notice, in random order and runs."""
+    import random
+
+    rnd = random.Random(seed)
+    pieces = []
+    for _ in range(400):
+        rank = rnd.randrange(3)
+        kind = rnd.random()
+        if kind < 0.55:                              # a run of plain lines of one rank
+            pieces += [f"[rank{rank}]:step {i} loss {rnd.random():.4f}\n" for i in range(rnd.randrange(1, 30))]
+        elif kind < 0.65:
+            pieces.append(f"I1123 12:00:00.000 1 torch/distributed/run.py:1] agent line {rnd.random()}\n")
+        elif kind < 0.72:
+            pieces.append(f'[rank{rank}]:{logs.RESULT_MARKER}{{"workload": "w", "name": "c", "ok": true}}\n')
+        elif kind < 0.80:
+            pieces += [f"[rank{rank}]:[rank{rank}]: Traceback (most recent call last):\n",
+                       f'[rank{rank}]:[rank{rank}]:   File "/tmp/train.py", line {rnd.randrange(1, 99)}, in <module>\n',
+                       f"[rank{rank}]:[rank{rank}]: ValueError: bad {rnd.random()}\n"]
+        elif kind < 0.86:                            # torchrun's tee glued two ranks' half lines
+            pieces.append(f"[rank{rank}]:half of a line[rank{(rank + 1) % 3}]:another\n")
+        elif kind < 0.92:
+            pieces += [f"[rank{rank}]:Current thread 0x00007f (most recent call first):\n",
+                       f'[rank{rank}]:  File "/tmp/train.py", line 7 in <module>\n', f"[rank{rank}]:\n"]
+        else:
+            pieces.append(f"[rank{rank}]:" + "é" * rnd.randrange(1, 50) + "\n")
+    return "".join(pieces).encode()
+
+
+def _read(data: bytes, how: str) -> tuple:
+    import io
+
+    lines: dict[int, list[str]] = {}
+
+    def block(rank: int, data: bytes) -> None:       # as the run folder's split writes them
+        lines.setdefault(rank, []).extend(data.decode().split("\n")[:-1])
+
+    reader = logs.NodeLogReader(lambda rank, line: lines.setdefault(rank, []).append(line),
+                                block if how == "blocks" else None)
+    if how == "per line":
+        reader._feed_lines(data)
+    elif how in ("bytes", "blocks"):
+        reader.feed_bytes(data)
+    else:
+        reader.feed_stream(io.BytesIO(data))
+    reader.close()
+    return lines, reader.errors(), reader.stack_dumps(), reader.ranks_seen, reader.agent_tail
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_fast_split_of_whole_runs_equals_the_line_by_line_one(seed, monkeypatch):
+    data = _mixed_log(seed)
+    slow = _read(data, "per line")
+    assert slow[1] and slow[2]                       # the log has tracebacks and stack dumps
+    assert _read(data, "bytes") == slow
+    assert _read(data, "blocks") == slow
+    monkeypatch.setattr(logs, "READ_CHUNK", 777)     # chunks cut anywhere
+    assert _read(data, "stream") == slow
