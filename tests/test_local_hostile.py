@@ -114,7 +114,8 @@ def test_detached_descendants_are_killed_and_reported_and_files_stay_in_the_run(
     status = json.loads((out / "status.json").read_text())
     commands = sorted(x["command"] for x in status["leftovers"])
     assert commands == ["sleep 1000", "sleep 1001"]
-    assert all(x["node"] == 1 for x in status["leftovers"])
+    # both from the one node that holds rank 1 (torchrun's rendezvous need not put it on node 1)
+    assert len({x["node"] for x in status["leftovers"]}) == 1
     assert "Processes killed after the ranks ended" in done.stdout and "sleep 1001" in done.stdout
     assert_nothing_left(status["run_id"])
     assert not subprocess.run(["pgrep", "-f", "sleep 100[01]"], capture_output=True).stdout
@@ -156,7 +157,9 @@ def test_a_rank_that_exits_0_early_is_named_as_the_culprit(tmp_path, write_scrip
     first = status["first_failure"]
     agent_tail = [line[:200] for line in (out / "nodes" / "node-1.log").read_text().splitlines()
                   if not line.startswith(("[rank", "frame"))][-12:]
-    assert first.get("left_early") is True and first["node"] == 1, (first, status["node_outcomes"], agent_tail)
+    # rank 1 left; which node holds it is torchrun's choice (its c10d rendezvous need not
+    # give node 1 rank 1), so the culprit is named by rank
+    assert first.get("left_early") is True and first["rank"] == 1, (first, status["node_outcomes"], agent_tail)
     assert "left the group early" in done.stderr.splitlines()[-1]
     assert "left the group early" in (out / "report.md").read_text()
 

@@ -137,10 +137,11 @@ class _Project:
                                r.get("ExitCode") if r.get("State", "").lower() == "exited" else None)
                 for r in rows}
 
-    def exit_times(self) -> dict[str, float]:
-        """{service: seconds from the project's first container start to its exit} for
-        the exited containers: when each node ended, also for a run labctl only watches
-        (its first failure is the first to end, not the first seen ended)."""
+    def exit_times(self, origin: _dt.datetime | None = None) -> dict[str, float]:
+        """{service: seconds from `origin` (labctl's start of the lab, on the clock the
+        driver and the faults use; default: the project's first container start) to its
+        exit} for the exited containers: when each node ended, also for a run labctl
+        only watches (its first failure is the first to end, not the first seen ended)."""
         ids = _docker("ps", "--all", "--quiet", "--filter",
                       f"label=com.docker.compose.project={self.name}").stdout.split()
         if not ids:
@@ -149,8 +150,8 @@ class _Project:
                        "{{.State.Status}} {{.State.StartedAt}} {{.State.FinishedAt}}", *ids)
         rows = [line.split() for line in done.stdout.splitlines() if len(line.split()) == 4]
         try:
-            starts = [_dt.datetime.fromisoformat(r[2]) for r in rows]
-            return {r[0]: round((_dt.datetime.fromisoformat(r[3]) - min(starts)).total_seconds(), 3)
+            start = origin or min(_dt.datetime.fromisoformat(r[2]) for r in rows)
+            return {r[0]: round((_dt.datetime.fromisoformat(r[3]) - start).total_seconds(), 3)
                     for r in rows if r[1] == "exited"}
         except ValueError:            # a date this Python cannot read: times stay unknown
             return {}
@@ -181,6 +182,7 @@ class ComposeBackend(Backend):
         self.hostnames: dict[int, str] = {}
         self.run_id = ""
         self.exit_times: dict[str, float] = {}     # service -> when it exited (exit_times)
+        self.started_at: _dt.datetime | None = None  # when start() began: the driver's t0
 
     def placement(self, spec: LabSpec) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -201,6 +203,7 @@ class ComposeBackend(Backend):
                                  "set); leave the delay out, or run on a kernel with sch_netem")
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+        self.started_at = _dt.datetime.now(_dt.timezone.utc)   # exit times on the driver's clock
         self.plan, self.run_id = plan, plan.run_id
         self.hostnames = {n.index: n.hostname for n in plan.nodes}
         compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan))
@@ -216,7 +219,7 @@ class ComposeBackend(Backend):
         states = self.project.states()
         outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
         if any(o.state.ended and o.hostname not in self.exit_times for o in outcomes):
-            self.exit_times.update(self.project.exit_times())
+            self.exit_times.update(self.project.exit_times(self.started_at))
         for o in outcomes:
             if o.state.ended:
                 o.exited_s = self.exit_times.get(o.hostname)
