@@ -53,7 +53,7 @@ def main() -> int:
     ]))
     verdict = "met" if ratio <= TARGET else "MISSED"
     print(f"\nlabctl outside its backend (CLI start, spec, plan, run folder, log split, report): "
-          f"median {median(outside_s):.3f} s; the local backend polls every 0.2 s (adds <= 0.2 s)")
+          f"median {median(outside_s):.3f} s; the local backend polls every 0.05 s (adds <= 0.05 s)")
     print(f"\nratio labctl/by-hand = {ratio:.3f} (target <= {TARGET}: {verdict}); "
           f"difference {median(lab_s) - median(hand_s):+.2f} s\n")
     return 0
