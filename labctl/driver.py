@@ -188,7 +188,7 @@ def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Pro
             last = line
         if all(o.state.ended for o in w.outcomes):
             return
-        if faults is not None and faults.events + faults.waiting:
+        if faults is not None and (faults.events or faults.waiting):
             if all(o.state is not NodeState.PENDING for o in w.outcomes):
                 if faults.started_at is None:
                     say(f"[{now - t0:6.1f}s] every node started: the fault clock starts")

@@ -437,6 +437,13 @@ def _first_failure(outcomes: list[NodeOutcome], found: dict[str, Any]) -> dict |
     return first
 
 
+def _node_of_rank(rank: int, found: dict[str, Any]) -> int | None:
+    """The node whose log holds `rank` (torchrun's rendezvous decides it), or whose
+    agent named it as its root cause when the rank printed nothing."""
+    return next((i for i, ranks in found.get("node_ranks", {}).items() if rank in ranks),
+                next((i for i, r in found["root_causes"].items() if r == rank), None))
+
+
 def _blame_nodes(outcomes: list[NodeOutcome], fired: list[dict], found: dict[str, Any]) -> None:
     """A node that died by a kill-node fault, or failed because its rank was killed by
     one, says so, instead of looking like a crash."""
@@ -445,8 +452,7 @@ def _blame_nodes(outcomes: list[NodeOutcome], fired: list[dict], found: dict[str
             index, why = record["target"], f"killed by fault {record['fault']}"
         elif record["kind"] == "kill-rank":
             rank = record["target"]
-            index = next((i for i, ranks in found.get("node_ranks", {}).items() if rank in ranks),
-                         next((i for i, r in found["root_causes"].items() if r == rank), None))
+            index = _node_of_rank(rank, found)
             why = f"its rank {rank} was killed by fault {record['fault']}"
         else:
             continue
@@ -478,8 +484,7 @@ def _fault_cause(first: dict | None, outcomes: list[NodeOutcome], found: dict[st
                                  "signal": "SIGKILL"}
         if record["kind"] == "kill-rank":
             rank = record["target"]
-            node = next((i for i, ranks in found.get("node_ranks", {}).items() if rank in ranks),
-                        next((i for i, r in found["root_causes"].items() if r == rank), None))
+            node = _node_of_rank(rank, found)
             cause.update(rank=rank, node=node, exit_code=found["exit_codes"].get(rank))
         else:
             node = next((n for n in outcomes if n.index == record["target"]), None)

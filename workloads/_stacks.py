@@ -11,7 +11,9 @@ nothing of labctl can be asked too.
 that has RANK in its environment *and* catches SIGUSR1 (the default action of
 SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). labctl
 calls it locally; on compose it runs inside each container:
-`python3 -m workloads._stacks <run id>`. Standard library only.
+`python3 -m workloads._stacks <run id>`. `kill_rank(run_id, rank)` finds a rank
+the same way for the kill-rank fault (`python3 -m workloads._stacks kill-rank
+<run id> <rank>` in a container). Standard library only.
 """
 from __future__ import annotations
 
@@ -75,6 +77,36 @@ def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
     return asked
 
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def kill_rank(run_id: str, rank: int) -> list[int]:
+    """SIGKILL the worker with RANK=`rank` of the run: the topmost process with that
+    RANK (its children inherit it). Returns the pids killed (none: not running yet)."""
+    mine = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            env = _environ(int(entry))
+            if env.get("RANK") == str(rank) and env.get("LAB_RUN_ID") == run_id:
+                mine.add(int(entry))
+    top = sorted(p for p in mine if _parent(p) not in mine)
+    for pid in top:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return top
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["kill-rank"]:           # prints the pids killed; exit 3: none found
+        killed = kill_rank(sys.argv[2], int(sys.argv[3]))
+        print(" ".join(map(str, killed)))
+        sys.exit(0 if killed else 3)
     found = signal_ranks(sys.argv[1] if len(sys.argv) > 1 else None)
     print(" ".join(f"{rank}:{pid}" for pid, rank in sorted(found, key=lambda x: x[1])))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ..errors import LabError
-from ..faults import KILL_RANK_PY, Fault, NotYet
+from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
 from ..render import SPEC_KEY, spec_from_stored
@@ -283,8 +283,8 @@ class ComposeBackend(Backend):
         others through the engine: kill, pause, network disconnect, tc netem."""
         if fault.kind == "kill-rank":
             for index in sorted(self.hostnames):
-                done = _docker("exec", self._container(index), "python3", "-c", KILL_RANK_PY,
-                               self.run_id, str(fault.target), timeout=30)
+                done = _docker("exec", self._container(index), "python3", "-m", "workloads._stacks",
+                               "kill-rank", self.run_id, str(fault.target), timeout=30)
                 if done.returncode == 0:
                     return (f"SIGKILL to rank {fault.target} (pid {done.stdout.strip()} in "
                             f"{self.hostnames[index]})")

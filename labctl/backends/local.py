@@ -24,7 +24,7 @@ from typing import IO
 
 from .. import nodeguard
 from ..errors import LabError
-from ..faults import Fault, NotYet, kill_rank  # type: ignore[attr-defined]
+from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, local_placement, ports_needed
 from ..rundir import RunDir
@@ -315,7 +315,9 @@ class LocalBackend(Backend):
     def inject(self, fault: Fault) -> str:
         assert self.plan is not None
         if fault.kind == "kill-rank":
-            killed = kill_rank(self.plan.run_id, fault.target)
+            from workloads import _stacks
+
+            killed = _stacks.kill_rank(self.plan.run_id, fault.target)
             if not killed:
                 raise NotYet(f"rank {fault.target} is not running yet")
             return f"SIGKILL to rank {fault.target} (pid {' '.join(map(str, killed))})"
