@@ -10,7 +10,7 @@ in status.json: the rest of the split after the nodes ended; the local
 driver splits the logs while the lab runs), the whole split redone from
 scratch on the same folder, and one plain Python read of the same logs.
 
-    python benchmarks/memory.py [--sizes 1,100,1024]   # MiB of output from rank 0
+    python benchmarks/memory.py [--sizes 1,100,1024] [--all-ranks]   # MiB of output from rank 0 (each rank)
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = """
 import sys, torch.distributed as dist
 dist.init_process_group("gloo")
-if dist.get_rank() == 0:
+if dist.get_rank() in {printers}:
     line = "x" * 1023 + "\\n"
     block = line * 1024
     for _ in range({mib}):
@@ -56,6 +56,8 @@ def peak_rss(argv: list[str]) -> tuple[int, float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,100,1024", help="MiB of rank output, comma-separated")
+    parser.add_argument("--all-ranks", action="store_true",
+                        help="every rank prints that much (both nodes' logs grow at once)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from labctl.outcome import NodeOutcome, NodeState
@@ -67,7 +69,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="labctl-mem-"))
         try:
             script = work / "print.py"
-            script.write_text(SCRIPT.format(mib=mib))
+            script.write_text(SCRIPT.format(mib=mib, printers="(0, 1)" if args.all_ranks else "(0,)"))
             out = work / "run"
             code, rss, wall = peak_rss([sys.executable, "-m", "labctl.cli", "up", "-q",
                                         "--script", str(script), "--nodes", "2",

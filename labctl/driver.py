@@ -195,8 +195,9 @@ def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Pro
                 faults.start(now)
             for at, fault, phase in faults.due(now):
                 fire(backend, rundir, clock, t0, faults, at, fault, phase, say)
+        behind = False        # the log follower has more to read: no sleep before the next poll
         if backend.live_logs:
-            rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
+            behind = not rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
         survivable = tolerated(w.outcomes, nodes, fewest)
         for o in w.outcomes:
             if o.index in survivable and o.index not in w.spared:
@@ -214,8 +215,9 @@ def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Pro
         if now > deadline:
             w.deadline_passed = True
             return
-        time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01,
-                                faults.next_in(clock()) if faults is not None else 3600.0)))
+        if not behind:
+            time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01,
+                                    faults.next_in(clock()) if faults is not None else 3600.0)))
 
 
 def _say(progress: Progress) -> Progress:

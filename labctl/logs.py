@@ -96,8 +96,7 @@ MAX_LINE = 1 << 20               # longer lines are read in pieces (memory stays
 READ_CHUNK = 1 << 20             # node logs are read this much at a time
 # A run of whole lines of one rank: split with a few C-level bytes operations, not per line.
 _RANK_RUN = re.compile(rb"\[rank(\d+)\]:[^\n]*\n(?:\[rank\1\]:[^\n]*\n)*")
-_SLOW_MARKERS = (b"Traceback (most recent", b"(most recent call first):",
-                 RESULT_MARKER.encode())
+_RESULT_MARKER_BYTES = RESULT_MARKER.encode()
 AGENT_TAIL_LINES = 400           # torchrun's failure summary sits at the end of a node log
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|ECONNRESET|"
                         r"EPIPE|Connection refused|peer closed|recvBytes|Socket closed", re.I)
@@ -107,6 +106,13 @@ _LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 # torch's collective fingerprints (TORCH_DISTRIBUTED_DEBUG=DETAIL) spell out every tensor
 # option; shortened, the two ranks' op and shapes fit in the quoted line.
 _TENSOR_OPTIONS = re.compile(r"TensorOptions\((?:[^()]|\([^()]*\))*\)")
+
+
+def _needs_a_closer_look(data: bytes) -> bool:
+    """Result lines, tracebacks or stack dumps somewhere in `data`. The one-byte
+    memchr tests first: most chunks of a big log have no '@' and often no '('."""
+    return (b"@" in data and _RESULT_MARKER_BYTES in data
+            or b"(" in data and b"most recent call" in data)
 
 
 def peer_gone(error: str | None) -> bool:
@@ -312,6 +318,8 @@ class NodeLogReader:
         Runs of plain lines of one rank (nearly all of a big log) are split in one
         go; anything that needs a closer look (results, tracebacks, stack dumps,
         glued half-lines, agent lines) goes line by line."""
+        if self._one_rank_chunk(data):
+            return
         pos = 0
         for m in _RANK_RUN.finditer(data):
             rank = int(m.group(1))
@@ -334,49 +342,83 @@ class NodeLogReader:
         tracker, stack = self.tracebacks.get(rank), self.stacks.get(rank)
         if tracker is not None and tracker.in_traceback or stack is not None and stack.capturing is not None:
             return False
-        return not any(marker in run for marker in _SLOW_MARKERS)
+        return not _needs_a_closer_look(run)
+
+    def _one_rank_chunk(self, data: bytes) -> bool:
+        """The common case of a big log, a whole chunk of one rank's plain lines, split
+        with a few passes over the bytes (no per-line regex). False: nothing done."""
+        if not data.startswith(b"[rank") or not data.endswith(b"\n"):
+            return False
+        close = data.find(b"]:", 5, 32)
+        digits = data[5:close]
+        if close < 0 or not digits.isdigit() or not self._plain_run(int(digits), data):
+            return False
+        prefix = data[:close + 2]
+        body = data[len(prefix):].replace(b"\n" + prefix, b"\n")
+        # every line began with the prefix exactly when one prefix per line went away
+        if len(data) - len(body) != len(prefix) * data.count(b"\n"):
+            return False                            # another rank's or the agent's line
+        if b"[" in body and b"[rank" in body:      # glued half-lines
+            return False
+        self._emit(int(digits), body)
+        return True
 
     def _block(self, rank: int, digits: bytes, run: bytes) -> bool:
         """Split a plain run; False (nothing done) when some line holds another prefix."""
         prefix = b"[rank" + digits + b"]:"
         data = run[len(prefix):].replace(b"\n" + prefix, b"\n")
-        if b"[rank" in data:                        # glued half-lines: line by line
+        if b"[" in data and b"[rank" in data:      # glued half-lines: line by line
             return False
+        self._emit(rank, data)
+        return True
+
+    def _emit(self, rank: int, data: bytes) -> None:
         self.ranks_seen.add(rank)
         if self.block_sink is not None:
             self.block_sink(rank, data)
         else:
             for line in data.decode(errors="replace").split("\n")[:-1]:
                 self.sink(rank, line)
-        return True
 
     def _feed_lines(self, data: bytes) -> None:
-        for raw in data.splitlines(keepends=True):
-            if raw.endswith(b"\n"):
-                self.feed_line(raw[:-1].decode(errors="replace"), True)
-            else:
-                self.feed_line(raw.decode(errors="replace"), len(raw) < MAX_LINE)
+        # lines end at "\n" only: a progress bar's "\r" stays inside its line, as in a block
+        raws = data.split(b"\n")
+        last = raws.pop()
+        for raw in raws:
+            self.feed_line(raw.decode(errors="replace"), True)
+        if last:
+            self.feed_line(last.decode(errors="replace"), len(last) < MAX_LINE)
 
-    def feed_stream(self, f) -> int:
-        """Everything left in a binary file object; returns the bytes consumed."""
-        consumed, rest = 0, b""
-        while True:
-            chunk = f.read(READ_CHUNK)
+    def feed_stream(self, f, budget: int | None = None) -> int:
+        """A seekable binary file from its position: everything left, or with a budget
+        about that many bytes of whole lines (a log still being written). Reads stop
+        at line ends (the file is seeked back to the last one), so chunks are fed
+        without being copied together. Returns the bytes consumed."""
+        consumed = 0
+        while budget is None or consumed < budget:
+            want = READ_CHUNK if budget is None else min(READ_CHUNK, budget - consumed)
+            chunk = f.read(want)
             if not chunk:
                 break
-            data = rest + chunk if rest else chunk
-            cut = data.rfind(b"\n") + 1
+            cut = chunk.rfind(b"\n") + 1
             if cut:
-                self.feed_bytes(data[:cut])
+                self.feed_bytes(chunk if cut == len(chunk) else chunk[:cut])
+                if cut < len(chunk):
+                    f.seek(cut - len(chunk), 1)
                 consumed += cut
-            rest = data[cut:]
-            while len(rest) >= MAX_LINE:            # an over-long line: in pieces, as it comes
-                self.feed_line(rest[:MAX_LINE].decode(errors="replace"), False)
-                consumed += MAX_LINE
-                rest = rest[MAX_LINE:]
-        if rest:                                    # the last line, not ended yet
-            self.feed_line(rest.decode(errors="replace"), False)
-            consumed += len(rest)
+                continue
+            f.seek(-len(chunk), 1)                  # no line end in a whole chunk
+            line = f.readline(MAX_LINE)
+            if line.endswith(b"\n"):
+                self.feed_bytes(line)
+            elif len(line) >= MAX_LINE:             # an over-long line: in pieces, as it comes
+                self.feed_line(line.decode(errors="replace"), False)
+            elif budget is None:                    # the last line, not ended yet
+                self.feed_line(line.decode(errors="replace"), False)
+            else:                                   # still being written: next time
+                f.seek(-len(line), 1)
+                break
+            consumed += len(line)
         return consumed
 
     def feed_file(self, path) -> None:

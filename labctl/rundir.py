@@ -184,13 +184,13 @@ class RunDir:
                                    "start_ticks": start}
         self.write_status()
 
-    def follow_logs(self, indices: list[int], budget: int = 8 << 20) -> None:
+    def follow_logs(self, indices: list[int], budget: int = 8 << 20) -> bool:
         """Split what the nodes wrote so far (at most `budget` bytes per node): the end
         of a run then only has the last bit left. For backends whose node logs grow
-        in place during the run (local)."""
+        in place during the run (local). False while some node's log is further ahead."""
         if self._split is None:
             self._split = LogSplit(self, indices)
-        self._split.advance(budget)
+        return self._split.advance(budget)
 
     def split_logs(self, indices: list[int]) -> dict[str, Any]:
         """Every node log (the rest of it, when followed) split into rank logs and
@@ -315,29 +315,22 @@ class LogSplit:
                 if isinstance(record.get("world_size"), int):
                     found["finished_world"].add(record["world_size"])
 
-    def advance(self, budget: int | None) -> None:
+    def advance(self, budget: int | None) -> bool:
         """Feed every node log from where the last call stopped; with a budget, only
-        complete lines and at most `budget` bytes per node, read a chunk at a time."""
+        complete lines and at most about `budget` bytes per node. True when every
+        log was read up to its end (its last line may still be being written)."""
+        caught_up = True
         for index in self.indices:
             path = self.run.node_log(index)
             if not path.is_file():
                 continue
             with open(path, "rb") as f:
                 f.seek(self.offsets[index])
-                if budget is None:
-                    self.offsets[index] += self.readers[index].feed_stream(f)
-                    continue
-                left = budget
-                while left > 0:
-                    chunk = f.read(min(left, logs.READ_CHUNK))
-                    cut = chunk.rfind(b"\n") + 1
-                    if not cut:
-                        break
-                    self.readers[index].feed_bytes(chunk[:cut])
-                    self.offsets[index] += cut
-                    left -= cut
-                    if cut < len(chunk):
-                        f.seek(self.offsets[index])
+                fed = self.readers[index].feed_stream(f, budget)
+                self.offsets[index] += fed
+                if budget is not None and fed >= budget:
+                    caught_up = False
+        return caught_up
 
     def finish(self) -> dict[str, Any]:
         found = self.found

@@ -72,8 +72,12 @@ def _mixed_log(seed: int) -> bytes:
     for _ in range(400):
         rank = rnd.randrange(3)
         kind = rnd.random()
-        if kind < 0.55:                              # a run of plain lines of one rank
+        if kind < 0.45:                              # a run of plain lines of one rank
             pieces += [f"[rank{rank}]:step {i} loss {rnd.random():.4f}\n" for i in range(rnd.randrange(1, 30))]
+        elif kind < 0.55:                            # a long one, with look-alikes of what matters
+            pieces += [f"[rank{rank}]:" + rnd.choice(["step {} @ lr (0.1)", "eta 3s\r{}%|###", "", "x" * 90,
+                                                       "mail me @ (most recent {})", "[{}, 2]"]).format(i) + "\n"
+                       for i in range(rnd.randrange(50, 400))]
         elif kind < 0.65:
             pieces.append(f"I1123 12:00:00.000 1 torch/distributed/run.py:1] agent line {rnd.random()}\n")
         elif kind < 0.72:
@@ -121,3 +125,44 @@ def test_the_fast_split_of_whole_runs_equals_the_line_by_line_one(seed, monkeypa
     assert _read(data, "blocks") == slow
     monkeypatch.setattr(logs, "READ_CHUNK", 777)     # chunks cut anywhere
     assert _read(data, "stream") == slow
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_following_a_log_as_it_grows_equals_one_pass(seed, tmp_path, monkeypatch):
+    """The live follower: the log grows in pieces cut anywhere (half lines included)
+    and is fed a budget at a time; what comes out is what one pass at the end gives."""
+    import random
+
+    rnd = random.Random(seed)
+    data = _mixed_log(seed)
+    monkeypatch.setattr(logs, "READ_CHUNK", 500)
+    lines: dict[int, list[str]] = {}
+    reader = logs.NodeLogReader(lambda rank, line: lines.setdefault(rank, []).append(line),
+                                lambda rank, block: lines.setdefault(rank, []).extend(block.decode().split("\n")[:-1]))
+    log, offset, written = tmp_path / "node-0.log", 0, 0
+    log.write_bytes(b"")
+    while written < len(data):
+        step = rnd.randrange(1, 3000)
+        with open(log, "ab") as f:
+            f.write(data[written:written + step])
+        written += step
+        with open(log, "rb") as f:
+            f.seek(offset)
+            offset += reader.feed_stream(f, rnd.randrange(1, 5000))
+    with open(log, "rb") as f:
+        f.seek(offset)
+        offset += reader.feed_stream(f)
+    reader.close()
+    assert offset == len(data)
+    got = (lines, reader.errors(), reader.stack_dumps(), reader.ranks_seen, reader.agent_tail)
+    assert got == _read(data, "per line")
+
+
+def test_an_over_long_line_is_read_in_pieces(tmp_path, monkeypatch):
+    monkeypatch.setattr(logs, "MAX_LINE", 64)
+    monkeypatch.setattr(logs, "READ_CHUNK", 50)
+    long = "y" * 300
+    lines = _read(f"[rank0]:before\n[rank0]:{long}\n[rank1]:after\n[rank0]:end".encode(), "stream")[0]
+    assert lines[1] == ["after"]
+    assert lines[0][0] == "before" and lines[0][-1] == "end"
+    assert "".join(lines[0][1:-1]) == long and max(len(piece) for piece in lines[0]) <= 2 * 64   # memory stays bounded
