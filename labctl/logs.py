@@ -391,35 +391,23 @@ class NodeLogReader:
 
     def feed_stream(self, f, budget: int | None = None) -> int:
         """A seekable binary file from its position: everything left, or with a budget
-        about that many bytes of whole lines (a log still being written). Reads stop
-        at line ends (the file is seeked back to the last one), so chunks are fed
-        without being copied together. Returns the bytes consumed."""
-        consumed = 0
-        while budget is None or consumed < budget:
-            want = READ_CHUNK if budget is None else min(READ_CHUNK, budget - consumed)
-            chunk = f.read(want)
-            if not chunk:
-                break
-            cut = chunk.rfind(b"\n") + 1
-            if cut:
-                self.feed_bytes(chunk if cut == len(chunk) else chunk[:cut])
-                if cut < len(chunk):
-                    f.seek(cut - len(chunk), 1)
-                consumed += cut
-                continue
-            f.seek(-len(chunk), 1)                  # no line end in a whole chunk
-            line = f.readline(MAX_LINE)
-            if line.endswith(b"\n"):
-                self.feed_bytes(line)
-            elif len(line) >= MAX_LINE:             # an over-long line: in pieces, as it comes
-                self.feed_line(line.decode(errors="replace"), False)
-            elif budget is None:                    # the last line, not ended yet
-                self.feed_line(line.decode(errors="replace"), False)
-            else:                                   # still being written: next time
-                f.seek(-len(line), 1)
-                break
-            consumed += len(line)
-        return consumed
+        about that many bytes of whole lines (a log still being written). Returns the
+        bytes consumed."""
+        return _stream(f, budget, self.feed_bytes,
+                       lambda piece: self.feed_line(piece.decode(errors="replace"), False))
+
+    def feed_rank_stream(self, rank: int, f, budget: int | None = None) -> int:
+        """Like feed_stream, over one rank's own log (no prefixes), which something else
+        (the local node guard) already wrote: its lines are only looked at, not copied."""
+        return _stream(f, budget, lambda data: self._rank_bytes(rank, data),
+                       lambda piece: self._piece(rank, piece.decode(errors="replace"), False))
+
+    def _rank_bytes(self, rank: int, data: bytes) -> None:
+        self.ranks_seen.add(rank)
+        if self._plain_run(rank, data):
+            return                                  # nothing in it to parse
+        for raw in data.split(b"\n")[:-1]:
+            self._piece(rank, raw.decode(errors="replace"), True)
 
     def feed_file(self, path) -> None:
         with open(path, "rb") as f:
@@ -444,3 +432,34 @@ class NodeLogReader:
 
     def agent_error(self) -> dict | None:
         return self.agent.error
+
+
+def _stream(f, budget: int | None, whole, piece) -> int:
+    """Feed a file's whole lines to `whole(bytes)` a chunk at a time, and an over-long
+    line (or, without a budget, the last unended one) to `piece(bytes)`. Reads stop at
+    line ends (the file is seeked back to the last one), so chunks are never copied
+    together; with a budget, a line still being written is left for next time."""
+    consumed = 0
+    while budget is None or consumed < budget:
+        want = READ_CHUNK if budget is None else min(READ_CHUNK, budget - consumed)
+        chunk = f.read(want)
+        if not chunk:
+            break
+        cut = chunk.rfind(b"\n") + 1
+        if cut:
+            whole(chunk if cut == len(chunk) else chunk[:cut])
+            if cut < len(chunk):
+                f.seek(cut - len(chunk), 1)
+            consumed += cut
+            continue
+        f.seek(-len(chunk), 1)                      # no line end in a whole chunk
+        line = f.readline(MAX_LINE)
+        if line.endswith(b"\n"):
+            whole(line)
+        elif len(line) >= MAX_LINE or budget is None:
+            piece(line)                             # over-long (in pieces), or the last one
+        else:                                       # still being written: next time
+            f.seek(-len(line), 1)
+            break
+        consumed += len(line)
+    return consumed

@@ -100,9 +100,14 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 class Guard:
-    def __init__(self, processes: list[dict], grace: float, lifeline: int | None):
+    def __init__(self, processes: list[dict], grace: float, lifeline: int | None,
+                 rank_logs: str | None = None, own_log: str | None = None):
         self.grace, self.lifeline = grace, lifeline
         self.out = sys.stdout.buffer
+        # with rank_logs, each rank's output also goes, as it came, to rank_logs/rank-<r>.log,
+        # and the guard's own lines to own_log: labctl need not split the node log afterwards
+        self.rank_logs = rank_logs
+        self.own_log = open(own_log, "ab", buffering=0) if own_log else None
         self.lock = threading.Lock()
         self.procs: list[tuple[subprocess.Popen, dict, threading.Thread | None]] = []
         self.codes: dict[int, int] = {}           # pid -> returncode (subprocess convention)
@@ -114,8 +119,10 @@ class Guard:
         for popen, proc in started:
             pump = None
             if proc.get("rank") is not None:
+                rank_log = (open(os.path.join(self.rank_logs, f"rank-{proc['rank']}.log"), "ab",
+                                 buffering=0) if self.rank_logs else None)
                 pump = threading.Thread(target=self._pump, daemon=True,
-                                        args=(popen, f"[rank{proc['rank']}]:".encode()))
+                                        args=(popen, f"[rank{proc['rank']}]:".encode(), rank_log))
                 pump.start()
             self.procs.append((popen, proc, pump))
 
@@ -128,7 +135,7 @@ class Guard:
             stderr=subprocess.STDOUT if piped else None,
             start_new_session=True, preexec_fn=_die_with_parent)
 
-    def _pump(self, popen: subprocess.Popen, prefix: bytes) -> None:
+    def _pump(self, popen: subprocess.Popen, prefix: bytes, rank_log=None) -> None:
         """A worker's output into the node log, prefixed, whole lines only (another
         worker's lines never land inside one), a block at a time: what the pipe has
         (up to PUMP_READ), not a write per line, so the guard keeps up with a rank
@@ -147,21 +154,27 @@ class Guard:
             if not cut:
                 cut = len(data)
             block, rest = data[:cut], data[cut:]
-            self._lines(prefix, block)
+            self._lines(prefix, block, rank_log)
         if rest:
-            self._lines(prefix, rest)
+            self._lines(prefix, rest, rank_log)
+        if rank_log is not None:
+            rank_log.close()
 
-    def _lines(self, prefix: bytes, block: bytes) -> None:
+    def _lines(self, prefix: bytes, block: bytes, rank_log) -> None:
         if block.endswith(b"\n"):
             block = block[:-1]
         with self.lock:
             self.out.write(prefix + block.replace(b"\n", b"\n" + prefix) + b"\n")
             self.out.flush()
+        if rank_log is not None:
+            rank_log.write(block + b"\n")
 
     def _write(self, text: str) -> None:
         with self.lock:
             self.out.write(text.encode() + b"\n")
             self.out.flush()
+            if self.own_log is not None:
+                self.own_log.write(text.encode() + b"\n")
 
     def _reap(self) -> None:
         """Collect every ended child: our processes (their codes) and adopted orphans."""
@@ -258,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", required=True, help="where the outcome JSON goes")
     parser.add_argument("--lifeline", type=int, help="read end of labctl's lifeline pipe")
     parser.add_argument("--grace", type=float, default=5.0, help="SIGTERM, then SIGKILL after this")
+    parser.add_argument("--rank-logs", help="folder for each rank's own log (direct mode)")
+    parser.add_argument("--own-log", help="where the guard's own lines go too (with --rank-logs)")
     args = parser.parse_args(argv)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     with open(args.plan) as f:
@@ -271,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         if guard is not None:
             guard.request_stop("stopped by labctl")
     signal.signal(signal.SIGTERM, on_term)
-    guard = Guard(node["processes"], args.grace, args.lifeline)
+    guard = Guard(node["processes"], args.grace, args.lifeline, args.rank_logs, args.own_log)
     outcome = guard.run()
     tmp = args.status + ".tmp"
     with open(tmp, "w") as f:

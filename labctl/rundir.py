@@ -5,6 +5,7 @@
       plan.json            every node's exact argv and env
       rendered/            compose.yaml or k8s.yaml (container backends)
       nodes/node-<i>.log   one log per node (stdout+stderr, as collected)
+      nodes/node-<i>.guard.txt  a local direct-mode node guard's own lines (exits, leftovers)
       work/node-<i>/       a local node's working directory (files ranks write)
       ranks/rank-<r>.log   the same output split per global rank
       results.jsonl        one JSON result per line (workload, name, rank, ok, ...)
@@ -21,6 +22,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -97,6 +99,10 @@ class RunDir:
 
     def node_log(self, index: int) -> Path:
         return self.path / "nodes" / f"node-{index}.log"
+
+    def guard_log(self, index: int) -> Path:
+        """A local direct-mode node guard's own lines (exits, leftovers), also in its node log."""
+        return self.path / "nodes" / f"node-{index}.guard.txt"
 
     def rank_log(self, rank: int) -> Path:
         return self.path / "ranks" / f"rank-{rank}.log"
@@ -278,11 +284,23 @@ class LogSplit:
                                       "errors": {}, "agent_errors": {}, "exits": {}, "finished": set(),
                                       "finished_world": set(),
                                       "total": 0, "failed": [], "failed_count": 0, "skipped": 0}
+        # Local direct-mode nodes: the guard wrote each rank's log itself as the output
+        # came (and its own lines apart), so those are only read for results and errors,
+        # not split out of the node log again: a GB-sized log costs about one read.
+        self.guard_ranks: dict[int, list[int]] = {}
+        if run.meta.get("rank_logs_by_guards"):
+            for node in run.plan["nodes"]:
+                ranks = [p["rank"] for p in node["processes"] if p.get("rank") is not None]
+                if node["index"] in indices and ranks:
+                    self.guard_ranks[node["index"]] = ranks
+        kept = {run.rank_log(r) for ranks in self.guard_ranks.values() for r in ranks}
         for old in (run.path / "ranks").glob("rank-*.log"):
-            old.unlink()
+            if old not in kept:
+                old.unlink()
         self.results = open(run.path / "results.jsonl", "w")
-        self.readers = {i: logs.NodeLogReader(self._line, self._block) for i in indices}
-        self.offsets = {i: 0 for i in indices}
+        self.readers = {i: logs.NodeLogReader(self._result_line, None) if i in self.guard_ranks
+                        else logs.NodeLogReader(self._line, self._block) for i in indices}
+        self.offsets: dict[Path, int] = {}
 
     def _rank_file(self, rank: int):
         f = self.open_logs.get(rank)
@@ -298,6 +316,9 @@ class LogSplit:
 
     def _line(self, rank: int, line: str) -> None:
         self._rank_file(rank).write((line + "\n").encode())
+        self._result_line(rank, line)
+
+    def _result_line(self, rank: int, line: str) -> None:
         if logs.RESULT_MARKER not in line:
             return
         found = self.found
@@ -321,13 +342,20 @@ class LogSplit:
         log was read up to its end (its last line may still be being written)."""
         caught_up = True
         for index in self.indices:
-            path = self.run.node_log(index)
-            if not path.is_file():
-                continue
-            with open(path, "rb") as f:
-                f.seek(self.offsets[index])
-                fed = self.readers[index].feed_stream(f, budget)
-                self.offsets[index] += fed
+            reader = self.readers[index]
+            if index in self.guard_ranks:
+                sources = [(self.run.guard_log(index), reader.feed_stream)]
+                sources += [(self.run.rank_log(rank), partial(reader.feed_rank_stream, rank))
+                            for rank in self.guard_ranks[index]]
+            else:
+                sources = [(self.run.node_log(index), reader.feed_stream)]
+            for path, feed in sources:
+                if not path.is_file():
+                    continue
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    fed = feed(f, budget)
+                self.offsets[path] = self.offsets.get(path, 0) + fed
                 if budget is not None and fed >= budget:
                     caught_up = False
         return caught_up

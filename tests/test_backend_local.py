@@ -76,6 +76,56 @@ def test_a_failing_rank_fails_the_lab_names_it_and_leaves_nothing(tmp_path, writ
     assert_nothing_left(run.meta["run_id"])
 
 
+MIXED_OUTPUT = """
+import json, os, sys, time, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for i in range(3000):
+    print(f"step {i} " + "x" * (i % 200), end="\\r" if i % 7 == 0 else "\\n")
+print("@@labctl-result " + json.dumps({"workload": "mixed", "name": "ok", "ok": True}))
+print("@@labctl-result {garbled")
+sys.stdout.flush()
+if rank == 2:
+    raise ValueError("rank 2 gives up")
+if rank == 3:
+    sys.stdout.write("a last line with no end")
+    sys.stdout.flush()
+    time.sleep(1)
+    os._exit(5)
+dist.barrier()
+"""
+
+
+def test_direct_mode_rank_logs_from_the_guards_equal_the_node_log_split(tmp_path, write_script):
+    """Local direct-mode guards write each rank's log as the output comes; the run
+    folder must hold what splitting the node logs would have given, byte for byte."""
+    import shutil
+
+    from labctl.outcome import NodeOutcome
+    from labctl.rundir import RunDir
+
+    run = run_lab(tmp_path, script=str(write_script(MIXED_OUTPUT)), launcher="direct",
+                  nodes=2, nproc_per_node=2)
+    assert run.meta["rank_logs_by_guards"] is True
+    assert run.meta["state"] == "failed" and run.meta["first_failure"]["rank"] in (2, 3)
+    assert "rank 2 gives up" in run.meta["rank_errors"]["2"]["exception"]
+    assert run.meta["rank_exit_codes"]["3"] == 5
+    assert run.rank_log(3).read_bytes().endswith(b"a last line with no end\n")
+    split = RunDir.open(shutil.copytree(run.path, tmp_path / "split"))
+    del split.meta["rank_logs_by_guards"]           # the node-log split of other backends
+    split.finalize([NodeOutcome(**n) for n in run.meta["node_outcomes"]], "failed")
+    for rank in range(4):
+        guard_written = run.rank_log(rank).read_bytes()
+        assert guard_written.count(b"\n") > 2500 and b"\r" in guard_written
+        assert guard_written == split.rank_log(rank).read_bytes(), f"rank {rank}"
+    assert sorted(run.results(), key=json.dumps) == sorted(split.results(), key=json.dumps)
+    assert len(run.results()) == 8                  # 4 ranks x (one result + one unparsable)
+    for key in ("state", "first_failure", "checks", "rank_exit_codes", "rank_errors", "failed_ranks"):
+        assert run.meta[key] == split.meta[key], key
+    assert "rank 3 exited with code 5" in (run.path / "nodes" / "node-1.guard.txt").read_text()
+    assert_nothing_left(run.meta["run_id"])
+
+
 def test_missing_script_is_a_clear_error(tmp_path):
     with pytest.raises(LabError, match="no such file"):
         run_lab(tmp_path, script=str(tmp_path / "absent.py"))

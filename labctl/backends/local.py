@@ -201,8 +201,13 @@ class LocalBackend(Backend):
                                                  rundir.path / "services" / f"{svc.hostname}",
                                                  rundir.path))
             for node in plan.nodes:
+                which = ["--node", str(node.index)]
+                if any(p.rank is not None for p in node.processes):   # direct mode: see LogSplit
+                    which += ["--rank-logs", str((rundir.path / "ranks").resolve()),
+                              "--own-log", str(rundir.guard_log(node.index).resolve())]
+                    rundir.meta["rank_logs_by_guards"] = True
                 self.guards[node.index] = self._guard(
-                    rundir, read_end, ["--node", str(node.index)],
+                    rundir, read_end, which,
                     rundir.path / "nodes" / f"node-{node.index}", rundir.workdir(node.index))
                 rundir.meta["local"]["guards"][str(node.index)] = self.guards[node.index].pid
         finally:
