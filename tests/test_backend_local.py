@@ -126,6 +126,15 @@ def test_direct_mode_rank_logs_from_the_guards_equal_the_node_log_split(tmp_path
     assert_nothing_left(run.meta["run_id"])
 
 
+def test_ranks_repeated_by_replicas_are_split_from_the_node_logs_once(tmp_path):
+    run = run_lab(tmp_path, launcher="direct", replicas=2, nodes=1, nproc_per_node=2, workloads=["env"])
+    assert run.meta["state"] == "passed", run.meta
+    assert "rank_logs_by_guards" not in run.meta      # rank 0 of each replica: one rank log
+    envs = [r for r in run.results() if r["name"] == "env"]
+    assert sorted((e["replica"], e["rank"]) for e in envs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert_nothing_left(run.meta["run_id"])
+
+
 def test_missing_script_is_a_clear_error(tmp_path):
     with pytest.raises(LabError, match="no such file"):
         run_lab(tmp_path, script=str(tmp_path / "absent.py"))

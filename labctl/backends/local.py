@@ -200,9 +200,12 @@ class LocalBackend(Backend):
                 self.services.append(self._guard(rundir, read_end, ["--service", str(i)],
                                                  rundir.path / "services" / f"{svc.hostname}",
                                                  rundir.path))
+            ranks = [p.rank for node in plan.nodes for p in node.processes if p.rank is not None]
+            # direct mode, each rank once (replicas repeat ranks: their logs are split as usual)
+            guard_writes_rank_logs = bool(ranks) and len(ranks) == len(set(ranks))
             for node in plan.nodes:
                 which = ["--node", str(node.index)]
-                if any(p.rank is not None for p in node.processes):   # direct mode: see LogSplit
+                if guard_writes_rank_logs:                            # see rundir.LogSplit
                     which += ["--rank-logs", str((rundir.path / "ranks").resolve()),
                               "--own-log", str(rundir.guard_log(node.index).resolve())]
                     rundir.meta["rank_logs_by_guards"] = True
