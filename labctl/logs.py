@@ -353,20 +353,16 @@ class NodeLogReader:
         digits = data[5:close]
         if close < 0 or not digits.isdigit() or not self._plain_run(int(digits), data):
             return False
-        prefix = data[:close + 2]
-        body = data[len(prefix):].replace(b"\n" + prefix, b"\n")
-        # every line began with the prefix exactly when one prefix per line went away
-        if len(data) - len(body) != len(prefix) * data.count(b"\n"):
-            return False                            # another rank's or the agent's line
-        if b"[" in body and b"[rank" in body:      # glued half-lines
-            return False
-        self._emit(int(digits), body)
-        return True
+        return self._block(int(digits), digits, data, every_line_checked=False)
 
-    def _block(self, rank: int, digits: bytes, run: bytes) -> bool:
-        """Split a plain run; False (nothing done) when some line holds another prefix."""
+    def _block(self, rank: int, digits: bytes, run: bytes, every_line_checked: bool = True) -> bool:
+        """Split a plain run; False (nothing done) when some line holds another prefix,
+        or (`every_line_checked` False: a chunk not matched line by line) lacks its own."""
         prefix = b"[rank" + digits + b"]:"
         data = run[len(prefix):].replace(b"\n" + prefix, b"\n")
+        # every line began with the prefix exactly when one prefix per line went away
+        if not every_line_checked and len(run) - len(data) != len(prefix) * run.count(b"\n"):
+            return False                            # another rank's or the agent's line
         if b"[" in data and b"[rank" in data:      # glued half-lines: line by line
             return False
         self._emit(rank, data)

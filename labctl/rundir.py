@@ -293,9 +293,6 @@ class LogSplit:
                 ranks = [p["rank"] for p in node["processes"] if p.get("rank") is not None]
                 if node["index"] in indices and ranks:
                     self.guard_ranks[node["index"]] = ranks
-            every = [r for ranks in self.guard_ranks.values() for r in ranks]
-            if len(every) != len(set(every)):        # a rank on two nodes: one file, split as usual
-                self.guard_ranks = {}
         kept = {run.rank_log(r) for ranks in self.guard_ranks.values() for r in ranks}
         for old in (run.path / "ranks").glob("rank-*.log"):
             if old not in kept:

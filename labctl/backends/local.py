@@ -202,13 +202,13 @@ class LocalBackend(Backend):
                                                  rundir.path))
             ranks = [p.rank for node in plan.nodes for p in node.processes if p.rank is not None]
             # direct mode, each rank once (replicas repeat ranks: their logs are split as usual)
-            guard_writes_rank_logs = bool(ranks) and len(ranks) == len(set(ranks))
+            if ranks and len(ranks) == len(set(ranks)):
+                rundir.meta["rank_logs_by_guards"] = True           # read by rundir.LogSplit
             for node in plan.nodes:
                 which = ["--node", str(node.index)]
-                if guard_writes_rank_logs:                            # see rundir.LogSplit
+                if rundir.meta.get("rank_logs_by_guards"):
                     which += ["--rank-logs", str((rundir.path / "ranks").resolve()),
                               "--own-log", str(rundir.guard_log(node.index).resolve())]
-                    rundir.meta["rank_logs_by_guards"] = True
                 self.guards[node.index] = self._guard(
                     rundir, read_end, which,
                     rundir.path / "nodes" / f"node-{node.index}", rundir.workdir(node.index))
