@@ -11,6 +11,8 @@ import re
 from typing import Iterable
 
 RESULT_MARKER = "@@labctl-result "       # must match workloads/_common.py
+# the local node guard's word that it stopped a torchrun agent with no workers left
+AGENT_IDLE_LINE = "labctl: the agent had no workers left when labctl stopped it"   # nodeguard.py
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 # torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
 _TORCHRUN_FAILURE = re.compile(
@@ -246,7 +248,9 @@ class NodeLogReader:
         self.exits: list[tuple[int, int]] = []
         self.exit_times: dict[int, float] = {}      # rank -> epoch seconds, when the line says
         self.ranks_seen: set[int] = set()
-        self.workers_succeeded = False             # torchrun's agent said its worker group ended 0
+        # torchrun's agent said its worker group ended 0 (LOGLEVEL=INFO), or the local guard
+        # found it with no workers left when labctl stopped it (waiting at its exit barrier)
+        self.workers_succeeded = False
         self._carry: int | None = None             # rank of an over-long line still being read
 
     def feed_line(self, line: str, complete: bool = True) -> None:
@@ -282,7 +286,7 @@ class NodeLogReader:
 
     def _agent_line(self, line: str) -> None:
         self.agent.feed(line)
-        if "worker group successfully finished" in line:
+        if "worker group successfully finished" in line or line.startswith(AGENT_IDLE_LINE):
             self.workers_succeeded = True
         m = _EXIT_LINE.match(line)
         if m:

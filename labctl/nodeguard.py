@@ -37,6 +37,10 @@ REAP_S = 0.05
 LEFTOVER_TERM_S = 1.0
 PUMP_READ = 1 << 16        # a worker's output is moved this much at most per write
 MAX_PIECE = 1 << 20        # a longer line is ended here (labctl.logs.MAX_LINE): memory stays flat
+# torchrun's agent waits at its exit barrier once its workers ended 0 (and says so only
+# at LOGLEVEL=INFO): stopped there, its node had finished. Must match labctl/logs.py.
+AGENT_IDLE_LINE = ("labctl: the agent had no workers left when labctl stopped it "
+                   "(torchrun waits at its exit barrier once its workers ended)")
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -101,8 +105,10 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 class Guard:
     def __init__(self, processes: list[dict], grace: float, lifeline: int | None,
-                 rank_logs: str | None = None, own_log: str | None = None):
+                 rank_logs: str | None = None, own_log: str | None = None, agents: bool = False):
         self.grace, self.lifeline = grace, lifeline
+        self.agents = agents                      # a node's launcher agents (not a service)
+        self.idle_at_stop = False                 # an agent had no workers left when stopped
         self.out = sys.stdout.buffer
         # with rank_logs, each rank's output also goes, as it came, to rank_logs/rank-<r>.log,
         # and the guard's own lines to own_log: labctl need not split the node log afterwards
@@ -204,8 +210,18 @@ class Guard:
             return
         self.stop_requested, self.stop_reason = True, reason
         self.kill_at = time.monotonic() + (self.grace if grace is None else grace)
+        if self.agents:                           # before SIGTERM makes it stop its workers
+            self.idle_at_stop = any(proc.get("rank") is None and not descendants(popen.pid)
+                                    for popen, proc, _ in self.procs if popen.pid not in self.codes)
         for popen in self._running():
             _signal_group(popen.pid, signal.SIGTERM)
+
+    def _say_if_idle_at_stop(self) -> None:
+        """Said from the main loop: request_stop may run in a signal handler, which must
+        not take the output lock."""
+        if self.idle_at_stop:
+            self.idle_at_stop = False
+            self._write(AGENT_IDLE_LINE)
 
     def lifeline_cut(self) -> bool:
         if self.lifeline is None:
@@ -222,6 +238,7 @@ class Guard:
 
     def run(self) -> dict:
         while self._running():
+            self._say_if_idle_at_stop()
             if self.lifeline_cut():
                 self.request_stop("labctl is gone (lifeline closed)", grace=min(self.grace, 2.0))
             elif self.lifeline is None:
@@ -231,6 +248,7 @@ class Guard:
                 for pid in descendants(os.getpid()):
                     _signal(pid, signal.SIGKILL)
                 self.kill_at = None
+        self._say_if_idle_at_stop()
         leftovers = self.sweep()
         codes = [self.codes.get(p.pid, p.returncode) for p, _, _ in self.procs]
         code = next((c for c in codes if c not in (0, None)), 0)
@@ -286,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         if guard is not None:
             guard.request_stop("stopped by labctl")
     signal.signal(signal.SIGTERM, on_term)
-    guard = Guard(node["processes"], args.grace, args.lifeline, args.rank_logs, args.own_log)
+    guard = Guard(node["processes"], args.grace, args.lifeline, args.rank_logs, args.own_log,
+                  agents=args.node is not None)
     outcome = guard.run()
     tmp = args.status + ".tmp"
     with open(tmp, "w") as f:

@@ -167,6 +167,24 @@ def test_a_rank_that_exits_0_early_is_named_as_the_culprit(tmp_path, write_scrip
     assert "left the group early" in (out / "report.md").read_text()
 
 
+def test_the_early_leaver_is_named_when_labctl_stops_its_agent_at_the_exit_barrier(
+        tmp_path, write_script, monkeypatch):
+    """torchrun's agent waits at its exit barrier once its workers ended; under load the
+    grace can end first and labctl stops it there (a CI flake): its guard says the agent
+    had no workers left, and rank 1 is still the one that left early."""
+    from labctl import driver, lab, spec
+
+    monkeypatch.setattr(driver, "FAILURE_GRACE_S", 0.3)   # stop the others at once
+    run = lab.up(spec.from_dict({"script": str(write_script(LEAVE_EARLY)), "nodes": 2,
+                                 "nproc_per_node": 1, "timeout": 120}),
+                 out=str(tmp_path / "run"), progress=lambda line: None)
+    first = run.meta["first_failure"]
+    stopped = [n for n in run.meta["node_outcomes"] if n["state"] == "stopped"]
+    assert first.get("left_early") is True and first["rank"] == 1, (first, run.meta["node_outcomes"])
+    assert [n["index"] for n in stopped] == [first["node"]]
+    assert "had no workers left" in run.node_log(first["node"]).read_text()
+
+
 RAISE = """
 import torch.distributed as dist
 dist.init_process_group("gloo")

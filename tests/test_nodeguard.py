@@ -1,0 +1,38 @@
+"""The local node guard on its own, with real processes (the lab around it:
+tests/test_backend_local.py, tests/test_local_hostile.py)."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from labctl import logs, nodeguard
+
+
+def test_the_idle_agent_line_is_the_one_the_log_reader_knows():
+    assert nodeguard.AGENT_IDLE_LINE.startswith(logs.AGENT_IDLE_LINE)
+    reader = logs.NodeLogReader(lambda rank, line: None)
+    reader.feed_line(nodeguard.AGENT_IDLE_LINE)
+    assert reader.workers_succeeded
+
+
+@pytest.mark.parametrize("agent, idle", [
+    ("exec sleep 60", True),                      # like torchrun at its exit barrier
+    ("sleep 60 & wait", False),                   # an agent whose worker still runs
+])
+def test_a_stopped_agent_with_no_workers_left_is_said_to_be_idle(tmp_path, agent, idle):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"processes": [
+        {"rank": None, "argv": ["sh", "-c", agent], "env": {}}]}]}))
+    log = tmp_path / "node-0.log"
+    with open(log, "wb") as out:
+        guard = subprocess.Popen([sys.executable, nodeguard.__file__, "--plan", str(plan),
+                                  "--node", "0", "--status", str(tmp_path / "exit.json"),
+                                  "--grace", "5"], stdout=out, stderr=subprocess.STDOUT)
+        time.sleep(1.0)                           # the agent (and its worker) started
+        guard.send_signal(signal.SIGTERM)
+        assert guard.wait(timeout=30) != 0
+    assert (nodeguard.AGENT_IDLE_LINE in log.read_text()) is idle
+    assert json.loads((tmp_path / "exit.json").read_text())["stopped"] == "stopped by labctl"
