@@ -56,7 +56,6 @@ JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 NODE_JOB = "node"           # the one replicated Job of a lab without replicas
 STORE_JOB = "store"         # the replica store's replicated Job
 FILE_ORDER = ("configmap.yaml", "networkpolicy.yaml", "jobset.yaml")
-MAX_HOSTNAME = 63           # a pod hostname is a DNS label
 
 
 # ---- names ------------------------------------------------------------------
@@ -106,10 +105,6 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
     if plan.placement.hostnames != placement(spec).hostnames:
         raise LabError("jobset render: the plan's pods are not named the JobSet way "
                        "(plan it with labctl.render.jobset.placement)")
-    too_long = [h for h in plan.placement.hostnames if len(h) > MAX_HOSTNAME]
-    if too_long:
-        raise LabError(f"jobset render: pod hostname {too_long[-1]} is longer than {MAX_HOSTNAME} "
-                       "characters (<lab>-<replicatedJob>-0-<i>); give the lab a shorter name")
     objects = k8s.render(plan, script_text)
     kept = [o for o in objects if o["kind"] in ("ConfigMap", "NetworkPolicy")]
     jobs = [o for o in objects if o["kind"] == "Job"]
