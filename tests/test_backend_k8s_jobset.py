@@ -19,6 +19,7 @@ from labctl import lab
 from labctl import spec as specmod
 from labctl.backends import k8s as backend
 from labctl.backends.base import PreflightError
+from labctl.errors import LabError
 from labctl.plan import plan
 from labctl.render import jobset as render
 from labctl.rundir import RunDir
@@ -334,3 +335,29 @@ def test_collect_and_down_of_a_kubectl_applied_jobset(tmp_path):
     summary = lab.down(RunDir.open(run.path), progress=lambda line: None, cluster=fake_cluster(state))
     assert summary == f"deleted 2 object(s) in namespace {NS}: jobset/lab, networkpolicy/lab"
     assert all(not objs for objs in state.objects.values())
+
+
+def test_a_job_lab_does_not_need_the_right_to_list_jobsets(tmp_path):
+    """A `job` lab on a cluster whose role may not list JobSets (403) still goes down;
+    a JobSet lab there cannot, and says why instead of deleting half of it."""
+    from test_backend_k8s import kubectl_apply
+
+    state = JobSetState()
+    s = specmod.from_dict({"backend": "k8s"})
+    job_lab = plan(s, backend.K8sBackend().placement(s), "lab-job")
+    kubectl_apply(state, job_lab)
+    custom = FakeCustomObjectsApi(state)
+
+    def forbidden(*args, **kwargs):
+        raise ApiException(status=403, reason="Forbidden")
+    custom.list_namespaced_custom_object = forbidden
+    cluster = backend.Cluster(FakeCoreV1Api(state), FakeBatchV1Api(state), FakeNetworkingV1Api(state),
+                              NS, "fake-context", custom=custom)
+    k8s = backend.K8sBackend(cluster=cluster)
+    assert k8s.find_runs() == ["lab-job"]
+    k8s.attach_by_id("lab-job")
+    assert k8s.take_down() == (f"deleted 3 object(s) in namespace {NS}: job/lab, service/lab, "
+                               "networkpolicy/lab")
+    with pytest.raises(LabError, match=r"not allowed to list jobsets.jobset.x-k8s.io in namespace "
+                                       r"labs \(403\), so this JobSet lab cannot be found or deleted"):
+        backend.delete_run(cluster, "lab-js", jobset=True)

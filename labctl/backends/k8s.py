@@ -183,8 +183,10 @@ def require_jobset_crd(cluster: Cluster) -> None:
         raise
 
 
-def _jobsets(cluster: Cluster, selector: str) -> list[dict[str, Any]]:
-    """The JobSets matching `selector`; none where the cluster has no JobSet CRD."""
+def _jobsets(cluster: Cluster, selector: str, required: bool = False) -> list[dict[str, Any]]:
+    """The JobSets matching `selector`; none where the cluster has no JobSet CRD, and none
+    where listing them is forbidden (403) unless `required` (a JobSet lab's own cleanup):
+    a `job` lab must not fail on a right it never needed."""
     if cluster.custom is None:
         return []
     try:
@@ -192,8 +194,12 @@ def _jobsets(cluster: Cluster, selector: str) -> list[dict[str, Any]]:
             jobset_render.GROUP, jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL,
             label_selector=selector, _request_timeout=cluster.timeout())
     except Exception as exc:
-        if _status(exc) == 404:          # no JobSet CRD: no JobSets
-            return []
+        if _status(exc) == 404 or (_status(exc) == 403 and not required):
+            return []                    # no JobSet CRD (or no right to see JobSets): none
+        if _status(exc) == 403:
+            raise LabError(f"not allowed to list {jobset_render.PLURAL}.{jobset_render.GROUP} in "
+                           f"namespace {cluster.namespace} (403), so this JobSet lab cannot be found "
+                           "or deleted; ask for get/list/delete on jobsets") from None
         raise
     return list(found.get("items") or [])
 
@@ -378,8 +384,9 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
 
 
 # ---- deleting ---------------------------------------------------------------
-def delete_run(cluster: Cluster, run_id: str) -> list[str]:
-    """Delete every object labelled with this run; returns `kind/name` of each."""
+def delete_run(cluster: Cluster, run_id: str, jobset: bool = False) -> list[str]:
+    """Delete every object labelled with this run; returns `kind/name` of each.
+    `jobset`: the run is a JobSet lab, so not being allowed to list JobSets is an error."""
     ns, selector = cluster.namespace, k8s_render.run_selector(run_id)
     background = {"propagation_policy": "Background"}
     kinds = [
@@ -394,7 +401,7 @@ def delete_run(cluster: Cluster, run_id: str) -> list[str]:
     deleted = []
     # The JobSet first: its controller would recreate Jobs deleted under it. Its Jobs and
     # pods go with it (Background), as a Job's pods go with the Job.
-    for obj in _jobsets(cluster, selector):
+    for obj in _jobsets(cluster, selector, required=jobset):
         name = obj["metadata"]["name"]
         try:
             cluster.custom.delete_namespaced_custom_object(
@@ -616,7 +623,7 @@ class K8sBackend(Backend):
         if not self.created or self.cluster is None:
             return ""
         self.cluster.deadline = None        # cleanup gets its full request timeouts
-        deleted = delete_run(self.cluster, self.run_id)
+        deleted = delete_run(self.cluster, self.run_id, jobset=self.kind == jobset_render.KIND)
         return f"deleted {len(deleted)} object(s) labelled {k8s_render.run_selector(self.run_id)}"
 
     # ---- runs started by kubectl, or by a labctl that died -------------------------
@@ -693,7 +700,8 @@ class K8sBackend(Backend):
     def _objects(self) -> list[str]:
         assert self.cluster is not None
         ns, selector = self.cluster.namespace, k8s_render.run_selector(self.run_id)
-        found = [f"jobset/{j['metadata']['name']}" for j in _jobsets(self.cluster, selector)]
+        found = [f"jobset/{j['metadata']['name']}" for j in
+                 _jobsets(self.cluster, selector, required=self.kind == jobset_render.KIND)]
         for kind, list_fn in (("job", self.cluster.batch.list_namespaced_job),
                               ("pod", self.cluster.core.list_namespaced_pod),
                               ("service", self.cluster.core.list_namespaced_service)):
@@ -716,7 +724,7 @@ class K8sBackend(Backend):
 
     def take_down(self) -> str:
         assert self.cluster is not None
-        deleted = delete_run(self.cluster, self.run_id)
+        deleted = delete_run(self.cluster, self.run_id, jobset=self.kind == jobset_render.KIND)
         if not deleted:
             return (f"nothing to delete: no objects labelled {k8s_render.run_selector(self.run_id)} "
                     f"in namespace {self.cluster.namespace}")
