@@ -94,10 +94,6 @@ def placement(spec: LabSpec) -> Placement:
                                store_addr=store_addr(spec) if spec.replicas > 1 else None)
 
 
-def run_selector(run_id: str) -> str:
-    return k8s.run_selector(run_id)
-
-
 # ---- the JobSet ------------------------------------------------------------------
 def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, Any]]:
     """The lab's objects in creation order: [ConfigMap], NetworkPolicy, JobSet."""
