@@ -6,6 +6,11 @@ driver collects logs and events *before* anything is deleted, so a failure,
 the deadline and Ctrl-C all leave them in the run folder. Every API call has
 a request timeout, never longer than what is left of the lab's deadline.
 
+With `k8s.kind: jobset` the lab is one JobSet (labctl/render/jobset.py), created,
+read and deleted through the custom objects API; its pods are found by the same
+run label. A cluster without the JobSet CRD is refused (exit 2) before anything
+is created.
+
 The `kubernetes` package is imported only inside `connect()`, so that
 `labctl --help` and `labctl render k8s` never pay for it. Tests inject a
 `Cluster` made of small fakes in place of the real API objects.
@@ -474,7 +479,8 @@ class K8sBackend(Backend):
         return "labctl.render.jobset" if _is_jobset(spec) else cls.renderer
 
     def placement(self, spec: LabSpec) -> Placement:
-        """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service)."""
+        """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service),
+        or with `k8s.kind: jobset` as `<lab>-node-0-0.<lab>` (JobSet's DNS form)."""
         if spec.script and not Path(spec.script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
         return _placement(spec)
