@@ -147,11 +147,11 @@ def test_every_object_and_embedded_job_validates_strictly(case):
 def test_jobset_render_matches_golden_file(case):
     _, _, text = rendered(case)
     golden = GOLDEN / f"{case}.yaml"
-    if os.environ.get("LABCTL_REGENERATE_GOLDEN"):
+    if os.environ.get("LABCTL_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert golden.is_file() and golden.read_text() == text, (
         f"{golden} differs from the render; if the change is intended, regenerate with: "
-        "LABCTL_REGENERATE_GOLDEN=1 pytest tests/test_render_jobset.py")
+        "LABCTL_UPDATE_GOLDEN=1 pytest tests/test_render_jobset.py")
 
 
 def test_kind_job_is_todays_render_byte_for_byte():
@@ -325,10 +325,14 @@ def jobset_base_plan():
 
 def test_jobset_overlay_is_the_default_lab_as_a_jobset():
     by_kind = lambda objs: sorted(objs, key=lambda d: d["kind"])     # noqa: E731
+    expected = jobset.files(jobset_base_plan())["jobset.yaml"]
+    if os.environ.get("LABCTL_UPDATE_GOLDEN"):
+        (OVERLAY / "jobset.yaml").write_text(expected)
+    assert (OVERLAY / "jobset.yaml").read_text() == expected, (
+        "k8s/overlays/jobset/jobset.yaml is stale; regenerate it with: LABCTL_UPDATE_GOLDEN=1 "
+        "pytest tests/test_render_jobset.py (it is the JobSet render of the default lab, run id "
+        f"{BASE_RUN_ID})")
     assert by_kind(build_jobset_overlay()) == by_kind(jobset.render(jobset_base_plan()))
-    assert (OVERLAY / "jobset.yaml").read_text() == jobset.files(jobset_base_plan())["jobset.yaml"], (
-        "k8s/overlays/jobset/jobset.yaml is stale; regenerate it with: labctl render k8s "
-        f"--run-id {BASE_RUN_ID} -o DIR (k8s: {{kind: jobset}}) and copy DIR/jobset.yaml")
     # the base it patches is the Job render of the same lab
     assert base_plan().spec.k8s.kind == "job"
 
