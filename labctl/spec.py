@@ -65,6 +65,8 @@ SPREAD = ("none", "hostname")
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+# What one lab becomes: an Indexed Job (+ headless Service) per replica, or one JobSet.
+WORKLOAD_KINDS = ("job", "jobset")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Labels labctl (or the Job controller) sets itself: a user value would break how
 # `labctl down` finds a run, how the Service selects pods, or the Job's selector.
@@ -93,6 +95,7 @@ class K8sSettings:
     queue: str | None = None             # Kueue LocalQueue: queue-name label + suspended Job
     gpu_toleration: bool = True          # nccl labs tolerate the nvidia.com/gpu taint
     schedule_timeout: float = 300.0      # seconds pods may stay unschedulable / unadmitted
+    kind: str = "job"                    # job: Indexed Job + Service; jobset: one JobSet (CRD)
 
     def to_dict(self) -> dict[str, Any]:
         """Only what differs from the defaults, as plain data `from_dict` accepts."""
@@ -683,6 +686,13 @@ def _k8s(raw: Any, bad) -> K8sSettings:
 
     if "schedule_timeout" in given:
         kw["schedule_timeout"] = _seconds(given["schedule_timeout"], "k8s.schedule_timeout", bad)
+
+    if "kind" in given:
+        if given["kind"] not in WORKLOAD_KINDS:
+            raise bad("k8s.kind", given["kind"], "one of " + ", ".join(WORKLOAD_KINDS) +
+                      " (jobset: one JobSet, jobset.x-k8s.io/v1alpha2, for clusters that run "
+                      "the JobSet controller) (example: k8s: {kind: jobset})")
+        kw["kind"] = given["kind"]
     return K8sSettings(**kw)
 
 
@@ -797,4 +807,5 @@ resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends
 #   labels: {{team: vision}}             # on every object (not app.kubernetes.io/*, labctl.dev/*)
 #   annotations: {{example.com/owner: ada}}
 #   schedule_timeout: 300  # seconds pods may stay unschedulable or unadmitted before the lab fails
+#   kind: job              # job: Indexed Job + headless Service; jobset: one JobSet (JobSet CRD)
 """

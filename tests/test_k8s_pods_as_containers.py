@@ -74,8 +74,8 @@ def docker_run_args(job: dict, service: dict, index: int, network: str, name: st
     args += [f"--cap-drop={cap}" for cap in sc["capabilities"]["drop"]]
     limits = container["resources"]["limits"]
     args += ["--cpus", _cpus(limits["cpu"]), "--memory", str(_bytes(limits["memory"]))]
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    for mount in container["volumeMounts"]:
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}      # a JobSet's store pod has none
+    for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
         if "emptyDir" in volume:
             assert mount["mountPath"] == "/dev/shm" and volume["emptyDir"]["medium"] == "Memory"
@@ -236,3 +236,117 @@ def test_rendered_two_replicas_run_as_pods_around_the_store_pod(tmp_path):
                    if r.get("name") == "cross-replica-all_reduce" and r["ok"])
     assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert len(rundir.meta["node_outcomes"]) == 4
+
+
+# ---- the JobSet render (k8s: {kind: jobset}) ----------------------------------------------
+def run_rendered_jobset_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
+    """The JobSet render played as the JobSet and Job controllers and kubelet would: one
+    container per pod of each replicated Job's Job `<jobset>-<replicatedJob>-0`, hostname
+    `<job>-<i>` and DNS name `<job>-<i>.<subdomain>` (the headless Service the JobSet
+    controller creates for `network.subdomain`), the store's pod first. A single-replica
+    lab is then collected through the fake API as `labctl collect` after `kubectl apply`."""
+    from labctl.render import jobset
+    from test_render_jobset import child_jobs
+
+    require_docker()
+    require_image(IMAGE)
+    s = specmod.from_dict({"backend": "k8s", "timeout": LAB_TIMEOUT_S, "image": IMAGE, **fields,
+                           "k8s": {"kind": "jobset"}})
+    the_plan = plan(s, backend.K8sBackend().placement(s), run_id)
+    objects = [o for o in yaml.safe_load_all(jobset.text(the_plan)) if o]
+    assert [o["kind"] for o in objects] == ["NetworkPolicy", "JobSet"]
+    js = objects[-1]
+    net = js["spec"]["network"]
+    assert net["enableDNSHostnames"] is True and net["publishNotReadyAddresses"] is True
+    service = {"metadata": {"name": net["subdomain"]}, "spec": {"clusterIP": "None"}}
+    jobs = child_jobs(js)
+    store = jobs.pop("store", None)
+    pods = [(job, i, f"{{}}-{job['metadata']['name']}-{i}") for job in jobs.values()
+            for i in range(job["spec"]["completions"])]
+    assert [f"{job['metadata']['name']}-{i}" for job, i, _ in pods] == [n.hostname for n in the_plan.nodes]
+    network = f"labctl-jobset-test-{secrets.token_hex(3)}"
+    pods = [(job, i, name.format(network)) for job, i, name in pods]
+    started: list[str] = []
+    docker("network", "create", network)
+    try:
+        if store is not None:
+            name = f"{network}-{store['metadata']['name']}-0"
+            docker(*docker_run_args(store, service, 0, network, name, None))
+            started.append(name)
+        for job, i, name in pods:
+            docker(*docker_run_args(job, service, i, network, name, None))
+            started.append(name)
+        deadline = time.monotonic() + LAB_TIMEOUT_S
+        codes: dict[int, int] = {}
+        while len(codes) < len(pods) and time.monotonic() < deadline:
+            for n, (_, _, name) in enumerate(pods):
+                if n not in codes:
+                    state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+                    if state[0] == "exited":
+                        codes[n] = int(state[1])
+            time.sleep(1)
+        logs = [docker("logs", name, timeout=60) for _, _, name in pods]
+    finally:
+        for name in started:
+            docker("rm", "-f", name, check=False)
+        docker("network", "rm", network, check=False)
+        leftovers = docker("ps", "-aq", "--filter", f"name={network}", check=False).stdout.split()
+        assert leftovers == [], f"containers left behind: {leftovers}"
+    texts = [log.stdout + log.stderr for log in logs]
+    if s.replicas == 1 and len(codes) == len(pods):
+        return _collect_jobset_as_kubectl_applied(tmp_path, objects, codes, texts, run_id)
+    rundir = RunDir.create(the_plan, out=tmp_path / run_id)
+    outcomes = []
+    for n, (job, i, _) in enumerate(pods):
+        rundir.write_node_log(n, texts[n])
+        code = codes.get(n)
+        outcomes.append(NodeOutcome(n, f"{job['metadata']['name']}-{i}", code,
+                                    "pending" if code is None else "succeeded" if code == 0 else "failed"))
+    state = "passed" if len(codes) == len(pods) else "timeout"
+    rundir.finalize(outcomes, state, "" if state == "passed" else "containers did not finish")
+    return rundir
+
+
+def _collect_jobset_as_kubectl_applied(tmp_path: Path, objects: list[dict], codes: dict[int, int],
+                                       texts: list[str], run_id: str) -> RunDir:
+    """`labctl collect` of the played JobSet: the parsed render goes into the JobSet fake
+    of test_backend_k8s_jobset, whose pods end with the containers' codes and logs."""
+    from labctl import lab
+    from test_backend_k8s import NS
+    from test_backend_k8s_jobset import JobSetState, fake_cluster
+
+    state = JobSetState(exit_codes=dict(codes))
+    for obj in objects:
+        state.create(obj["kind"], NS, obj)
+    for name, body in state.objects["Pod"].items():
+        state.pod_logs[name] = texts[int(body["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])]
+    poll_s, backend.POLL_S = backend.POLL_S, 0.01
+    try:
+        return lab.collect("k8s", run_id, out=str(tmp_path / "collected"), progress=lambda line: None,
+                           cluster=fake_cluster(state))
+    finally:
+        backend.POLL_S = poll_s
+
+
+@pytest.mark.docker
+def test_rendered_jobsets_run_as_pods_under_jobset_dns_names(tmp_path):
+    """Two JobSet renders, each pod a container named the JobSet way: a 2-node lab
+    (collected through the fake API from the JobSet's annotation), then 2 replicas x 2
+    nodes with tcp:// init around the store's pod, every address in JobSet's DNS form."""
+    two = run_rendered_jobset_lab(tmp_path, "lab-k8s-js-2", nodes=2, nproc_per_node=2,
+                                  workloads=["env", "collectives"])
+    _assert_passed(two, 4)
+    assert two.meta["collected"]["by"] == "labctl collect"
+    assert [n["hostname"] for n in two.meta["node_outcomes"]] == ["lab-node-0-0", "lab-node-0-1"]
+    # each rank saw its pod's JobSet hostname; the rendezvous endpoint lab-node-0-0.lab
+    # resolves only through the subdomain's DNS alias, so passing at all proves that form
+    hosts = {r["rank"]: r["hostname"] for r in two.results() if r.get("name") == "env"}
+    assert hosts == {0: "lab-node-0-0", 1: "lab-node-0-0", 2: "lab-node-0-1", 3: "lab-node-0-1"}
+    replicas = run_rendered_jobset_lab(tmp_path, "lab-k8s-js-r2", replicas=2, nodes=2, nproc_per_node=1,
+                                       init_method="tcp", workloads=["replicas"])
+    _assert_passed(replicas, 2)
+    pairs = sorted((r["replica"], r["rank"]) for r in replicas.results()
+                   if r.get("name") == "cross-replica-all_reduce" and r["ok"])
+    assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [n["hostname"] for n in replicas.meta["node_outcomes"]] == [
+        "lab-r0-0-0", "lab-r0-0-1", "lab-r1-0-0", "lab-r1-0-1"]

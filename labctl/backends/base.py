@@ -71,6 +71,12 @@ class Backend:
     # Fault kinds `inject` can do (labctl/faults.py); the spec refuses the others.
     fault_kinds: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def renderer_for(cls, spec: LabSpec) -> str | None:
+        """The renderer of this lab: `renderer`, unless the lab asks for another shape
+        (k8s: `k8s.kind: jobset` renders one JobSet)."""
+        return cls.renderer
+
     def __init__(self, progress: Progress = lambda line: None, **options: Any):
         unknown = sorted(k for k, v in options.items() if v is not None and k not in self.options)
         if unknown:

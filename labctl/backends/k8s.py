@@ -6,6 +6,11 @@ driver collects logs and events *before* anything is deleted, so a failure,
 the deadline and Ctrl-C all leave them in the run folder. Every API call has
 a request timeout, never longer than what is left of the lab's deadline.
 
+With `k8s.kind: jobset` the lab is one JobSet (labctl/render/jobset.py), created,
+read and deleted through the custom objects API; its pods are found by the same
+run label. A cluster without the JobSet CRD is refused (exit 2) before anything
+is created.
+
 The `kubernetes` package is imported only inside `connect()`, so that
 `labctl --help` and `labctl render k8s` never pay for it. Tests inject a
 `Cluster` made of small fakes in place of the real API objects.
@@ -23,6 +28,7 @@ from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
 from ..render import SPEC_KEY, spec_from_stored
+from ..render import jobset as jobset_render
 from ..render import k8s as k8s_render
 from ..rundir import RunDir
 from ..spec import LabSpec
@@ -50,6 +56,7 @@ class Cluster:
     namespace: str
     context: str | None = None
     deadline: float | None = None        # monotonic; request timeouts never pass it
+    custom: Any = None   # CustomObjectsApi: JobSets (k8s.kind jobset); None: no such calls
 
     def timeout(self) -> float:
         """Request timeout for the next call: REQUEST_TIMEOUT_S, or less near the deadline."""
@@ -99,7 +106,7 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
         raise LabError(f"no Kubernetes cluster reachable at {host} (context {context}): "
                        f"{_one_line(exc)}; {hint}") from None
     return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), client.NetworkingV1Api(api),
-                   namespace or "default", context)
+                   namespace or "default", context, custom=client.CustomObjectsApi(api))
 
 
 def _quantity(value: Any) -> int:
@@ -120,6 +127,13 @@ def _status(exc: BaseException) -> int | None:
 
 
 # ---- creating -------------------------------------------------------------
+def _create_jobset(cluster: Cluster) -> Callable[..., Any]:
+    def create(ns: str, obj: dict[str, Any], **kw: Any) -> Any:
+        return cluster.custom.create_namespaced_custom_object(
+            jobset_render.GROUP, jobset_render.VERSION, ns, jobset_render.PLURAL, obj, **kw)
+    return create
+
+
 def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
     ns, kind = cluster.namespace, obj["kind"]
     create = {
@@ -127,6 +141,7 @@ def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
         "Service": cluster.core.create_namespaced_service,
         "NetworkPolicy": cluster.networking.create_namespaced_network_policy,
         "Job": cluster.batch.create_namespaced_job,
+        jobset_render.KIND: _create_jobset(cluster),
     }[kind]
     try:
         create(ns, obj, _request_timeout=cluster.timeout())
@@ -136,7 +151,7 @@ def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
             raise LabError(
                 f"{kind.lower()} {name} already exists in namespace {ns} (another run of lab "
                 f"{lab}?); delete it with: labctl down <its run folder>, or kubectl delete -n {ns} "
-                "job,pod,service,networkpolicy,configmap -l "
+                f"{'jobset,' if kind == jobset_render.KIND else ''}job,pod,service,networkpolicy,configmap -l "
                 f"app.kubernetes.io/name={lab},app.kubernetes.io/managed-by=labctl") from None
         if _status(exc) is not None:
             raise LabError(f"creating {kind.lower()} {name} in namespace {ns} failed: "
@@ -144,7 +159,105 @@ def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
         raise
 
 
+def require_jobset_crd(cluster: Cluster) -> None:
+    """`k8s.kind: jobset` on a cluster that does not serve JobSets: one line, exit 2,
+    before anything is created. Listing jobsets (limit 1) needs only the namespace
+    rights the run needs anyway, not the cluster-wide right to read CRDs; an API
+    server answers 404 for a resource it does not serve."""
+    where = f"namespace {cluster.namespace}" + (f" (context {cluster.context})" if cluster.context else "")
+    if cluster.custom is None:
+        raise PreflightError(f"k8s.kind jobset: no custom objects API to create JobSets in {where}")
+    try:
+        cluster.custom.list_namespaced_custom_object(
+            jobset_render.GROUP, jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL,
+            limit=1, _request_timeout=cluster.timeout())
+    except Exception as exc:
+        status = _status(exc)
+        if status == 404:
+            raise PreflightError(
+                f"k8s.kind jobset needs the JobSet CRD ({jobset_render.PLURAL}.{jobset_render.GROUP}, "
+                f"{jobset_render.API_VERSION}), and the cluster does not serve it in {where}; install "
+                "JobSet (https://jobset.sigs.k8s.io/docs/installation/) or use k8s.kind: job") from None
+        if status == 403:
+            raise PreflightError(
+                f"k8s.kind jobset: not allowed to list {jobset_render.PLURAL}.{jobset_render.GROUP} in "
+                f"{where} (403); ask for get/list/create/delete on jobsets, or use k8s.kind: job") from None
+        if status is not None:
+            raise LabError(f"checking for the JobSet CRD in {where} failed: {status} "
+                           f"{_one_line(getattr(exc, 'reason', exc))}") from None
+        raise
+
+
+def _jobsets(cluster: Cluster, selector: str, required: bool = False) -> list[dict[str, Any]]:
+    """The JobSets matching `selector`; none where the cluster has no JobSet CRD, and none
+    where listing them is forbidden (403) unless `required` (a JobSet lab's own cleanup):
+    a `job` lab must not fail on a right it never needed."""
+    if cluster.custom is None:
+        return []
+    try:
+        found = cluster.custom.list_namespaced_custom_object(
+            jobset_render.GROUP, jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL,
+            label_selector=selector, _request_timeout=cluster.timeout())
+    except Exception as exc:
+        if _status(exc) == 404 or (_status(exc) == 403 and not required):
+            return []                    # no JobSet CRD (or no right to see JobSets): none
+        if _status(exc) == 403:
+            raise LabError(f"not allowed to list {jobset_render.PLURAL}.{jobset_render.GROUP} in "
+                           f"namespace {cluster.namespace} (403), so this JobSet lab cannot be found "
+                           "or deleted; ask for get/list/delete on jobsets") from None
+        raise
+    return list(found.get("items") or [])
+
+
 # ---- watching ---------------------------------------------------------------
+@dataclass
+class Watched:
+    """What a run's pods belong to, read once per poll: the lab's Job (kind job: the
+    first replica's) or its JobSet. `verdict` is ('Complete'|'Failed', reason) once decided."""
+    kind: str                              # "Job" | "JobSet"
+    name: str
+    start: Any = None                      # the (node) Job's start time: exit times count from it
+    verdict: tuple[str, str] | None = None
+    suspended: bool = False                # waiting for Kueue (or someone) to un-suspend it
+
+
+def _read_watched(cluster: Cluster, kind: str, name: str) -> Watched | None:
+    """The Job or JobSet as it is now; None once it is gone (404)."""
+    try:
+        if kind == "Job":
+            job = cluster.batch.read_namespaced_job(name, cluster.namespace,
+                                                    _request_timeout=cluster.timeout())
+            return Watched(kind, name, job.status.start_time if job.status else None,
+                           _job_condition(job), bool(job.spec is not None and job.spec.suspend))
+        found = cluster.custom.get_namespaced_custom_object(
+            jobset_render.GROUP, jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL,
+            name, _request_timeout=cluster.timeout())
+    except Exception as exc:
+        if _status(exc) != 404:
+            raise
+        return None
+    return Watched(kind, name, _jobset_start(cluster, found), _jobset_condition(found),
+                   bool((found.get("spec") or {}).get("suspend")))
+
+
+def _jobset_condition(jobset: dict[str, Any]) -> tuple[str, str] | None:
+    """The JobSet controller's verdict: its `Completed` or `Failed` condition, as the Job's words."""
+    for cond in (jobset.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Completed", "Failed"):
+            return ("Complete" if cond["type"] == "Completed" else "Failed"), cond.get("reason") or ""
+    return None
+
+
+def _jobset_start(cluster: Cluster, jobset: dict[str, Any]) -> Any:
+    """When the first node Job of the JobSet started (a JobSet has no start time of its own)."""
+    selector = f"{jobset_render.JOBSET_NAME_LABEL}={jobset['metadata']['name']}"
+    jobs = cluster.batch.list_namespaced_job(cluster.namespace, label_selector=selector,
+                                             _request_timeout=cluster.timeout()).items
+    starts = [j.status.start_time for j in jobs if j.status is not None and j.status.start_time
+              and (j.metadata.labels or {}).get("app.kubernetes.io/component") == "node"]
+    return min(starts) if starts else None
+
+
 def _index(pod: Any) -> int | None:
     annotations = pod.metadata.annotations or {}
     value = annotations.get("batch.kubernetes.io/job-completion-index")
@@ -160,6 +273,8 @@ def _pods_by_index(cluster: Cluster, run_id: str, nodes_per_replica: int = 0) ->
     found: dict[int, Any] = {}
     for pod in sorted(pods, key=lambda p: str(p.metadata.creation_timestamp or "")):
         index = _index(pod)
+        if (pod.metadata.labels or {}).get("app.kubernetes.io/component") == "store":
+            continue                # a JobSet's store Job is Indexed too: it is no node
         if index is not None:
             replica = (pod.metadata.labels or {}).get(k8s_render.REPLICA_LABEL)
             if replica is not None and str(replica).isdigit():
@@ -223,8 +338,8 @@ def _events_text(cluster: Cluster, kind: str, name: str) -> str:
 
 def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
              cluster: Cluster, progress: Callable[[str], None],
-             strict: bool = False, nodes_per_replica: int = 0) -> list[NodeOutcome]:
-    """Every pod's log and the Job's and pods' events into the run folder.
+             strict: bool = False, nodes_per_replica: int = 0, kind: str = "Job") -> list[NodeOutcome]:
+    """Every pod's log and the Job's (or JobSet's: `kind`) and pods' events into the run folder.
 
     Best effort per item (one unreadable pod does not cost the others' logs),
     unless `strict`: then any failure raises, so that `down` deletes nothing
@@ -251,17 +366,16 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
             rundir.write_node_log(index, text or "")
         except Exception as exc:
             failed(f"could not read the log of pod {pod.metadata.name}", exc)
-    for kind, obj in [("Job", job)] + [("Pod", p.metadata.name) for _, p in sorted(pods.items())]:
+    for what, obj in [(kind, job)] + [("Pod", p.metadata.name) for _, p in sorted(pods.items())]:
         try:
-            (events / f"{kind.lower()}-{obj}.log").write_text(_events_text(cluster, kind, obj))
+            (events / f"{what.lower()}-{obj}.log").write_text(_events_text(cluster, what, obj))
         except Exception as exc:
-            failed(f"could not read the events of {kind.lower()}/{obj}", exc)
+            failed(f"could not read the events of {what.lower()}/{obj}", exc)
     job_start, verdict = None, None
     try:
-        found = cluster.batch.read_namespaced_job(job, cluster.namespace,
-                                                  _request_timeout=cluster.timeout())
-        job_start = found.status.start_time if found.status else None
-        verdict = _job_condition(found)
+        found = _read_watched(cluster, kind, job)
+        if found is not None:
+            job_start, verdict = found.start, found.verdict
     except Exception:
         pass
     missing = sorted(set(hostnames) - set(pods))
@@ -269,14 +383,15 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
     for o in out:
         if o.index in missing:
             o.state, o.reason = NodeState.LOST, POD_GONE + (
-                f"; the Job says {verdict[0]}" + (f" ({verdict[1]})" if verdict[1] else "")
+                f"; the {kind} says {verdict[0]}" + (f" ({verdict[1]})" if verdict[1] else "")
                 if verdict else "")
     return out
 
 
 # ---- deleting ---------------------------------------------------------------
-def delete_run(cluster: Cluster, run_id: str) -> list[str]:
-    """Delete every object labelled with this run; returns `kind/name` of each."""
+def delete_run(cluster: Cluster, run_id: str, jobset: bool = False) -> list[str]:
+    """Delete every object labelled with this run; returns `kind/name` of each.
+    `jobset`: the run is a JobSet lab, so not being allowed to list JobSets is an error."""
     ns, selector = cluster.namespace, k8s_render.run_selector(run_id)
     background = {"propagation_policy": "Background"}
     kinds = [
@@ -289,6 +404,18 @@ def delete_run(cluster: Cluster, run_id: str) -> list[str]:
          cluster.core.delete_namespaced_config_map, {}),
     ]
     deleted = []
+    # The JobSet first: its controller would recreate Jobs deleted under it. Its Jobs and
+    # pods go with it (Background), as a Job's pods go with the Job.
+    for obj in _jobsets(cluster, selector, required=jobset):
+        name = obj["metadata"]["name"]
+        try:
+            cluster.custom.delete_namespaced_custom_object(
+                jobset_render.GROUP, jobset_render.VERSION, ns, jobset_render.PLURAL, name,
+                _request_timeout=cluster.timeout(), **background)
+            deleted.append(f"jobset/{name}")
+        except Exception as exc:
+            if _status(exc) != 404:
+                raise
     for kind, list_fn, delete_fn, extra in kinds:
         for obj in list_fn(ns, label_selector=selector, _request_timeout=cluster.timeout()).items:
             try:
@@ -301,9 +428,22 @@ def delete_run(cluster: Cluster, run_id: str) -> list[str]:
 
 
 # ---- the backend ------------------------------------------------------------------
+def _is_jobset(spec: LabSpec) -> bool:
+    return spec.k8s.kind == "jobset"
+
+
 def _placement(spec: LabSpec) -> Placement:
+    if _is_jobset(spec):
+        return jobset_render.placement(spec)
     return container_placement(spec, "k8s", master_addr=k8s_render.master_addr(spec),
                                replica_master_addrs=k8s_render.replica_master_addrs(spec))
+
+
+def _watched(spec: LabSpec) -> tuple[str, str]:
+    """(kind, name) of what the run's pods belong to and the backend watches."""
+    if _is_jobset(spec):
+        return jobset_render.KIND, jobset_render.jobset_name(spec)
+    return "Job", k8s_render.job_name(spec)
 
 
 class K8sBackend(Backend):
@@ -320,7 +460,8 @@ class K8sBackend(Backend):
         self.cluster = cluster              # tests inject fakes here
         self.plan: LaunchPlan | None = None
         self.hostnames: dict[int, str] = {}
-        self.job = ""
+        self.job = ""                       # the name of what is watched: the Job or the JobSet
+        self.kind = "Job"                   # ... and its kind
         self.run_id = ""
         self.created: list[str] = []
         self.schedule_clock: k8s_scheduling.ScheduleClock | None = None
@@ -333,8 +474,13 @@ class K8sBackend(Backend):
     def poll_interval(self) -> float:       # read at call time: tests shorten POLL_S
         return POLL_S
 
+    @classmethod
+    def renderer_for(cls, spec: LabSpec) -> str | None:
+        return "labctl.render.jobset" if _is_jobset(spec) else cls.renderer
+
     def placement(self, spec: LabSpec) -> Placement:
-        """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service)."""
+        """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service),
+        or with `k8s.kind: jobset` as `<lab>-node-0-0.<lab>` (JobSet's DNS form)."""
         if spec.script and not Path(spec.script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
         return _placement(spec)
@@ -345,6 +491,13 @@ class K8sBackend(Backend):
         Only when the API answers: no cluster, or no right to list nodes (RBAC on a
         shared cluster), leaves the question to the scheduler, as before."""
         spec = plan.spec
+        if _is_jobset(spec):
+            try:
+                cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+            except LabError:          # no cluster: `start` says so, with nothing created
+                cluster = None
+            if cluster is not None:
+                require_jobset_crd(cluster)
         if spec.dist_backend != "nccl":
             return
         try:
@@ -376,13 +529,16 @@ class K8sBackend(Backend):
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
         self.plan, self.run_id = plan, plan.run_id
         self.hostnames = {n.index: n.hostname for n in plan.nodes}
-        self.job = k8s_render.job_name(plan.spec)
+        self.kind, self.job = _watched(plan.spec)
         self.nodes_per_replica = plan.spec.nodes
         self.queue = plan.spec.k8s.queue
         self.schedule_clock = k8s_scheduling.ScheduleClock(plan.spec.k8s.schedule_timeout)
-        manifests = k8s_render.render(plan)
-        rundir.write_rendered("k8s.yaml", k8s_render.text(plan))
+        renderer = jobset_render if _is_jobset(plan.spec) else k8s_render
+        manifests = renderer.render(plan)
+        rundir.write_rendered("k8s.yaml", renderer.text(plan))
         cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+        if _is_jobset(plan.spec):
+            require_jobset_crd(cluster)     # again: `up` with an injected backend skips preflight
         cluster.deadline = time.monotonic() + plan.spec.timeout
         rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
                               "selector": k8s_render.run_selector(plan.run_id)}
@@ -395,20 +551,15 @@ class K8sBackend(Backend):
 
     def poll(self) -> list[NodeOutcome]:
         assert self.cluster is not None
-        try:
-            job = self.cluster.batch.read_namespaced_job(self.job, self.cluster.namespace,
-                                                         _request_timeout=self.cluster.timeout())
-        except Exception as exc:
-            if _status(exc) != 404:
-                raise
-            job = None                      # deleted (by hand, or its TTL) while watched
+        # None: deleted (by hand, or its TTL) while watched
+        job = _read_watched(self.cluster, self.kind, self.job)
         pods = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica)
         stuck = _stuck(pods)
         if stuck:
             raise BackendFailure(f"stuck: {stuck}")
-        job_start = job.status.start_time if job is not None and job.status else None
+        job_start = job.start if job is not None else None
         outcomes = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
-        if job is None or _job_condition(job):
+        if job is None or job.verdict:
             for o in outcomes:              # the Job is done or gone: a missing pod never comes
                 if o.index not in pods:
                     o.state, o.reason = NodeState.LOST, POD_GONE
@@ -426,13 +577,12 @@ class K8sBackend(Backend):
                 raise BackendFailure(failure)
         return outcomes
 
-    def _waiting(self, job: Any, pods: dict[int, Any]) -> str | None:
+    def _waiting(self, job: Watched, pods: dict[int, Any]) -> str | None:
         """Why the lab waits on the cluster (Kueue admission, an unschedulable pod), if it does.
         Events are read only while some pod is still unplaced: one more call, not one per pod."""
         assert self.cluster is not None
-        queue = self.queue
-        if k8s_scheduling.waiting_for_admission(job, queue):
-            return k8s_scheduling.waiting_for_admission(job, queue)
+        if job.suspended:
+            return k8s_scheduling.admission_wait(job.kind, job.name, self.queue)
         if not any((p.status.phase if p.status else "Pending") == "Pending" for p in pods.values()):
             return None
         try:
@@ -447,10 +597,11 @@ class K8sBackend(Backend):
         """Pods keep running until `delete`: their logs are read first (a deleted pod has none)."""
 
     def collect(self, rundir: RunDir) -> list[NodeOutcome]:
-        if ("Job" not in self.created and not self.attached) or self.cluster is None:
+        if (self.kind not in self.created and not self.attached) or self.cluster is None:
             return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())]
         return self._blame(_collect(self.hostnames, self.job, self.run_id, rundir, self.cluster,
-                                    self.progress, nodes_per_replica=self.nodes_per_replica))
+                                    self.progress, nodes_per_replica=self.nodes_per_replica,
+                                    kind=self.kind))
 
     # ---- the failure lab ----------------------------------------------------------------
     def inject(self, fault: Fault) -> str:
@@ -478,7 +629,7 @@ class K8sBackend(Backend):
         if not self.created or self.cluster is None:
             return ""
         self.cluster.deadline = None        # cleanup gets its full request timeouts
-        deleted = delete_run(self.cluster, self.run_id)
+        deleted = delete_run(self.cluster, self.run_id, jobset=self.kind == jobset_render.KIND)
         return f"deleted {len(deleted)} object(s) labelled {k8s_render.run_selector(self.run_id)}"
 
     # ---- runs started by kubectl, or by a labctl that died -------------------------
@@ -490,13 +641,22 @@ class K8sBackend(Backend):
             for obj in list_fn(cluster.namespace, label_selector=k8s_render.RUN_LABEL,
                                _request_timeout=cluster.timeout()).items:
                 found.add((obj.metadata.labels or {}).get(k8s_render.RUN_LABEL, ""))
+        for jobset in _jobsets(cluster, k8s_render.RUN_LABEL):
+            found.add((jobset["metadata"].get("labels") or {}).get(k8s_render.RUN_LABEL, ""))
         return sorted(found - {""})
 
     def attach_by_id(self, run_id: str) -> LaunchPlan:
-        """The plan of a kubectl-applied lab, from its Job's `labctl.dev/spec` annotation."""
+        """The plan of a kubectl-applied lab, from its Job's (or JobSet's) `labctl.dev/spec` annotation."""
         cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
         where = f"in namespace {cluster.namespace} (context {cluster.context})"
         self.run_id = run_id
+        jobsets = [j for j in _jobsets(cluster, k8s_render.run_selector(run_id))
+                   if SPEC_KEY in (j["metadata"].get("annotations") or {})]
+        if jobsets:
+            jobset = sorted(jobsets, key=lambda j: j["metadata"]["name"])[0]
+            name = jobset["metadata"]["name"]
+            return self._plan_of(spec_from_stored(jobset["metadata"]["annotations"][SPEC_KEY],
+                                                  f"jobset/{name} {where}"), run_id)
         jobs = cluster.batch.list_namespaced_job(
             cluster.namespace, label_selector=k8s_render.run_selector(run_id),
             _request_timeout=cluster.timeout()).items
@@ -517,13 +677,16 @@ class K8sBackend(Backend):
         job = sorted(stored, key=lambda j: j.metadata.name)[0]
         spec = spec_from_stored(job.metadata.annotations[SPEC_KEY],
                                 f"job/{job.metadata.name} {where}")
+        return self._plan_of(spec, run_id)
+
+    def _plan_of(self, spec: LabSpec, run_id: str) -> LaunchPlan:
         the_plan = make_plan(spec, _placement(spec), run_id)
         self._bind(the_plan.spec, {n.index: n.hostname for n in the_plan.nodes})
         return the_plan
 
     def _bind(self, spec: LabSpec, hostnames: dict[int, str]) -> None:
         self.hostnames = hostnames
-        self.job = k8s_render.job_name(spec)
+        self.kind, self.job = _watched(spec)
         self.nodes_per_replica = spec.nodes
         self.queue = spec.k8s.queue
         self.attached = True
@@ -543,7 +706,8 @@ class K8sBackend(Backend):
     def _objects(self) -> list[str]:
         assert self.cluster is not None
         ns, selector = self.cluster.namespace, k8s_render.run_selector(self.run_id)
-        found = []
+        found = [f"jobset/{j['metadata']['name']}" for j in
+                 _jobsets(self.cluster, selector, required=self.kind == jobset_render.KIND)]
         for kind, list_fn in (("job", self.cluster.batch.list_namespaced_job),
                               ("pod", self.cluster.core.list_namespaced_pod),
                               ("service", self.cluster.core.list_namespaced_service)):
@@ -562,11 +726,11 @@ class K8sBackend(Backend):
     def save_logs(self, rundir: RunDir) -> None:
         assert self.cluster is not None
         _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress,
-                 strict=True, nodes_per_replica=self.nodes_per_replica)
+                 strict=True, nodes_per_replica=self.nodes_per_replica, kind=self.kind)
 
     def take_down(self) -> str:
         assert self.cluster is not None
-        deleted = delete_run(self.cluster, self.run_id)
+        deleted = delete_run(self.cluster, self.run_id, jobset=self.kind == jobset_render.KIND)
         if not deleted:
             return (f"nothing to delete: no objects labelled {k8s_render.run_selector(self.run_id)} "
                     f"in namespace {self.cluster.namespace}")

@@ -121,9 +121,15 @@ def waiting_for_admission(job: Any, queue: str | None) -> str | None:
     spec = getattr(job, "spec", None)
     if not (spec is not None and spec.suspend):
         return None
+    return admission_wait("Job", job.metadata.name, queue)
+
+
+def admission_wait(kind: str, name: str, queue: str | None) -> str:
+    """The line for a suspended Job or JobSet (`kind`): Kueue admits a JobSet as one
+    workload by un-suspending the JobSet, as it does a Job."""
     if queue:
         return f"waiting for admission in queue {queue}"
-    return (f"job {job.metadata.name} is suspended (waiting for a queue controller such as "
+    return (f"{kind.lower()} {name} is suspended (waiting for a queue controller such as "
             "Kueue to admit it; the lab names no k8s.queue)")
 
 

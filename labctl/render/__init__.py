@@ -69,11 +69,11 @@ def spec_from_stored(text: str, where: str) -> LabSpec:
                        "again with this labctl") from None
 
 
-def _renderer(target: str):
-    """The module that renders for a backend, as the backend registry names it."""
+def _renderer(target: str, spec: LabSpec):
+    """The module that renders this lab for a backend, as the backend names it."""
     from ..backends import backend_class
 
-    module = backend_class(target).renderer
+    module = backend_class(target).renderer_for(spec)
     if module is None:
         raise ValueError(f"the {target} backend has nothing to render")
     return importlib.import_module(module)
@@ -82,10 +82,10 @@ def _renderer(target: str):
 def files(target: str, plan: LaunchPlan) -> dict[str, str]:
     if target == "plan":
         return {"plan.json": text(target, plan)}
-    return _renderer(target).files(plan)
+    return _renderer(target, plan.spec).files(plan)
 
 
 def text(target: str, plan: LaunchPlan) -> str:
     if target == "plan":
         return json.dumps(plan.to_dict(), indent=2) + "\n"
-    return _renderer(target).text(plan)
+    return _renderer(target, plan.spec).text(plan)
