@@ -56,7 +56,7 @@ def test_render_plan_shows_every_nodes_command(tmp_path):
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["run_id"] == "fixed" and len(plan["nodes"]) == 3
-    assert all("--rdzv-id=fixed" in n["processes"][0]["argv"] for n in plan["nodes"])
+    assert all("--rdzv-id=fixed" in n["argv"] for n in plan["nodes"])
 
 
 def test_logs_and_report_of_something_that_is_not_a_run(tmp_path):
