@@ -43,6 +43,7 @@ MAX_ARG_BYTES = 32 * 1024            # one script argument
 MAX_ARGS_BYTES = 64 * 1024           # all script arguments together
 MAX_K8S_MAP_BYTES = 64 * 1024        # k8s.labels / annotations / node_selector / affinity, each (as JSON)
 MAX_ITEMS = 256                      # workloads, faults, tolerations, image_pull_secrets: each list
+MAX_K8S_SCRIPT_BYTES = 1024 * 1024 - 256   # a ConfigMap's 1 MiB, less room for its key
 MAX_PATH = 4096                      # script, image, out: the kernel's PATH_MAX
 MAX_SECONDS = 10 ** 9                # timeouts: about 31 years, fits every int field (int64, int32)
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
@@ -308,9 +309,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     MAX_FILE_BYTES read, UTF-8 text, one document, no anchors or aliases (a ten-line
     file of aliases stands for billions of nodes), nesting at most MAX_DEPTH, no
     duplicate keys. Every refusal is one line naming the file."""
-    if not path.is_file():
+    if not path.exists():
         raise SpecError(f"{path}: no such file (create one with: labctl init {path})")
-    try:
+    if path.is_dir():
+        raise SpecError(f"{path}: a folder, not a lab file (example: labctl validate -f lab.yaml)")
+    try:                                            # a pipe (-f <(...)) or device reads too
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)        # never more, whatever the file's size
     except OSError as exc:
@@ -520,14 +523,17 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         for k, v in res.items():
             if k not in known:
                 raise bad("resources", k, "one of " + ", ".join(sorted(known)))
-            if not _QUANTITY.match(str(v)):
-                raise bad(f"resources.{k}", v, "a Kubernetes quantity (examples: 2, 500m, 4Gi)")
+            if not _quantity_ok(v):
+                raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
+                          "unit (examples: 2, 500m, 4Gi)")
         kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
 
     if data.get("k8s") is not None:
         kw["k8s"] = _k8s(data["k8s"], bad)
 
     spec = LabSpec(**kw)
+    if spec.backend == "k8s" and spec.script:
+        _check_k8s_script(spec.script, bad)
     if data.get("faults"):
         spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
     if not spec.workloads and not spec.script:
@@ -584,6 +590,23 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
             != kinds.count("delay"):
         raise bad("faults", raw, "at most one delay per node")
     return tuple(out)
+
+
+def _check_k8s_script(script: str, bad) -> None:
+    """The k8s backend mounts the script from a ConfigMap: Kubernetes caps one at 1 MiB, and
+    a file name starting with '..' is not a path a volume item may have."""
+    name = script.rsplit("/", 1)[-1]
+    if name.startswith(".."):
+        raise bad("script", script, "a file name that does not start with '..' (Kubernetes "
+                  "refuses it as a volume path)")
+    try:
+        size = Path(script).stat().st_size
+    except OSError:
+        return                      # not here (yet): the render says so, with the path
+    if size > MAX_K8S_SCRIPT_BYTES:
+        raise bad("script", script, f"a script of at most 1 MiB on the k8s backend (this one is "
+                  f"{size:,} bytes; it travels in a ConfigMap, which Kubernetes caps at 1 MiB): "
+                  "bake larger code into the image and run a small script (docs/limits.md)")
 
 
 def _seconds(value: Any, key: str, bad) -> float:
@@ -661,6 +684,22 @@ def _shared_volume(raw: Any, bad) -> SharedVolume:
         raise bad("shared_volume.claim", claim, "a PersistentVolumeClaim name: lower-case "
                   "letters, digits, '-' and '.' (example: shared_volume: {claim: lab-shared})")
     return SharedVolume(claim)
+
+
+_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+           "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+
+
+def _quantity_ok(value: Any) -> bool:
+    """A quantity Kubernetes parses and compose turns into an int (bytes, cores) safely."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return False
+    text = str(value)
+    match = _QUANTITY.match(text) if len(text) <= 32 else None
+    if not match:
+        return False
+    number = text[:len(text) - len(match.group(2) or "")]
+    return float(number) * _SUFFIX[match.group(2) or ""] <= 2 ** 53
 
 
 def _env_str(value: Any) -> str:
@@ -910,9 +949,9 @@ def _tolerations(raw: Any, bad) -> tuple[dict[str, Any], ...]:
             toleration["effect"] = effect
         seconds = item.get("tolerationSeconds")
         if seconds is not None:
-            if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+            if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= MAX_SECONDS:
                 raise bad(f"{where}.tolerationSeconds", seconds, "a whole number of seconds "
-                          ">= 0 (example: tolerationSeconds: 300)")
+                          f">= 0 and at most {MAX_SECONDS:,} (example: tolerationSeconds: 300)")
             if effect != "NoExecute":
                 raise bad(f"{where}.tolerationSeconds", seconds, "tolerationSeconds only with "
                           "effect: NoExecute (it bounds how long a pod stays after the taint)")
