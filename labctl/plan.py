@@ -543,17 +543,23 @@ def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
     if len(node.processes) == 1 and node.processes[0].rank is None:
         return node.processes[0].argv, dict(node.processes[0].env)
     per_worker = {"RANK", "LOCAL_RANK"}
-    shared = {k: v for k, v in node.processes[0].env.items() if k not in per_worker}
     first = node.processes[0]
+    built = isinstance(first.env, WorkerEnv)        # as plan() builds them: shared by identity
+    shared = ({k: v for k, v in first.env.shared.items() if k not in per_worker} if built else
+              {k: v for k, v in first.env.items() if k not in per_worker})
+    node_rank, count = int(shared["NODE_RANK"]), len(node.processes)
     for proc in node.processes:
         env = proc.env
-        same = (isinstance(env, WorkerEnv) and isinstance(first.env, WorkerEnv)   # by construction
-                and env.shared is first.env.shared and proc.argv is first.argv)
-        if not same and ({k: v for k, v in env.items() if k not in per_worker} != shared
-                         or proc.argv != first.argv):
+        if built and isinstance(env, WorkerEnv) and env.shared is first.env.shared \
+                and proc.argv is first.argv:
+            rank, local = env.rank, env.local_rank
+        elif ({k: v for k, v in env.items() if k not in per_worker} != shared
+              or proc.argv != first.argv):
             raise ValueError("direct-mode workers of one node must differ only in RANK and LOCAL_RANK")
-        if int(env["RANK"]) != int(env["NODE_RANK"]) * len(node.processes) + int(env["LOCAL_RANK"]):
-            raise ValueError(f"worker rank {env['RANK']} does not follow the node-major layout")
+        else:
+            rank, local = int(env["RANK"]), int(env["LOCAL_RANK"])
+        if rank != node_rank * count + local:
+            raise ValueError(f"worker rank {rank} does not follow the node-major layout")
     script = "\n".join([
         "pids=()",
         "for local_rank in $(seq 0 $((LOCAL_WORLD_SIZE - 1))); do",
