@@ -167,3 +167,23 @@ def test_the_direct_plan_at_the_largest_world_is_small_and_linear():
     per_worker = (large - small) / (64 * (1024 - 16))
     assert per_worker < 80, f"{per_worker:.0f} bytes of plan.json per worker"
     assert size(4096, 16) < 12 * 2 ** 20
+
+
+def test_a_user_script_joins_through_lab_init_method_on_the_default_init(tmp_path):
+    """Case 11, for real: the script the init-method issue promised works on the
+    default (env://) lab; before, it died with KeyError: 'LAB_INIT_METHOD'."""
+    from conftest import labctl
+
+    (tmp_path / "join.py").write_text(
+        "import os\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo', init_method=os.environ['LAB_INIT_METHOD'],\n"
+        "                        rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE']))\n"
+        "dist.barrier()\n"
+        "print('joined', os.environ['LAB_INIT_METHOD'], dist.get_rank(), flush=True)\n"
+        "dist.destroy_process_group()\n")
+    done = labctl("up", "--script", "join.py", "--launcher", "direct", "--nodes", "1",
+                  "--nproc-per-node", "2", "--timeout", "120", "--out", "run", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    logs_text = "".join(p.read_text() for p in (tmp_path / "run" / "ranks").glob("rank-*.log"))
+    assert "joined env:// 0" in logs_text and "joined env:// 1" in logs_text
