@@ -327,9 +327,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.load(text, Loader=_LabLoader)
     except SpecError as exc:                      # a duplicate key, found while building
         raise SpecError(f"{path}: {exc}") from None
-    except ValueError:                            # Python's int() refuses over 4,300 digits
-        raise SpecError(f"{path}: a number of more than 4,300 digits; no lab field takes "
-                        "one") from None
+    except ValueError as exc:       # int() over 4,300 digits, a date like 2024-02-30
+        what = ("a number of more than 4,300 digits; no lab field takes one" if "digits" in str(exc)
+                else f"a value YAML cannot read ({_short(str(exc).splitlines()[0])})")
+        raise SpecError(f"{path}: {what}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -565,7 +566,7 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
         try:
             fault = faultmod.parse(item)
         except faultmod.FaultSyntaxError as exc:
-            raise SpecError(f"{source}: faults: {exc}; given {item!r}") from None
+            raise SpecError(f"{source}: faults: {exc}; given {_short(item)}") from None
         if fault.kind == "kill-rank":
             if spec.replicas > 1:
                 raise bad("faults", item, "no kill-rank with replicas (ranks repeat in every "
@@ -578,7 +579,7 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
         if fault.kind not in can:
             able = [name for name in BACKENDS if fault.kind in backend_class(name).fault_kinds]
             raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {fault.kind} "
-                            f"(backends that can: {', '.join(able) or 'none'}), given {item!r}")
+                            f"(backends that can: {', '.join(able) or 'none'}), given {_short(item)}")
         if fault.duration is not None and fault.duration <= 0:
             raise bad("faults", item, "a duration D > 0 seconds")
         if fault.at + (fault.duration or 0) >= spec.timeout:
