@@ -52,7 +52,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=1, help="runs per row (the median is shown)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="labctl-bench-validate-"))
+    with tempfile.TemporaryDirectory(prefix="labctl-bench-validate-") as tmp:
+        return run(Path(tmp), args.reps)
+
+
+def run(work: Path, reps: int) -> int:
     names = ["largest-accepted", *hostile_labs.HOSTILE]
     # Written by a child: a child's ru_maxrss starts at its parent's RSS (the high-water
     # mark survives fork and exec), and the 50 MB file must not count for every row.
@@ -73,7 +77,7 @@ def main() -> int:
         rows_in.append((name, ["validate", "-f", f"{name}.yaml"], 2))
     rows, worst_ok = [], True
     for label, cli_args, want in rows_in:
-        runs = [measure(cli_args, work) for _ in range(args.reps)]
+        runs = [measure(cli_args, work) for _ in range(reps)]
         seconds = median([r[0] for r in runs])
         cpu = median([r[1] for r in runs])
         mb = max(r[2] for r in runs)
