@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 LABCTL = [sys.executable, "-m", "labctl.cli"]
 sys.path.insert(0, str(REPO))
 
+from labctl import plan as planmod  # noqa: E402
 from labctl.report import table  # noqa: E402  (after the path fix, for a plain `python benchmarks/x.py`)
 
 __all__ = ["REPO", "LABCTL", "table", "labctl", "render_plan", "run_by_hand", "write_lab", "median"]
@@ -52,7 +53,7 @@ def run_by_hand(plan: dict, timeout: float = 300) -> tuple[float, list[str]]:
     started = time.perf_counter()
     try:
         for node in plan["nodes"]:
-            for proc in node["processes"]:
+            for proc in planmod.process_dicts(node):
                 procs.append(subprocess.Popen(
                     proc["argv"], env={**os.environ, **proc["env"]}, cwd=REPO,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -296,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.plan) as f:
         plan = json.load(f)
     node = plan["nodes"][args.node] if args.node is not None else plan["services"][args.service]
+    # plan.json holds the node's shared env once (and its argv, when every process has
+    # it); each process only what it adds (labctl.plan.process_dicts, stdlib-only twin)
+    processes = [{**p, "argv": p.get("argv", node.get("argv")),
+                  "env": {**node.get("env", {}), **p.get("env", {})}} for p in node["processes"]]
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # labctl decides what a Ctrl-C means
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     guard: Guard | None = None
@@ -304,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         if guard is not None:
             guard.request_stop("stopped by labctl")
     signal.signal(signal.SIGTERM, on_term)
-    guard = Guard(node["processes"], args.grace, args.lifeline, args.rank_logs, args.own_log,
+    guard = Guard(processes, args.grace, args.lifeline, args.rank_logs, args.own_log,
                   agents=args.node is not None)
     outcome = guard.run()
     tmp = args.status + ".tmp"

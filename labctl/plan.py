@@ -12,7 +12,9 @@ before the nodes and stop after them, and that never counts for the outcome.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import gc
 import json
 import math
 import secrets
@@ -20,7 +22,7 @@ import shlex
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .spec import LabSpec
 
@@ -169,12 +171,51 @@ def init_url(spec: LabSpec, placement: Placement, run_id: str, replica: int = 0)
     return "env://"
 
 
-@dataclass(frozen=True)
+class WorkerEnv(Mapping[str, str]):
+    """A direct-mode worker's whole environment: the node's shared variables, then its
+    own RANK and LOCAL_RANK, kept as two ints (no copy of the shared ones, no dict per
+    worker): a plan of 65,536 workers holds about 150 bytes each, not the 1.3 KB it held."""
+    __slots__ = ("shared", "rank", "local_rank")
+
+    def __init__(self, shared: Mapping[str, str], rank: int, local_rank: int):
+        self.shared, self.rank, self.local_rank = shared, rank, local_rank
+
+    @property
+    def own(self) -> dict[str, str]:
+        return {"RANK": str(self.rank), "LOCAL_RANK": str(self.local_rank)}
+
+    def __getitem__(self, key: str) -> str:
+        if key == "RANK":
+            return str(self.rank)
+        if key == "LOCAL_RANK":
+            return str(self.local_rank)
+        return self.shared[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.shared
+        yield from (k for k in self.own if k not in self.shared)
+
+    def __len__(self) -> int:
+        return len(self.shared) + sum(1 for k in self.own if k not in self.shared)
+
+    def __repr__(self) -> str:
+        return f"WorkerEnv({self.own!r} over {len(self.shared)} shared)"
+
+
+@dataclass(frozen=True, slots=True)
 class Process:
     """One OS process a node starts: a torchrun agent, or a worker in direct mode."""
     argv: tuple[str, ...]
-    env: Mapping[str, str]
+    env: Mapping[str, str]             # all of it (a WorkerEnv over the node's for workers)
     rank: int | None = None            # global rank when the process is a worker
+
+    def own_env(self, shared: Mapping[str, str]) -> dict[str, str]:
+        """What this process adds to (or changes in) the node's shared environment."""
+        if isinstance(self.env, WorkerEnv) and self.env.shared is shared:
+            return self.env.own
+        if self.env is shared:
+            return {}
+        return {k: v for k, v in self.env.items() if shared.get(k) != v}
 
     @property
     def shell(self) -> str:
@@ -189,6 +230,7 @@ class NodeLaunch:
     hostname: str
     processes: tuple[Process, ...]
     replica: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)   # what every process here shares
 
 
 @dataclass(frozen=True)
@@ -204,7 +246,9 @@ class LaunchPlan:
     def replica_nodes(self, replica: int) -> tuple[NodeLaunch, ...]:
         return tuple(n for n in self.nodes if n.replica == replica)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, processes: bool = True) -> dict[str, Any]:
+        """Plain data (plan.json): each node's shared `env` once, and per process only
+        its `rank` and what its env adds (`argv` too when the node's processes differ)."""
         data = {
             "run_id": self.run_id,
             "backend": self.placement.backend,
@@ -212,21 +256,131 @@ class LaunchPlan:
             "world_size": self.spec.world_size,
             "master_addr": self.placement.master_addr,
             "master_port": self.placement.master_port,
-            "nodes": [_node_dict(n, self.spec.replicas > 1) for n in self.nodes],
+            "nodes": [_node_dict(n, self.spec.replicas > 1, processes) for n in self.nodes],
         }
         if self.spec.replicas > 1:
             data["replicas"] = self.spec.replicas
-            data["services"] = [_node_dict(n, False) for n in self.services]
+            data["services"] = [_node_dict(n, False, processes) for n in self.services]
         return data
 
 
-def _node_dict(n: NodeLaunch, replica: bool) -> dict[str, Any]:
+    def to_json(self) -> str:
+        """plan.json and `labctl render plan`: `to_dict` indented, one process per line.
+        The process lines are written straight from the plan (no dict per process): a
+        plan of 65,536 ranks takes a few MB and well under a second (docs/limits.md)."""
+        with _no_gc():
+            data = self.to_dict(processes=False)
+            groups = {"nodes": self.nodes, "services": self.services}
+            for key in groups:
+                if key in data:
+                    data[key] = _PROCESSES            # written below, node by node
+            head = json.dumps(data, indent=2)
+            out: list[str] = []
+            for key, launches in groups.items():
+                if key not in data:
+                    continue
+                before, _, head = head.partition(json.dumps(_PROCESSES))
+                out.append(before)
+                out.append("[\n" + ",\n".join(_node_json(n, self.spec.replicas > 1 and key == "nodes")
+                                              for n in launches) + "\n  ]" if launches else "[]")
+            out.append(head)
+            return "".join(out) + "\n"
+
+
+_PROCESSES = "\0processes\0"      # a placeholder no JSON string of the plan contains as is
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Building tens of thousands of small acyclic objects: the cyclic collector would
+    rescan them all again and again (five times the build time at 65,536 workers)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _shares_argv(n: NodeLaunch) -> bool:
+    argv = n.processes[0].argv if n.processes else ()
+    return all(p.argv is argv or p.argv == argv for p in n.processes)
+
+
+def _process_dict(p: Process, n: NodeLaunch, same_argv: bool) -> dict[str, Any]:
+    return {"rank": p.rank, **({} if same_argv else {"argv": list(p.argv)}), "env": p.own_env(n.env)}
+
+
+def _json_str(text: str) -> str:
+    """json.dumps(text), without its per-call cost for the plain strings a plan is made of."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return json.dumps(text)
+
+
+def _process_line(p: Process, n: NodeLaunch, same_argv: bool) -> str:
+    """json.dumps(_process_dict(...)), byte for byte, at a fraction of the cost."""
+    env = p.env
+    if same_argv and isinstance(env, WorkerEnv) and env.shared is n.env:     # direct workers
+        return (f'        {{"rank": {int(p.rank or 0)}, "env": {{"RANK": "{int(env.rank)}", '
+                f'"LOCAL_RANK": "{int(env.local_rank)}"}}}}')
+    data = _process_dict(p, n, same_argv)
+    parts = [f'"rank": {"null" if p.rank is None else int(p.rank)}']
+    if "argv" in data:
+        parts.append('"argv": [' + ", ".join(map(_json_str, data["argv"])) + "]")
+    parts.append('"env": {' + ", ".join(f"{_json_str(k)}: {_json_str(v)}"
+                                        for k, v in data["env"].items()) + "}")
+    return "        {" + ", ".join(parts) + "}"
+
+
+def _node_json(n: NodeLaunch, replica: bool) -> str:
+    """One node of plan.json at indent 4, as json.dumps(indent=2) would lay it out
+    (strings, lists of strings and string maps only), its processes one a line."""
+    out = []
+    for key, value in _node_dict(n, replica, processes=False).items():
+        if isinstance(value, dict):
+            inner = ",\n".join(f"        {_json_str(k)}: {_json_str(v)}" for k, v in value.items())
+            text = f"{{\n{inner}\n      }}" if value else "{}"
+        elif isinstance(value, list):
+            inner = ",\n".join(f"        {_json_str(v)}" for v in value)
+            text = f"[\n{inner}\n      ]" if value else "[]"
+        else:
+            text = _json_str(value) if isinstance(value, str) else json.dumps(value)
+        out.append(f"      {_json_str(key)}: {text}")
+    out.append(f'      "processes": {_process_lines(n)}')
+    return "    {\n" + ",\n".join(out) + "\n    }"
+
+
+def _process_lines(n: NodeLaunch) -> str:
+    if not n.processes:
+        return "[]"
+    same = _shares_argv(n)
+    lines = ",\n".join(_process_line(p, n, same) for p in n.processes)
+    return f"[\n{lines}\n      ]"
+
+
+def _node_dict(n: NodeLaunch, replica: bool, processes: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"index": n.index, "hostname": n.hostname}
     if replica:
         out["replica"] = n.replica
-    out["processes"] = [{"rank": p.rank, "argv": list(p.argv), "env": dict(p.env), "shell": p.shell}
-                        for p in n.processes]
+    same_argv = _shares_argv(n)
+    out["env"] = dict(n.env)
+    if same_argv and n.processes:
+        out["argv"] = list(n.processes[0].argv)
+    if n.processes:
+        out["shell"] = n.processes[0].shell         # the first process, copy-pasteable
+    if processes:
+        out["processes"] = [_process_dict(p, n, same_argv) for p in n.processes]
     return out
+
+
+def process_dicts(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A plan.json node's processes, each with its whole `argv` and `env` (the node's
+    shared env under the process's own): what a reader of plan.json starts."""
+    shared, argv = node.get("env", {}), node.get("argv")
+    return [{**p, "argv": p.get("argv", argv), "env": {**shared, **p.get("env", {})}}
+            for p in node["processes"]]
 
 
 def new_run_id(spec: LabSpec, now: _dt.datetime | None = None) -> str:
@@ -266,9 +420,9 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         "MASTER_PORT": str(port),
         "PYTHONUNBUFFERED": "1",
     }
-    # Only what is not the default: a default lab's env (and renders) stay as they were.
-    if spec.init_method != "env":
-        env["LAB_INIT_METHOD"] = init_url(spec, placement, run_id, replica)
+    # Every worker, env:// included: a user script joins with
+    # init_process_group(init_method=os.environ["LAB_INIT_METHOD"], ...) whatever the lab's.
+    env["LAB_INIT_METHOD"] = init_url(spec, placement, run_id, replica)
     if spec.pg_timeout is not None:
         env["LAB_PG_TIMEOUT"] = f"{spec.pg_timeout:g}"
     if spec.debug:
@@ -332,7 +486,10 @@ def plan(spec: LabSpec, placement: Placement, run_id: str) -> LaunchPlan:
                               or placement.store_port is None):
         raise ValueError(f"placement lacks a node 0 per replica or the replica store "
                          f"for {spec.replicas} replicas")
-    nodes = [_node(spec, placement, run_id, k, i) for k in range(spec.replicas) for i in range(spec.nodes)]
+    argv = (*placement.python, *workload_argv(spec, placement))     # one tuple for every worker
+    with _no_gc():
+        nodes = [_node(spec, placement, run_id, k, i, argv) for k in range(spec.replicas)
+                 for i in range(spec.nodes)]
     services = (_store(spec, placement, run_id),) if spec.replicas > 1 else ()
     return LaunchPlan(spec, run_id, placement, tuple(nodes), services)
 
@@ -343,11 +500,13 @@ def _store(spec: LabSpec, placement: Placement, run_id: str) -> NodeLaunch:
     argv = (*placement.python, "-m", STORE_MODULE, "--port", str(placement.store_port),
             "--lifetime", str(math.ceil(spec.timeout)))
     env = {"LAB_NAME": spec.name, "LAB_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
-    return NodeLaunch(0, store_hostname(spec), (Process(argv, env),))
+    return NodeLaunch(0, store_hostname(spec), (Process(argv, env),), env=env)
 
 
-def _node(spec: LabSpec, placement: Placement, run_id: str, replica: int, i: int) -> NodeLaunch:
-    """Node `i` of replica `replica`: one torchrun agent, or its workers in direct mode."""
+def _node(spec: LabSpec, placement: Placement, run_id: str, replica: int, i: int,
+          worker_argv: tuple[str, ...] = ()) -> NodeLaunch:
+    """Node `i` of replica `replica`: one torchrun agent, or its workers in direct mode
+    (they share the node's env and one argv tuple; each adds RANK and LOCAL_RANK)."""
     env = _common_env(spec, placement, run_id, i, replica)
     if spec.launcher == "torchrun":
         env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
@@ -359,23 +518,16 @@ def _node(spec: LabSpec, placement: Placement, run_id: str, replica: int, i: int
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         procs = (Process(torchrun_argv(spec, placement, run_id, i, replica), env),)
     else:
+        env.update({"WORLD_SIZE": str(spec.world_size),
+                    "LOCAL_WORLD_SIZE": str(spec.nproc_per_node), "GROUP_RANK": str(i)})
+        argv = worker_argv or (*placement.python, *workload_argv(spec, placement))
+        first = i * spec.nproc_per_node
         procs = tuple(
-            Process(
-                (*placement.python, *workload_argv(spec, placement)),
-                {
-                    **env,
-                    "RANK": str(i * spec.nproc_per_node + local),
-                    "LOCAL_RANK": str(local),
-                    "WORLD_SIZE": str(spec.world_size),
-                    "LOCAL_WORLD_SIZE": str(spec.nproc_per_node),
-                    "GROUP_RANK": str(i),
-                },
-                rank=i * spec.nproc_per_node + local,
-            )
+            Process(argv, WorkerEnv(env, first + local, local), rank=first + local)
             for local in range(spec.nproc_per_node)
         )
     index = replica * spec.nodes + i
-    return NodeLaunch(index, placement.hostnames[index], procs, replica)
+    return NodeLaunch(index, placement.hostnames[index], procs, replica, env=env)
 
 
 def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -391,13 +543,23 @@ def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
     if len(node.processes) == 1 and node.processes[0].rank is None:
         return node.processes[0].argv, dict(node.processes[0].env)
     per_worker = {"RANK", "LOCAL_RANK"}
-    shared = {k: v for k, v in node.processes[0].env.items() if k not in per_worker}
+    first = node.processes[0]
+    built = isinstance(first.env, WorkerEnv)        # as plan() builds them: shared by identity
+    shared = ({k: v for k, v in first.env.shared.items() if k not in per_worker} if built else
+              {k: v for k, v in first.env.items() if k not in per_worker})
+    node_rank, count = int(shared["NODE_RANK"]), len(node.processes)
     for proc in node.processes:
-        env = dict(proc.env)
-        if {k: v for k, v in env.items() if k not in per_worker} != shared or proc.argv != node.processes[0].argv:
+        env = proc.env
+        if built and isinstance(env, WorkerEnv) and env.shared is first.env.shared \
+                and proc.argv is first.argv:
+            rank, local = env.rank, env.local_rank
+        elif ({k: v for k, v in env.items() if k not in per_worker} != shared
+              or proc.argv != first.argv):
             raise ValueError("direct-mode workers of one node must differ only in RANK and LOCAL_RANK")
-        if int(env["RANK"]) != int(env["NODE_RANK"]) * len(node.processes) + int(env["LOCAL_RANK"]):
-            raise ValueError(f"worker rank {env['RANK']} does not follow the node-major layout")
+        else:
+            rank, local = int(env["RANK"]), int(env["LOCAL_RANK"])
+        if rank != node_rank * count + local:
+            raise ValueError(f"worker rank {rank} does not follow the node-major layout")
     script = "\n".join([
         "pids=()",
         "for local_rank in $(seq 0 $((LOCAL_WORLD_SIZE - 1))); do",

@@ -64,7 +64,7 @@ class RunDir:
         for sub in ("nodes", "ranks", "rendered"):
             (path / sub).mkdir(parents=True, exist_ok=True)
         (path / "spec.yaml").write_text(dump(plan.spec))
-        (path / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+        (path / "plan.json").write_text(plan.to_json())
         run = cls(path)
         run.meta = {
             "run_id": plan.run_id, "lab": plan.spec.name, "backend": plan.spec.backend,

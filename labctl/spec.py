@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import functools
 import importlib.util
+import json
 import pkgutil
 import re
 from dataclasses import dataclass, field
@@ -24,6 +25,27 @@ LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
 INIT_METHODS = ("env", "tcp", "file")
 MAX_REPLICAS = 64
+# Bounds on what a lab may ask for (docs/limits.md): each keeps validation, the plan and
+# every render within a second and well under 100 MB (benchmarks/validate.py measures it).
+MAX_FILE_BYTES = 1024 * 1024         # a lab file; read no further than this
+MAX_DEPTH = 64                       # nested mappings/sequences in a lab file
+MAX_NODES = 4096                     # nodes of one replica
+MAX_NPROC_PER_NODE = 1024
+MAX_WORLD = 65536                    # ranks in the whole run: nodes * nproc_per_node * replicas
+MAX_TOTAL_NODES = 4096               # nodes in the whole run: nodes * replicas
+# The kernel refuses an exec whose one argument or environment string is over
+# MAX_ARG_STRLEN (128 KiB) or whose argv + environ pass ARG_MAX (2 MiB by default;
+# `getconf ARG_MAX`): a lab keeps well below both, leaving room for the caller's own
+# environment and the plan's variables. Sizes are UTF-8 bytes of NAME=VALUE / each arg.
+MAX_ENV_VALUE_BYTES = 32 * 1024      # one env variable, NAME=VALUE
+MAX_ENV_BYTES = 64 * 1024            # all of the lab's env together
+MAX_ARG_BYTES = 32 * 1024            # one script argument
+MAX_ARGS_BYTES = 64 * 1024           # all script arguments together
+MAX_K8S_MAP_BYTES = 64 * 1024        # k8s.labels / annotations / node_selector / affinity, each (as JSON)
+MAX_ITEMS = 256                      # workloads, faults, tolerations, image_pull_secrets: each list
+MAX_K8S_SCRIPT_BYTES = 1024 * 1024 - 256   # a ConfigMap's 1 MiB, less room for its key
+MAX_PATH = 4096                      # script, image, out: the kernel's PATH_MAX
+MAX_SECONDS = 10 ** 9                # timeouts: about 31 years, fits every int field (int64, int32)
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
 DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
 DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
@@ -286,14 +308,36 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    """The lab file, bounded before anything is built from it (docs/limits.md): at most
+    MAX_FILE_BYTES read, UTF-8 text, one document, no anchors or aliases (a ten-line
+    file of aliases stands for billions of nodes), nesting at most MAX_DEPTH, no
+    duplicate keys. Every refusal is one line naming the file."""
+    if not path.exists():
         raise SpecError(f"{path}: no such file (create one with: labctl init {path})")
+    if path.is_dir():
+        raise SpecError(f"{path}: a folder, not a lab file (example: labctl validate -f lab.yaml)")
+    try:                                            # a pipe (-f <(...)) or device reads too
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)        # never more, whatever the file's size
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB, the most a lab file "
+                        "may be (docs/limits.md); a lab description is a few lines")
+    text = _decode(path, raw)
     try:
-        data = yaml.safe_load(path.read_text())
+        _check_events(path, text)
+        data = yaml.load(text, Loader=_LabLoader)
+    except SpecError as exc:                      # a duplicate key, found while building
+        raise SpecError(f"{path}: {exc}") from None
+    except ValueError as exc:       # int() over 4,300 digits, a date like 2024-02-30
+        what = ("a number of more than 4,300 digits; no lab field takes one" if "digits" in str(exc)
+                else f"a value YAML cannot read ({_short(str(exc).splitlines()[0])})")
+        raise SpecError(f"{path}: {what}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0] or "invalid YAML"
         raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
     if data is None:
         return {}
@@ -303,13 +347,84 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """repr(value) cut to one readable line: an error message never echoes a 50 MB value."""
+    if isinstance(value, (dict, list, tuple, set)) and len(value) > 20:
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    if len(text) > limit:
+        size = len(value.encode("utf-8", "replace")) if isinstance(value, str) else None
+        text = text[:limit] + (f"... ({size} bytes)" if size is not None else "...")
+    return text
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    """UTF-8 text or one line saying where it is not (a binary file, a stray \\xff)."""
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise SpecError(f"{path}: not a text file (a NUL byte at offset {nul}); a lab file "
+                        "is UTF-8 YAML")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SpecError(f"{path}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                        f"{exc.start} (line {line}); save the lab file as UTF-8") from None
+
+
+_YAML_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when PyYAML has it
+
+
+def _check_events(path: Path, text: str) -> None:
+    """Walk the parser's events (no objects built) and refuse what would blow up later:
+    aliases and anchors, nesting deeper than MAX_DEPTH, more than one document."""
+    depth = documents = 0
+    for event in yaml.parse(text, Loader=_YAML_Loader):
+        line = event.start_mark.line + 1 if event.start_mark else 0
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise SpecError(f"line {line}: YAML anchors and aliases (&name, *name) are "
+                            "not accepted in a lab file (one alias can stand for billions of "
+                            "values); write each value out")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpecError(f"line {line}: nested deeper than {MAX_DEPTH} levels, "
+                                "the most a lab file may be (docs/limits.md)")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise SpecError(f"line {line}: a second YAML document ('---'); a lab "
+                                "file holds one")
+
+
+class _LabLoader(_YAML_Loader):  # type: ignore[misc, valid-type]
+    """Safe loading, and a key given twice is an error (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key that is not a plain value", key_node.start_mark) from None
+            if key in seen:
+                raise SpecError(f"line {key_node.start_mark.line + 1}: the key {_short(key)} is given "
+                                f"twice (first at line {seen[key]}); a lab file says each once")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     def bad(fieldname: str, value: Any, expected: str) -> SpecError:
-        return SpecError(f"{source}: {fieldname}: expected {expected}, given {value!r}")
+        return SpecError(f"{source}: {fieldname}: expected {expected}, given {_short(value)}")
 
-    unknown = sorted(set(data) - _FIELDS)
+    unknown = sorted(set(data) - _FIELDS, key=str)
     if unknown:
-        raise SpecError(f"{source}: unknown field {unknown[0]!r}; "
+        raise SpecError(f"{source}: unknown field {_short(unknown[0])}; "
                         f"known fields: {', '.join(sorted(_FIELDS))}")
     kw: dict[str, Any] = {}
 
@@ -320,9 +435,11 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
                   "(example: name: ring-lab)")
     kw["name"] = name
 
-    for key, lo, hi in (("nodes", 1, 4096), ("nproc_per_node", 1, 1024), ("replicas", 1, MAX_REPLICAS)):
+    for key, lo, hi in (("nodes", 1, MAX_NODES), ("nproc_per_node", 1, MAX_NPROC_PER_NODE),
+                        ("replicas", 1, MAX_REPLICAS)):
         if key in data:
             kw[key] = _int(data[key], key, lo, hi, bad)
+    _bound_size(kw, bad)
 
     if "rdzv_port" in data and data["rdzv_port"] is not None:
         kw["rdzv_port"] = _int(data["rdzv_port"], "rdzv_port", 1, 65535, bad,
@@ -359,20 +476,24 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
 
     for key in ("image", "out"):
         if data.get(key) is not None:
-            if not isinstance(data[key], str) or not data[key].strip():
-                raise bad(key, data[key], "a non-empty string")
+            if not isinstance(data[key], str) or not data[key].strip() or len(data[key]) > MAX_PATH:
+                raise bad(key, data[key], f"a non-empty string of at most {MAX_PATH} characters")
             kw[key] = data[key]
 
     if data.get("script") is not None:
         script = data["script"]
-        if not isinstance(script, str) or not script.endswith(".py"):
+        if not isinstance(script, str) or not script.endswith(".py") or len(script) > MAX_PATH:
             raise bad("script", script, "a path to a Python file (example: script: train.py)")
         kw["script"] = script
     if "script_args" in data and data["script_args"] is not None:
         args = data["script_args"]
         if isinstance(args, str) or not isinstance(args, (list, tuple)):
             raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
-        kw["script_args"] = tuple(str(a) for a in args)
+        if len(args) > MAX_ARGS_BYTES or any(isinstance(a, (dict, list)) or a is None for a in args):
+            raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
+        kw["script_args"] = tuple(_env_str(a) for a in args)
+        _bound_bytes("script_args", kw["script_args"], MAX_ARG_BYTES, MAX_ARGS_BYTES,
+                     "script argument", bad)
 
     if "workloads" in data:
         kw["workloads"] = _workloads(data["workloads"], bad, source)
@@ -395,6 +516,8 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             if isinstance(v, (dict, list)) or v is None:
                 raise bad(f"env.{k}", v, "a string, number or boolean")
         kw["env"] = {k: _env_str(v) for k, v in env.items()}
+        _bound_bytes("env", [f"{k}={v}" for k, v in kw["env"].items()], MAX_ENV_VALUE_BYTES,
+                     MAX_ENV_BYTES, "variable (NAME=VALUE)", bad, names=list(kw["env"]))
 
     if "resources" in data and data["resources"] is not None:
         res = data["resources"]
@@ -404,14 +527,17 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         for k, v in res.items():
             if k not in known:
                 raise bad("resources", k, "one of " + ", ".join(sorted(known)))
-            if not _QUANTITY.match(str(v)):
-                raise bad(f"resources.{k}", v, "a Kubernetes quantity (examples: 2, 500m, 4Gi)")
+            if not _quantity_ok(v):
+                raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
+                          "unit (examples: 2, 500m, 4Gi)")
         kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
 
     if data.get("k8s") is not None:
         kw["k8s"] = _k8s(data["k8s"], bad)
 
     spec = LabSpec(**kw)
+    if spec.backend == "k8s" and spec.script:
+        _check_k8s_script(spec.script, bad)
     if data.get("faults"):
         spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
     if not spec.workloads and not spec.script:
@@ -436,13 +562,14 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
         raise bad("faults", raw, f"a list of faults, each {faultmod.USAGE}")
+    _bound_items("faults", raw, bad)
     can = backend_class(spec.backend).fault_kinds
     out = []
     for item in raw:
         try:
             fault = faultmod.parse(item)
         except faultmod.FaultSyntaxError as exc:
-            raise SpecError(f"{source}: faults: {exc}; given {item!r}") from None
+            raise SpecError(f"{source}: faults: {exc}; given {_short(item)}") from None
         if fault.kind == "kill-rank":
             if spec.replicas > 1:
                 raise bad("faults", item, "no kill-rank with replicas (ranks repeat in every "
@@ -455,7 +582,7 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
         if fault.kind not in can:
             able = [name for name in BACKENDS if fault.kind in backend_class(name).fault_kinds]
             raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {fault.kind} "
-                            f"(backends that can: {', '.join(able) or 'none'}), given {item!r}")
+                            f"(backends that can: {', '.join(able) or 'none'}), given {_short(item)}")
         if fault.duration is not None and fault.duration <= 0:
             raise bad("faults", item, "a duration D > 0 seconds")
         if fault.at + (fault.duration or 0) >= spec.timeout:
@@ -469,16 +596,71 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _check_k8s_script(script: str, bad) -> None:
+    """The k8s backend mounts the script from a ConfigMap: Kubernetes caps one at 1 MiB, and
+    a file name starting with '..' is not a path a volume item may have."""
+    name = script.rsplit("/", 1)[-1]
+    if name.startswith(".."):
+        raise bad("script", script, "a file name that does not start with '..' (Kubernetes "
+                  "refuses it as a volume path)")
+    try:
+        size = Path(script).stat().st_size
+    except OSError:
+        return                      # not here (yet): the render says so, with the path
+    if size > MAX_K8S_SCRIPT_BYTES:
+        raise bad("script", script, f"a script of at most 1 MiB on the k8s backend (this one is "
+                  f"{size:,} bytes; it travels in a ConfigMap, which Kubernetes caps at 1 MiB): "
+                  "bake larger code into the image and run a small script (docs/limits.md)")
+
+
 def _seconds(value: Any, key: str, bad) -> float:
+    """A finite number of seconds in (0, MAX_SECONDS]: it becomes int fields downstream
+    (activeDeadlineSeconds is an int64, torchrun's join timeout an int)."""
+    expected = f"a number of seconds > 0 and at most {MAX_SECONDS:,} (example: 300)"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise bad(key, value, "a number of seconds > 0 (example: 300)")
+        raise bad(key, value, expected)
+    if isinstance(value, str) and len(value) > 64:
+        raise bad(key, value, expected)
     try:
         seconds = float(value)
-    except ValueError:
-        raise bad(key, value, "a number of seconds > 0 (example: 300)") from None
-    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
-        raise bad(key, value, "a number of seconds > 0 (example: 300)")
+    except (ValueError, OverflowError):
+        raise bad(key, value, expected) from None
+    if not 0 < seconds <= MAX_SECONDS:         # also NaN and inf
+        raise bad(key, value, expected)
     return seconds
+
+
+def _bound_size(kw: dict[str, Any], bad) -> None:
+    """The whole run at most MAX_WORLD ranks and MAX_TOTAL_NODES nodes: the plan, its
+    JSON and every render grow with these (docs/limits.md)."""
+    nodes = kw.get("nodes", LabSpec.nodes)
+    nproc = kw.get("nproc_per_node", LabSpec.nproc_per_node)
+    replicas = kw.get("replicas", LabSpec.replicas)
+    if nodes * nproc * replicas > MAX_WORLD:
+        what = f"nodes {nodes} x nproc_per_node {nproc}" + (f" x replicas {replicas}" if replicas > 1 else "")
+        raise bad("world size", nodes * nproc * replicas, f"at most {MAX_WORLD:,} ranks in a lab "
+                  f"({what}; docs/limits.md)")
+    if nodes * replicas > MAX_TOTAL_NODES:
+        raise bad("nodes", nodes * replicas, f"at most {MAX_TOTAL_NODES:,} nodes in a lab "
+                  f"(nodes {nodes} x replicas {replicas}; docs/limits.md)")
+
+
+def _bound_bytes(key: str, items: list[str] | tuple[str, ...], each: int, total: int, what: str,
+                 bad, names: list[str] | None = None) -> None:
+    """Every string at most `each` UTF-8 bytes, all together at most `total`: below the
+    kernel's MAX_ARG_STRLEN and ARG_MAX, so no node fails at exec ('Argument list too long')."""
+    size = 0
+    for i, item in enumerate(items):
+        n = len(item.encode("utf-8", "surrogatepass"))
+        if n > each:
+            where = f"{key}.{names[i]}" if names else f"{key}[{i}]"
+            raise bad(where, item, f"at most {each // 1024} KiB per {what} (this one: {n:,} bytes; "
+                      "the kernel refuses longer exec strings; docs/limits.md)")
+        size += n + 1
+    if size > total:
+        raise bad(key, f"{len(items)} items, {size:,} bytes", f"at most {total // 1024} KiB in all "
+                  "(with the caller's environment it must stay below the kernel's ARG_MAX; "
+                  "docs/limits.md)")
 def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> None:
     """max_restarts and min_nodes: torchrun's own knobs, so a direct-mode lab cannot have them."""
     if data.get("max_restarts") is not None:
@@ -508,6 +690,22 @@ def _shared_volume(raw: Any, bad) -> SharedVolume:
     return SharedVolume(claim)
 
 
+_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+           "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+
+
+def _quantity_ok(value: Any) -> bool:
+    """A quantity Kubernetes parses and compose turns into an int (bytes, cores) safely."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return False
+    text = str(value)
+    match = _QUANTITY.match(text) if len(text) <= 32 else None
+    if not match:
+        return False
+    number = text[:len(text) - len(match.group(2) or "")]
+    return float(number) * _SUFFIX[match.group(2) or ""] <= 2 ** 53
+
+
 def _env_str(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -518,7 +716,7 @@ def _int(value: Any, key: str, lo: int, hi: int, bad, expected: str | None = Non
     expected = expected or f"an integer between {lo} and {hi} (example: {key}: 2)"
     if isinstance(value, bool):
         raise bad(key, value, expected)
-    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+    if isinstance(value, str) and len(value) < 20 and re.fullmatch(r"\s*[0-9]+\s*", value):
         value = int(value)
     if not isinstance(value, int) or not lo <= value <= hi:
         raise bad(key, value, expected)
@@ -533,6 +731,7 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
         raw = [w for w in re.split(r"[,\s]+", raw) if w]
     if not isinstance(raw, (list, tuple)):
         raise bad("workloads", raw, expected)
+    _bound_items("workloads", raw, bad)
     out = []
     for item in raw:
         options: Any = {}
@@ -554,7 +753,17 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
             raise bad(f"workloads.{name}.options", options, "a mapping of option names to values")
         _check_options(name, options, bad, source)
         out.append(WorkloadSpec(name, dict(options)))
+    options_json = json.dumps({w.name: dict(w.options) for w in out}, default=str)
+    if len(options_json) > MAX_ARG_BYTES:         # one argument of every worker (--options)
+        raise bad("workloads", f"options of {len(options_json):,} bytes as JSON", f"at most "
+                  f"{MAX_ARG_BYTES // 1024} KiB of workload options in all (they travel as one "
+                  "command-line argument; docs/limits.md)")
     return tuple(out)
+
+
+def _bound_items(key: str, raw: Any, bad) -> None:
+    if len(raw) > MAX_ITEMS:
+        raise bad(key, raw, f"at most {MAX_ITEMS} entries (docs/limits.md)")
 
 
 # ---- the k8s: section ---------------------------------------------------------
@@ -637,6 +846,7 @@ def _k8s(raw: Any, bad) -> K8sSettings:
                          ("labels", "{team: vision}"), ("annotations", "{example.com/owner: ada}")):
         if key in given:
             kw[key] = string_map(key, example)
+            _bound_json(f"k8s.{key}", kw[key], bad)
 
     if "tolerations" in given:
         kw["tolerations"] = _tolerations(given["tolerations"], bad)
@@ -648,6 +858,7 @@ def _k8s(raw: Any, bad) -> K8sSettings:
             raise bad("k8s.affinity", affinity, "the pod's affinity as a mapping with keys from "
                       f"{', '.join(AFFINITY_KINDS)}, passed through as written (example: "
                       "affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: ...}})")
+        _bound_json("k8s.affinity", affinity, bad)
         kw["affinity"] = affinity
 
     if "spread" in given:
@@ -669,6 +880,7 @@ def _k8s(raw: Any, bad) -> K8sSettings:
                 _is_dns_subdomain(s) for s in secrets):
             raise bad("k8s.image_pull_secrets", secrets, "a list of Secret names (DNS subdomains) "
                       "(example: image_pull_secrets: [registry-creds])")
+        _bound_items("k8s.image_pull_secrets", secrets, bad)
         kw["image_pull_secrets"] = tuple(secrets)
 
     if "queue" in given:
@@ -696,11 +908,21 @@ def _k8s(raw: Any, bad) -> K8sSettings:
     return K8sSettings(**kw)
 
 
+def _bound_json(key: str, value: Any, bad) -> None:
+    """A k8s mapping at most MAX_K8S_MAP_BYTES as JSON: the Job carries it (and the lab
+    description, in an annotation) and Kubernetes caps annotations at 256 KiB in all."""
+    size = len(json.dumps(value, default=str))
+    if size > MAX_K8S_MAP_BYTES:
+        raise bad(key, f"{size:,} bytes", f"at most {MAX_K8S_MAP_BYTES // 1024} KiB as JSON "
+                  "(Kubernetes caps a pod's annotations at 256 KiB in all; docs/limits.md)")
+
+
 def _tolerations(raw: Any, bad) -> tuple[dict[str, Any], ...]:
     """Kubernetes' own toleration rules (ValidateTolerations), checked before any apply."""
     example = "tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]"
     if not isinstance(raw, (list, tuple)):
         raise bad("k8s.tolerations", raw, f"a list of tolerations (example: {example})")
+    _bound_items("k8s.tolerations", raw, bad)
     out = []
     for i, item in enumerate(raw):
         where = f"k8s.tolerations[{i}]"
@@ -738,9 +960,9 @@ def _tolerations(raw: Any, bad) -> tuple[dict[str, Any], ...]:
             toleration["effect"] = effect
         seconds = item.get("tolerationSeconds")
         if seconds is not None:
-            if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+            if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= MAX_SECONDS:
                 raise bad(f"{where}.tolerationSeconds", seconds, "a whole number of seconds "
-                          ">= 0 (example: tolerationSeconds: 300)")
+                          f">= 0 and at most {MAX_SECONDS:,} (example: tolerationSeconds: 300)")
             if effect != "NoExecute":
                 raise bad(f"{where}.tolerationSeconds", seconds, "tolerationSeconds only with "
                           "effect: NoExecute (it bounds how long a pod stays after the taint)")

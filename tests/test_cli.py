@@ -56,7 +56,7 @@ def test_render_plan_shows_every_nodes_command(tmp_path):
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["run_id"] == "fixed" and len(plan["nodes"]) == 3
-    assert all("--rdzv-id=fixed" in n["processes"][0]["argv"] for n in plan["nodes"])
+    assert all("--rdzv-id=fixed" in n["argv"] for n in plan["nodes"])
 
 
 def test_logs_and_report_of_something_that_is_not_a_run(tmp_path):
@@ -127,3 +127,52 @@ def test_collect_with_a_flag_of_another_backend_is_one_line_exit_2(tmp_path):
     line = one_line_error(labctl("collect", "--backend", "compose", "--run-id", "x", "--namespace", "n",
                                  cwd=tmp_path), 2)
     assert "--namespace applies to the k8s backend, not compose" in line
+
+
+# ---- issue 23: hostile input is one line, exit 2, through the real CLI ---------------
+import hostile_labs  # noqa: E402
+
+# Every hostile file through `validate`; the kinds that used to blow up or trace back
+# also through `render` and `up` (nothing may start: no run folder).
+_THROUGH_ALL = ("laughs-k8s.affinity", "comments-50MB", "utf8-then-fffe", "deep-flow-100k",
+                "world-4096x1024", "duplicate-key")
+_CASES = [("validate", n) for n in sorted(hostile_labs.HOSTILE)] + \
+    [(c, n) for c in ("render", "up") for n in _THROUGH_ALL]
+
+
+@pytest.mark.parametrize("command, name", _CASES)
+def test_hostile_lab_files_are_one_line_and_exit_2(tmp_path, command, name):
+    path = hostile_labs.write(tmp_path, name)
+    cmd = ["render", "plan"] if command == "render" else [command]
+    line = one_line_error(labctl(*cmd, "-f", path.name, cwd=tmp_path, timeout=60), 2)
+    assert all(word in line for word in hostile_labs.HOSTILE[name][1]), line
+    assert len(line) < 400
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--timeout", "1e308"], ["timeout", "1,000,000,000"]),
+    (["--timeout", "nan"], ["timeout"]),
+    (["--nodes", "4096", "--nproc-per-node", "1024"], ["world size", "65,536"]),
+    (["--env", "BIG=" + "x" * 100_000], ["env.BIG", "32 KiB"]),
+    (["--backend", "k8s", "--script", "big.py"], ["big.py", "1 MiB"]),
+])
+def test_out_of_bound_flags_are_one_line_and_exit_2(tmp_path, args, words):
+    (tmp_path / "big.py").write_bytes(b"#" * (2 * 1024 * 1024))
+    for command in (["validate"], ["render", "k8s"]):
+        line = one_line_error(labctl(*command, *args, cwd=tmp_path, timeout=60), 2)
+        assert all(w in line for w in words), line
+
+
+def test_render_k8s_of_a_script_with_a_space_and_latin1_bytes(tmp_path):
+    """Case 10 and the non-UTF-8 traceback: the render succeeds, the key is valid and
+    the file keeps its name and bytes."""
+    import base64
+
+    import yaml
+    raw = b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n"
+    (tmp_path / "my train.py").write_bytes(raw)
+    done = labctl("render", "k8s", "--script", "my train.py", cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    configmap = next(d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "ConfigMap")
+    assert base64.b64decode(configmap["binaryData"]["my_train.py"]) == raw

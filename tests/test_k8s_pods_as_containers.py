@@ -72,14 +72,18 @@ def docker_run_args(job: dict, service: dict, index: int, network: str, name: st
     if sc["allowPrivilegeEscalation"] is False:
         args += ["--security-opt", "no-new-privileges"]
     args += [f"--cap-drop={cap}" for cap in sc["capabilities"]["drop"]]
+    if sc.get("readOnlyRootFilesystem"):
+        args += ["--read-only"]
     limits = container["resources"]["limits"]
     args += ["--cpus", _cpus(limits["cpu"]), "--memory", str(_bytes(limits["memory"]))]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}      # a JobSet's store pod has none
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
-        if "emptyDir" in volume:
-            assert mount["mountPath"] == "/dev/shm" and volume["emptyDir"]["medium"] == "Memory"
+        if "emptyDir" in volume and volume["emptyDir"].get("medium") == "Memory":
+            assert mount["mountPath"] == "/dev/shm"
             args += ["--shm-size", str(_bytes(volume["emptyDir"]["sizeLimit"]))]
+        elif "emptyDir" in volume:
+            args += _empty_dir(mount)
         else:
             assert script_dir is not None and mount["readOnly"] is True
             args += ["-v", f"{script_dir}:{mount['mountPath']}:ro"]
@@ -89,6 +93,11 @@ def docker_run_args(job: dict, service: dict, index: int, network: str, name: st
     command = pod_command(job, index)
     assert container["imagePullPolicy"] == "IfNotPresent"
     return args + ["--entrypoint", command[0], container["image"], *command[1:]]
+
+
+def _empty_dir(mount: dict) -> list[str]:
+    """kubelet's emptyDir: an empty, world-writable directory (a tmpfs here)."""
+    return ["--mount", f"type=tmpfs,destination={mount['mountPath']},tmpfs-mode=1777"]
 
 
 def store_run_args(job: dict, service: dict, network: str, name: str) -> list[str]:
@@ -102,6 +111,10 @@ def store_run_args(job: dict, service: dict, network: str, name: str) -> list[st
             "--network-alias", service["metadata"]["name"],
             "--user", f"{pod_sc['runAsUser']}:{pod_sc['runAsGroup']}", "--security-opt", "no-new-privileges"]
     args += [f"--cap-drop={cap}" for cap in sc["capabilities"]["drop"]]
+    if sc.get("readOnlyRootFilesystem"):
+        args += ["--read-only"]
+    for mount in container.get("volumeMounts", []):
+        args += _empty_dir(mount)
     for item in container["env"]:
         args += ["-e", f"{item['name']}={item['value']}"]
     command = container["command"]
@@ -124,8 +137,11 @@ def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
     if configmap:
         script_dir = tmp_path / "configmap"
         script_dir.mkdir()
-        for key, text in configmap["data"].items():
-            (script_dir / key).write_text(text)
+        # the volume's items name each key's file (keys are sanitized, files keep their name)
+        paths = {i["key"]: i["path"] for v in jobs[0]["spec"]["template"]["spec"]["volumes"]
+                 if v["name"] == "script" for i in v["configMap"].get("items", [])}
+        for key, text in configmap.get("data", {}).items():
+            (script_dir / paths.get(key, key)).write_text(text)
         script_dir.chmod(0o755)
     rundir = RunDir.create(the_plan, out=tmp_path / run_id)
     suffix = secrets.token_hex(3)

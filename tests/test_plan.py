@@ -103,3 +103,87 @@ def test_node_command_for_direct_mode_runs_every_worker_and_fails_if_one_does(tm
     argv0, env0 = node_command(p.nodes[0])
     assert argv0 == argv, "one script for every node: it reads NODE_RANK"
     assert subprocess.run(list(argv0), capture_output=True, env={**env0, "PATH": "/usr/bin:/bin"}).returncode == 0
+
+
+# ---- issue 23: LAB_INIT_METHOD always; a plan linear and small ----------------------
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+@pytest.mark.parametrize("init, url", [("env", "env://"), ("tcp", "tcp://lab-0:29501")])
+def test_every_worker_gets_lab_init_method_env_included(launcher, init, url):
+    """Case 11: a user script calling init_process_group(init_method=os.environ[
+    "LAB_INIT_METHOD"], ...) must not die with KeyError on the default lab."""
+    p = _plan(launcher=launcher, init_method=init)
+    for node in p.nodes:
+        for proc in node.processes:
+            assert proc.env["LAB_INIT_METHOD"] == url
+    s = spec.from_dict({"launcher": launcher})
+    local = plan.plan(s, local_placement(s, 12345), "r")
+    assert all(proc.env["LAB_INIT_METHOD"] == "env://" for n in local.nodes for proc in n.processes)
+
+
+def test_direct_workers_share_the_nodes_env_and_argv():
+    """The node carries what its workers share once; a worker only RANK and LOCAL_RANK."""
+    p = _plan(nodes=2, nproc_per_node=3, launcher="direct")
+    for node in p.nodes:
+        first = node.processes[0]
+        for local, proc in enumerate(node.processes):
+            assert proc.argv is first.argv
+            assert proc.own_env(node.env) == {"RANK": str(proc.rank), "LOCAL_RANK": str(local)}
+            assert dict(proc.env) == {**node.env, "RANK": str(proc.rank), "LOCAL_RANK": str(local)}
+    data = p.to_dict()
+    node1 = data["nodes"][1]
+    assert node1["env"]["GROUP_RANK"] == "1" and "RANK" not in node1["env"]
+    assert node1["processes"][2] == {"rank": 5, "env": {"RANK": "5", "LOCAL_RANK": "2"}}
+    full = plan.process_dicts(node1)
+    assert full[2]["env"] == dict(p.nodes[1].processes[2].env) and full[2]["argv"] == node1["argv"]
+
+
+@pytest.mark.parametrize("fields", [
+    {"launcher": "direct", "nodes": 2, "nproc_per_node": 3},
+    {"nodes": 3, "replicas": 2, "init_method": "tcp"},
+    {"nodes": 2, "env": {"ODD": "quote \" back \\ tab \t é \u2028"}},
+])
+def test_plan_json_is_the_plan_as_data(fields):
+    """to_json (plan.json, `render plan`) writes exactly to_dict; readers rebuild each
+    process's whole argv and env from it."""
+    s = spec.from_dict(fields)
+    p = plan.plan(s, local_placement(s, 20000), "r")
+    assert json.loads(p.to_json()) == p.to_dict()
+    data = json.loads(p.to_json())
+    for node, launch in zip(data["nodes"], p.nodes):
+        assert [(d["argv"], d["env"]) for d in plan.process_dicts(node)] == \
+            [(list(proc.argv), dict(proc.env)) for proc in launch.processes]
+
+
+def test_the_direct_plan_at_the_largest_world_is_small_and_linear():
+    """Case 7: 65,536 direct workers were 1.3 KB each (24 GB at 4096 x 1024, now
+    refused). A worker is one short line of plan.json, and the plan is linear in it."""
+    def size(nodes: int, nproc: int) -> int:
+        s = spec.from_dict({"launcher": "direct", "nodes": nodes, "nproc_per_node": nproc})
+        return len(plan.plan(s, local_placement(s, 20000), "r").to_json())
+    small, large = size(64, 16), size(64, 1024)
+    per_worker = (large - small) / (64 * (1024 - 16))
+    assert per_worker < 80, f"{per_worker:.0f} bytes of plan.json per worker"
+    assert size(4096, 16) < 12 * 2 ** 20
+
+
+def test_a_user_script_joins_through_lab_init_method_on_the_default_init(tmp_path):
+    """Case 11, for real: the script the init-method issue promised works on the
+    default (env://) lab; before, it died with KeyError: 'LAB_INIT_METHOD'."""
+    from conftest import labctl
+
+    (tmp_path / "join.py").write_text(
+        "import os\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo', init_method=os.environ['LAB_INIT_METHOD'],\n"
+        "                        rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE']))\n"
+        "dist.barrier()\n"
+        "print('joined', os.environ['LAB_INIT_METHOD'], dist.get_rank(), flush=True)\n"
+        "dist.destroy_process_group()\n")
+    done = labctl("up", "--script", "join.py", "--launcher", "direct", "--nodes", "1",
+                  "--nproc-per-node", "2", "--timeout", "120", "--out", "run", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    logs_text = "".join(p.read_text() for p in (tmp_path / "run" / "ranks").glob("rank-*.log"))
+    assert "joined env:// 0" in logs_text and "joined env:// 1" in logs_text

@@ -1,6 +1,7 @@
 """The Kubernetes render: schema-valid, golden, and one template that *is* every node."""
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import json
@@ -407,6 +408,11 @@ def test_pods_meet_the_restricted_pod_security_standard():
     assert pod["automountServiceAccountToken"] is False
     assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
     assert "volumes" in pod and all(set(v) & {"emptyDir", "configMap"} for v in pod["volumes"])
+    # a read-only root; the workloads write only to emptyDirs (/tmp, the WORKDIR /work, /dev/shm)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    written = {m["mountPath"] for m in container["volumeMounts"] if "emptyDir" in volumes[m["name"]]}
+    assert written == {"/tmp", "/work", "/dev/shm"}
 
 
 def test_network_policy_admits_only_pods_of_the_same_run():
@@ -415,7 +421,13 @@ def test_network_policy_admits_only_pods_of_the_same_run():
     same_run = {"matchLabels": {k8s.RUN_LABEL: "run-1"}}
     assert policy["spec"]["podSelector"] == same_run
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same_run}]}]
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    # out: only the run's own pods (any port) and cluster DNS on 53
+    to_run, to_dns = policy["spec"]["egress"]
+    assert to_run == {"to": [{"podSelector": same_run}]}
+    assert to_dns["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
+    assert sorted((p["protocol"], p["port"]) for p in to_dns["ports"]) == [("TCP", 53), ("UDP", 53)]
 
 
 def test_resources_shm_and_gpus():
@@ -438,7 +450,8 @@ def test_a_script_travels_in_a_read_only_configmap():
     assert configmap["kind"] == "ConfigMap" and configmap["data"] == {"train.py": SCRIPT_TEXT}
     pod = job_of(objects)["spec"]["template"]["spec"]
     assert {"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True} in pod["containers"][0]["volumeMounts"]
-    assert {"name": "script", "configMap": {"name": configmap["metadata"]["name"]}} in pod["volumes"]
+    assert {"name": "script", "configMap": {"name": configmap["metadata"]["name"], "items": [
+        {"key": "train.py", "path": "train.py"}]}} in pod["volumes"]
     assert f"{SCRIPT_MOUNT}/train.py" in node_command(p.nodes[0])[0]
 
 
@@ -689,4 +702,62 @@ def test_file_init_without_a_claim_is_one_clear_error():
     s = specmod.from_dict({"init_method": "file"})        # validated for local, rendered for k8s
     p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), "run-1")
     with pytest.raises(LabError, match=r"shared_volume: \{claim: NAME\}"):
+        k8s.render(p)
+
+
+# ---- issue 23, case 10: renders Kubernetes accepts ------------------------------------
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("script", ["my train.py", "d$USER (1).py", "tr\u00e4in.py"])
+def test_configmap_keys_are_sanitized_and_the_file_keeps_its_name(script, version):
+    p = make_plan(script=f"dir/{script}")
+    objects = k8s.render(p, script_text=SCRIPT_TEXT)
+    configmap = objects[0]
+    (key,) = configmap["data"]
+    assert k8s.CONFIGMAP_KEY.match(key) and len(key) <= 253, key
+    job = job_of(objects)
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "script"]
+    assert volume["configMap"]["items"] == [{"key": key, "path": script}]
+    assert f"{SCRIPT_MOUNT}/{script}" in node_command(p.nodes[0])[0], "the command runs the file by its name"
+    for obj in objects:
+        kv_utils.validate(obj, version, strict=True)
+
+
+def test_a_script_over_the_configmap_limit_is_one_clear_refusal(tmp_path, monkeypatch):
+    p = make_plan(script="train.py")
+    with pytest.raises(specmod.SpecError, match="ConfigMap at 1 MiB"):
+        k8s.render(p, script_text="#" * (1024 * 1024))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_bytes(b"#" * (5 * 1024 * 1024))
+    with pytest.raises(specmod.SpecError, match="train.py is over 1,048,576 bytes"):
+        k8s.render(p)
+    assert len(k8s.render(p, script_text="#" * (1024 * 1024 - 100))[0]["data"]["train.py"]) == 1024 * 1024 - 100
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_script_that_is_not_utf8_travels_as_its_exact_bytes(tmp_path, monkeypatch, version):
+    """A Latin-1 script with its coding line is valid Python: binaryData keeps its bytes."""
+    monkeypatch.chdir(tmp_path)
+    raw = b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n"
+    (tmp_path / "train.py").write_bytes(raw)
+    objects = k8s.render(make_plan(script="train.py"))
+    configmap = objects[0]
+    assert "data" not in configmap and base64.b64decode(configmap["binaryData"]["train.py"]) == raw
+    for obj in objects:
+        kv_utils.validate(obj, version, strict=True)
+
+
+def test_int_fields_fit_kubernetes_at_the_largest_timeout():
+    job = job_of(k8s.render(make_plan(timeout=1e9)))
+    assert job["spec"]["activeDeadlineSeconds"] == 10 ** 9 <= k8s.MAX_INT64
+    for bad in ("1e308", "inf", "nan", 1e10):
+        with pytest.raises(specmod.SpecError, match="timeout"):
+            make_plan(timeout=bad)
+
+
+def test_annotations_over_kubernetes_256_kib_are_refused():
+    """Every field within its own bound, but the lab description the Job stores as an
+    annotation, escaped as JSON, passes 256 KiB: one clear line, not a rejected apply."""
+    env = {f"V{i}": "\x01" * 15_000 for i in range(4)}          # 6 bytes each as JSON
+    p = make_plan(env=env)
+    with pytest.raises(specmod.SpecError, match="annotations .* 256 KiB"):
         k8s.render(p)

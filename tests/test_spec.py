@@ -299,3 +299,97 @@ def test_bad_elastic_settings_are_one_line(data, field, hint):
         spec.from_dict(data, source="lab.yaml")
     message = str(err.value)
     assert message.startswith(f"lab.yaml: {field}: expected") and hint in message and "\n" not in message
+
+
+# ---- bounded input (issue 23, cases 6-8) ------------------------------------------
+import time  # noqa: E402
+
+import hostile_labs  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(hostile_labs.HOSTILE))
+def test_hostile_lab_files_are_one_line_refusals_without_building_them(tmp_path, name):
+    """Billion laughs in every real field, 50 MB of comments, binary, a trailing
+    \\xff\\xfe, 100,000 '[', deep nesting, duplicate keys, huge env, huge world: each a
+    SpecError of one line naming the file, before anything big is built."""
+    path = hostile_labs.write(tmp_path, name)
+    started = time.monotonic()
+    with pytest.raises(SpecError) as err:
+        spec.load(path)
+    message = str(err.value)
+    assert time.monotonic() - started < 5, "generous: the benchmark holds it under 1 s"
+    assert "\n" not in message and len(message) < 400, message
+    assert message.startswith(str(path))
+    for word in hostile_labs.HOSTILE[name][1]:
+        assert word in message, message
+
+
+def test_the_largest_accepted_lab_file_validates(tmp_path):
+    s = spec.load(hostile_labs.write(tmp_path, "largest-accepted"))
+    assert s.world_size == spec.MAX_WORLD and len(s.env) == 4 and len(s.script_args) == 3
+
+
+def test_a_lab_file_is_read_no_further_than_its_cap(tmp_path):
+    """A FIFO or /dev/zero has no size; the reader stops one byte past the cap."""
+    with pytest.raises(SpecError, match="/dev/zero: larger than 1024 KiB"):
+        spec.load("/dev/zero")
+    with pytest.raises(SpecError, match="a folder"):
+        spec.load(tmp_path)
+
+
+@pytest.mark.parametrize("data, field, hint", [
+    ({"nodes": 4096, "nproc_per_node": 17}, "world size", "65,536"),
+    ({"nodes": 64, "nproc_per_node": 64, "replicas": 17}, "world size", "replicas 17"),
+    ({"nodes": 4096, "nproc_per_node": 1, "replicas": 2}, "nodes", "4,096 nodes in a lab"),
+    ({"timeout": "1e308"}, "timeout", "1,000,000,000"),
+    ({"timeout": float("inf")}, "timeout", "seconds"),
+    ({"timeout": float("nan")}, "timeout", "seconds"),
+    ({"join_timeout": 10 ** 400}, "join_timeout", "seconds"),
+    ({"pg_timeout": 2e9}, "pg_timeout", "seconds"),
+    ({"nodes": "9" * 5000}, "nodes", "integer"),
+    ({"env": {"BIG": "x" * 40_000}}, "env.BIG", "32 KiB"),
+    ({"env": {f"V{i}": "x" * 20_000 for i in range(4)}}, "env", "64 KiB in all"),
+    ({"script": "t.py", "script_args": ["a" * 40_000]}, "script_args[0]", "32 KiB"),
+    ({"script": "t.py", "script_args": ["a" * 30_000] * 3}, "script_args", "64 KiB in all"),
+    ({"workloads": ["env"] * 300}, "workloads", "256 entries"),
+    ({"script": "x" * 5000 + ".py"}, "script", "a path"),
+    ({"k8s": {"annotations": {"example.com/a": "x" * 70_000}}}, "k8s.annotations", "64 KiB"),
+    ({"k8s": {"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute",
+                               "tolerationSeconds": 2 ** 64}]}}, "tolerationSeconds", "at most"),
+    ({"resources": {"memory": "9" * 40 + "Ti"}}, "resources.memory", "quantity"),
+    ({"resources": {"cpu": "99999999999999999"}}, "resources.cpu", "quantity"),
+])
+def test_sizes_and_numbers_are_bounded(data, field, hint):
+    with pytest.raises(SpecError) as err:
+        spec.from_dict(data)
+    message = str(err.value)
+    assert field in message and hint in message, message
+    assert "\n" not in message and len(message) < 500, "never echoes a huge value"
+
+
+def test_the_largest_world_and_env_are_accepted():
+    s = spec.from_dict({"nodes": 64, "nproc_per_node": 1024, "timeout": 1e9,
+                        "env": {"BIG": "x" * (32 * 1024 - 5)}})
+    assert s.world_size == 65536 and s.timeout == 1e9
+    assert spec.from_dict({"nodes": 4096, "nproc_per_node": 16}).world_size == 65536
+
+
+def test_duplicate_keys_are_an_error_at_every_level(tmp_path):
+    f = tmp_path / "lab.yaml"
+    f.write_text("env:\n  A: 1\n  B: 2\n  A: 3\n")
+    with pytest.raises(SpecError, match=r"line 4: the key 'A' is given twice \(first at line 2\)"):
+        spec.load(f)
+    f.write_text("env: {A: 1}\nresources: {cpu: '1'}\n")       # the same key in two maps is fine
+    assert spec.load(f).env == {"A": "1"}
+
+
+def test_k8s_script_over_the_configmap_limit_is_refused_at_validate(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "big.py").write_bytes(b"#" * (1024 * 1024 + 1))
+    (tmp_path / "small.py").write_text("print(1)\n")
+    with pytest.raises(SpecError, match="script: .*1 MiB on the k8s backend"):
+        spec.from_dict({"backend": "k8s", "script": "big.py"})
+    assert spec.from_dict({"backend": "local", "script": "big.py"}).script == "big.py"
+    assert spec.from_dict({"backend": "k8s", "script": "small.py"}).script == "small.py"
+    with pytest.raises(SpecError, match=r"start with '\.\.'"):
+        spec.from_dict({"backend": "k8s", "script": "..x.py"})

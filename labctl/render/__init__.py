@@ -87,5 +87,5 @@ def files(target: str, plan: LaunchPlan) -> dict[str, str]:
 
 def text(target: str, plan: LaunchPlan) -> str:
     if target == "plan":
-        return json.dumps(plan.to_dict(), indent=2) + "\n"
+        return plan.to_json()
     return _renderer(target, plan.spec).text(plan)

@@ -26,6 +26,7 @@ the shared directory of every node pod (fsGroup makes it writable for uid 1000).
 """
 from __future__ import annotations
 
+import base64
 import copy
 import math
 import re
@@ -39,7 +40,7 @@ from ..errors import LabError
 from ..plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
                     node_hostname, replica_name, store_hostname)
 from . import SPEC_KEY, dump_yaml, stored_spec
-from ..spec import QUEUE_LABEL, LabSpec
+from ..spec import QUEUE_LABEL, LabSpec, SpecError
 
 RUN_LABEL = "labctl.dev/run-id"
 COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -54,6 +55,21 @@ GPU_RESOURCE = "nvidia.com/gpu"     # the NVIDIA device plugin's extended resour
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
+
+# Kubernetes' own limits (apimachinery / core validation), checked here so that a render
+# kubectl would refuse is one clear line instead (docs/limits.md).
+CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")   # IsConfigMapKey
+MAX_CONFIGMAP_BYTES = 1024 * 1024                  # MaxConfigMapSize: keys + values of data/binaryData
+MAX_ANNOTATIONS_BYTES = 256 * 1024                 # TotalAnnotationSizeLimitB: keys + values
+MAX_INT64 = 2 ** 63 - 1
+# Where the lab's workloads write in a pod whose root filesystem is read-only: the
+# images' WORKDIR (/work: elastic checkpoints without a shared dir, a script's files)
+# and /tmp (torchrun's log dir, tempfile). /dev/shm is the dshm volume.
+WRITABLE_DIRS = (("tmp", "/tmp"), ("work", "/work"))
+# Egress: the run's own pods, and cluster DNS (CoreDNS and kube-dns both carry
+# k8s-app=kube-dns in kube-system) on port 53, UDP and TCP.
+DNS_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
 
 REPLICA_LABEL = "labctl.dev/replica"
 STORE_CONTAINER = "store"
@@ -110,6 +126,13 @@ def metadata(plan: LaunchPlan, name: str | None, component: str,
                       **(extra_labels or {})}
     annotations = {**dict(sorted(settings.annotations.items())), **(extra_annotations or {})}
     if annotations:
+        size = sum(len(k.encode()) + len(v.encode("utf-8", "surrogateescape"))
+                   for k, v in annotations.items())
+        if size > MAX_ANNOTATIONS_BYTES:
+            raise SpecError(f"k8s render: the {component} object's annotations (k8s.annotations "
+                            f"and the lab description labctl stores) take {size:,} bytes; "
+                            f"Kubernetes allows {MAX_ANNOTATIONS_BYTES // 1024} KiB in all: "
+                            "shorten k8s.annotations, env or script_args (docs/limits.md)")
         meta["annotations"] = annotations
     return meta
 
@@ -278,18 +301,7 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
                        "ReadWriteMany claim every pod mounts (example: shared_volume: {claim: lab-shared})")
     objects: list[dict[str, Any]] = []
     if spec.script:
-        if script_text is None:
-            path = Path(spec.script)
-            if not path.is_file():
-                raise LabError(f"script: no such file: {spec.script} (the k8s render puts it "
-                               "into a ConfigMap; give a path relative to this folder)")
-            script_text = path.read_text()
-        objects.append({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": metadata(plan, script_configmap_name(spec), "script"),
-            "data": {_script_key(spec): script_text},
-        })
+        objects.append(_script_configmap(plan, script_text))
     if spec.replicas == 1:
         objects += [_service(plan), _network_policy(plan), _job(plan)]
         return objects
@@ -303,7 +315,52 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
 
 
 def _script_key(spec: LabSpec) -> str:
+    """The ConfigMap key: the script's file name with every character Kubernetes does not
+    allow in a key (`[-._a-zA-Z0-9]+`) as `_`; the volume's items map it back to the
+    file name, so the script keeps its name under SCRIPT_MOUNT."""
+    name = _script_name(spec)
+    return re.sub(r"[^-._a-zA-Z0-9]", "_", name)[-253:]
+
+
+def _script_name(spec: LabSpec) -> str:
     return spec.script.rsplit("/", 1)[-1] if spec.script else ""
+
+
+def _script_configmap(plan: LaunchPlan, script_text: str | None) -> dict[str, Any]:
+    """The user's script as a ConfigMap: `data` when it is UTF-8 text, else `binaryData`
+    (the exact bytes: Python reads a script in whatever encoding its coding line says).
+    Over Kubernetes' 1 MiB ConfigMap limit it is a refusal (SpecError, exit 2)."""
+    spec = plan.spec
+    key = _script_key(spec)
+    if script_text is not None:
+        raw = script_text.encode("utf-8", "surrogateescape")
+    else:
+        path = Path(spec.script or "")
+        if not path.is_file():
+            raise LabError(f"script: no such file: {spec.script} (the k8s render puts it "
+                           "into a ConfigMap; give a path relative to this folder)")
+        raw = _read_script(path)
+    if len(raw) + len(key) > MAX_CONFIGMAP_BYTES:
+        raise SpecError(script_too_large(spec.script or "", len(raw)))
+    try:
+        content: dict[str, Any] = {"data": {key: raw.decode("utf-8")}}
+    except UnicodeDecodeError:
+        content = {"binaryData": {key: base64.b64encode(raw).decode("ascii")}}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": metadata(plan, script_configmap_name(spec), "script"), **content}
+
+
+def _read_script(path: Path) -> bytes:
+    """At most one byte over the limit: a huge file is refused without reading it all."""
+    with open(path, "rb") as f:
+        return f.read(MAX_CONFIGMAP_BYTES + 1)
+
+
+def script_too_large(script: str, size: int) -> str:
+    shown = f"{size:,} bytes" if size <= MAX_CONFIGMAP_BYTES else f"over {MAX_CONFIGMAP_BYTES:,} bytes"
+    return (f"script: {script} is {shown}; the k8s backend carries it in a ConfigMap, and "
+            f"Kubernetes caps a ConfigMap at 1 MiB (docs/limits.md): bake larger code into "
+            "the image (image: ...) and run a small script")
 
 
 def _ports(plan: LaunchPlan) -> list[tuple[str, int]]:
@@ -352,9 +409,15 @@ def _network_policy(plan: LaunchPlan) -> dict[str, Any]:
         "metadata": metadata(plan, plan.spec.name, "network-policy"),
         "spec": {
             "podSelector": same_run,
-            "policyTypes": ["Ingress"],
+            "policyTypes": ["Ingress", "Egress"],
             # gloo/NCCL open ports of their own choosing: admit every port, only from this run.
             "ingress": [{"from": [{"podSelector": same_run}]}],
+            # out: the same pods (every port), and cluster DNS to find them by name
+            "egress": [
+                {"to": [{"podSelector": same_run}]},
+                {"to": [copy.deepcopy(DNS_PEER)],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+            ],
         },
     }
 
@@ -372,9 +435,17 @@ def _security(spec: LabSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     container = {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,    # writes go to the emptyDirs (WRITABLE_DIRS, /dev/shm)
         "runAsNonRoot": True,
     }
     return pod, container
+
+
+def writable_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts, volumes): an emptyDir for each of WRITABLE_DIRS."""
+    mounts = [{"name": name, "mountPath": path} for name, path in WRITABLE_DIRS]
+    volumes = [{"name": name, "emptyDir": {}} for name, _ in WRITABLE_DIRS]
+    return mounts, volumes
 
 
 def _job_spec(plan: LaunchPlan, completions: int, indexed: bool, pod: dict[str, Any],
@@ -386,7 +457,7 @@ def _job_spec(plan: LaunchPlan, completions: int, indexed: bool, pod: dict[str, 
         "completions": completions,
         "parallelism": completions,
         "backoffLimit": 0,                      # one failed rank fails the lab
-        "activeDeadlineSeconds": max(1, math.ceil(plan.spec.timeout)),
+        "activeDeadlineSeconds": deadline_seconds(plan.spec),
         "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
     })
     if indexed and plan.spec.k8s.queue:
@@ -397,6 +468,15 @@ def _job_spec(plan: LaunchPlan, completions: int, indexed: bool, pod: dict[str, 
     return spec
 
 
+def deadline_seconds(spec: LabSpec) -> int:
+    """activeDeadlineSeconds: an int64 > 0 (spec.py bounds timeouts; this is the backstop)."""
+    seconds = max(1, math.ceil(spec.timeout))
+    if seconds > MAX_INT64:
+        raise SpecError(f"timeout: {spec.timeout:g} s does not fit Kubernetes' "
+                        "activeDeadlineSeconds (an int64)")
+    return seconds
+
+
 def _store_job(plan: LaunchPlan, store: NodeLaunch) -> dict[str, Any]:
     """The replica store: one pod, no volumes; it exits by itself after the lab's
     timeout (`--lifetime`), and labctl deletes it with the run."""
@@ -405,6 +485,7 @@ def _store_job(plan: LaunchPlan, store: NodeLaunch) -> dict[str, Any]:
     port = int(plan.placement.store_port or 0)
     pod_sc, container_sc = _security(spec)
     pod_sc.pop("fsGroup", None)
+    mounts, volumes = writable_volumes()
     container = {
         "name": STORE_CONTAINER,
         "image": spec.resolved_image,
@@ -414,6 +495,7 @@ def _store_job(plan: LaunchPlan, store: NodeLaunch) -> dict[str, Any]:
         "ports": [{"name": "store", "containerPort": port, "protocol": "TCP"}],
         "resources": {"requests": dict(STORE_RESOURCES), "limits": dict(STORE_RESOURCES)},
         "securityContext": container_sc,
+        "volumeMounts": mounts,
     }
     pod = {
         "restartPolicy": "Never",
@@ -421,6 +503,7 @@ def _store_job(plan: LaunchPlan, store: NodeLaunch) -> dict[str, Any]:
         "enableServiceLinks": False,
         "securityContext": pod_sc,
         "containers": [container],
+        "volumes": volumes,
     }
     return {
         "apiVersion": "batch/v1",
@@ -445,9 +528,15 @@ def _job(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm}}]
+    writable_mounts, writable = writable_volumes()
+    mounts += writable_mounts
+    volumes += writable
     if spec.script:
         mounts.append({"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True})
-        volumes.append({"name": "script", "configMap": {"name": script_configmap_name(spec)}})
+        # key -> file name: the key is sanitized, the file keeps the script's own name
+        volumes.append({"name": "script", "configMap": {
+            "name": script_configmap_name(spec),
+            "items": [{"key": _script_key(spec), "path": _script_name(spec)}]}})
     if spec.shared_volume is not None and plan.placement.shared_dir:
         mounts.append({"name": "shared", "mountPath": plan.placement.shared_dir})
         volumes.append({"name": "shared", "persistentVolumeClaim": {"claimName": spec.shared_volume.claim}})
