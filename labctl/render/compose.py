@@ -88,17 +88,15 @@ def _escaped(value: Any) -> Any:
     return value
 
 
-def _hardened(pids: int, tmpfs_bytes: int) -> dict[str, Any]:
-    """What every container gets: no privilege to gain, no capability, a read-only root
-    with tmpfs where things are written (docs/compose.md, "Security defaults")."""
-    return {
-        "read_only": True,
-        "tmpfs_mounts": [{"type": "tmpfs", "target": path, "tmpfs": {"size": tmpfs_bytes}}
-                         for path in WRITABLE],
-        "security_opt": ["no-new-privileges:true"],
-        "cap_drop": ["ALL"],
-        "pids": pids,
-    }
+def _locked_down() -> dict[str, Any]:
+    """What every container gets: a read-only root, no privilege to gain, no capability
+    (docs/compose.md, "Security defaults"). A fresh dict: each service its own lists."""
+    return {"read_only": True, "security_opt": ["no-new-privileges:true"], "cap_drop": ["ALL"]}
+
+
+def _tmpfs(size: int) -> list[dict[str, Any]]:
+    """tmpfs where torch, the workloads and user scripts write, on the read-only root."""
+    return [{"type": "tmpfs", "target": path, "tmpfs": {"size": size}} for path in WRITABLE]
 
 
 def fault_capabilities(plan: LaunchPlan, index: int) -> list[str]:
@@ -128,7 +126,6 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
     if spec.replicas > 1:
         labels["labctl.dev/replica"] = str(node.replica)
     memory = quantity_bytes(spec.resources.memory)
-    hardened = _hardened(int(spec.resources.pids), memory // 2)
     service: dict[str, Any] = {
         "image": spec.resolved_image,
         "hostname": node.hostname,
@@ -140,22 +137,20 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
         "restart": "no",
         "stop_grace_period": STOP_GRACE,
         "labels": _labels(plan, **labels),
-        "read_only": hardened["read_only"],
-        "security_opt": hardened["security_opt"],
-        "cap_drop": hardened["cap_drop"],
+        **_locked_down(),
     }
     if fault_capabilities(plan, node.index):
         service["cap_add"] = fault_capabilities(plan, node.index)
     if plan.services:
         service["depends_on"] = {svc.hostname: {"condition": "service_started"} for svc in plan.services}
     reservations: dict[str, Any] = {"cpus": _cpus(spec.resources.cpu), "memory": str(memory)}
-    limits: dict[str, Any] = {**reservations, "pids": hardened["pids"]}
+    limits: dict[str, Any] = {**reservations, "pids": int(spec.resources.pids)}
     if spec.dist_backend == "nccl":
         # One GPU per worker, as on Kubernetes (nvidia.com/gpu = nproc_per_node).
         reservations["devices"] = [{"driver": "nvidia", "count": spec.nproc_per_node,
                                     "capabilities": ["gpu"]}]
     service["deploy"] = {"resources": {"limits": limits, "reservations": reservations}}
-    volumes = list(hardened["tmpfs_mounts"])
+    volumes = _tmpfs(memory // 2)
     if spec.script and plan.placement.script_path:
         volumes.append({"type": "bind", "source": spec.script,
                         "target": plan.placement.script_path, "read_only": True})
@@ -168,7 +163,6 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
 def _helper(plan: LaunchPlan, svc: NodeLaunch) -> dict[str, Any]:
     """A plan service (the replica store): one process, on the lab network, no resources reserved."""
     (proc,) = svc.processes
-    hardened = _hardened(HELPER_PIDS, HELPER_TMP)
     return {
         "image": plan.spec.resolved_image,
         "hostname": svc.hostname,
@@ -179,11 +173,9 @@ def _helper(plan: LaunchPlan, svc: NodeLaunch) -> dict[str, Any]:
         "restart": "no",
         "stop_grace_period": STOP_GRACE,
         "labels": _labels(plan, **{"labctl.dev/service": svc.hostname}),
-        "read_only": hardened["read_only"],
-        "security_opt": hardened["security_opt"],
-        "cap_drop": hardened["cap_drop"],
-        "deploy": {"resources": {"limits": {"pids": hardened["pids"]}}},
-        "volumes": hardened["tmpfs_mounts"],
+        **_locked_down(),
+        "deploy": {"resources": {"limits": {"pids": HELPER_PIDS}}},
+        "volumes": _tmpfs(HELPER_TMP),
     }
 
 
