@@ -14,6 +14,11 @@ Whatever happens — a failing rank, the deadline, a signal, an exception in
 the backend — the nodes still running are stopped, every node's log is
 collected *before* anything is deleted, and the outcome is decided by one
 rule (labctl.outcome.run_state). Backends only say how (labctl/backends/base.py).
+
+Collection is part of the run. A signal during it is noted and the collection
+goes on (the outcome is then the lab's own); a second one cuts it short: state
+interrupted, never passed. A collection that failed or was cut short deletes
+nothing (state error or interrupted): `labctl down` saves the logs later.
 """
 from __future__ import annotations
 
@@ -52,33 +57,63 @@ class RunResult:
     signal: str | None = None             # the signal that interrupted the run
     error: LabError | None = None         # the backend's error, re-raised after finalizing
     notes: list[str] = field(default_factory=list)
+    kept: bool = False                    # logs not all collected: the lab was not deleted
 
 
 class _Signals:
-    """While `raising`, a handled signal raises Interrupted; afterwards it is only noted."""
+    """How a handled signal acts, by phase of the run:
+
+    running     raises Interrupted (the lab is stopped, then collected)
+    collecting  the first signal is noted and the collection goes on; a further one
+                (the run's own interrupt counts) raises Interrupted: collection cut short
+    cleaning    noted only (stopping the nodes, deleting the lab)
+    """
 
     def __init__(self) -> None:
         self.raising = True
+        self.collecting = False
         self.deferred: list[int] = []
+        self.seen = 0                 # handled signals so far, the run's interrupt included
+        self.say: Progress = lambda line: None
 
     def handler(self, signum, frame) -> None:
+        self.seen += 1
         if self.raising:
             self.raising = False
             raise Interrupted(signum)
+        if self.collecting and self.seen > 1:
+            self.collecting = False
+            raise Interrupted(signum)
         self.deferred.append(signum)
+        if self.collecting:
+            try:
+                self.say(f"{signal_name(signum)}: collecting the logs first; send it again to cut "
+                         "the collection short (the lab is then kept for `labctl down`)")
+            except Exception:         # print reentered from a signal handler: never fatal
+                pass
+
+    @contextmanager
+    def collection(self) -> Iterator[None]:
+        """While the logs are collected: see the class docstring."""
+        self.collecting = True
+        try:
+            yield
+        finally:
+            self.collecting = False
 
 
 @contextmanager
 def signals_raise() -> Iterator[_Signals]:
     """SIGINT, SIGTERM and SIGHUP raise Interrupted while the lab runs; once cleanup
-    starts (`.raising = False`) they are deferred: a second Ctrl-C must not cut the
-    log collection short."""
+    starts (`.raising = False`) they are deferred, except a second one during the log
+    collection (`.collection()`), which cuts it short."""
     state = _Signals()
     previous = {s: signal.signal(s, state.handler) for s in HANDLED_SIGNALS}
     try:
         yield state
     finally:
         state.raising = False
+        state.collecting = False
         for s, h in previous.items():
             signal.signal(s, h)
 
@@ -291,16 +326,28 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
             for fault in list(faults.active):     # a frozen or cut-off node cannot be stopped
                 fire(backend, rundir, clock, t0, faults, fault.at + (fault.duration or 0), fault,
                      "end", say, note="ended early: the lab ended")
+            signals.say = say
             finished = _finish(backend, rundir, plan, started, w.outcomes, stop_reason,
-                               exited, observe, say, lambda: round(clock() - t0, 3))
+                               exited, observe, say, signals, lambda: round(clock() - t0, 3))
     outcomes, notes = finished.outcomes, finished.notes
     for o in outcomes:
         if o.index in tolerated(outcomes, nodes, fewest) and not o.reason:
             o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
-    if signals.deferred and interrupted_by is None:
-        notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned up")
-    return RunResult(run_state(state, outcomes, nodes, fewest), outcomes, message, interrupted_by,
-                     error, notes)
+    state = run_state(state, outcomes, nodes, fewest)
+    before = f" (before that: {message})" if message else ""
+    if finished.cut_by is not None:       # never a pass: not every log was seen
+        state, interrupted_by = RunState.INTERRUPTED, interrupted_by or finished.cut_by
+        message = (f"interrupted ({finished.cut_by}) while collecting the logs: they are "
+                   f"incomplete and the lab was kept; `labctl down {rundir.path}` saves them"
+                   + before)
+    elif finished.failure:
+        state = RunState.ERROR
+        message = (f"collecting the logs failed: {finished.failure}; nothing was deleted; "
+                   f"`labctl down {rundir.path}` saves them, then removes the lab" + before)
+    elif signals.deferred and interrupted_by is None:
+        notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned "
+                     "up; every log was collected first, and the outcome is the lab's own")
+    return RunResult(state, outcomes, message, interrupted_by, error, notes, finished.kept)
 
 
 def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
@@ -380,14 +427,26 @@ def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progres
 class _Finished:
     outcomes: list[NodeOutcome]
     notes: list[str]
+    collected: bool = True            # every node's log is in the folder, checked
+    cut_by: str | None = None         # the signal that cut the collection short
+    failure: str = ""                 # why the logs could not be collected
+    kept: bool = False                # nothing deleted: the lab keeps the logs not collected
 
 
 def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             outcomes: list[NodeOutcome], stop_reason: str, exited: dict[int, float],
-            observe, say: Progress, elapsed=lambda: None) -> _Finished:
-    """Stop what still runs, collect every log, then delete: in this order, always."""
+            observe, say: Progress, signals: _Signals, elapsed=lambda: None) -> _Finished:
+    """Stop what still runs, collect every log, then delete: in this order, always.
+
+    Nothing is deleted unless every log is in the folder: a collection that
+    failed or was cut short by a second signal keeps the lab (`labctl down`
+    saves the logs, then deletes). Backends whose logs are in the folder
+    already (`live_logs`) and labs that never started are deleted regardless:
+    there is nothing more to save, and nothing may be left running."""
     notes: list[str] = []
     stopped: set[int] = set()
+    done = _Finished(outcomes, notes, collected=False)
+    final = outcomes
     try:
         try:
             outcomes = observe()
@@ -400,12 +459,25 @@ def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
             stopped = set(running)
             for index in running:         # when they ended, for the report's timeline
                 exited.setdefault(index, elapsed())
-        final = backend.collect(rundir)
-    except Exception as exc:
-        notes.append(f"collecting failed: {type(exc).__name__}: {exc}")
+        with signals.collection():
+            say(f"collecting the logs of {len(plan.nodes)} node(s)")
+            final = backend.collect(rundir)
+        done.collected = True
+    except Interrupted as exc:            # a second signal during the collection
+        done.cut_by = exc.signal
+        notes.append(f"{exc.signal} cut the log collection short: the logs in the folder "
+                     "are incomplete")
         say(notes[-1])
-        final = outcomes
-    finally:
+    except Exception as exc:
+        done.failure = str(exc) if isinstance(exc, LabError) else f"{type(exc).__name__}: {exc}"
+        notes.append(f"collecting the logs failed: {done.failure}")
+        say(notes[-1])
+    if not done.collected and started and not backend.live_logs:
+        done.kept = True
+        notes.append(f"nothing was deleted, so that no log is lost: `labctl down {rundir.path}` "
+                     "saves every node's log, then removes the lab")
+        say(notes[-1])
+    else:
         try:
             removed = backend.delete()
             if removed:
@@ -424,4 +496,5 @@ def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
         result.append(o)
     if not started:
         result = [NodeOutcome(n.index, n.hostname) for n in plan.nodes]
-    return _Finished(result, notes)
+    done.outcomes = result
+    return done

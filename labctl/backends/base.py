@@ -11,7 +11,9 @@ subclasses only start, monitor and stop workers. One instance serves one run
     start(plan, rundir)        create the nodes; node logs go into the run folder
     poll() -> [NodeOutcome]    one per plan node, never blocking for long
     stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
-    collect(rundir) -> [...]   write every node's log into the run folder; final outcomes
+    collect(rundir) -> [...]   write every node's log into the run folder; final outcomes.
+                               Raise when a log cannot be saved whole: the driver then
+                               deletes nothing (the state is error), `labctl down` saves it
     delete() -> str            remove what start created; one line on what was removed
     find_runs() -> [run id]    the runs this backend can see (by the run label)
     attach_by_id(run_id)       find a run labctl rendered but did not start (kubectl,

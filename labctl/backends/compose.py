@@ -31,6 +31,16 @@ from .base import Backend, PreflightError, UnknownRun
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
+LOGS_TIMEOUT_S = 900.0     # one node's whole log (hundreds of MB on a loaded machine)
+
+
+def _cli(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """Run a docker/compose CLI call in a session of its own: a Ctrl-C at the terminal
+    goes to labctl's process group only, and labctl decides (a `docker logs` that
+    dies with labctl's Ctrl-C would lose the log). When labctl gives up on the call
+    (a signal raising in labctl, the timeout), subprocess.run kills it."""
+    return subprocess.run(argv, timeout=timeout, stdin=subprocess.DEVNULL,
+                          start_new_session=True, **kwargs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,8 +51,7 @@ def compose_command() -> tuple[str, ...]:
         if shutil.which(argv[0]) is None:
             continue
         try:
-            done = subprocess.run([*argv, "version", "--short"], capture_output=True, text=True,
-                                  timeout=30)
+            done = _cli([*argv, "version", "--short"], 30, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
             continue
         if done.returncode == 0 and done.stdout.strip().lstrip("v").startswith(("2.", "3.")):
@@ -54,9 +63,12 @@ def compose_command() -> tuple[str, ...]:
                    "install it with: bash scripts/ensure-docker.sh")
 
 
-def _docker(*args: str, timeout: float = CLI_TIMEOUT_S, check: bool = False) -> subprocess.CompletedProcess:
+def _docker(*args: str, timeout: float = CLI_TIMEOUT_S, check: bool = False,
+            text: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    if "stdout" not in kwargs:
+        kwargs["capture_output"] = True
     try:
-        done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+        done = _cli(["docker", *args], timeout, text=text, **kwargs)
     except FileNotFoundError:
         raise LabError("docker not found on PATH (install: bash scripts/ensure-docker.sh)") from None
     except subprocess.TimeoutExpired:
@@ -120,8 +132,7 @@ class _Project:
 
     def __call__(self, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
         try:
-            return subprocess.run([*self.argv, *args], capture_output=True, text=True,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
+            return _cli([*self.argv, *args], timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
             raise LabError(f"docker compose {args[0]} did not finish within {timeout:g}s "
                            f"(project {self.name})") from None
@@ -235,12 +246,12 @@ class ComposeBackend(Backend):
         return self.poll()
 
     def save_logs(self, rundir: RunDir) -> None:
+        """Every node's log, streamed to its file and checked, or LabError (then the
+        driver deletes nothing). `docker logs`, not `docker compose logs`: compose drops
+        a last line without a newline and keeps the whole log in memory."""
         assert self.project is not None
         for index, hostname in sorted(self.hostnames.items()):
-            logs = self.project("logs", "--no-log-prefix", "--no-color", hostname)
-            if logs.returncode != 0:
-                raise LabError(f"no log for {hostname}: {_last_line(logs.stderr)}")
-            rundir.write_node_log(index, logs.stdout + logs.stderr)
+            _save_log(self._container(index), hostname, rundir.node_log(index))
 
     def delete(self) -> str:
         if self.project is None:
@@ -384,6 +395,51 @@ class ComposeBackend(Backend):
                            f"--filter label={render_compose.RUN_LABEL}={self.run_id}")
         return (f"removed {len(containers)} container(s) and {len(networks)} network(s) "
                 f"of run {self.run_id} (compose project {self.project.name})")
+
+
+def _save_log(cid: str, hostname: str, path: Path) -> None:
+    """One container's log, byte for byte as its processes wrote it (stdout and stderr
+    in the engine's order: both go to the one file), synced to disk, then checked
+    against the engine: the file ends with the log's last entry (empty only when the
+    container printed nothing). A stopped container's log no longer changes."""
+    running = _docker("inspect", "--format", "{{.State.Running}}", cid)
+    if running.returncode != 0:
+        raise LabError(f"no log for {hostname}: {_last_line(running.stderr)}")
+    with open(path, "wb") as log:
+        try:
+            code = _docker("logs", cid, timeout=LOGS_TIMEOUT_S, text=False, stdout=log,
+                           stderr=log).returncode
+        except LabError:
+            raise LabError(f"the log of {hostname} was not read within {LOGS_TIMEOUT_S:g}s "
+                           f"(docker logs {cid[:12]})") from None
+        log.flush()
+        os.fsync(log.fileno())
+    if code != 0:
+        raise LabError(f"docker logs {hostname} failed (exit {code}): {_tail_line(path)}")
+    if running.stdout.strip() == "true":
+        return                        # still running (labctl stacks, down): it grows on
+    tail = _docker("logs", "--tail", "1", cid, text=False)
+    if tail.returncode != 0:
+        raise LabError(f"docker logs --tail 1 {hostname} failed: "
+                       f"{_last_line(tail.stderr.decode(errors='replace'))}")
+    last = [t for t in (tail.stdout, tail.stderr) if t]
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - max((len(t) for t in last), default=0)))
+        end = f.read()
+    if last and not any(end.endswith(t) for t in last):
+        raise LabError(f"the log of {hostname} in {path} ({size} bytes) does not end with the "
+                       "last entry the engine has for it: incomplete")
+    if not last and size:
+        raise LabError(f"the log of {hostname} in {path} has {size} bytes, and the engine "
+                       "has no entry for it")
+
+
+def _tail_line(path: Path) -> str:
+    """The last line of a file, for an error message (the CLI's complaint is there)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - 4096))
+        return _last_line(f.read().decode(errors="replace"))
 
 
 def _labelled(run_id: str) -> tuple[list[str], list[str]]:

@@ -3,12 +3,19 @@
 One service per node. Each service runs exactly `plan.node_command(node)`
 (never a rebuilt argv), with the node's hostname so that gloo binds to the
 container's own address and c10d finds node 0 by name, on one lab network.
-No published ports and no privileges: nodes talk only to each other (a node
-named in a `delay:` fault gets NET_ADMIN, for tc netem, and nothing else).
+No published ports and no privileges: nodes talk only to each other.
 
-Compose interpolates `$VAR` in every string, and the plan contains literal
-`$` (torchrun's `[rank${rank}]:` prefix template, the direct-mode bash loop),
-so every string we emit escapes `$` as `$$`.
+Hardened like the k8s render (docs/compose.md, "Security defaults"): limits
+equal to the lab's resources (cpus, memory, pids), no new privileges, every
+capability dropped (a node named in a `delay:` fault gets NET_ADMIN back, for
+tc netem, and nothing else), a read-only root with tmpfs where the workloads,
+torch and user scripts write (/tmp, the work dir /work, the lab user's home).
+
+Compose interpolates `$VAR` in every string value, mount targets included, and
+the plan contains literal `$` (torchrun's `[rank${rank}]:` prefix template, the
+direct-mode bash loop), as may any user-given name: `render` builds the
+document first and then escapes `$` as `$$` in every string value (`_escaped`),
+so no field can be forgotten.
 
 A user script is bind-mounted read-only from `spec.script` as given: a
 relative path resolves against the compose project directory, which the
@@ -36,6 +43,11 @@ SHARED_VOLUME = "shared"
 SHARED_VOLUME_SIZE = "64m"      # init files are a few bytes each
 IMAGE_UID = 1000                # the lab images' user
 STOP_GRACE = "5s"
+WORKDIR = "/work"               # the lab images' WORKDIR: the node's work dir (a tmpfs)
+HOME = "/home/lab"              # the lab images' user's home (a tmpfs)
+WRITABLE = ("/tmp", WORKDIR, HOME)   # tmpfs on the read-only root, each at most half the memory
+HELPER_PIDS = 256               # the replica store: one Python process
+HELPER_TMP = 64 << 20
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 10**-3}
 
@@ -64,6 +76,38 @@ def _escape(text: str) -> str:
     return text.replace("$", "$$")
 
 
+def _escaped(value: Any) -> Any:
+    """Every string value (not the keys: compose interpolates values only) with `$`
+    escaped, at any depth."""
+    if isinstance(value, str):
+        return _escape(value)
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
+
+
+def _locked_down() -> dict[str, Any]:
+    """What every container gets: a read-only root, no privilege to gain, no capability
+    (docs/compose.md, "Security defaults"). A fresh dict: each service its own lists."""
+    return {"read_only": True, "security_opt": ["no-new-privileges:true"], "cap_drop": ["ALL"]}
+
+
+def _tmpfs(size: int) -> list[dict[str, Any]]:
+    """tmpfs where torch, the workloads and user scripts write, on the read-only root."""
+    return [{"type": "tmpfs", "target": path, "tmpfs": {"size": size}} for path in WRITABLE]
+
+
+def fault_capabilities(plan: LaunchPlan, index: int) -> list[str]:
+    """The capabilities node `index` gets back for the lab's faults: NET_ADMIN for a
+    `delay:` on it (tc netem, run as root in the container). The other faults act from
+    outside (docker kill, pause, network disconnect) or signal the container's own
+    processes as their own user (kill-rank, stacks): none needs one."""
+    faults = list(map(parse_fault, plan.spec.faults))
+    return ["NET_ADMIN"] if any(f.kind == "delay" and f.target == index for f in faults) else []
+
+
 def _labels(plan: LaunchPlan, **extra: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": plan.spec.name,
@@ -81,36 +125,38 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
     labels = {"labctl.dev/node": str(node.index)}
     if spec.replicas > 1:
         labels["labctl.dev/replica"] = str(node.replica)
+    memory = quantity_bytes(spec.resources.memory)
     service: dict[str, Any] = {
         "image": spec.resolved_image,
         "hostname": node.hostname,
-        "command": [_escape(a) for a in argv],
-        "environment": {k: _escape(v) for k, v in env.items()},
+        "command": list(argv),
+        "environment": dict(env),
+        "working_dir": WORKDIR,
         "networks": [NETWORK],
         "shm_size": quantity_bytes(spec.resources.shm),
         "restart": "no",
         "stop_grace_period": STOP_GRACE,
         "labels": _labels(plan, **labels),
+        **_locked_down(),
     }
-    if any(f.kind == "delay" and f.target == node.index for f in map(parse_fault, spec.faults)):
-        service["cap_add"] = ["NET_ADMIN"]      # tc netem; only in labs that ask for a delay
+    if fault_capabilities(plan, node.index):
+        service["cap_add"] = fault_capabilities(plan, node.index)
     if plan.services:
         service["depends_on"] = {svc.hostname: {"condition": "service_started"} for svc in plan.services}
-    reservations: dict[str, Any] = {"cpus": _cpus(spec.resources.cpu),
-                                    "memory": str(quantity_bytes(spec.resources.memory))}
+    reservations: dict[str, Any] = {"cpus": _cpus(spec.resources.cpu), "memory": str(memory)}
+    limits: dict[str, Any] = {**reservations, "pids": int(spec.resources.pids)}
     if spec.dist_backend == "nccl":
         # One GPU per worker, as on Kubernetes (nvidia.com/gpu = nproc_per_node).
         reservations["devices"] = [{"driver": "nvidia", "count": spec.nproc_per_node,
                                     "capabilities": ["gpu"]}]
-    service["deploy"] = {"resources": {"reservations": reservations}}
-    volumes = []
+    service["deploy"] = {"resources": {"limits": limits, "reservations": reservations}}
+    volumes = _tmpfs(memory // 2)
     if spec.script and plan.placement.script_path:
-        volumes.append({"type": "bind", "source": _escape(spec.script),
+        volumes.append({"type": "bind", "source": spec.script,
                         "target": plan.placement.script_path, "read_only": True})
     if plan.placement.shared_dir:
         volumes.append({"type": "volume", "source": SHARED_VOLUME, "target": plan.placement.shared_dir})
-    if volumes:
-        service["volumes"] = volumes
+    service["volumes"] = volumes
     return service
 
 
@@ -120,12 +166,16 @@ def _helper(plan: LaunchPlan, svc: NodeLaunch) -> dict[str, Any]:
     return {
         "image": plan.spec.resolved_image,
         "hostname": svc.hostname,
-        "command": [_escape(a) for a in proc.argv],
-        "environment": {k: _escape(v) for k, v in proc.env.items()},
+        "command": list(proc.argv),
+        "environment": dict(proc.env),
+        "working_dir": WORKDIR,
         "networks": [NETWORK],
         "restart": "no",
         "stop_grace_period": STOP_GRACE,
         "labels": _labels(plan, **{"labctl.dev/service": svc.hostname}),
+        **_locked_down(),
+        "deploy": {"resources": {"limits": {"pids": HELPER_PIDS}}},
+        "volumes": _tmpfs(HELPER_TMP),
     }
 
 
@@ -138,7 +188,7 @@ def render(plan: LaunchPlan) -> dict[str, Any]:
         "services": services,
         # The lab description rides on the one network of the run: `labctl collect`
         # rebuilds the plan from it (docker compose keeps no copy of the file).
-        "networks": {NETWORK: {"labels": _labels(plan, **{SPEC_KEY: _escape(stored_spec(plan.spec))})}},
+        "networks": {NETWORK: {"labels": _labels(plan, **{SPEC_KEY: stored_spec(plan.spec)})}},
     }
     if plan.placement.shared_dir:
         doc["volumes"] = {SHARED_VOLUME: {
@@ -146,7 +196,7 @@ def render(plan: LaunchPlan) -> dict[str, Any]:
             "driver_opts": {"type": "tmpfs", "device": "tmpfs",
                             "o": f"uid={IMAGE_UID},gid={IMAGE_UID},size={SHARED_VOLUME_SIZE}"},
         }}
-    return doc
+    return _escaped(doc)
 
 
 def text(plan: LaunchPlan) -> str:
