@@ -281,6 +281,8 @@ def describe_failure(first: dict) -> str:
         return f"{who} was killed by fault {first['fault']} ({first.get('signal') or 'SIGKILL'})"
     if first.get("lost"):
         return f"node {first.get('node')} lost: {first['lost']}"
+    if first.get("hang") and first.get("collective"):
+        return f"hang in a collective: {first['collective']['text']}"
     text = f"rank {first.get('rank')}" if first.get("rank") is not None else "the launcher"
     if first.get("node") is not None:
         text += f" on node {first['node']}"

@@ -250,8 +250,10 @@ class RunDir:
             if fired and state is not RunState.INTERRUPTED:
                 first = _fault_cause(first, outcomes, found, fired)
         comm = self.merge_trace(failed=state is not RunState.PASSED)
-        if first is not None and comm is not None:
-            first["collective"] = comm          # the stuck/mismatched collective (issue 21)
+        if comm is not None:                    # the stuck/mismatched collective (issue 21)
+            if first is None:                   # a hang: nobody failed, the deadline came
+                first = {"rank": comm.get("rank"), "node": None, "exit_code": None, "hang": True}
+            first["collective"] = comm
         if first and not message:
             message = _failure_sentence(first)
         self.meta.update({

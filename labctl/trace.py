@@ -53,7 +53,12 @@ class Op:
     @property
     def label(self) -> str:
         shape = "[" + ", ".join(map(str, self.shape)) + "]" if self.shape is not None else "[]"
-        return f"{self.op} {shape}" + (f" {self.dtype}" if self.dtype else "")
+        return f"{self.op} {shape}"
+
+    @property
+    def signature(self) -> str:
+        """What must agree across ranks at one sequence number: op, shape and dtype."""
+        return f"{self.label} {self.dtype or ''}".strip()
 
 
 @dataclass
@@ -105,6 +110,7 @@ class Stuck:
     missing: list[int]              # member ranks that never entered it
     last: dict[int, str]            # rank -> its last collective entered ("#5 all_reduce [1000]")
     mismatch: str | None = None
+    culprit: int | None = None      # the rank that called something else, or never came
 
     def describe(self) -> str:
         parts = []
@@ -126,7 +132,7 @@ class Stuck:
     def to_dict(self) -> dict[str, Any]:
         return {"pg": self.pg, "seq": self.seq, "op": self.op, "waiting": self.waiting,
                 "missing": self.missing, "last": {str(r): v for r, v in sorted(self.last.items())},
-                "mismatch": self.mismatch, "text": self.describe()}
+                "mismatch": self.mismatch, "rank": self.culprit, "text": self.describe()}
 
 
 @dataclass
@@ -158,7 +164,8 @@ class Summary:
         """What status.json's first failure carries: the stuck collective per pg."""
         if not self.stuck and not self.mismatches:
             return None
-        return {"stuck": [s.to_dict() for s in self.stuck], "mismatches": self.mismatches[:5],
+        culprit = next((s.culprit for s in self.stuck if s.culprit is not None), None)
+        return {"rank": culprit, "stuck": [s.to_dict() for s in self.stuck], "mismatches": self.mismatches[:5],
                 "text": "; ".join([s.describe() for s in self.stuck] or self.mismatches[:1])}
 
 
@@ -246,8 +253,8 @@ class _Merge:
         self.named_ranks: set[int] = set()
         self.sent: dict[tuple[str, int, int], int] = {}      # (pg, src, dst) -> sends so far
         self.received: dict[tuple[str, int, int], int] = {}
-        # (pg, seq) -> rank -> (start, label): collectives not every member reached yet
-        self.open: dict[tuple[str, int], dict[int, tuple[int, str]]] = {}
+        # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
+        self.open: dict[tuple[str, int], dict[int, tuple[int, Op]]] = {}
         self.worst: list[tuple[int, int, Straggler]] = []     # min-heap of the worst ten
         self.tiebreak = 0
 
@@ -319,15 +326,15 @@ class _Merge:
     def collective(self, op: Op, members: list[int] | None) -> None:
         key = (op.pg, op.seq)
         seen = self.open.setdefault(key, {})
-        seen[op.rank] = (op.start, op.label)
+        seen[op.rank] = (op.start, op)
         if members is None or not set(members) <= set(seen):
             if len(self.open) > MAX_OPEN_INSTANCES:
                 self.open.pop(next(iter(self.open)))
             return
         del self.open[key]
-        labels = {label for _, label in seen.values()}
-        if len(labels) > 1:
-            self.s.mismatches.append(_mismatch_text(op.pg, op.seq, seen))
+        if len({o.signature for _, o in seen.values()}) > 1:
+            self.s.mismatches.append(_mismatch_text(op.pg, op.seq, {r: o for r, (_, o) in seen.items()}))
+            return                      # not a straggler: they never were in one collective
         starts = sorted((t, r) for r, (t, _) in seen.items())
         late = starts[-1][0] - starts[0][0]
         if len(starts) > 1:
@@ -339,12 +346,24 @@ class _Merge:
                 heapq.heapreplace(self.worst, item)
 
 
-def _mismatch_text(pg: str, seq: int, seen: dict[int, tuple[int, str]]) -> str:
-    """"rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #4 of default_pg"."""
+def _groups_by_signature(seen: dict[int, Op]) -> list[tuple[str, list[int]]]:
+    """Ranks grouped by what they called, the most common first (the dtype only when op
+    and shape agree everywhere)."""
+    dtype = len({o.label for o in seen.values()}) == 1
     by_label: dict[str, list[int]] = {}
-    for rank, (_, label) in sorted(seen.items()):
-        by_label.setdefault(label, []).append(rank)
-    ordered = sorted(by_label.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    for rank, o in sorted(seen.items()):
+        by_label.setdefault(o.signature if dtype else o.label, []).append(rank)
+    return sorted(by_label.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+
+
+def _odd_ranks(seen: dict[int, Op]) -> list[int]:
+    return sorted(r for _, ranks in _groups_by_signature(seen)[1:] for r in ranks)
+
+
+def _mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
+    """"rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #4 of
+    default_pg" (the dtype only when op and shape agree). The odd ranks are the fewer."""
+    ordered = _groups_by_signature(seen)
     common_label, common_ranks = ordered[0]
     odd = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}" for label, ranks in ordered[1:])
     return (f"{odd} where rank {common_ranks[0]} called {common_label}, "
@@ -433,14 +452,14 @@ def _stuck(readers: list[_RankReader], groups: dict[str, list[int]]) -> tuple[li
         waiting = sorted(r for r, op in inside.items() if op.end is None)
         missing = sorted(r for r in members if r not in inside)
         mismatch = None
-        labels = {op.label for op in inside.values()}
-        if len(labels) > 1:
-            mismatch = _mismatch_text(pg, top, {r: (op.start, op.label) for r, op in inside.items()})
+        if len({op.signature for op in inside.values()}) > 1:
+            mismatch = _mismatch_text(pg, top, inside)
             mismatches.append(mismatch)
         any_op = next(iter(inside.values()))
         if not waiting and not missing and not mismatch:
             continue
-        found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing,
+        culprit = _odd_ranks(inside)[0] if mismatch else (missing[0] if missing else None)
+        found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing, culprit=culprit,
                            last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},
                            mismatch=mismatch))
     return found, mismatches

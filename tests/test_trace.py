@@ -1,0 +1,196 @@
+"""Issue 21: every rank's collectives and p2p ops on one timeline (trace.json), the
+stragglers named, and at a hang the stuck collective named without --debug.
+Real labs (local 2x2) for the recording and merge; hand-made rank logs for bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_nothing_left, labctl
+from labctl import trace
+
+STRAGGLER_S = 1.0
+
+MIX = f"""
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r, w = dist.get_rank(), dist.get_world_size()
+t = torch.ones(1000)
+dist.broadcast(t, src=0)                             # line 6
+if r == 3:
+    time.sleep({STRAGGLER_S})                        # the straggler
+dist.all_reduce(t)                                   # line 9
+if r % 2 == 0:
+    dist.send(t, dst=r + 1)
+else:
+    dist.recv(t, src=r - 1)
+work = dist.all_reduce(t, async_op=True)
+work.wait()
+ops = [dist.P2POp(dist.isend, t, (r + 1) % w), dist.P2POp(dist.irecv, torch.zeros(1000), (r - 1) % w)]
+for q in dist.batch_isend_irecv(ops):
+    q.wait()
+sub = dist.new_group([0, 1])
+if r in (0, 1):
+    dist.all_reduce(torch.ones(10, dtype=torch.float64), group=sub)
+out = [torch.zeros(1000) for _ in range(w)]
+dist.all_gather(out, t)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# ranks 0 and 1 disagree at collective #3 of their group; rank 3 never enters #3 of its group
+HANG = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+a, b = dist.new_group([0, 1]), dist.new_group([2, 3])
+mine = a if r < 2 else b
+t = torch.ones(1000)
+for _ in range(2):
+    dist.all_reduce(t, group=mine)
+print("entering the hang", flush=True)
+if r == 1:
+    dist.broadcast(t, src=0, group=a)
+elif r == 3:
+    time.sleep(600)
+else:
+    dist.all_reduce(t, group=mine)
+"""
+
+COMMON = ["--nodes", "2", "--nproc-per-node", "2", "--trace"]
+
+
+@pytest.fixture(scope="module")
+def mix_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trace")
+    script = folder / "mix.py"
+    script.write_text(MIX)
+    out = folder / "run"
+    done = labctl("up", "--script", str(script), *COMMON, "--out", str(out), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out, script
+
+
+def _events(out: Path) -> tuple[list[dict], dict]:
+    data = json.loads((out / "trace.json").read_text())
+    return data["traceEvents"], data["metadata"]
+
+
+def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
+    out, script = mix_run
+    events, meta = _events(out)
+    slices = [e for e in events if e["ph"] == "X"]
+    per_rank = {r: [e["name"] for e in sorted((e for e in slices if e["tid"] == r), key=lambda e: e["ts"])]
+                for r in range(4)}
+    common = ["broadcast", "all_reduce", None, "all_reduce", "isend", "irecv"]
+    for r in range(4):
+        want = [("send" if r % 2 == 0 else "recv") if x is None else x for x in common]
+        want += ["all_reduce"] if r in (0, 1) else []
+        want += ["all_gather", "barrier"]
+        assert per_rank[r] == want, (r, per_rank[r])
+    # a process per node, a thread per rank
+    names = {(e["name"], e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M"
+             and e["name"] in ("process_name", "thread_name")}
+    assert names[("process_name", 0, None)] == "node 0 (lab-0)"
+    assert names[("process_name", 1, None)] == "node 1 (lab-1)"
+    assert {names[("thread_name", r // 2, r)] for r in range(4)} == {f"rank {r}" for r in range(4)}
+    # args of one slice: where it came from, what it moved
+    first = next(e for e in slices if e["tid"] == 2 and e["name"] == "all_reduce")
+    assert first["args"] == {"rank": 2, "pg": "default_pg", "seq": 2, "bytes": 4000, "dtype": "float32",
+                             "shape": [1000], "caller": f"{script}:9"}
+    bcast = next(e for e in slices if e["tid"] == 1 and e["name"] == "broadcast")
+    assert bcast["args"]["root"] == 0 and bcast["args"]["seq"] == 1
+    sub = next(e for e in slices if e["tid"] == 1 and e["cat"] != "default_pg")
+    assert sub["args"]["seq"] == 1 and sub["args"]["bytes"] == 80 and sub["args"]["dtype"] == "float64"
+    # send -> recv flows: 0->1, 2->3 (send/recv) and r->r+1 (batch isend/irecv), each s with one f
+    starts = {e["id"]: e["tid"] for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e["tid"] for e in events if e["ph"] == "f"}
+    assert sorted((starts[i], ends.get(i)) for i in starts) == sorted(
+        [(0, 1), (2, 3)] + [(r, (r + 1) % 4) for r in range(4)])
+    # the straggler: rank 3 entered all_reduce #2 late, the others paid for it inside it
+    second = {e["tid"]: e for e in slices if e["args"]["seq"] == 2 and e["cat"] == "default_pg"}
+    for r in (0, 1, 2):
+        assert (second[3]["ts"] - second[r]["ts"]) / 1e6 >= STRAGGLER_S * 0.9
+        assert second[r]["dur"] / 1e6 >= STRAGGLER_S * 0.9
+    assert second[3]["dur"] / 1e6 < STRAGGLER_S * 0.5
+    # clocks on one host: under 1 ms apart
+    offsets = meta["clock_offsets_ms_by_rank"]
+    assert set(offsets) == {"0", "1", "2", "3"} and all(abs(v) < 1.0 for v in offsets.values()), offsets
+    assert meta["missing_ranks"] == [] and meta["bad_records"] == []
+    status = json.loads((out / "status.json").read_text())
+    assert status["trace"]["ops"] == 34
+
+    shown = labctl("trace", str(out), timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    table = shown.stdout.split("## Stragglers")[1]
+    worst = table.splitlines()[4]                  # caption, blank, header, rule, worst row
+    assert "| default_pg | #2 | all_reduce | rank 3 |" in worst, table
+    assert "| default_pg | send | 2 |" in shown.stdout
+
+
+@pytest.mark.slow
+def test_a_hang_names_the_mismatch_and_the_rank_that_never_came(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(script), *COMMON, "--timeout", "40", "--out", str(out),
+                  timeout=600)
+    assert done.returncode == 1
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "timeout"
+    comm = status["first_failure"]["collective"]
+    mismatch = "rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #3 of"
+    assert any(mismatch in s["text"] for s in comm["stuck"]), comm
+    missing = next(s for s in comm["stuck"] if s["missing"])
+    assert missing["missing"] == [3] and missing["waiting"] == [2] and missing["seq"] == 3
+    assert missing["last"]["3"] == "#2 all_reduce [1000]"
+    assert "which rank 3 never entered" in missing["text"]
+    report = (out / "report.md").read_text()
+    assert mismatch in report and "rank 3 never entered" in report
+    assert_nothing_left(status["run_id"])
+
+
+def _fake_run(tmp_path: Path, logs: dict[int, str], world: int) -> Path:
+    run = tmp_path / "run"
+    (run / "ranks").mkdir(parents=True)
+    (run / "status.json").write_text(json.dumps({"run_id": "x", "world_size": world}))
+    (run / "plan.json").write_text(json.dumps({"nodes": [{"index": 0, "hostname": "lab-0"}]}))
+    for rank, text in logs.items():
+        (run / "ranks" / f"rank-{rank}.log").write_text(text)
+    return run
+
+
+def _lines(*records: dict) -> str:
+    return "".join(trace.MARKER + json.dumps(r) + "\n" for r in records)
+
+
+def test_bad_records_are_named_and_the_merge_goes_on(tmp_path):
+    good = _lines({"k": "M", "rank": 0, "node": 0, "host": "h"}, {"k": "G", "pg": "default_pg", "ranks": [0, 1, 2]},
+                  {"k": "B", "i": 1, "op": "all_reduce", "pg": "default_pg", "seq": 1, "shape": [4],
+                   "dtype": "float32", "bytes": 16, "caller": "a.py:1", "t": 1_000_000},
+                  {"k": "E", "i": 1, "t": 2_000_000})
+    truncated = good.replace('"k": "M", "rank": 0', '"k": "M", "rank": 1') + good.splitlines()[2][:40] + "\n"
+    run = _fake_run(tmp_path, {0: "some output\n" + good, 1: truncated, 2: "no records here\n"}, world=3)
+    shown = labctl("trace", str(run), timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "Traceback" not in shown.stderr + shown.stdout
+    assert f"warning: {run / 'ranks' / 'rank-1.log'}:5: garbled or truncated trace record" in shown.stdout
+    assert "warning: no trace records from rank 2" in shown.stdout
+    data = json.loads((run / "trace.json").read_text())
+    assert [e["tid"] for e in data["traceEvents"] if e["ph"] == "X"] == [0, 1]
+    assert data["metadata"]["missing_ranks"] == [2]
+
+
+def test_an_empty_trace_says_so_in_one_line(tmp_path):
+    run = _fake_run(tmp_path, {0: "hello\n", 1: ""}, world=2)
+    shown = labctl("trace", str(run), timeout=120)
+    assert shown.returncode == 1
+    assert "no trace records in any rank log (was the lab run with `trace: true`" in shown.stdout
+    assert "Traceback" not in shown.stderr
+    assert json.loads((run / "trace.json").read_text())["traceEvents"] == []
+    missing = labctl("trace", str(tmp_path / "nope"), timeout=120)
+    assert missing.returncode != 0 and "not a run folder" in missing.stderr
+    shutil.rmtree(run)
