@@ -47,6 +47,7 @@ _lock = threading.Lock()
 _next_id = [0]
 _seq: dict[tuple[str, str], int] = {}      # (pg name, "c" | "p") -> count so far
 _groups: dict[int, str] = {}               # id(pg) -> name (G line written)
+_pg_json: dict[str, str] = {}
 _torch_dir = ""
 _here = os.path.abspath(__file__)
 
@@ -77,13 +78,19 @@ def enabled() -> bool:
     return os.environ.get("LAB_TRACE", "") not in ("", "0", "false", "False")
 
 
-def _write(record: dict[str, Any]) -> None:
-    line = MARKER + json.dumps(record, separators=(",", ":")) + "\n"
+def _emit(line: str) -> None:
     try:
-        sys.stdout.write(line)      # one write per line (see _common.emit)
+        sys.stdout.write(MARKER + line + "\n")     # one write per line (see _common.emit)
         sys.stdout.flush()
     except (OSError, ValueError):
         pass                        # stdout closed: tracing must never break the rank
+
+
+def _write(record: dict[str, Any]) -> None:
+    _emit(json.dumps(record, separators=(",", ":")))
+
+
+_callers: dict[tuple[str, int], str] = {}    # (file, line) -> its JSON string: one per call site
 
 
 def _caller() -> str:
@@ -91,9 +98,13 @@ def _caller() -> str:
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(_torch_dir) and name != _here:
-            return f"{name}:{frame.f_lineno}"
+            key = (name, frame.f_lineno)
+            text = _callers.get(key)
+            if text is None:
+                text = _callers[key] = json.dumps(f"{name}:{frame.f_lineno}")
+            return text
         frame = frame.f_back
-    return "?"
+    return '"?"'
 
 
 def _tensors(value: Any) -> list:
@@ -103,11 +114,12 @@ def _tensors(value: Any) -> list:
 
 
 def _group_name(dist: Any, group: Any) -> str:
-    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    default = dist.distributed_c10d._get_default_group()
+    pg = group if group is not None else default
     key = id(pg)
     name = _groups.get(key)
     if name is None:
-        if pg is dist.distributed_c10d._get_default_group():
+        if pg is default:
             name = "default_pg"
         else:
             desc = getattr(pg, "group_desc", "") or ""
@@ -117,6 +129,7 @@ def _group_name(dist: Any, group: Any) -> str:
         except Exception:          # noqa: BLE001 - a group this rank is not in
             ranks = []
         _groups[key] = name
+        _pg_json[name] = json.dumps(name)
         _write({"k": "G", "pg": name, "ranks": ranks})
     return name
 
@@ -149,16 +162,19 @@ def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | No
         seq = _seq[counter] = _seq.get(counter, 0) + 1
         _next_id[0] += 1
         ident = _next_id[0]
-    record: dict[str, Any] = {"k": "B", "i": ident, "op": op, "pg": pg}
-    record["p2p" if p2p else "seq"] = seq
+    record: dict[str, Any] = {"i": ident}
+    # The line is put together by hand: json.dumps of a dict costs about as much as the
+    # rest of the recorder (pg names and callers are JSON strings already).
+    parts = [f'{{"k":"B","i":{ident},"op":"{op}","pg":{_pg_json[pg]},"{"p2p" if p2p else "seq"}":{seq}']
     tensors = _tensors(_arg(args, kwargs, tensor_index, tensor_key)) if tensor_index >= 0 else []
     if tensors:
         first = tensors[0]
-        record["shape"] = list(first.shape)
-        record["dtype"] = str(first.dtype).replace("torch.", "")
-        record["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
+        shape = ",".join(str(int(x)) for x in first.shape)
+        dtype = str(first.dtype)[6:] if str(first.dtype).startswith("torch.") else str(first.dtype)
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        parts.append(f',"shape":[{shape}],"dtype":"{dtype}","bytes":{nbytes}')
     else:
-        record["bytes"] = 0
+        parts.append(',"bytes":0')
     if peer_key:
         peer = _arg(args, kwargs, peer_index, peer_key)
         if peer is None:
@@ -167,17 +183,15 @@ def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | No
                 peer = dist.get_global_rank(group, local)
         if peer is not None:
             record["peer" if p2p else "root"] = int(peer)
-    record["caller"] = _caller()
-    record["t"] = time.time_ns()
-    _write(record)
+            parts.append(f',"{"peer" if p2p else "root"}":{int(peer)}')
+    parts.append(f',"caller":{_caller()},"t":{time.time_ns()}}}')
+    _emit("".join(parts))
     return record
 
 
 def _end(ident: int, extra: dict[str, Any] | None = None) -> None:
-    record = {"k": "E", "i": ident, "t": time.time_ns()}
-    if extra:
-        record.update(extra)
-    _write(record)
+    more = "".join(f',"{k}":{int(v)}' for k, v in extra.items()) if extra else ""
+    _emit(f'{{"k":"E","i":{ident},"t":{time.time_ns()}{more}}}')
 
 
 class TracedWork:
