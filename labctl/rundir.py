@@ -285,8 +285,8 @@ class RunDir:
         from . import trace
 
         try:
-            if not self.spec.trace:
-                return None
+            if not self.spec.trace:             # the Flight Recorder ring the ranks dumped at a hang
+                return trace.flight_recorder(self.path, self.meta.get("world_size")) if failed else None
             hostnames = {n["index"]: n.get("hostname") for n in self.plan.get("nodes", [])}
             summary = trace.merge(self.path, world=self.meta.get("world_size"), hostnames=hostnames)
         except Exception as exc:        # noqa: BLE001 - the run's results matter more

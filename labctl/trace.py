@@ -121,11 +121,12 @@ class Stuck:
             was = "; ".join(f"rank {r}: {self.last[r]}" if r in self.last else f"rank {r}: none"
                             for r in self.missing)
             inside = ", ".join(map(str, self.waiting))
-            parts.append(f"ranks {inside} wait in {self.op} (collective #{self.seq} of {self.pg}) "
+            verb = "ranks {} wait" if len(self.waiting) > 1 else "rank {} waits"
+            parts.append(f"{verb.format(inside)} in {self.op} (collective #{self.seq} of {self.pg}) "
                          f"which {who} never entered (last entered: {was})" if self.waiting else
                          f"{who} never entered collective #{self.seq} of {self.pg}")
         if not parts:
-            parts.append(f"ranks {', '.join(map(str, self.waiting))} never left {self.op} "
+            parts.append(f"rank {', '.join(map(str, self.waiting))} never left {self.op} "
                          f"(collective #{self.seq} of {self.pg})")
         return "; ".join(parts)
 
@@ -404,7 +405,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
             for pg, members in reader.groups.items():
                 groups.setdefault(pg, members)
         summary.stragglers = [s for _, _, s in sorted(m.worst, key=lambda x: (-x[0], x[1]))]
-        summary.stuck, extra = _stuck(readers, groups)
+        summary.stuck, extra = _stuck_from_readers(readers, groups)
         summary.mismatches.extend(x for x in extra if x not in summary.mismatches)
         expected = range(world) if world is not None else sorted(logs)
         summary.missing_ranks = [r for r in expected if summary.ranks.get(r) is None
@@ -435,13 +436,21 @@ def _metadata(s: Summary) -> dict[str, Any]:
                                                            if s.more_problems else [])}
 
 
-def _stuck(readers: list[_RankReader], groups: dict[str, list[int]]) -> tuple[list[Stuck], list[str]]:
-    """Per process group with an op some rank never completed: the furthest collective,
-    who is inside it, who never entered it, and a mismatch at that sequence number."""
+def _stuck_from_readers(readers: list[_RankReader], groups: dict[str, list[int]]
+                        ) -> tuple[list[Stuck], list[str]]:
     last: dict[str, dict[int, Op]] = {}
     for reader in readers:
         for pg, op in reader.last.items():
             last.setdefault(pg, {})[reader.rank] = op
+    return _stuck(last, groups)
+
+
+def _stuck(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False
+           ) -> tuple[list[Stuck], list[str]]:
+    """Per process group with an op some rank never completed: the furthest collective,
+    who is inside it, who never entered it, and a mismatch at that sequence number.
+    `only_clear`: name a group only for a missing rank or a mismatch (Flight Recorder
+    entries on gloo never say whether an op completed)."""
     found, mismatches = [], []
     for pg, by_rank in sorted(last.items()):
         if all(op.end is not None for op in by_rank.values()):
@@ -456,13 +465,72 @@ def _stuck(readers: list[_RankReader], groups: dict[str, list[int]]) -> tuple[li
             mismatch = _mismatch_text(pg, top, inside)
             mismatches.append(mismatch)
         any_op = next(iter(inside.values()))
-        if not waiting and not missing and not mismatch:
+        if (not waiting or only_clear) and not missing and not mismatch:
             continue
         culprit = _odd_ranks(inside)[0] if mismatch else (missing[0] if missing else None)
         found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing, culprit=culprit,
                            last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},
                            mismatch=mismatch))
     return found, mismatches
+
+
+# ---------------------------------------------------------------- Flight Recorder (tracing off)
+
+FR_MARKER = "@@labctl-fr "          # must match workloads/_trace.py
+_FR_MARKER_BYTES = FR_MARKER.encode()
+
+
+def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str, Any] | None:
+    """The stuck collective from the Flight Recorder entries the ranks dumped when labctl
+    asked (at the deadline, with their stacks): each rank's newest collective per group
+    counts as the one it is in. None: no rank dumped, or nothing to name."""
+    last: dict[str, dict[int, Op]] = {}
+    dumped = 0
+    for rank, path in sorted(rank_logs(Path(run_path)).items()):
+        current: dict[str, Op] = {}
+        final: dict[str, Op] = {}
+        with open(path, "rb") as f:
+            for raw in f:
+                at = raw.find(_FR_MARKER_BYTES)
+                if at < 0:
+                    continue
+                try:
+                    rec = json.loads(raw[at + len(_FR_MARKER_BYTES):])
+                    if "done" in rec:
+                        final, current = current, {}
+                        continue
+                    if "seq" not in rec:
+                        continue
+                    op = Op(rank=rank, op=str(rec["op"]), pg=str(rec["pg"]), seq=int(rec["seq"]),
+                            p2p=None, peer=None, root=None, shape=list(rec.get("shape") or []),
+                            dtype=_fr_dtype(rec.get("dtype")), nbytes=0, caller="?",
+                            start=int(rec.get("t") or 0), end=None)
+                except (ValueError, KeyError, TypeError):
+                    continue                  # a dump cut short by the stop: the last whole one counts
+                if op.pg not in current or op.seq >= current[op.pg].seq:
+                    current[op.pg] = op
+        if final:
+            dumped += 1
+        for pg, op in final.items():
+            last.setdefault(pg, {})[rank] = op
+    if not dumped:
+        return None
+    groups = {pg: (list(range(world)) if pg == "default_pg" and world else sorted(by_rank))
+              for pg, by_rank in last.items()}
+    stuck, mismatches = _stuck(last, groups, only_clear=True)
+    if not stuck:
+        return None
+    culprit = next((s.culprit for s in stuck if s.culprit is not None), None)
+    return {"rank": culprit, "source": "flight recorder", "stuck": [s.to_dict() for s in stuck],
+            "mismatches": mismatches[:5], "text": "; ".join(s.describe() for s in stuck)}
+
+
+_FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+              "Long": "int64", "Int": "int32", "Byte": "uint8", "Char": "int8", "Bool": "bool"}
+
+
+def _fr_dtype(name: Any) -> str | None:
+    return _FR_DTYPES.get(name, name) if isinstance(name, str) else None
 
 
 # ---------------------------------------------------------------- reading it

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,3 +196,42 @@ def test_an_empty_trace_says_so_in_one_line(tmp_path):
     missing = labctl("trace", str(tmp_path / "nope"), timeout=120)
     assert missing.returncode != 0 and "not a run folder" in missing.stderr
     shutil.rmtree(run)
+
+
+@pytest.mark.slow
+def test_tracing_off_a_hang_is_named_from_the_flight_recorder_as_torchfrtrace_names_it(tmp_path):
+    """No --trace, no --debug: at the deadline every rank dumps its Flight Recorder ring
+    (SIGUSR2, a sigwait thread: the main thread is blocked in gloo); labctl names the
+    mismatch and the missing rank, and torch's own analyzer on the pickle dumps of the
+    same hang says the same."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    out, dumps = tmp_path / "run", tmp_path / "fr"
+    done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
+                  "--timeout", "40", "--env", f"LAB_FR_DUMP_DIR={dumps}", "--out", str(out), timeout=600)
+    assert done.returncode == 1
+    status = json.loads((out / "status.json").read_text())
+    assert "trace" not in status and not (out / "trace.json").exists()     # nothing recorded
+    comm = status["first_failure"]["collective"]
+    assert comm["source"] == "flight recorder"
+    by_pg = {s["pg"]: s for s in comm["stuck"]}
+    assert by_pg["pg1"]["mismatch"] == ("rank 1 called broadcast [1000] where rank 0 called "
+                                        "all_reduce [1000], collective #3 of pg1")
+    assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
+    assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in \
+        (out / "report.md").read_text()
+    # the stacks are still taken (by the same thread), and name the user's lines
+    assert status["stacks"]["1"]["call"] == "broadcast" and status["stacks"]["3"]["file"] == str(script)
+    assert_nothing_left(status["run_id"])
+
+    analyzer = Path(sys.executable).parent / "torchfrtrace"
+    said = subprocess.run([str(analyzer), str(dumps), "-p", "rank_"], capture_output=True, text=True,
+                          timeout=300)
+    assert said.returncode == 0, said.stderr
+    blocks = (said.stdout + said.stderr).split("collective stack trace")
+    missing = next(b for b in blocks if "missing ranks" in b)
+    assert "sequence number: 3" in missing and "missing ranks: {3}" in missing \
+        and "expected ranks: {2, 3}" in missing
+    mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
+    assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
+        and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch

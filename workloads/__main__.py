@@ -22,6 +22,7 @@ from . import _common, _stacks, _trace
 
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
+    _trace.install_flight_recorder()      # its newest entries on SIGUSR2 (a hang without --debug)
     _trace.install()                      # LAB_TRACE=1: record every collective and p2p op
     modules = {name: importlib.import_module(f"workloads.{name}") for name in names}
     join: dict = {}

@@ -23,6 +23,7 @@ import signal
 import sys
 
 SIGNAL = signal.SIGUSR1
+FR_SIGNAL = signal.SIGUSR2             # workloads/_trace.py: dump the Flight Recorder ring
 
 
 def install() -> None:
@@ -37,6 +38,18 @@ def _catches(pid: int, signum: int) -> bool:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _blocks(pid: int, signum: int) -> bool:
+    """Whether the process's main thread blocks `signum` (a sigwait thread takes it)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
                     return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     except (OSError, ValueError):
         pass
@@ -70,7 +83,10 @@ def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
         if not _catches(pid, SIGNAL):
             continue
         try:
-            os.kill(pid, SIGNAL)
+            # A rank with the dump thread of workloads/_trace.py gets only its signal: that
+            # thread prints the stacks and then the Flight Recorder. Both signals at once
+            # would let faulthandler's C handler walk a thread that is running Python (SIGSEGV).
+            os.kill(pid, FR_SIGNAL if _blocks(pid, FR_SIGNAL) else SIGNAL)
             asked.append((pid, int(env["RANK"]) if env["RANK"].isdigit() else -1))
         except (ProcessLookupError, PermissionError):
             continue

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -39,6 +40,10 @@ import time
 from typing import Any
 
 MARKER = "@@labctl-trace "          # must match labctl/trace.py
+FR_MARKER = "@@labctl-fr "          # Flight Recorder entries at a dump; labctl/trace.py
+FR_SIGNAL = signal.SIGUSR2          # "dump your Flight Recorder" (workloads/_stacks.signal_ranks)
+FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
+FR_KEEP = 8                         # newest entries per process group written at a dump
 CLOCK_ROUNDS = 5
 
 _installed = False
@@ -372,3 +377,116 @@ def install() -> bool:
     dist.init_process_group = traced_init
     _installed = True
     return True
+
+
+# ---------------------------------------------------------------- Flight Recorder, tracing on or off
+
+def install_flight_recorder() -> bool:
+    """Leave torch's Flight Recorder ring on (TORCH_FR_BUFFER_SIZE, read when the first
+    process group is made) and, on FR_SIGNAL, print every thread's stack (as SIGUSR1
+    does) and then the ring's newest entries, as FR_MARKER lines.
+
+    A Python signal handler would only run once the main thread is back in Python,
+    never while it is blocked in a collective: so the signal is blocked here, before any
+    other thread exists (gloo's threads inherit the mask), and a daemon thread takes it
+    with sigwait. gloo's wait releases the GIL, so that thread runs during a hang.
+    True: the dump thread runs."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER)
+    if not hasattr(signal, "pthread_sigmask") or os.environ.get("TORCH_FR_BUFFER_SIZE") == "0":
+        return False
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {FR_SIGNAL})
+    except (OSError, ValueError):
+        return False
+    threading.Thread(target=_fr_waiter, name="labctl-fr-dump", daemon=True).start()
+    return True
+
+
+def _fr_waiter() -> None:
+    import faulthandler
+
+    while True:
+        signal.sigwait({FR_SIGNAL})
+        try:                        # the stacks first (what SIGUSR1 prints; labctl stacks)
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        except (OSError, ValueError, RuntimeError):
+            pass
+        try:
+            dump_flight_recorder()
+        except Exception as exc:    # noqa: BLE001 - a failed dump must not end the rank
+            _emit_fr({"error": str(exc)[:200]})
+
+
+def _emit_fr(record: dict[str, Any]) -> None:
+    try:
+        sys.stdout.write(FR_MARKER + json.dumps(record, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _fr_pg(entry: dict) -> str:
+    """The same pg names as the recorder's: default_pg, a description, or pg<name>."""
+    name, desc = (list(entry.get("process_group") or ["?", ""]) + [""])[:2]
+    return desc if desc and desc != "undefined" else f"pg{name}"
+
+
+def dump_flight_recorder() -> int:
+    """FR_MARKER lines with this rank's newest collectives per process group (op, seq,
+    shape, dtype, time created); with LAB_FR_DUMP_DIR also torch's own pickle dump
+    (<dir>/rank_<R>, what `torchfrtrace` reads). Returns the entries written."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return 0
+    c10d = torch._C._distributed_c10d
+    rank = dist.get_rank()
+    data = json.loads(c10d._dump_fr_trace_json(True, False))     # no C++ stacks: slow to symbolize
+    per_pg: dict[str, list[dict]] = {}
+    for entry in data.get("entries") or []:
+        if not entry.get("is_p2p"):
+            per_pg.setdefault(_fr_pg(entry), []).append(entry)
+    written = 0
+    for pg, entries in per_pg.items():
+        for e in entries[-FR_KEEP:]:
+            sizes, dtypes = e.get("input_sizes") or [], e.get("input_dtypes") or []
+            _emit_fr({"rank": rank, "pg": pg, "seq": e.get("collective_seq_id"),
+                      "op": str(e.get("profiling_name", "?")).split(":")[-1],
+                      "shape": sizes[0] if sizes else [], "dtype": dtypes[0] if dtypes else None,
+                      "t": e.get("time_created_ns")})
+            written += 1
+    _emit_fr({"rank": rank, "done": written})
+    folder = os.environ.get("LAB_FR_DUMP_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        target = os.path.join(folder, f"rank_{rank}")
+        with open(target + ".tmp", "wb") as f:
+            f.write(_with_pg_config(dist, c10d._dump_fr_trace(True, False)))
+        os.replace(target + ".tmp", target)
+    return written
+
+
+def _with_pg_config(dist: Any, raw: bytes) -> bytes:
+    """gloo leaves the dump's pg_config nameless ({"": ...}); torchfrtrace looks groups up
+    by name and stops with a KeyError. Fill it in from torch.distributed's own table."""
+    import pickle
+
+    dump = pickle.loads(raw)
+    config = dump.get("pg_config") or {}
+    if config and all(v.get("name") for v in config.values()):
+        return raw
+    c10d = dist.distributed_c10d
+    default = c10d._get_default_group()
+    fixed = {}
+    for pg, name in list(c10d._world.pg_names.items()):
+        try:
+            ranks = dist.get_process_group_ranks(pg)
+        except Exception:          # noqa: BLE001 - a group this rank is not in
+            continue
+        desc = "default_pg" if pg is default else (getattr(pg, "group_desc", "") or "undefined")
+        fixed[str(name)] = {"name": str(name), "desc": desc, "ranks": str(ranks)}
+    dump["pg_config"] = fixed or config
+    return pickle.dumps(dump)
