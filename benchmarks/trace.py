@@ -85,6 +85,40 @@ print(json.dumps({"seconds": time.perf_counter() - started, "ops": s.ops,
 """
 
 
+FR_MICRO = """
+import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1)
+t = torch.ones(1)
+for _ in range(2000):
+    dist.all_reduce(t)
+started = time.perf_counter()
+for _ in range({ops}):
+    dist.all_reduce(t)
+print((time.perf_counter() - started) / {ops} * 1e6)
+"""
+
+
+def flight_recorder_table(ops: int = 20000, rounds: int = 3) -> str:
+    """The Flight Recorder ring the ranks leave on (TORCH_FR_BUFFER_SIZE): µs per op on one
+    rank, a 1-float all_reduce (the op itself nearly free), jobs alternating off and on."""
+    import socket
+
+    times: dict[str, list[float]] = {"0": [], "2000": []}
+    for _ in range(rounds):
+        for size in times:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            done = subprocess.run([sys.executable, "-c", FR_MICRO.format(ops=ops), str(port)],
+                                  capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "TORCH_FR_BUFFER_SIZE": size})
+            times[size].append(float(done.stdout.strip().splitlines()[-1]))
+    off, on = statistics.median(times["0"]), statistics.median(times["2000"])
+    return table(("TORCH_FR_BUFFER_SIZE", "µs per all_reduce (median of jobs)", "jobs"),
+                 [("0 (off)", f"{off:.1f}", rounds), ("2000 (labctl's default)", f"{on:.1f}", rounds),
+                  ("difference", f"{on - off:+.1f}", "")])
+
+
 def busbw_table(nproc: int, iters: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "node.log"
@@ -125,9 +159,9 @@ def small_ops_table(ops: int, nproc: int) -> str:
             m = json.loads(merged.stdout)
             rows.append((n, "on", f"{seconds:.1f}", f"{record_bytes / 1e6:.1f}",
                          f"{(out / 'trace.json').stat().st_size / 1e6:.1f}", f"{m['seconds']:.2f}",
-                         f"{(m['peak_kib'] - m['base_kib']) / 1024:.1f}"))
+                         f"{m['peak_kib'] / 1024:.1f} ({m['base_kib'] / 1024:.1f})"))
     return table(("ops per rank", "trace", "labctl up s", "records MB (rank logs)", "trace.json MB",
-                  "merge s", "merge peak RSS growth MiB"), rows)
+                  "merge s", "merge peak RSS MiB (after imports)"), rows)
 
 
 def main() -> None:
@@ -138,6 +172,7 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=100_000)
     parser.add_argument("--skip-busbw", action="store_true")
     parser.add_argument("--skip-ops", action="store_true")
+    parser.add_argument("--skip-fr", action="store_true")
     args = parser.parse_args()
     if args.worker:
         worker(list(SIZES), args.iters)
@@ -145,6 +180,9 @@ def main() -> None:
     if not args.skip_busbw:
         print("## all_reduce busbw, tracing on vs off (same job, interleaved rounds, median)\n")
         print(busbw_table(args.nproc, args.iters) + "\n")
+    if not args.skip_fr:
+        print("## Flight Recorder ring left on (every rank, tracing on or off)\n")
+        print(flight_recorder_table() + "\n")
     if not args.skip_ops:
         print(f"## {args.ops} small all_reduces per rank: run time, trace size, merge\n")
         print(small_ops_table(args.ops, args.nproc) + "\n")
