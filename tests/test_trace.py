@@ -235,3 +235,54 @@ def test_tracing_off_a_hang_is_named_from_the_flight_recorder_as_torchfrtrace_na
     mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
     assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
         and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
+
+
+MIX2 = f"""
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+t = torch.ones(1000)
+dist.broadcast(t, src=0)
+if r == 1:
+    time.sleep({STRAGGLER_S})                        # the straggler
+dist.all_reduce(t)
+if r == 0:
+    dist.send(t, dst=1)
+else:
+    dist.recv(t, src=0)
+dist.all_gather([torch.zeros(1000) for _ in range(2)], t)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.docker
+def test_compose_2x1_gives_the_same_timeline(tmp_path):
+    """The records travel in `docker compose logs` like results: same slices, flow,
+    straggler; a process per container named by its hostname; clocks of containers on
+    one host under 1 ms apart."""
+    from docker_support import require_compose, require_image
+
+    require_compose()
+    require_image()
+    script = tmp_path / "mix2.py"
+    script.write_text(MIX2)
+    out = tmp_path / "run"
+    done = labctl("up", "--backend", "compose", "--script", str(script), "--nodes", "2",
+                  "--nproc-per-node", "1", "--trace", "--out", str(out), timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    events, meta = _events(out)
+    slices = [e for e in events if e["ph"] == "X"]
+    for r, p2p in ((0, "send"), (1, "recv")):
+        names = [e["name"] for e in sorted((e for e in slices if e["tid"] == r), key=lambda e: e["ts"])]
+        assert names == ["broadcast", "all_reduce", p2p, "all_gather"], (r, names)
+        assert {e["pid"] for e in slices if e["tid"] == r} == {r}
+    hosts = {n["index"]: n["hostname"] for n in json.loads((out / "plan.json").read_text())["nodes"]}
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {i: f"node {i} ({hosts[i]})" for i in (0, 1)}
+    assert [(e["ph"], e["tid"]) for e in events if e["ph"] in "sf"] in ([("s", 0), ("f", 1)], [("f", 1), ("s", 0)])
+    second = {e["tid"]: e for e in slices if e["args"]["seq"] == 2}
+    assert (second[1]["ts"] - second[0]["ts"]) / 1e6 >= STRAGGLER_S * 0.9
+    assert second[0]["dur"] / 1e6 >= STRAGGLER_S * 0.9
+    assert abs(meta["clock_offsets_by_node"]["1"]["clock_offset_ms"]) < 1.0
+    shown = labctl("trace", str(out), timeout=120)
+    assert "| default_pg | #2 | all_reduce | rank 1 |" in shown.stdout
