@@ -485,7 +485,7 @@ def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str,
     asked (at the deadline, with their stacks): each rank's newest collective per group
     counts as the one it is in. None: no rank dumped, or nothing to name."""
     last: dict[str, dict[int, Op]] = {}
-    dumped = 0
+    dumped: set[int] = set()
     for rank, path in sorted(rank_logs(Path(run_path)).items()):
         current: dict[str, Op] = {}
         final: dict[str, Op] = {}
@@ -510,19 +510,25 @@ def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str,
                 if op.pg not in current or op.seq >= current[op.pg].seq:
                     current[op.pg] = op
         if final:
-            dumped += 1
+            dumped.add(rank)
         for pg, op in final.items():
             last.setdefault(pg, {})[rank] = op
     if not dumped:
         return None
-    groups = {pg: (list(range(world)) if pg == "default_pg" and world else sorted(by_rank))
+    # Only ranks that dumped count: one that could not (gone, or its main thread holding the
+    # GIL) must not look like a rank that never entered the collective.
+    groups = {pg: (sorted(dumped) if pg == "default_pg" else sorted(by_rank))
               for pg, by_rank in last.items()}
     stuck, mismatches = _stuck(last, groups, only_clear=True)
     if not stuck:
         return None
     culprit = next((s.culprit for s in stuck if s.culprit is not None), None)
+    silent = sorted(set(range(world)) - dumped) if world else []
+    text = "; ".join(s.describe() for s in stuck)
+    if silent:
+        text += f" (no Flight Recorder dump from rank {', '.join(map(str, silent))})"
     return {"rank": culprit, "source": "flight recorder", "stuck": [s.to_dict() for s in stuck],
-            "mismatches": mismatches[:5], "text": "; ".join(s.describe() for s in stuck)}
+            "mismatches": mismatches[:5], "no_dump": silent, "text": text}
 
 
 _FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",

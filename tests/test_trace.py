@@ -286,3 +286,21 @@ def test_compose_2x1_gives_the_same_timeline(tmp_path):
     assert abs(meta["clock_offsets_by_node"]["1"]["clock_offset_ms"]) < 1.0
     shown = labctl("trace", str(out), timeout=120)
     assert "| default_pg | #2 | all_reduce | rank 1 |" in shown.stdout
+
+
+def test_flight_recorder_dumps_name_only_ranks_that_dumped(tmp_path):
+    """A rank without a dump (gone, or its main thread held the GIL) is said to have no
+    dump, not to have never entered the collective; a dump cut short counts not."""
+    def dump(rank: int, seqs: int, done: bool = True) -> str:
+        lines = [trace.FR_MARKER + json.dumps({"rank": rank, "pg": "default_pg", "seq": s, "op": "all_reduce",
+                                               "shape": [8], "dtype": "Float", "t": s}) for s in range(1, seqs + 1)]
+        return "\n".join(lines + ([trace.FR_MARKER + json.dumps({"rank": rank, "done": seqs})] if done else [])) + "\n"
+
+    run = _fake_run(tmp_path, {0: dump(0, 6), 1: dump(1, 6), 2: dump(2, 5), 3: dump(3, 4, done=False)}, world=4)
+    found = trace.flight_recorder(run, world=4)
+    assert found["stuck"][0]["missing"] == [2] and found["stuck"][0]["waiting"] == [0, 1]
+    assert found["no_dump"] == [3]
+    assert found["text"] == ("ranks 0, 1 wait in all_reduce (collective #6 of default_pg) which rank 2 never "
+                             "entered (last entered: rank 2: #5 all_reduce [8]) (no Flight Recorder dump "
+                             "from rank 3)")
+    assert trace.flight_recorder(_fake_run(tmp_path / "none", {0: "x\n"}, world=1), world=1) is None
