@@ -277,7 +277,6 @@ class RunDir:
         })
         self.write_status()
 
-
     def merge_trace(self, failed: bool = False) -> dict | None:
         """trace.json from the rank logs when the lab recorded ops (labctl/trace.py); the
         stuck or mismatched collective when the run failed. A merge problem is a note, never

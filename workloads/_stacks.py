@@ -9,7 +9,9 @@ nothing of labctl can be asked too.
 
 `signal_ranks(run_id)` is the asking side: SIGUSR1 to every process of the run
 that has RANK in its environment *and* catches SIGUSR1 (the default action of
-SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). labctl
+SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). A rank whose
+main thread blocks SIGUSR2 runs the dump thread of workloads/_trace.py: it gets
+SIGUSR2 instead, and that thread prints the stacks, then its Flight Recorder entries. labctl
 calls it locally; on compose it runs inside each container:
 `python3 -m workloads._stacks <run id>`. `kill_rank(run_id, rank)` finds a rank
 the same way for the kill-rank fault (`python3 -m workloads._stacks kill-rank
