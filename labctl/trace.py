@@ -147,6 +147,7 @@ class Summary:
     stragglers: list[Straggler] = field(default_factory=list)
     stuck: list[Stuck] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+    stuck_p2p: list[str] = field(default_factory=list)   # "rank 1 waits in recv from rank 0 ..."
     ops: int = 0
     flows: int = 0
     unfinished: int = 0
@@ -163,11 +164,12 @@ class Summary:
 
     def diagnosis(self) -> dict[str, Any] | None:
         """What status.json's first failure carries: the stuck collective per pg."""
-        if not self.stuck and not self.mismatches:
+        if not self.stuck and not self.mismatches and not self.stuck_p2p:
             return None
         culprit = next((s.culprit for s in self.stuck if s.culprit is not None), None)
+        said = [s.describe() for s in self.stuck] or self.mismatches[:1]
         return {"rank": culprit, "stuck": [s.to_dict() for s in self.stuck], "mismatches": self.mismatches[:5],
-                "text": "; ".join([s.describe() for s in self.stuck] or self.mismatches[:1])}
+                "p2p": self.stuck_p2p[:10], "text": "; ".join(said + self.stuck_p2p[:4])}
 
 
 # ---------------------------------------------------------------- reading one rank
@@ -226,6 +228,11 @@ class _RankReader:
                 except (KeyError, TypeError, ValueError) as exc:
                     self.summary.problem(name, number, f"trace record without a usable {exc}")
         for op in pending.values():
+            if op.p2p is not None and len(self.summary.stuck_p2p) < 50:
+                peer = "any rank" if op.peer is None else f"rank {op.peer}"
+                way = "to" if op.op in ("send", "isend") else "from"
+                self.summary.stuck_p2p.append(f"rank {op.rank} never finished {op.op} {way} {peer} "
+                                              f"(p2p #{op.p2p} of {op.pg}, at {op.caller})")
             yield op
 
     def _op(self, rec: dict) -> Op:
@@ -578,8 +585,9 @@ def text(summary: Summary) -> str:
                   table(("pg", "collective", "op", "last to arrive", "late by ms"),
                         ((s.pg, f"#{s.seq}", s.op, f"rank {s.rank}", _ms(s.late_ns))
                          for s in summary.stragglers))]
-    if summary.stuck or summary.mismatches:
-        lines += ["", "## Stuck or mismatched collectives", ""]
+    if summary.stuck or summary.mismatches or summary.stuck_p2p:
+        lines += ["", "## Stuck or mismatched collectives, unfinished p2p", ""]
         lines += [f"- {s.describe()}" for s in summary.stuck]
         lines += [f"- {m}" for m in summary.mismatches if not any(m == s.mismatch for s in summary.stuck)]
+        lines += [f"- {p}" for p in summary.stuck_p2p]
     return "\n".join(lines)

@@ -212,6 +212,7 @@ def test_tracing_off_a_hang_is_named_from_the_flight_recorder_as_torchfrtrace_na
     assert done.returncode == 1
     status = json.loads((out / "status.json").read_text())
     assert "trace" not in status and not (out / "trace.json").exists()     # nothing recorded
+    assert not any(trace.MARKER.encode() in p.read_bytes() for p in (out / "ranks").glob("rank-*.log"))
     comm = status["first_failure"]["collective"]
     assert comm["source"] == "flight recorder"
     by_pg = {s["pg"]: s for s in comm["stuck"]}
@@ -304,3 +305,14 @@ def test_flight_recorder_dumps_name_only_ranks_that_dumped(tmp_path):
                              "entered (last entered: rank 2: #5 all_reduce [8]) (no Flight Recorder dump "
                              "from rank 3)")
     assert trace.flight_recorder(_fake_run(tmp_path / "none", {0: "x\n"}, world=1), world=1) is None
+
+
+def test_an_unfinished_recv_is_named_with_its_peer(tmp_path):
+    records = _lines({"k": "M", "rank": 1, "node": 0, "host": "h"}, {"k": "G", "pg": "default_pg", "ranks": [0, 1]},
+                     {"k": "B", "i": 1, "op": "recv", "pg": "default_pg", "p2p": 3, "shape": [4], "dtype": "float32",
+                      "bytes": 16, "peer": 0, "caller": "job.py:7", "t": 5})
+    run = _fake_run(tmp_path, {0: _lines({"k": "M", "rank": 0, "node": 0, "host": "h"}), 1: records}, world=2)
+    summary = trace.merge(run, world=2)
+    assert summary.diagnosis()["text"] == "rank 1 never finished recv from rank 0 (p2p #3 of default_pg, at job.py:7)"
+    data = json.loads((run / "trace.json").read_text())
+    assert [e["args"].get("unfinished") for e in data["traceEvents"] if e["ph"] == "X"] == [True]
