@@ -316,3 +316,29 @@ def test_an_unfinished_recv_is_named_with_its_peer(tmp_path):
     assert summary.diagnosis()["text"] == "rank 1 never finished recv from rank 0 (p2p #3 of default_pg, at job.py:7)"
     data = json.loads((run / "trace.json").read_text())
     assert [e["args"].get("unfinished") for e in data["traceEvents"] if e["ph"] == "X"] == [True]
+
+
+@pytest.mark.docker
+def test_pods_as_containers_bring_their_trace_through_collect(tmp_path):
+    """The rendered k8s pods, played as containers and collected as `labctl collect` would
+    (test_k8s_pods_as_containers): the records come through the pods' logs, the merge runs
+    at collect, and every rank shows the same collectives in the same order."""
+    from test_k8s_pods_as_containers import run_rendered_lab
+
+    rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-trace", nodes=2, nproc_per_node=1, trace=True,
+                              workloads=["p2p", "collectives"])
+    assert rundir.meta["state"] == "passed", rundir.meta.get("message")
+    assert rundir.meta["collected"]["by"] == "labctl collect"
+    assert rundir.meta["trace"]["missing_ranks"] == [] and rundir.meta["trace"]["bad_records"] == 0
+    events, meta = _events(rundir.path)
+    slices = [e for e in events if e["ph"] == "X"]
+    per_rank = {r: [(e["args"]["seq"], e["name"], e["args"]["shape"]) for e in
+                    sorted((e for e in slices if e["tid"] == r and e["cat"] == "default_pg"
+                            and e["args"]["seq"] is not None), key=lambda e: e["args"]["seq"])] for r in (0, 1)}
+    assert per_rank[0] and per_rank[0] == per_rank[1]
+    assert [s for s, _, _ in per_rank[0]] == list(range(1, len(per_rank[0]) + 1))
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {i: f"node {i} ({rundir.plan['nodes'][i]['hostname']})" for i in (0, 1)}
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    assert starts and starts == {e["id"] for e in events if e["ph"] == "f"}
+    assert abs(meta["clock_offsets_by_node"]["1"]["clock_offset_ms"]) < 1.0
