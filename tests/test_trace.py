@@ -342,3 +342,18 @@ def test_pods_as_containers_bring_their_trace_through_collect(tmp_path):
     starts = {e["id"] for e in events if e["ph"] == "s"}
     assert starts and starts == {e["id"] for e in events if e["ph"] == "f"}
     assert abs(meta["clock_offsets_by_node"]["1"]["clock_offset_ms"]) < 1.0
+
+
+def test_the_trace_field_reaches_every_node_as_LAB_TRACE():
+    from labctl import plan as planmod
+    from labctl import spec as specmod
+
+    def env(**fields):
+        s = specmod.from_dict(fields)
+        return [p.env for n in planmod.plan(s, planmod.container_placement(s, "compose"), "r").nodes
+                for p in n.processes]
+
+    assert all(e.get("LAB_TRACE") == "1" for e in env(trace=True))
+    assert all("LAB_TRACE" not in e for e in env()) and all("LAB_TRACE" not in e for e in env(trace=False))
+    with pytest.raises(specmod.SpecError, match="trace: expected true or false"):
+        specmod.from_dict({"trace": "yes"})
