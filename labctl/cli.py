@@ -73,6 +73,8 @@ def lab_options(fn):
         click.option("--pg-timeout", help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
         click.option("--debug", is_flag=True, default=None,
                      help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
+        click.option("--trace/--no-trace", "trace", default=None,
+                     help="Record every collective and p2p op of every rank into trace.json (docs/trace.md)."),
         click.option("--fault", "faults", multiple=True,
                      help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
                           "partition:N@T+D, delay:N=MS (seconds after every node started)."),
@@ -451,6 +453,22 @@ def stacks(run, **options) -> None:
         fail(f"no rank printed a stack (ranks started before labctl could ask, or not Python?); "
              f"see {r.path / 'nodes'}")
     click.echo(report.stacks_table(where, r))
+
+
+@main.command("trace")
+@click.argument("run", type=click.Path())
+@friendly
+def trace_cmd(run) -> None:
+    """Every rank's collectives and p2p ops: (re)write trace.json and print per-op totals,
+    the stragglers and, after a hang, the stuck collective (docs/trace.md)."""
+    from . import trace
+
+    r = _open_run(run)
+    hostnames = {n["index"]: n.get("hostname") for n in r.plan.get("nodes", [])}
+    summary = trace.merge(r.path, world=r.meta.get("world_size"), hostnames=hostnames)
+    click.echo(trace.text(summary))
+    if summary.empty:
+        sys.exit(1)
 
 
 @main.command()

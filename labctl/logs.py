@@ -210,7 +210,8 @@ def where_stuck(dump: list[str]) -> dict:
 
     def own(frame) -> bool:
         file = frame[0]
-        if file.endswith(("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py")):
+        if file.endswith(("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py",
+                          "workloads/_trace.py")):
             return False
         return "/workloads/" in file or not any(s in file for s in _LIBRARY)
 

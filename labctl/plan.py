@@ -427,6 +427,8 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         env["LAB_PG_TIMEOUT"] = f"{spec.pg_timeout:g}"
     if spec.debug:
         env.update(debug_env(spec))
+    if spec.trace:                      # workloads/_trace.py records every op (docs/trace.md)
+        env["LAB_TRACE"] = "1"
     if spec.replicas > 1:
         env.update({
             "REPLICA_ID": str(replica),

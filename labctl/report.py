@@ -182,6 +182,8 @@ def markdown(run: RunDir) -> str:
         if first.get("left_early") and first.get("error"):
             parts.append(f"- what the others saw: rank {first.get('symptom_rank')}: "
                          f"`{first['error'].get('exception')}`")
+        if (first.get("collective") or {}).get("text"):
+            parts.append(f"- where the collectives stopped: {first['collective']['text']}")
         if first.get("peer_error"):
             parts.append(f"- what the others saw: rank {first.get('peer_rank')}: "
                          f"`{first['peer_error'].get('exception')}`")
@@ -218,6 +220,9 @@ def markdown(run: RunDir) -> str:
                         ((x.get("node"), x.get("pid"), x.get("command")) for x in leftovers[:50]))]
     for note in m.get("notes") or []:
         parts.append(f"- note: {note}")
+    if (m.get("trace") or {}).get("ops"):
+        parts.append(f"- communication timeline: {run.path / m['trace']['file']} "
+                     f"({m['trace']['ops']} ops; `labctl trace {run.path}`; open in ui.perfetto.dev)")
     parts += ["", f"Logs: {run.path}/nodes/ (per node), {run.path}/ranks/ (per rank); "
               f"results: {run.path}/results.jsonl", ""]
     return "\n".join(parts)
@@ -276,6 +281,8 @@ def describe_failure(first: dict) -> str:
         return f"{who} was killed by fault {first['fault']} ({first.get('signal') or 'SIGKILL'})"
     if first.get("lost"):
         return f"node {first.get('node')} lost: {first['lost']}"
+    if first.get("hang") and first.get("collective"):
+        return f"hang in a collective: {first['collective']['text']}"
     text = f"rank {first.get('rank')}" if first.get("rank") is not None else "the launcher"
     if first.get("node") is not None:
         text += f" on node {first['node']}"

@@ -249,6 +249,11 @@ class RunDir:
             first = _first_failure(outcomes, found)
             if fired and state is not RunState.INTERRUPTED:
                 first = _fault_cause(first, outcomes, found, fired)
+        comm = self.merge_trace(failed=state is not RunState.PASSED)
+        if comm is not None:                    # the stuck/mismatched collective (issue 21)
+            if first is None:                   # a hang: nobody failed, the deadline came
+                first = {"rank": comm.get("rank"), "node": None, "exit_code": None, "hang": True}
+            first["collective"] = comm
         if first and not message:
             message = _failure_sentence(first)
         self.meta.update({
@@ -271,6 +276,25 @@ class RunDir:
             ],
         })
         self.write_status()
+
+    def merge_trace(self, failed: bool = False) -> dict | None:
+        """trace.json from the rank logs when the lab recorded ops (labctl/trace.py); the
+        stuck or mismatched collective when the run failed. A merge problem is a note, never
+        a lost run."""
+        from . import trace
+
+        try:
+            if not self.spec.trace:             # the Flight Recorder ring the ranks dumped at a hang
+                return trace.flight_recorder(self.path, self.meta.get("world_size")) if failed else None
+            hostnames = {n["index"]: n.get("hostname") for n in self.plan.get("nodes", [])}
+            summary = trace.merge(self.path, world=self.meta.get("world_size"), hostnames=hostnames)
+        except Exception as exc:        # noqa: BLE001 - the run's results matter more
+            self.meta.setdefault("notes", []).append(f"trace: merge failed: {exc}")
+            return None
+        self.meta["trace"] = {"file": trace.TRACE_FILE, "ops": summary.ops,
+                              "missing_ranks": summary.missing_ranks,
+                              "bad_records": len(summary.problems) + summary.more_problems}
+        return summary.diagnosis() if failed else None
 
 
 class LogSplit:

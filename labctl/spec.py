@@ -175,6 +175,7 @@ class LabSpec:
     min_nodes: int | None = None       # None: = nodes (a node that dies fails the lab)
     pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
     debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
+    trace: bool = False                # record every collective/p2p op (LAB_TRACE=1; docs/trace.md)
     faults: tuple[str, ...] = ()       # injected faults, as written (labctl/faults.py)
 
     @property
@@ -458,6 +459,11 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             raise bad("debug", data["debug"], "true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, "
                       "TORCH_CPP_LOG_LEVEL=INFO, NCCL_DEBUG=INFO for nccl)")
         kw["debug"] = data["debug"]
+    if "trace" in data and data["trace"] is not None:
+        if not isinstance(data["trace"], bool):
+            raise bad("trace", data["trace"], "true or false (true: record every collective and p2p "
+                      "op into the run's trace.json; docs/trace.md)")
+        kw["trace"] = data["trace"]
 
     for key, choices in (("backend", BACKENDS), ("dist_backend", DIST_BACKENDS),
                          ("launcher", LAUNCHERS), ("workdir", WORKDIRS),
@@ -1012,6 +1018,7 @@ join_timeout: 120        # seconds the c10d rendezvous waits for every node
 # pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout;
                          # workers read it as LAB_PG_TIMEOUT); torch's default is 30 min (gloo)
 # debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
+# trace: true            # every collective/p2p op of every rank into trace.json (docs/trace.md)
 # faults:                # docs/failures.md; T, D: seconds after every node started
 #   - kill-rank:1@5      # SIGKILL worker rank 1
 #   - kill-node:1@5      # kill node 1 (agent and workers; its container)

@@ -17,11 +17,13 @@ import json
 import sys
 import time
 
-from . import _common, _stacks
+from . import _common, _stacks, _trace
 
 
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
+    _trace.install_flight_recorder()      # its newest entries on SIGUSR2 (a hang without --debug)
+    _trace.install()                      # LAB_TRACE=1: record every collective and p2p op
     modules = {name: importlib.import_module(f"workloads.{name}") for name in names}
     join: dict = {}
     for name, module in modules.items():

@@ -9,7 +9,7 @@ import os
 import runpy
 import sys
 
-from . import _stacks
+from . import _stacks, _trace
 
 
 def main() -> None:
@@ -17,6 +17,8 @@ def main() -> None:
         raise SystemExit("usage: python -m workloads._script SCRIPT [ARGS...]")
     script = sys.argv[1]
     _stacks.install()
+    _trace.install_flight_recorder()    # SIGUSR2: newest Flight Recorder entries into the log
+    _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")

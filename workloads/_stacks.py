@@ -9,7 +9,9 @@ nothing of labctl can be asked too.
 
 `signal_ranks(run_id)` is the asking side: SIGUSR1 to every process of the run
 that has RANK in its environment *and* catches SIGUSR1 (the default action of
-SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). labctl
+SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). A rank whose
+main thread blocks SIGUSR2 runs the dump thread of workloads/_trace.py: it gets
+SIGUSR2 instead, and that thread prints the stacks, then its Flight Recorder entries. labctl
 calls it locally; on compose it runs inside each container:
 `python3 -m workloads._stacks <run id>`. `kill_rank(run_id, rank)` finds a rank
 the same way for the kill-rank fault (`python3 -m workloads._stacks kill-rank
@@ -23,6 +25,7 @@ import signal
 import sys
 
 SIGNAL = signal.SIGUSR1
+FR_SIGNAL = signal.SIGUSR2             # workloads/_trace.py: dump the Flight Recorder ring
 
 
 def install() -> None:
@@ -37,6 +40,18 @@ def _catches(pid: int, signum: int) -> bool:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _blocks(pid: int, signum: int) -> bool:
+    """Whether the process's main thread blocks `signum` (a sigwait thread takes it)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
                     return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     except (OSError, ValueError):
         pass
@@ -70,7 +85,10 @@ def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
         if not _catches(pid, SIGNAL):
             continue
         try:
-            os.kill(pid, SIGNAL)
+            # A rank with the dump thread of workloads/_trace.py gets only its signal: that
+            # thread prints the stacks and then the Flight Recorder. Both signals at once
+            # would let faulthandler's C handler walk a thread that is running Python (SIGSEGV).
+            os.kill(pid, FR_SIGNAL if _blocks(pid, FR_SIGNAL) else SIGNAL)
             asked.append((pid, int(env["RANK"]) if env["RANK"].isdigit() else -1))
         except (ProcessLookupError, PermissionError):
             continue

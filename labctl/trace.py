@@ -1,0 +1,593 @@
+"""Every rank's communication on one timeline (issue 21; docs/trace.md). Standard library only.
+
+The ranks write marked lines into their log stream (workloads/_trace.py): B when a
+rank enters an op, E when it completed, G per process group, M who the rank is,
+C its clock offset against rank 0. labctl already collects those logs on every
+backend into ranks/rank-<R>.log; `merge()` reads them all at once, streamed
+(heapq.merge by start time: only ops in flight and collectives some rank has not
+reached yet are held), and writes:
+
+- trace.json: Chrome trace events (Perfetto, chrome://tracing): a process per node,
+  a thread per rank, an `X` slice per op, `s`/`f` flows from each send to its recv,
+  clock offsets in `metadata`;
+- a `Summary`: per (pg, op) totals, the worst stragglers, bad records, and per
+  process group where the ranks stopped (`Stuck`), which the report names at a
+  hang or a failure.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from .tables import table
+
+MARKER = "@@labctl-trace "          # must match workloads/_trace.py
+_MARKER_BYTES = MARKER.encode()
+TRACE_FILE = "trace.json"
+STRAGGLERS = 10
+MAX_PROBLEMS = 20                   # bad records named one by one; the rest counted
+MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
+
+
+@dataclass
+class Op:
+    """One op of one rank, times in ns on rank 0's clock (the rank's offset applied)."""
+    rank: int
+    op: str
+    pg: str
+    seq: int | None                 # per-pg collective number; None for p2p
+    p2p: int | None
+    peer: int | None
+    root: int | None
+    shape: list[int] | None
+    dtype: str | None
+    nbytes: int
+    caller: str
+    start: int
+    end: int | None                 # None: never completed (hang, crash, async never waited)
+
+    @property
+    def label(self) -> str:
+        shape = "[" + ", ".join(map(str, self.shape)) + "]" if self.shape is not None else "[]"
+        return f"{self.op} {shape}"
+
+    @property
+    def signature(self) -> str:
+        """What must agree across ranks at one sequence number: op, shape and dtype."""
+        return f"{self.label} {self.dtype or ''}".strip()
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    node: int | None = None
+    host: str | None = None
+    offset_ns: int = 0
+    rtt_ns: int | None = None
+    clock_error: str | None = None
+    records: int = 0
+
+
+@dataclass
+class Problem:
+    file: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.text}"
+
+
+@dataclass
+class OpTotal:
+    count: int = 0
+    nbytes: int = 0
+    total_ns: int = 0
+    slowest_ns: int = 0
+    slowest_rank: int | None = None
+
+
+@dataclass
+class Straggler:
+    pg: str
+    seq: int
+    op: str
+    rank: int                       # the rank that arrived last
+    late_ns: int                    # after the first rank arrived
+
+
+@dataclass
+class Stuck:
+    """Where the ranks of one process group stopped, when some op never completed."""
+    pg: str
+    seq: int                        # the collective the furthest rank is in
+    op: str
+    waiting: list[int]              # ranks inside it that never left it
+    missing: list[int]              # member ranks that never entered it
+    last: dict[int, str]            # rank -> its last collective entered ("#5 all_reduce [1000]")
+    mismatch: str | None = None
+    culprit: int | None = None      # the rank that called something else, or never came
+
+    def describe(self) -> str:
+        parts = []
+        if self.mismatch:
+            parts.append(self.mismatch)
+        if self.missing:
+            who = ", ".join(f"rank {r}" for r in self.missing)
+            was = "; ".join(f"rank {r}: {self.last[r]}" if r in self.last else f"rank {r}: none"
+                            for r in self.missing)
+            inside = ", ".join(map(str, self.waiting))
+            verb = "ranks {} wait" if len(self.waiting) > 1 else "rank {} waits"
+            parts.append(f"{verb.format(inside)} in {self.op} (collective #{self.seq} of {self.pg}) "
+                         f"which {who} never entered (last entered: {was})" if self.waiting else
+                         f"{who} never entered collective #{self.seq} of {self.pg}")
+        if not parts:
+            parts.append(f"rank {', '.join(map(str, self.waiting))} never left {self.op} "
+                         f"(collective #{self.seq} of {self.pg})")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pg": self.pg, "seq": self.seq, "op": self.op, "waiting": self.waiting,
+                "missing": self.missing, "last": {str(r): v for r, v in sorted(self.last.items())},
+                "mismatch": self.mismatch, "rank": self.culprit, "text": self.describe()}
+
+
+@dataclass
+class Summary:
+    path: Path | None = None
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    missing_ranks: list[int] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    more_problems: int = 0
+    totals: dict[tuple[str, str], OpTotal] = field(default_factory=dict)
+    stragglers: list[Straggler] = field(default_factory=list)
+    stuck: list[Stuck] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    stuck_p2p: list[str] = field(default_factory=list)   # "rank 1 waits in recv from rank 0 ..."
+    ops: int = 0
+    flows: int = 0
+    unfinished: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return self.ops == 0
+
+    def problem(self, file: str, line: int, text: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(Problem(file, line, text))
+        else:
+            self.more_problems += 1
+
+    def diagnosis(self) -> dict[str, Any] | None:
+        """What status.json's first failure carries: the stuck collective per pg."""
+        if not self.stuck and not self.mismatches and not self.stuck_p2p:
+            return None
+        culprit = next((s.culprit for s in self.stuck if s.culprit is not None), None)
+        said = [s.describe() for s in self.stuck] or self.mismatches[:1]
+        return {"rank": culprit, "stuck": [s.to_dict() for s in self.stuck], "mismatches": self.mismatches[:5],
+                "p2p": self.stuck_p2p[:10], "text": "; ".join(said + self.stuck_p2p[:4])}
+
+
+# ---------------------------------------------------------------- reading one rank
+
+class _RankReader:
+    """Ops of one rank log, in the order they completed; never-completed ones at the end."""
+
+    def __init__(self, path: Path, rank: int, summary: Summary):
+        self.path, self.rank, self.summary = path, rank, summary
+        self.info = summary.ranks.setdefault(rank, RankInfo(rank))
+        self.groups: dict[str, list[int]] = {}
+        self.last: dict[str, Op] = {}               # pg -> last collective entered
+
+    def __iter__(self) -> Iterator[Op]:
+        pending: dict[int, Op] = {}
+        name = str(self.path)
+        with open(self.path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                at = raw.find(_MARKER_BYTES)
+                if at < 0:
+                    continue
+                payload = raw[at + len(_MARKER_BYTES):]
+                try:
+                    rec = json.loads(payload)
+                    kind = rec["k"]
+                except (ValueError, KeyError, TypeError):
+                    self.summary.problem(name, number, "garbled or truncated trace record: "
+                                         + payload[:60].decode(errors="replace").strip())
+                    continue
+                self.info.records += 1
+                try:
+                    if kind == "B":
+                        op = self._op(rec)
+                        pending[rec["i"]] = op
+                        if op.seq is not None:
+                            self.last[op.pg] = op
+                    elif kind == "E":
+                        op = pending.pop(rec["i"], None)
+                        if op is None:
+                            self.summary.problem(name, number, f"end of op {rec['i']} that never began")
+                            continue
+                        op.end = int(rec["t"]) + self.info.offset_ns
+                        if op.peer is None and isinstance(rec.get("peer"), int):
+                            op.peer = rec["peer"]
+                        yield op
+                    elif kind == "G":
+                        self.groups[rec["pg"]] = [int(r) for r in rec["ranks"]]
+                    elif kind == "M":
+                        self.info.node, self.info.host = rec.get("node"), rec.get("host")
+                    elif kind == "C":
+                        if "error" in rec:
+                            self.info.clock_error = str(rec["error"])
+                        else:
+                            self.info.offset_ns = int(rec["offset_ns"])
+                            self.info.rtt_ns = int(rec.get("rtt_ns", 0))
+                except (KeyError, TypeError, ValueError) as exc:
+                    self.summary.problem(name, number, f"trace record without a usable {exc}")
+        for op in pending.values():
+            if op.p2p is not None and len(self.summary.stuck_p2p) < 50:
+                peer = "any rank" if op.peer is None else f"rank {op.peer}"
+                way = "to" if op.op in ("send", "isend") else "from"
+                self.summary.stuck_p2p.append(f"rank {op.rank} never finished {op.op} {way} {peer} "
+                                              f"(p2p #{op.p2p} of {op.pg}, at {op.caller})")
+            yield op
+
+    def _op(self, rec: dict) -> Op:
+        return Op(rank=self.rank, op=str(rec["op"]), pg=str(rec["pg"]),
+                  seq=rec.get("seq"), p2p=rec.get("p2p"), peer=rec.get("peer"), root=rec.get("root"),
+                  shape=rec.get("shape"), dtype=rec.get("dtype"), nbytes=int(rec.get("bytes", 0)),
+                  caller=str(rec.get("caller", "?")), start=int(rec["t"]) + self.info.offset_ns,
+                  end=None)
+
+
+# ---------------------------------------------------------------- the merge
+
+def _flow_id(pg: str, src: int, dst: int, k: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{pg}:{src}>{dst}#{k}".encode(), digest_size=6).digest(), "big")
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000.0, 3)
+
+
+class _Merge:
+    def __init__(self, summary: Summary, out, hostnames: dict[int, str]):
+        self.s, self.out, self.hostnames = summary, out, hostnames
+        self.first = True
+        self.named_nodes: set[int] = set()
+        self.named_ranks: set[int] = set()
+        self.sent: dict[tuple[str, int, int], int] = {}      # (pg, src, dst) -> sends so far
+        self.received: dict[tuple[str, int, int], int] = {}
+        # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
+        self.open: dict[tuple[str, int], dict[int, tuple[int, Op]]] = {}
+        self.worst: list[tuple[int, int, Straggler]] = []     # min-heap of the worst ten
+        self.tiebreak = 0
+
+    def event(self, ev: dict) -> None:
+        self.out.write(("" if self.first else ",\n") + json.dumps(ev, separators=(",", ":")))
+        self.first = False
+
+    def node_of(self, rank: int) -> int:
+        info = self.s.ranks.get(rank)
+        return info.node if info and isinstance(info.node, int) else 0
+
+    def name(self, rank: int) -> None:
+        node = self.node_of(rank)
+        if node not in self.named_nodes:
+            self.named_nodes.add(node)
+            info = self.s.ranks.get(rank)
+            host = self.hostnames.get(node) or (info.host if info else None) or "?"
+            self.event({"ph": "M", "name": "process_name", "pid": node,
+                        "args": {"name": f"node {node} ({host})"}})
+            self.event({"ph": "M", "name": "process_sort_index", "pid": node, "args": {"sort_index": node}})
+        if rank not in self.named_ranks:
+            self.named_ranks.add(rank)
+            self.event({"ph": "M", "name": "thread_name", "pid": node, "tid": rank,
+                        "args": {"name": f"rank {rank}"}})
+            self.event({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": rank,
+                        "args": {"sort_index": rank}})
+
+    def add(self, op: Op, groups: dict[str, list[int]]) -> None:
+        s = self.s
+        s.ops += 1
+        self.name(op.rank)
+        node = self.node_of(op.rank)
+        dur = (op.end - op.start) if op.end is not None else 0
+        args: dict[str, Any] = {"rank": op.rank, "pg": op.pg, "seq": op.seq if op.seq is not None else None,
+                                "bytes": op.nbytes, "dtype": op.dtype, "shape": op.shape,
+                                "caller": op.caller}
+        if op.p2p is not None:
+            args["p2p_seq"] = op.p2p
+        if op.peer is not None:
+            args["peer"] = op.peer
+        if op.root is not None:
+            args["root"] = op.root
+        if op.end is None:
+            args["unfinished"] = True
+            s.unfinished += 1
+        self.event({"ph": "X", "name": op.op, "cat": op.pg, "pid": node, "tid": op.rank,
+                    "ts": _us(op.start), "dur": _us(max(dur, 0)), "args": args})
+        total = s.totals.setdefault((op.pg, op.op), OpTotal())
+        total.count += 1
+        total.nbytes += op.nbytes
+        total.total_ns += max(dur, 0)
+        if dur > total.slowest_ns:
+            total.slowest_ns, total.slowest_rank = dur, op.rank
+        if op.peer is not None and op.op in ("send", "isend"):
+            key = (op.pg, op.rank, op.peer)
+            k = self.sent[key] = self.sent.get(key, 0) + 1
+            self.event({"ph": "s", "id": _flow_id(op.pg, op.rank, op.peer, k), "name": "p2p",
+                        "cat": "p2p", "pid": node, "tid": op.rank, "ts": _us(op.start)})
+            s.flows += 1
+        elif op.peer is not None and op.op in ("recv", "irecv"):
+            key = (op.pg, op.peer, op.rank)
+            k = self.received[key] = self.received.get(key, 0) + 1
+            ts = op.end if op.end is not None else op.start
+            self.event({"ph": "f", "bp": "e", "id": _flow_id(op.pg, op.peer, op.rank, k), "name": "p2p",
+                        "cat": "p2p", "pid": node, "tid": op.rank, "ts": _us(ts)})
+        if op.seq is not None:
+            self.collective(op, groups.get(op.pg))
+
+    def collective(self, op: Op, members: list[int] | None) -> None:
+        key = (op.pg, op.seq)
+        seen = self.open.setdefault(key, {})
+        seen[op.rank] = (op.start, op)
+        if members is None or not set(members) <= set(seen):
+            if len(self.open) > MAX_OPEN_INSTANCES:
+                self.open.pop(next(iter(self.open)))
+            return
+        del self.open[key]
+        if len({o.signature for _, o in seen.values()}) > 1:
+            self.s.mismatches.append(_mismatch_text(op.pg, op.seq, {r: o for r, (_, o) in seen.items()}))
+            return                      # not a straggler: they never were in one collective
+        starts = sorted((t, r) for r, (t, _) in seen.items())
+        late = starts[-1][0] - starts[0][0]
+        if len(starts) > 1:
+            self.tiebreak += 1
+            item = (late, self.tiebreak, Straggler(op.pg, op.seq, op.op, starts[-1][1], late))
+            if len(self.worst) < STRAGGLERS:
+                heapq.heappush(self.worst, item)
+            elif late > self.worst[0][0]:
+                heapq.heapreplace(self.worst, item)
+
+
+def _groups_by_signature(seen: dict[int, Op]) -> list[tuple[str, list[int]]]:
+    """Ranks grouped by what they called, the most common first (the dtype only when op
+    and shape agree everywhere)."""
+    dtype = len({o.label for o in seen.values()}) == 1
+    by_label: dict[str, list[int]] = {}
+    for rank, o in sorted(seen.items()):
+        by_label.setdefault(o.signature if dtype else o.label, []).append(rank)
+    return sorted(by_label.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+
+
+def _odd_ranks(seen: dict[int, Op]) -> list[int]:
+    return sorted(r for _, ranks in _groups_by_signature(seen)[1:] for r in ranks)
+
+
+def _mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
+    """"rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #4 of
+    default_pg" (the dtype only when op and shape agree). The odd ranks are the fewer."""
+    ordered = _groups_by_signature(seen)
+    common_label, common_ranks = ordered[0]
+    odd = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}" for label, ranks in ordered[1:])
+    return (f"{odd} where rank {common_ranks[0]} called {common_label}, "
+            f"collective #{seq} of {pg}")
+
+
+def rank_logs(run_path: Path) -> dict[int, Path]:
+    found = {}
+    for path in (run_path / "ranks").glob("rank-*.log"):
+        number = path.stem.split("-", 1)[1]
+        if number.isdigit():
+            found[int(number)] = path
+    return found
+
+
+def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, str] | None = None,
+          out: str | Path | None = None) -> Summary:
+    """Read every rank's trace records (streamed) and write trace.json; return what was seen."""
+    run_path = Path(run_path)
+    summary = Summary(path=Path(out) if out else run_path / TRACE_FILE)
+    logs = rank_logs(run_path)
+    readers = [_RankReader(path, rank, summary) for rank, path in sorted(logs.items())]
+    groups: dict[str, list[int]] = {}
+    tmp = summary.path.with_name(summary.path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write('{"traceEvents":[\n')
+        m = _Merge(summary, f, hostnames or {})
+
+        def tagged(reader: _RankReader) -> Iterator[tuple[int, Op, _RankReader]]:
+            for op in reader:
+                yield op.start, op, reader
+
+        for _, op, reader in heapq.merge(*(tagged(r) for r in readers), key=lambda x: x[0]):
+            for pg, members in reader.groups.items():
+                groups.setdefault(pg, members)
+            m.add(op, groups)
+        for reader in readers:
+            for pg, members in reader.groups.items():
+                groups.setdefault(pg, members)
+        summary.stragglers = [s for _, _, s in sorted(m.worst, key=lambda x: (-x[0], x[1]))]
+        summary.stuck, extra = _stuck_from_readers(readers, groups)
+        summary.mismatches.extend(x for x in extra if x not in summary.mismatches)
+        expected = range(world) if world is not None else sorted(logs)
+        summary.missing_ranks = [r for r in expected if summary.ranks.get(r) is None
+                                 or summary.ranks[r].records == 0]
+        f.write("\n],\n")
+        f.write('"displayTimeUnit":"ms",\n"metadata":' + json.dumps(_metadata(summary), sort_keys=True)
+                + "}\n")
+    tmp.replace(summary.path)
+    return summary
+
+
+def _metadata(s: Summary) -> dict[str, Any]:
+    nodes: dict[str, dict] = {}
+    for rank, info in sorted(s.ranks.items()):
+        if info.records and isinstance(info.node, int) and str(info.node) not in nodes:
+            nodes[str(info.node)] = {"first_rank": rank, "host": info.host,
+                                     "clock_offset_ms": round(info.offset_ns / 1e6, 6),
+                                     "rtt_ms": None if info.rtt_ns is None else round(info.rtt_ns / 1e6, 6)}
+    return {"source": "labctl trace (workloads/_trace.py records, labctl/trace.py merge)",
+            "clock": "every rank's wall clock plus its offset against rank 0, measured at init "
+                     "(NTP estimate over send/recv, best of 5 round trips)",
+            "clock_offsets_by_node": nodes,
+            "clock_offsets_ms_by_rank": {str(r): round(i.offset_ns / 1e6, 6) for r, i in sorted(s.ranks.items())
+                                         if i.records},
+            "ops": s.ops, "flows": s.flows, "unfinished_ops": s.unfinished,
+            "missing_ranks": s.missing_ranks,
+            "bad_records": [str(p) for p in s.problems] + ([f"... and {s.more_problems} more"]
+                                                           if s.more_problems else [])}
+
+
+def _stuck_from_readers(readers: list[_RankReader], groups: dict[str, list[int]]
+                        ) -> tuple[list[Stuck], list[str]]:
+    last: dict[str, dict[int, Op]] = {}
+    for reader in readers:
+        for pg, op in reader.last.items():
+            last.setdefault(pg, {})[reader.rank] = op
+    return _stuck(last, groups)
+
+
+def _stuck(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False
+           ) -> tuple[list[Stuck], list[str]]:
+    """Per process group with an op some rank never completed: the furthest collective,
+    who is inside it, who never entered it, and a mismatch at that sequence number.
+    `only_clear`: name a group only for a missing rank or a mismatch (Flight Recorder
+    entries on gloo never say whether an op completed)."""
+    found, mismatches = [], []
+    for pg, by_rank in sorted(last.items()):
+        if all(op.end is not None for op in by_rank.values()):
+            continue                                # every rank left its last collective
+        members = groups.get(pg) or sorted(by_rank)
+        top = max(op.seq for op in by_rank.values())
+        inside = {r: op for r, op in by_rank.items() if op.seq == top}
+        waiting = sorted(r for r, op in inside.items() if op.end is None)
+        missing = sorted(r for r in members if r not in inside)
+        mismatch = None
+        if len({op.signature for op in inside.values()}) > 1:
+            mismatch = _mismatch_text(pg, top, inside)
+            mismatches.append(mismatch)
+        any_op = next(iter(inside.values()))
+        if (not waiting or only_clear) and not missing and not mismatch:
+            continue
+        culprit = _odd_ranks(inside)[0] if mismatch else (missing[0] if missing else None)
+        found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing, culprit=culprit,
+                           last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},
+                           mismatch=mismatch))
+    return found, mismatches
+
+
+# ---------------------------------------------------------------- Flight Recorder (tracing off)
+
+FR_MARKER = "@@labctl-fr "          # must match workloads/_trace.py
+_FR_MARKER_BYTES = FR_MARKER.encode()
+
+
+def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str, Any] | None:
+    """The stuck collective from the Flight Recorder entries the ranks dumped when labctl
+    asked (at the deadline, with their stacks): each rank's newest collective per group
+    counts as the one it is in. None: no rank dumped, or nothing to name."""
+    last: dict[str, dict[int, Op]] = {}
+    dumped: set[int] = set()
+    for rank, path in sorted(rank_logs(Path(run_path)).items()):
+        current: dict[str, Op] = {}
+        final: dict[str, Op] = {}
+        with open(path, "rb") as f:
+            for raw in f:
+                at = raw.find(_FR_MARKER_BYTES)
+                if at < 0:
+                    continue
+                try:
+                    rec = json.loads(raw[at + len(_FR_MARKER_BYTES):])
+                    if "done" in rec:
+                        final, current = current, {}
+                        continue
+                    if "seq" not in rec:
+                        continue
+                    op = Op(rank=rank, op=str(rec["op"]), pg=str(rec["pg"]), seq=int(rec["seq"]),
+                            p2p=None, peer=None, root=None, shape=list(rec.get("shape") or []),
+                            dtype=_fr_dtype(rec.get("dtype")), nbytes=0, caller="?",
+                            start=int(rec.get("t") or 0), end=None)
+                except (ValueError, KeyError, TypeError):
+                    continue                  # a dump cut short by the stop: the last whole one counts
+                if op.pg not in current or op.seq >= current[op.pg].seq:
+                    current[op.pg] = op
+        if final:
+            dumped.add(rank)
+        for pg, op in final.items():
+            last.setdefault(pg, {})[rank] = op
+    if not dumped:
+        return None
+    # Only ranks that dumped count: one that could not (gone, or its main thread holding the
+    # GIL) must not look like a rank that never entered the collective.
+    groups = {pg: (sorted(dumped) if pg == "default_pg" else sorted(by_rank))
+              for pg, by_rank in last.items()}
+    stuck, mismatches = _stuck(last, groups, only_clear=True)
+    if not stuck:
+        return None
+    culprit = next((s.culprit for s in stuck if s.culprit is not None), None)
+    silent = sorted(set(range(world)) - dumped) if world else []
+    text = "; ".join(s.describe() for s in stuck)
+    if silent:
+        text += f" (no Flight Recorder dump from rank {', '.join(map(str, silent))})"
+    return {"rank": culprit, "source": "flight recorder", "stuck": [s.to_dict() for s in stuck],
+            "mismatches": mismatches[:5], "no_dump": silent, "text": text}
+
+
+_FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+              "Long": "int64", "Int": "int32", "Byte": "uint8", "Char": "int8", "Bool": "bool"}
+
+
+def _fr_dtype(name: Any) -> str | None:
+    return _FR_DTYPES.get(name, name) if isinstance(name, str) else None
+
+
+# ---------------------------------------------------------------- reading it
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def text(summary: Summary) -> str:
+    """What `labctl trace RUN` prints."""
+    lines: list[str] = []
+    for p in summary.problems:
+        lines.append(f"warning: {p}")
+    if summary.more_problems:
+        lines.append(f"warning: ... and {summary.more_problems} more bad trace records")
+    if summary.missing_ranks:
+        lines.append("warning: no trace records from "
+                     + ", ".join(f"rank {r}" for r in summary.missing_ranks))
+    if summary.empty:
+        lines.append("no trace records in any rank log (was the lab run with `trace: true` / --trace?)")
+        return "\n".join(lines)
+    lines += [f"{summary.ops} ops, {summary.flows} send→recv flows; timeline: {summary.path} "
+              "(open it in https://ui.perfetto.dev or chrome://tracing)", "",
+              "## Per process group and op", "",
+              table(("pg", "op", "count", "bytes", "total ms", "slowest ms", "slowest on"),
+                    ((pg, op, t.count, _bytes(t.nbytes), _ms(t.total_ns), _ms(t.slowest_ns),
+                      f"rank {t.slowest_rank}" if t.slowest_rank is not None else "")
+                     for (pg, op), t in sorted(summary.totals.items())))]
+    if summary.stragglers:
+        lines += ["", "## Stragglers (per collective, the rank that arrived last; worst ten)", "",
+                  table(("pg", "collective", "op", "last to arrive", "late by ms"),
+                        ((s.pg, f"#{s.seq}", s.op, f"rank {s.rank}", _ms(s.late_ns))
+                         for s in summary.stragglers))]
+    if summary.stuck or summary.mismatches or summary.stuck_p2p:
+        lines += ["", "## Stuck or mismatched collectives, unfinished p2p", ""]
+        lines += [f"- {s.describe()}" for s in summary.stuck]
+        lines += [f"- {m}" for m in summary.mismatches if not any(m == s.mismatch for s in summary.stuck)]
+        lines += [f"- {p}" for p in summary.stuck_p2p]
+    return "\n".join(lines)

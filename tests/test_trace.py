@@ -1,0 +1,359 @@
+"""Issue 21: every rank's collectives and p2p ops on one timeline (trace.json), the
+stragglers named, and at a hang the stuck collective named without --debug.
+Real labs (local 2x2) for the recording and merge; hand-made rank logs for bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_nothing_left, labctl
+from labctl import trace
+
+STRAGGLER_S = 1.0
+
+MIX = f"""
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r, w = dist.get_rank(), dist.get_world_size()
+t = torch.ones(1000)
+dist.broadcast(t, src=0)                             # line 6
+if r == 3:
+    time.sleep({STRAGGLER_S})                        # the straggler
+dist.all_reduce(t)                                   # line 9
+if r % 2 == 0:
+    dist.send(t, dst=r + 1)
+else:
+    dist.recv(t, src=r - 1)
+work = dist.all_reduce(t, async_op=True)
+work.wait()
+ops = [dist.P2POp(dist.isend, t, (r + 1) % w), dist.P2POp(dist.irecv, torch.zeros(1000), (r - 1) % w)]
+for q in dist.batch_isend_irecv(ops):
+    q.wait()
+sub = dist.new_group([0, 1])
+if r in (0, 1):
+    dist.all_reduce(torch.ones(10, dtype=torch.float64), group=sub)
+out = [torch.zeros(1000) for _ in range(w)]
+dist.all_gather(out, t)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# ranks 0 and 1 disagree at collective #3 of their group; rank 3 never enters #3 of its group
+HANG = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+a, b = dist.new_group([0, 1]), dist.new_group([2, 3])
+mine = a if r < 2 else b
+t = torch.ones(1000)
+for _ in range(2):
+    dist.all_reduce(t, group=mine)
+print("entering the hang", flush=True)
+if r == 1:
+    dist.broadcast(t, src=0, group=a)
+elif r == 3:
+    time.sleep(600)
+else:
+    dist.all_reduce(t, group=mine)
+"""
+
+COMMON = ["--nodes", "2", "--nproc-per-node", "2", "--trace"]
+
+
+@pytest.fixture(scope="module")
+def mix_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trace")
+    script = folder / "mix.py"
+    script.write_text(MIX)
+    out = folder / "run"
+    done = labctl("up", "--script", str(script), *COMMON, "--out", str(out), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out, script
+
+
+def _events(out: Path) -> tuple[list[dict], dict]:
+    data = json.loads((out / "trace.json").read_text())
+    return data["traceEvents"], data["metadata"]
+
+
+def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
+    out, script = mix_run
+    events, meta = _events(out)
+    slices = [e for e in events if e["ph"] == "X"]
+    per_rank = {r: [e["name"] for e in sorted((e for e in slices if e["tid"] == r), key=lambda e: e["ts"])]
+                for r in range(4)}
+    common = ["broadcast", "all_reduce", None, "all_reduce", "isend", "irecv"]
+    for r in range(4):
+        want = [("send" if r % 2 == 0 else "recv") if x is None else x for x in common]
+        want += ["all_reduce"] if r in (0, 1) else []
+        want += ["all_gather", "barrier"]
+        assert per_rank[r] == want, (r, per_rank[r])
+    # a process per node, a thread per rank
+    names = {(e["name"], e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M"
+             and e["name"] in ("process_name", "thread_name")}
+    assert names[("process_name", 0, None)] == "node 0 (lab-0)"
+    assert names[("process_name", 1, None)] == "node 1 (lab-1)"
+    assert {names[("thread_name", r // 2, r)] for r in range(4)} == {f"rank {r}" for r in range(4)}
+    # args of one slice: where it came from, what it moved
+    first = next(e for e in slices if e["tid"] == 2 and e["name"] == "all_reduce")
+    assert first["args"] == {"rank": 2, "pg": "default_pg", "seq": 2, "bytes": 4000, "dtype": "float32",
+                             "shape": [1000], "caller": f"{script}:9"}
+    bcast = next(e for e in slices if e["tid"] == 1 and e["name"] == "broadcast")
+    assert bcast["args"]["root"] == 0 and bcast["args"]["seq"] == 1
+    sub = next(e for e in slices if e["tid"] == 1 and e["cat"] != "default_pg")
+    assert sub["args"]["seq"] == 1 and sub["args"]["bytes"] == 80 and sub["args"]["dtype"] == "float64"
+    # send -> recv flows: 0->1, 2->3 (send/recv) and r->r+1 (batch isend/irecv), each s with one f
+    starts = {e["id"]: e["tid"] for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e["tid"] for e in events if e["ph"] == "f"}
+    assert sorted((starts[i], ends.get(i)) for i in starts) == sorted(
+        [(0, 1), (2, 3)] + [(r, (r + 1) % 4) for r in range(4)])
+    # the straggler: rank 3 entered all_reduce #2 late, the others paid for it inside it
+    second = {e["tid"]: e for e in slices if e["args"]["seq"] == 2 and e["cat"] == "default_pg"}
+    for r in (0, 1, 2):
+        assert (second[3]["ts"] - second[r]["ts"]) / 1e6 >= STRAGGLER_S * 0.9
+        assert second[r]["dur"] / 1e6 >= STRAGGLER_S * 0.9
+    assert second[3]["dur"] / 1e6 < STRAGGLER_S * 0.5
+    # clocks on one host: under 1 ms apart
+    offsets = meta["clock_offsets_ms_by_rank"]
+    assert set(offsets) == {"0", "1", "2", "3"} and all(abs(v) < 1.0 for v in offsets.values()), offsets
+    assert meta["missing_ranks"] == [] and meta["bad_records"] == []
+    status = json.loads((out / "status.json").read_text())
+    assert status["trace"]["ops"] == 34
+
+    shown = labctl("trace", str(out), timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    table = shown.stdout.split("## Stragglers")[1]
+    worst = table.splitlines()[4]                  # caption, blank, header, rule, worst row
+    assert "| default_pg | #2 | all_reduce | rank 3 |" in worst, table
+    assert "| default_pg | send | 2 |" in shown.stdout
+
+
+@pytest.mark.slow
+def test_a_hang_names_the_mismatch_and_the_rank_that_never_came(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(script), *COMMON, "--timeout", "40", "--out", str(out),
+                  timeout=600)
+    assert done.returncode == 1
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "timeout"
+    comm = status["first_failure"]["collective"]
+    mismatch = "rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #3 of"
+    assert any(mismatch in s["text"] for s in comm["stuck"]), comm
+    missing = next(s for s in comm["stuck"] if s["missing"])
+    assert missing["missing"] == [3] and missing["waiting"] == [2] and missing["seq"] == 3
+    assert missing["last"]["3"] == "#2 all_reduce [1000]"
+    assert "which rank 3 never entered" in missing["text"]
+    report = (out / "report.md").read_text()
+    assert mismatch in report and "rank 3 never entered" in report
+    assert_nothing_left(status["run_id"])
+
+
+def _fake_run(tmp_path: Path, logs: dict[int, str], world: int) -> Path:
+    run = tmp_path / "run"
+    (run / "ranks").mkdir(parents=True)
+    (run / "status.json").write_text(json.dumps({"run_id": "x", "world_size": world}))
+    (run / "plan.json").write_text(json.dumps({"nodes": [{"index": 0, "hostname": "lab-0"}]}))
+    for rank, text in logs.items():
+        (run / "ranks" / f"rank-{rank}.log").write_text(text)
+    return run
+
+
+def _lines(*records: dict) -> str:
+    return "".join(trace.MARKER + json.dumps(r) + "\n" for r in records)
+
+
+def test_bad_records_are_named_and_the_merge_goes_on(tmp_path):
+    good = _lines({"k": "M", "rank": 0, "node": 0, "host": "h"}, {"k": "G", "pg": "default_pg", "ranks": [0, 1, 2]},
+                  {"k": "B", "i": 1, "op": "all_reduce", "pg": "default_pg", "seq": 1, "shape": [4],
+                   "dtype": "float32", "bytes": 16, "caller": "a.py:1", "t": 1_000_000},
+                  {"k": "E", "i": 1, "t": 2_000_000})
+    truncated = good.replace('"k": "M", "rank": 0', '"k": "M", "rank": 1') + good.splitlines()[2][:40] + "\n"
+    run = _fake_run(tmp_path, {0: "some output\n" + good, 1: truncated, 2: "no records here\n"}, world=3)
+    shown = labctl("trace", str(run), timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "Traceback" not in shown.stderr + shown.stdout
+    assert f"warning: {run / 'ranks' / 'rank-1.log'}:5: garbled or truncated trace record" in shown.stdout
+    assert "warning: no trace records from rank 2" in shown.stdout
+    data = json.loads((run / "trace.json").read_text())
+    assert [e["tid"] for e in data["traceEvents"] if e["ph"] == "X"] == [0, 1]
+    assert data["metadata"]["missing_ranks"] == [2]
+
+
+def test_an_empty_trace_says_so_in_one_line(tmp_path):
+    run = _fake_run(tmp_path, {0: "hello\n", 1: ""}, world=2)
+    shown = labctl("trace", str(run), timeout=120)
+    assert shown.returncode == 1
+    assert "no trace records in any rank log (was the lab run with `trace: true`" in shown.stdout
+    assert "Traceback" not in shown.stderr
+    assert json.loads((run / "trace.json").read_text())["traceEvents"] == []
+    missing = labctl("trace", str(tmp_path / "nope"), timeout=120)
+    assert missing.returncode != 0 and "not a run folder" in missing.stderr
+    shutil.rmtree(run)
+
+
+@pytest.mark.slow
+def test_tracing_off_a_hang_is_named_from_the_flight_recorder_as_torchfrtrace_names_it(tmp_path):
+    """No --trace, no --debug: at the deadline every rank dumps its Flight Recorder ring
+    (SIGUSR2, a sigwait thread: the main thread is blocked in gloo); labctl names the
+    mismatch and the missing rank, and torch's own analyzer on the pickle dumps of the
+    same hang says the same."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    out, dumps = tmp_path / "run", tmp_path / "fr"
+    done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
+                  "--timeout", "40", "--env", f"LAB_FR_DUMP_DIR={dumps}", "--out", str(out), timeout=600)
+    assert done.returncode == 1
+    status = json.loads((out / "status.json").read_text())
+    assert "trace" not in status and not (out / "trace.json").exists()     # nothing recorded
+    assert not any(trace.MARKER.encode() in p.read_bytes() for p in (out / "ranks").glob("rank-*.log"))
+    comm = status["first_failure"]["collective"]
+    assert comm["source"] == "flight recorder"
+    by_pg = {s["pg"]: s for s in comm["stuck"]}
+    assert by_pg["pg1"]["mismatch"] == ("rank 1 called broadcast [1000] where rank 0 called "
+                                        "all_reduce [1000], collective #3 of pg1")
+    assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
+    assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in \
+        (out / "report.md").read_text()
+    # the stacks are still taken (by the same thread), and name the user's lines
+    assert status["stacks"]["1"]["call"] == "broadcast" and status["stacks"]["3"]["file"] == str(script)
+    assert_nothing_left(status["run_id"])
+
+    analyzer = Path(sys.executable).parent / "torchfrtrace"
+    said = subprocess.run([str(analyzer), str(dumps), "-p", "rank_"], capture_output=True, text=True,
+                          timeout=300)
+    assert said.returncode == 0, said.stderr
+    blocks = (said.stdout + said.stderr).split("collective stack trace")
+    missing = next(b for b in blocks if "missing ranks" in b)
+    assert "sequence number: 3" in missing and "missing ranks: {3}" in missing \
+        and "expected ranks: {2, 3}" in missing
+    mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
+    assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
+        and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
+
+
+MIX2 = f"""
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank()
+t = torch.ones(1000)
+dist.broadcast(t, src=0)
+if r == 1:
+    time.sleep({STRAGGLER_S})                        # the straggler
+dist.all_reduce(t)
+if r == 0:
+    dist.send(t, dst=1)
+else:
+    dist.recv(t, src=0)
+dist.all_gather([torch.zeros(1000) for _ in range(2)], t)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.docker
+def test_compose_2x1_gives_the_same_timeline(tmp_path):
+    """The records travel in `docker compose logs` like results: same slices, flow,
+    straggler; a process per container named by its hostname; clocks of containers on
+    one host under 1 ms apart."""
+    from docker_support import require_compose, require_image
+
+    require_compose()
+    require_image()
+    script = tmp_path / "mix2.py"
+    script.write_text(MIX2)
+    out = tmp_path / "run"
+    done = labctl("up", "--backend", "compose", "--script", str(script), "--nodes", "2",
+                  "--nproc-per-node", "1", "--trace", "--out", str(out), timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    events, meta = _events(out)
+    slices = [e for e in events if e["ph"] == "X"]
+    for r, p2p in ((0, "send"), (1, "recv")):
+        names = [e["name"] for e in sorted((e for e in slices if e["tid"] == r), key=lambda e: e["ts"])]
+        assert names == ["broadcast", "all_reduce", p2p, "all_gather"], (r, names)
+        assert {e["pid"] for e in slices if e["tid"] == r} == {r}
+    hosts = {n["index"]: n["hostname"] for n in json.loads((out / "plan.json").read_text())["nodes"]}
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {i: f"node {i} ({hosts[i]})" for i in (0, 1)}
+    assert [(e["ph"], e["tid"]) for e in events if e["ph"] in "sf"] in ([("s", 0), ("f", 1)], [("f", 1), ("s", 0)])
+    second = {e["tid"]: e for e in slices if e["args"]["seq"] == 2}
+    assert (second[1]["ts"] - second[0]["ts"]) / 1e6 >= STRAGGLER_S * 0.9
+    assert second[0]["dur"] / 1e6 >= STRAGGLER_S * 0.9
+    assert abs(meta["clock_offsets_by_node"]["1"]["clock_offset_ms"]) < 1.0
+    shown = labctl("trace", str(out), timeout=120)
+    assert "| default_pg | #2 | all_reduce | rank 1 |" in shown.stdout
+
+
+def test_flight_recorder_dumps_name_only_ranks_that_dumped(tmp_path):
+    """A rank without a dump (gone, or its main thread held the GIL) is said to have no
+    dump, not to have never entered the collective; a dump cut short counts not."""
+    def dump(rank: int, seqs: int, done: bool = True) -> str:
+        lines = [trace.FR_MARKER + json.dumps({"rank": rank, "pg": "default_pg", "seq": s, "op": "all_reduce",
+                                               "shape": [8], "dtype": "Float", "t": s}) for s in range(1, seqs + 1)]
+        return "\n".join(lines + ([trace.FR_MARKER + json.dumps({"rank": rank, "done": seqs})] if done else [])) + "\n"
+
+    run = _fake_run(tmp_path, {0: dump(0, 6), 1: dump(1, 6), 2: dump(2, 5), 3: dump(3, 4, done=False)}, world=4)
+    found = trace.flight_recorder(run, world=4)
+    assert found["stuck"][0]["missing"] == [2] and found["stuck"][0]["waiting"] == [0, 1]
+    assert found["no_dump"] == [3]
+    assert found["text"] == ("ranks 0, 1 wait in all_reduce (collective #6 of default_pg) which rank 2 never "
+                             "entered (last entered: rank 2: #5 all_reduce [8]) (no Flight Recorder dump "
+                             "from rank 3)")
+    assert trace.flight_recorder(_fake_run(tmp_path / "none", {0: "x\n"}, world=1), world=1) is None
+
+
+def test_an_unfinished_recv_is_named_with_its_peer(tmp_path):
+    records = _lines({"k": "M", "rank": 1, "node": 0, "host": "h"}, {"k": "G", "pg": "default_pg", "ranks": [0, 1]},
+                     {"k": "B", "i": 1, "op": "recv", "pg": "default_pg", "p2p": 3, "shape": [4], "dtype": "float32",
+                      "bytes": 16, "peer": 0, "caller": "job.py:7", "t": 5})
+    run = _fake_run(tmp_path, {0: _lines({"k": "M", "rank": 0, "node": 0, "host": "h"}), 1: records}, world=2)
+    summary = trace.merge(run, world=2)
+    assert summary.diagnosis()["text"] == "rank 1 never finished recv from rank 0 (p2p #3 of default_pg, at job.py:7)"
+    data = json.loads((run / "trace.json").read_text())
+    assert [e["args"].get("unfinished") for e in data["traceEvents"] if e["ph"] == "X"] == [True]
+
+
+@pytest.mark.docker
+def test_pods_as_containers_bring_their_trace_through_collect(tmp_path):
+    """The rendered k8s pods, played as containers and collected as `labctl collect` would
+    (test_k8s_pods_as_containers): the records come through the pods' logs, the merge runs
+    at collect, and every rank shows the same collectives in the same order."""
+    from test_k8s_pods_as_containers import run_rendered_lab
+
+    rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-trace", nodes=2, nproc_per_node=1, trace=True,
+                              workloads=["p2p", "collectives"])
+    assert rundir.meta["state"] == "passed", rundir.meta.get("message")
+    assert rundir.meta["collected"]["by"] == "labctl collect"
+    assert rundir.meta["trace"]["missing_ranks"] == [] and rundir.meta["trace"]["bad_records"] == 0
+    events, meta = _events(rundir.path)
+    slices = [e for e in events if e["ph"] == "X"]
+    per_rank = {r: [(e["args"]["seq"], e["name"], e["args"]["shape"]) for e in
+                    sorted((e for e in slices if e["tid"] == r and e["cat"] == "default_pg"
+                            and e["args"]["seq"] is not None), key=lambda e: e["args"]["seq"])] for r in (0, 1)}
+    assert per_rank[0] and per_rank[0] == per_rank[1]
+    assert [s for s, _, _ in per_rank[0]] == list(range(1, len(per_rank[0]) + 1))
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {i: f"node {i} ({rundir.plan['nodes'][i]['hostname']})" for i in (0, 1)}
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    assert starts and starts == {e["id"] for e in events if e["ph"] == "f"}
+    assert abs(meta["clock_offsets_by_node"]["1"]["clock_offset_ms"]) < 1.0
+
+
+def test_the_trace_field_reaches_every_node_as_LAB_TRACE():
+    from labctl import plan as planmod
+    from labctl import spec as specmod
+
+    def env(**fields):
+        s = specmod.from_dict(fields)
+        return [p.env for n in planmod.plan(s, planmod.container_placement(s, "compose"), "r").nodes
+                for p in n.processes]
+
+    assert all(e.get("LAB_TRACE") == "1" for e in env(trace=True))
+    assert all("LAB_TRACE" not in e for e in env()) and all("LAB_TRACE" not in e for e in env(trace=False))
+    with pytest.raises(specmod.SpecError, match="trace: expected true or false"):
+        specmod.from_dict({"trace": "yes"})

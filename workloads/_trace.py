@@ -1,0 +1,492 @@
+"""Per-rank communication recorder (issue 21): every collective and p2p op of every
+process group, as marked lines in the log stream.
+
+`install()` (called by the workloads runner and by `workloads._script` before the
+user's code runs, only when LAB_TRACE=1) wraps torch.distributed's collective and
+p2p functions. Each op writes two lines to stdout, each one write and flushed:
+
+    @@labctl-trace {"k":"B","i":7,"op":"all_reduce","pg":"default_pg","seq":4,...,"t":<ns>}
+    @@labctl-trace {"k":"E","i":7,"t":<ns>}
+
+B when the rank enters the op (written *before* it, so a rank that hangs or dies in
+it has said which op it was in), E when the op completed (async ops: when `wait()`
+returned). Times are this rank's wall clock (time.time_ns). A "G" line names each
+process group (name, global ranks) the first time it is used, an "M" line says who
+this rank is, a "C" line its clock offset against rank 0 measured right after
+init_process_group (NTP-style, over the original send/recv, not recorded).
+
+Why the log stream: it is the one channel every backend collects (local files,
+`docker compose logs`, `kubectl logs`), and lines written before a crash survive it.
+Memory per rank is bounded by the ops in flight (async works not yet waited):
+nothing is kept once its lines are written. Nothing is wrapped when tracing is off.
+
+Fields and where they come from: op = the torch.distributed function called; pg =
+"default_pg" for the world group, else the group's description/name; seq = this
+recorder's per-group count of collectives (1, 2, ...; p2p ops count apart in
+`p2p`), the same order torch's Flight Recorder numbers `collective_seq_id`;
+peer = the other global rank of a p2p op (recv from any source: the sender, known
+at the end), root = src/dst of rooted collectives; shape/dtype/bytes from the
+op's input tensor(s); caller = the first frame outside torch and this module.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+MARKER = "@@labctl-trace "          # must match labctl/trace.py
+FR_MARKER = "@@labctl-fr "          # Flight Recorder entries at a dump; labctl/trace.py
+FR_SIGNAL = signal.SIGUSR2          # "dump your Flight Recorder" (workloads/_stacks.signal_ranks)
+FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
+FR_KEEP = 8                         # newest entries per process group written at a dump
+CLOCK_ROUNDS = 5
+
+_installed = False
+_local = threading.local()
+_lock = threading.Lock()
+_next_id = [0]
+_seq: dict[tuple[str, str], int] = {}      # (pg name, "c" | "p") -> count so far
+_groups: dict[int, str] = {}               # id(pg) -> name (G line written)
+_pg_json: dict[str, str] = {}
+_torch_dir = ""
+_here = os.path.abspath(__file__)
+
+# op -> (index and keyword of the tensor that says the op's size, kind, peer/root keyword and index)
+_P2P = {"send": "dst", "recv": "src", "isend": "dst", "irecv": "src"}
+_COLLECTIVES: dict[str, tuple[int, str, str | None, int | None]] = {
+    "all_reduce": (0, "tensor", None, None),
+    "broadcast": (0, "tensor", "src", 1),
+    "reduce": (0, "tensor", "dst", 1),
+    "all_gather": (1, "tensor", None, None),
+    "all_gather_into_tensor": (1, "input_tensor", None, None),
+    "reduce_scatter": (0, "output", None, None),
+    "reduce_scatter_tensor": (1, "input", None, None),
+    "all_to_all": (1, "input_tensor_list", None, None),
+    "all_to_all_single": (1, "input", None, None),
+    "gather": (0, "tensor", "dst", 2),
+    "scatter": (0, "tensor", "src", 2),
+    "barrier": (-1, "", None, None),
+    "monitored_barrier": (-1, "", None, None),
+}
+_GROUP_INDEX = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2,
+                "all_gather_into_tensor": 2, "reduce_scatter": 3, "reduce_scatter_tensor": 3,
+                "all_to_all": 2, "all_to_all_single": 4, "gather": 3, "scatter": 3, "barrier": 0,
+                "monitored_barrier": 0, "send": 2, "recv": 2, "isend": 2, "irecv": 2}
+
+
+def enabled() -> bool:
+    return os.environ.get("LAB_TRACE", "") not in ("", "0", "false", "False")
+
+
+def _emit(line: str) -> None:
+    try:
+        sys.stdout.write(MARKER + line + "\n")     # one write per line (see _common.emit)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass                        # stdout closed: tracing must never break the rank
+
+
+def _write(record: dict[str, Any]) -> None:
+    _emit(json.dumps(record, separators=(",", ":")))
+
+
+_callers: dict[tuple[str, int], str] = {}    # (file, line) -> its JSON string: one per call site
+
+
+def _caller() -> str:
+    frame = sys._getframe(3)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_torch_dir) and name != _here:
+            key = (name, frame.f_lineno)
+            text = _callers.get(key)
+            if text is None:
+                text = _callers[key] = json.dumps(f"{name}:{frame.f_lineno}")
+            return text
+        frame = frame.f_back
+    return '"?"'
+
+
+def _tensors(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if hasattr(v, "element_size")]
+    return [value] if hasattr(value, "element_size") else []
+
+
+def _group_name(dist: Any, group: Any) -> str:
+    default = dist.distributed_c10d._get_default_group()
+    pg = group if group is not None else default
+    key = id(pg)
+    name = _groups.get(key)
+    if name is None:
+        if pg is default:
+            name = "default_pg"
+        else:
+            desc = getattr(pg, "group_desc", "") or ""
+            name = desc if desc and desc != "undefined" else f"pg{getattr(pg, 'group_name', key)}"
+        try:
+            ranks = dist.get_process_group_ranks(pg)
+        except Exception:          # noqa: BLE001 - a group this rank is not in
+            ranks = []
+        _groups[key] = name
+        _pg_json[name] = json.dumps(name)
+        _write({"k": "G", "pg": name, "ranks": ranks})
+    return name
+
+
+def _arg(args: tuple, kwargs: dict, index: int | None, key: str | None) -> Any:
+    if key and key in kwargs:
+        return kwargs[key]
+    if index is not None and 0 <= index < len(args):
+        return args[index]
+    return None
+
+
+def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+    if not dist.is_initialized():
+        return None
+    p2p = op in _P2P
+    if p2p:
+        tensor_index, tensor_key, peer_key, peer_index = 0, "tensor", _P2P[op], 1
+    else:
+        tensor_index, tensor_key, peer_key, peer_index = _COLLECTIVES[op]
+    group = _arg(args, kwargs, _GROUP_INDEX.get(op), "group")
+    if group is not None and not hasattr(group, "rank"):
+        group = None
+    try:
+        pg = _group_name(dist, group)
+    except Exception:              # noqa: BLE001 - not a member: torch says so itself
+        return None
+    with _lock:
+        counter = (pg, "p" if p2p else "c")
+        seq = _seq[counter] = _seq.get(counter, 0) + 1
+        _next_id[0] += 1
+        ident = _next_id[0]
+    record: dict[str, Any] = {"i": ident}
+    # The line is put together by hand: json.dumps of a dict costs about as much as the
+    # rest of the recorder (pg names and callers are JSON strings already).
+    parts = [f'{{"k":"B","i":{ident},"op":"{op}","pg":{_pg_json[pg]},"{"p2p" if p2p else "seq"}":{seq}']
+    tensors = _tensors(_arg(args, kwargs, tensor_index, tensor_key)) if tensor_index >= 0 else []
+    if tensors:
+        first = tensors[0]
+        shape = ",".join(str(int(x)) for x in first.shape)
+        dtype = str(first.dtype)[6:] if str(first.dtype).startswith("torch.") else str(first.dtype)
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        parts.append(f',"shape":[{shape}],"dtype":"{dtype}","bytes":{nbytes}')
+    else:
+        parts.append(',"bytes":0')
+    if peer_key:
+        peer = _arg(args, kwargs, peer_index, peer_key)
+        if peer is None:
+            local = _arg(args, kwargs, None, "group_" + peer_key)
+            if local is not None and group is not None:
+                peer = dist.get_global_rank(group, local)
+        if peer is not None:
+            record["peer" if p2p else "root"] = int(peer)
+            parts.append(f',"{"peer" if p2p else "root"}":{int(peer)}')
+    parts.append(f',"caller":{_caller()},"t":{time.time_ns()}}}')
+    _emit("".join(parts))
+    return record
+
+
+def _end(ident: int, extra: dict[str, Any] | None = None) -> None:
+    more = "".join(f',"{k}":{int(v)}' for k, v in extra.items()) if extra else ""
+    _emit(f'{{"k":"E","i":{ident},"t":{time.time_ns()}{more}}}')
+
+
+class TracedWork:
+    """The Work an async op returned; `wait()` ends the op's slice. Everything else
+    is the real Work's."""
+
+    def __init__(self, work: Any, ident: int):
+        self._work, self._ident, self._done = work, ident, False
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._work.wait(*args, **kwargs)
+        self._finish()
+        return result
+
+    def is_completed(self) -> bool:
+        done = self._work.is_completed()
+        if done:
+            self._finish()
+        return done
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            _end(self._ident)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+def _wrap(dist: Any, op: str, original: Any) -> Any:
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_local, "depth", 0):
+            return original(*args, **kwargs)
+        record = _begin(dist, op, args, kwargs)
+        _local.depth = 1
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            _local.depth = 0
+        if record is None:
+            return result
+        if result is not None and hasattr(result, "wait") and not isinstance(result, int):
+            return TracedWork(result, record["i"])
+        extra = {"peer": int(result)} if op == "recv" and "peer" not in record and \
+            isinstance(result, int) else None
+        _end(record["i"], extra)
+        return result
+
+    traced.__wrapped__ = original
+    traced.__name__ = original.__name__
+    traced.__doc__ = original.__doc__
+    return traced
+
+
+def _wrap_batch(dist: Any, original: Any) -> Any:
+    """batch_isend_irecv: one isend/irecv record per P2POp, each ended by its work's wait()."""
+    def traced(p2p_op_list: list) -> Any:
+        if getattr(_local, "depth", 0):
+            return original(p2p_op_list)
+        records = []
+        for p in p2p_op_list:
+            fn = getattr(p.op, "__wrapped__", p.op)
+            name = "isend" if fn is _originals.get("isend") else "irecv"
+            records.append(_begin(dist, name, (p.tensor, p.peer, p.group), {}))
+        _local.depth = 1
+        try:
+            works = original(p2p_op_list)
+        finally:
+            _local.depth = 0
+        if not works:
+            for r in records:
+                if r is not None:
+                    _end(r["i"])
+            return works
+        if len(works) != len(records):         # coalesced into one work (nccl): ends them all
+            return [_MultiWork(w, [r["i"] for r in records if r]) for w in works]
+        return [TracedWork(w, r["i"]) if r is not None else w for w, r in zip(works, records)]
+
+    traced.__wrapped__ = original
+    return traced
+
+
+class _MultiWork(TracedWork):
+    def __init__(self, work: Any, idents: list[int]):
+        super().__init__(work, 0)
+        self._idents = idents
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            for i in self._idents:
+                _end(i)
+
+
+_originals: dict[str, Any] = {}
+
+
+def _measure_clock(dist: Any) -> None:
+    """Offset of this rank's wall clock against rank 0's (NTP estimate, best of a few
+    round trips over the original send/recv, never recorded): rank 0's time minus the
+    midpoint of the round trip."""
+    import torch
+
+    send, recv = _originals["send"], _originals["recv"]
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) \
+        if dist.get_backend() == "nccl" else torch.device("cpu")
+    buf = torch.zeros(1, dtype=torch.float64, device=device)
+    if rank == 0:
+        for peer in range(1, world):
+            for _ in range(CLOCK_ROUNDS):
+                recv(buf, src=peer)
+                buf.fill_(time.time_ns() / 1e9)
+                send(buf, dst=peer)
+        _write({"k": "C", "offset_ns": 0, "rtt_ns": 0})
+        return
+    best = None
+    for _ in range(CLOCK_ROUNDS):
+        t0 = time.time_ns()
+        send(buf, dst=0)
+        recv(buf, src=0)
+        t1 = float(buf.item()) * 1e9
+        t2 = time.time_ns()
+        sample = (t2 - t0, t1 - (t0 + t2) / 2)
+        best = sample if best is None or sample[0] < best[0] else best
+    _write({"k": "C", "offset_ns": int(best[1]), "rtt_ns": int(best[0])})
+
+
+def _wrap_init(dist: Any, original: Any) -> Any:
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        _write({"k": "M", "rank": dist.get_rank(), "world": dist.get_world_size(),
+                "node": int(os.environ.get("GROUP_RANK") or os.environ.get("NODE_RANK") or 0),
+                "local_rank": int(os.environ.get("LOCAL_RANK") or 0),
+                "host": socket.gethostname(), "pid": os.getpid()})
+        _local.depth = 1            # send() calls isend() inside: not recorded either
+        try:
+            _measure_clock(dist)
+        except Exception as exc:    # noqa: BLE001 - the lab goes on without an offset
+            _write({"k": "C", "error": str(exc)[:200]})
+        finally:
+            _local.depth = 0
+        return result
+
+    traced.__wrapped__ = original
+    return traced
+
+
+def install() -> bool:
+    """Wrap torch.distributed's ops when LAB_TRACE says so (idempotent). True: installed."""
+    global _installed, _torch_dir
+    if _installed or not enabled():
+        return _installed
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    if not dist.is_available():
+        return False
+    _torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    for op in list(_P2P) + list(_COLLECTIVES):
+        original = getattr(c10d, op, None)
+        if original is None:
+            continue
+        _originals[op] = original
+        traced = _wrap(dist, op, original)
+        setattr(c10d, op, traced)
+        if getattr(dist, op, None) is original:
+            setattr(dist, op, traced)
+    batch = getattr(c10d, "batch_isend_irecv", None)
+    if batch is not None:
+        traced = _wrap_batch(dist, batch)
+        setattr(c10d, "batch_isend_irecv", traced)
+        setattr(dist, "batch_isend_irecv", traced)
+    init = c10d.init_process_group
+    traced_init = _wrap_init(dist, init)
+    c10d.init_process_group = traced_init
+    dist.init_process_group = traced_init
+    _installed = True
+    return True
+
+
+# ---------------------------------------------------------------- Flight Recorder, tracing on or off
+
+def install_flight_recorder() -> bool:
+    """Leave torch's Flight Recorder ring on (TORCH_FR_BUFFER_SIZE, read when the first
+    process group is made) and, on FR_SIGNAL, print every thread's stack (as SIGUSR1
+    does) and then the ring's newest entries, as FR_MARKER lines.
+
+    A Python signal handler would only run once the main thread is back in Python,
+    never while it is blocked in a collective: so the signal is blocked here, before any
+    other thread exists (gloo's threads inherit the mask), and a daemon thread takes it
+    with sigwait. gloo's wait releases the GIL, so that thread runs during a hang.
+    True: the dump thread runs."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER)
+    if not hasattr(signal, "pthread_sigmask") or os.environ.get("TORCH_FR_BUFFER_SIZE") == "0":
+        return False
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {FR_SIGNAL})
+    except (OSError, ValueError):
+        return False
+    threading.Thread(target=_fr_waiter, name="labctl-fr-dump", daemon=True).start()
+    return True
+
+
+def _fr_waiter() -> None:
+    import faulthandler
+
+    while True:
+        signal.sigwait({FR_SIGNAL})
+        try:                        # the stacks first (what SIGUSR1 prints; labctl stacks)
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        except (OSError, ValueError, RuntimeError):
+            pass
+        try:
+            dump_flight_recorder()
+        except Exception as exc:    # noqa: BLE001 - a failed dump must not end the rank
+            _emit_fr({"error": str(exc)[:200]})
+
+
+def _emit_fr(record: dict[str, Any]) -> None:
+    try:
+        sys.stdout.write(FR_MARKER + json.dumps(record, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _fr_pg(entry: dict) -> str:
+    """The same pg names as the recorder's: default_pg, a description, or pg<name>."""
+    name, desc = (list(entry.get("process_group") or ["?", ""]) + [""])[:2]
+    return desc if desc and desc != "undefined" else f"pg{name}"
+
+
+def dump_flight_recorder() -> int:
+    """FR_MARKER lines with this rank's newest collectives per process group (op, seq,
+    shape, dtype, time created); with LAB_FR_DUMP_DIR also torch's own pickle dump
+    (<dir>/rank_<R>, what `torchfrtrace` reads). Returns the entries written."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return 0
+    c10d = torch._C._distributed_c10d
+    rank = dist.get_rank()
+    data = json.loads(c10d._dump_fr_trace_json(True, False))     # no C++ stacks: slow to symbolize
+    per_pg: dict[str, list[dict]] = {}
+    for entry in data.get("entries") or []:
+        if not entry.get("is_p2p"):
+            per_pg.setdefault(_fr_pg(entry), []).append(entry)
+    written = 0
+    for pg, entries in per_pg.items():
+        for e in entries[-FR_KEEP:]:
+            sizes, dtypes = e.get("input_sizes") or [], e.get("input_dtypes") or []
+            _emit_fr({"rank": rank, "pg": pg, "seq": e.get("collective_seq_id"),
+                      "op": str(e.get("profiling_name", "?")).split(":")[-1],
+                      "shape": sizes[0] if sizes else [], "dtype": dtypes[0] if dtypes else None,
+                      "t": e.get("time_created_ns")})
+            written += 1
+    _emit_fr({"rank": rank, "done": written})
+    folder = os.environ.get("LAB_FR_DUMP_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        target = os.path.join(folder, f"rank_{rank}")
+        with open(target + ".tmp", "wb") as f:
+            f.write(_with_pg_config(dist, c10d._dump_fr_trace(True, False)))
+        os.replace(target + ".tmp", target)
+    return written
+
+
+def _with_pg_config(dist: Any, raw: bytes) -> bytes:
+    """gloo leaves the dump's pg_config nameless ({"": ...}); torchfrtrace looks groups up
+    by name and stops with a KeyError. Fill it in from torch.distributed's own table."""
+    import pickle
+
+    dump = pickle.loads(raw)
+    config = dump.get("pg_config") or {}
+    if config and all(v.get("name") for v in config.values()):
+        return raw
+    c10d = dist.distributed_c10d
+    default = c10d._get_default_group()
+    fixed = {}
+    for pg, name in list(c10d._world.pg_names.items()):
+        try:
+            ranks = dist.get_process_group_ranks(pg)
+        except Exception:          # noqa: BLE001 - a group this rank is not in
+            continue
+        desc = "default_pg" if pg is default else (getattr(pg, "group_desc", "") or "undefined")
+        fixed[str(name)] = {"name": str(name), "desc": desc, "ranks": str(ranks)}
+    dump["pg_config"] = fixed or config
+    return pickle.dumps(dump)
