@@ -236,8 +236,11 @@ class NodeLogReader:
     results are parsed on the way, and the agent's own last lines are kept for its
     failure summary. Memory is bounded by the longest line piece, never the log size."""
 
-    def __init__(self, sink, block_sink=None) -> None:
+    def __init__(self, sink, block_sink=None, piece_sink=None) -> None:
         self.sink = sink
+        # piece_sink(rank, text): a piece of an over-long line, its rest still to come
+        # (default: sink); a writer keeps the bytes as they were, no newline in between
+        self.piece_sink = piece_sink or sink
         # block_sink(rank, data): whole lines at once (bytes, "\n"-ended, no result lines)
         self.block_sink = block_sink
         self.pending: dict[int, str] = {}          # a rank's half line glued by torchrun's tee
@@ -304,6 +307,7 @@ class NodeLogReader:
             if len(text) < MAX_LINE:
                 self.pending[rank] = text
                 return
+        sink = self.sink if complete else self.piece_sink
         tracker = self.tracebacks.get(rank)
         if tracker is not None and tracker.in_traceback or "Traceback (most recent" in text:
             if tracker is None:
@@ -314,7 +318,7 @@ class NodeLogReader:
             if stack is None:
                 stack = self.stacks[rank] = StackTracker()
             stack.feed(text)
-        self.sink(rank, text)
+        sink(rank, text)
 
     def feed_bytes(self, data: bytes) -> None:
         """Complete lines (data ends with a newline, or is the very end of the log).
