@@ -51,9 +51,32 @@ def gone_within(run_id: str, seconds: float) -> float:
     return time.monotonic() - t0
 
 
+def wait_for_rank_logs(proc: subprocess.Popen, out: Path, text: str, ranks: int) -> None:
+    deadline = time.monotonic() + 60
+    logs = [out / "ranks" / f"rank-{r}.log" for r in range(ranks)]
+    while time.monotonic() < deadline:
+        if all(p.is_file() and text in p.read_text() for p in logs):
+            return
+        time.sleep(0.1)
+    proc.kill()                           # its lab follows (lifeline)
+    pytest.fail(f"rank logs without {text!r} while the lab runs")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
 def test_no_lab_outlives_a_killed_labctl(tmp_path, write_script, sig):
+    """Also, while labctl (torchrun launcher) is alive: the rank logs exist and hold what
+    the ranks printed (was: empty until `labctl down`), `labctl down` refuses, naming
+    labctl's pid (was: stopped it without a word), and `up --out` onto the folder is a
+    refusal (exit 2, was 1); after a SIGKILL, `report --format json` says abandoned."""
     proc, out, run_id = start_hanging_lab(tmp_path, write_script)
+    if sig == signal.SIGKILL:
+        wait_for_rank_logs(proc, out, "hanging", 2)
+        refused = labctl("down", str(out))
+        assert refused.returncode == 2 and f"labctl pid {proc.pid}" in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        assert processes_of_run(run_id), "a refused down must leave the lab running"
+        again = labctl("up", "-q", "--out", str(out))
+        assert again.returncode == 2 and "not empty" in again.stderr, again.stderr
     proc.send_signal(sig)
     proc.communicate(timeout=60)
     took = gone_within(run_id, 10)
@@ -63,9 +86,12 @@ def test_no_lab_outlives_a_killed_labctl(tmp_path, write_script, sig):
         assert status["state"] == "interrupted" and status["signal"] == "SIGHUP"
         return
     assert status["state"] == "running", "a SIGKILLed labctl cannot write anything"
+    assert "hanging" in (out / "ranks" / "rank-1.log").read_text()     # before `down`
     report = labctl("report", str(out))
     assert report.returncode == 0 and "ABANDONED" in report.stdout
     assert "is gone: abandoned" in report.stderr
+    as_json = labctl("report", "--format", "json", str(out))
+    assert json.loads(as_json.stdout)["status"]["state"] == "abandoned", as_json.stdout[:500]
     down = labctl("down", str(out))
     assert down.returncode == 0, down.stderr
     assert f"nothing running of run {run_id}" in down.stdout
