@@ -259,10 +259,11 @@ class RunDir:
             return False
         try:
             with open(f"/proc/{ctl['pid']}/stat", "rb") as f:
-                start = int(f.read().rsplit(b")", 1)[1].split()[19])
+                fields = f.read().rsplit(b")", 1)[1].split()
+            state, start = fields[0], int(fields[19])
         except (OSError, IndexError, ValueError):
             return True
-        return start != ctl.get("start_ticks")
+        return state == b"Z" or start != ctl.get("start_ticks")     # a zombie has ended
 
     def effective_state(self) -> str:
         """The state as it is now: a run marked running whose labctl is gone is abandoned."""

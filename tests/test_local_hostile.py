@@ -318,3 +318,30 @@ def test_a_rank_printing_a_lot_does_not_grow_labctl(tmp_path, write_script):
     assert (out / "ranks" / "rank-0.log").stat().st_size >= 200 * 1024 * 1024
     assert json.loads((out / "status.json").read_text())["state"] == "passed"
     assert peak < 100, f"labctl's peak RSS was {peak:.0f} MiB for 200 MiB of rank output"
+
+
+WAIT = """
+import os, time
+print("ready", flush=True)
+while not os.path.exists("never"):
+    time.sleep(0.2)
+"""
+
+
+def test_down_force_stops_a_run_whose_labctl_is_alive_through_that_labctl(tmp_path, write_script):
+    """`labctl down --force` of a live run: its labctl is asked to stop (SIGTERM) and
+    writes the folder itself (interrupted), then nothing is left."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*LABCTL, "up", "-q", "--script", str(write_script(WAIT)), "--launcher",
+                             "direct", "--nodes", "1", "--nproc-per-node", "1", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rank_logs(proc, out, "ready", 1)
+    run_id = json.loads((out / "status.json").read_text())["run_id"]
+    down = labctl("down", "--force", str(out))
+    assert down.returncode == 0 and "Traceback" not in down.stderr, down.stderr
+    assert f"pid {proc.pid}" in down.stderr
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["signal"] == "SIGTERM"
+    assert_nothing_left(run_id)
