@@ -300,14 +300,16 @@ class NodeLogReader:
         if len(self.agent_tail) > 2 * AGENT_TAIL_LINES:
             del self.agent_tail[:-AGENT_TAIL_LINES]
 
-    def _piece(self, rank: int, piece: str, complete: bool) -> None:
+    def _piece(self, rank: int, piece: str, complete: bool, unended: bool = False) -> None:
+        """`complete`: the line is over (parse it); `unended`: it is over although it had
+        no newline (the end of the log): written without one."""
         self.ranks_seen.add(rank)
         text = self.pending.pop(rank, "") + piece if self.pending else piece
         if not complete:
             if len(text) < MAX_LINE:
                 self.pending[rank] = text
                 return
-        sink = self.sink if complete else self.piece_sink
+        sink = self.sink if complete and not unended else self.piece_sink
         tracker = self.tracebacks.get(rank)
         if tracker is not None and tracker.in_traceback or "Traceback (most recent" in text:
             if tracker is None:
@@ -418,8 +420,9 @@ class NodeLogReader:
             self.feed_stream(f)
 
     def close(self) -> None:
+        """The end of the log: a rank's unended last line is parsed, and kept unended."""
         for rank in list(self.pending):
-            self._piece(rank, self.pending.pop(rank), True)
+            self._piece(rank, self.pending.pop(rank), True, unended=True)
 
     # ---- what the pass found -------------------------------------------------
     @property
@@ -456,11 +459,17 @@ def _stream(f, budget: int | None, whole, piece) -> int:
                 f.seek(cut - len(chunk), 1)
             consumed += cut
             continue
-        f.seek(-len(chunk), 1)                      # no line end in a whole chunk
-        line = f.readline(MAX_LINE)
-        if line.endswith(b"\n"):
-            whole(line)
-        elif len(line) >= MAX_LINE or budget is None:
+        # no line end in the chunk: a piece of an over-long line, or the log's last line
+        if len(chunk) < want or len(chunk) >= MAX_LINE:
+            line = chunk                            # the end of the file, or a full piece
+        else:                                       # cut short by the budget: read on
+            f.seek(-len(chunk), 1)
+            line = f.readline(MAX_LINE)
+            if line.endswith(b"\n"):
+                whole(line)
+                consumed += len(line)
+                continue
+        if len(line) >= MAX_LINE or budget is None:
             piece(line)                             # over-long (in pieces), or the last one
         else:                                       # still being written: next time
             f.seek(-len(line), 1)

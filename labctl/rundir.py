@@ -500,8 +500,10 @@ class LogSplit:
         self._result_line(rank, line)
 
     def _piece(self, rank: int, piece: str) -> None:
-        """Part of an over-long line: written as it was, the rest follows without a break."""
+        """Part of an over-long line, or an unended last one: written as it was (the rest,
+        if any, follows without a break)."""
         self._rank_file(rank).write(piece.encode())
+        self._result_line(rank, piece)
 
     def _result_line(self, rank: int, line: str) -> None:
         if logs.RESULT_MARKER not in line:
