@@ -14,6 +14,10 @@ guards write the rank logs themselves and labctl only reads them), and one
 plain Python `readline` pass over the node logs.
 
     python benchmarks/memory.py [--sizes 1,100,1024] [--launchers direct,torchrun] [--all-ranks]
+                                [--one-line]
+
+`--one-line`: the rank prints its output as one line without a newline (the rank
+log must keep those bytes; only the readers split it, in 1 MiB pieces).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ SCRIPT = """
 import sys, torch.distributed as dist
 dist.init_process_group("gloo")
 if dist.get_rank() in {printers}:
-    line = "x" * 1023 + "\\n"
+    line = "x" * 1023 + ("x" if {one_line} else "\\n")
     block = line * 1024
     for _ in range({mib}):
         sys.stdout.write(block)
@@ -69,12 +73,22 @@ def read_once(out: Path) -> None:
                 pass
 
 
+def newlines(path: Path) -> int:
+    count = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            count += chunk.count(b"\n")
+    return count
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,100,1024", help="MiB of rank output, comma-separated")
     parser.add_argument("--launchers", default="direct,torchrun", help="comma-separated")
     parser.add_argument("--all-ranks", action="store_true",
                         help="every rank prints that much (both nodes' logs grow at once)")
+    parser.add_argument("--one-line", action="store_true",
+                        help="the output is one line with no newline at all")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from labctl.outcome import NodeOutcome, NodeState
@@ -89,7 +103,8 @@ def main() -> int:
             work = Path(tempfile.mkdtemp(prefix="labctl-mem-"))
             try:
                 script = work / "print.py"
-                script.write_text(SCRIPT.format(mib=mib, printers="(0, 1)" if args.all_ranks else "(0,)"))
+                script.write_text(SCRIPT.format(mib=mib, printers="(0, 1)" if args.all_ranks else "(0,)",
+                                                one_line=args.one_line))
                 out = work / "run"
                 code, rss, wall = peak_rss([sys.executable, "-m", "labctl.cli", "up", "-q",
                                             "--script", str(script), "--nodes", "2",
@@ -97,6 +112,12 @@ def main() -> int:
                                             "--out", str(out)])
                 status = json.loads((out / "status.json").read_text())
                 state, end = status["state"], status.get("finalize_seconds", float("nan"))
+                size = mib << 20
+                rank0 = out / "ranks" / "rank-0.log"
+                kept = "" if not args.one_line else (
+                    ", rank log kept" if rank0.stat().st_size == size and newlines(rank0) == 0
+                    else ", RANK LOG CHANGED")
+                state += kept       # before the passes below rewrite rank logs
                 run = RunDir.open(out)
                 outcomes = [NodeOutcome(i, f"lab-{i}", 0, NodeState.SUCCEEDED) for i in (0, 1)]
                 whole = timed(lambda: run.finalize(outcomes, "passed"))
@@ -104,7 +125,8 @@ def main() -> int:
                 if run.meta.pop("rank_logs_by_guards", None):
                     split = timed(lambda: run.finalize(outcomes, "passed"))
                 read = timed(lambda: read_once(out))
-                print(f"| {mib} MiB{' x 2 ranks' if args.all_ranks else ''} | {launcher} | {rss:.0f} MiB "
+                print(f"| {mib} MiB{' x 2 ranks' if args.all_ranks else ''}"
+                      f"{' in one line' if args.one_line else ''} | {launcher} | {rss:.0f} MiB "
                       f"| {wall:.1f} s | {end:.2f} s | {whole:.2f} s | {split:.2f} s | {read:.2f} s "
                       f"| {state} (exit {code}) |", flush=True)
             finally:

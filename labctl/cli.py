@@ -35,10 +35,10 @@ def friendly(fn):
             fail(str(exc), EXIT_SPEC)
         except LabError as exc:
             fail(str(exc), exc.exit_code)
-        except FileNotFoundError as exc:
-            fail(str(exc).strip("'\""), 1)
         except OSError as exc:          # permissions, a full disk, a read-only folder ...
-            where = f"{exc.filename}: " if exc.filename else ""
+            if exc.filename is None and not exc.strerror:
+                fail(str(exc).strip("'\""), 1)     # our own message, e.g. "x: not a run folder"
+            where = f"'{exc.filename}': " if exc.filename else ""
             fail(f"{where}{exc.strerror or exc}", 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
@@ -408,7 +408,12 @@ def report(run, fmt) -> None:
     from . import report as reportmod
 
     r = _open_run(run)
-    click.echo(reportmod.render(r, fmt), nl=False)
+    try:
+        text = reportmod.render(r, fmt)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+        fail(f"{r.path}/status.json is damaged ({type(exc).__name__}: {str(exc)[:120]}); "
+             "no report can be made from it", EXIT_SPEC)
+    click.echo(text, nl=False)
     for path in reportmod.write_files(r, lambda line: click.echo(line, err=True)):
         click.echo(f"plot: {path}", err=True)
 
@@ -417,20 +422,23 @@ def report(run, fmt) -> None:
 @click.argument("run", type=click.Path())
 @click.option("--discard-logs", is_flag=True,
               help="Delete without saving the logs of nodes that are still there.")
+@click.option("--force", is_flag=True,
+              help="Also when the run's labctl is alive: ask it to stop (SIGTERM), then clean up.")
 @backend_options
 @friendly
-def down(run, discard_logs, **options) -> None:
+def down(run, discard_logs, force, **options) -> None:
     """Stop and delete what a run left (processes, containers, Kubernetes objects).
 
     Logs that were never saved (labctl was killed, or kubectl/compose started
     the lab) are saved into the run folder first, with status and report;
-    if saving fails, nothing is deleted.
+    if saving fails, nothing is deleted. A run whose labctl is still alive is
+    refused (exit 2) unless --force.
     """
     from . import lab
 
     r = _open_run(run)
     options = _options_for(r.meta["backend"], options)
-    click.echo(lab.down(r, discard_logs=discard_logs,
+    click.echo(lab.down(r, discard_logs=discard_logs, force=force,
                         progress=lambda line: click.echo(line, err=True), **options))
 
 

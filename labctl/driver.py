@@ -233,6 +233,8 @@ def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Pro
         behind = False        # the log follower has more to read: no sleep before the next poll
         if backend.live_logs:
             behind = not rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
+        else:                 # a full, read-only or deleted run folder ends the lab now
+            rundir.check_storage()
         survivable = tolerated(w.outcomes, nodes, fewest)
         for o in w.outcomes:
             if o.index in survivable and o.index not in w.spared:

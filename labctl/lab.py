@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -11,7 +14,7 @@ from .backends.base import Backend
 from .errors import LabError
 from .outcome import NodeOutcome, NodeState, RunState
 from .plan import LaunchPlan, new_run_id, plan
-from .rundir import RunDir
+from .rundir import RunDir, StorageError
 from .spec import LabSpec, WorkloadSpec
 
 # The one workload labctl itself names: `labctl preflight` runs it (workloads/preflight.py).
@@ -70,17 +73,25 @@ def _write_down(run: RunDir, result: driver.RunResult, progress: Progress) -> No
         run.meta["notes"] = result.notes
     if result.kept:               # `labctl down` must save the logs before deleting
         run.meta["logs_uncollected"] = True
+    if isinstance(result.error, StorageError):      # full, read-only or gone: no split
+        run.write_damaged(result.outcomes, result.message)
+        return
     try:
         t_end = time.monotonic()
         run.finalize(result.outcomes, result.state, result.message)
         run.meta["finalize_seconds"] = round(time.monotonic() - t_end, 3)
         run.write_status()
+    except OSError as exc:        # the disk filled, or went read-only, at the very end
+        error = run.storage_error(exc)
+        run.write_damaged(result.outcomes, str(error))
+        raise error from None
     except Exception as exc:      # a damaged log must not leave the folder at "running"
-        run.meta.update({"state": RunState.ERROR.value, "ok": False,
-                         "message": f"finalizing the run folder failed: {exc}"})
-        run.write_status()
+        run.write_damaged(result.outcomes, f"finalizing the run folder failed: {exc}")
         raise LabError(f"finalizing {run.path} failed: {exc}") from None
-    write_report(run, progress)
+    try:
+        write_report(run, progress)
+    except OSError as exc:
+        raise run.storage_error(exc) from None
 
 
 def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool = True,
@@ -174,8 +185,43 @@ def _free_folder(root: Path, run_id: str) -> Path:
         n += 1
 
 
+CONTROLLER_EXIT_S = 60.0      # `down --force`: a live labctl's own cleanup, at most this long
+
+
+class ControllerAlive(LabError):
+    """`labctl down` of a run whose labctl still runs it: a refusal unless --force."""
+    exit_code = 2
+
+
+def live_controller(run: RunDir) -> int | None:
+    """The pid of the labctl that runs `run` on this machine, while it is alive."""
+    ctl = run.meta.get("controller") or {}
+    if run.meta.get("state") != RunState.RUNNING.value or not ctl.get("pid"):
+        return None
+    if ctl.get("host") != socket.gethostname() or run.controller_gone():
+        return None
+    return int(ctl["pid"])
+
+
+def _stop_controller(run: RunDir, pid: int, progress: Progress) -> None:
+    """SIGTERM to the live labctl: it stops its lab and writes the folder itself."""
+    progress(f"run {run.meta.get('run_id')}: asking its labctl (pid {pid}) to stop it (SIGTERM)")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    end = time.monotonic() + CONTROLLER_EXIT_S
+    while time.monotonic() < end and not run.controller_gone():
+        time.sleep(0.1)
+    try:
+        fresh = RunDir.open(run.path)
+        run.meta = fresh.meta
+    except (OSError, LabError):
+        pass
+
+
 def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
-         **options: Any) -> str:
+         force: bool = False, **options: Any) -> str:
     """Delete what a run left behind — after saving its logs, unless told not to.
 
     A run whose labctl died (or that kubectl/compose started) still has nodes,
@@ -183,22 +229,39 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     finalized as abandoned and the report written, and only then is anything
     stopped or deleted. If saving fails, nothing is deleted. A run whose labctl
     could not collect every log (`logs_uncollected`: state error or interrupted)
-    gets its logs saved the same way, and keeps its state.
+    gets its logs saved the same way, and keeps its state. A run whose labctl
+    is alive is refused (that labctl stops it on Ctrl-C); `force` asks that
+    labctl to stop (SIGTERM) and then cleans up what is left.
     """
+    pid = live_controller(run)
+    if pid is not None and not force:
+        raise ControllerAlive(f"run {run.meta.get('run_id')} is still run by labctl pid {pid}; "
+                              f"stop it there (Ctrl-C, or kill -INT {pid}), or use "
+                              "`labctl down --force` to stop it from here")
+    if pid is not None:
+        _stop_controller(run, pid, progress)
     backend = backends.create(run.meta["backend"], progress=progress, **options)
     backend.attach(run)
     finished = (run.meta.get("state") != RunState.RUNNING.value
                 and not run.meta.get("logs_uncollected"))
     if not backend.alive():
+        note = ""
         if not finished:
-            _finalize_abandoned(run, backend, progress, save=False)
-        return backend.take_down()
+            try:
+                _finalize_abandoned(run, backend, progress, save=False)
+            except OSError as exc:          # a full or read-only folder: still clean up
+                note = f" (the run folder could not be written: {run.storage_error(exc)})"
+        return backend.take_down() + note
     if finished:                  # its logs are in the folder already (e.g. `labctl collect`)
         return backend.take_down()
     if discard_logs:
         return backend.take_down() + " (logs discarded: --discard-logs)"
     try:
         _finalize_abandoned(run, backend, progress, save=True)
+    except OSError as exc:
+        exc = run.storage_error(exc)
+        raise LabError(f"could not save the logs of run {run.meta['run_id']} ({exc}); "
+                       "nothing was deleted (use --discard-logs to delete anyway)") from None
     except LabError as exc:
         raise LabError(f"could not save the logs of run {run.meta['run_id']} ({exc}); "
                        "nothing was deleted (use --discard-logs to delete anyway)") from None

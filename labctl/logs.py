@@ -237,8 +237,11 @@ class NodeLogReader:
     results are parsed on the way, and the agent's own last lines are kept for its
     failure summary. Memory is bounded by the longest line piece, never the log size."""
 
-    def __init__(self, sink, block_sink=None) -> None:
+    def __init__(self, sink, block_sink=None, piece_sink=None) -> None:
         self.sink = sink
+        # piece_sink(rank, text): a piece of an over-long line, its rest still to come
+        # (default: sink); a writer keeps the bytes as they were, no newline in between
+        self.piece_sink = piece_sink or sink
         # block_sink(rank, data): whole lines at once (bytes, "\n"-ended, no result lines)
         self.block_sink = block_sink
         self.pending: dict[int, str] = {}          # a rank's half line glued by torchrun's tee
@@ -298,13 +301,16 @@ class NodeLogReader:
         if len(self.agent_tail) > 2 * AGENT_TAIL_LINES:
             del self.agent_tail[:-AGENT_TAIL_LINES]
 
-    def _piece(self, rank: int, piece: str, complete: bool) -> None:
+    def _piece(self, rank: int, piece: str, complete: bool, unended: bool = False) -> None:
+        """`complete`: the line is over (parse it); `unended`: it is over although it had
+        no newline (the end of the log): written without one."""
         self.ranks_seen.add(rank)
         text = self.pending.pop(rank, "") + piece if self.pending else piece
         if not complete:
             if len(text) < MAX_LINE:
                 self.pending[rank] = text
                 return
+        sink = self.sink if complete and not unended else self.piece_sink
         tracker = self.tracebacks.get(rank)
         if tracker is not None and tracker.in_traceback or "Traceback (most recent" in text:
             if tracker is None:
@@ -315,7 +321,7 @@ class NodeLogReader:
             if stack is None:
                 stack = self.stacks[rank] = StackTracker()
             stack.feed(text)
-        self.sink(rank, text)
+        sink(rank, text)
 
     def feed_bytes(self, data: bytes) -> None:
         """Complete lines (data ends with a newline, or is the very end of the log).
@@ -415,8 +421,9 @@ class NodeLogReader:
             self.feed_stream(f)
 
     def close(self) -> None:
+        """The end of the log: a rank's unended last line is parsed, and kept unended."""
         for rank in list(self.pending):
-            self._piece(rank, self.pending.pop(rank), True)
+            self._piece(rank, self.pending.pop(rank), True, unended=True)
 
     # ---- what the pass found -------------------------------------------------
     @property
@@ -453,11 +460,17 @@ def _stream(f, budget: int | None, whole, piece) -> int:
                 f.seek(cut - len(chunk), 1)
             consumed += cut
             continue
-        f.seek(-len(chunk), 1)                      # no line end in a whole chunk
-        line = f.readline(MAX_LINE)
-        if line.endswith(b"\n"):
-            whole(line)
-        elif len(line) >= MAX_LINE or budget is None:
+        # no line end in the chunk: a piece of an over-long line, or the log's last line
+        if len(chunk) < want or len(chunk) >= MAX_LINE:
+            line = chunk                            # the end of the file, or a full piece
+        else:                                       # cut short by the budget: read on
+            f.seek(-len(chunk), 1)
+            line = f.readline(MAX_LINE)
+            if line.endswith(b"\n"):
+                whole(line)
+                consumed += len(line)
+                continue
+        if len(line) >= MAX_LINE or budget is None:
             piece(line)                             # over-long (in pieces), or the last one
         else:                                       # still being written: next time
             f.seek(-len(line), 1)

@@ -119,6 +119,7 @@ class Guard:
         self.codes: dict[int, int] = {}           # pid -> returncode (subprocess convention)
         self.stop_requested = False
         self.stop_reason = ""
+        self.write_error: str | None = None       # the first failed write into the run folder
         self.kill_at: float | None = None
         # Every process first, then the pumps: preexec_fn is only safe before threads exist.
         started = [(self._start(proc), proc) for proc in processes]
@@ -145,13 +146,16 @@ class Guard:
         """A worker's output into the node log, prefixed, whole lines only (another
         worker's lines never land inside one), a block at a time: what the pipe has
         (up to PUMP_READ), not a write per line, so the guard keeps up with a rank
-        that prints GB/s. A line longer than MAX_PIECE is ended there."""
+        that prints GB/s. The rank's own log gets the bytes exactly as they came; only
+        the node log ends a line longer than MAX_PIECE there (memory stays flat)."""
         assert popen.stdout is not None
         fd, rest = popen.stdout.fileno(), b""
         while True:
             data = os.read(fd, PUMP_READ)
             if not data:
                 break
+            if rank_log is not None:
+                self._save(rank_log.write, data)
             data = rest + data if rest else data
             cut = data.rfind(b"\n") + 1
             if not cut and len(data) < MAX_PIECE:
@@ -160,27 +164,35 @@ class Guard:
             if not cut:
                 cut = len(data)
             block, rest = data[:cut], data[cut:]
-            self._lines(prefix, block, rank_log)
+            self._lines(prefix, block)
         if rest:
-            self._lines(prefix, rest, rank_log)
+            self._lines(prefix, rest)
         if rank_log is not None:
-            rank_log.close()
+            self._save(rank_log.close)
 
-    def _lines(self, prefix: bytes, block: bytes, rank_log) -> None:
+    def _save(self, write, *args) -> None:
+        """A write into the run folder; a full, read-only or deleted folder is noted
+        once and the output dropped (labctl sees the folder's state and stops the lab):
+        the worker must never block on a pipe nobody reads."""
+        try:
+            write(*args)
+        except OSError as exc:
+            if self.write_error is None:
+                self.write_error = f"{exc.filename or 'the node log'}: {exc.strerror or exc}"
+
+    def _lines(self, prefix: bytes, block: bytes) -> None:
         if block.endswith(b"\n"):
             block = block[:-1]
         with self.lock:
-            self.out.write(prefix + block.replace(b"\n", b"\n" + prefix) + b"\n")
-            self.out.flush()
-        if rank_log is not None:
-            rank_log.write(block + b"\n")
+            self._save(self.out.write, prefix + block.replace(b"\n", b"\n" + prefix) + b"\n")
+            self._save(self.out.flush)
 
     def _write(self, text: str) -> None:
         with self.lock:
-            self.out.write(text.encode() + b"\n")
-            self.out.flush()
+            self._save(self.out.write, text.encode() + b"\n")
+            self._save(self.out.flush)
             if self.own_log is not None:
-                self.own_log.write(text.encode() + b"\n")
+                self._save(self.own_log.write, text.encode() + b"\n")
 
     def _reap(self) -> None:
         """Collect every ended child: our processes (their codes) and adopted orphans."""
@@ -253,7 +265,7 @@ class Guard:
         codes = [self.codes.get(p.pid, p.returncode) for p, _, _ in self.procs]
         code = next((c for c in codes if c not in (0, None)), 0)
         return {"exit_code": code, "codes": codes, "leftovers": leftovers,
-                "stopped": self.stop_reason or None}
+                "stopped": self.stop_reason or None, "write_error": self.write_error}
 
     def sweep(self) -> list[dict]:
         """Kill what the node's processes left behind; say what it was."""
@@ -312,9 +324,15 @@ def main(argv: list[str] | None = None) -> int:
                   agents=args.node is not None)
     outcome = guard.run()
     tmp = args.status + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(outcome, f)
-    os.replace(tmp, args.status)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(outcome, f)
+        os.replace(tmp, args.status)
+    except OSError:                    # the run folder is full, read-only or gone
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
     code = outcome["exit_code"]
     return code if code >= 0 else 128 - code
 

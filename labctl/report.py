@@ -109,8 +109,12 @@ def skipped(results: list[dict]) -> list[dict]:
 
 def as_dict(run: RunDir) -> dict[str, Any]:
     results = run.results()
+    status = dict(run.meta)
+    state = run.effective_state()
+    if state != status.get("state"):      # as the Markdown report: abandoned, not running
+        status["recorded_state"], status["state"] = status.get("state"), state
     data = {
-        "status": run.meta,
+        "status": status,
         "ranks": env_rows(results),
         "workloads": workload_summary(results),
         "failed_checks": [r for r in results if not r.get("ok", False)],

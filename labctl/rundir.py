@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import socket
@@ -34,9 +35,92 @@ from .outcome import NodeOutcome, NodeState, RunState, tolerated
 from .plan import LaunchPlan
 from .spec import LabSpec, dump, from_dict
 
-__all__ = ["RunDir", "NodeOutcome", "STATES"]
+__all__ = ["RunDir", "NodeOutcome", "STATES", "StorageError"]
 STATES = tuple(s.value for s in RunState)
 OPEN_RANK_LOGS = 256             # rank logs kept open at once while splitting
+# A run folder on a disk with less free space than this is refused before the start
+# (docs/failures.md); while the lab runs, under FULL_BYTES free counts as full.
+MIN_FREE_BYTES = 1 << 20
+FULL_BYTES = 256 << 10
+# Kept free for the last status.json: removed (and so made available) just before the
+# final write, so a run that filled its disk still says how it ended.
+RESERVE_NAME = ".labctl-reserve"
+RESERVE_BYTES = 64 << 10
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENOENT, errno.EIO, errno.EACCES)
+
+
+class StorageError(LabError):
+    """The run folder cannot be written (full, read-only, gone): the lab is stopped."""
+
+
+class FolderRefused(LabError):
+    """The run folder cannot hold a run (not empty, read-only, too little space): exit 2."""
+    exit_code = 2
+
+
+def storage_cause(exc: OSError) -> str:
+    """`No space left on device` and the like, lower case, from an OSError."""
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+# status.json's fields that code reads, and the JSON type each must have when present
+_STATUS_TYPES: dict[str, type | tuple[type, ...]] = {
+    "state": str, "run_id": str, "lab": str, "backend": str, "launcher": str,
+    "message": str, "nodes": int, "nproc_per_node": int, "world_size": int,
+    "node_outcomes": list, "rank_exit_codes": dict, "rank_errors": dict, "failed_ranks": list,
+    "ranks_without_output": list, "first_failure": dict, "faults": list, "leftovers": list,
+    "notes": list, "stacks": dict, "checks": dict, "failed_checks": list, "controller": dict,
+    "local": dict, "seconds": (int, float), "workdir": str,
+}
+_STATUS_ITEMS: dict[str, type] = {"node_outcomes": dict, "faults": dict, "leftovers": dict,
+                                  "failed_checks": dict, "notes": str}
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", list: "a list",
+               dict: "an object", bool: "true/false"}
+
+
+def status_damage(meta: Any) -> str | None:
+    """What is wrong with a status.json's content (None: readable), in a few words."""
+    if not isinstance(meta, dict):
+        return f"expected a JSON object, found {_JSON_NAMES.get(type(meta), type(meta).__name__)}"
+    for key, kind in _STATUS_TYPES.items():
+        value = meta.get(key)
+        if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+            pass
+        else:
+            want = _JSON_NAMES.get(kind if isinstance(kind, type) else kind[0], str(kind))
+            return f"'{key}' should be {want}, found {_JSON_NAMES.get(type(value), type(value).__name__)}"
+        item = _STATUS_ITEMS.get(key)
+        if item and value is not None and not all(isinstance(x, item) for x in value):
+            return f"'{key}' should hold only {_JSON_NAMES[item].split(' ', 1)[1]}s"
+    if "state" in meta and meta["state"] not in STATES:
+        return f"unknown state {meta['state'][:40]!r} (one of: {', '.join(STATES)})"
+    for n in meta.get("node_outcomes") or []:
+        if not isinstance(n.get("index"), int) or not isinstance(n.get("state"), str):
+            return "a node outcome without its index or state"
+    first = meta.get("first_failure") or {}
+    errors = [first.get("error"), first.get("peer_error"), *(meta.get("rank_errors") or {}).values()]
+    if not all(e is None or isinstance(e, dict) and isinstance(e.get("exception"), str)
+               for e in errors):
+        return "an error record without its exception"
+    for f in meta.get("faults") or []:
+        if not all(k in f for k in ("fault", "kind", "target", "phase", "did", "lab_s")):
+            return "a fault record without its fault, kind, target, phase, did or lab_s"
+    return None
+
+
+def _free_bytes(path: Path) -> tuple[int, bool]:
+    """(bytes a normal user may still write, read-only?) of the filesystem holding `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, bool(st.f_flag & os.ST_RDONLY)
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest ancestor that exists (where a new folder would be made)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _now() -> str:
@@ -52,20 +136,44 @@ class RunDir:
     path: Path
     meta: dict[str, Any] = field(default_factory=dict)
     _split: "LogSplit | None" = field(default=None, repr=False)
+    _identity: tuple[int, int] | None = field(default=None, repr=False)   # (st_dev, st_ino)
 
     # ---- creating -------------------------------------------------------
     @classmethod
     def create(cls, plan: LaunchPlan, out: str | os.PathLike | None = None,
                root: str | os.PathLike = "runs") -> "RunDir":
+        """A new run folder; a folder that cannot hold a run is a refusal (FolderRefused)."""
         path = Path(out) if out else Path(root) / plan.run_id
-        if path.exists() and any(path.iterdir()):
-            raise FileExistsError(f"run folder {path} exists and is not empty; "
-                                  "choose another --out")
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise FolderRefused(f"run folder '{path}' exists and is not empty; "
+                                "choose another --out")
+        where = _existing(path)
+        try:
+            free, read_only = _free_bytes(where)
+        except OSError as exc:
+            raise FolderRefused(f"run folder '{path}': {storage_cause(exc)}") from None
+        if read_only or not os.access(where, os.W_OK):
+            raise FolderRefused(f"run folder '{path}': {where} is read-only; choose another --out")
+        if free < MIN_FREE_BYTES:
+            raise FolderRefused(f"run folder '{path}': only {free} bytes free on its disk "
+                                f"(a run needs at least {MIN_FREE_BYTES >> 20} MiB); "
+                                "free some space or choose another --out")
+        try:
+            run = cls._write_new(path, plan)
+        except OSError as exc:
+            raise FolderRefused(f"run folder '{path}': {storage_cause(exc)} while creating it; "
+                                "choose another --out") from None
+        return run
+
+    @classmethod
+    def _write_new(cls, path: Path, plan: LaunchPlan) -> "RunDir":
         for sub in ("nodes", "ranks", "rendered"):
             (path / sub).mkdir(parents=True, exist_ok=True)
         (path / "spec.yaml").write_text(dump(plan.spec))
         (path / "plan.json").write_text(plan.to_json())
-        run = cls(path)
+        (path / RESERVE_NAME).write_bytes(b"\0" * RESERVE_BYTES)
+        st = os.stat(path)
+        run = cls(path, _identity=(st.st_dev, st.st_ino))
         run.meta = {
             "run_id": plan.run_id, "lab": plan.spec.name, "backend": plan.spec.backend,
             "launcher": plan.spec.launcher, "dist_backend": plan.spec.dist_backend,
@@ -77,15 +185,20 @@ class RunDir:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "RunDir":
+        """An existing run folder; a damaged status.json is one clear error (exit 2)."""
         path = Path(path)
         if not (path / "status.json").is_file():
             raise FileNotFoundError(f"{path}: not a run folder (no status.json); "
                                     "runs live under runs/<lab>-<stamp>/")
         try:
-            return cls(path, json.loads((path / "status.json").read_text()))
-        except ValueError as exc:
-            raise LabError(f"{path}/status.json: unreadable ({exc}); "
-                           "the run folder is damaged") from None
+            meta = json.loads((path / "status.json").read_bytes())
+        except (ValueError, RecursionError) as exc:
+            raise FolderRefused(f"{path}/status.json: unreadable ({str(exc)[:200]}); "
+                                "the run folder is damaged") from None
+        damage = status_damage(meta)
+        if damage:
+            raise FolderRefused(f"{path}/status.json: {damage}; the run folder is damaged")
+        return cls(path, meta)
 
     # ---- reading --------------------------------------------------------
     @property
@@ -146,16 +259,71 @@ class RunDir:
             return False
         try:
             with open(f"/proc/{ctl['pid']}/stat", "rb") as f:
-                start = int(f.read().rsplit(b")", 1)[1].split()[19])
+                fields = f.read().rsplit(b")", 1)[1].split()
+            state, start = fields[0], int(fields[19])
         except (OSError, IndexError, ValueError):
             return True
-        return start != ctl.get("start_ticks")
+        return state == b"Z" or start != ctl.get("start_ticks")     # a zombie has ended
 
     def effective_state(self) -> str:
+        """The state as it is now: a run marked running whose labctl is gone is abandoned."""
         state = self.meta.get("state", "?")
         if self.controller_gone():
             return "abandoned"
         return state
+
+    # ---- the folder's health (checked at every poll while the lab runs) -----
+    def check_storage(self) -> None:
+        """Raise StorageError when the folder was deleted (or replaced), its disk is
+        read-only or full: a lab whose folder cannot take its logs is stopped at once."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            st = None
+        if st is None or (self._identity and (st.st_dev, st.st_ino) != self._identity):
+            raise StorageError(f"run folder '{self.path}' was deleted while the lab ran; "
+                               "the lab was stopped")
+        try:
+            free, read_only = _free_bytes(self.path)
+        except OSError as exc:
+            raise self.storage_error(exc) from None
+        if read_only:
+            raise StorageError(f"run folder '{self.path}': read-only file system; "
+                               "the lab was stopped")
+        if free < FULL_BYTES:
+            raise StorageError(f"run folder '{self.path}': no space left on device "
+                               f"({free >> 10} KiB free); the lab was stopped")
+
+    def storage_error(self, exc: OSError) -> LabError:
+        """An OSError while writing the folder as one line naming the path and the cause."""
+        if isinstance(exc, LabError):
+            return exc
+        if not self.path.is_dir():
+            return StorageError(f"run folder '{self.path}' was deleted while the lab ran; "
+                                "the lab was stopped")
+        where = f"'{exc.filename}'" if exc.filename else f"run folder '{self.path}'"
+        return StorageError(f"{where}: {storage_cause(exc)}; the lab was stopped")
+
+    def release_reserve(self) -> None:
+        """Free the space kept for the last status.json (a full disk then still takes it)."""
+        try:
+            (self.path / RESERVE_NAME).unlink()
+        except OSError:
+            pass
+
+    def write_damaged(self, outcomes: list[NodeOutcome], message: str) -> None:
+        """The end of a run whose folder failed: status.json (state error) where it can
+        be written, nothing split or added; never raises."""
+        self.release_reserve()
+        self.meta.update({"state": RunState.ERROR.value, "ok": False, "finished": _now(),
+                          "message": message, "node_outcomes": [n.to_dict() for n in outcomes]})
+        try:
+            self.write_status()
+        except OSError:
+            pass
+        if self._split is not None:
+            self._split.close()
+            self._split = None
 
     # ---- writing --------------------------------------------------------
     def write_node_log(self, index: int, text: str) -> None:
@@ -167,9 +335,17 @@ class RunDir:
         return target
 
     def write_status(self) -> None:
+        """status.json, replaced atomically; a failed write leaves no status.json.tmp."""
         tmp = self.path / "status.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=False, default=str) + "\n")
-        tmp.replace(self.path / "status.json")
+        try:
+            tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=False, default=str) + "\n")
+            tmp.replace(self.path / "status.json")
+        except OSError:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise
 
     def record_fault(self, record: dict[str, Any]) -> None:
         """One fired fault event: appended to faults.jsonl at once (it survives a crash of
@@ -194,9 +370,13 @@ class RunDir:
         """Split what the nodes wrote so far (at most `budget` bytes per node): the end
         of a run then only has the last bit left. For backends whose node logs grow
         in place during the run (local). False while some node's log is further ahead."""
-        if self._split is None:
-            self._split = LogSplit(self, indices)
-        return self._split.advance(budget)
+        self.check_storage()
+        try:
+            if self._split is None:
+                self._split = LogSplit(self, indices)
+            return self._split.advance(budget)
+        except OSError as exc:
+            raise self.storage_error(exc) from None
 
     def split_logs(self, indices: list[int]) -> dict[str, Any]:
         """Every node log (the rest of it, when followed) split into rank logs and
@@ -275,6 +455,7 @@ class RunDir:
                 {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in found["failed"]
             ],
         })
+        self.release_reserve()
         self.write_status()
 
     def merge_trace(self, failed: bool = False) -> dict | None:
@@ -323,7 +504,7 @@ class LogSplit:
                 old.unlink()
         self.results = open(run.path / "results.jsonl", "w")
         self.readers = {i: logs.NodeLogReader(self._result_line, None) if i in self.guard_ranks
-                        else logs.NodeLogReader(self._line, self._block) for i in indices}
+                        else logs.NodeLogReader(self._line, self._block, self._piece) for i in indices}
         self.offsets: dict[Path, int] = {}
 
     def _rank_file(self, rank: int):
@@ -341,6 +522,12 @@ class LogSplit:
     def _line(self, rank: int, line: str) -> None:
         self._rank_file(rank).write((line + "\n").encode())
         self._result_line(rank, line)
+
+    def _piece(self, rank: int, piece: str) -> None:
+        """Part of an over-long line, or an unended last one: written as it was (the rest,
+        if any, follows without a break)."""
+        self._rank_file(rank).write(piece.encode())
+        self._result_line(rank, piece)
 
     def _result_line(self, rank: int, line: str) -> None:
         if logs.RESULT_MARKER not in line:
@@ -382,7 +569,20 @@ class LogSplit:
                 self.offsets[path] = self.offsets.get(path, 0) + fed
                 if budget is not None and fed >= budget:
                     caught_up = False
+        # what was split so far is on disk while the lab runs (and after labctl is killed)
+        for f in self.open_logs.values():
+            f.flush()
+        self.results.flush()
         return caught_up
+
+    def close(self) -> None:
+        """Close every file (a split given up on); what was written stays."""
+        for f in [*self.open_logs.values(), self.results]:
+            try:
+                f.close()
+            except OSError:
+                pass
+        self.open_logs.clear()
 
     def finish(self) -> dict[str, Any]:
         found = self.found

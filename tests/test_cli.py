@@ -63,13 +63,32 @@ def test_logs_and_report_of_something_that_is_not_a_run(tmp_path):
     for cmd in (["logs", str(tmp_path)], ["report", str(tmp_path)], ["down", str(tmp_path)]):
         assert "not a run folder" in one_line_error(labctl(*cmd), 1)
     (tmp_path / "status.json").write_text("{")
-    assert "damaged" in one_line_error(labctl("report", str(tmp_path)), 1)
+    assert "damaged" in one_line_error(labctl("report", str(tmp_path)), 2)
 
 
-def test_an_unwritable_run_folder_is_one_line(tmp_path):
+@pytest.mark.parametrize("status", [
+    [1, 2],                                                    # a JSON list
+    {"state": "failed", "node_outcomes": "node-0 failed"},     # a string for a list
+    {"state": "failed", "node_outcomes": [{"index": 0, "state": "failed"}], "rank_errors": []},
+    {"state": "failed", "first_failure": {"rank": 0, "error": "boom"}},
+    {"state": "failed", "first_failure": {"rank": 0, "error": {"file": "x.py"}}},
+    {"state": "weird"},
+    {"state": "failed", "faults": [{"fault": "kill-rank:0@1"}]},
+    "just a string",
+])
+def test_a_damaged_status_json_is_one_line_exit_2(tmp_path, status):
+    """A run folder whose status.json parses but is not what labctl wrote: one line
+    saying it is damaged, exit 2 (was: AttributeError/KeyError tracebacks)."""
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    for fmt in ("md", "json", "csv"):
+        assert "damaged" in one_line_error(labctl("report", "--format", fmt, str(tmp_path)), 2)
+    assert "damaged" in one_line_error(labctl("down", str(tmp_path)), 2)
+
+
+def test_an_unwritable_run_folder_is_a_one_line_refusal(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    line = one_line_error(labctl("up", "-q", "--out", str(blocker / "run"), cwd=tmp_path), 1)
+    line = one_line_error(labctl("up", "-q", "--out", str(blocker / "run"), cwd=tmp_path), 2)
     assert str(blocker) in line
 
 

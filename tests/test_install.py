@@ -44,3 +44,10 @@ def test_bench_runs_in_a_bare_install_without_numpy(tmp_path):
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "passed" and status["checks"]["failed"] == 0
     assert "all_reduce" in done.stdout and "busbw" in done.stdout
+    # no matplotlib: no plot, and the report says why and how to get one, in one line
+    # (was: no plot and not a word)
+    no_plot = "No plot: matplotlib is not installed (plots are optional); " \
+              "add it with `pip install 'labctl[plot]'`."
+    assert no_plot in done.stdout.splitlines()
+    assert no_plot in (tmp_path / "run" / "report.md").read_text().splitlines()
+    assert not list((tmp_path / "run").glob("*.png"))

@@ -51,9 +51,32 @@ def gone_within(run_id: str, seconds: float) -> float:
     return time.monotonic() - t0
 
 
+def wait_for_rank_logs(proc: subprocess.Popen, out: Path, text: str, ranks: int) -> None:
+    deadline = time.monotonic() + 60
+    logs = [out / "ranks" / f"rank-{r}.log" for r in range(ranks)]
+    while time.monotonic() < deadline:
+        if all(p.is_file() and text in p.read_text() for p in logs):
+            return
+        time.sleep(0.1)
+    proc.kill()                           # its lab follows (lifeline)
+    pytest.fail(f"rank logs without {text!r} while the lab runs")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
 def test_no_lab_outlives_a_killed_labctl(tmp_path, write_script, sig):
+    """Also, while labctl (torchrun launcher) is alive: the rank logs exist and hold what
+    the ranks printed (was: empty until `labctl down`), `labctl down` refuses, naming
+    labctl's pid (was: stopped it without a word), and `up --out` onto the folder is a
+    refusal (exit 2, was 1); after a SIGKILL, `report --format json` says abandoned."""
     proc, out, run_id = start_hanging_lab(tmp_path, write_script)
+    if sig == signal.SIGKILL:
+        wait_for_rank_logs(proc, out, "hanging", 2)
+        refused = labctl("down", str(out))
+        assert refused.returncode == 2 and f"labctl pid {proc.pid}" in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        assert processes_of_run(run_id), "a refused down must leave the lab running"
+        again = labctl("up", "-q", "--out", str(out))
+        assert again.returncode == 2 and "not empty" in again.stderr, again.stderr
     proc.send_signal(sig)
     proc.communicate(timeout=60)
     took = gone_within(run_id, 10)
@@ -63,9 +86,12 @@ def test_no_lab_outlives_a_killed_labctl(tmp_path, write_script, sig):
         assert status["state"] == "interrupted" and status["signal"] == "SIGHUP"
         return
     assert status["state"] == "running", "a SIGKILLed labctl cannot write anything"
+    assert "hanging" in (out / "ranks" / "rank-1.log").read_text()     # before `down`
     report = labctl("report", str(out))
     assert report.returncode == 0 and "ABANDONED" in report.stdout
     assert "is gone: abandoned" in report.stderr
+    as_json = labctl("report", "--format", "json", str(out))
+    assert json.loads(as_json.stdout)["status"]["state"] == "abandoned", as_json.stdout[:500]
     down = labctl("down", str(out))
     assert down.returncode == 0, down.stderr
     assert f"nothing running of run {run_id}" in down.stdout
@@ -292,3 +318,30 @@ def test_a_rank_printing_a_lot_does_not_grow_labctl(tmp_path, write_script):
     assert (out / "ranks" / "rank-0.log").stat().st_size >= 200 * 1024 * 1024
     assert json.loads((out / "status.json").read_text())["state"] == "passed"
     assert peak < 100, f"labctl's peak RSS was {peak:.0f} MiB for 200 MiB of rank output"
+
+
+WAIT = """
+import os, time
+print("ready", flush=True)
+while not os.path.exists("never"):
+    time.sleep(0.2)
+"""
+
+
+def test_down_force_stops_a_run_whose_labctl_is_alive_through_that_labctl(tmp_path, write_script):
+    """`labctl down --force` of a live run: its labctl is asked to stop (SIGTERM) and
+    writes the folder itself (interrupted), then nothing is left."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*LABCTL, "up", "-q", "--script", str(write_script(WAIT)), "--launcher",
+                             "direct", "--nodes", "1", "--nproc-per-node", "1", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rank_logs(proc, out, "ready", 1)
+    run_id = json.loads((out / "status.json").read_text())["run_id"]
+    down = labctl("down", "--force", str(out))
+    assert down.returncode == 0 and "Traceback" not in down.stderr, down.stderr
+    assert f"pid {proc.pid}" in down.stderr
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["signal"] == "SIGTERM"
+    assert_nothing_left(run_id)

@@ -36,3 +36,27 @@ def test_a_stopped_agent_with_no_workers_left_is_said_to_be_idle(tmp_path, agent
         assert guard.wait(timeout=30) != 0
     assert (nodeguard.AGENT_IDLE_LINE in log.read_text()) is idle
     assert json.loads((tmp_path / "exit.json").read_text())["stopped"] == "stopped by labctl"
+
+
+def test_a_rank_log_keeps_an_over_long_line_as_the_rank_printed_it(tmp_path):
+    """3 MiB and a bit in one line, no newline anywhere: the rank's own log holds exactly
+    those bytes (was: a newline inserted every 1,048,577 bytes); only the node log, a
+    prefixed view, ends its pieces (readers split long lines, the files keep them)."""
+    printed = b"0123456789abcdef" * (3 << 16) + b"tail"
+    code = ("import sys; b = b'0123456789abcdef' * (3 << 16) + b'tail'\n"
+            "for i in range(0, len(b), 4096): sys.stdout.buffer.write(b[i:i + 4096]); sys.stdout.flush()")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"processes": [
+        {"rank": 0, "argv": [sys.executable, "-c", code], "env": {}}]}]}))
+    (tmp_path / "ranks").mkdir()
+    with open(tmp_path / "node-0.log", "wb") as out:
+        done = subprocess.run([sys.executable, nodeguard.__file__, "--plan", str(plan), "--node", "0",
+                               "--status", str(tmp_path / "exit.json"), "--rank-logs",
+                               str(tmp_path / "ranks"), "--own-log", str(tmp_path / "guard.txt")],
+                              stdout=out, timeout=120)
+    assert done.returncode == 0
+    assert (tmp_path / "ranks" / "rank-0.log").read_bytes() == printed
+    node = (tmp_path / "node-0.log").read_bytes()
+    pieces = [line for line in node.split(b"\n") if line.startswith(b"[rank0]:")]
+    assert b"".join(p[len(b"[rank0]:"):] for p in pieces) == printed
+    assert max(map(len, pieces)) <= nodeguard.MAX_PIECE + len(b"[rank0]:") + nodeguard.PUMP_READ

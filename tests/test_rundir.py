@@ -74,3 +74,18 @@ def test_a_kill_fault_is_the_root_cause_only_when_it_came_before_the_failure():
     # a freeze kills nothing: the peer's own error stays first, with the fault before it
     after = _fault_cause(dict(peer), [peer_node], found, [_fault("stop-node", 1, 20.0, "stop-node:1@20+60")])
     assert after == {**peer, "after_fault": "stop-node:1@20+60"}
+
+
+def test_the_node_log_split_keeps_an_over_long_unended_line_as_printed(tmp_path):
+    """torchrun's tee writes a rank's 3 MiB line once, prefixed, with no newline: the
+    split rank log holds exactly those bytes (was: a newline every MiB and at the end);
+    the reader cuts the line in pieces, the file keeps it."""
+    run = _rundir(tmp_path)
+    printed = b"0123456789abcdef" * (3 << 16) + b"@@labctl-result not json"
+    with open(run.node_log(0), "wb") as f:
+        f.write(b"[rank0]:" + printed)
+    run.write_node_log(1, "[rank1]:a line\n[rank1]:no end")
+    run.finalize([NodeOutcome(0, "lab-0", 0, NodeState.SUCCEEDED),
+                  NodeOutcome(1, "lab-1", 0, NodeState.SUCCEEDED)], RunState.PASSED)
+    assert run.rank_log(0).read_bytes() == printed
+    assert run.rank_log(1).read_bytes() == b"a line\nno end"

@@ -126,3 +126,37 @@ def test_workload_modules_with_a_report_section_do_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+USER_TCP_SCRIPT = """
+import os, torch, torch.distributed as dist
+from torch.distributed import init_process_group
+init_process_group("gloo", init_method=os.environ["LAB_INIT_METHOD"],
+                   rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+t = torch.ones(1)
+dist.all_reduce(t)
+print("joined", os.environ["LAB_INIT_METHOD"], "sum", int(t.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_user_script_joins_through_tcp_under_torchrun(tmp_path):
+    """A user script joining the lab's way through a tcp:// LAB_INIT_METHOD under
+    torchrun (was: every rank a client of a store nobody hosts, a hang until the deadline)."""
+    import json
+
+    from conftest import labctl
+
+    script = tmp_path / "train.py"
+    script.write_text(USER_TCP_SCRIPT)
+    out = tmp_path / "run"
+    done = labctl("up", "-q", "--script", str(script), "--launcher", "torchrun", "--init-method", "tcp",
+                  "--nodes", "2", "--nproc-per-node", "1", "--timeout", "120", "--pg-timeout", "60",
+                  "--out", str(out), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "passed"
+    for rank in (0, 1):
+        log = (out / "ranks" / f"rank-{rank}.log").read_text()
+        assert "joined tcp://" in log and "sum 2" in log, log

@@ -2,14 +2,60 @@
 after installing the stack dump on SIGUSR1 (workloads/_stacks.py), so that
 `labctl stacks` and the deadline can show where a script that knows nothing
 of labctl was stuck. sys.argv, __main__ and sys.path[0] are what the script
-expects."""
+expects.
+
+Under torchrun with `init_method: tcp`, a script that joins the lab's way,
+`init_process_group(init_method=os.environ["LAB_INIT_METHOD"], rank=..., world_size=...)`,
+would hang: torchrun sets TORCHELASTIC_USE_AGENT_STORE=True, so torch makes every
+rank a *client* of the tcp:// store and nobody hosts it. The wrapper makes
+init_process_group join a tcp:// URL as the lab's own workloads do
+(workloads/_common.py): with that flag off while it joins, so global rank 0 hosts
+the store (docs/init-methods-scripts.md)."""
 from __future__ import annotations
 
+import functools
 import os
 import runpy
 import sys
 
 from . import _stacks, _trace
+
+AGENT_STORE_FLAG = "TORCHELASTIC_USE_AGENT_STORE"
+
+
+def _tcp_url(args: tuple, kwargs: dict) -> bool:
+    """init_process_group(backend, init_method, ...) called with a tcp:// URL."""
+    url = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+    return isinstance(url, str) and url.startswith("tcp://")
+
+
+def host_tcp_stores_under_torchrun() -> bool:
+    """Under torchrun in a tcp lab: wrap init_process_group (imports torch, which the
+    script is about to import anyway). True when installed."""
+    if os.environ.get(AGENT_STORE_FLAG) != "True" or \
+            not os.environ.get("LAB_INIT_METHOD", "").startswith("tcp://"):
+        return False
+    try:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+    except ImportError:
+        return False
+    original = distributed_c10d.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        if not _tcp_url(args, kwargs):
+            return original(*args, **kwargs)
+        saved = os.environ.get(AGENT_STORE_FLAG)
+        os.environ[AGENT_STORE_FLAG] = "False"
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if saved is not None:
+                os.environ[AGENT_STORE_FLAG] = saved
+
+    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+    return True
 
 
 def main() -> None:
@@ -17,6 +63,7 @@ def main() -> None:
         raise SystemExit("usage: python -m workloads._script SCRIPT [ARGS...]")
     script = sys.argv[1]
     _stacks.install()
+    host_tcp_stores_under_torchrun()
     _trace.install_flight_recorder()    # SIGUSR2: newest Flight Recorder entries into the log
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]

@@ -213,9 +213,13 @@ class LocalBackend(Backend):
                     rundir, read_end, which,
                     rundir.path / "nodes" / f"node-{node.index}", rundir.workdir(node.index))
                 rundir.meta["local"]["guards"][str(node.index)] = self.guards[node.index].pid
+            rundir.write_status()
+        except OSError as exc:      # the run folder failed under us: say which and why
+            if exc.errno in (errno.EADDRINUSE, errno.E2BIG, errno.ENOEXEC):
+                raise
+            raise rundir.storage_error(exc) from None
         finally:
             os.close(read_end)
-            rundir.write_status()
 
     def _guard(self, rundir: RunDir, lifeline: int, which: list[str], stem: Path,
                cwd: Path) -> subprocess.Popen:

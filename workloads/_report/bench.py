@@ -106,7 +106,21 @@ def markdown(results: list[dict]) -> str:
             + ([_num(100 * r["busbw_GBps"] / link, 1)] if link else [])
             + [r["wrong"]]
             for r in mine)))
+    if not plots_possible():
+        parts += ["", NO_PLOT]
     return "\n".join(parts) + "\n"
+
+
+# Plots are an extra (matplotlib pulls in numpy): a bare `pip install .` says so here.
+NO_PLOT = ("No plot: matplotlib is not installed (plots are optional); "
+           "add it with `pip install 'labctl[plot]'`.")
+
+
+def plots_possible() -> bool:
+    """matplotlib can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def as_json(results: list[dict]) -> dict[str, Any]:
@@ -225,8 +239,7 @@ def write_plots(run) -> list[Path]:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise LabError("plots need matplotlib, which is not installed "
-                       "(install it with: pip install 'labctl[plot]')") from None
+        raise LabError(NO_PLOT) from None
     results = run.results()
     data, link = rows(results), link_GBps(results)
     if not data:
