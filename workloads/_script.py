@@ -10,7 +10,7 @@ would hang: torchrun sets TORCHELASTIC_USE_AGENT_STORE=True, so torch makes ever
 rank a *client* of the tcp:// store and nobody hosts it. The wrapper makes
 init_process_group join a tcp:// URL as the lab's own workloads do
 (workloads/_common.py): with that flag off while it joins, so global rank 0 hosts
-the store (docs/init-methods-scripts.md)."""
+the store (docs/init-methods.md, "Joining through LAB_INIT_METHOD")."""
 from __future__ import annotations
 
 import functools
