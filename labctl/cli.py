@@ -216,21 +216,10 @@ def _failure_line(run, what: str = "lab") -> str:
 
 
 def _preflight_table(run) -> tuple[bool, str]:
-    """(passed, its table): the preflight workload's section of the report."""
+    """(passed, its table): the preflight workload's hook makes the table."""
     from . import lab, report
 
-    section = report.hook(lab.PREFLIGHT).markdown(run.results()) or "no preflight check reported"
-    silent = _silent_nodes(run)
-    if silent:
-        section += "\n\n" + "\n".join(f"- node {i}: no check reported (never started, or died "
-                                      f"first): {run.node_log(i)}" for i in silent)
-    return run.meta["state"] == "passed", section
-
-
-def _silent_nodes(run) -> list[int]:
-    """Nodes of the preflight lab from which no check came back."""
-    heard = {r.get("node") for r in run.results() if r.get("workload") == "preflight"}
-    return [n["index"] for n in run.plan["nodes"] if n["index"] not in heard]
+    return run.meta["state"] == "passed", report.hook(lab.PREFLIGHT).run_table(run)
 
 
 def _preflight_failure(run) -> str:
@@ -238,16 +227,9 @@ def _preflight_failure(run) -> str:
     failed checks by name; the first failing rank when no check could say."""
     from . import lab, report
 
-    failed: dict[str, list[str]] = {}
-    for row in report.hook(lab.PREFLIGHT).rows(run.results()):
-        if not row["ok"]:
-            failed.setdefault(row["check"], []).append(row["nodes"])
-    silent = _silent_nodes(run)
-    if silent:
-        failed["no check reported"] = [f"node {i}" for i in silent]
-    if not failed:
+    named = report.hook(lab.PREFLIGHT).failed_checks(run)
+    if not named:
         return _failure_line(run, "preflight")
-    named = "; ".join(f"{check} ({', '.join(where)})" for check, where in failed.items())
     return f"preflight failed: {named}; logs in {run.path}"
 
 

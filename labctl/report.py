@@ -64,13 +64,10 @@ def compare(run_a: RunDir, run_b: RunDir, fmt: str = "md") -> str:
     raise LabError(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
                    "measurements (make some with: labctl up --workload bench)")
 
-ENV_COLUMNS = ("rank", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
-               "hostname", "MASTER_ADDR", "MASTER_PORT", "backend", "device", "pid")
-
-
-def env_rows(results: list[dict]) -> list[dict]:
-    rows = [r for r in results if r.get("workload") == "env" and r.get("name") == "env"]
-    return sorted(rows, key=lambda r: r.get("rank", -1))
+def rank_rows(results: list[dict]) -> list[dict]:
+    """Per-rank records (where each rank runs) from the hooks that have them (`rank_rows`)."""
+    return [row for name, module in hooks_for(results) if hasattr(module, "rank_rows")
+            for row in module.rank_rows(results)]
 
 
 def workload_summary(results: list[dict]) -> list[dict]:
@@ -115,7 +112,7 @@ def as_dict(run: RunDir) -> dict[str, Any]:
         status["recorded_state"], status["state"] = status.get("state"), state
     data = {
         "status": status,
-        "ranks": env_rows(results),
+        "ranks": rank_rows(results),
         "workloads": workload_summary(results),
         "failed_checks": [r for r in results if not r.get("ok", False)],
         "skipped": skipped(results),
@@ -144,10 +141,10 @@ def markdown(run: RunDir) -> str:
     if m.get("message"):
         parts += ["", f"**{m['message']}**"]
 
-    envs = env_rows(results)
-    if envs:
-        parts += ["", "## Where every rank runs (workload env)", "",
-                  table(ENV_COLUMNS, ([r.get(c) for c in ENV_COLUMNS] for r in envs))]
+    for name, module in hooks_for(results):
+        section = module.head(results) if hasattr(module, "head") else None
+        if section:
+            parts += ["", section]
 
     summary = workload_summary(results)
     if summary:

@@ -18,6 +18,7 @@ from labctl import logs, plan as planmod, spec
 from labctl.plan import container_placement, local_placement, node_command
 from plan_runner import local_plan, run_plan
 from workloads import _common, replicas
+from workloads._report import replicas as replicas_report
 
 REPLICA_VARS = ("REPLICA_ID", "REPLICA_NUM", "REPLICA_STORE_ADDR", "REPLICA_STORE_PORT")
 
@@ -104,7 +105,7 @@ def test_one_replica_skips_the_replicas_workload_with_the_reason():
         replicas.run(ctx)
     (record,) = logs.parse_results(buf.getvalue().splitlines())
     assert record["skipped"] and "REPLICA_NUM is 1" in record["reason"] and "--replicas 2" in record["reason"]
-    assert "skipped: REPLICA_NUM is 1" in replicas.report_section([record])
+    assert "skipped: REPLICA_NUM is 1" in replicas_report.markdown([record])
 
 
 # ---- real processes ---------------------------------------------------------------
@@ -130,7 +131,7 @@ def test_replicas_workload_two_replicas(tmp_path, nodes, nproc, launcher):
     groups = {(x["replica"], x["rank"]): (x["group_rank"], x["group_size"])
               for x in run.named("replicas", "cross-replica-join")}
     assert groups == {(k, r): (k, 2) for k, r in everyone}
-    table = replicas.report_section(run.results)
+    table = replicas_report.markdown(run.results)
     assert "| 0 | 2 |" in table and "| 1 | 2 |" in table and "| none |" in table
 
 

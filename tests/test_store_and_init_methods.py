@@ -10,6 +10,7 @@ import pytest
 
 from plan_runner import local_plan, run_plan
 from workloads import init_methods, store
+from workloads._report import init_methods as init_methods_report, store as store_report
 
 STORE_CHECKS = ("set-get", "add-counter", "wait-for-late-key", "wait-missing-key-raises",
                 "compare_set-one-winner", "compare_set-mismatch-keeps-value", "check-delete_key",
@@ -58,7 +59,7 @@ def test_store_workload_every_check_on_every_rank(tmp_path, launcher, nodes, npr
     # torch 2.13 gives each restart attempt a new TCPStore instead of a /worker/attempt_<n> prefix
     assert {r["key_layout"] for r in facts} == {"default_pg/0//<key>"}
     assert {r["attempt_prefix"] for r in facts} == {None}
-    section = store.report_section(run.results)
+    section = store_report.markdown(run.results)
     assert "default_pg/0//<key>" in section and "| set | 2 | 300 |" in section
 
 
@@ -95,7 +96,7 @@ def test_each_init_method_with_each_launcher(tmp_path, method, launcher, nodes, 
     order = [r["name"] for r in run.results if r.get("rank") == 0 and r["name"].startswith("join-")]
     assert order[-1] == f"join-{method}", "the lab's own method goes last"
     assert _ranks(run.named("barrier", "barrier")) == [0, 1], "the group still works afterwards"
-    table = init_methods.report_section(run.results)
+    table = init_methods_report.markdown(run.results)
     assert table.count("| yes |") == 3 and "(slowest of 2)" in table
 
 
@@ -108,13 +109,13 @@ def test_report_sections_are_pure_and_say_what_was_skipped():
         {"workload": "init_methods", "name": "join-file", "rank": 0, "ok": True, "skipped": True,
          "reason": "/tmp is not one directory"},
     ]
-    table = init_methods.report_section(results)
+    table = init_methods_report.markdown(results)
     lines = table.splitlines()
     assert lines[0] == "### init methods"
     assert "| env:// |" in lines[4] and "| yes | 0.030 (slowest of 2) |" in lines[4]
     assert "| no (1 of 2 ranks failed) |" in lines[5]
     assert "skipped: /tmp is not one directory" in lines[6]
-    assert init_methods.report_section([]) is None and store.report_section([]) is None
+    assert init_methods_report.markdown([]) is None and store_report.markdown([]) is None
     assert store.percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
     assert store.percentile(list(range(1, 201)), 99) == 198
 
@@ -123,6 +124,8 @@ def test_workload_modules_with_a_report_section_do_not_import_torch():
     import subprocess
     import sys
     code = ("import sys; import workloads.store, workloads.init_methods, workloads.replicas; "
+            "import workloads._report.store, workloads._report.init_methods, workloads._report.replicas, "
+            "workloads._report.env, workloads._report.preflight; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

@@ -31,7 +31,6 @@ import secrets
 import socket
 import tempfile
 import time
-from typing import Any
 
 from . import _common
 
@@ -187,32 +186,6 @@ def _shared_by_everyone(ctx: _common.Context, directory: str) -> bool:
     if ctx.rank == 0 and os.path.exists(path):
         os.unlink(path)
     return bool(seen.item())
-
-
-def report_section(results: list[dict]) -> str | None:
-    """The comparison table: method, what it needs, worked, join seconds. Pure."""
-    mine = [r for r in results if r.get("workload") == "init_methods"
-            and str(r.get("name", "")).startswith("join-")]
-    if not mine:
-        return None
-    rows: list[list[Any]] = []
-    for method in METHODS:
-        rs = [r for r in mine if r["name"] == f"join-{method}"]
-        if not rs:
-            continue
-        if all(r.get("skipped") for r in rs):
-            rows.append([f"{method}://", NEEDS[method], f"skipped: {rs[0].get('reason')}", ""])
-            continue
-        ran = [r for r in rs if not r.get("skipped")]
-        seconds = [r["seconds"] for r in ran if isinstance(r.get("seconds"), (int, float))]
-        worked = "yes" if all(r.get("ok") for r in ran) else \
-            f"no ({sum(1 for r in ran if not r.get('ok'))} of {len(ran)} ranks failed)"
-        rows.append([f"{method}://", NEEDS[method], worked,
-                     f"{max(seconds):.3f} (slowest of {len(seconds)})" if seconds else ""])
-    head = ["method", "what it needs", "worked", "join seconds"]
-    lines = ["### init methods", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

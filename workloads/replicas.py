@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from typing import Any
 
 from . import _common
 
@@ -142,29 +141,6 @@ def hsdp_steps(ctx: _common.Context, cross, steps: int, batch_per_rank: int, lr:
                unit="MSE")
     ctx.check("hsdp-loss-matches-single-process", mean, ref_losses, rtol=1e-5, atol=1e-6)
     ctx.record("hsdp-step-time", True, value=seconds / max(steps, 1), unit="s/step")
-
-
-def report_section(results: list[dict]) -> str | None:
-    """One row per replica: its ranks, the cross-replica join, and its checks. Pure."""
-    mine = [r for r in results if r.get("workload") == "replicas" and r.get("name") != "workload_done"]
-    if not mine:
-        return None
-    if all(r.get("skipped") for r in mine):
-        return f"### replicas\n\nskipped: {mine[0].get('reason')}\n"
-    rows: list[list[Any]] = []
-    for replica in sorted({r.get("replica", 0) for r in mine}):
-        rs = [r for r in mine if r.get("replica", 0) == replica]
-        joins = [r["seconds"] for r in rs if r.get("name") == "cross-replica-join" and "seconds" in r]
-        checks = [r for r in rs if r.get("name") != "cross-replica-join" and not r.get("skipped")]
-        failed = sorted({r["name"] for r in checks if not r.get("ok")})
-        rows.append([replica, len({r.get("rank") for r in rs}),
-                     f"{max(joins):.3f}" if joins else "",
-                     f"{sum(1 for r in checks if r.get('ok'))}/{len(checks)}",
-                     ", ".join(failed) or "none"])
-    head = ["replica", "ranks", "cross-replica join s (slowest)", "checks passed", "failed"]
-    lines = ["### replicas", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

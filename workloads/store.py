@@ -330,39 +330,5 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, math.ceil(len(ordered) * pct / 100) - 1))]
 
 
-def report_section(results: list[dict]) -> str | None:
-    """Markdown for the report: the agent store facts and the store latency. Pure."""
-    mine = [r for r in results if r.get("workload") == "store"]
-    facts = sorted((r for r in mine if r.get("name") == "agent-store"),
-                   key=lambda r: (r.get("replica", 0), r.get("rank", -1)))
-    lat = [r for r in mine if str(r.get("name", "")).startswith("latency-") and not r.get("skipped")]
-    if not facts and not lat:
-        return None
-    parts = ["### store"]
-    if facts:
-        rows = [[r.get("replica", ""), r.get("rank"), r.get("launcher"), r.get("init_method"),
-                 r.get("TORCHELASTIC_USE_AGENT_STORE"), r.get("TORCHELASTIC_RESTART_COUNT"),
-                 r.get("store_type"), r.get("key_layout"), r.get("attempt_prefix") or "none"]
-                for r in facts]
-        parts += ["", _table(["replica", "rank", "launcher", "init", "USE_AGENT_STORE", "restart",
-                              "store", "default group's keys", "/worker/attempt_<n> prefix"], rows)]
-    if lat:
-        by_op: dict[str, list[dict]] = {}
-        for r in lat:
-            by_op.setdefault(r["name"][len("latency-"):], []).append(r)
-        rows = [[op, len(rs), rs[0].get("count"), f"{statistics.median(r['time_us_median'] for r in rs):.1f}",
-                 f"{max(r['time_us_p99'] for r in rs):.1f}"] for op, rs in by_op.items()]
-        parts += ["", _table(["op", "ranks", "calls/rank", "median us (median of ranks)",
-                              "p99 us (worst rank)"], rows)]
-    return "\n".join(parts) + "\n"
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join("" if c is None else str(c).replace("|", "\\|") for c in row) + " |"
-              for row in rows]
-    return "\n".join(lines)
-
-
 if __name__ == "__main__":
     _common.main_single("store")

@@ -7,6 +7,8 @@ may define any of:
         raise ValueError("<field>: ...") for options that cannot work (spec load time)
     check_lab(spec, options: dict, defaults: dict) -> None
         raise ValueError("<field>: ...") for a lab it cannot run in (the whole LabSpec)
+    head(results) -> str                 a section before the checks per workload (env: where ranks run)
+    rank_rows(results) -> list[dict]     per-rank records: "ranks" in `labctl report --format json`
     markdown(results) -> str             its section of the report
     as_json(results) -> dict             its part of `labctl report --format json`
     csv(results) -> str                  `labctl report --format csv` for runs it is in

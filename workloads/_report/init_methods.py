@@ -1,2 +1,34 @@
-"""The init_methods workload's report section (the function lives with the workload; torch-free)."""
-from workloads.init_methods import report_section as markdown  # noqa: F401
+"""The init_methods workload's report section: method, what it needs, worked, join seconds.
+
+Torch-free: labctl imports it; the joins themselves are in workloads/init_methods.py.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from labctl.tables import table
+from workloads.init_methods import METHODS, NEEDS
+
+
+def markdown(results: list[dict]) -> str | None:
+    """The comparison table, one row per method tried. Pure."""
+    mine = [r for r in results if r.get("workload") == "init_methods"
+            and str(r.get("name", "")).startswith("join-")]
+    if not mine:
+        return None
+    rows: list[list[Any]] = []
+    for method in METHODS:
+        rs = [r for r in mine if r["name"] == f"join-{method}"]
+        if not rs:
+            continue
+        if all(r.get("skipped") for r in rs):
+            rows.append([f"{method}://", NEEDS[method], f"skipped: {rs[0].get('reason')}", ""])
+            continue
+        ran = [r for r in rs if not r.get("skipped")]
+        seconds = [r["seconds"] for r in ran if isinstance(r.get("seconds"), (int, float))]
+        worked = "yes" if all(r.get("ok") for r in ran) else \
+            f"no ({sum(1 for r in ran if not r.get('ok'))} of {len(ran)} ranks failed)"
+        rows.append([f"{method}://", NEEDS[method], worked,
+                     f"{max(seconds):.3f} (slowest of {len(seconds)})" if seconds else ""])
+    return "\n".join(["### init methods", "",
+                      table(("method", "what it needs", "worked", "join seconds"), rows)]) + "\n"

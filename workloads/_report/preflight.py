@@ -73,3 +73,35 @@ def markdown(results: list[dict]) -> str:
 def as_json(results: list[dict]) -> dict[str, Any]:
     found = rows(results)
     return {"ok": all(r["ok"] for r in found) and bool(found), "checks": found}
+
+
+def silent_nodes(run) -> list[int]:
+    """Nodes of the preflight lab (a RunDir) from which no check came back."""
+    heard = {r.get("node") for r in run.results() if r.get("workload") == "preflight"}
+    return [n["index"] for n in run.plan["nodes"] if n["index"] not in heard]
+
+
+def run_table(run) -> str:
+    """`labctl preflight`'s table: the report section, plus a line per node that said nothing
+    (a node that never started must not read as passing)."""
+    section = markdown(run.results()) or "no preflight check reported"
+    silent = silent_nodes(run)
+    if silent:
+        section += "\n\n" + "\n".join(f"- node {i}: no check reported (never started, or died "
+                                      f"first): {run.node_log(i)}" for i in silent)
+    return section
+
+
+def failed_checks(run) -> str | None:
+    """`dns (node 1 -> node 0); port (...)`: the failed checks by name and where; None when
+    no check failed (then the run's first failure says why)."""
+    failed: dict[str, list[str]] = {}
+    for row in rows(run.results()):
+        if not row["ok"]:
+            failed.setdefault(row["check"], []).append(row["nodes"])
+    silent = silent_nodes(run)
+    if silent:
+        failed["no check reported"] = [f"node {i}" for i in silent]
+    if not failed:
+        return None
+    return "; ".join(f"{check} ({', '.join(where)})" for check, where in failed.items())

@@ -1,2 +1,31 @@
-"""The replicas workload's report section (the function lives with the workload; torch-free)."""
-from workloads.replicas import report_section as markdown  # noqa: F401
+"""The replicas workload's report section: one row per replica.
+
+Torch-free: labctl imports it; the checks themselves are in workloads/replicas.py.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from labctl.tables import table
+
+
+def markdown(results: list[dict]) -> str | None:
+    """One row per replica: its ranks, the cross-replica join, and its checks. Pure."""
+    mine = [r for r in results if r.get("workload") == "replicas" and r.get("name") != "workload_done"]
+    if not mine:
+        return None
+    if all(r.get("skipped") for r in mine):
+        return f"### replicas\n\nskipped: {mine[0].get('reason')}\n"
+    rows: list[list[Any]] = []
+    for replica in sorted({r.get("replica", 0) for r in mine}):
+        rs = [r for r in mine if r.get("replica", 0) == replica]
+        joins = [r["seconds"] for r in rs if r.get("name") == "cross-replica-join" and "seconds" in r]
+        checks = [r for r in rs if r.get("name") != "cross-replica-join" and not r.get("skipped")]
+        failed = sorted({r["name"] for r in checks if not r.get("ok")})
+        rows.append([replica, len({r.get("rank") for r in rs}),
+                     f"{max(joins):.3f}" if joins else "",
+                     f"{sum(1 for r in checks if r.get('ok'))}/{len(checks)}",
+                     ", ".join(failed) or "none"])
+    return "\n".join(["### replicas", "",
+                      table(("replica", "ranks", "cross-replica join s (slowest)", "checks passed",
+                             "failed"), rows)]) + "\n"
