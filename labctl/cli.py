@@ -7,6 +7,8 @@ failed). Heavy imports (torch, kubernetes) never happen at import time.
 from __future__ import annotations
 
 import functools
+import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,88 @@ from . import spec as specmod
 from .errors import LabError
 
 EXIT_SPEC = 2
+
+
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class LabGroup(click.Group):
+    """click's own errors (a bad flag value, an unknown option) as one line, exit 2, like
+    the spec's: click would print Usage:, Try and Error: lines."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:       # bare `labctl`: the help, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {_one_line(exc)}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(exc: click.ClickException) -> str:
+    """`--nodes: expected ...` for a bad value; click's own message for the rest."""
+    if isinstance(exc, LabError):
+        return str(exc)
+    param = getattr(exc, "param", None)
+    if isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter) \
+            and param is not None:
+        name = max(param.opts, key=len) if isinstance(param, click.Option) else param.human_readable_name
+        text = f"{name}: {exc.message}"
+    else:
+        text = exc.format_message()
+    return " ".join(text.split())
+
+
+class IntRange(click.IntRange):
+    """An integer flag with the spec's bounds; a bad value reads as the spec's line
+    (`expected an integer between 1 and 4096, given '-3'`). Digits only, as in a lab file."""
+
+    def __init__(self, lo: int, hi: int, expected: str | None = None):
+        super().__init__(lo, hi)
+        self.expected = expected or f"an integer between {lo} and {hi}"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not (len(value) < 20 and re.fullmatch(r"\s*[0-9]+\s*", value)):
+            self.fail(f"expected {self.expected}, given {value!r}", param, ctx)
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"expected {self.expected}, given {value!r}", param, ctx)
+
+
+class Seconds(click.FloatRange):
+    """Seconds in (0, MAX_SECONDS], finite, as the spec's timeouts."""
+
+    def __init__(self):
+        super().__init__(0, specmod.MAX_SECONDS, min_open=True)
+
+    def convert(self, value, param, ctx):
+        expected = f"a number of seconds > 0 and at most {specmod.MAX_SECONDS:,}"
+        try:
+            seconds = super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"expected {expected}, given {value!r}", param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"expected {expected}, given {value!r}", param, ctx)
+        return seconds
+
+
+class Choice(click.Choice):
+    """One of the spec's (or the registry's) names; a bad one is `expected one of a, b, given 'x'`."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"expected one of {', '.join(self.choices)}, given {value!r}", param, ctx)
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -33,8 +117,6 @@ def friendly(fn):
             return fn(*args, **kwargs)
         except specmod.SpecError as exc:
             fail(str(exc), EXIT_SPEC)
-        except LabError as exc:
-            fail(str(exc), exc.exit_code)
         except OSError as exc:          # permissions, a full disk, a read-only folder ...
             if exc.filename is None and not exc.strerror:
                 fail(str(exc).strip("'\""), 1)     # our own message, e.g. "x: not a run folder"
@@ -51,26 +133,38 @@ def lab_options(fn):
         click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
                      help="Lab description (YAML). Default: built-in 2x2 gloo lab."),
         click.option("--name", help="Lab name (DNS-1123 label)."),
-        click.option("--backend", help="Where it runs: local | compose | k8s."),
-        click.option("--nodes", help="Number of nodes."),
-        click.option("--nproc-per-node", help="Worker processes per node."),
+        click.option("--backend", type=Choice(backend_registry.NAMES), help="Where it runs."),
+        click.option("--nodes", type=IntRange(1, specmod.MAX_NODES), help="Number of nodes."),
+        click.option("--nproc-per-node", type=IntRange(1, specmod.MAX_NPROC_PER_NODE),
+                     help="Worker processes per node."),
         click.option("--workload", "workloads", multiple=True,
                      help="Workload to run (repeatable; comma lists work too)."),
         click.option("--script", type=str, help="Your own script, run on every node: --script train.py -- ARGS"),
-        click.option("--launcher", help="torchrun (c10d rendezvous) | direct (env:// per worker)."),
-        click.option("--dist-backend", help="gloo | nccl | auto."),
-        click.option("--init-method", help="How workers join: env | tcp (node 0, own port) | file (shared dir)."),
-        click.option("--replicas", help="Independent torchrun jobs sharing one replica store (default 1)."),
-        click.option("--timeout", help="Seconds before the whole lab is stopped."),
-        click.option("--join-timeout", help="Seconds the rendezvous waits for all nodes."),
-        click.option("--rdzv-port", help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers)."),
+        click.option("--launcher", type=Choice(specmod.LAUNCHERS),
+                     help="torchrun: c10d rendezvous; direct: env:// per worker."),
+        click.option("--dist-backend", type=Choice(specmod.DIST_BACKENDS),
+                     help="torch.distributed backend (auto: nccl with GPUs, else gloo)."),
+        click.option("--init-method", type=Choice(specmod.INIT_METHODS),
+                     help="How workers join: env, tcp (node 0, own port), file (shared dir)."),
+        click.option("--replicas", type=IntRange(1, specmod.MAX_REPLICAS),
+                     help="Independent torchrun jobs sharing one replica store (default 1)."),
+        click.option("--timeout", type=Seconds(), help="Seconds before the whole lab is stopped."),
+        click.option("--join-timeout", type=Seconds(), help="Seconds the rendezvous waits for all nodes."),
+        click.option("--rdzv-port", type=IntRange(1, specmod.MAX_PORT, "a port number between 1 and "
+                                                                    f"{specmod.MAX_PORT}"),
+                     help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers)."),
         click.option("--image", help="Container image (compose, k8s)."),
         click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
         click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
-        click.option("--workdir", help="Local nodes' working directory: node (work/node-<i>/ in the run folder) | invoking."),
-        click.option("--max-restarts", help="Elastic: times torchrun restarts a node's workers after a failure (default 0)."),
-        click.option("--min-nodes", help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; default: nodes)."),
-        click.option("--pg-timeout", help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
+        click.option("--workdir", type=Choice(specmod.WORKDIRS),
+                     help="Local nodes' working directory: node (work/node-<i>/ in the run folder) or invoking."),
+        click.option("--max-restarts", type=IntRange(0, specmod.MAX_RESTARTS),
+                     help="Elastic: times torchrun restarts a node's workers after a failure (default 0)."),
+        click.option("--min-nodes", type=IntRange(1, specmod.MAX_NODES),
+                     help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; "
+                          "default: nodes; at most --nodes)."),
+        click.option("--pg-timeout", type=Seconds(),
+                     help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
         click.option("--debug", is_flag=True, default=None,
                      help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
         click.option("--trace/--no-trace", "trace", default=None,
@@ -102,7 +196,7 @@ def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), **flags:
     return specmod.load(spec_file, overrides)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="labctl")
 def main() -> None:
     """Run PyTorch distributed labs (p2p, collectives, DDP) on local processes,

@@ -25,6 +25,8 @@ LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
 INIT_METHODS = ("env", "tcp", "file")
 MAX_REPLICAS = 64
+MAX_RESTARTS = 100                   # max_restarts: worker-group restarts per node
+MAX_PORT = 65535
 # Bounds on what a lab may ask for (docs/limits.md): each keeps validation, the plan and
 # every render within a second and well under 100 MB (benchmarks/validate.py measures it).
 MAX_FILE_BYTES = 1024 * 1024         # a lab file; read no further than this
@@ -446,8 +448,8 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     _bound_size(kw, bad)
 
     if "rdzv_port" in data and data["rdzv_port"] is not None:
-        kw["rdzv_port"] = _int(data["rdzv_port"], "rdzv_port", 1, 65535, bad,
-                               expected="a port number between 1 and 65535 (example: 29500)")
+        kw["rdzv_port"] = _int(data["rdzv_port"], "rdzv_port", 1, MAX_PORT, bad,
+                               expected=f"a port number between 1 and {MAX_PORT} (example: 29500)")
 
     for key in ("timeout", "join_timeout"):
         if key in data:
@@ -677,8 +679,8 @@ def _bound_bytes(key: str, items: list[str] | tuple[str, ...], each: int, total:
 def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> None:
     """max_restarts and min_nodes: torchrun's own knobs, so a direct-mode lab cannot have them."""
     if data.get("max_restarts") is not None:
-        kw["max_restarts"] = _int(data["max_restarts"], "max_restarts", 0, 100, bad,
-                                  expected="an integer between 0 and 100: worker-group restarts "
+        kw["max_restarts"] = _int(data["max_restarts"], "max_restarts", 0, MAX_RESTARTS, bad,
+                                  expected=f"an integer between 0 and {MAX_RESTARTS}: worker-group restarts "
                                   "per node (example: max_restarts: 1)")
     nodes = kw.get("nodes", LabSpec.nodes)
     if data.get("min_nodes") is not None:

@@ -195,3 +195,87 @@ def test_render_k8s_of_a_script_with_a_space_and_latin1_bytes(tmp_path):
     assert done.returncode == 0, done.stderr
     configmap = next(d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "ConfigMap")
     assert base64.b64decode(configmap["binaryData"]["my_train.py"]) == raw
+
+
+# ---- issue 20 item 8: click-native options -------------------------------------
+def test_up_help_shows_types_choices_and_the_specs_bounds():
+    from click.testing import CliRunner
+
+    from labctl import backends, cli, spec
+    shown = CliRunner().invoke(cli.main, ["up", "--help"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    assert f"--backend [{'|'.join(backends.NAMES)}]" in text and "--backend [local|compose|k8s]" in text
+    for expected in ("--nodes INTEGER RANGE", f"[1<=x<={spec.MAX_NODES}]",
+                     "--nproc-per-node INTEGER RANGE", f"[1<=x<={spec.MAX_NPROC_PER_NODE}]",
+                     "--replicas INTEGER RANGE", f"[1<=x<={spec.MAX_REPLICAS}]",
+                     "--max-restarts INTEGER RANGE", f"[0<=x<={spec.MAX_RESTARTS}]",
+                     "--min-nodes INTEGER RANGE", "--rdzv-port INTEGER RANGE", f"[1<=x<={spec.MAX_PORT}]",
+                     "--timeout FLOAT RANGE", "--join-timeout FLOAT RANGE", "--pg-timeout FLOAT RANGE",
+                     f"[0<x<={spec.MAX_SECONDS}]",
+                     "--launcher [torchrun|direct]", "--dist-backend [gloo|nccl|auto]",
+                     "--init-method [env|tcp|file]", "--workdir [node|invoking]",
+                     "--context TEXT", "--namespace TEXT"):
+        assert expected in text, expected
+    bare = CliRunner().invoke(cli.main, [])        # no command: click's usage and help, not an error line
+    assert bare.output.startswith("Usage:") and "Commands:" in bare.output and "error:" not in bare.output
+
+
+_BAD_FLAGS = [
+    (["--nodes", "0"], "--nodes: expected an integer between 1 and 4096, given '0'"),
+    (["--nodes", "two"], "--nodes: expected an integer between 1 and 4096, given 'two'"),
+    (["--nproc-per-node", "1025"], "--nproc-per-node: expected an integer between 1 and 1024"),
+    (["--replicas", "65"], "--replicas: expected an integer between 1 and 64"),
+    (["--max-restarts", "-1"], "--max-restarts: expected an integer between 0 and 100, given '-1'"),
+    (["--min-nodes", "0"], "--min-nodes: expected an integer between 1 and 4096"),
+    (["--rdzv-port", "65536"], "--rdzv-port: expected a port number between 1 and 65535"),
+    (["--timeout", "0"], "--timeout: expected a number of seconds > 0 and at most 1,000,000,000"),
+    (["--join-timeout", "inf"], "--join-timeout: expected a number of seconds > 0"),
+    (["--pg-timeout", "soon"], "--pg-timeout: expected a number of seconds > 0"),
+    (["--backend", "slurm"], "--backend: expected one of local, compose, k8s, given 'slurm'"),
+    (["--launcher", "mpirun"], "--launcher: expected one of torchrun, direct, given 'mpirun'"),
+    (["--dist-backend", "mpi"], "--dist-backend: expected one of gloo, nccl, auto, given 'mpi'"),
+    (["--init-method", "udp"], "--init-method: expected one of env, tcp, file, given 'udp'"),
+    (["--workdir", "home"], "--workdir: expected one of node, invoking, given 'home'"),
+    (["--nodes"], "--nodes"),                                  # no value at all
+    (["--nodez", "2"], "No such option '--nodez'"),
+]
+
+
+@pytest.mark.parametrize("command", [["up"], ["validate"], ["render", "plan"], ["preflight"]])
+@pytest.mark.parametrize("args, words", _BAD_FLAGS)
+def test_a_bad_flag_value_is_one_line_exit_2(tmp_path, monkeypatch, command, args, words):
+    """Through click's own parsing (CliRunner: the same main, the same stderr line)."""
+    from click.testing import CliRunner
+
+    from labctl import cli
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(cli.main, [*command, *args])
+    assert done.exit_code == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], done.stderr
+    assert done.stdout == "" and not (tmp_path / "runs").exists()
+
+
+def test_flags_override_the_file_and_a_flag_not_given_does_not(tmp_path):
+    (tmp_path / "lab.yaml").write_text("nodes: 3\nnproc_per_node: 1\nlauncher: direct\ntimeout: 50\n")
+    kept = labctl("validate", "-f", "lab.yaml", cwd=tmp_path)
+    assert kept.returncode == 0 and "3 node(s) x 1 process(es)" in kept.stdout and "direct" in kept.stdout
+    over = labctl("validate", "-f", "lab.yaml", "--nodes", "2", "--launcher", "torchrun", cwd=tmp_path)
+    assert over.returncode == 0 and "2 node(s) x 1 process(es)" in over.stdout and "torchrun" in over.stdout
+    line = one_line_error(labctl("validate", "-f", "lab.yaml", "--min-nodes", "3", "--nodes", "2",
+                                 "--launcher", "torchrun", cwd=tmp_path), 2)
+    assert "min_nodes" in line and "nodes (2)" in line, "the spec still checks what needs the whole lab"
+
+
+def test_a_lab_error_is_a_click_exception_with_its_exit_code(tmp_path):
+    """LabError subclasses keep their exit codes through click: a refused run folder is 2."""
+    import click
+
+    from labctl.errors import LabError
+    from labctl.rundir import FolderRefused
+    assert issubclass(LabError, click.ClickException) and FolderRefused.exit_code == 2
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("mine")
+    line = one_line_error(labctl("up", "-q", "--out", "taken", cwd=tmp_path), 2)
+    assert "exists and is not empty" in line and (tmp_path / "taken" / "x").read_text() == "mine"
