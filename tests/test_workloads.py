@@ -220,3 +220,30 @@ def test_expected_reductions_and_known_backend_gaps():
         return
     for what in ("AVG", "reduce_scatter", "all_to_all_single"):
         assert collectives.unsupported("gloo", what) is None, what
+
+
+def test_the_env_table_is_the_env_workloads_report_hook(tmp_path, monkeypatch):
+    """report.py names no workload: the rank table is env's `head` and `rank_rows` hooks,
+    placed before the checks per workload (issue 20 item 5)."""
+    import json
+
+    from labctl import plan as planmod, report, spec
+    from labctl.rundir import RunDir
+    from workloads._report import env as env_hook
+
+    lab = spec.from_dict({"nodes": 1, "nproc_per_node": 2})
+    run = RunDir.create(planmod.plan(lab, planmod.local_placement(lab, 29500), "envhook"),
+                        out=tmp_path / "run")
+    records = [{"workload": "env", "name": "env", "rank": r, "ok": True, "hostname": "h",
+                "pid": 10 + r} for r in (1, 0)] + [{"workload": "p2p", "name": "ring", "rank": 0, "ok": True}]
+    (run.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = report.markdown(run)
+    assert text.index("## Where every rank runs (workload env)") < text.index("## Checks per workload")
+    assert "| 0 |  |  |  |  |  | h |  |  |  |  | 10 |" in text
+    assert [r["rank"] for r in report.as_dict(run)["ranks"]] == [0, 1]
+    monkeypatch.setattr(env_hook, "head", lambda results: "## Ranks, as the hook says")
+    monkeypatch.setattr(env_hook, "rank_rows", lambda results: [{"rank": "from the hook"}])
+    assert "## Ranks, as the hook says\n\n## Checks per workload" in report.markdown(run)
+    assert report.as_dict(run)["ranks"] == [{"rank": "from the hook"}]
+    (run.path / "results.jsonl").write_text(json.dumps(records[-1]) + "\n")
+    assert report.as_dict(run)["ranks"] == [], "no env workload: an empty list, as before"

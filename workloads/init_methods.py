@@ -22,7 +22,8 @@ directory of LAB_INIT_METHOD's file, else the system temp folder — after
 checking that every rank really sees it (containers each have their own /tmp:
 then file:// is skipped, with the reason).
 
-torch is imported inside `run` only: `report_section` runs in the report.
+torch is imported inside functions only: the report's hook (workloads/_report/init_methods.py)
+imports METHODS and NEEDS from here and must not import torch.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ Checks, on every rank:
   training on the whole global batch (R x W slices).
 
 With R = 1 there is no one to meet: the workload reports itself skipped.
-torch is imported inside `run` only: `report_section` runs in the report.
+Its report section is workloads/_report/replicas.py.
 """
 from __future__ import annotations
 

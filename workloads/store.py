@@ -25,8 +25,7 @@ default group's):
   count, where the default group's keys live), as rows of the report;
 - latency of set/get/add/check over `ops` calls (median, p99).
 
-torch is imported inside `run` only: `report_section` is called by the report,
-which must not import torch.
+Its report section is workloads/_report/store.py.
 """
 from __future__ import annotations
 
