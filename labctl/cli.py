@@ -205,10 +205,10 @@ def _progress(quiet: bool):
 
 def _failure_line(run, what: str = "lab") -> str:
     """`lab failed: <who failed first and why>; failed rank(s): ...; logs in <folder>`."""
-    from . import report
+    from .blame import FirstFailure
 
     first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
-    who = f": {report.describe_failure(first)}" if first else (
+    who = f": {FirstFailure.from_dict(first).describe()}" if first else (
         f": {run.meta['message']}" if run.meta.get("message") else "")
     if failed:
         who += f"; failed rank(s): {', '.join(map(str, failed))}"
