@@ -136,7 +136,7 @@ def validate(spec_file, script_args, **flags) -> None:
     click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
                f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
                f"backend {spec.backend}, runs {what}"
-               + (f"; faults: {', '.join(spec.faults)}" if spec.faults else ""))
+               + (f"; faults: {', '.join(map(str, spec.faults))}" if spec.faults else ""))
 
 
 RENDER_TARGETS = backend_registry.render_targets()

@@ -30,7 +30,7 @@ from typing import Iterator
 
 from .backends.base import Backend, BackendFailure, Progress
 from .errors import LabError
-from .faults import Fault, NotYet, parse as parse_fault
+from .faults import Fault, NotYet
 from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, spared
 from .plan import LaunchPlan
 from .rundir import RunDir
@@ -129,10 +129,9 @@ class FaultClock:
     on a clock that starts when every node is running: a fault at T means T seconds
     after the last node started, whatever the backend's start-up time."""
 
-    def __init__(self, faults: tuple[str, ...]):
+    def __init__(self, faults: tuple[Fault, ...]):
         events = []
-        for text in faults:
-            fault = parse_fault(text)
+        for fault in faults:
             events.append((fault.at, 0, fault, "begin"))
             if fault.duration is not None:
                 events.append((fault.at + fault.duration, 1, fault, "end"))

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from .backends import NAMES as BACKENDS  # noqa: E402  (the registry: names only, no imports)
+from .faults import Fault  # noqa: E402
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
@@ -176,7 +177,7 @@ class LabSpec:
     pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
     debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
     trace: bool = False                # record every collective/p2p op (LAB_TRACE=1; docs/trace.md)
-    faults: tuple[str, ...] = ()       # injected faults, as written (labctl/faults.py)
+    faults: tuple[Fault, ...] = ()     # injected faults, parsed at load (labctl/faults.py)
 
     @property
     def fewest_nodes(self) -> int:
@@ -207,7 +208,7 @@ class LabSpec:
             for w in self.workloads
         ]
         data["script_args"] = list(self.script_args)
-        data["faults"] = list(self.faults)
+        data["faults"] = [f.text for f in self.faults]   # as written
         data["env"] = dict(self.env)
         data["k8s"] = self.k8s.to_dict()
         return data
@@ -566,7 +567,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     return spec
 
 
-def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
+def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
     """Each fault parsed, aimed inside the lab, and one the chosen backend can do."""
     from . import faults as faultmod
     from .backends import backend_class
@@ -601,10 +602,9 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
         if fault.at + (fault.duration or 0) >= spec.timeout:
             raise bad("faults", item, f"a fault that ends before the lab's deadline "
                       f"({spec.timeout:g}s after start)")
-        out.append(fault.text)
-    kinds = [faultmod.parse(f).kind for f in out]
-    if kinds.count("delay") and len({faultmod.parse(f).target for f in out if f.startswith("delay")}) \
-            != kinds.count("delay"):
+        out.append(fault)
+    delays = [f.target for f in out if f.kind == "delay"]
+    if len(set(delays)) != len(delays):
         raise bad("faults", raw, "at most one delay per node")
     return tuple(out)
 

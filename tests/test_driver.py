@@ -279,8 +279,10 @@ def test_faults_fire_on_the_clock_retry_until_their_target_exists_and_end_before
         tmp_path, monkeypatch):
     import dataclasses
 
+    from labctl.faults import parse as parse_fault
+
     spec = dataclasses.replace(from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": 600}),
-                               faults=("kill-rank:1@0", "stop-node:2@0+600", "partition:0@0+1"))
+                               faults=tuple(map(parse_fault, ("kill-rank:1@0", "stop-node:2@0+600", "partition:0@0+1"))))
     b = FaultyBackend(script={0: ["pending", "running", "running", "running", "failed"]})
     monkeypatch.setattr(driver, "RETRY_S", 0.001)
     p = plan(spec, b.placement(spec), "lab-test")
