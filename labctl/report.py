@@ -9,8 +9,6 @@ sections, files and comparison through its report hook
 from __future__ import annotations
 
 import csv
-import importlib
-import importlib.util
 import io
 import json
 from collections import defaultdict
@@ -22,18 +20,8 @@ from .blame import FirstFailure, where as _where
 from .errors import LabError
 from .faults import parse as parse_fault
 from .rundir import RunDir
+from .spec import report_hook as hook
 from .tables import table  # noqa: F401  (re-exported: report.table is the table format)
-
-
-def hook(workload: str) -> ModuleType | None:
-    """A workload's report hook module, if it has one (torch-free)."""
-    name = f"workloads._report.{workload}"
-    try:
-        if importlib.util.find_spec(name) is None:
-            return None
-    except ModuleNotFoundError:
-        return None
-    return importlib.import_module(name)
 
 
 def hooks_for(results: list[dict]) -> list[tuple[str, ModuleType]]:

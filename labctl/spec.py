@@ -274,7 +274,7 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
             kind = {bool: "true or false", int: "an integer", float: "a number",
                     str: "a string"}[type(default)]
             raise bad(f"{where}.{key}", value, f"{kind} (default: {default!r})")
-    rules = _report_hook(name)
+    rules = report_hook(name)
     if rules is not None and hasattr(rules, "check_options"):
         try:
             rules.check_options(dict(options), dict(params))
@@ -282,8 +282,9 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
             raise SpecError(f"{source}: {where}.{exc}") from None
 
 
-def _report_hook(name: str):
-    """The workload's own option rules live in its report hook (workloads/_report/<name>.py)."""
+def report_hook(name: str):
+    """A workload's report hook (workloads/_report/<name>.py), if it has one (torch-free):
+    its option rules, lab checks and report sections (labctl.report uses this one too)."""
     module = f"workloads._report.{name}"
     try:
         if importlib.util.find_spec(module) is None:
@@ -558,7 +559,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
     for w in spec.workloads:              # a workload's rules that need the whole lab
-        rules = _report_hook(w.name)
+        rules = report_hook(w.name)
         if rules is not None and hasattr(rules, "check_lab"):
             try:
                 rules.check_lab(spec, dict(w.options), workload_parameters(w.name))
