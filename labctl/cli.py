@@ -230,7 +230,7 @@ def validate(spec_file, script_args, **flags) -> None:
     click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
                f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
                f"backend {spec.backend}, runs {what}"
-               + (f"; faults: {', '.join(spec.faults)}" if spec.faults else ""))
+               + (f"; faults: {', '.join(map(str, spec.faults))}" if spec.faults else ""))
 
 
 RENDER_TARGETS = backend_registry.render_targets()
@@ -299,10 +299,10 @@ def _progress(quiet: bool):
 
 def _failure_line(run, what: str = "lab") -> str:
     """`lab failed: <who failed first and why>; failed rank(s): ...; logs in <folder>`."""
-    from . import report
+    from .blame import FirstFailure
 
     first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
-    who = f": {report.describe_failure(first)}" if first else (
+    who = f": {FirstFailure.from_dict(first).describe()}" if first else (
         f": {run.meta['message']}" if run.meta.get("message") else "")
     if failed:
         who += f"; failed rank(s): {', '.join(map(str, failed))}"

@@ -2,7 +2,7 @@
 
     start ──► poll every node ──► all ended? ──► stop what runs ──► collect ──► delete
                  │  first failure: grace period, then stop the others (unless the
-                 │  lab is elastic and can go on without that node: outcome.tolerated)
+                 │  lab is elastic and can go on without that node: outcome.spared)
                  │  deadline passed: stop everything (state timeout)
                  │  faults on a clock that starts when every node runs (inject, heal)
                  │  SIGINT / SIGTERM / SIGHUP: stop everything (state interrupted)
@@ -30,8 +30,8 @@ from typing import Iterator
 
 from .backends.base import Backend, BackendFailure, Progress
 from .errors import LabError
-from .faults import Fault, NotYet, parse as parse_fault
-from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, tolerated
+from .faults import Fault, NotYet
+from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, spared
 from .plan import LaunchPlan
 from .rundir import RunDir
 
@@ -129,10 +129,9 @@ class FaultClock:
     on a clock that starts when every node is running: a fault at T means T seconds
     after the last node started, whatever the backend's start-up time."""
 
-    def __init__(self, faults: tuple[str, ...]):
+    def __init__(self, faults: tuple[Fault, ...]):
         events = []
-        for text in faults:
-            fault = parse_fault(text)
+        for fault in faults:
             events.append((fault.at, 0, fault, "begin"))
             if fault.duration is not None:
                 events.append((fault.at + fault.duration, 1, fault, "end"))
@@ -235,13 +234,13 @@ def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Pro
             behind = not rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
         else:                 # a full, read-only or deleted run folder ends the lab now
             rundir.check_storage()
-        survivable = tolerated(w.outcomes, nodes, fewest)
+        can_spare = spared(w.outcomes, nodes, fewest)
         for o in w.outcomes:
-            if o.index in survivable and o.index not in w.spared:
+            if o.index in can_spare and o.index not in w.spared:
                 w.spared.add(o.index)
                 say(f"node {o.index} {o.describe()}; the lab goes on without it "
                     f"(min_nodes {fewest} of {nodes})")
-        bad = [o for o in w.outcomes if o.state.bad and o.index not in survivable]
+        bad = [o for o in w.outcomes if o.state.bad and o.index not in can_spare]
         if bad and first_failure is None and grace is not None:
             first_failure = now
             who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
@@ -333,7 +332,7 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
                                exited, observe, say, signals, lambda: round(clock() - t0, 3))
     outcomes, notes = finished.outcomes, finished.notes
     for o in outcomes:
-        if o.index in tolerated(outcomes, nodes, fewest) and not o.reason:
+        if o.index in spared(outcomes, nodes, fewest) and not o.reason:
             o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
     state = run_state(state, outcomes, nodes, fewest)
     before = f" (before that: {message})" if message else ""

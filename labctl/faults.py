@@ -65,6 +65,7 @@ class Fault:
 
     @property
     def kills(self) -> bool:
+        """A kill is a root cause (blame.fault_cause); a freeze, cut-off or delay is not."""
         return self.kind in ("kill-rank", "kill-node")
 
     def __str__(self) -> str:
@@ -81,7 +82,7 @@ def parse(text: str) -> Fault:
         raise FaultSyntaxError(f"expected a string like {USAGE}")
     text = text.strip()
     kind = text.split(":", 1)[0]
-    if kind not in _SYNTAX:
+    if kind not in KINDS:
         raise FaultSyntaxError(f"unknown fault kind {kind!r}; expected one of {USAGE}")
     m = _SYNTAX[kind].match(text)
     if not m:

@@ -10,9 +10,11 @@ import json
 import re
 from typing import Iterable
 
-RESULT_MARKER = "@@labctl-result "       # must match workloads/_common.py
-# the local node guard's word that it stopped a torchrun agent with no workers left
-AGENT_IDLE_LINE = "labctl: the agent had no workers left when labctl stopped it"   # nodeguard.py
+from workloads._common import RESULT_MARKER   # what the workloads write (stdlib-only module)
+
+# the local node guard's word that it stopped a torchrun agent with no workers left, and
+# the length at which it cuts a line (the reader's pieces are as long)
+from .nodeguard import AGENT_IDLE_LINE, MAX_PIECE as MAX_LINE
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
 # torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
 _TORCHRUN_FAILURE = re.compile(
@@ -23,39 +25,7 @@ _TORCHRUN_FAILURE = re.compile(
 _EXIT_LINE = re.compile(r"^labctl: rank (\d+) exited with code (-?\d+)(?: at ([0-9.]+))?$", re.M)
 
 
-def rank_prefix(rank: int) -> str:
-    return f"[rank{rank}]:"
-
-
-def exit_line(rank: int, code: int) -> str:
-    """What a direct-mode node writes when one of its workers ends (in the order they end)."""
-    return f"labctl: rank {rank} exited with code {code}"
-
-
-def worker_exits(text: str) -> list[tuple[int, int]]:
-    """(rank, exit code) from direct-mode exit lines, in the order the workers ended."""
-    return [(int(r), int(c)) for r, c, _ in _EXIT_LINE.findall(text)]
-
-
 _ANY_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
-
-
-def split_by_rank(text: str) -> dict[int, list[str]]:
-    """Lines that carry a rank prefix, grouped by rank, prefix removed.
-
-    torchrun's tee forwards whatever a worker has written so far, so a half
-    line of rank A can be followed on the same output line by a line of rank B,
-    and A's rest arrives later behind its own prefix. Such glued lines are cut
-    where another rank's prefix starts and A's halves are joined again. (A
-    worker's own `[rankA]:` inside its line — torch prints those — is kept.)
-    The streaming form is NodeLogReader; this is it over a string.
-    """
-    ranks: dict[int, list[str]] = {}
-    reader = NodeLogReader(lambda rank, line: ranks.setdefault(rank, []).append(line))
-    for line in text.splitlines():
-        reader.feed_line(line)
-    reader.close()
-    return ranks
 
 
 def parse_results(lines: Iterable[str], rank: int | None = None) -> list[dict]:
@@ -94,7 +64,6 @@ def torchrun_failures(text: str) -> dict[int, int]:
 
 
 # ---- streaming: split a node log of any size, and find why ranks failed --------------
-MAX_LINE = 1 << 20               # longer lines are read in pieces (memory stays flat)
 READ_CHUNK = 1 << 20             # node logs are read this much at a time
 # A run of whole lines of one rank: split with a few C-level bytes operations, not per line.
 _RANK_RUN = re.compile(rb"\[rank(\d+)\]:[^\n]*\n(?:\[rank\1\]:[^\n]*\n)*")

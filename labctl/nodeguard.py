@@ -36,9 +36,9 @@ PR_SET_PDEATHSIG = 1
 REAP_S = 0.05
 LEFTOVER_TERM_S = 1.0
 PUMP_READ = 1 << 16        # a worker's output is moved this much at most per write
-MAX_PIECE = 1 << 20        # a longer line is ended here (labctl.logs.MAX_LINE): memory stays flat
+MAX_PIECE = 1 << 20        # a longer line is ended here (labctl.logs reads it in such pieces): memory stays flat
 # torchrun's agent waits at its exit barrier once its workers ended 0 (and says so only
-# at LOGLEVEL=INFO): stopped there, its node had finished. Must match labctl/logs.py.
+# at LOGLEVEL=INFO): stopped there, its node had finished. labctl.logs imports it.
 AGENT_IDLE_LINE = ("labctl: the agent had no workers left when labctl stopped it "
                    "(torchrun waits at its exit barrier once its workers ended)")
 

@@ -3,7 +3,7 @@
 A node outcome means the same thing on local processes, compose containers
 and Kubernetes pods: an exit code, or the signal that ended it (by name), and
 who stopped it when labctl did. The run's state is decided in one place
-(`run_state`), not once per backend.
+(`run_state`, with the logs' part in blame.run_state), not once per backend.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class NodeOutcome:
         return text
 
 
-def tolerated(outcomes: list[NodeOutcome], nodes: int, fewest: int) -> set[int]:
+def spared(outcomes: list[NodeOutcome], nodes: int, fewest: int) -> set[int]:
     """The nodes an elastic lab (`min_nodes` < `nodes`) goes on without.
 
     torchrun re-forms the world from the nodes that are left (`--nnodes MIN:MAX`)
@@ -131,9 +131,10 @@ def tolerated(outcomes: list[NodeOutcome], nodes: int, fewest: int) -> set[int]:
 def run_state(state: RunState, outcomes: list[NodeOutcome], nodes: int | None = None,
               fewest: int | None = None) -> RunState:
     """The one rule: a run that otherwise passed failed when a node did not succeed,
-    unless it is a node an elastic lab went on without (`tolerated`)."""
-    spared = tolerated(outcomes, nodes, fewest) if nodes and fewest else set()
-    if state is RunState.PASSED and any(o.state is not NodeState.SUCCEEDED and o.index not in spared
+    unless it is a node an elastic lab went on without (`spared`). The logs' part of
+    the rule (failed checks, exit codes, unfinished workloads) is blame.run_state."""
+    gone = spared(outcomes, nodes, fewest) if nodes and fewest else set()
+    if state is RunState.PASSED and any(o.state is not NodeState.SUCCEEDED and o.index not in gone
                                         for o in outcomes):
         return RunState.FAILED
     return state

@@ -9,8 +9,6 @@ sections, files and comparison through its report hook
 from __future__ import annotations
 
 import csv
-import importlib
-import importlib.util
 import io
 import json
 from collections import defaultdict
@@ -18,20 +16,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from .blame import FirstFailure, where as _where
 from .errors import LabError
+from .faults import parse as parse_fault
 from .rundir import RunDir
+from .spec import report_hook as hook
 from .tables import table  # noqa: F401  (re-exported: report.table is the table format)
-
-
-def hook(workload: str) -> ModuleType | None:
-    """A workload's report hook module, if it has one (torch-free)."""
-    name = f"workloads._report.{workload}"
-    try:
-        if importlib.util.find_spec(name) is None:
-            return None
-    except ModuleNotFoundError:
-        return None
-    return importlib.import_module(name)
 
 
 def hooks_for(results: list[dict]) -> list[tuple[str, ModuleType]]:
@@ -175,25 +165,25 @@ def markdown(run: RunDir) -> str:
     codes = m.get("rank_exit_codes") or {}
     errors = m.get("rank_errors") or {}
     bad_nodes = [n for n in m.get("node_outcomes", []) if n.get("state") != "succeeded"]
-    first = m.get("first_failure")
-    if first:
-        log = run.rank_log(first["rank"]) if isinstance(first.get("rank"), int) else (
-            run.node_log(first["node"]) if isinstance(first.get("node"), int) else run.path)
-        parts += ["", f"**First failure: {describe_failure(first)}** — log: {log}"]
-        if first.get("left_early") and first.get("error"):
-            parts.append(f"- what the others saw: rank {first.get('symptom_rank')}: "
-                         f"`{first['error'].get('exception')}`")
-        if (first.get("collective") or {}).get("text"):
-            parts.append(f"- where the collectives stopped: {first['collective']['text']}")
-        if first.get("peer_error"):
-            parts.append(f"- what the others saw: rank {first.get('peer_rank')}: "
-                         f"`{first['peer_error'].get('exception')}`")
+    if m.get("first_failure"):
+        first = FirstFailure.from_dict(m["first_failure"])
+        log = run.rank_log(first.rank) if isinstance(first.rank, int) else (
+            run.node_log(first.node) if isinstance(first.node, int) else run.path)
+        parts += ["", f"**First failure: {first.describe()}** — log: {log}"]
+        if first.left_early and first.error:
+            parts.append(f"- what the others saw: rank {first.symptom_rank}: "
+                         f"`{first.error.get('exception')}`")
+        if (first.collective or {}).get("text"):
+            parts.append(f"- where the collectives stopped: {first.collective['text']}")
+        if first.peer_error:
+            parts.append(f"- what the others saw: rank {first.peer_rank}: "
+                         f"`{first.peer_error.get('exception')}`")
     if m.get("faults"):
         parts += ["", "## Faults and what the nodes did", "", fault_timeline(m)]
     if codes or bad_nodes:
         parts += ["", "## Failed processes", ""]
         killed = {str(f["target"]): f["fault"] for f in m.get("faults") or []
-                  if f["kind"] == "kill-rank" and f["phase"] == "begin" and f.get("ok")}
+                  if f["phase"] == "begin" and f.get("ok") and _kills_a_rank(f["fault"])}
         for rank, code in codes.items():
             why = " (stopped by its launcher after another failure)" if code in (-15, -9) else ""
             if rank in killed and code == -9:
@@ -233,8 +223,8 @@ def fault_timeline(meta: dict) -> str:
     """Injected faults and each node's end on one clock (seconds after labctl started the lab)."""
     rows = []
     for f in meta.get("faults") or []:
-        what = f"fault {f['fault']}" + (" begins" if f["phase"] == "begin" and f["kind"] in
-                                        ("stop-node", "partition") else
+        lasts = parse_fault(f["fault"]).duration is not None
+        what = f"fault {f['fault']}" + (" begins" if f["phase"] == "begin" and lasts else
                                         " ends" if f["phase"] == "end" else "")
         detail = f["did"] + (f" ({f['note']})" if f.get("note") else "")
         rows.append((f["lab_s"], 0, what, detail))
@@ -265,40 +255,9 @@ def stacks_table(where: dict[str, dict], run: RunDir, codes: dict | None = None)
                   "stack"), rows)
 
 
-def _where(error: dict) -> str:
-    return f" at {error['file']}:{error['line']}" if error.get("file") else ""
-
-
-def describe_failure(first: dict) -> str:
-    """One sentence: who failed first and why (the exception and where it was raised)."""
-    if first.get("left_early"):
-        ranks = first.get("ranks") or ([first["rank"]] if first.get("rank") is not None else [])
-        who = f"rank {', '.join(map(str, ranks))}" if ranks else "its ranks"
-        return (f"{who} on node {first.get('node')} exited 0 while the others were still in a "
-                f"collective (left the group early)")
-    if first.get("fault"):
-        who = (f"rank {first['rank']} on node {first.get('node')}" if first.get("rank") is not None
-               else f"node {first.get('node')}")
-        return f"{who} was killed by fault {first['fault']} ({first.get('signal') or 'SIGKILL'})"
-    if first.get("lost"):
-        return f"node {first.get('node')} lost: {first['lost']}"
-    if first.get("hang") and first.get("collective"):
-        return f"hang in a collective: {first['collective']['text']}"
-    text = f"rank {first.get('rank')}" if first.get("rank") is not None else "the launcher"
-    if first.get("node") is not None:
-        text += f" on node {first['node']}"
-    if first.get("check"):
-        text += f" failed check {first['check']}"
-    elif first.get("signal"):
-        text += f" was killed by {first['signal']}"
-    elif first.get("exit_code") is not None:
-        text += f" exited with code {first['exit_code']}"
-    error = first.get("error")
-    if error:
-        text += f": {error['exception']}{_where(error)}"
-    if first.get("after_fault"):
-        text += f" (after fault {first['after_fault']})"
-    return text
+def _kills_a_rank(text: str) -> bool:
+    fault = parse_fault(text)
+    return fault.kills and not fault.node_fault
 
 
 def as_csv(run: RunDir) -> str:

@@ -29,14 +29,13 @@ from typing import Any, Iterator
 
 import yaml
 
-from . import logs
+from . import blame, logs
 from .errors import LabError
-from .outcome import NodeOutcome, NodeState, RunState, tolerated
+from .outcome import NodeOutcome, RunState
 from .plan import LaunchPlan
 from .spec import LabSpec, dump, from_dict
 
-__all__ = ["RunDir", "NodeOutcome", "STATES", "StorageError"]
-STATES = tuple(s.value for s in RunState)
+__all__ = ["RunDir", "NodeOutcome", "StorageError"]
 OPEN_RANK_LOGS = 256             # rank logs kept open at once while splitting
 # A run folder on a disk with less free space than this is refused before the start
 # (docs/failures.md); while the lab runs, under FULL_BYTES free counts as full.
@@ -93,8 +92,8 @@ def status_damage(meta: Any) -> str | None:
         item = _STATUS_ITEMS.get(key)
         if item and value is not None and not all(isinstance(x, item) for x in value):
             return f"'{key}' should hold only {_JSON_NAMES[item].split(' ', 1)[1]}s"
-    if "state" in meta and meta["state"] not in STATES:
-        return f"unknown state {meta['state'][:40]!r} (one of: {', '.join(STATES)})"
+    if "state" in meta and meta["state"] not in {s.value for s in RunState}:
+        return f"unknown state {meta['state'][:40]!r} (one of: {', '.join(RunState)})"
     for n in meta.get("node_outcomes") or []:
         if not isinstance(n.get("index"), int) or not isinstance(n.get("state"), str):
             return "a node outcome without its index or state"
@@ -378,7 +377,7 @@ class RunDir:
         except OSError as exc:
             raise self.storage_error(exc) from None
 
-    def split_logs(self, indices: list[int]) -> dict[str, Any]:
+    def split_logs(self, indices: list[int]) -> blame.Findings:
         """Every node log (the rest of it, when followed) split into rank logs and
         results.jsonl, plus what each rank's and agent's last exception was."""
         split = self._split if self._split is not None else LogSplit(self, indices)
@@ -403,56 +402,48 @@ class RunDir:
         state = RunState(state)
         world = self.meta["world_size"]
         found = self.split_logs([n.index for n in outcomes])
-        found["world"] = world
+        found.world = world
         for rank in range(world):               # a silent rank still has its (empty) log
             if not self.rank_log(rank).exists():
                 self.rank_log(rank).touch()
-        exit_codes: dict[int, int] = found["exit_codes"]
-        failed_ranks = sorted({r["rank"] for r in found["failed"] if isinstance(r.get("rank"), int)}
-                              | set(exit_codes))
-        stacks = self._write_stacks(found.get("stacks") or {})
-        silent = sorted(set(range(world)) - found["ranks"])
+        failed_ranks = found.failed_ranks
+        stacks = self._write_stacks(found.stacks)
+        silent = sorted(set(range(world)) - found.ranks)
         spec = self.spec
-        spared = tolerated(outcomes, spec.nodes, spec.fewest_nodes)
-        bad_nodes = [n for n in outcomes if n.state is not NodeState.SUCCEEDED and n.index not in spared]
-        if state is RunState.PASSED and (found["failed_count"] or bad_nodes or exit_codes):
-            state = RunState.FAILED
-        if spared and len(found["finished_world"]) == 1:
-            world = next(iter(found["finished_world"]))    # the world the lab went on with
-        if state is RunState.PASSED and spec.workloads and found["finished"] != set(range(world)):
-            state = RunState.FAILED
-            message = message or "some ranks never finished their workloads"
+        state, why = blame.run_state(state, outcomes, found, spec.nodes, spec.fewest_nodes,
+                                     bool(spec.workloads))
+        message = message or why
         first = None
         fired = [f for f in self.meta.get("faults") or [] if f.get("phase") == "begin" and f.get("ok")]
-        _blame_nodes(outcomes, fired, found)
+        blame.blame_nodes(outcomes, fired, found)
         if state is not RunState.PASSED:
-            first = _first_failure(outcomes, found)
+            first = blame.first_failure(outcomes, found)
             if fired and state is not RunState.INTERRUPTED:
-                first = _fault_cause(first, outcomes, found, fired)
+                first = blame.fault_cause(first, outcomes, found, fired)
         comm = self.merge_trace(failed=state is not RunState.PASSED)
         if comm is not None:                    # the stuck/mismatched collective (issue 21)
             if first is None:                   # a hang: nobody failed, the deadline came
-                first = {"rank": comm.get("rank"), "node": None, "exit_code": None, "hang": True}
-            first["collective"] = comm
+                first = blame.FirstFailure(comm.get("rank"), hang=True)
+            first.collective = comm
         if first and not message:
-            message = _failure_sentence(first)
+            message = first.describe()
         self.meta.update({
             "state": state.value,
-            "first_failure": first,
+            "first_failure": first.to_dict() if first else None,
             "ok": state is RunState.PASSED,
             "finished": _now(),
             "message": message,
             "node_outcomes": [n.to_dict() for n in outcomes],
-            "rank_exit_codes": {str(k): v for k, v in sorted(exit_codes.items())},
-            "rank_errors": {str(k): v for k, v in sorted(found["errors"].items())
-                            if k in failed_ranks or (first and first.get("rank") == k)},
+            "rank_exit_codes": {str(k): v for k, v in sorted(found.exit_codes.items())},
+            "rank_errors": {str(k): v for k, v in sorted(found.errors.items())
+                            if k in failed_ranks or (first and first.rank == k)},
             "failed_ranks": failed_ranks,
             "ranks_without_output": silent,
             **({"stacks": stacks} if stacks else {}),
-            "checks": {"total": found["total"], "failed": found["failed_count"],
-                       "skipped": found["skipped"]},
+            "checks": {"total": found.total, "failed": found.failed_count,
+                       "skipped": found.skipped},
             "failed_checks": [
-                {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in found["failed"]
+                {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in found.failed
             ],
         })
         self.release_reserve()
@@ -485,10 +476,7 @@ class LogSplit:
     def __init__(self, run: RunDir, indices: list[int]):
         self.run, self.indices = run, indices
         self.open_logs: dict[int, Any] = {}
-        self.found: dict[str, Any] = {"ranks": set(), "exit_codes": {}, "root_causes": {},
-                                      "errors": {}, "agent_errors": {}, "exits": {}, "finished": set(),
-                                      "finished_world": set(),
-                                      "total": 0, "failed": [], "failed_count": 0, "skipped": 0}
+        self.found = blame.Findings()
         # Local direct-mode nodes: the guard wrote each rank's log itself as the output
         # came (and its own lines apart), so those are only read for results and errors,
         # not split out of the node log again: a GB-sized log costs about one read.
@@ -532,20 +520,9 @@ class LogSplit:
     def _result_line(self, rank: int, line: str) -> None:
         if logs.RESULT_MARKER not in line:
             return
-        found = self.found
         for record in logs.parse_results([line], rank=rank):
             self.results.write(json.dumps(record, sort_keys=True) + "\n")
-            found["total"] += 1
-            if record.get("skipped"):
-                found["skipped"] += 1
-            if not record.get("ok", False):
-                found["failed_count"] += 1
-                if len(found["failed"]) < 50:
-                    found["failed"].append(record)
-            if record.get("name") == "workload_done":
-                found["finished"].add(record.get("rank"))
-                if isinstance(record.get("world_size"), int):
-                    found["finished_world"].add(record["world_size"])
+            self.found.add_result(record)
 
     def advance(self, budget: int | None) -> bool:
         """Feed every node log from where the last call stopped; with a budget, only
@@ -584,8 +561,7 @@ class LogSplit:
                 pass
         self.open_logs.clear()
 
-    def finish(self) -> dict[str, Any]:
-        found = self.found
+    def finish(self) -> blame.Findings:
         try:
             self.advance(None)
             for index in self.indices:
@@ -593,195 +569,9 @@ class LogSplit:
                     self.run.node_log(index).write_text("")
                 reader = self.readers[index]
                 reader.close()
-                found["ranks"] |= reader.ranks_seen
-                found.setdefault("node_ranks", {})[index] = sorted(reader.ranks_seen)
-                tail = reader.tail_text
-                found["exit_codes"].update(logs.torchrun_failures(tail))
-                found["exit_codes"].update((r, c) for r, c in reader.exits if c != 0)
-                found["exits"][index] = reader.exits
-                if reader.workers_succeeded:
-                    found.setdefault("workers_succeeded", set()).add(index)
-                found.setdefault("exit_times", {}).update(
-                    {r: (t, index) for r, t in reader.exit_times.items()})
-                found["errors"].update(reader.errors())
-                found.setdefault("stacks", {}).update(reader.stack_dumps())
-                if reader.agent_error():
-                    found["agent_errors"][index] = reader.agent_error()
-                cause = logs.torchrun_root_cause(tail)
-                if cause is None:
-                    cause = next((r for r, c in reader.exits if c != 0), None)
-                if cause is not None:
-                    found["root_causes"][index] = cause
+                self.found.add_node(index, reader)
         finally:
             for f in self.open_logs.values():
                 f.close()
             self.results.close()
-        return found
-
-
-def _failure_sentence(first: dict) -> str:
-    from .report import describe_failure
-
-    return describe_failure(first)
-
-
-def _first_failure(outcomes: list[NodeOutcome], found: dict[str, Any]) -> dict | None:
-    """The rank that failed first, and why.
-
-    When one rank dies its peers fail too (closed connections) or are stopped;
-    naming the first one, with its exception, saves the reader a log hunt. A
-    rank that *exited 0* while its peers were still in a collective is the real
-    culprit when the first error only says that a peer went away.
-    """
-    exit_codes, errors = found["exit_codes"], found["errors"]
-    failed = [n for n in outcomes if n.state.bad]
-    failed.sort(key=lambda n: (n.exited_s is None, n.exited_s or 0.0, n.state is not NodeState.FAILED))
-    first: dict | None = None
-    # direct mode with timed exit lines: the earliest non-zero exit across all nodes
-    timed = sorted((t, r, index) for r, (t, index) in found.get("exit_times", {}).items()
-                   if exit_codes.get(r, 0) != 0)
-    if timed:
-        _, rank, index = timed[0]
-        first = {"rank": rank, "node": index, "exit_code": exit_codes[rank]}
-    for node in ([] if first else failed):
-        if node.index in found["root_causes"]:
-            rank = found["root_causes"][node.index]
-            first = {"rank": rank, "node": node.index, "exit_code": exit_codes.get(rank)}
-            break
-    if first is None:
-        positive = sorted((r, c) for r, c in exit_codes.items() if c > 0)
-        if positive:
-            first = {"rank": positive[0][0], "node": None, "exit_code": positive[0][1]}
-    if first is None and found["failed"]:
-        r = found["failed"][0]
-        first = {"rank": r.get("rank"), "node": None, "exit_code": None,
-                 "check": f"{r.get('workload')}/{r.get('name')}"}
-    if first is None and failed:
-        node = failed[0]
-        first = {"rank": None, "node": node.index, "exit_code": node.exit_code}
-        if node.state is NodeState.LOST:
-            first["lost"] = node.reason or "gone without a trace"
-        if node.index in found["agent_errors"]:
-            first["error"] = found["agent_errors"][node.index]
-    if first is None:
-        return None
-    if first.get("rank") is not None and first["rank"] in errors:
-        first["error"] = errors[first["rank"]]
-    node_of_first = next((n for n in outcomes if n.index == first.get("node")), None)
-    if node_of_first is not None and node_of_first.signal:
-        first["signal"] = node_of_first.signal
-    code = first.get("exit_code")
-    if isinstance(code, int) and code < 0 and "signal" not in first:
-        from .outcome import signal_name
-        first["signal"] = signal_name(-code)
-    if "error" not in first and first.get("node") is not None and first["node"] in found["agent_errors"]:
-        first["error"] = found["agent_errors"][first["node"]]
-    early = _left_early(outcomes, found, first)
-    if early is not None:
-        return early
-    return first
-
-
-def _node_of_rank(rank: int, found: dict[str, Any]) -> int | None:
-    """The node whose log holds `rank` (torchrun's rendezvous decides it), or whose
-    agent named it as its root cause when the rank printed nothing."""
-    return next((i for i, ranks in found.get("node_ranks", {}).items() if rank in ranks),
-                next((i for i, r in found["root_causes"].items() if r == rank), None))
-
-
-def _blame_nodes(outcomes: list[NodeOutcome], fired: list[dict], found: dict[str, Any]) -> None:
-    """A node that died by a kill-node fault, or failed because its rank was killed by
-    one, says so, instead of looking like a crash."""
-    for record in fired:
-        if record["kind"] == "kill-node":
-            index, why = record["target"], f"killed by fault {record['fault']}"
-        elif record["kind"] == "kill-rank":
-            rank = record["target"]
-            index = _node_of_rank(rank, found)
-            why = f"its rank {rank} was killed by fault {record['fault']}"
-        else:
-            continue
-        for node in outcomes:
-            if node.index == index and node.state.bad and not node.reason:
-                node.reason = why
-
-
-def _fault_cause(first: dict | None, outcomes: list[NodeOutcome], found: dict[str, Any],
-                 fired: list[dict]) -> dict | None:
-    """With injected faults, the first failure names the fault that caused it.
-
-    A kill (kill-rank, kill-node) that fired is the root cause: what the peers
-    then raise (a closed connection) is its symptom, kept as `peer_error`. A
-    freeze or a cut-off kills nothing; the first failure stays the peer's own
-    error (the collective's timeout) and says which fault came before it.
-    """
-    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
-                    default=None)
-    if failed_at is not None:         # only what came before the first failure can have caused it
-        fired = [r for r in fired if r["lab_s"] - r.get("took_s", 0.0) <= failed_at]
-    if not fired:
-        return first
-    kills = sorted((r for r in fired if r["kind"] in ("kill-rank", "kill-node")),
-                   key=lambda r: r["lab_s"])
-    if kills:
-        record = kills[0]
-        cause: dict[str, Any] = {"fault": record["fault"], "fault_s": record["lab_s"],
-                                 "signal": "SIGKILL"}
-        if record["kind"] == "kill-rank":
-            rank = record["target"]
-            node = _node_of_rank(rank, found)
-            cause.update(rank=rank, node=node, exit_code=found["exit_codes"].get(rank))
-        else:
-            node = next((n for n in outcomes if n.index == record["target"]), None)
-            cause.update(rank=None, node=record["target"],
-                         exit_code=node.exit_code if node is not None else None)
-        if first and first.get("error") and first.get("rank") != cause.get("rank"):
-            cause["peer_error"] = first["error"]
-            cause["peer_rank"] = first.get("rank")
-        return cause
-    if first is not None:
-        first = {**first, "after_fault": ", ".join(r["fault"] for r in fired)}
-    return first
-
-
-def _left_early(outcomes: list[NodeOutcome], found: dict[str, Any], first: dict) -> dict | None:
-    """A rank that exited 0 before the first failure, when that failure only says a peer left."""
-    if not logs.peer_gone((first.get("error") or {}).get("exception")):
-        return None
-    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
-                    default=None)
-    # direct mode: the wrapper logs every worker's exit in order (and, lately, when)
-    times = found.get("exit_times", {})
-    if times:
-        failed_time = min((t for r, (t, _) in times.items() if found["exit_codes"].get(r, 0) != 0),
-                          default=None)
-        early = sorted((t, r, i) for r, (t, i) in times.items()
-                       if found["exit_codes"].get(r, 0) == 0 and (failed_time is None or t <= failed_time))
-        if early:
-            _, rank, index = early[0]
-            return {"rank": rank, "node": index, "exit_code": 0, "left_early": True,
-                    "error": first.get("error"), "symptom_rank": first.get("rank")}
-    else:
-        for index, exits in found["exits"].items():
-            for rank, code in exits:
-                if code != 0:
-                    break
-                return {"rank": rank, "node": index, "exit_code": 0, "left_early": True,
-                        "error": first.get("error"), "symptom_rank": first.get("rank")}
-    # torchrun: a node whose ranks all exited 0 in a lab whose first error is a vanished
-    # peer (its agent itself may end later: it waits at torchrun's exit barrier, and
-    # under load labctl may stop it there after the grace period)
-    finished = found.get("workers_succeeded", set())
-    for node in sorted(outcomes, key=lambda n: n.exited_s if n.exited_s is not None else 1e18):
-        if failed_at is None:
-            break
-        if node.state is NodeState.SUCCEEDED or (node.index in finished and node.state is NodeState.STOPPED):
-            ranks = found.get("node_ranks", {}).get(node.index) or []
-            if not ranks and "world" in found:     # it printed nothing: the ranks nobody else had
-                others = set().union(*(r for i, r in found.get("node_ranks", {}).items()
-                                       if i != node.index))
-                ranks = sorted(set(range(found["world"])) - others)
-            return {"rank": ranks[0] if len(ranks) == 1 else None, "ranks": ranks,
-                    "node": node.index, "exit_code": 0, "left_early": True,
-                    "error": first.get("error"), "symptom_rank": first.get("rank")}
-    return None
+        return self.found

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from .backends import NAMES as BACKENDS  # noqa: E402  (the registry: names only, no imports)
+from .faults import Fault  # noqa: E402
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
@@ -178,7 +179,7 @@ class LabSpec:
     pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
     debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
     trace: bool = False                # record every collective/p2p op (LAB_TRACE=1; docs/trace.md)
-    faults: tuple[str, ...] = ()       # injected faults, as written (labctl/faults.py)
+    faults: tuple[Fault, ...] = ()     # injected faults, parsed at load (labctl/faults.py)
 
     @property
     def fewest_nodes(self) -> int:
@@ -209,7 +210,7 @@ class LabSpec:
             for w in self.workloads
         ]
         data["script_args"] = list(self.script_args)
-        data["faults"] = list(self.faults)
+        data["faults"] = [f.text for f in self.faults]   # as written
         data["env"] = dict(self.env)
         data["k8s"] = self.k8s.to_dict()
         return data
@@ -275,7 +276,7 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
             kind = {bool: "true or false", int: "an integer", float: "a number",
                     str: "a string"}[type(default)]
             raise bad(f"{where}.{key}", value, f"{kind} (default: {default!r})")
-    rules = _report_hook(name)
+    rules = report_hook(name)
     if rules is not None and hasattr(rules, "check_options"):
         try:
             rules.check_options(dict(options), dict(params))
@@ -283,8 +284,9 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
             raise SpecError(f"{source}: {where}.{exc}") from None
 
 
-def _report_hook(name: str):
-    """The workload's own option rules live in its report hook (workloads/_report/<name>.py)."""
+def report_hook(name: str):
+    """A workload's report hook (workloads/_report/<name>.py), if it has one (torch-free):
+    its option rules, lab checks and report sections (labctl.report uses this one too)."""
     module = f"workloads._report.{name}"
     try:
         if importlib.util.find_spec(module) is None:
@@ -559,7 +561,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
     for w in spec.workloads:              # a workload's rules that need the whole lab
-        rules = _report_hook(w.name)
+        rules = report_hook(w.name)
         if rules is not None and hasattr(rules, "check_lab"):
             try:
                 rules.check_lab(spec, dict(w.options), workload_parameters(w.name))
@@ -568,7 +570,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     return spec
 
 
-def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
+def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
     """Each fault parsed, aimed inside the lab, and one the chosen backend can do."""
     from . import faults as faultmod
     from .backends import backend_class
@@ -603,10 +605,9 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[str, ...]:
         if fault.at + (fault.duration or 0) >= spec.timeout:
             raise bad("faults", item, f"a fault that ends before the lab's deadline "
                       f"({spec.timeout:g}s after start)")
-        out.append(fault.text)
-    kinds = [faultmod.parse(f).kind for f in out]
-    if kinds.count("delay") and len({faultmod.parse(f).target for f in out if f.startswith("delay")}) \
-            != kinds.count("delay"):
+        out.append(fault)
+    delays = [f.target for f in out if f.kind == "delay"]
+    if len(set(delays)) != len(delays):
         raise bad("faults", raw, "at most one delay per node")
     return tuple(out)
 

@@ -81,9 +81,9 @@ def run_plan(tmp_path: Path, the_plan: planmod.LaunchPlan, extra_env: dict | Non
         text = ""
         for p, log, rank in mine:
             raw = log.read_text(errors="replace")
-            text += raw if rank is None else "".join(f"{logs.rank_prefix(rank)}{line}\n" for line in raw.splitlines())
+            text += raw if rank is None else "".join(f"[rank{rank}]:{line}\n" for line in raw.splitlines())
         codes.append(next((p.returncode for p, _, _ in mine if p.returncode != 0), 0))
-        for rank, lines in logs.split_by_rank(text).items():
+        for rank, lines in split_by_rank(text).items():
             for record in logs.parse_results(lines, rank):
                 if the_plan.spec.replicas > 1:
                     assert record.get("replica", node.replica) == node.replica, record
@@ -94,3 +94,14 @@ def run_plan(tmp_path: Path, the_plan: planmod.LaunchPlan, extra_env: dict | Non
     output = "\n".join(texts)
     assert not timed_out, f"lab did not finish within {TIMEOUT_S}s\n{output[-6000:]}"
     return LabRun(codes, results, output, [p.returncode for p, _ in services])
+
+
+def split_by_rank(text: str) -> dict[int, list[str]]:
+    """A node log's rank lines, grouped by rank, prefix removed: the reader labctl's run
+    folder uses (logs.NodeLogReader, fed bytes as it is from a file)."""
+    ranks: dict[int, list[str]] = {}
+    reader = logs.NodeLogReader(lambda rank, line: ranks.setdefault(rank, []).append(line))
+    reader.feed_bytes(text.encode())
+    reader.close()
+    return ranks
+

@@ -12,7 +12,7 @@ import pytest
 
 from labctl import backends, driver, lab
 from labctl.backends.base import Backend, BackendFailure
-from labctl.outcome import NodeOutcome, NodeState, RunState, tolerated
+from labctl.outcome import NodeOutcome, NodeState, RunState, spared
 from labctl.plan import local_placement, plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
@@ -121,12 +121,12 @@ def test_an_elastic_lab_fails_below_min_nodes_or_without_node_0(tmp_path):
         "node 0 hosts the rendezvous store: nobody goes on without it"
 
 
-def test_tolerated_counts_per_replica():
+def test_spared_counts_per_replica():
     def outcomes(*states):
         return [NodeOutcome(i, f"n{i}", state=NodeState(s)) for i, s in enumerate(states)]
-    assert tolerated(outcomes("succeeded", "killed", "running", "lost"), 2, 1) == {1, 3}
-    assert tolerated(outcomes("succeeded", "killed", "killed", "running"), 2, 1) == {1}
-    assert tolerated(outcomes("succeeded", "killed"), 2, 2) == set(), "not elastic"
+    assert spared(outcomes("succeeded", "killed", "running", "lost"), 2, 1) == {1, 3}
+    assert spared(outcomes("succeeded", "killed", "killed", "running"), 2, 1) == {1}
+    assert spared(outcomes("succeeded", "killed"), 2, 2) == set(), "not elastic"
 
 
 def test_the_deadline_is_a_timeout_with_everything_stopped(tmp_path):
@@ -279,8 +279,10 @@ def test_faults_fire_on_the_clock_retry_until_their_target_exists_and_end_before
         tmp_path, monkeypatch):
     import dataclasses
 
+    from labctl.faults import parse as parse_fault
+
     spec = dataclasses.replace(from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": 600}),
-                               faults=("kill-rank:1@0", "stop-node:2@0+600", "partition:0@0+1"))
+                               faults=tuple(map(parse_fault, ("kill-rank:1@0", "stop-node:2@0+600", "partition:0@0+1"))))
     b = FaultyBackend(script={0: ["pending", "running", "running", "running", "failed"]})
     monkeypatch.setattr(driver, "RETRY_S", 0.001)
     p = plan(spec, b.placement(spec), "lab-test")

@@ -83,7 +83,8 @@ def test_a_fault_outside_the_lab_or_the_backend_is_one_line(data, expected):
 def test_faults_pg_timeout_and_debug_round_trip_through_the_spec():
     spec = specmod.from_dict({"faults": ["kill-rank:1@5", "stop-node:1@10+5"], "pg_timeout": 15,
                               "debug": True})
-    assert spec.faults == ("kill-rank:1@5", "stop-node:1@10+5")
+    assert spec.faults == (faults.Fault("kill-rank", 1, 5.0), faults.Fault("stop-node", 1, 10.0, 5.0))
+    assert spec.to_dict()["faults"] == ["kill-rank:1@5", "stop-node:1@10+5"]
     assert specmod.from_dict(spec.to_dict()) == spec
 
 

@@ -1,17 +1,18 @@
 from labctl import logs
+from plan_runner import split_by_rank
 import pytest
 
 
 def test_split_by_rank_keeps_only_prefixed_lines_in_order():
     text = ("agent noise\n[rank0]:hello\n[rank1]:a\n[rank0]:[rank0]: Traceback\n"
             "W1121 torch warning\n[rank1]:b\n")
-    assert logs.split_by_rank(text) == {0: ["hello", "[rank0]: Traceback"], 1: ["a", "b"]}
+    assert split_by_rank(text) == {0: ["hello", "[rank0]: Traceback"], 1: ["a", "b"]}
 
 
 def test_glued_half_lines_from_torchrun_tee_are_put_back_together():
     text = ('[rank3]:@@labctl-result {"name": "a", "ok": tr[rank2]:@@labctl-result {"name": "b"}\n'
             '[rank3]:ue}\n[rank3]:[rank3]: Traceback\n')
-    assert logs.split_by_rank(text) == {
+    assert split_by_rank(text) == {
         3: ['@@labctl-result {"name": "a", "ok": true}', "[rank3]: Traceback"],
         2: ['@@labctl-result {"name": "b"}'],
     }

@@ -99,7 +99,9 @@ def test_node_command_for_direct_mode_runs_every_worker_and_fails_if_one_does(tm
     lines = done.stdout.splitlines()
     assert sorted(l for l in lines if l.startswith("[rank")) == \
         ["[rank3]:rank 3", "[rank4]:rank 4", "[rank5]:rank 5"]
-    assert sorted(logs.worker_exits(done.stdout)) == [(3, 0), (4, 3), (5, 0)]
+    reader = logs.NodeLogReader(lambda rank, line: None)
+    reader.feed_bytes(done.stdout.encode())
+    assert sorted(reader.exits) == [(3, 0), (4, 3), (5, 0)]
     argv0, env0 = node_command(p.nodes[0])
     assert argv0 == argv, "one script for every node: it reads NODE_RANK"
     assert subprocess.run(list(argv0), capture_output=True, env={**env0, "PATH": "/usr/bin:/bin"}).returncode == 0

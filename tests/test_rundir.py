@@ -58,21 +58,23 @@ def _fault(kind, target, lab_s, text):
 
 
 def test_a_kill_fault_is_the_root_cause_only_when_it_came_before_the_failure():
-    from labctl.rundir import _fault_cause
+    from labctl.blame import Findings, FirstFailure, fault_cause
 
-    found = {"exit_codes": {}, "root_causes": {}, "node_ranks": {0: [0], 1: [1]}}
+    found = Findings(node_ranks={0: [0], 1: [1]})
     peer = {"rank": 0, "node": 0, "exit_code": 1, "error": {"exception": "RuntimeError: Connection reset by peer"}}
     killed = NodeOutcome(1, "lab-1", -9, "killed", exited_s=30.2, signal="SIGKILL")
     peer_node = NodeOutcome(0, "lab-0", 1, "failed", exited_s=30.9)
-    cause = _fault_cause(dict(peer), [peer_node, killed], found, [_fault("kill-node", 1, 30.1, "kill-node:1@30")])
+    cause = fault_cause(FirstFailure(**peer), [peer_node, killed], found,
+                        [_fault("kill-node", 1, 30.1, "kill-node:1@30")]).to_dict()
     assert (cause["fault"], cause["node"], cause["rank"]) == ("kill-node:1@30", 1, None)
     assert cause["peer_error"] == peer["error"] and cause["peer_rank"] == 0
     # rank 0 crashed at 5 s by itself; the kill at 30 s came later: not its cause
     crashed = NodeOutcome(0, "lab-0", 1, "failed", exited_s=5.0)
-    assert _fault_cause(dict(peer), [crashed, killed], found,
-                        [_fault("kill-node", 1, 30.1, "kill-node:1@30")]) == peer
+    assert fault_cause(FirstFailure(**peer), [crashed, killed], found,
+                       [_fault("kill-node", 1, 30.1, "kill-node:1@30")]).to_dict() == peer
     # a freeze kills nothing: the peer's own error stays first, with the fault before it
-    after = _fault_cause(dict(peer), [peer_node], found, [_fault("stop-node", 1, 20.0, "stop-node:1@20+60")])
+    after = fault_cause(FirstFailure(**peer), [peer_node], found,
+                        [_fault("stop-node", 1, 20.0, "stop-node:1@20+60")]).to_dict()
     assert after == {**peer, "after_fault": "stop-node:1@20+60"}
 
 
@@ -89,3 +91,30 @@ def test_the_node_log_split_keeps_an_over_long_unended_line_as_printed(tmp_path)
                   NodeOutcome(1, "lab-1", 0, NodeState.SUCCEEDED)], RunState.PASSED)
     assert run.rank_log(0).read_bytes() == printed
     assert run.rank_log(1).read_bytes() == b"a line\nno end"
+
+
+def test_the_first_failure_reads_back_from_status_json_with_the_same_keys_and_sentence():
+    """status.json's first_failure is FirstFailure.to_dict: every shape it takes reads
+    back (report, `labctl report` of an old folder) to the same keys, order and sentence."""
+    from labctl.blame import FirstFailure
+
+    error = {"exception": "ValueError: boom", "file": "/x.py", "line": 3, "function": "f"}
+    shapes = [
+        ({"rank": 0, "node": 0, "exit_code": 1, "error": error, "signal": "SIGSEGV"},
+         "rank 0 on node 0 was killed by SIGSEGV: ValueError: boom at /x.py:3"),
+        ({"rank": None, "node": 1, "exit_code": None, "lost": "pod deleted"}, "node 1 lost: pod deleted"),
+        ({"rank": 2, "node": None, "exit_code": None, "check": "w/c", "after_fault": "stop-node:1@5+9"},
+         "rank 2 failed check w/c (after fault stop-node:1@5+9)"),
+        ({"rank": None, "ranks": [], "node": 1, "exit_code": 0, "left_early": True, "error": None,
+          "symptom_rank": 0}, "its ranks on node 1 exited 0 while the others were still in a "
+                              "collective (left the group early)"),
+        ({"fault": "kill-rank:1@5", "fault_s": 6.0, "signal": "SIGKILL", "rank": 1, "node": None,
+          "exit_code": None, "peer_error": error, "peer_rank": None},
+         "rank 1 on node None was killed by fault kill-rank:1@5 (SIGKILL)"),
+        ({"rank": 3, "node": None, "exit_code": None, "hang": True, "collective": {"text": "all_reduce"}},
+         "hang in a collective: all_reduce"),
+    ]
+    for data, sentence in shapes:
+        first = FirstFailure.from_dict(data)
+        assert list(first.to_dict().items()) == list(data.items())
+        assert first.describe() == sentence

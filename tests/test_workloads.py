@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from labctl import logs, plan
+from plan_runner import split_by_rank
 from labctl.backends.local import free_port
 from labctl.spec import from_dict
 from workloads import _common, collectives
@@ -32,7 +33,7 @@ TIMEOUT_S = 180
 def parse_results(text: str) -> list[dict]:
     """Result records from rank-prefixed node output, with labctl's own log parser."""
     results = []
-    for rank, lines in logs.split_by_rank(text).items():
+    for rank, lines in split_by_rank(text).items():
         results += logs.parse_results(lines, rank)
     return results
 

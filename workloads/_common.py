@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-RESULT_MARKER = "@@labctl-result "
+RESULT_MARKER = "@@labctl-result "     # labctl.logs imports it: the one spelling
 
 
 def emit(record: dict[str, Any]) -> None:

@@ -207,7 +207,7 @@ class ComposeBackend(Backend):
         except LabError as exc:
             raise PreflightError(str(exc)) from None
         _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
-        delays = [f for f in plan.spec.faults if f.startswith("delay:")]
+        delays = [f for f in plan.spec.faults if f.kind == "delay"]
         if delays and kernel_has_netem() is False:
             raise PreflightError(f"fault {delays[0]} needs tc netem, and this machine's kernel "
                                  f"({os.uname().release}) has none (CONFIG_NET_SCH_NETEM is not "

@@ -33,7 +33,6 @@ import re
 from typing import Any
 
 
-from ..faults import parse as parse_fault
 from ..plan import LaunchPlan, NodeLaunch, node_command
 from . import SPEC_KEY, dump_yaml, stored_spec
 
@@ -104,8 +103,7 @@ def fault_capabilities(plan: LaunchPlan, index: int) -> list[str]:
     `delay:` on it (tc netem, run as root in the container). The other faults act from
     outside (docker kill, pause, network disconnect) or signal the container's own
     processes as their own user (kill-rank, stacks): none needs one."""
-    faults = list(map(parse_fault, plan.spec.faults))
-    return ["NET_ADMIN"] if any(f.kind == "delay" and f.target == index for f in faults) else []
+    return ["NET_ADMIN"] if any(f.kind == "delay" and f.target == index for f in plan.spec.faults) else []
 
 
 def _labels(plan: LaunchPlan, **extra: str) -> dict[str, str]:

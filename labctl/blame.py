@@ -1,0 +1,324 @@
+"""Failure blame: what the logs showed, who failed first and why, and the run's state.
+
+When one rank dies its peers fail too (closed connections) or are stopped;
+naming the first one, with its exception, saves the reader a log hunt. The
+log pass (rundir.LogSplit) fills `Findings`; `first_failure` and
+`fault_cause` turn them into one `FirstFailure`, whose `describe()` is the
+sentence status.json's message and report.md print; `run_state` is the one
+rule for how the run ended. Standard library only, no run folder: the run
+folder (rundir) and the report both import this, never each other's blame.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from . import logs
+from .faults import parse as parse_fault
+from .outcome import NodeOutcome, NodeState, RunState, signal_name, spared, run_state as node_rule
+
+
+@dataclass
+class Findings:
+    """What one pass over every node log found (rank logs and results are on disk)."""
+    ranks: set[int] = field(default_factory=set)                 # ranks that printed anything
+    exit_codes: dict[int, int] = field(default_factory=dict)     # rank -> non-zero exit code
+    root_causes: dict[int, int] = field(default_factory=dict)    # node -> the rank its agent blamed
+    errors: dict[int, dict] = field(default_factory=dict)        # rank -> its last exception
+    agent_errors: dict[int, dict] = field(default_factory=dict)  # node -> its agent's exception
+    exits: dict[int, list[tuple[int, int]]] = field(default_factory=dict)   # node -> (rank, code) in order
+    exit_times: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (epoch s, node)
+    node_ranks: dict[int, list[int]] = field(default_factory=dict)          # node -> its ranks
+    workers_succeeded: set[int] = field(default_factory=set)     # nodes whose agent saw its workers end 0
+    finished: set[int] = field(default_factory=set)              # ranks that said workload_done
+    finished_world: set[int] = field(default_factory=set)        # the world sizes they said it in
+    stacks: dict[int, list[str]] = field(default_factory=dict)   # rank -> its last stack dump
+    total: int = 0                                               # result records
+    failed: list[dict] = field(default_factory=list)             # the first 50 failed records
+    failed_count: int = 0
+    skipped: int = 0
+    world: int | None = None
+
+    def add_result(self, record: dict) -> None:
+        self.total += 1
+        if record.get("skipped"):
+            self.skipped += 1
+        if not record.get("ok", False):
+            self.failed_count += 1
+            if len(self.failed) < 50:
+                self.failed.append(record)
+        if record.get("name") == "workload_done":
+            self.finished.add(record.get("rank"))
+            if isinstance(record.get("world_size"), int):
+                self.finished_world.add(record["world_size"])
+
+    def add_node(self, index: int, reader: "logs.NodeLogReader") -> None:
+        """A node log read to its end."""
+        self.ranks |= reader.ranks_seen
+        self.node_ranks[index] = sorted(reader.ranks_seen)
+        tail = reader.tail_text
+        self.exit_codes.update(logs.torchrun_failures(tail))
+        self.exit_codes.update((r, c) for r, c in reader.exits if c != 0)
+        self.exits[index] = reader.exits
+        if reader.workers_succeeded:
+            self.workers_succeeded.add(index)
+        self.exit_times.update({r: (t, index) for r, t in reader.exit_times.items()})
+        self.errors.update(reader.errors())
+        self.stacks.update(reader.stack_dumps())
+        if reader.agent_error():
+            self.agent_errors[index] = reader.agent_error()
+        cause = logs.torchrun_root_cause(tail)
+        if cause is None:
+            cause = next((r for r, c in reader.exits if c != 0), None)
+        if cause is not None:
+            self.root_causes[index] = cause
+
+    @property
+    def failed_ranks(self) -> list[int]:
+        return sorted({r["rank"] for r in self.failed if isinstance(r.get("rank"), int)}
+                      | set(self.exit_codes))
+
+
+@dataclass
+class FirstFailure:
+    """Who failed first and why; status.json's `first_failure` (`to_dict`, same keys as ever)."""
+    rank: int | None = None
+    node: int | None = None
+    exit_code: int | None = None
+    ranks: list[int] | None = None       # left early under torchrun: that node's ranks
+    check: str | None = None             # a failed check (workload/name), nothing exited
+    lost: str | None = None              # the node vanished: the backend's word
+    error: dict | None = None            # the exception (exception, file, line, function)
+    signal: str | None = None
+    left_early: bool = False             # exited 0 while the others were in a collective
+    symptom_rank: int | None = None      # left early: who raised the error
+    hang: bool = False                   # nobody failed: the deadline came in a collective
+    fault: str | None = None             # the kill fault that caused it
+    fault_s: float | None = None
+    peer_error: dict | None = None       # with a fault: what the peers then raised
+    peer_rank: int | None = None
+    after_fault: str | None = None       # a freeze or cut-off that came before it
+    collective: dict | None = None       # where the collectives stopped (labctl/trace.py)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.fault:
+            keys = ("fault", "fault_s", "signal", "rank", "node", "exit_code", "peer_error", "peer_rank")
+            always = {"rank", "node", "exit_code"} | ({"peer_rank"} if self.peer_error else set())
+        elif self.left_early:
+            keys = ("rank", "ranks", "node", "exit_code", "left_early", "error", "symptom_rank")
+            always = {"rank", "node", "exit_code", "error", "symptom_rank"}
+        elif self.hang:
+            keys, always = ("rank", "node", "exit_code", "hang"), {"rank", "node", "exit_code"}
+        else:
+            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal")
+            always = {"rank", "node", "exit_code"}
+        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective")
+                if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FirstFailure":
+        """From status.json (keys this version does not know are ignored)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def describe(self) -> str:
+        """One sentence: who failed first and why (the exception and where it was raised)."""
+        if self.left_early:
+            ranks = self.ranks or ([self.rank] if self.rank is not None else [])
+            who = f"rank {', '.join(map(str, ranks))}" if ranks else "its ranks"
+            return (f"{who} on node {self.node} exited 0 while the others were still in a "
+                    f"collective (left the group early)")
+        if self.fault:
+            who = f"rank {self.rank} on node {self.node}" if self.rank is not None else f"node {self.node}"
+            return f"{who} was killed by fault {self.fault} ({self.signal or 'SIGKILL'})"
+        if self.lost:
+            return f"node {self.node} lost: {self.lost}"
+        if self.hang and self.collective:
+            return f"hang in a collective: {self.collective['text']}"
+        text = f"rank {self.rank}" if self.rank is not None else "the launcher"
+        if self.node is not None:
+            text += f" on node {self.node}"
+        if self.check:
+            text += f" failed check {self.check}"
+        elif self.signal:
+            text += f" was killed by {self.signal}"
+        elif self.exit_code is not None:
+            text += f" exited with code {self.exit_code}"
+        if self.error:
+            text += f": {self.error['exception']}{where(self.error)}"
+        if self.after_fault:
+            text += f" (after fault {self.after_fault})"
+        return text
+
+
+def where(error: dict) -> str:
+    return f" at {error['file']}:{error['line']}" if error.get("file") else ""
+
+
+def run_state(state: RunState, outcomes: list[NodeOutcome], found: Findings, nodes: int,
+              fewest: int, has_workloads: bool) -> tuple[RunState, str]:
+    """The one rule for how a run ended, from the driver's word, the nodes and the logs:
+    a run that otherwise passed failed when a node that could not be spared did not
+    succeed (outcome.run_state), a check failed, a rank exited non-zero, or some rank
+    never finished its workloads. Returns (state, a message when the logs decided)."""
+    state = node_rule(state, outcomes, nodes, fewest)
+    if state is RunState.PASSED and (found.failed_count or found.exit_codes):
+        return RunState.FAILED, ""
+    world = found.world
+    if spared(outcomes, nodes, fewest) and len(found.finished_world) == 1:
+        world = next(iter(found.finished_world))    # the world the lab went on with
+    if state is RunState.PASSED and has_workloads and found.finished != set(range(world or 0)):
+        return RunState.FAILED, "some ranks never finished their workloads"
+    return state, ""
+
+
+def first_failure(outcomes: list[NodeOutcome], found: Findings) -> FirstFailure | None:
+    """The rank that failed first, and why.
+
+    A rank that *exited 0* while its peers were still in a collective is the
+    real culprit when the first error only says that a peer went away.
+    """
+    exit_codes, errors = found.exit_codes, found.errors
+    failed = [n for n in outcomes if n.state.bad]
+    failed.sort(key=lambda n: (n.exited_s is None, n.exited_s or 0.0, n.state is not NodeState.FAILED))
+    first: FirstFailure | None = None
+    # direct mode with timed exit lines: the earliest non-zero exit across all nodes
+    timed = sorted((t, r, index) for r, (t, index) in found.exit_times.items()
+                   if exit_codes.get(r, 0) != 0)
+    if timed:
+        _, rank, index = timed[0]
+        first = FirstFailure(rank, index, exit_codes[rank])
+    for node in ([] if first else failed):
+        if node.index in found.root_causes:
+            rank = found.root_causes[node.index]
+            first = FirstFailure(rank, node.index, exit_codes.get(rank))
+            break
+    if first is None:
+        positive = sorted((r, c) for r, c in exit_codes.items() if c > 0)
+        if positive:
+            first = FirstFailure(positive[0][0], None, positive[0][1])
+    if first is None and found.failed:
+        r = found.failed[0]
+        first = FirstFailure(r.get("rank"), None, None, check=f"{r.get('workload')}/{r.get('name')}")
+    if first is None and failed:
+        node = failed[0]
+        first = FirstFailure(None, node.index, node.exit_code)
+        if node.state is NodeState.LOST:
+            first.lost = node.reason or "gone without a trace"
+        if node.index in found.agent_errors:
+            first.error = found.agent_errors[node.index]
+    if first is None:
+        return None
+    if first.rank is not None and first.rank in errors:
+        first.error = errors[first.rank]
+    node_of_first = next((n for n in outcomes if n.index == first.node), None)
+    if node_of_first is not None and node_of_first.signal:
+        first.signal = node_of_first.signal
+    code = first.exit_code
+    if isinstance(code, int) and code < 0 and first.signal is None:
+        first.signal = signal_name(-code)
+    if first.error is None and first.node is not None and first.node in found.agent_errors:
+        first.error = found.agent_errors[first.node]
+    early = _left_early(outcomes, found, first)
+    return early if early is not None else first
+
+
+def node_of_rank(rank: int, found: Findings) -> int | None:
+    """The node whose log holds `rank` (torchrun's rendezvous decides it), or whose
+    agent named it as its root cause when the rank printed nothing."""
+    return next((i for i, ranks in found.node_ranks.items() if rank in ranks),
+                next((i for i, r in found.root_causes.items() if r == rank), None))
+
+
+def blame_nodes(outcomes: list[NodeOutcome], fired: list[dict], found: Findings) -> None:
+    """A node that died by a kill-node fault, or failed because its rank was killed by
+    one, says so, instead of looking like a crash."""
+    for record in fired:
+        fault = parse_fault(record["fault"])
+        if not fault.kills:
+            continue
+        if fault.node_fault:
+            index, why = fault.target, f"killed by fault {record['fault']}"
+        else:
+            index = node_of_rank(fault.target, found)
+            why = f"its rank {fault.target} was killed by fault {record['fault']}"
+        for node in outcomes:
+            if node.index == index and node.state.bad and not node.reason:
+                node.reason = why
+
+
+def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: Findings,
+                fired: list[dict]) -> FirstFailure | None:
+    """With injected faults, the first failure names the fault that caused it.
+
+    A kill (kill-rank, kill-node) that fired is the root cause: what the peers
+    then raise (a closed connection) is its symptom, kept as `peer_error`. A
+    freeze or a cut-off kills nothing; the first failure stays the peer's own
+    error (the collective's timeout) and says which fault came before it.
+    """
+    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
+                    default=None)
+    if failed_at is not None:         # only what came before the first failure can have caused it
+        fired = [r for r in fired if r["lab_s"] - r.get("took_s", 0.0) <= failed_at]
+    if not fired:
+        return first
+    kills = sorted((r for r in fired if parse_fault(r["fault"]).kills), key=lambda r: r["lab_s"])
+    if kills:
+        record = kills[0]
+        fault = parse_fault(record["fault"])
+        cause = FirstFailure(fault=record["fault"], fault_s=record["lab_s"], signal="SIGKILL")
+        if fault.node_fault:
+            node = next((n for n in outcomes if n.index == fault.target), None)
+            cause.node, cause.exit_code = fault.target, node.exit_code if node is not None else None
+        else:
+            cause.rank, cause.node = fault.target, node_of_rank(fault.target, found)
+            cause.exit_code = found.exit_codes.get(fault.target)
+        if first and first.error and first.rank != cause.rank:
+            cause.peer_error, cause.peer_rank = first.error, first.rank
+        return cause
+    if first is not None:
+        first.after_fault = ", ".join(r["fault"] for r in fired)
+    return first
+
+
+def _left_early(outcomes: list[NodeOutcome], found: Findings, first: FirstFailure) -> FirstFailure | None:
+    """A rank that exited 0 before the first failure, when that failure only says a peer left."""
+    if not logs.peer_gone((first.error or {}).get("exception")):
+        return None
+
+    def early(rank: int | None, node: int, ranks: list[int] | None = None) -> FirstFailure:
+        return FirstFailure(rank, node, 0, ranks=ranks, left_early=True, error=first.error,
+                            symptom_rank=first.rank)
+
+    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
+                    default=None)
+    # direct mode: the wrapper logs every worker's exit in order (and, lately, when)
+    times = found.exit_times
+    if times:
+        failed_time = min((t for r, (t, _) in times.items() if found.exit_codes.get(r, 0) != 0),
+                          default=None)
+        before = sorted((t, r, i) for r, (t, i) in times.items()
+                        if found.exit_codes.get(r, 0) == 0 and (failed_time is None or t <= failed_time))
+        if before:
+            _, rank, index = before[0]
+            return early(rank, index)
+    else:
+        for index, exits in found.exits.items():
+            for rank, code in exits:
+                if code != 0:
+                    break
+                return early(rank, index)
+    # torchrun: a node whose ranks all exited 0 in a lab whose first error is a vanished
+    # peer (its agent itself may end later: it waits at torchrun's exit barrier, and
+    # under load labctl may stop it there after the grace period)
+    for node in sorted(outcomes, key=lambda n: n.exited_s if n.exited_s is not None else 1e18):
+        if failed_at is None:
+            break
+        if node.state is NodeState.SUCCEEDED or (node.index in found.workers_succeeded
+                                                 and node.state is NodeState.STOPPED):
+            ranks = found.node_ranks.get(node.index) or []
+            if not ranks and found.world is not None:   # it printed nothing: the ranks nobody else had
+                others = set().union(*(r for i, r in found.node_ranks.items() if i != node.index))
+                ranks = sorted(set(range(found.world)) - others)
+            return early(ranks[0] if len(ranks) == 1 else None, node.index, ranks)
+    return None
