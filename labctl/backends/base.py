@@ -74,6 +74,19 @@ class Backend:
     fault_kinds: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
+    def check_spec(cls, spec: LabSpec, source: str) -> LabSpec:
+        """This backend's rules on a lab and its own section of it (k8s: `k8s:`), for
+        every lab (`labctl render <name>` renders any); SpecError with one line naming
+        `source`. Returns the lab, its section normalised. Called by `backends.check_spec`."""
+        return spec
+
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        """`Placement.shared_dir` of this lab here (a directory every node sees), known
+        without placing it: workloads' rules read it (`check_placement`)."""
+        return None
+
+    @classmethod
     def renderer_for(cls, spec: LabSpec) -> str | None:
         """The renderer of this lab: `renderer`, unless the lab asks for another shape
         (k8s: `k8s.kind: jobset` renders one JobSet)."""

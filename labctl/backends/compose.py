@@ -22,7 +22,7 @@ from pathlib import Path
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
 from ..render import SPEC_KEY, spec_from_stored
 from ..render import compose as render_compose
 from ..rundir import RunDir
@@ -185,6 +185,10 @@ class ComposeBackend(Backend):
     renderer = "labctl.render.compose"
     poll_interval = 1.0
     fault_kinds = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
+
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        return container_shared_dir(spec)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -26,13 +26,13 @@ from typing import Any, Callable
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
 from ..render import SPEC_KEY, spec_from_stored
 from ..render import jobset as jobset_render
 from ..render import k8s as k8s_render
 from ..rundir import RunDir
 from ..spec import LabSpec
-from . import k8s_scheduling
+from . import k8s_scheduling, k8s_settings
 from .base import Backend, BackendFailure, PreflightError, UnknownRun
 
 POLL_S = 2.0
@@ -429,7 +429,7 @@ def delete_run(cluster: Cluster, run_id: str, jobset: bool = False) -> list[str]
 
 # ---- the backend ------------------------------------------------------------------
 def _is_jobset(spec: LabSpec) -> bool:
-    return spec.k8s.kind == "jobset"
+    return k8s_settings.settings(spec).kind == "jobset"
 
 
 def _placement(spec: LabSpec) -> Placement:
@@ -454,6 +454,14 @@ class K8sBackend(Backend):
     # `pods/exec`, which restricted namespaces rarely grant, and a partition a NetworkPolicy
     # change that CNI plugins apply at their own pace.
     fault_kinds = ("kill-node",)
+
+    @classmethod
+    def check_spec(cls, spec: LabSpec, source: str) -> LabSpec:
+        return k8s_settings.check(spec, source)
+
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        return container_shared_dir(spec)
 
     def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -531,8 +539,9 @@ class K8sBackend(Backend):
         self.hostnames = {n.index: n.hostname for n in plan.nodes}
         self.kind, self.job = _watched(plan.spec)
         self.nodes_per_replica = plan.spec.nodes
-        self.queue = plan.spec.k8s.queue
-        self.schedule_clock = k8s_scheduling.ScheduleClock(plan.spec.k8s.schedule_timeout)
+        settings = k8s_settings.settings(plan.spec)
+        self.queue = settings.queue
+        self.schedule_clock = k8s_scheduling.ScheduleClock(settings.schedule_timeout)
         renderer = jobset_render if _is_jobset(plan.spec) else k8s_render
         manifests = renderer.render(plan)
         rundir.write_rendered("k8s.yaml", renderer.text(plan))
@@ -688,7 +697,7 @@ class K8sBackend(Backend):
         self.hostnames = hostnames
         self.kind, self.job = _watched(spec)
         self.nodes_per_replica = spec.nodes
-        self.queue = spec.k8s.queue
+        self.queue = k8s_settings.settings(spec).queue
         self.attached = True
 
     def attach(self, rundir: RunDir) -> None:

@@ -26,7 +26,7 @@ from .. import nodeguard
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, local_placement, ports_needed
+from ..plan import LaunchPlan, Placement, local_placement, local_shared_dir, ports_needed
 from ..rundir import RunDir
 from ..spec import LabSpec
 from .base import Backend, PreflightError
@@ -160,6 +160,10 @@ class LocalBackend(Backend):
     live_logs = True           # the guards write node logs into the run folder as they go
     # No partition or delay: local nodes share this machine's one network namespace.
     fault_kinds = ("kill-rank", "kill-node", "stop-node")
+
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        return local_shared_dir()
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

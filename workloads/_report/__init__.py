@@ -7,6 +7,9 @@ may define any of:
         raise ValueError("<field>: ...") for options that cannot work (spec load time)
     check_lab(spec, options: dict, defaults: dict) -> None
         raise ValueError("<field>: ...") for a lab it cannot run in (the whole LabSpec)
+    check_placement(spec, shared_dir: str | None, options: dict, defaults: dict) -> None
+        the same, for rules on where the nodes run: `shared_dir` is the chosen backend's
+        `Placement.shared_dir` (a directory every node sees), never its name
     markdown(results) -> str             its section of the report
     as_json(results) -> dict             its part of `labctl report --format json`
     csv(results) -> str                  `labctl report --format csv` for runs it is in
