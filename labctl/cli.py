@@ -51,7 +51,7 @@ def lab_options(fn):
         click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
                      help="Lab description (YAML). Default: built-in 2x2 gloo lab."),
         click.option("--name", help="Lab name (DNS-1123 label)."),
-        click.option("--backend", help="Where it runs: local | compose | k8s."),
+        click.option("--backend", help="Where it runs: " + " | ".join(backend_registry.NAMES) + "."),
         click.option("--nodes", help="Number of nodes."),
         click.option("--nproc-per-node", help="Worker processes per node."),
         click.option("--workload", "workloads", multiple=True,

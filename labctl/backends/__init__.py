@@ -53,15 +53,15 @@ def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
     from ..spec import SpecError, _report_hook, _short, workload_parameters
 
     if not isinstance(spec.backend, str) or spec.backend not in REGISTRY:
-        raise SpecError(f"{source}: backend: expected one of {', '.join(NAMES)}, "
+        raise SpecError(f"{source}: backend: expected one of {', '.join(REGISTRY)}, "
                         f"given {_short(spec.backend)}")
-    for name in NAMES:
+    for name in REGISTRY:
         spec = backend_class(name).check_spec(spec, source)
     chosen = backend_class(spec.backend)
     for text in spec.faults:
         kind = parse_fault(text).kind
         if kind not in chosen.fault_kinds:
-            able = [name for name in NAMES if kind in backend_class(name).fault_kinds]
+            able = [name for name in REGISTRY if kind in backend_class(name).fault_kinds]
             raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {kind} "
                             f"(backends that can: {', '.join(able) or 'none'}), given {_short(text)}")
     shared_dir = chosen.shared_dir(spec)
