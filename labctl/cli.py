@@ -193,7 +193,7 @@ def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), **flags:
         overrides["env"] = env
     if script_args:
         overrides["script_args"] = list(script_args)
-    return specmod.load(spec_file, overrides)
+    return backend_registry.load(spec_file, overrides)
 
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})

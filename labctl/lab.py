@@ -135,7 +135,7 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
         raise LabError(f"{result.error}; nothing was deleted; what could be saved is in {run.path}"
                        if delete else f"{result.error}; see {run.path}") from None
     if delete:
-        progress(backend.take_down())
+        progress(backend.delete())
     return run
 
 
@@ -251,11 +251,11 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
                 _finalize_abandoned(run, backend, progress, save=False)
             except OSError as exc:          # a full or read-only folder: still clean up
                 note = f" (the run folder could not be written: {run.storage_error(exc)})"
-        return backend.take_down() + note
+        return backend.delete() + note
     if finished:                  # its logs are in the folder already (e.g. `labctl collect`)
-        return backend.take_down()
+        return backend.delete()
     if discard_logs:
-        return backend.take_down() + " (logs discarded: --discard-logs)"
+        return backend.delete() + " (logs discarded: --discard-logs)"
     try:
         _finalize_abandoned(run, backend, progress, save=True)
     except OSError as exc:
@@ -265,7 +265,7 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     except LabError as exc:
         raise LabError(f"could not save the logs of run {run.meta['run_id']} ({exc}); "
                        "nothing was deleted (use --discard-logs to delete anyway)") from None
-    done = backend.take_down()
+    done = backend.delete()
     return f"saved the logs into {run.path} (report: {run.path / 'report.md'}); {done}"
 
 
@@ -274,9 +274,9 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
     (a run whose labctl ended without every log keeps its state and node outcomes)."""
     uncollected = bool(run.meta.get("logs_uncollected"))
     outcomes = ([NodeOutcome(**o) for o in run.meta.get("node_outcomes") or []] if uncollected
-                else []) or backend.attached_outcomes()
+                else []) or backend.poll()
     if save:
-        backend.save_logs(run)
+        backend.collect(run, strict=True)
     for o in outcomes:
         if not o.state.ended:
             o.state, o.reason = NodeState.STOPPED, "still running when `labctl down` stopped it"
@@ -309,7 +309,7 @@ def stacks(run: RunDir, progress: Progress = print, **options: Any) -> dict[str,
     for note in backend.dump_stacks(run):
         progress(note)
     if not backend.live_logs:
-        backend.save_logs(run)
+        backend.collect(run, strict=True)
     dumps: dict[int, list[str]] = {}
     for node in run.plan["nodes"]:
         reader = logs.NodeLogReader(lambda rank, line: None)

@@ -97,7 +97,7 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None) ->
         replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
         store_addr="127.0.0.1" if many else None,
         store_port=port + 2 * spec.replicas if many else None,
-        shared_dir=tempfile.gettempdir(),
+        shared_dir=local_shared_dir(),
     )
 
 
@@ -121,7 +121,7 @@ def container_placement(spec: LabSpec, backend: str, master_addr: str | None = N
         if len(addrs) != spec.replicas:
             raise ValueError(f"{len(addrs)} replica master addresses for {spec.replicas} replicas")
         masters = tuple((a, port) for a in addrs)
-    shared = spec.init_method == "file" or spec.shared_volume is not None
+    shared = container_shared_dir(spec) is not None
     return Placement(
         backend=backend,
         hostnames=hostnames,
@@ -135,6 +135,17 @@ def container_placement(spec: LabSpec, backend: str, master_addr: str | None = N
         # where a workload keeps what must outlive a restart (the elastic checkpoints)
         env={"LAB_SHARED_DIR": SHARED_MOUNT} if shared else {},
     )
+
+
+def container_shared_dir(spec: LabSpec) -> str | None:
+    """Where container nodes share a directory, when something needs one (init_method
+    file, or a shared_volume)."""
+    return SHARED_MOUNT if spec.init_method == "file" or spec.shared_volume is not None else None
+
+
+def local_shared_dir() -> str:
+    """The directory local nodes share: they run on this one machine."""
+    return tempfile.gettempdir()
 
 
 def node_hostname(spec: LabSpec, index: int, replica: int = 0) -> str:

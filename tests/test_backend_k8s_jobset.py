@@ -356,7 +356,7 @@ def test_a_job_lab_does_not_need_the_right_to_list_jobsets(tmp_path):
     k8s = backend.K8sBackend(cluster=cluster)
     assert k8s.find_runs() == ["lab-job"]
     k8s.attach_by_id("lab-job")
-    assert k8s.take_down() == (f"deleted 3 object(s) in namespace {NS}: job/lab, service/lab, "
+    assert k8s.delete() == (f"deleted 3 object(s) in namespace {NS}: job/lab, service/lab, "
                                "networkpolicy/lab")
     with pytest.raises(LabError, match=r"not allowed to list jobsets.jobset.x-k8s.io in namespace "
                                        r"labs \(403\), so this JobSet lab cannot be found or deleted"):

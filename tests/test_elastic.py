@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from labctl import lab, spec
+from labctl import backends, lab, spec
 from labctl.report import markdown
 from labctl.rundir import RunDir
 from workloads._report.elastic import attempts, restarts
@@ -59,7 +59,7 @@ def test_with_min_nodes_1_node_0_goes_on_alone_when_node_1_dies(tmp_path):
     fields = {"name": "elb", "nodes": 2, "nproc_per_node": 1, "min_nodes": 1, "max_restarts": 1,
               "timeout": 300, "workloads": [{"name": "elastic", "options": {**OPTIONS, "crash_node": 1}}]}
     lines: list[str] = []
-    run = lab.up(spec.from_dict(fields), out=str(tmp_path / "run"), progress=lines.append)
+    run = lab.up(backends.from_dict(fields), out=str(tmp_path / "run"), progress=lines.append)
     assert run.meta["state"] == "passed", (run.meta, lines[-5:])
     node0, node1 = run.meta["node_outcomes"]
     assert node0["state"] == "succeeded"
@@ -94,18 +94,18 @@ def test_with_min_nodes_1_node_0_goes_on_alone_when_node_1_dies(tmp_path):
 def test_labs_the_elastic_workload_cannot_run_are_one_line(fields, hint):
     options = fields.pop("options", {})
     with pytest.raises(spec.SpecError) as err:
-        spec.from_dict({**fields, "workloads": [{"name": "elastic", "options": options}]}, source="lab.yaml")
+        backends.from_dict({**fields, "workloads": [{"name": "elastic", "options": options}]}, source="lab.yaml")
     assert str(err.value).startswith("lab.yaml: ") and hint in str(err.value) and "\n" not in str(err.value)
 
 
 def test_container_labs_with_a_shared_volume_checkpoint_there():
     from labctl.plan import SHARED_MOUNT, container_placement, plan
     for backend in ("compose", "k8s"):
-        s = spec.from_dict({"backend": backend, "shared_volume": {"claim": "lab-shared"},
+        s = backends.from_dict({"backend": backend, "shared_volume": {"claim": "lab-shared"},
                             "workloads": ["elastic"]})
         env = plan(s, container_placement(s, backend), "r").nodes[1].processes[0].env
         assert env["LAB_SHARED_DIR"] == SHARED_MOUNT
-    single = spec.from_dict({"backend": "compose", "nodes": 1, "workloads": ["elastic"]})
+    single = backends.from_dict({"backend": "compose", "nodes": 1, "workloads": ["elastic"]})
     assert single.shared_volume is None, "one node needs no shared directory"
 
 

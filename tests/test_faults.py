@@ -15,7 +15,7 @@ import pytest
 
 from conftest import assert_nothing_left, labctl
 from docker_support import require_compose, require_image
-from labctl import faults, spec as specmod
+from labctl import backends, faults, spec as specmod
 from labctl.plan import local_placement, plan
 from labctl.render import compose as render_compose
 
@@ -76,33 +76,33 @@ def test_a_malformed_fault_says_how_it_is_written(text, expected):
 ])
 def test_a_fault_outside_the_lab_or_the_backend_is_one_line(data, expected):
     with pytest.raises(specmod.SpecError, match=re.escape(expected)) as info:
-        specmod.from_dict(data)
+        backends.from_dict(data)
     assert "\n" not in str(info.value)
 
 
 def test_faults_pg_timeout_and_debug_round_trip_through_the_spec():
-    spec = specmod.from_dict({"faults": ["kill-rank:1@5", "stop-node:1@10+5"], "pg_timeout": 15,
+    spec = backends.from_dict({"faults": ["kill-rank:1@5", "stop-node:1@10+5"], "pg_timeout": 15,
                               "debug": True})
     assert spec.faults == (faults.Fault("kill-rank", 1, 5.0), faults.Fault("stop-node", 1, 10.0, 5.0))
     assert spec.to_dict()["faults"] == ["kill-rank:1@5", "stop-node:1@10+5"]
-    assert specmod.from_dict(spec.to_dict()) == spec
+    assert backends.from_dict(spec.to_dict()) == spec
 
 
 def test_the_node_env_carries_pg_timeout_and_debug_and_the_users_env_wins():
-    spec = specmod.from_dict({"pg_timeout": 12.5, "debug": True, "env": {"TORCH_CPP_LOG_LEVEL": "WARNING"}})
+    spec = backends.from_dict({"pg_timeout": 12.5, "debug": True, "env": {"TORCH_CPP_LOG_LEVEL": "WARNING"}})
     env = plan(spec, local_placement(spec, 29500), "r").nodes[0].processes[0].env
     assert env["LAB_PG_TIMEOUT"] == "12.5"
     assert env["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL" and env["TORCH_CPP_LOG_LEVEL"] == "WARNING"
     assert "NCCL_DEBUG" not in env                        # gloo lab
-    nccl = specmod.from_dict({"debug": True, "dist_backend": "nccl"})
+    nccl = backends.from_dict({"debug": True, "dist_backend": "nccl"})
     assert plan(nccl, local_placement(nccl, 29500), "r").nodes[0].processes[0].env["NCCL_DEBUG"] == "INFO"
-    plain = specmod.from_dict({})
+    plain = backends.from_dict({})
     assert not {"LAB_PG_TIMEOUT", "TORCH_DISTRIBUTED_DEBUG"} & set(
         plan(plain, local_placement(plain, 29500), "r").nodes[0].processes[0].env)
 
 
 def test_only_a_delayed_node_gets_net_admin_in_compose():
-    spec = specmod.from_dict({"backend": "compose", "faults": ["delay:1=50", "kill-node:0@5"]})
+    spec = backends.from_dict({"backend": "compose", "faults": ["delay:1=50", "kill-node:0@5"]})
     from labctl.plan import container_placement
 
     services = render_compose.render(plan(spec, container_placement(spec, "compose"), "r"))["services"]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from labctl import driver, lab
+from labctl import backends, driver, lab
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 
@@ -103,21 +103,26 @@ def _run_k8s(tmp_path, spec, progress, exit_codes):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-@pytest.mark.parametrize("backend", ["local", pytest.param("compose", marks=pytest.mark.docker), "k8s"])
+@pytest.mark.parametrize("backend", ["local", pytest.param("compose", marks=pytest.mark.docker), "k8s",
+                                     "subprocess"])
 def test_lifecycle(tmp_path, monkeypatch, backend, scenario):
+    # a backend = one module + one registry line: tests/subprocess_backend.py, registered here
+    monkeypatch.setitem(backends.REGISTRY, "subprocess", "subprocess_backend:SubprocessBackend")
     script, fields, k8s_codes, expected = SCENARIOS[scenario]
     path = tmp_path / "job.py"
     path.write_text(script)
     monkeypatch.setattr(driver, "FAILURE_GRACE_S", GRACE)
     spec = from_dict({"name": "lc", "backend": backend, "nodes": 2, "nproc_per_node": 1,
                       "launcher": "direct", "script": str(path), **fields})
-    live = [tmp_path / "run" / "nodes" / f"node-{i}.log" for i in (0, 1)] if backend == "local" else []
+    live = ([tmp_path / "run" / "nodes" / f"node-{i}.log" for i in (0, 1)]
+            if backend in ("local", "subprocess") else [])
     progress = Interrupter(armed=scenario == "interrupt", live_logs=live)
     t0 = time.monotonic()
     if backend == "k8s":
         run = _run_k8s(tmp_path, spec, progress, k8s_codes)
     else:
-        run = {"local": _run_local, "compose": _run_compose}[backend](tmp_path, spec, progress)
+        run = {"local": _run_local, "compose": _run_compose,
+               "subprocess": _run_local}[backend](tmp_path, spec, progress)
     took = time.monotonic() - t0
     m = run.meta
     assert m["state"] == expected, (m.get("message"), progress.lines[-5:])
@@ -141,10 +146,26 @@ def test_lifecycle(tmp_path, monkeypatch, backend, scenario):
     if backend != "k8s" and scenario != "pass":
         word = "joined" if scenario == "failing-rank" else "hanging"
         assert word in run.rank_log(1).read_text()
-    if backend == "local":
+    if backend in ("local", "subprocess"):
         assert_nothing_left(m["run_id"])
     if backend == "compose":
         from test_backend_compose import _left_of
         assert _left_of(m["run_id"]) == ("", "")
     if scenario == "failing-rank" and backend != "k8s":
         assert took < 120
+
+
+@pytest.mark.parametrize("name", [*backends.NAMES, "subprocess"])
+def test_one_vocabulary_and_an_unbound_backend_says_so_in_one_line(monkeypatch, name):
+    """Every backend (and one registered here with one line) has the same verbs; before it
+    is bound to a run (start, attach_by_id, attach) there is nothing to delete, and asking
+    for outcomes is a LabError naming the binding verbs, never an AssertionError."""
+    from labctl.errors import LabError
+
+    monkeypatch.setitem(backends.REGISTRY, "subprocess", "subprocess_backend:SubprocessBackend")
+    backend = backends.create(name)
+    assert backend.delete() == ""
+    with pytest.raises(LabError, match="serves no run yet"):
+        backend.poll()
+    for gone in ("take_down", "save_logs", "attached_outcomes"):
+        assert not hasattr(backend, gone), f"{name}: {gone} is delete / collect / poll now"

@@ -13,7 +13,8 @@ import jsonschema
 import pytest
 import yaml
 
-from labctl import spec as specmod
+from labctl import backends, spec as specmod
+from labctl.backends import k8s_settings
 from labctl.errors import LabError
 from labctl.plan import node_command, plan
 from labctl.render import SPEC_KEY, jobset, k8s, spec_from_stored
@@ -42,7 +43,7 @@ GOLDEN_CASES = ("jobset", "jobset-replicas-queue")
 
 
 def make_plan(run_id: str = "run-1", **fields):
-    s = specmod.from_dict({"backend": "k8s", **fields})
+    s = backends.from_dict({"backend": "k8s", **fields})
     return plan(s, jobset.placement(s), run_id)
 
 
@@ -271,7 +272,7 @@ def test_a_plan_placed_for_the_job_render_is_refused():
 
 def test_a_bad_kind_is_a_one_line_refusal(tmp_path):
     with pytest.raises(specmod.SpecError, match=r"k8s\.kind.*one of job, jobset"):
-        specmod.from_dict({"backend": "k8s", "k8s": {"kind": "JobSet"}})
+        backends.from_dict({"backend": "k8s", "k8s": {"kind": "JobSet"}})
     lab = tmp_path / "lab.yaml"
     lab.write_text("backend: k8s\nk8s: {kind: mpijob}\n")
     out = subprocess.run([sys.executable, "-m", "labctl.cli", "render", "k8s", "-f", str(lab)],
@@ -319,7 +320,7 @@ def build_jobset_overlay() -> list[dict]:
 
 
 def jobset_base_plan():
-    s = specmod.from_dict({"backend": "k8s", "k8s": JOBSET})
+    s = backends.from_dict({"backend": "k8s", "k8s": JOBSET})
     return plan(s, jobset.placement(s), BASE_RUN_ID)
 
 
@@ -334,7 +335,7 @@ def test_jobset_overlay_is_the_default_lab_as_a_jobset():
         f"{BASE_RUN_ID})")
     assert by_kind(build_jobset_overlay()) == by_kind(jobset.render(jobset_base_plan()))
     # the base it patches is the Job render of the same lab
-    assert base_plan().spec.k8s.kind == "job"
+    assert k8s_settings.settings(base_plan().spec).kind == "job"
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")

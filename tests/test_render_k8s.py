@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labctl import spec as specmod
+from labctl import backends, spec as specmod
+from labctl.backends import k8s_settings
 from labctl.errors import LabError
 from labctl.plan import SCRIPT_MOUNT, container_placement, node_command, plan
 from labctl.render import SPEC_KEY, k8s, spec_from_stored
@@ -80,7 +81,7 @@ GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script", "gpu-queue")
 
 
 def make_plan(run_id: str = "run-1", **fields):
-    s = specmod.from_dict({"backend": "k8s", **fields})
+    s = backends.from_dict({"backend": "k8s", **fields})
     return plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), run_id)
 
 
@@ -196,7 +197,7 @@ def test_k8s_base_is_the_current_render_of_the_default_lab():
 
 
 def base_plan(**k8s_settings):
-    s = specmod.from_dict({"backend": "k8s", **({"k8s": k8s_settings} if k8s_settings else {})})
+    s = backends.from_dict({"backend": "k8s", **({"k8s": k8s_settings} if k8s_settings else {})})
     return plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), BASE_RUN_ID)
 
 
@@ -565,7 +566,7 @@ def test_spread_hostname_keeps_the_runs_node_pods_on_different_hosts():
     # the spec's affinity is not modified by rendering (same spec in, same text out)
     q = make_plan(**CASES["k8s-every-field"])
     assert k8s.text(q, SCRIPT_TEXT) == k8s.text(q, SCRIPT_TEXT)
-    assert "requiredDuringSchedulingIgnoredDuringExecution" not in q.spec.k8s.affinity["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in k8s_settings.settings(q.spec).affinity["podAntiAffinity"]
 
 
 def test_a_queue_suspends_the_job_and_labels_it_for_kueue():
@@ -600,7 +601,7 @@ NEW_CASES = {
 
 def new_rendered(case: str, run_id: str = "run-1"):
     """As the k8s backend places it (without its check that the script exists here)."""
-    s = specmod.from_dict({"backend": "k8s", **NEW_CASES[case]})
+    s = backends.from_dict({"backend": "k8s", **NEW_CASES[case]})
     p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s),
                                     replica_master_addrs=k8s.replica_master_addrs(s)), run_id)
     script = SCRIPT_TEXT if s.script else None
@@ -699,7 +700,7 @@ def test_replica_files_get_one_file_per_object():
 
 
 def test_file_init_without_a_claim_is_one_clear_error():
-    s = specmod.from_dict({"init_method": "file"})        # validated for local, rendered for k8s
+    s = backends.from_dict({"init_method": "file"})        # validated for local, rendered for k8s
     p = plan(s, container_placement(s, "k8s", master_addr=k8s.master_addr(s)), "run-1")
     with pytest.raises(LabError, match=r"shared_volume: \{claim: NAME\}"):
         k8s.render(p)

@@ -2,12 +2,13 @@ import dataclasses
 
 import pytest
 
-from labctl import spec
+from labctl import backends, spec
+from labctl.backends import k8s_settings
 from labctl.spec import LabSpec, SpecError
 
 
 def test_defaults_are_the_default_lab():
-    s = spec.load()
+    s = backends.load()
     assert (s.name, s.nodes, s.nproc_per_node, s.backend, s.dist_backend, s.launcher) == \
         ("lab", 2, 2, "local", "gloo", "torchrun")
     assert [w.name for w in s.workloads] == ["env", "p2p", "collectives", "ddp"]
@@ -17,34 +18,34 @@ def test_defaults_are_the_default_lab():
 def test_file_then_flags_override(tmp_path):
     f = tmp_path / "lab.yaml"
     f.write_text("name: ring\nnodes: 3\nnproc_per_node: 1\nworkloads: [p2p]\nenv: {A: 1, B: true}\n")
-    s = spec.load(f, {"nodes": "4", "launcher": "direct", "timeout": None})
+    s = backends.load(f, {"nodes": "4", "launcher": "direct", "timeout": None})
     assert (s.name, s.nodes, s.nproc_per_node, s.launcher) == ("ring", 4, 1, "direct")
     assert [w.name for w in s.workloads] == ["p2p"]
     assert dict(s.env) == {"A": "1", "B": "1"}
 
 
 def test_round_trip_through_yaml(tmp_path):
-    s = spec.from_dict({"name": "x", "workloads": ["env", {"name": "ddp", "options": {"steps": 1}}],
+    s = backends.from_dict({"name": "x", "workloads": ["env", {"name": "ddp", "options": {"steps": 1}}],
                         "resources": {"cpu": "2"}})
     f = tmp_path / "spec.yaml"
     f.write_text(spec.dump(s))
-    assert spec.load(f) == s
+    assert backends.load(f) == s
 
 
 def test_workload_forms():
-    s = spec.from_dict({"workloads": ["env", {"bench": {"iters": 2}}, {"name": "ddp", "options": {"steps": 3}}]})
+    s = backends.from_dict({"workloads": ["env", {"bench": {"iters": 2}}, {"name": "ddp", "options": {"steps": 3}}]})
     assert [(w.name, dict(w.options)) for w in s.workloads] == \
         [("env", {}), ("bench", {"iters": 2}), ("ddp", {"steps": 3})]
-    assert [w.name for w in spec.from_dict({"workloads": "env, p2p"}).workloads] == ["env", "p2p"]
+    assert [w.name for w in backends.from_dict({"workloads": "env, p2p"}).workloads] == ["env", "p2p"]
 
 
 def test_script_replaces_workloads(tmp_path):
     f = tmp_path / "lab.yaml"
     f.write_text("workloads: [env]\n")
-    s = spec.load(f, {"script": "train.py", "script_args": ["--x", "1"]})
+    s = backends.load(f, {"script": "train.py", "script_args": ["--x", "1"]})
     assert s.script == "train.py" and s.workloads == () and s.script_args == ("--x", "1")
     with pytest.raises(SpecError, match="either workloads or a script"):
-        spec.from_dict({"script": "t.py", "workloads": ["env"]})
+        backends.from_dict({"script": "t.py", "workloads": ["env"]})
 
 
 def test_known_workloads_found_without_importing_torch():
@@ -88,7 +89,7 @@ def test_known_workloads_found_without_importing_torch():
 ])
 def test_bad_fields_name_field_value_and_expectation(data, field, hint):
     with pytest.raises(SpecError) as err:
-        spec.from_dict(data, source="lab.yaml")
+        backends.from_dict(data, source="lab.yaml")
     message = str(err.value)
     assert message.startswith("lab.yaml: ")
     assert field in message and hint in message
@@ -97,22 +98,22 @@ def test_bad_fields_name_field_value_and_expectation(data, field, hint):
 
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(SpecError, match="no such file"):
-        spec.load(tmp_path / "absent.yaml")
+        backends.load(tmp_path / "absent.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("nodes: [1, 2\n")
     with pytest.raises(SpecError, match=r"malformed YAML at line \d+"):
-        spec.load(bad)
+        backends.load(bad)
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("just a string\n")
     with pytest.raises(SpecError, match="expected a mapping"):
-        spec.load(scalar)
+        backends.load(scalar)
 
 
 def test_workload_options_are_read_from_the_run_signature_without_torch():
     params = spec.workload_parameters("ddp")
     assert params["steps"] == 20 and isinstance(params["lr"], float)
     assert spec.workload_parameters("bench")["max_bytes"] == 1 << 20
-    assert spec.from_dict({"workloads": [{"ddp": {"lr": 1, "steps": 2}}]}).workloads[0].options == \
+    assert backends.from_dict({"workloads": [{"ddp": {"lr": 1, "steps": 2}}]}).workloads[0].options == \
         {"lr": 1, "steps": 2}
 
 
@@ -125,7 +126,7 @@ def test_resolved_image_follows_dist_backend():
 def test_starter_file_is_a_valid_spec(tmp_path):
     f = tmp_path / "lab.yaml"
     f.write_text(spec.STARTER.format(name="starter"))
-    s = spec.load(f)
+    s = backends.load(f)
     assert s.name == "starter" and s.world_size == 4
 
 
@@ -152,8 +153,8 @@ EVERY_K8S_FIELD = {
 
 
 def test_every_k8s_field_is_read_normalised_and_round_trips(tmp_path):
-    s = spec.from_dict({"k8s": EVERY_K8S_FIELD})
-    k = s.k8s
+    s = backends.from_dict({"k8s": EVERY_K8S_FIELD})
+    k = k8s_settings.settings(s)
     assert set(k.to_dict()) == set(EVERY_K8S_FIELD), "every field differs from its default"
     assert dict(k.node_selector) == {"nvidia.com/gpu.present": "true", "pool": "a100"}
     assert k.tolerations == (
@@ -167,15 +168,17 @@ def test_every_k8s_field_is_read_normalised_and_round_trips(tmp_path):
     assert k.image_pull_secrets == ("registry-creds", "mirror.creds")
     f = tmp_path / "spec.yaml"
     f.write_text(spec.dump(s))
-    assert spec.load(f) == s
+    assert backends.load(f) == s
 
 
 def test_no_k8s_section_means_the_defaults_and_dumps_empty():
-    s = spec.from_dict({})
-    assert s.k8s == spec.K8sSettings() == spec.from_dict({"k8s": None}).k8s
-    assert (s.k8s.spread, s.k8s.gpu_toleration, s.k8s.schedule_timeout) == ("none", True, 300.0)
+    s = backends.from_dict({})
+    k = k8s_settings.settings(s)
+    assert k == k8s_settings.K8sSettings() == k8s_settings.settings(backends.from_dict({"k8s": None}))
+    assert (k.spread, k.gpu_toleration, k.schedule_timeout) == ("none", True, 300.0)
     assert s.to_dict()["k8s"] == {}
-    assert spec.from_dict({"k8s": {"queue": None, "spread": None}}).k8s == spec.K8sSettings()
+    assert k8s_settings.settings(backends.from_dict({"k8s": {"queue": None, "spread": None}})) \
+        == k8s_settings.K8sSettings()
 
 
 @pytest.mark.parametrize("k8s, field, hint", [
@@ -223,7 +226,7 @@ def test_no_k8s_section_means_the_defaults_and_dumps_empty():
 ])
 def test_bad_k8s_settings_are_one_line_naming_the_field(k8s, field, hint):
     with pytest.raises(SpecError) as err:
-        spec.from_dict({"k8s": k8s}, source="lab.yaml")
+        backends.from_dict({"k8s": k8s}, source="lab.yaml")
     message = str(err.value)
     assert message.startswith(f"lab.yaml: {field}: expected "), message
     assert hint in message and ", given " in message, message
@@ -237,10 +240,10 @@ def test_the_starters_commented_k8s_section_is_valid_and_shows_every_setting(tmp
     assert all(l.startswith("k8s:") or l.startswith("  ") for l in block), "one block, to the end"
     f = tmp_path / "lab.yaml"
     f.write_text("\n".join(lines[:start] + block) + "\n")
-    s = spec.load(f)
+    s = backends.load(f)
     shown = {l.split(":")[0].strip() for l in block[1:]}
-    assert shown == {f.name for f in dataclasses.fields(spec.K8sSettings)}
-    assert s.k8s.queue == "team-a" and s.k8s.spread == "hostname"
+    assert shown == {f.name for f in dataclasses.fields(k8s_settings.K8sSettings)}
+    assert k8s_settings.settings(s).queue == "team-a" and k8s_settings.settings(s).spread == "hostname"
 # ---- init_method, replicas, shared_volume ------------------------------------------
 @pytest.mark.parametrize("data, field, hint", [
     ({"init_method": "ftp"}, "init_method", "env, tcp, file"),
@@ -256,36 +259,36 @@ def test_the_starters_commented_k8s_section_is_valid_and_shows_every_setting(tmp
 ])
 def test_new_fields_fail_with_one_line(data, field, hint):
     with pytest.raises(SpecError) as err:
-        spec.from_dict(data, source="lab.yaml")
+        backends.from_dict(data, source="lab.yaml")
     message = str(err.value)
     assert message.startswith(f"lab.yaml: {field}: expected") and hint in message and "\n" not in message
 
 
 def test_new_fields_defaults_and_round_trip(tmp_path):
-    s = spec.load()
+    s = backends.load()
     assert (s.init_method, s.replicas, s.shared_volume) == ("env", 1, None)
-    s = spec.from_dict({"backend": "k8s", "init_method": "file", "replicas": "3",
+    s = backends.from_dict({"backend": "k8s", "init_method": "file", "replicas": "3",
                         "shared_volume": {"claim": "lab-shared"}})
     assert (s.init_method, s.replicas, s.shared_volume) == ("file", 3, spec.SharedVolume("lab-shared"))
     assert s.world_size == 4, "WORLD_SIZE is one replica's"
     f = tmp_path / "spec.yaml"
     f.write_text(spec.dump(s))
-    assert spec.load(f) == s
+    assert backends.load(f) == s
     # file without a claim is fine where a directory is shared anyway
-    assert spec.from_dict({"backend": "compose", "init_method": "file"}).init_method == "file"
-    assert spec.load(overrides={"init_method": "tcp", "replicas": 2}).replicas == 2
+    assert backends.from_dict({"backend": "compose", "init_method": "file"}).init_method == "file"
+    assert backends.load(overrides={"init_method": "tcp", "replicas": 2}).replicas == 2
 
 
 def test_elastic_fields_default_to_a_fixed_size_lab_and_round_trip(tmp_path):
-    s = spec.load()
+    s = backends.load()
     assert (s.max_restarts, s.min_nodes, s.fewest_nodes, s.elastic) == (0, None, 2, False)
-    s = spec.load(overrides={"nodes": "3", "min_nodes": "1", "max_restarts": "2"})
+    s = backends.load(overrides={"nodes": "3", "min_nodes": "1", "max_restarts": "2"})
     assert (s.max_restarts, s.min_nodes, s.fewest_nodes, s.elastic) == (2, 1, 1, True)
     f = tmp_path / "spec.yaml"
     f.write_text(spec.dump(s))
-    assert spec.load(f) == s
-    assert spec.from_dict({"nodes": 4}).fewest_nodes == 4, "min_nodes follows nodes by default"
-    assert not spec.from_dict({"min_nodes": 2}).elastic, "min_nodes = nodes is a fixed-size lab"
+    assert backends.load(f) == s
+    assert backends.from_dict({"nodes": 4}).fewest_nodes == 4, "min_nodes follows nodes by default"
+    assert not backends.from_dict({"min_nodes": 2}).elastic, "min_nodes = nodes is a fixed-size lab"
 
 
 @pytest.mark.parametrize("data, field, hint", [
@@ -298,7 +301,7 @@ def test_elastic_fields_default_to_a_fixed_size_lab_and_round_trip(tmp_path):
 ])
 def test_bad_elastic_settings_are_one_line(data, field, hint):
     with pytest.raises(SpecError) as err:
-        spec.from_dict(data, source="lab.yaml")
+        backends.from_dict(data, source="lab.yaml")
     message = str(err.value)
     assert message.startswith(f"lab.yaml: {field}: expected") and hint in message and "\n" not in message
 
@@ -317,7 +320,7 @@ def test_hostile_lab_files_are_one_line_refusals_without_building_them(tmp_path,
     path = hostile_labs.write(tmp_path, name)
     started = time.monotonic()
     with pytest.raises(SpecError) as err:
-        spec.load(path)
+        backends.load(path)
     message = str(err.value)
     assert time.monotonic() - started < 5, "generous: the benchmark holds it under 1 s"
     assert "\n" not in message and len(message) < 400, message
@@ -327,16 +330,16 @@ def test_hostile_lab_files_are_one_line_refusals_without_building_them(tmp_path,
 
 
 def test_the_largest_accepted_lab_file_validates(tmp_path):
-    s = spec.load(hostile_labs.write(tmp_path, "largest-accepted"))
+    s = backends.load(hostile_labs.write(tmp_path, "largest-accepted"))
     assert s.world_size == spec.MAX_WORLD and len(s.env) == 4 and len(s.script_args) == 3
 
 
 def test_a_lab_file_is_read_no_further_than_its_cap(tmp_path):
     """A FIFO or /dev/zero has no size; the reader stops one byte past the cap."""
     with pytest.raises(SpecError, match="/dev/zero: larger than 1024 KiB"):
-        spec.load("/dev/zero")
+        backends.load("/dev/zero")
     with pytest.raises(SpecError, match="a folder"):
-        spec.load(tmp_path)
+        backends.load(tmp_path)
 
 
 @pytest.mark.parametrize("data, field, hint", [
@@ -363,26 +366,26 @@ def test_a_lab_file_is_read_no_further_than_its_cap(tmp_path):
 ])
 def test_sizes_and_numbers_are_bounded(data, field, hint):
     with pytest.raises(SpecError) as err:
-        spec.from_dict(data)
+        backends.from_dict(data)
     message = str(err.value)
     assert field in message and hint in message, message
     assert "\n" not in message and len(message) < 500, "never echoes a huge value"
 
 
 def test_the_largest_world_and_env_are_accepted():
-    s = spec.from_dict({"nodes": 64, "nproc_per_node": 1024, "timeout": 1e9,
+    s = backends.from_dict({"nodes": 64, "nproc_per_node": 1024, "timeout": 1e9,
                         "env": {"BIG": "x" * (32 * 1024 - 5)}})
     assert s.world_size == 65536 and s.timeout == 1e9
-    assert spec.from_dict({"nodes": 4096, "nproc_per_node": 16}).world_size == 65536
+    assert backends.from_dict({"nodes": 4096, "nproc_per_node": 16}).world_size == 65536
 
 
 def test_duplicate_keys_are_an_error_at_every_level(tmp_path):
     f = tmp_path / "lab.yaml"
     f.write_text("env:\n  A: 1\n  B: 2\n  A: 3\n")
     with pytest.raises(SpecError, match=r"line 4: the key 'A' is given twice \(first at line 2\)"):
-        spec.load(f)
+        backends.load(f)
     f.write_text("env: {A: 1}\nresources: {cpu: '1'}\n")       # the same key in two maps is fine
-    assert spec.load(f).env == {"A": "1"}
+    assert backends.load(f).env == {"A": "1"}
 
 
 def test_k8s_script_over_the_configmap_limit_is_refused_at_validate(tmp_path, monkeypatch):
@@ -390,8 +393,23 @@ def test_k8s_script_over_the_configmap_limit_is_refused_at_validate(tmp_path, mo
     (tmp_path / "big.py").write_bytes(b"#" * (1024 * 1024 + 1))
     (tmp_path / "small.py").write_text("print(1)\n")
     with pytest.raises(SpecError, match="script: .*1 MiB on the k8s backend"):
-        spec.from_dict({"backend": "k8s", "script": "big.py"})
-    assert spec.from_dict({"backend": "local", "script": "big.py"}).script == "big.py"
-    assert spec.from_dict({"backend": "k8s", "script": "small.py"}).script == "small.py"
+        backends.from_dict({"backend": "k8s", "script": "big.py"})
+    assert backends.from_dict({"backend": "local", "script": "big.py"}).script == "big.py"
+    assert backends.from_dict({"backend": "k8s", "script": "small.py"}).script == "small.py"
     with pytest.raises(SpecError, match=r"start with '\.\.'"):
-        spec.from_dict({"backend": "k8s", "script": "..x.py"})
+        backends.from_dict({"backend": "k8s", "script": "..x.py"})
+
+
+def test_the_spec_imports_nothing_from_the_backends():
+    """The lab description is backend-free: backends check their own rules and sections
+    (`backends.check_spec`), so spec.py names no backend module, not even lazily."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(spec.__file__).read_text())
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if "backends" in m], imported
+    raw = spec.from_dict({"k8s": {"queue": "team-a", "labels": {"n": 42}}})
+    assert raw.k8s == {"queue": "team-a", "labels": {"n": 42}}, "kept as given by the spec"
+    assert backends.from_dict(raw.to_dict()).k8s == {"queue": "team-a", "labels": {"n": "42"}}

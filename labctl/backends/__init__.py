@@ -12,9 +12,11 @@ Modules are imported only when a backend is used, so `labctl --help` stays fast.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
+    from ..spec import LabSpec
     from .base import Backend
 
 # name -> "module:class"
@@ -25,6 +27,51 @@ REGISTRY: dict[str, str] = {
 }
 
 NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> "LabSpec":
+    """`spec.load`, then every backend's rules (`check_spec`): what validate, up, render use."""
+    from .. import spec as specmod
+
+    return check_spec(specmod.load(path, overrides), str(path) if path is not None else "lab spec")
+
+
+def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> "LabSpec":
+    """`spec.from_dict`, then every backend's rules (`check_spec`)."""
+    from .. import spec as specmod
+
+    return check_spec(specmod.from_dict(data, source=source), source)
+
+
+def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
+    """The lab as the backends see it: its backend is one of the registry's, each
+    backend's own rules and sections hold (`Backend.check_spec`: every lab, as
+    `labctl render` may render any for any backend), its faults are ones its backend can
+    do, and workloads' rules on where the nodes run (`check_placement`) hold.
+    SpecError, one line naming `source`, otherwise; returns the lab, sections normalised."""
+    from ..spec import SpecError, _short, report_hook, workload_parameters
+
+    if not isinstance(spec.backend, str) or spec.backend not in REGISTRY:
+        raise SpecError(f"{source}: backend: expected one of {', '.join(REGISTRY)}, "
+                        f"given {_short(spec.backend)}")
+    for name in REGISTRY:
+        spec = backend_class(name).check_spec(spec, source)
+    chosen = backend_class(spec.backend)
+    for fault in spec.faults:
+        kind = fault.kind
+        if kind not in chosen.fault_kinds:
+            able = [name for name in REGISTRY if kind in backend_class(name).fault_kinds]
+            raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {kind} "
+                            f"(backends that can: {', '.join(able) or 'none'}), given {_short(str(fault))}")
+    shared_dir = chosen.shared_dir(spec)
+    for w in spec.workloads:
+        rules = report_hook(w.name)
+        if rules is not None and hasattr(rules, "check_placement"):
+            try:
+                rules.check_placement(spec, shared_dir, dict(w.options), workload_parameters(w.name))
+            except ValueError as exc:
+                raise SpecError(f"{source}: {exc}") from None
+    return spec
 
 
 def backend_class(name: str) -> type["Backend"]:

@@ -8,25 +8,29 @@ subclasses only start, monitor and stop workers. One instance serves one run
 
     placement(spec)            names and node 0's address on this backend (pure)
     preflight(plan)            refuse what cannot work, before anything starts (< 1 s)
+
+  Bind the instance to one run (`self.run`, a BoundRun), one of three ways:
     start(plan, rundir)        create the nodes; node logs go into the run folder
-    poll() -> [NodeOutcome]    one per plan node, never blocking for long
-    stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
-    collect(rundir) -> [...]   write every node's log into the run folder; final outcomes.
-                               Raise when a log cannot be saved whole: the driver then
-                               deletes nothing (the state is error), `labctl down` saves it
-    delete() -> str            remove what start created; one line on what was removed
-    find_runs() -> [run id]    the runs this backend can see (by the run label)
     attach_by_id(run_id)       find a run labctl rendered but did not start (kubectl,
                                docker compose) by its id -> its LaunchPlan, rebuilt from
                                the lab description the renderer stored in its objects
-    attach(rundir)             find a run started elsewhere (kubectl, compose, a dead labctl)
-    alive() -> bool            does anything of an attached run still exist
-    attached_outcomes()        its nodes' outcomes as far as they can be told
-    save_logs(rundir)          its logs into the folder (raise if impossible)
-    take_down() -> str         stop and delete what is left of it
+    attach(rundir)             a run recorded in a folder (a dead labctl, `labctl down`)
+    find_runs() -> [run id]    the runs this backend can see (by the run label)
+
+  Then, whichever way it was bound:
+    alive() -> bool            does anything of the run still exist
+    poll() -> [NodeOutcome]    one per plan node, never blocking for long
+    stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
+    collect(rundir, strict)    write every node's log into the run folder; final outcomes.
+                               Raise when a log cannot be saved whole (strict: any log
+                               that cannot be read): the driver then deletes nothing (the
+                               state is error), `labctl down` saves it first
+    delete() -> str            remove what is left of the run; one line on what was removed
 """
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 from ..errors import LabError
@@ -60,6 +64,32 @@ class BackendFailure(LabError):
     be scheduled, an image that cannot be pulled): the run ends as failed with this message."""
 
 
+class Bound(enum.Enum):
+    """How a backend instance came to serve its run."""
+    STARTED = "started"       # start(): this instance created the nodes
+    FOUND = "found"           # attach_by_id(): started by kubectl / docker compose, found by id
+    ATTACHED = "attached"     # attach(): recorded in a run folder (a labctl that died, `down`)
+
+
+@dataclass(frozen=True)
+class BoundRun:
+    """The one run an instance serves, fixed when it is bound (no Optional state after)."""
+    run_id: str
+    spec: LabSpec
+    hostnames: dict[int, str]         # node index -> hostname, in the plan's order
+    how: Bound
+    rundir: RunDir | None = None      # None only while a run found by id has no folder yet
+
+    @classmethod
+    def of_plan(cls, plan: LaunchPlan, how: Bound, rundir: RunDir | None = None) -> "BoundRun":
+        return cls(plan.run_id, plan.spec, {n.index: n.hostname for n in plan.nodes}, how, rundir)
+
+    @classmethod
+    def of_folder(cls, rundir: RunDir, how: Bound = Bound.ATTACHED) -> "BoundRun":
+        return cls(rundir.meta["run_id"], rundir.spec,
+                   {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}, how, rundir)
+
+
 class Backend:
     name: ClassVar[str] = ""
     # CLI flags that belong to this backend: {option name: help}. `--context` is k8s's.
@@ -74,6 +104,19 @@ class Backend:
     fault_kinds: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
+    def check_spec(cls, spec: LabSpec, source: str) -> LabSpec:
+        """This backend's rules on a lab and its own section of it (k8s: `k8s:`), for
+        every lab (`labctl render <name>` renders any); SpecError with one line naming
+        `source`. Returns the lab, its section normalised. Called by `backends.check_spec`."""
+        return spec
+
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        """`Placement.shared_dir` of this lab here (a directory every node sees), known
+        without placing it: workloads' rules read it (`check_placement`)."""
+        return None
+
+    @classmethod
     def renderer_for(cls, spec: LabSpec) -> str | None:
         """The renderer of this lab: `renderer`, unless the lab asks for another shape
         (k8s: `k8s.kind: jobset` renders one JobSet)."""
@@ -86,6 +129,29 @@ class Backend:
                                  f"{self.name} backend")
         self.progress = progress
         self.settings = {k: v for k, v in options.items() if v is not None}
+        self._run: BoundRun | None = None
+
+    # ---- the run this instance serves ------------------------------------------------
+    @property
+    def bound(self) -> bool:
+        return self._run is not None
+
+    @property
+    def run(self) -> BoundRun:
+        """The bound run; a LabError (never an assert) when nothing is bound yet."""
+        if self._run is None:
+            raise LabError(f"the {self.name} backend serves no run yet (start, attach or "
+                           "attach_by_id binds one)")
+        return self._run
+
+    def bind(self, run: BoundRun) -> BoundRun:
+        """Serve `run`. A run found by id keeps being served as found when its folder
+        is attached afterwards (`labctl collect`): only the folder is added."""
+        if run.how is Bound.ATTACHED and self._run is not None and self._run.how is Bound.FOUND \
+                and self._run.run_id == run.run_id:
+            run = BoundRun(run.run_id, self._run.spec, self._run.hostnames, Bound.FOUND, run.rundir)
+        self._run = run
+        return run
 
     # ---- before the run ------------------------------------------------------
     def placement(self, spec: LabSpec) -> Placement:
@@ -104,10 +170,14 @@ class Backend:
     def stop(self, indices: list[int], reason: str) -> None:
         raise NotImplementedError
 
-    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
+    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+        """Every node's log into the folder; the final outcomes. `strict`: raise when any
+        log cannot be read (`labctl down`, `stacks`: then nothing may be deleted)."""
         raise NotImplementedError
 
     def delete(self) -> str:
+        """Remove what is left of the bound run (nothing bound: nothing to do, "");
+        one truthful line on what was removed."""
         raise NotImplementedError
 
     # ---- the failure lab (optional) ------------------------------------------------
@@ -140,18 +210,5 @@ class Backend:
         raise LabError(f"the {self.name} backend cannot attach to a run started elsewhere")
 
     def alive(self) -> bool:
-        """Whether any node (or object) of the attached run still exists."""
+        """Whether any node (or object) of the bound run still exists."""
         return False
-
-    def attached_outcomes(self) -> list[NodeOutcome]:
-        """Each node's outcome as far as the backend can still tell."""
-        raise NotImplementedError
-
-    def save_logs(self, rundir: RunDir) -> None:
-        """Write every node's log (and events) of the attached run into the folder;
-        raise LabError when that is impossible (then nothing may be deleted)."""
-        raise NotImplementedError
-
-    def take_down(self) -> str:
-        """Stop and delete whatever of the attached run is left; one truthful line."""
-        raise NotImplementedError

@@ -22,12 +22,12 @@ from pathlib import Path
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
 from ..render import SPEC_KEY, spec_from_stored
 from ..render import compose as render_compose
 from ..rundir import RunDir
 from ..spec import DEFAULT_CUDA_IMAGE, LabSpec
-from .base import Backend, PreflightError, UnknownRun
+from .base import Backend, Bound, BoundRun, PreflightError, UnknownRun
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
@@ -186,12 +186,12 @@ class ComposeBackend(Backend):
     poll_interval = 1.0
     fault_kinds = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
 
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        return container_shared_dir(spec)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.plan: LaunchPlan | None = None
-        self.project: _Project | None = None
-        self.hostnames: dict[int, str] = {}
-        self.run_id = ""
         self.exit_times: dict[str, float] = {}     # service -> when it exited (exit_times)
         self.started_at: _dt.datetime | None = None  # when start() began: the driver's t0
 
@@ -215,20 +215,26 @@ class ComposeBackend(Backend):
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
         self.started_at = _dt.datetime.now(_dt.timezone.utc)   # exit times on the driver's clock
-        self.plan, self.run_id = plan, plan.run_id
-        self.hostnames = {n.index: n.hostname for n in plan.nodes}
         compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan))
-        self.project = _Project(plan.run_id, compose_file, os.getcwd())
+        self._bind(BoundRun.of_plan(plan, Bound.STARTED, rundir),
+                   _Project(plan.run_id, compose_file, os.getcwd()))
         up = self.project("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")
         if up.returncode != 0:
             raise LabError(f"docker compose up failed for project {self.project.name}: "
                            f"{_last_line(up.stderr)}")
         self.progress(f"compose project {self.project.name} started ({len(plan.nodes)} containers)")
 
+    def _bind(self, run: BoundRun, project: "_Project") -> None:
+        """The run and the compose project every call of this instance names."""
+        run = self.bind(run)
+        self.project = project
+        self.hostnames = run.hostnames
+        self.run_id = run.run_id
+
     def poll(self) -> list[NodeOutcome]:
-        assert self.project is not None
+        run = self.run                              # LabError when nothing is bound yet
         states = self.project.states()
-        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(run.hostnames.items())]
         if any(o.state.ended and o.hostname not in self.exit_times for o in outcomes):
             self.exit_times.update(self.project.exit_times(self.started_at))
         for o in outcomes:
@@ -237,25 +243,24 @@ class ComposeBackend(Backend):
         return outcomes
 
     def stop(self, indices: list[int], reason: str) -> None:
-        assert self.project is not None
         self.project("stop", "--timeout", str(STOP_TIMEOUT_S),
                      *(self.hostnames[i] for i in indices))
 
-    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
-        self.save_logs(rundir)
-        return self.poll()
-
-    def save_logs(self, rundir: RunDir) -> None:
+    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Every node's log, streamed to its file and checked, or LabError (then the
-        driver deletes nothing). `docker logs`, not `docker compose logs`: compose drops
-        a last line without a newline and keeps the whole log in memory."""
-        assert self.project is not None
+        driver deletes nothing): always strict. `docker logs`, not `docker compose logs`:
+        compose drops a last line without a newline and keeps the whole log in memory."""
         for index, hostname in sorted(self.hostnames.items()):
             _save_log(self._container(index), hostname, rundir.node_log(index))
+        return self.poll()
 
     def delete(self) -> str:
-        if self.project is None:
+        """`compose down` of a project started here; of one started elsewhere, whatever is
+        left of the run (by its label), saying what was removed."""
+        if not self.bound:
             return ""
+        if self.run.how is not Bound.STARTED:
+            return self._remove_leftovers()
         down = self.project("down", "--volumes", "--remove-orphans", "--timeout", "0")
         left_containers, left_networks = _remove_by_label(self.run_id)
         if down.returncode != 0 and (left_containers or left_networks):
@@ -266,7 +271,6 @@ class ComposeBackend(Backend):
     # ---- the failure lab -------------------------------------------------------------
     def dump_stacks(self, rundir: RunDir) -> list[str]:
         """SIGUSR1 to every rank inside each container (python3 -m workloads._stacks)."""
-        assert self.project is not None
         notes = []
         for index, hostname in sorted(self.hostnames.items()):
             done = self.project("exec", "-T", hostname, "python3", "-m", "workloads._stacks",
@@ -277,7 +281,6 @@ class ComposeBackend(Backend):
         return notes or ["asked every rank for its stack"]
 
     def _container(self, index: int) -> str:
-        assert self.project is not None
         done = self.project("ps", "--all", "--quiet", self.hostnames[index])
         cid = done.stdout.strip().split()
         if done.returncode != 0 or not cid:
@@ -285,7 +288,6 @@ class ComposeBackend(Backend):
         return cid[0]
 
     def _network(self) -> str:
-        assert self.project is not None
         return f"{self.project.name}_{render_compose.NETWORK}"
 
     def inject(self, fault: Fault) -> str:
@@ -362,30 +364,22 @@ class ComposeBackend(Backend):
             strangers = ", ".join(sorted(services - expected))
             raise LabError(f"run {run_id}: containers of service(s) {strangers} are not in its "
                            f"lab description (nodes {', '.join(sorted(expected))})")
-        self.run_id = run_id
         # `docker compose -p NAME up` may have renamed the project: follow the containers
-        self.project = _Project(run_id, None, os.getcwd(),
-                                name=projects.pop() if len(projects) == 1 else None)
-        self.hostnames = {n.index: n.hostname for n in the_plan.nodes}
+        self._bind(BoundRun.of_plan(the_plan, Bound.FOUND),
+                   _Project(run_id, None, os.getcwd(), name=projects.pop() if len(projects) == 1 else None))
         return the_plan
 
     def attach(self, rundir: RunDir) -> None:
-        self.run_id = rundir.meta["run_id"]
-        self.project = _Project(self.run_id, None, os.getcwd())
-        self.hostnames = {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}
+        self._bind(BoundRun.of_folder(rundir), _Project(rundir.meta["run_id"], None, os.getcwd()))
 
     def alive(self) -> bool:
         containers, networks = _labelled(self.run_id)
         return bool(containers or networks)
 
-    def attached_outcomes(self) -> list[NodeOutcome]:
-        return self.poll()
-
-    def take_down(self) -> str:
+    def _remove_leftovers(self) -> str:
         containers, networks = _labelled(self.run_id)
         if not containers and not networks:
             return f"nothing left of run {self.run_id}: no containers or networks"
-        assert self.project is not None
         self.project("down", "--volumes", "--remove-orphans", "--timeout", "0")
         # Whatever compose did not remove (e.g. a project renamed by hand) goes by label.
         left_containers, left_networks = _remove_by_label(self.run_id)

@@ -26,14 +26,14 @@ from typing import Any, Callable
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement, plan as make_plan
+from ..plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
 from ..render import SPEC_KEY, spec_from_stored
 from ..render import jobset as jobset_render
 from ..render import k8s as k8s_render
 from ..rundir import RunDir
 from ..spec import LabSpec
-from . import k8s_scheduling
-from .base import Backend, BackendFailure, PreflightError, UnknownRun
+from . import k8s_scheduling, k8s_settings
+from .base import Backend, BackendFailure, Bound, BoundRun, PreflightError, UnknownRun
 
 POLL_S = 2.0
 REQUEST_TIMEOUT_S = 15
@@ -429,7 +429,7 @@ def delete_run(cluster: Cluster, run_id: str, jobset: bool = False) -> list[str]
 
 # ---- the backend ------------------------------------------------------------------
 def _is_jobset(spec: LabSpec) -> bool:
-    return spec.k8s.kind == "jobset"
+    return k8s_settings.settings(spec).kind == "jobset"
 
 
 def _placement(spec: LabSpec) -> Placement:
@@ -455,20 +455,36 @@ class K8sBackend(Backend):
     # change that CNI plugins apply at their own pace.
     fault_kinds = ("kill-node",)
 
+    @classmethod
+    def check_spec(cls, spec: LabSpec, source: str) -> LabSpec:
+        return k8s_settings.check(spec, source)
+
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        return container_shared_dir(spec)
+
     def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.cluster = cluster              # tests inject fakes here
-        self.plan: LaunchPlan | None = None
-        self.hostnames: dict[int, str] = {}
-        self.job = ""                       # the name of what is watched: the Job or the JobSet
-        self.kind = "Job"                   # ... and its kind
-        self.run_id = ""
+        self.cluster = cluster              # tests inject fakes here; else connected at bind time
         self.created: list[str] = []
         self.schedule_clock: k8s_scheduling.ScheduleClock | None = None
-        self.nodes_per_replica = 0
         self.killed: dict[int, str] = {}     # node -> why its pod is gone (kill-node faults)
-        self.queue: str | None = None
-        self.attached = False
+
+    def _bind(self, run: BoundRun) -> None:
+        """The bound run and what every call derives from it: the watched object's
+        kind and name (the Job or the JobSet), nodes per replica, the Kueue queue."""
+        run = self.bind(run)
+        self.hostnames, self.run_id = run.hostnames, run.run_id
+        self.kind, self.job = _watched(run.spec)
+        self.nodes_per_replica = run.spec.nodes
+        self.queue = k8s_settings.settings(run.spec).queue
+
+    @property
+    def api(self) -> Cluster:
+        """The cluster of the bound run (connected when it was bound)."""
+        if self.cluster is None:
+            raise LabError("the k8s backend is not connected to a cluster")
+        return self.cluster
 
     @property
     def poll_interval(self) -> float:       # read at call time: tests shorten POLL_S
@@ -527,12 +543,9 @@ class K8sBackend(Backend):
         return self.cluster
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
-        self.plan, self.run_id = plan, plan.run_id
-        self.hostnames = {n.index: n.hostname for n in plan.nodes}
-        self.kind, self.job = _watched(plan.spec)
-        self.nodes_per_replica = plan.spec.nodes
-        self.queue = plan.spec.k8s.queue
-        self.schedule_clock = k8s_scheduling.ScheduleClock(plan.spec.k8s.schedule_timeout)
+        self._bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
+        self.schedule_clock = k8s_scheduling.ScheduleClock(
+            k8s_settings.settings(plan.spec).schedule_timeout)
         renderer = jobset_render if _is_jobset(plan.spec) else k8s_render
         manifests = renderer.render(plan)
         rundir.write_rendered("k8s.yaml", renderer.text(plan))
@@ -550,10 +563,14 @@ class K8sBackend(Backend):
                           f"in namespace {cluster.namespace}")
 
     def poll(self) -> list[NodeOutcome]:
-        assert self.cluster is not None
+        """Pods (and why they wait); of a run recorded in a folder (`labctl down`), each
+        node's pod as it is now, no more."""
+        if self.run.how is Bound.ATTACHED:
+            pods = _pods_by_index(self.api, self.run_id, self.nodes_per_replica)
+            return [_outcome(i, h, pods.get(i)) for i, h in sorted(self.hostnames.items())]
         # None: deleted (by hand, or its TTL) while watched
-        job = _read_watched(self.cluster, self.kind, self.job)
-        pods = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica)
+        job = _read_watched(self.api, self.kind, self.job)
+        pods = _pods_by_index(self.api, self.run_id, self.nodes_per_replica)
         stuck = _stuck(pods)
         if stuck:
             raise BackendFailure(f"stuck: {stuck}")
@@ -580,15 +597,14 @@ class K8sBackend(Backend):
     def _waiting(self, job: Watched, pods: dict[int, Any]) -> str | None:
         """Why the lab waits on the cluster (Kueue admission, an unschedulable pod), if it does.
         Events are read only while some pod is still unplaced: one more call, not one per pod."""
-        assert self.cluster is not None
         if job.suspended:
             return k8s_scheduling.admission_wait(job.kind, job.name, self.queue)
         if not any((p.status.phase if p.status else "Pending") == "Pending" for p in pods.values()):
             return None
         try:
-            events = self.cluster.core.list_namespaced_event(
-                self.cluster.namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling",
-                _request_timeout=self.cluster.timeout()).items
+            events = self.api.core.list_namespaced_event(
+                self.api.namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling",
+                _request_timeout=self.api.timeout()).items
         except Exception:
             events = []
         return k8s_scheduling.unschedulable(pods, events)
@@ -596,25 +612,25 @@ class K8sBackend(Backend):
     def stop(self, indices: list[int], reason: str) -> None:
         """Pods keep running until `delete`: their logs are read first (a deleted pod has none)."""
 
-    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
-        if (self.kind not in self.created and not self.attached) or self.cluster is None:
-            return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())]
-        return self._blame(_collect(self.hostnames, self.job, self.run_id, rundir, self.cluster,
-                                    self.progress, nodes_per_replica=self.nodes_per_replica,
-                                    kind=self.kind))
+    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+        """Pod logs and events into the folder (`strict`: any that cannot be read raises)."""
+        if not self.bound or (self.run.how is Bound.STARTED and self.kind not in self.created):
+            return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())] if self.bound else []
+        return self._blame(_collect(self.hostnames, self.job, self.run_id, rundir, self.api,
+                                    self.progress, strict=strict,
+                                    nodes_per_replica=self.nodes_per_replica, kind=self.kind))
 
     # ---- the failure lab ----------------------------------------------------------------
     def inject(self, fault: Fault) -> str:
         """kill-node: delete the node's pod at once (grace period 0: its container gets SIGKILL)."""
-        assert self.cluster is not None
         if fault.kind != "kill-node":
             raise LabError(f"the k8s backend cannot do {fault.kind}")
-        pod = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica).get(fault.target)
+        pod = _pods_by_index(self.api, self.run_id, self.nodes_per_replica).get(fault.target)
         if pod is None:
             raise NotYet(f"node {fault.target} has no pod yet")
         name = pod.metadata.name
-        self.cluster.core.delete_namespaced_pod(name, self.cluster.namespace, grace_period_seconds=0,
-                                                _request_timeout=self.cluster.timeout())
+        self.api.core.delete_namespaced_pod(name, self.api.namespace, grace_period_seconds=0,
+                                            _request_timeout=self.api.timeout())
         self.killed[fault.target] = f"pod {name} deleted by fault {fault.text}"
         return f"deleted pod {name} (grace period 0: SIGKILL; its log goes with it)"
 
@@ -626,10 +642,16 @@ class K8sBackend(Backend):
         return outcomes
 
     def delete(self) -> str:
-        if not self.created or self.cluster is None:
+        """Delete the run's objects by its label: those start created, or whatever is
+        left of a run started elsewhere (saying what, or that nothing was there)."""
+        if not self.bound:
             return ""
-        self.cluster.deadline = None        # cleanup gets its full request timeouts
-        deleted = delete_run(self.cluster, self.run_id, jobset=self.kind == jobset_render.KIND)
+        if self.run.how is not Bound.STARTED:
+            return self._delete_leftovers()
+        if not self.created:
+            return ""
+        self.api.deadline = None            # cleanup gets its full request timeouts
+        deleted = delete_run(self.api, self.run_id, jobset=self.kind == jobset_render.KIND)
         return f"deleted {len(deleted)} object(s) labelled {k8s_render.run_selector(self.run_id)}"
 
     # ---- runs started by kubectl, or by a labctl that died -------------------------
@@ -649,7 +671,6 @@ class K8sBackend(Backend):
         """The plan of a kubectl-applied lab, from its Job's (or JobSet's) `labctl.dev/spec` annotation."""
         cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
         where = f"in namespace {cluster.namespace} (context {cluster.context})"
-        self.run_id = run_id
         jobsets = [j for j in _jobsets(cluster, k8s_render.run_selector(run_id))
                    if SPEC_KEY in (j["metadata"].get("annotations") or {})]
         if jobsets:
@@ -662,7 +683,7 @@ class K8sBackend(Backend):
             _request_timeout=cluster.timeout()).items
         stored = [j for j in jobs if SPEC_KEY in (j.metadata.annotations or {})]
         if not stored:
-            left = self._objects()
+            left = _objects(cluster, run_id)
             if not left:
                 raise UnknownRun.of(run_id, where, self.find_runs())
             if not jobs:
@@ -681,57 +702,39 @@ class K8sBackend(Backend):
 
     def _plan_of(self, spec: LabSpec, run_id: str) -> LaunchPlan:
         the_plan = make_plan(spec, _placement(spec), run_id)
-        self._bind(the_plan.spec, {n.index: n.hostname for n in the_plan.nodes})
+        self._bind(BoundRun.of_plan(the_plan, Bound.FOUND))
         return the_plan
-
-    def _bind(self, spec: LabSpec, hostnames: dict[int, str]) -> None:
-        self.hostnames = hostnames
-        self.kind, self.job = _watched(spec)
-        self.nodes_per_replica = spec.nodes
-        self.queue = spec.k8s.queue
-        self.attached = True
 
     def attach(self, rundir: RunDir) -> None:
         where = rundir.meta.get("k8s") or {}
         context = self.settings.get("context") or (
             where.get("context") if where.get("context") != "in-cluster" else None)
         cluster = self._connect(context, self.settings.get("namespace") or where.get("namespace"))
-        self.run_id = rundir.meta["run_id"]
-        self._bind(rundir.spec, {n["index"]: n["hostname"] for n in rundir.plan["nodes"]})
+        self._bind(BoundRun.of_folder(rundir))
         if not where:                       # a folder `labctl collect` made: say where it ran
             rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
                                   "selector": k8s_render.run_selector(self.run_id)}
             rundir.write_status()
 
-    def _objects(self) -> list[str]:
-        assert self.cluster is not None
-        ns, selector = self.cluster.namespace, k8s_render.run_selector(self.run_id)
-        found = [f"jobset/{j['metadata']['name']}" for j in
-                 _jobsets(self.cluster, selector, required=self.kind == jobset_render.KIND)]
-        for kind, list_fn in (("job", self.cluster.batch.list_namespaced_job),
-                              ("pod", self.cluster.core.list_namespaced_pod),
-                              ("service", self.cluster.core.list_namespaced_service)):
-            found += [f"{kind}/{o.metadata.name}" for o in
-                      list_fn(ns, label_selector=selector, _request_timeout=self.cluster.timeout()).items]
-        return found
-
     def alive(self) -> bool:
-        return bool(self._objects())
+        return bool(_objects(self.api, self.run_id, self.kind))
 
-    def attached_outcomes(self) -> list[NodeOutcome]:
-        assert self.cluster is not None
-        pods = _pods_by_index(self.cluster, self.run_id, self.nodes_per_replica)
-        return [_outcome(i, h, pods.get(i)) for i, h in sorted(self.hostnames.items())]
-
-    def save_logs(self, rundir: RunDir) -> None:
-        assert self.cluster is not None
-        _collect(self.hostnames, self.job, self.run_id, rundir, self.cluster, self.progress,
-                 strict=True, nodes_per_replica=self.nodes_per_replica, kind=self.kind)
-
-    def take_down(self) -> str:
-        assert self.cluster is not None
-        deleted = delete_run(self.cluster, self.run_id, jobset=self.kind == jobset_render.KIND)
+    def _delete_leftovers(self) -> str:
+        deleted = delete_run(self.api, self.run_id, jobset=self.kind == jobset_render.KIND)
         if not deleted:
             return (f"nothing to delete: no objects labelled {k8s_render.run_selector(self.run_id)} "
-                    f"in namespace {self.cluster.namespace}")
-        return f"deleted {len(deleted)} object(s) in namespace {self.cluster.namespace}: {', '.join(deleted)}"
+                    f"in namespace {self.api.namespace}")
+        return f"deleted {len(deleted)} object(s) in namespace {self.api.namespace}: {', '.join(deleted)}"
+
+
+def _objects(cluster: Cluster, run_id: str, kind: str = "Job") -> list[str]:
+    """What of a run is on the cluster: its JobSet, Jobs, pods and Services, by name."""
+    ns, selector = cluster.namespace, k8s_render.run_selector(run_id)
+    found = [f"jobset/{j['metadata']['name']}" for j in
+             _jobsets(cluster, selector, required=kind == jobset_render.KIND)]
+    for what, list_fn in (("job", cluster.batch.list_namespaced_job),
+                          ("pod", cluster.core.list_namespaced_pod),
+                          ("service", cluster.core.list_namespaced_service)):
+        found += [f"{what}/{o.metadata.name}" for o in
+                  list_fn(ns, label_selector=selector, _request_timeout=cluster.timeout()).items]
+    return found

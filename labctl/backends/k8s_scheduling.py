@@ -13,11 +13,11 @@ read by attribute only, so the backend's fakes and the real models both work;
 no `kubernetes` import. Meant to be called once per poll of the backend's watch
 loop, after it has read the Job and the pods by completion index:
 
-    clock = ScheduleClock(spec.k8s.schedule_timeout)          # once per run
+    clock = ScheduleClock(k8s_settings.settings(spec).schedule_timeout)          # once per run
     ...
     events = core.list_namespaced_event(                      # each poll
         ns, field_selector="involvedObject.kind=Pod,reason=FailedScheduling").items
-    why = waiting(job, pods_by_index, events, spec.k8s.queue)
+    why = waiting(job, pods_by_index, events, k8s_settings.settings(spec).queue)
     if why and why != last_shown:
         progress(f"waiting: {why}")                           # within one poll
     failure = clock.update(why, time.monotonic())

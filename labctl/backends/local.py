@@ -26,10 +26,10 @@ from .. import nodeguard
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, local_placement, ports_needed
+from ..plan import LaunchPlan, Placement, local_placement, local_shared_dir, ports_needed
 from ..rundir import RunDir
 from ..spec import LabSpec
-from .base import Backend, PreflightError
+from .base import Backend, Bound, BoundRun, PreflightError
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
 GUARD_EXIT_S = TERM_GRACE_S + 5.0
@@ -161,10 +161,12 @@ class LocalBackend(Backend):
     # No partition or delay: local nodes share this machine's one network namespace.
     fault_kinds = ("kill-rank", "kill-node", "stop-node")
 
+    @classmethod
+    def shared_dir(cls, spec: LabSpec) -> str | None:
+        return local_shared_dir()
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.plan: LaunchPlan | None = None
-        self.rundir: RunDir | None = None
         self.guards: dict[int, subprocess.Popen] = {}
         self.services: list[subprocess.Popen] = []      # plan.services: the replica store
         self.logs: list[IO[bytes]] = []
@@ -189,7 +191,8 @@ class LocalBackend(Backend):
 
     # ---- the run ---------------------------------------------------------------
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
-        self.plan, self.rundir = plan, rundir
+        self.bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
+        self.folder = rundir
         read_end, self.lifeline_w = os.pipe()        # the write end never leaves labctl
         rundir.meta["local"] = {"controller_pid": os.getpid(), "host": socket.gethostname(),
                                 "guards": {}}
@@ -231,15 +234,14 @@ class LocalBackend(Backend):
              *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
              "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "LAB_RUN_ID": self.plan.run_id if self.plan else "",
+            env={**os.environ, "LAB_RUN_ID": self.run.run_id,
                  # the directory every local node sees: the run folder's shared/ (kept with it;
                  # the plan cannot name it, the folder is chosen after the plan)
                  "LAB_SHARED_DIR": str((rundir.path / "shared").resolve())},
             start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
-        assert self.rundir is not None
-        return (self.rundir.path / "nodes" / f"node-{index}.exit.json").resolve()
+        return (self.folder.path / "nodes" / f"node-{index}.exit.json").resolve()
 
     def _outcome(self, index: int, hostname: str) -> NodeOutcome:
         guard = self.guards.get(index)
@@ -250,8 +252,13 @@ class LocalBackend(Backend):
         return _from_status_file(self._status_file(index), index, hostname, guard.returncode)
 
     def poll(self) -> list[NodeOutcome]:
-        assert self.plan is not None
-        return [self._outcome(n.index, n.hostname) for n in self.plan.nodes]
+        """The guards' exit status; for a run this instance did not start, their status
+        files (or still running, while any process of the run is)."""
+        if self.run.how is not Bound.STARTED:
+            alive = self.alive()
+            return [_from_status_file(self._status_file(i), i, h, None, alive)
+                    for i, h in self.run.hostnames.items()]
+        return [self._outcome(i, h) for i, h in self.run.hostnames.items()]
 
     def stop(self, indices: list[int], reason: str) -> None:
         for i in indices:
@@ -264,9 +271,11 @@ class LocalBackend(Backend):
                 self.guards[i].kill()
                 self.guards[i].wait()
 
-    def collect(self, rundir: RunDir) -> list[NodeOutcome]:
-        """The guards wrote the logs already; note what they had to kill after the ranks ended."""
-        assert self.plan is not None
+    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+        """Nothing to fetch: the guards write each node's log straight into the folder.
+        For a run started here, note what they had to kill after the ranks ended."""
+        if self.run.how is not Bound.STARTED:
+            return self.poll()
         for guard in self.guards.values():
             try:
                 guard.wait(timeout=GUARD_EXIT_S)
@@ -274,18 +283,22 @@ class LocalBackend(Backend):
                 guard.kill()
                 guard.wait()
         leftovers = []
-        for node in self.plan.nodes:
+        for index in self.run.hostnames:
             try:
-                status = json.loads(self._status_file(node.index).read_text())
+                status = json.loads(self._status_file(index).read_text())
             except (OSError, ValueError):
                 continue
-            leftovers += [{"node": node.index, **item} for item in status.get("leftovers", [])]
+            leftovers += [{"node": index, **item} for item in status.get("leftovers", [])]
         rundir.meta["leftovers"] = leftovers
         return self.poll()
 
     def delete(self) -> str:
         """Stop the services, close the lifeline and sweep: nothing carrying this run's
-        id may remain."""
+        id may remain. A run this instance did not start: stop whatever of it still runs."""
+        if not self.bound:
+            return ""
+        if self.run.how is not Bound.STARTED:
+            return self._stop_leftovers()
         for svc in self.services:
             _kill(svc.pid, signal.SIGTERM)
         for svc in self.services:
@@ -299,11 +312,9 @@ class LocalBackend(Backend):
         if self.lifeline_w is not None:
             os.close(self.lifeline_w)
             self.lifeline_w = None
-        if self.plan is None:
-            return ""
-        escaped = kill_processes(processes_of_run(self.plan.run_id))
-        if escaped and self.rundir is not None:
-            self.rundir.meta.setdefault("leftovers", []).extend(
+        escaped = kill_processes(processes_of_run(self.run.run_id))
+        if escaped:
+            self.folder.meta.setdefault("leftovers", []).extend(
                 {"node": None, **item} for item in escaped)
             return f"killed {len(escaped)} process(es) of the run that outlived their node"
         return ""
@@ -313,8 +324,7 @@ class LocalBackend(Backend):
         """SIGUSR1 to every rank (workloads/_stacks.py); their dumps land in the node logs."""
         from workloads import _stacks
 
-        run_id = self.plan.run_id if self.plan is not None else self.run_id
-        asked = _stacks.signal_ranks(run_id)
+        asked = _stacks.signal_ranks(self.run.run_id)
         time.sleep(STACK_WAIT_S)          # faulthandler writes at once; torchrun's tee follows
         ranks = sorted(rank for _, rank in asked)
         return [f"asked rank(s) {', '.join(map(str, ranks)) or 'none'} for their stacks"]
@@ -325,11 +335,10 @@ class LocalBackend(Backend):
         return [guard, *nodeguard.descendants(guard)]
 
     def inject(self, fault: Fault) -> str:
-        assert self.plan is not None
         if fault.kind == "kill-rank":
             from workloads import _stacks
 
-            killed = _stacks.kill_rank(self.plan.run_id, fault.target)
+            killed = _stacks.kill_rank(self.run.run_id, fault.target)
             if not killed:
                 raise NotYet(f"rank {fault.target} is not running yet")
             return f"SIGKILL to rank {fault.target} (pid {' '.join(map(str, killed))})"
@@ -354,33 +363,23 @@ class LocalBackend(Backend):
 
     # ---- runs whose labctl is gone ------------------------------------------------
     def attach(self, rundir: RunDir) -> None:
-        self.rundir = rundir
-        self.run_id = rundir.meta["run_id"]
+        self.bind(BoundRun.of_folder(rundir))
+        self.folder = rundir
 
     def alive(self) -> bool:
-        return bool(processes_of_run(self.run_id))
+        return bool(processes_of_run(self.run.run_id))
 
-    def attached_outcomes(self) -> list[NodeOutcome]:
-        """Outcomes of a run found after the fact: the guards' status files, or still running."""
-        assert self.rundir is not None
-        alive = self.alive()
-        return [_from_status_file(self.rundir.path / "nodes" / f"node-{n['index']}.exit.json",
-                                  n["index"], n["hostname"], None, alive)
-                for n in self.rundir.plan["nodes"]]
-
-    def save_logs(self, rundir: RunDir) -> None:
-        """Nothing to fetch: the guards write each node's log straight into the folder."""
-
-    def take_down(self) -> str:
-        """Stop whatever of an attached run still runs; a truthful line on what was stopped."""
-        pids = processes_of_run(self.run_id)
+    def _stop_leftovers(self) -> str:
+        """Stop whatever of a run started elsewhere still runs; a truthful line on what was stopped."""
+        run_id = self.run.run_id
+        pids = processes_of_run(run_id)
         if not pids:
-            return f"nothing running of run {self.run_id}"
+            return f"nothing running of run {run_id}"
         found = kill_processes(pids)
         left = [p for p in pids if _alive(p)]
         if left:
-            raise LabError(f"could not stop {len(left)} process(es) of run {self.run_id}: "
+            raise LabError(f"could not stop {len(left)} process(es) of run {run_id}: "
                            f"pids {', '.join(map(str, left))}")
-        return (f"stopped {len(found)} process(es) of run {self.run_id}: "
+        return (f"stopped {len(found)} process(es) of run {run_id}: "
                 + ", ".join(f"{p['pid']} ({p['command'][:60]})" for p in found[:8])
                 + (" ..." if len(found) > 8 else ""))

@@ -63,7 +63,9 @@ def spec_from_stored(text: str, where: str) -> LabSpec:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        return from_dict(data, source=where)
+        from ..backends import check_spec
+
+        return check_spec(from_dict(data, source=where), where)
     except ValueError as exc:       # bad JSON, or a description this labctl rejects
         raise LabError(f"{where}: unreadable {SPEC_KEY} ({exc}); render and start the lab "
                        "again with this labctl") from None

@@ -40,7 +40,9 @@ from typing import Any
 
 from ..errors import LabError
 from ..plan import LaunchPlan, Placement, container_placement
-from ..spec import QUEUE_LABEL, LabSpec
+from ..backends import k8s_settings
+from ..backends.k8s_settings import QUEUE_LABEL
+from ..spec import LabSpec
 from . import SPEC_KEY, dump_yaml, stored_spec
 from . import k8s
 
@@ -147,7 +149,7 @@ def _replicated(plan: LaunchPlan, job: dict[str, Any], name: str) -> dict[str, A
 
 
 def _jobset(plan: LaunchPlan, replicated: list[dict[str, Any]]) -> dict[str, Any]:
-    spec, settings = plan.spec, plan.spec.k8s
+    spec, settings = plan.spec, k8s_settings.settings(plan.spec)
     node_jobs = [r["name"] for r in replicated if r["name"] != STORE_JOB]
     body: dict[str, Any] = {
         "network": {"enableDNSHostnames": True, "subdomain": subdomain(spec),

@@ -40,7 +40,9 @@ from ..errors import LabError
 from ..plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
                     node_hostname, replica_name, store_hostname)
 from . import SPEC_KEY, dump_yaml, stored_spec
-from ..spec import QUEUE_LABEL, LabSpec, SpecError
+from ..backends import k8s_settings
+from ..backends.k8s_settings import QUEUE_LABEL
+from ..spec import LabSpec, SpecError
 
 RUN_LABEL = "labctl.dev/run-id"
 COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -120,7 +122,7 @@ def metadata(plan: LaunchPlan, name: str | None, component: str,
              extra_annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """labctl's labels, then the lab's `k8s.labels` and `k8s.annotations` (sorted, so
     equal specs render equal text); the user's keys cannot shadow labctl's (spec.py)."""
-    settings = plan.spec.k8s
+    settings = k8s_settings.settings(plan.spec)
     meta: dict[str, Any] = {"name": name} if name is not None else {}
     meta["labels"] = {**labels(plan, component, replica), **dict(sorted(settings.labels.items())),
                       **(extra_labels or {})}
@@ -460,7 +462,7 @@ def _job_spec(plan: LaunchPlan, completions: int, indexed: bool, pod: dict[str, 
         "activeDeadlineSeconds": deadline_seconds(plan.spec),
         "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
     })
-    if indexed and plan.spec.k8s.queue:
+    if indexed and k8s_settings.settings(plan.spec).queue:
         # Kueue starts an admitted Job by un-suspending it: created suspended, no pod
         # runs (or holds GPUs) before admission, webhook or not.
         spec["suspend"] = True
@@ -552,7 +554,7 @@ def _job(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
         "securityContext": container_sc,
         "volumeMounts": mounts,
     }
-    settings = spec.k8s
+    settings = k8s_settings.settings(spec)
     pod: dict[str, Any] = {
         "subdomain": service_name(spec, replica),   # pod i: <job>-<i>.<service>
         "restartPolicy": "Never",
@@ -582,8 +584,9 @@ def _job(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
 def tolerations(spec: LabSpec) -> list[dict[str, Any]]:
     """GPU nodes are usually tainted nvidia.com/gpu:NoSchedule; an nccl lab that
     asks for GPUs must tolerate that, unless `k8s.gpu_toleration: false`."""
-    out = [dict(GPU_TOLERATION)] if spec.dist_backend == "nccl" and spec.k8s.gpu_toleration else []
-    out += [dict(t) for t in spec.k8s.tolerations if dict(t) not in out]
+    settings = k8s_settings.settings(spec)
+    out = [dict(GPU_TOLERATION)] if spec.dist_backend == "nccl" and settings.gpu_toleration else []
+    out += [dict(t) for t in settings.tolerations if dict(t) not in out]
     return out
 
 
@@ -598,7 +601,7 @@ def scheduling(plan: LaunchPlan) -> dict[str, Any]:
     loopback). Too few hosts then leave a pod Pending with the scheduler's reason,
     which labctl shows and fails on after `schedule_timeout`.
     """
-    spec, settings = plan.spec, plan.spec.k8s
+    spec, settings = plan.spec, k8s_settings.settings(plan.spec)
     out: dict[str, Any] = {}
     if settings.priority_class:
         out["priorityClassName"] = settings.priority_class

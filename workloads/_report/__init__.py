@@ -9,6 +9,9 @@ may define any of:
         raise ValueError("<field>: ...") for a lab it cannot run in (the whole LabSpec)
     head(results) -> str                 a section before the checks per workload (env: where ranks run)
     rank_rows(results) -> list[dict]     per-rank records: "ranks" in `labctl report --format json`
+    check_placement(spec, shared_dir: str | None, options: dict, defaults: dict) -> None
+        the same, for rules on where the nodes run: `shared_dir` is the chosen backend's
+        `Placement.shared_dir` (a directory every node sees), never its name
     markdown(results) -> str             its section of the report
     as_json(results) -> dict             its part of `labctl report --format json`
     csv(results) -> str                  `labctl report --format csv` for runs it is in

@@ -25,15 +25,19 @@ def check_options(options: dict, defaults: dict) -> None:
                          f"({merged['steps'] - 1}), given {merged['crash_at_step']}")
 
 
-def check_lab(spec: Any, options: dict, defaults: dict) -> None:
-    """Rules that need the whole lab: the checkpoint directory and the world sizes."""
-    merged = {**defaults, **options}
-    shared = spec.shared_volume is not None or (spec.backend == "compose" and spec.init_method == "file")
-    if spec.backend != "local" and spec.nodes > 1 and not shared:
+def check_placement(spec: Any, shared_dir: str | None, options: dict, defaults: dict) -> None:
+    """The checkpoints need a directory every node sees (`Placement.shared_dir`) when
+    there is more than one node."""
+    if spec.nodes > 1 and shared_dir is None:
         raise ValueError(f"shared_volume: expected a directory every node sees for the elastic "
                          f"checkpoints of a {spec.nodes}-node {spec.backend} lab, given none "
                          "(example: shared_volume: {claim: lab-shared}; compose makes a volume "
                          "of that name, k8s mounts that ReadWriteMany claim)")
+
+
+def check_lab(spec: Any, options: dict, defaults: dict) -> None:
+    """Rules that need the whole lab: the world sizes and where a crash is aimed."""
+    merged = {**defaults, **options}
     sizes = [k * spec.nproc_per_node for k in range(spec.fewest_nodes, spec.nodes + 1)]
     odd = [w for w in sizes if merged["global_batch"] % w]
     if odd:
