@@ -20,6 +20,11 @@ import time
 from . import _common, _stacks, _trace
 
 
+def main_single(name: str) -> None:
+    """Entry point for `torchrun -m workloads.<name>`: run one workload alone."""
+    sys.exit(run_workloads([name], {}))
+
+
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
     _trace.install_flight_recorder()      # its newest entries on SIGUSR2 (a hang without --debug)

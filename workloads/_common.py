@@ -270,10 +270,3 @@ def hostname() -> str:
 
 def finite(x: float) -> bool:
     return math.isfinite(x)
-
-
-def main_single(name: str) -> None:
-    """Entry point for `torchrun -m workloads.<name>`: run one workload alone."""
-    from .__main__ import run_workloads
-
-    sys.exit(run_workloads([name], {}))

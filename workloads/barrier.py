@@ -20,4 +20,6 @@ def run(ctx: _common.Context) -> None:
 
 
 if __name__ == "__main__":
-    _common.main_single("barrier")
+    from .__main__ import main_single
+
+    main_single("barrier")

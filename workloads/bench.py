@@ -330,4 +330,6 @@ def run(ctx: _common.Context, ops=None, min_bytes: int = 1024, max_bytes: int = 
 
 
 if __name__ == "__main__":
-    _common.main_single("bench")
+    from .__main__ import main_single
+
+    main_single("bench")

@@ -217,4 +217,6 @@ def subgroup(ctx: _common.Context) -> None:
 
 
 if __name__ == "__main__":
-    _common.main_single("collectives")
+    from .__main__ import main_single
+
+    main_single("collectives")

@@ -135,4 +135,6 @@ def report(ctx: _common.Context, kind: str, model: nn.Module, local_losses: list
 
 
 if __name__ == "__main__":
-    _common.main_single("ddp")
+    from .__main__ import main_single
+
+    main_single("ddp")

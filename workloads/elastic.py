@@ -234,4 +234,6 @@ def run(ctx: _common.Context, steps: int = 30, checkpoint_every: int = 5, step_s
 
 
 if __name__ == "__main__":
-    _common.main_single("elastic")
+    from .__main__ import main_single
+
+    main_single("elastic")

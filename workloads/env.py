@@ -105,4 +105,6 @@ def _or(value: int | None) -> int:
 
 
 if __name__ == "__main__":
-    _common.main_single("env")
+    from .__main__ import main_single
+
+    main_single("env")

@@ -190,4 +190,6 @@ def _shared_by_everyone(ctx: _common.Context, directory: str) -> bool:
 
 
 if __name__ == "__main__":
-    _common.main_single("init_methods")
+    from .__main__ import main_single
+
+    main_single("init_methods")

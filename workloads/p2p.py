@@ -95,4 +95,6 @@ def ring_shift(ctx: _common.Context) -> None:
 
 
 if __name__ == "__main__":
-    _common.main_single("p2p")
+    from .__main__ import main_single
+
+    main_single("p2p")

@@ -416,4 +416,6 @@ def _float64():
 
 
 if __name__ == "__main__":
-    _common.main_single(NAME)
+    from .__main__ import main_single
+
+    main_single(NAME)

@@ -144,4 +144,6 @@ def hsdp_steps(ctx: _common.Context, cross, steps: int, batch_per_rank: int, lr:
 
 
 if __name__ == "__main__":
-    _common.main_single("replicas")
+    from .__main__ import main_single
+
+    main_single("replicas")

@@ -330,4 +330,6 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 if __name__ == "__main__":
-    _common.main_single("store")
+    from .__main__ import main_single
+
+    main_single("store")
