@@ -117,6 +117,16 @@ def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{len(ranks)} ranks"
 
 
+def _hook_sections(results: list[dict], verb: str) -> list[str]:
+    """Each workload's `verb` section (head, markdown), a blank line before each."""
+    parts: list[str] = []
+    for _, module in hooks_for(results):
+        section = getattr(module, verb)(results) if hasattr(module, verb) else None
+        if section:
+            parts += ["", section]
+    return parts
+
+
 def markdown(run: RunDir) -> str:
     m, results = run.meta, run.results()
     state = run.effective_state()
@@ -131,10 +141,7 @@ def markdown(run: RunDir) -> str:
     if m.get("message"):
         parts += ["", f"**{m['message']}**"]
 
-    for name, module in hooks_for(results):
-        section = module.head(results) if hasattr(module, "head") else None
-        if section:
-            parts += ["", section]
+    parts += _hook_sections(results, "head")
 
     summary = workload_summary(results)
     if summary:
@@ -143,10 +150,7 @@ def markdown(run: RunDir) -> str:
                         ((s["workload"], s["ranks"], s["passed"], s["failed"], s["skipped"],
                           f"{s['seconds']:.2f}") for s in summary))]
 
-    for name, module in hooks_for(results):
-        section = module.markdown(results) if hasattr(module, "markdown") else None
-        if section:
-            parts += ["", section]
+    parts += _hook_sections(results, "markdown")
 
     skips = skipped(results)
     if skips:

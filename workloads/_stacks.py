@@ -35,27 +35,26 @@ def install() -> None:
         pass            # no SIGUSR1 here (Windows), or stderr has no file descriptor
 
 
-def _catches(pid: int, signum: int) -> bool:
+def _signal_mask_has(pid: int, mask: str, signum: int) -> bool:
+    """Whether `signum` is in the process's (main thread's) /proc status mask
+    `mask` ("SigCgt": caught, "SigBlk": blocked)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("SigCgt:"):
+                if line.startswith(mask + ":"):
                     return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     except (OSError, ValueError):
         pass
     return False
+
+
+def _catches(pid: int, signum: int) -> bool:
+    return _signal_mask_has(pid, "SigCgt", signum)
 
 
 def _blocks(pid: int, signum: int) -> bool:
     """Whether the process's main thread blocks `signum` (a sigwait thread takes it)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("SigBlk:"):
-                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    except (OSError, ValueError):
-        pass
-    return False
+    return _signal_mask_has(pid, "SigBlk", signum)
 
 
 def _environ(pid: int) -> dict[str, str]:
