@@ -201,7 +201,7 @@ def test_an_empty_trace_says_so_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_tracing_off_a_hang_is_named_from_the_flight_recorder_as_torchfrtrace_names_it(tmp_path):
     """No --trace, no --debug: at the deadline every rank dumps its Flight Recorder ring
-    (SIGUSR2, a sigwait thread: the main thread is blocked in gloo); labctl names the
+    (a byte on its FIFO wakes a dump thread: the main thread is blocked in gloo); labctl names the
     mismatch and the missing rank, and torch's own analyzer on the pickle dumps of the
     same hang says the same."""
     script = tmp_path / "hang.py"

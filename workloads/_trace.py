@@ -30,9 +30,9 @@ op's input tensor(s); caller = the first frame outside torch and this module.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -41,7 +41,6 @@ from typing import Any
 
 MARKER = "@@labctl-trace "          # must match labctl/trace.py
 FR_MARKER = "@@labctl-fr "          # Flight Recorder entries at a dump; labctl/trace.py
-FR_SIGNAL = signal.SIGUSR2          # "dump your Flight Recorder" (workloads/_stacks.signal_ranks)
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
 CLOCK_ROUNDS = 5
@@ -383,38 +382,65 @@ def install() -> bool:
 
 def install_flight_recorder() -> bool:
     """Leave torch's Flight Recorder ring on (TORCH_FR_BUFFER_SIZE, read when the first
-    process group is made) and, on FR_SIGNAL, print every thread's stack (as SIGUSR1
-    does) and then the ring's newest entries, as FR_MARKER lines.
+    process group is made) and start a daemon thread that prints the ring's newest entries,
+    as FR_MARKER lines, whenever a byte arrives on this process's request FIFO
+    (workloads/_stacks.fr_request_path; `_stacks.signal_ranks` writes it after the stacks).
 
-    A Python signal handler would only run once the main thread is back in Python,
-    never while it is blocked in a collective: so the signal is blocked here, before any
-    other thread exists (gloo's threads inherit the mask), and a daemon thread takes it
-    with sigwait. gloo's wait releases the GIL, so that thread runs during a hang.
-    True: the dump thread runs."""
+    Why a FIFO and not a signal: a Python signal handler runs only once the main thread is
+    back in Python, never while it is blocked in a collective; a sigwait thread needs the
+    signal blocked in *every* other thread, but torch's import starts a native thread before
+    this runs (that thread took SIGUSR2 and its default action killed the rank), and every
+    subprocess a rank starts would inherit the blocked mask. The FIFO involves no signal and
+    no mask; the thread's read releases the GIL, and so does gloo's wait, so it answers
+    during a hang. True: the dump thread runs."""
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER)
-    if not hasattr(signal, "pthread_sigmask") or os.environ.get("TORCH_FR_BUFFER_SIZE") == "0":
+    if os.environ.get("TORCH_FR_BUFFER_SIZE") == "0" or not hasattr(os, "mkfifo"):
         return False
+    from . import _stacks
+
+    path = _stacks.fr_request_path(os.getpid())
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {FR_SIGNAL})
-    except (OSError, ValueError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        try:
+            os.unlink(path)                 # an earlier process's, with this pid
+        except FileNotFoundError:
+            pass
+        os.mkfifo(path, 0o600)
+        fd = os.open(path, os.O_RDWR)       # O_RDWR: never EOF; close-on-exec (PEP 446)
+    except OSError:
         return False
-    threading.Thread(target=_fr_waiter, name="labctl-fr-dump", daemon=True).start()
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:            # not a forked child's atexit
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def forget_in_child() -> None:          # a forked child has no dump thread: no FIFO fd
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    atexit.register(remove)
+    os.register_at_fork(after_in_child=forget_in_child)
+    threading.Thread(target=_fr_waiter, args=(fd,), name="labctl-fr-dump", daemon=True).start()
     return True
 
 
-def _fr_waiter() -> None:
-    import faulthandler
-
+def _fr_waiter(fd: int) -> None:
     while True:
-        signal.sigwait({FR_SIGNAL})
-        try:                        # the stacks first (what SIGUSR1 prints; labctl stacks)
-            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        except (OSError, ValueError, RuntimeError):
-            pass
+        try:
+            if not os.read(fd, 64):         # one dump for every burst of requests
+                continue
+        except OSError:
+            return
         try:
             dump_flight_recorder()
-        except Exception as exc:    # noqa: BLE001 - a failed dump must not end the rank
-            _emit_fr({"error": str(exc)[:200]})
+        except BaseException as exc:        # noqa: BLE001 - a failed dump must not end the thread
+            _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
 
 
 def _emit_fr(record: dict[str, Any]) -> None:
