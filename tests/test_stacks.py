@@ -165,8 +165,6 @@ def test_asking_for_stacks_kills_no_rank_and_leaves_no_blocked_signal_to_childre
         for p in procs.values():
             p.kill()
             p.wait(timeout=60)
-            if os.path.exists(_stacks.fr_request_path(p.pid)):      # SIGKILL: no atexit
-                os.unlink(_stacks.fr_request_path(p.pid))
 
 
 @pytest.mark.docker

@@ -357,3 +357,49 @@ def test_the_trace_field_reaches_every_node_as_LAB_TRACE():
     assert all("LAB_TRACE" not in e for e in env()) and all("LAB_TRACE" not in e for e in env(trace=False))
     with pytest.raises(specmod.SpecError, match="trace: expected true or false"):
         specmod.from_dict({"trace": "yes"})
+
+
+STUCK = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    print("sleeping", flush=True)
+    time.sleep(600)
+dist.all_reduce(torch.ones(7))
+"""
+
+
+def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
+    """Trace lines wait in memory (no flush per op); the flusher thread still writes the B
+    line of the op a rank is blocked in, since gloo's wait releases the GIL."""
+    import os
+    import socket
+    import time
+
+    from conftest import REPO
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logs, procs = {r: tmp_path / f"rank-{r}.log" for r in (0, 1)}, []
+    try:
+        for rank, log in logs.items():
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port), "LAB_TRACE": "1", "PYTHONPATH": str(REPO)}
+            with open(log, "w") as out:
+                procs.append(subprocess.Popen([sys.executable, "-m", "workloads._script", str(script)],
+                                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if '"op":"all_reduce"' in logs[0].read_text() and "sleeping" in logs[1].read_text():
+                break
+            time.sleep(0.2)
+        begin = [json.loads(x.split(trace.MARKER, 1)[1]) for x in logs[0].read_text().splitlines()
+                 if trace.MARKER in x and '"k":"B"' in x]
+        assert [(b["op"], b["shape"]) for b in begin] == [("all_reduce", [7])], logs[0].read_text()[-2000:]
+        assert procs[0].poll() is None, "rank 0 must still be blocked in the all_reduce"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=60)
