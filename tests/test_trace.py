@@ -124,6 +124,9 @@ def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
     assert meta["missing_ranks"] == [] and meta["bad_records"] == []
     status = json.loads((out / "status.json").read_text())
     assert status["trace"]["ops"] == 34
+    # the report's timeline picture (the dev venv has the plot extra)
+    assert (out / trace.TIMELINE_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"- timeline picture: {out / trace.TIMELINE_FILE}" in (out / "report.md").read_text()
 
     shown = labctl("trace", str(out), timeout=120)
     assert shown.returncode == 0, shown.stderr
@@ -403,3 +406,27 @@ def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
         for p in procs:
             p.kill()
             p.wait(timeout=60)
+
+
+def test_the_timeline_picture_has_a_row_per_rank_or_says_why_not(tmp_path):
+    """trace-timeline.png from trace.json (streamed, torch-free); without matplotlib one line."""
+    events = [{"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "rank 0"}}]
+    events += [{"ph": "X", "name": op, "cat": "default_pg", "pid": 0, "tid": rank, "ts": ts, "dur": 500.0,
+                "args": {"rank": rank}} for rank in (0, 1, 2) for op, ts in (("broadcast", 0.0), ("all_reduce", 900.0))]
+    (tmp_path / "trace.json").write_text('{"traceEvents":[\n' + ",\n".join(json.dumps(e) for e in events)
+                                         + '\n],\n"metadata":{}}\n')
+    picture = trace.write_timeline(tmp_path)
+    assert picture == tmp_path / "trace-timeline.png" and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert trace._slices(tmp_path / "trace.json", 4) == ([(0, "broadcast", 0.0, 500.0), (0, "all_reduce", 900.0, 500.0),
+                                                        (1, "broadcast", 0.0, 500.0), (1, "all_reduce", 900.0, 500.0)], 6)
+    picture.unlink()
+    hidden = ("import sys; sys.modules['matplotlib'] = None\n"
+              "from labctl import trace, errors\n"
+              "try:\n    trace.write_timeline(sys.argv[1])\n"
+              "except errors.LabError as exc:\n    print(exc)\n")
+    from conftest import REPO
+    done = subprocess.run([sys.executable, "-c", hidden, str(tmp_path)], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert done.stdout.strip() == trace.NO_TIMELINE and "torch" not in done.stderr
+    assert not picture.exists()
+    assert trace.write_timeline(tmp_path / "elsewhere") is None          # no trace.json: nothing
