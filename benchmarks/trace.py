@@ -43,6 +43,8 @@ def worker(sizes: list[int], iters: int) -> None:
 
     dist.init_process_group("gloo")
     traced = dist.all_reduce
+    if os.environ.get("LAB_TRACEBENCH_AA"):      # --aa: the untraced op against itself (noise)
+        traced = traced.__wrapped__
     plain = traced.__wrapped__
     n = dist.get_world_size()
     out = {}
@@ -124,10 +126,10 @@ def flight_recorder_table(ops: int = 20000, rounds: int = 3) -> str:
                   ("difference", f"{on - off:+.1f}", "")])
 
 
-def busbw_table(nproc: int, iters: int) -> str:
+def busbw_table(nproc: int, iters: int, aa: bool = False) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "node.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), **({"LAB_TRACEBENCH_AA": "1"} if aa else {})}
         with open(log, "w") as f:
             done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                    f"--nproc-per-node={nproc}", __file__, "--worker",
@@ -219,13 +221,15 @@ def main() -> None:
     parser.add_argument("--skip-ops", action="store_true")
     parser.add_argument("--skip-fr", action="store_true")
     parser.add_argument("--skip-recorder", action="store_true")
+    parser.add_argument("--aa", action="store_true",
+                        help="busbw: time the untraced op against itself (the harness's own noise)")
     args = parser.parse_args()
     if args.worker:
         worker(list(SIZES), args.iters)
         return
     if not args.skip_busbw:
         print("## all_reduce busbw, tracing on vs off (same job, interleaved rounds, median)\n")
-        print(busbw_table(args.nproc, args.iters) + "\n")
+        print(busbw_table(args.nproc, args.iters, args.aa) + "\n")
     if not args.skip_recorder:
         print("## the recorder's own cost per op (one rank, fastest batch of 300)\n")
         print(recorder_table() + "\n")
