@@ -2,7 +2,10 @@
 
 1. all_reduce busbw with tracing on vs off, in the same torchrun job, interleaved
    round by round (off = the original function, on = the recorder's wrapper, whose
-   lines go to a file as a node log would): the ratio on/off at 1 MiB and 64 MiB.
+   lines go to a file as a node log would): the ratio on/off at 1 MiB and 64 MiB, as
+   a ratio of medians and as the median of each round's back-to-back pair.
+1b. The recorder's own µs per op on one rank (fastest of many batches: what the
+   wrapper adds, with the machine's load mostly filtered out).
 2. A script doing N small all_reduces (default 100,000) through `labctl up --trace`
    and without: run time, trace records' size in the rank logs, trace.json size,
    merge time and the merge's peak memory (a fresh process; also at N/10, to show
@@ -40,6 +43,8 @@ def worker(sizes: list[int], iters: int) -> None:
 
     dist.init_process_group("gloo")
     traced = dist.all_reduce
+    if os.environ.get("LAB_TRACEBENCH_AA"):      # --aa: the untraced op against itself (noise)
+        traced = traced.__wrapped__
     plain = traced.__wrapped__
     n = dist.get_world_size()
     out = {}
@@ -47,7 +52,7 @@ def worker(sizes: list[int], iters: int) -> None:
         t = torch.zeros(size // 4, dtype=torch.float32)
         for fn in (plain, traced, plain, traced):          # warm up both
             fn(t)
-        times = {"off": [], "on": []}
+        times: dict[str, list[float]] = {"off": [], "on": []}
         rounds = iters if size < (16 << 20) else max(3, iters // 4)
         for i in range(rounds):
             order = (("off", plain), ("on", traced))
@@ -59,7 +64,9 @@ def worker(sizes: list[int], iters: int) -> None:
                 plain(elapsed, op=dist.ReduceOp.MAX)
                 times[name].append(float(elapsed.item()))
         busbw = {k: 2 * (n - 1) / n * size / statistics.median(v) / 1e9 for k, v in times.items()}
-        out[str(size)] = {"off": busbw["off"], "on": busbw["on"], "rounds": rounds}
+        # each round's off and on ran back to back: their ratio drifts less with the load
+        paired = statistics.median(off / on for off, on in zip(times["off"], times["on"]))
+        out[str(size)] = {"off": busbw["off"], "on": busbw["on"], "rounds": rounds, "paired": paired}
     if dist.get_rank() == 0:
         print("TRACEBENCH " + json.dumps(out), file=sys.stderr, flush=True)
     dist.destroy_process_group()
@@ -119,10 +126,10 @@ def flight_recorder_table(ops: int = 20000, rounds: int = 3) -> str:
                   ("difference", f"{on - off:+.1f}", "")])
 
 
-def busbw_table(nproc: int, iters: int) -> str:
+def busbw_table(nproc: int, iters: int, aa: bool = False) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "node.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), **({"LAB_TRACEBENCH_AA": "1"} if aa else {})}
         with open(log, "w") as f:
             done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                    f"--nproc-per-node={nproc}", __file__, "--worker",
@@ -133,8 +140,48 @@ def busbw_table(nproc: int, iters: int) -> str:
             raise SystemExit(f"the busbw job printed no result:\n{done.stderr[-2000:]}")
         data = json.loads(line.split(" ", 1)[1])
     rows = [(f"{int(size) >> 20} MiB", nproc, d["rounds"], f"{d['off']:.3f}", f"{d['on']:.3f}",
-             f"{d['on'] / d['off']:.3f}") for size, d in data.items()]
-    return table(("size", "ranks", "rounds", "busbw off GB/s", "busbw on GB/s", "on/off"), rows)
+             f"{d['on'] / d['off']:.3f}", f"{d['paired']:.3f}") for size, d in data.items()]
+    return table(("size", "ranks", "rounds", "busbw off GB/s", "busbw on GB/s", "on/off",
+                  "on/off, median of paired rounds"), rows)
+
+
+RECORDER_MICRO = """
+import os, sys, tempfile, time
+os.environ["LAB_TRACE"] = "1"
+from workloads import _trace
+_trace.install()
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+traced = dist.all_reduce
+plain = traced.__wrapped__
+t = torch.ones(1)
+best = {{"off": 1e9, "on": 1e9}}
+for r in range({batches}):
+    for name, fn in ((("off", plain), ("on", traced)) if r % 2 else (("on", traced), ("off", plain))):
+        started = time.perf_counter()
+        for _ in range(300):
+            fn(t)
+        best[name] = min(best[name], (time.perf_counter() - started) / 300 * 1e6)
+print(best["off"], best["on"], file=sys.stderr)
+"""
+
+
+def recorder_table(jobs: int = 3, batches: int = 30) -> str:
+    """The recorder's own time per op, robust to a loaded machine: one rank, a 1-float
+    all_reduce, batches of 300 alternating plain and traced, the fastest batch of each
+    (its lines go to a file, as a node log's would)."""
+    costs, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for job in range(jobs):
+            with open(Path(tmp) / "out.log", "w") as out:
+                done = subprocess.run([sys.executable, "-c", RECORDER_MICRO.format(batches=batches)],
+                                      stdout=out, stderr=subprocess.PIPE, text=True, timeout=600, cwd=REPO,
+                                      env={**os.environ, "PYTHONPATH": str(REPO)})
+            off, on = map(float, done.stderr.strip().splitlines()[-1].split())
+            costs.append(on - off)
+            rows.append((job + 1, f"{off:.1f}", f"{on:.1f}", f"{on - off:.1f}"))
+    rows.append(("median", "", "", f"{statistics.median(costs):.1f}"))
+    return table(("job", "µs per all_reduce, plain", "traced", "recorder µs per op"), rows)
 
 
 def small_ops_table(ops: int, nproc: int) -> str:
@@ -173,13 +220,19 @@ def main() -> None:
     parser.add_argument("--skip-busbw", action="store_true")
     parser.add_argument("--skip-ops", action="store_true")
     parser.add_argument("--skip-fr", action="store_true")
+    parser.add_argument("--skip-recorder", action="store_true")
+    parser.add_argument("--aa", action="store_true",
+                        help="busbw: time the untraced op against itself (the harness's own noise)")
     args = parser.parse_args()
     if args.worker:
         worker(list(SIZES), args.iters)
         return
     if not args.skip_busbw:
         print("## all_reduce busbw, tracing on vs off (same job, interleaved rounds, median)\n")
-        print(busbw_table(args.nproc, args.iters) + "\n")
+        print(busbw_table(args.nproc, args.iters, args.aa) + "\n")
+    if not args.skip_recorder:
+        print("## the recorder's own cost per op (one rank, fastest batch of 300)\n")
+        print(recorder_table() + "\n")
     if not args.skip_fr:
         print("## Flight Recorder ring left on (every rank, tracing on or off)\n")
         print(flight_recorder_table() + "\n")

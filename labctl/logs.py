@@ -141,6 +141,8 @@ class StackTracker:
 
     def feed(self, line: str) -> None:
         text = _TORCH_RANK_PREFIX.sub("", line, count=1)
+        if self.capturing is not None and text.startswith("@@labctl-"):
+            return      # a marker line (stdout: the trace flusher, results) amid a dump on stderr
         if _STACK_HEADER.match(text):
             if self.capturing is None:
                 self.capturing = []

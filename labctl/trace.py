@@ -591,3 +591,75 @@ def text(summary: Summary) -> str:
         lines += [f"- {m}" for m in summary.mismatches if not any(m == s.mismatch for s in summary.stuck)]
         lines += [f"- {p}" for p in summary.stuck_p2p]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the report's timeline picture
+
+TIMELINE_FILE = "trace-timeline.png"
+TIMELINE_MAX_SLICES = 20_000        # a small picture: the first slices of a long trace
+NO_TIMELINE = ("No timeline picture: matplotlib is not installed (plots are optional); "
+               "add it with `pip install 'labctl[plot]'`.")
+
+
+def _slices(trace_path: Path, limit: int) -> tuple[list[tuple[int, str, float, float]], int]:
+    """(rank, op, start µs, duration µs) of the first `limit` complete slices, and how many
+    there are. Streamed: merge() writes one event per line."""
+    found: list[tuple[int, str, float, float]] = []
+    total = 0
+    with open(trace_path, "rb") as f:
+        for raw in f:
+            if b'"ph":"X"' not in raw and b'"ph": "X"' not in raw:
+                continue
+            total += 1
+            if len(found) >= limit:
+                continue
+            try:
+                ev = json.loads(raw.rstrip().rstrip(b","))
+                found.append((int(ev["tid"]), str(ev["name"]), float(ev["ts"]), float(ev["dur"])))
+            except (ValueError, KeyError, TypeError):
+                continue            # a damaged line: the picture goes on without it
+    return found, total
+
+
+def write_timeline(run_path: str | Path) -> Path | None:
+    """trace-timeline.png next to trace.json: ranks as rows, each op a bar colored by op,
+    time in ms from the first op. None: the trace has no op. LabError: no matplotlib."""
+    run_path = Path(run_path)
+    source = run_path / TRACE_FILE
+    if not source.is_file():
+        return None
+    slices, total = _slices(source, TIMELINE_MAX_SLICES)
+    if not slices:
+        return None
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        from .errors import LabError
+        raise LabError(NO_TIMELINE) from None
+    t0 = min(s[2] for s in slices)
+    ranks = sorted({s[0] for s in slices})
+    ops = sorted({s[1] for s in slices})
+    palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+               "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+    color = {op: palette[i % len(palette)] for i, op in enumerate(ops)}
+    fig = Figure(figsize=(10, 1.2 + 0.45 * len(ranks)), dpi=100)
+    ax = fig.subplots()
+    for op in ops:
+        for rank in ranks:
+            bars = [((s[2] - t0) / 1e3, max(s[3] / 1e3, 1e-3)) for s in slices if s[0] == rank and s[1] == op]
+            if bars:
+                ax.broken_barh(bars, (rank - 0.4, 0.8), facecolors=color[op])
+    ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the first op (ms)")
+    shown = f"first {len(slices)} of {total} ops" if total > len(slices) else f"{total} ops"
+    ax.set_title(f"communication timeline ({shown}; trace.json in ui.perfetto.dev has them all)",
+                 fontsize=9)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=color[op], label=op) for op in ops], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    target = run_path / TIMELINE_FILE
+    fig.savefig(target)
+    return target

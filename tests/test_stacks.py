@@ -3,7 +3,9 @@ for a user script that knows nothing of labctl. Real processes and containers.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from conftest import LABCTL, REPO, assert_nothing_left, labctl, processes_of_run
 from docker_support import require_compose, require_image
 from labctl import logs
+from workloads import _stacks
 
 HANG = """
 import time, torch.distributed as dist
@@ -43,6 +46,13 @@ def test_a_dump_names_the_innermost_own_frame_and_the_collective():
     assert tracker.last == DUMP
     assert logs.where_stuck(tracker.last) == {"file": "/tmp/job.py", "line": 5,
                                                "function": "wait_all", "call": "barrier"}
+    # a trace line the flusher thread wrote to stdout lands amid the dump (docker merges
+    # stdout and stderr as they come): the dump stays whole
+    mixed = DUMP[:4] + ['[rank0]:@@labctl-trace {"k":"E","i":3,"t":1}'] + DUMP[4:]
+    tracker = logs.StackTracker()
+    for line in ["before", *mixed, "after"]:
+        tracker.feed(line)
+    assert tracker.last == DUMP
 
 
 def _check_stacks(out, user_script):
@@ -94,6 +104,67 @@ def test_labctl_stacks_asks_a_live_lab_without_stopping_it(tmp_path, write_scrip
         proc.terminate()
         proc.communicate(timeout=60)
     assert_nothing_left(run_id)
+
+
+ASKED = """
+import os, subprocess, sys, time, torch, torch.distributed as dist
+status = "import sys; print([l for l in open('/proc/self/status') if l.startswith('SigBlk')][0].split()[1])"
+child = subprocess.run([sys.executable, "-c", status], capture_output=True, text=True).stdout.strip()
+print("child SigBlk", child, flush=True)
+if os.environ["RANK"] == "1":
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
+    dist.all_reduce(torch.ones(3))
+def sleep_forever():
+    print("ready", flush=True)
+    time.sleep(600)
+sleep_forever()
+"""
+
+
+def _wait_for(path, predicate, what, seconds=120):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if predicate(text):
+            return text
+        time.sleep(0.2)
+    raise AssertionError(f"{what} never showed in {path}:\n{text[-2000:]}")
+
+
+def test_asking_for_stacks_kills_no_rank_and_leaves_no_blocked_signal_to_children(tmp_path, write_script):
+    """signal_ranks on two real rank processes of a user script (torch imported, one joined
+    a group): both print their stacks, the joined one its Flight Recorder entries, both live
+    on, and a subprocess a rank started has no signal blocked. (The SIGUSR2/sigwait dump
+    thread killed a rank: torch's import starts a thread that did not block SIGUSR2.)"""
+    script = write_script(ASKED)
+    run_id = f"asked-{os.getpid()}-{time.monotonic_ns()}"
+    logs_ = {rank: tmp_path / f"rank-{rank}.log" for rank in (0, 1)}
+    procs = {}
+    try:
+        for rank, log in logs_.items():
+            env = {**os.environ, "RANK": str(rank), "LAB_RUN_ID": run_id, "STORE": str(tmp_path / "store"),
+                   "PYTHONPATH": str(REPO)}
+            with open(log, "w") as out:
+                procs[rank] = subprocess.Popen([sys.executable, "-m", "workloads._script", str(script)],
+                                               stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        for log in logs_.values():
+            _wait_for(log, lambda t: "ready" in t, "ready")
+        asked = _stacks.signal_ranks(run_id)
+        assert sorted(rank for _, rank in asked) == [0, 1]
+        for log in logs_.values():
+            text = _wait_for(log, lambda t: "in sleep_forever" in t, "the stack")
+            blocked = int(text.split("child SigBlk ")[1].split()[0], 16)
+            assert blocked == 0, f"a rank's child inherits blocked signals {blocked:#x}"
+        fr = _wait_for(logs_[1], lambda t: '"done":' in t, "the Flight Recorder dump")
+        entries = [json.loads(line.split("@@labctl-fr ", 1)[1]) for line in fr.splitlines()
+                   if "@@labctl-fr " in line]
+        assert [e["op"] for e in entries if "op" in e] == ["all_reduce"] and entries[-1]["done"] == 1
+        assert '"done":' not in logs_[0].read_text()          # no group: nothing to dump
+        assert all(p.poll() is None for p in procs.values()), "asking must not end a rank"
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait(timeout=60)
 
 
 @pytest.mark.docker

@@ -124,6 +124,9 @@ def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
     assert meta["missing_ranks"] == [] and meta["bad_records"] == []
     status = json.loads((out / "status.json").read_text())
     assert status["trace"]["ops"] == 34
+    # the report's timeline picture (the dev venv has the plot extra)
+    assert (out / trace.TIMELINE_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"- timeline picture: {out / trace.TIMELINE_FILE}" in (out / "report.md").read_text()
 
     shown = labctl("trace", str(out), timeout=120)
     assert shown.returncode == 0, shown.stderr
@@ -201,7 +204,7 @@ def test_an_empty_trace_says_so_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_tracing_off_a_hang_is_named_from_the_flight_recorder_as_torchfrtrace_names_it(tmp_path):
     """No --trace, no --debug: at the deadline every rank dumps its Flight Recorder ring
-    (SIGUSR2, a sigwait thread: the main thread is blocked in gloo); labctl names the
+    (a byte on its FIFO wakes a dump thread: the main thread is blocked in gloo); labctl names the
     mismatch and the missing rank, and torch's own analyzer on the pickle dumps of the
     same hang says the same."""
     script = tmp_path / "hang.py"
@@ -357,3 +360,73 @@ def test_the_trace_field_reaches_every_node_as_LAB_TRACE():
     assert all("LAB_TRACE" not in e for e in env()) and all("LAB_TRACE" not in e for e in env(trace=False))
     with pytest.raises(specmod.SpecError, match="trace: expected true or false"):
         specmod.from_dict({"trace": "yes"})
+
+
+STUCK = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    print("sleeping", flush=True)
+    time.sleep(600)
+dist.all_reduce(torch.ones(7))
+"""
+
+
+def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
+    """Trace lines wait in memory (no flush per op); the flusher thread still writes the B
+    line of the op a rank is blocked in, since gloo's wait releases the GIL."""
+    import os
+    import socket
+    import time
+
+    from conftest import REPO
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logs, procs = {r: tmp_path / f"rank-{r}.log" for r in (0, 1)}, []
+    try:
+        for rank, log in logs.items():
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port), "LAB_TRACE": "1", "PYTHONPATH": str(REPO)}
+            with open(log, "w") as out:
+                procs.append(subprocess.Popen([sys.executable, "-m", "workloads._script", str(script)],
+                                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if '"op":"all_reduce"' in logs[0].read_text() and "sleeping" in logs[1].read_text():
+                break
+            time.sleep(0.2)
+        begin = [json.loads(x.split(trace.MARKER, 1)[1]) for x in logs[0].read_text().splitlines()
+                 if trace.MARKER in x and '"k":"B"' in x]
+        assert [(b["op"], b["shape"]) for b in begin] == [("all_reduce", [7])], logs[0].read_text()[-2000:]
+        assert procs[0].poll() is None, "rank 0 must still be blocked in the all_reduce"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=60)
+
+
+def test_the_timeline_picture_has_a_row_per_rank_or_says_why_not(tmp_path):
+    """trace-timeline.png from trace.json (streamed, torch-free); without matplotlib one line."""
+    events = [{"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "rank 0"}}]
+    events += [{"ph": "X", "name": op, "cat": "default_pg", "pid": 0, "tid": rank, "ts": ts, "dur": 500.0,
+                "args": {"rank": rank}} for rank in (0, 1, 2) for op, ts in (("broadcast", 0.0), ("all_reduce", 900.0))]
+    (tmp_path / "trace.json").write_text('{"traceEvents":[\n' + ",\n".join(json.dumps(e) for e in events)
+                                         + '\n],\n"metadata":{}}\n')
+    picture = trace.write_timeline(tmp_path)
+    assert picture == tmp_path / "trace-timeline.png" and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert trace._slices(tmp_path / "trace.json", 4) == ([(0, "broadcast", 0.0, 500.0), (0, "all_reduce", 900.0, 500.0),
+                                                        (1, "broadcast", 0.0, 500.0), (1, "all_reduce", 900.0, 500.0)], 6)
+    picture.unlink()
+    hidden = ("import sys; sys.modules['matplotlib'] = None\n"
+              "from labctl import trace, errors\n"
+              "try:\n    trace.write_timeline(sys.argv[1])\n"
+              "except errors.LabError as exc:\n    print(exc)\n")
+    from conftest import REPO
+    done = subprocess.run([sys.executable, "-c", hidden, str(tmp_path)], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert done.stdout.strip() == trace.NO_TIMELINE and "torch" not in done.stderr
+    assert not picture.exists()
+    assert trace.write_timeline(tmp_path / "elsewhere") is None          # no trace.json: nothing

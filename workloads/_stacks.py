@@ -9,9 +9,11 @@ nothing of labctl can be asked too.
 
 `signal_ranks(run_id)` is the asking side: SIGUSR1 to every process of the run
 that has RANK in its environment *and* catches SIGUSR1 (the default action of
-SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). A rank whose
-main thread blocks SIGUSR2 runs the dump thread of workloads/_trace.py: it gets
-SIGUSR2 instead, and that thread prints the stacks, then its Flight Recorder entries. labctl
+SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). Once those
+signals were delivered, each rank that runs the Flight Recorder dump thread of
+workloads/_trace.py gets a byte on its request FIFO (`fr_request_path`) and prints its
+newest Flight Recorder entries: the stacks first, then the entries, never both at once
+(faulthandler's C handler walking a thread that runs Python can crash). labctl
 calls it locally; on compose it runs inside each container:
 `python3 -m workloads._stacks <run id>`. `kill_rank(run_id, rank)` finds a rank
 the same way for the kill-rank fault (`python3 -m workloads._stacks kill-rank
@@ -23,9 +25,38 @@ import faulthandler
 import os
 import signal
 import sys
+import tempfile
+import time
 
 SIGNAL = signal.SIGUSR1
-FR_SIGNAL = signal.SIGUSR2             # workloads/_trace.py: dump the Flight Recorder ring
+DELIVERY_WAIT_S = 2.0       # for SIGUSR1 to reach every rank before its Flight Recorder is asked
+AFTER_STACKS_S = 0.2        # faulthandler writes a dump in well under a millisecond
+
+
+def fr_request_path(pid: int) -> str:
+    """The FIFO whose byte asks process `pid` for its Flight Recorder (workloads/_trace.py)."""
+    return os.path.join(tempfile.gettempdir(), f"labctl-fr-{os.getuid()}", str(pid))
+
+
+def ask_flight_recorder(pid: int) -> bool:
+    """One byte on the rank's request FIFO; False: no dump thread listens (none installed,
+    the process is gone, or the path is a stale FIFO of an earlier process)."""
+    try:
+        fd = os.open(fr_request_path(pid), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:                 # ENOENT: no FIFO; ENXIO: nobody reads it
+        return False
+    try:
+        os.write(fd, b"d")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether `signum` still waits to be delivered to the process (shared or main thread)."""
+    return _status_has(pid, ("SigPnd", "ShdPnd"), signum)
 
 
 def install() -> None:
@@ -35,26 +66,22 @@ def install() -> None:
         pass            # no SIGUSR1 here (Windows), or stderr has no file descriptor
 
 
-def _signal_mask_has(pid: int, mask: str, signum: int) -> bool:
-    """Whether `signum` is in the process's (main thread's) /proc status mask
-    `mask` ("SigCgt": caught, "SigBlk": blocked)."""
+def _status_has(pid: int, masks: tuple[str, ...], signum: int) -> bool:
+    """Whether `signum` is set in any of the process's /proc status signal masks
+    `masks` ("SigCgt": caught; "SigPnd", "ShdPnd": pending)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith(mask + ":"):
-                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    except (OSError, ValueError):
+                name, _, value = line.partition(":")
+                if name in masks and int(value.split()[0], 16) >> (signum - 1) & 1:
+                    return True
+    except (OSError, ValueError, IndexError):
         pass
     return False
 
 
 def _catches(pid: int, signum: int) -> bool:
-    return _signal_mask_has(pid, "SigCgt", signum)
-
-
-def _blocks(pid: int, signum: int) -> bool:
-    """Whether the process's main thread blocks `signum` (a sigwait thread takes it)."""
-    return _signal_mask_has(pid, "SigBlk", signum)
+    return _status_has(pid, ("SigCgt",), signum)
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -84,13 +111,19 @@ def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
         if not _catches(pid, SIGNAL):
             continue
         try:
-            # A rank with the dump thread of workloads/_trace.py gets only its signal: that
-            # thread prints the stacks and then the Flight Recorder. Both signals at once
-            # would let faulthandler's C handler walk a thread that is running Python (SIGSEGV).
-            os.kill(pid, FR_SIGNAL if _blocks(pid, FR_SIGNAL) else SIGNAL)
+            os.kill(pid, SIGNAL)
             asked.append((pid, int(env["RANK"]) if env["RANK"].isdigit() else -1))
         except (ProcessLookupError, PermissionError):
             continue
+    # The Flight Recorder only once every stack is out: the dump thread runs Python, and
+    # faulthandler's handler must not walk a thread that does.
+    deadline = time.monotonic() + DELIVERY_WAIT_S
+    while any(_pending(pid, SIGNAL) for pid, _ in asked) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if asked:
+        time.sleep(AFTER_STACKS_S)
+    for pid, _ in asked:
+        ask_flight_recorder(pid)
     return asked
 
 

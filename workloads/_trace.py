@@ -3,7 +3,7 @@ process group, as marked lines in the log stream.
 
 `install()` (called by the workloads runner and by `workloads._script` before the
 user's code runs, only when LAB_TRACE=1) wraps torch.distributed's collective and
-p2p functions. Each op writes two lines to stdout, each one write and flushed:
+p2p functions. Each op writes two lines to stdout (buffered, see FLUSH_S):
 
     @@labctl-trace {"k":"B","i":7,"op":"all_reduce","pg":"default_pg","seq":4,...,"t":<ns>}
     @@labctl-trace {"k":"E","i":7,"t":<ns>}
@@ -16,9 +16,10 @@ this rank is, a "C" line its clock offset against rank 0 measured right after
 init_process_group (NTP-style, over the original send/recv, not recorded).
 
 Why the log stream: it is the one channel every backend collects (local files,
-`docker compose logs`, `kubectl logs`), and lines written before a crash survive it.
-Memory per rank is bounded by the ops in flight (async works not yet waited):
-nothing is kept once its lines are written. Nothing is wrapped when tracing is off.
+`docker compose logs`, `kubectl logs`), and lines written before a crash survive it
+(lines wait at most FLUSH_S in memory; a rank SIGKILLed loses those). Memory per rank is
+bounded by MAX_PENDING lines waiting plus the ops in flight (async works not yet waited).
+Nothing is wrapped when tracing is off.
 
 Fields and where they come from: op = the torch.distributed function called; pg =
 "default_pg" for the world group, else the group's description/name; seq = this
@@ -30,9 +31,10 @@ op's input tensor(s); caller = the first frame outside torch and this module.
 """
 from __future__ import annotations
 
+import atexit
+import collections
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -41,7 +43,6 @@ from typing import Any
 
 MARKER = "@@labctl-trace "          # must match labctl/trace.py
 FR_MARKER = "@@labctl-fr "          # Flight Recorder entries at a dump; labctl/trace.py
-FR_SIGNAL = signal.SIGUSR2          # "dump your Flight Recorder" (workloads/_stacks.signal_ranks)
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
 CLOCK_ROUNDS = 5
@@ -83,12 +84,63 @@ def enabled() -> bool:
     return os.environ.get("LAB_TRACE", "") not in ("", "0", "false", "False")
 
 
+# Lines wait in memory and a daemon thread writes them every FLUSH_S (one write and one
+# flush for all of them): a flush per op cost more than the rest of the recorder. The B
+# line of an op a rank hangs in still reaches the log within FLUSH_S, because gloo's (and
+# NCCL's) wait releases the GIL. Also flushed: when the buffer holds MAX_PENDING lines (by
+# the op's own thread: memory stays bounded, nothing is dropped), when an op raises, at a
+# Flight Recorder dump, at exit.
+FLUSH_S = 0.15
+MAX_PENDING = 4096                  # lines; a B line is ~200-400 bytes: about 1-2 MB at most
+_pending: "collections.deque[str]" = collections.deque()
+_flush_lock = threading.Lock()
+_flusher_started = False
+
+
+def flush() -> None:
+    """Write every pending line, in order, with one write and one flush."""
+    with _flush_lock:
+        n = len(_pending)
+        if not n:
+            return
+        pop = _pending.popleft
+        text = "".join([pop() for _ in range(n)])
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass                    # stdout closed: tracing must never break the rank
+
+
+def _flusher() -> None:
+    tick = threading.Event()
+    while True:
+        tick.wait(FLUSH_S)          # releases the GIL while it waits
+        flush()
+
+
+def _start_flusher() -> None:
+    global _flusher_started
+    if not _flusher_started:
+        _flusher_started = True
+        atexit.register(flush)
+        os.register_at_fork(after_in_child=_forked)
+        threading.Thread(target=_flusher, name="labctl-trace-flush", daemon=True).start()
+
+
+def _forked() -> None:
+    """A forked child has no flusher thread: its lines go out at once, not the parent's."""
+    global _flusher_started
+    _pending.clear()
+    _flusher_started = False
+
+
 def _emit(line: str) -> None:
-    try:
-        sys.stdout.write(MARKER + line + "\n")     # one write per line (see _common.emit)
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass                        # stdout closed: tracing must never break the rank
+    _pending.append(MARKER + line + "\n")
+    if not _flusher_started:
+        _start_flusher()
+    if len(_pending) >= MAX_PENDING:
+        flush()
 
 
 def _write(record: dict[str, Any]) -> None:
@@ -118,9 +170,28 @@ def _tensors(value: Any) -> list:
     return [value] if hasattr(value, "element_size") else []
 
 
-def _group_name(dist: Any, group: Any) -> str:
-    default = dist.distributed_c10d._get_default_group()
-    pg = group if group is not None else default
+_default: list[Any] = [None, ""]           # the default group object and its name, once known
+
+
+def _default_group(dist: Any) -> Any:
+    """The world group or None; c10d's own `_world` when there is one (torch's
+    is_initialized + _get_default_group cost ~1 µs per op: five property calls)."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is not None:
+        return getattr(world, "default_pg", None)
+    return dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
+
+
+def _group_name(dist: Any, group: Any, default: Any) -> str:
+    if group is None:
+        if default is _default[0]:
+            return _default[1]
+        pg = default
+    else:
+        pg = group
+        name = _groups.get(id(pg))
+        if name is not None:
+            return name
     key = id(pg)
     name = _groups.get(key)
     if name is None:
@@ -136,6 +207,8 @@ def _group_name(dist: Any, group: Any) -> str:
         _groups[key] = name
         _pg_json[name] = json.dumps(name)
         _write({"k": "G", "pg": name, "ranks": ranks})
+    if pg is default:
+        _default[0], _default[1] = default, name
     return name
 
 
@@ -147,8 +220,28 @@ def _arg(args: tuple, kwargs: dict, index: int | None, key: str | None) -> Any:
     return None
 
 
+_dtypes: dict[Any, str] = {}
+_shapes: dict[tuple, str] = {}
+_heads: dict[tuple[str, str, bool], str] = {}    # (op, pg, p2p) -> the line's fixed start
+
+
+def _describe(tensors: list) -> str:
+    first = tensors[0]
+    dtype = _dtypes.get(first.dtype)
+    if dtype is None:
+        text = str(first.dtype)
+        dtype = _dtypes[first.dtype] = json.dumps(text[6:] if text.startswith("torch.") else text)
+    dims = tuple(first.shape)
+    shape = _shapes.get(dims)
+    if shape is None:
+        shape = _shapes[dims] = "[" + ",".join(str(int(x)) for x in dims) + "]"
+    nbytes = first.nbytes if len(tensors) == 1 else sum(t.nbytes for t in tensors)
+    return f',"shape":{shape},"dtype":{dtype},"bytes":{nbytes}'
+
+
 def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-    if not dist.is_initialized():
+    default = _default_group(dist)
+    if default is None:
         return None
     p2p = op in _P2P
     if p2p:
@@ -159,7 +252,7 @@ def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | No
     if group is not None and not hasattr(group, "rank"):
         group = None
     try:
-        pg = _group_name(dist, group)
+        pg = _group_name(dist, group, default)
     except Exception:              # noqa: BLE001 - not a member: torch says so itself
         return None
     with _lock:
@@ -168,18 +261,14 @@ def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | No
         _next_id[0] += 1
         ident = _next_id[0]
     record: dict[str, Any] = {"i": ident}
-    # The line is put together by hand: json.dumps of a dict costs about as much as the
-    # rest of the recorder (pg names and callers are JSON strings already).
-    parts = [f'{{"k":"B","i":{ident},"op":"{op}","pg":{_pg_json[pg]},"{"p2p" if p2p else "seq"}":{seq}']
+    # The line is put together by hand from cached pieces: json.dumps of a dict costs about
+    # as much as the rest of the recorder (pg names, callers, dtypes, shapes are cached).
+    head = _heads.get((op, pg, p2p))
+    if head is None:
+        head = _heads[(op, pg, p2p)] = f',"op":"{op}","pg":{_pg_json[pg]},"{"p2p" if p2p else "seq"}":'
     tensors = _tensors(_arg(args, kwargs, tensor_index, tensor_key)) if tensor_index >= 0 else []
-    if tensors:
-        first = tensors[0]
-        shape = ",".join(str(int(x)) for x in first.shape)
-        dtype = str(first.dtype)[6:] if str(first.dtype).startswith("torch.") else str(first.dtype)
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        parts.append(f',"shape":[{shape}],"dtype":"{dtype}","bytes":{nbytes}')
-    else:
-        parts.append(',"bytes":0')
+    sizes = _describe(tensors) if tensors else ',"bytes":0'
+    where = ""
     if peer_key:
         peer = _arg(args, kwargs, peer_index, peer_key)
         if peer is None:
@@ -188,9 +277,8 @@ def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | No
                 peer = dist.get_global_rank(group, local)
         if peer is not None:
             record["peer" if p2p else "root"] = int(peer)
-            parts.append(f',"{"peer" if p2p else "root"}":{int(peer)}')
-    parts.append(f',"caller":{_caller()},"t":{time.time_ns()}}}')
-    _emit("".join(parts))
+            where = f',"{"peer" if p2p else "root"}":{int(peer)}'
+    _emit(f'{{"k":"B","i":{ident}{head}{seq}{sizes}{where},"caller":{_caller()},"t":{time.time_ns()}}}')
     return record
 
 
@@ -207,7 +295,11 @@ class TracedWork:
         self._work, self._ident, self._done = work, ident, False
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
-        result = self._work.wait(*args, **kwargs)
+        try:
+            result = self._work.wait(*args, **kwargs)
+        except BaseException:
+            flush()
+            raise
         self._finish()
         return result
 
@@ -234,6 +326,9 @@ def _wrap(dist: Any, op: str, original: Any) -> Any:
         _local.depth = 1
         try:
             result = original(*args, **kwargs)
+        except BaseException:
+            flush()                 # the B line of the op that failed, before the rank ends
+            raise
         finally:
             _local.depth = 0
         if record is None:
@@ -383,38 +478,82 @@ def install() -> bool:
 
 def install_flight_recorder() -> bool:
     """Leave torch's Flight Recorder ring on (TORCH_FR_BUFFER_SIZE, read when the first
-    process group is made) and, on FR_SIGNAL, print every thread's stack (as SIGUSR1
-    does) and then the ring's newest entries, as FR_MARKER lines.
+    process group is made) and start a daemon thread that prints the ring's newest entries,
+    as FR_MARKER lines, whenever a byte arrives on this process's request FIFO
+    (workloads/_stacks.fr_request_path; `_stacks.signal_ranks` writes it after the stacks).
 
-    A Python signal handler would only run once the main thread is back in Python,
-    never while it is blocked in a collective: so the signal is blocked here, before any
-    other thread exists (gloo's threads inherit the mask), and a daemon thread takes it
-    with sigwait. gloo's wait releases the GIL, so that thread runs during a hang.
-    True: the dump thread runs."""
+    Why a FIFO and not a signal: a Python signal handler runs only once the main thread is
+    back in Python, never while it is blocked in a collective; a sigwait thread needs the
+    signal blocked in *every* other thread, but torch's import starts a native thread before
+    this runs (that thread took SIGUSR2 and its default action killed the rank), and every
+    subprocess a rank starts would inherit the blocked mask. The FIFO involves no signal and
+    no mask; the thread's read releases the GIL, and so does gloo's wait, so it answers
+    during a hang. True: the dump thread runs."""
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER)
-    if not hasattr(signal, "pthread_sigmask") or os.environ.get("TORCH_FR_BUFFER_SIZE") == "0":
+    if os.environ.get("TORCH_FR_BUFFER_SIZE") == "0" or not hasattr(os, "mkfifo"):
         return False
+    from . import _stacks
+
+    path = _stacks.fr_request_path(os.getpid())
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {FR_SIGNAL})
-    except (OSError, ValueError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        _prune(os.path.dirname(path))
+        try:
+            os.unlink(path)                 # an earlier process's, with this pid
+        except FileNotFoundError:
+            pass
+        os.mkfifo(path, 0o600)
+        fd = os.open(path, os.O_RDWR)       # O_RDWR: never EOF; close-on-exec (PEP 446)
+    except OSError:
         return False
-    threading.Thread(target=_fr_waiter, name="labctl-fr-dump", daemon=True).start()
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:            # not a forked child's atexit
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def forget_in_child() -> None:          # a forked child has no dump thread: no FIFO fd
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    atexit.register(remove)
+    os.register_at_fork(after_in_child=forget_in_child)
+    threading.Thread(target=_fr_waiter, args=(fd,), name="labctl-fr-dump", daemon=True).start()
     return True
 
 
-def _fr_waiter() -> None:
-    import faulthandler
+def _prune(folder: str) -> None:
+    """FIFOs of processes that are gone (a SIGKILLed rank runs no atexit)."""
+    for name in os.listdir(folder):
+        if name.isdigit():
+            try:
+                os.kill(int(name), 0)
+            except ProcessLookupError:
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
+            except OSError:
+                pass
 
+
+def _fr_waiter(fd: int) -> None:
     while True:
-        signal.sigwait({FR_SIGNAL})
-        try:                        # the stacks first (what SIGUSR1 prints; labctl stacks)
-            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        except (OSError, ValueError, RuntimeError):
-            pass
         try:
+            if not os.read(fd, 64):         # one dump for every burst of requests
+                continue
+        except OSError:
+            return
+        try:
+            flush()                         # the trace lines first, if tracing is on
             dump_flight_recorder()
-        except Exception as exc:    # noqa: BLE001 - a failed dump must not end the rank
-            _emit_fr({"error": str(exc)[:200]})
+        except BaseException as exc:        # noqa: BLE001 - a failed dump must not end the thread
+            _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
 
 
 def _emit_fr(record: dict[str, Any]) -> None:
