@@ -122,7 +122,8 @@ def main() -> int:
                 outcomes = [NodeOutcome(i, f"lab-{i}", 0, NodeState.SUCCEEDED) for i in (0, 1)]
                 whole = timed(lambda: run.finalize(outcomes, "passed"))
                 split = whole
-                if run.meta.pop("rank_logs_by_guards", None):
+                if run.rank_logs_by_guards:
+                    run.rank_logs_by_guards = False
                     split = timed(lambda: run.finalize(outcomes, "passed"))
                 read = timed(lambda: read_once(out))
                 print(f"| {mib} MiB{' x 2 ranks' if args.all_ranks else ''}"

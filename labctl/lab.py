@@ -14,7 +14,7 @@ from .backends.base import Backend
 from .errors import LabError
 from .outcome import NodeOutcome, NodeState, RunState
 from .plan import LaunchPlan, new_run_id, plan
-from .rundir import RunDir, StorageError
+from .rundir import RunDir, StorageError, folder_path
 from .spec import LabSpec, WorkloadSpec
 
 # The one workload labctl itself names: `labctl preflight` runs it (workloads/preflight.py).
@@ -26,13 +26,16 @@ Progress = Callable[[str], None]
 
 
 def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None = None,
-              **options: Any) -> LaunchPlan:
+              out: str | None = None, runs_root: str = "runs", **options: Any) -> LaunchPlan:
+    """The plan of a run whose folder will be `out` (or the lab's `out`, else
+    `<runs_root>/<run id>`): `labctl render plan` shows what `labctl up` would run."""
     backend = backend or backends.create(spec.backend, **options)
+    run_id = run_id or new_run_id(spec)
     try:
-        placement = backend.placement(spec)
+        placement = backend.placement(spec, folder_path(run_id, out or spec.out, runs_root))
     except FileNotFoundError as exc:
         raise LabError(str(exc)) from None
-    return plan(spec, placement, run_id or new_run_id(spec))
+    return plan(spec, placement, run_id)
 
 
 def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
@@ -46,7 +49,7 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     instead of a new one of `spec.backend` (tests place nodes differently).
     """
     backend = backend or backends.create(spec.backend, progress=progress, **options)
-    the_plan = make_plan(spec, backend=backend)
+    the_plan = make_plan(spec, backend=backend, out=out, runs_root=runs_root)
     backend.preflight(the_plan)
     try:
         run = RunDir.create(the_plan, out or spec.out, root=runs_root)

@@ -17,11 +17,12 @@ import datetime as _dt
 import gc
 import json
 import math
+import os
 import secrets
 import shlex
 import sys
-import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .spec import LabSpec
@@ -30,6 +31,7 @@ DEFAULT_CONTAINER_PORT = 29500
 DEFAULT_STORE_PORT = 29400          # the replica store in containers (a host of its own)
 SHARED_MOUNT = "/lab/shared"        # where container backends mount the shared directory
 STORE_MODULE = "workloads._replica_store"
+LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the run folder
 SCRIPT_MOUNT = "/lab/script"        # where container backends mount a user's script
 # torchrun tees every worker's output with this prefix, so one node log can be
 # split per global rank by every backend (see labctl.logs).
@@ -73,16 +75,18 @@ def init_port(rdzv_port: int) -> int:
     return rdzv_port + 1
 
 
-def local_placement(spec: LabSpec, port: int, script_path: str | None = None) -> Placement:
+def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
+                    run_folder: str | os.PathLike | None = None) -> Placement:
     """All nodes are processes on this machine; they meet on loopback.
 
     Replicas share the one address, so each gets its own pair of ports
     (rendezvous, tcp:// init) counted up from `port`, and the replica store the
-    port after them (`ports_needed`). The shared directory for file:// init is
-    the system temp folder: every local process sees it, and the plan cannot
-    know the run folder (it is chosen after the plan).
+    port after them (`ports_needed`). The shared directory (file:// init, and
+    LAB_SHARED_DIR) is the run folder's `shared/`, as an absolute path, so the
+    plan names the very directory the nodes get; without a run folder there is none.
     """
     many = spec.replicas > 1
+    shared = local_shared_dir(run_folder) if run_folder is not None else None
     return Placement(
         backend="local",
         hostnames=tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes)),
@@ -92,12 +96,12 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None) ->
         python=(sys.executable,),
         # gloo binds to what the hostname resolves to; nodes that share one host
         # must use loopback instead.
-        env={"GLOO_SOCKET_IFNAME": "lo"},
+        env={"GLOO_SOCKET_IFNAME": "lo", **({"LAB_SHARED_DIR": shared} if shared else {})},
         script_path=script_path if script_path is not None else spec.script,
         replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
         store_addr="127.0.0.1" if many else None,
         store_port=port + 2 * spec.replicas if many else None,
-        shared_dir=local_shared_dir(),
+        shared_dir=shared,
     )
 
 
@@ -143,9 +147,10 @@ def container_shared_dir(spec: LabSpec) -> str | None:
     return SHARED_MOUNT if spec.init_method == "file" or spec.shared_volume is not None else None
 
 
-def local_shared_dir() -> str:
-    """The directory local nodes share: they run on this one machine."""
-    return tempfile.gettempdir()
+def local_shared_dir(run_folder: str | os.PathLike) -> str:
+    """The directory local nodes share: the run folder's `shared/` (kept with the run),
+    absolute (every node works in a directory of its own)."""
+    return str((Path(run_folder) / LOCAL_SHARED_SUBDIR).resolve())
 
 
 def node_hostname(spec: LabSpec, index: int, replica: int = 0) -> str:

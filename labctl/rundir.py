@@ -130,19 +130,30 @@ def _warn(text: str) -> None:
     print(f"warning: {text}", file=sys.stderr)
 
 
+def folder_path(run_id: str, out: str | os.PathLike | None = None,
+                root: str | os.PathLike = "runs") -> Path:
+    """Where run `run_id`'s folder goes: `out`, else `<root>/<run id>`. Known before the
+    plan, so a backend can name in the plan what lives in the folder (local: `shared/`)."""
+    return Path(out) if out else Path(root) / run_id
+
+
 @dataclass
 class RunDir:
     path: Path
     meta: dict[str, Any] = field(default_factory=dict)
     _split: "LogSplit | None" = field(default=None, repr=False)
     _identity: tuple[int, int] | None = field(default=None, repr=False)   # (st_dev, st_ino)
+    # Local direct-mode node guards wrote every rank log themselves, so LogSplit only reads
+    # them for results (set by the backend that starts them); status.json keeps it as
+    # `rank_logs_by_guards`, for a folder opened again.
+    rank_logs_by_guards: bool = False
 
     # ---- creating -------------------------------------------------------
     @classmethod
     def create(cls, plan: LaunchPlan, out: str | os.PathLike | None = None,
                root: str | os.PathLike = "runs") -> "RunDir":
         """A new run folder; a folder that cannot hold a run is a refusal (FolderRefused)."""
-        path = Path(out) if out else Path(root) / plan.run_id
+        path = folder_path(plan.run_id, out, root)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise FolderRefused(f"run folder '{path}' exists and is not empty; "
                                 "choose another --out")
@@ -197,7 +208,8 @@ class RunDir:
         damage = status_damage(meta)
         if damage:
             raise FolderRefused(f"{path}/status.json: {damage}; the run folder is damaged")
-        return cls(path, meta)
+        by_guards = meta.pop("rank_logs_by_guards", False) is True
+        return cls(path, meta, rank_logs_by_guards=by_guards)
 
     # ---- reading --------------------------------------------------------
     @property
@@ -337,7 +349,8 @@ class RunDir:
         """status.json, replaced atomically; a failed write leaves no status.json.tmp."""
         tmp = self.path / "status.json.tmp"
         try:
-            tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=False, default=str) + "\n")
+            meta = {**self.meta, "rank_logs_by_guards": True} if self.rank_logs_by_guards else self.meta
+            tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
             tmp.replace(self.path / "status.json")
         except OSError:
             try:
@@ -481,7 +494,7 @@ class LogSplit:
         # came (and its own lines apart), so those are only read for results and errors,
         # not split out of the node log again: a GB-sized log costs about one read.
         self.guard_ranks: dict[int, list[int]] = {}
-        if run.meta.get("rank_logs_by_guards"):
+        if run.rank_logs_by_guards:
             for node in run.plan["nodes"]:
                 ranks = [p["rank"] for p in node["processes"] if p.get("rank") is not None]
                 if node["index"] in indices and ranks:

@@ -39,13 +39,16 @@ class LabRun:
 def local_plan(tmp_path: Path, **fields) -> planmod.LaunchPlan:
     spec = from_dict({"timeout": TIMEOUT_S, **fields})
     port = free_port(span=planmod.ports_needed(spec))
-    return planmod.plan(spec, planmod.local_placement(spec, port), f"t{os.getpid()}-{tmp_path.name[-20:]}")
+    placement = planmod.local_placement(spec, port, run_folder=tmp_path / "run")
+    return planmod.plan(spec, placement, f"t{os.getpid()}-{tmp_path.name[-20:]}")
 
 
 def run_plan(tmp_path: Path, the_plan: planmod.LaunchPlan, extra_env: dict | None = None) -> LabRun:
     """Run every process of the plan to its end (or TIMEOUT_S); return codes, results, output."""
     env0 = {**os.environ, **(extra_env or {})}
     services, procs = [], []      # (popen, log path, node, rank)
+    if the_plan.placement.shared_dir:       # as the local backend makes it
+        Path(the_plan.placement.shared_dir).mkdir(parents=True, exist_ok=True)
     try:
         for svc in the_plan.services:
             for i, proc in enumerate(svc.processes):

@@ -31,14 +31,17 @@ class SubprocessBackend(Backend):
     name = "subprocess"
     poll_interval = 0.05
 
-    def placement(self, spec: LabSpec) -> Placement:
+    def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         script = str(Path(spec.script).resolve()) if spec.script else None
-        return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)), script_path=script)
+        return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)), script_path=script,
+                               run_folder=run_folder)
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
         self.bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
         self.procs: dict[int, list[subprocess.Popen]] = {}
         self.pumps: list[threading.Thread] = []
+        if plan.placement.shared_dir:
+            Path(plan.placement.shared_dir).mkdir(parents=True, exist_ok=True)
         for node in plan.nodes:
             log = open(rundir.node_log(node.index), "ab")
             lock = threading.Lock()

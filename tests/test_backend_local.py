@@ -38,13 +38,20 @@ def test_topologies_pass(tmp_path, nodes, nproc):
 
 
 def test_direct_launcher_sets_rank_per_worker(tmp_path):
-    run = run_lab(tmp_path, launcher="direct", workloads=["env", "p2p", "collectives", "ddp"])
+    """Also: file:// init and LAB_SHARED_DIR (the elastic checkpoint) are one directory,
+    the run folder's shared/, and plan.json names it."""
+    run = run_lab(tmp_path, launcher="direct", init_method="file", workloads=[
+        "env", "p2p", "collectives", "ddp", {"name": "elastic", "options": {"steps": 4, "checkpoint_every": 2}}])
     assert run.meta["state"] == "passed", run.meta
     envs = {r["rank"]: r for r in run.results() if r["name"] == "env"}
     assert sorted(envs) == [0, 1, 2, 3]
     assert [envs[r]["LOCAL_RANK"] for r in range(4)] == [0, 1, 0, 1]
     plan = json.loads((run.path / "plan.json").read_text())
     assert [p["env"]["RANK"] for n in plan["nodes"] for p in n["processes"]] == ["0", "1", "2", "3"]
+    shared, run_id = (tmp_path / "run" / "shared").resolve(), run.meta["run_id"]
+    assert {n["env"]["LAB_SHARED_DIR"] for n in plan["nodes"]} == {str(shared)}
+    assert {n["env"]["LAB_INIT_METHOD"] for n in plan["nodes"]} == {f"file://{shared}/{run_id}.init"}
+    assert (shared / run_id / "elastic" / "checkpoint.pt").is_file(), "the workload wrote there too"
     assert_nothing_left(run.meta["run_id"])
 
 
@@ -106,13 +113,15 @@ def test_direct_mode_rank_logs_from_the_guards_equal_the_node_log_split(tmp_path
 
     run = run_lab(tmp_path, script=str(write_script(MIXED_OUTPUT)), launcher="direct",
                   nodes=2, nproc_per_node=2)
-    assert run.meta["rank_logs_by_guards"] is True
+    assert run.rank_logs_by_guards is True
+    assert json.loads((run.path / "status.json").read_text())["rank_logs_by_guards"] is True
+    assert RunDir.open(run.path).rank_logs_by_guards is True, "kept for a folder opened again"
     assert run.meta["state"] == "failed" and run.meta["first_failure"]["rank"] in (2, 3)
     assert "rank 2 gives up" in run.meta["rank_errors"]["2"]["exception"]
     assert run.meta["rank_exit_codes"]["3"] == 5
     assert run.rank_log(3).read_bytes().endswith(b"a last line with no end")   # as printed
     split = RunDir.open(shutil.copytree(run.path, tmp_path / "split"))
-    del split.meta["rank_logs_by_guards"]           # the node-log split of other backends
+    split.rank_logs_by_guards = False              # the node-log split of other backends
     split.finalize([NodeOutcome(**n) for n in run.meta["node_outcomes"]], "failed")
     for rank in range(4):
         guard_written = run.rank_log(rank).read_bytes()
@@ -131,7 +140,8 @@ def test_direct_mode_rank_logs_from_the_guards_equal_the_node_log_split(tmp_path
 def test_ranks_repeated_by_replicas_are_split_from_the_node_logs_once(tmp_path):
     run = run_lab(tmp_path, launcher="direct", replicas=2, nodes=1, nproc_per_node=2, workloads=["env"])
     assert run.meta["state"] == "passed", run.meta
-    assert "rank_logs_by_guards" not in run.meta      # rank 0 of each replica: one rank log
+    assert not run.rank_logs_by_guards               # rank 0 of each replica: one rank log
+    assert "rank_logs_by_guards" not in json.loads((run.path / "status.json").read_text())
     envs = [r for r in run.results() if r["name"] == "env"]
     assert sorted((e["replica"], e["rank"]) for e in envs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert_nothing_left(run.meta["run_id"])

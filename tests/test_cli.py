@@ -57,6 +57,14 @@ def test_render_plan_shows_every_nodes_command(tmp_path):
     plan = json.loads(done.stdout)
     assert plan["run_id"] == "fixed" and len(plan["nodes"]) == 3
     assert all("--rdzv-id=fixed" in n["argv"] for n in plan["nodes"])
+    # every variable a node gets: the shared directory is the run folder `up` would make
+    shared = str(tmp_path.resolve() / "runs" / "fixed" / "shared")
+    assert all(n["env"]["LAB_SHARED_DIR"] == shared for n in plan["nodes"])
+    file_init = json.loads(labctl("render", "plan", "--init-method", "file", "--run-id", "fixed",
+                                  "--out", "elsewhere", cwd=tmp_path).stdout)
+    shared = str(tmp_path.resolve() / "elsewhere" / "shared")
+    assert {n["env"]["LAB_SHARED_DIR"] for n in file_init["nodes"]} == {shared}
+    assert {n["env"]["LAB_INIT_METHOD"] for n in file_init["nodes"]} == {f"file://{shared}/fixed.init"}
 
 
 def test_logs_and_report_of_something_that_is_not_a_run(tmp_path):

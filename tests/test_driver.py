@@ -31,7 +31,7 @@ class ScriptedBackend(Backend):
         self.polls = 0
         self.stopped: set[int] = set()
 
-    def placement(self, spec):
+    def placement(self, spec, run_folder=None):
         return local_placement(spec, 12345)
 
     def start(self, plan, rundir):

@@ -63,7 +63,7 @@ def test_preflight_passes_on_compose_2x1(tmp_path):
 class NodeZeroNowhere(ComposeBackend):
     """Compose, with node 0's address a name that no resolver knows."""
 
-    def placement(self, spec):
+    def placement(self, spec, run_folder=None):
         return container_placement(spec, "compose", master_addr="lab-nowhere-0")
 
 

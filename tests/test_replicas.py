@@ -25,7 +25,8 @@ REPLICA_VARS = ("REPLICA_ID", "REPLICA_NUM", "REPLICA_STORE_ADDR", "REPLICA_STOR
 
 def _plan(placement="compose", **fields):
     s = spec.from_dict(fields)
-    pl = local_placement(s, 40000) if placement == "local" else container_placement(s, placement)
+    pl = (local_placement(s, 40000, run_folder="/runs/run-1") if placement == "local"
+          else container_placement(s, placement))
     return planmod.plan(s, pl, "run-1")
 
 
@@ -91,8 +92,10 @@ def test_init_urls():
     two = _plan(init_method="file", replicas=2)
     assert [n.processes[0].env["LAB_INIT_METHOD"] for n in two.nodes][::2] == \
         ["file:///lab/shared/run-1-r0.init", "file:///lab/shared/run-1-r1.init"]
-    local = _plan("local", init_method="file").nodes[0].processes[0].env["LAB_INIT_METHOD"]
-    assert local.startswith("file:///") and local.endswith("/run-1.init")
+    local = _plan("local", init_method="file").nodes[0]
+    # the run folder's shared/, the very directory LAB_SHARED_DIR names
+    assert local.processes[0].env["LAB_INIT_METHOD"] == "file:///runs/run-1/shared/run-1.init"
+    assert local.env["LAB_SHARED_DIR"] == "/runs/run-1/shared"
 
 
 def test_one_replica_skips_the_replicas_workload_with_the_reason():

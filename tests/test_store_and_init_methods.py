@@ -84,9 +84,13 @@ def test_each_init_method_with_each_launcher(tmp_path, method, launcher, nodes, 
     again = {r["url"] for r in run.named("init_methods", f"join-{method}")}
     if method == "tcp":
         assert again == {url}, "the planned port on node 0, once more"
+    shared = the_plan.placement.shared_dir
+    assert {n.env["LAB_SHARED_DIR"] for n in the_plan.nodes} == {shared}
+    (path,) = {r["url"] for r in run.named("init_methods", "join-file")}
+    # one shared directory: the lab's file:// init, LAB_SHARED_DIR and the workload's own join
+    assert path.startswith(f"file://{shared}/"), path
     if method == "file":          # the same shared directory, a fresh file
-        (path,) = again
-        assert path.rsplit("/", 1)[0] == url.rsplit("/", 1)[0] and path != url
+        assert url.startswith(f"file://{shared}/") and path != url
     stale = {r.get("stale_keys_removed") for r in run.named("init_methods", "join-env")}
     if launcher == "torchrun" and method == "env":
         (n,) = stale     # the first group's keys, still in the agent's store

@@ -18,7 +18,8 @@ init method goes last, so later workloads run on the group they started with.
 Where the meeting points come from: tcp:// uses LAB_INIT_METHOD when the lab
 joined through tcp (the planned port on node 0), else a port rank 0's OS
 picks, on MASTER_ADDR (rank 0's host under either launcher). file:// uses the
-directory of LAB_INIT_METHOD's file, else the system temp folder — after
+directory of LAB_INIT_METHOD's file, else LAB_SHARED_DIR (the lab's shared
+directory: local, the run folder's shared/), else the system temp folder — after
 checking that every rank really sees it (containers each have their own /tmp:
 then file:// is skipped, with the reason).
 
@@ -138,7 +139,8 @@ def meeting_point(ctx: _common.Context, method: str) -> tuple[str | None, str]:
         port = _free_port() if ctx.rank == 0 else 0
         port = _from_rank0(ctx, port)
         return f"tcp://{_rank0_host()}:{port}", ""
-    directory = os.path.dirname(own[len("file://"):]) if own.startswith("file://") else tempfile.gettempdir()
+    directory = (os.path.dirname(own[len("file://"):]) if own.startswith("file://")
+                 else os.environ.get("LAB_SHARED_DIR") or tempfile.gettempdir())
     if not _shared_by_everyone(ctx, directory):
         return None, (f"{directory} is not one directory for every rank (each container has its "
                       "own); init_method: file gives the lab a shared one")

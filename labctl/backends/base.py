@@ -6,7 +6,8 @@ way torch elastic's `SimpleElasticAgent._invoke_run` owns the loop and its
 subclasses only start, monitor and stop workers. One instance serves one run
 (`labctl up`) or one attach (`labctl collect`, `labctl down`).
 
-    placement(spec)            names and node 0's address on this backend (pure)
+    placement(spec, folder)    names, node 0's address, the shared directory on this
+                               backend (pure; `folder`: the run folder the run will get)
     preflight(plan)            refuse what cannot work, before anything starts (< 1 s)
 
   Bind the instance to one run (`self.run`, a BoundRun), one of three ways:
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from ..errors import LabError
@@ -154,7 +156,10 @@ class Backend:
         return run
 
     # ---- before the run ------------------------------------------------------
-    def placement(self, spec: LabSpec) -> Placement:
+    def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
+        """How this backend lays out `spec`'s nodes; `run_folder` is where the run's folder
+        will be (known before the plan, so the plan can name what lives in it; None: a
+        placement only to look at, nothing of the run's folder in it)."""
         raise NotImplementedError
 
     def preflight(self, plan: LaunchPlan) -> None:

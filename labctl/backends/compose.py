@@ -195,7 +195,7 @@ class ComposeBackend(Backend):
         self.exit_times: dict[str, float] = {}     # service -> when it exited (exit_times)
         self.started_at: _dt.datetime | None = None  # when start() began: the driver's t0
 
-    def placement(self, spec: LabSpec) -> Placement:
+    def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
         if spec.script and not Path(spec.script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")

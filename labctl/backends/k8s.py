@@ -494,7 +494,7 @@ class K8sBackend(Backend):
     def renderer_for(cls, spec: LabSpec) -> str | None:
         return "labctl.render.jobset" if _is_jobset(spec) else cls.renderer
 
-    def placement(self, spec: LabSpec) -> Placement:
+    def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service),
         or with `k8s.kind: jobset` as `<lab>-node-0-0.<lab>` (JobSet's DNS form)."""
         if spec.script and not Path(spec.script).is_file():

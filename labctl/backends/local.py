@@ -2,7 +2,7 @@
 
 Each node runs under `labctl/nodeguard.py` (in a session of its own, working
 in `work/node-<i>/` of the run folder unless the spec says `workdir: invoking`,
-with LAB_SHARED_DIR naming the run folder's `shared/`, which every node sees),
+with LAB_SHARED_DIR naming the run folder's `shared/`, which every node sees, in the plan),
 which writes the node's output straight into `nodes/node-<i>.log`, keeps every
 descendant in its tree (child subreaper), and stops the tree when labctl asks
 (SIGTERM) or dies (the lifeline pipe reads EOF). So a lab never outlives
@@ -26,7 +26,7 @@ from .. import nodeguard
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, local_placement, local_shared_dir, ports_needed
+from ..plan import LOCAL_SHARED_SUBDIR, LaunchPlan, Placement, local_placement, ports_needed
 from ..rundir import RunDir
 from ..spec import LabSpec
 from .base import Backend, Bound, BoundRun, PreflightError
@@ -163,7 +163,8 @@ class LocalBackend(Backend):
 
     @classmethod
     def shared_dir(cls, spec: LabSpec) -> str | None:
-        return local_shared_dir()
+        """Always one: the run folder's `shared/` (its absolute path comes with the folder)."""
+        return LOCAL_SHARED_SUBDIR
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -172,12 +173,12 @@ class LocalBackend(Backend):
         self.logs: list[IO[bytes]] = []
         self.lifeline_w: int | None = None
 
-    def placement(self, spec: LabSpec) -> Placement:
+    def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         script = str(Path(spec.script).resolve()) if spec.script else None
         if script and not Path(script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
         return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)),
-                               script_path=script)
+                               script_path=script, run_folder=run_folder)
 
     def preflight(self, plan: LaunchPlan) -> None:
         spec = plan.spec
@@ -203,13 +204,14 @@ class LocalBackend(Backend):
                 self.services.append(self._guard(rundir, read_end, ["--service", str(i)],
                                                  rundir.path / "services" / f"{svc.hostname}",
                                                  rundir.path))
+            if plan.placement.shared_dir:
+                Path(plan.placement.shared_dir).mkdir(parents=True, exist_ok=True)
             ranks = [p.rank for node in plan.nodes for p in node.processes if p.rank is not None]
             # direct mode, each rank once (replicas repeat ranks: their logs are split as usual)
-            if ranks and len(ranks) == len(set(ranks)):
-                rundir.meta["rank_logs_by_guards"] = True           # read by rundir.LogSplit
+            rundir.rank_logs_by_guards = bool(ranks) and len(ranks) == len(set(ranks))
             for node in plan.nodes:
                 which = ["--node", str(node.index)]
-                if rundir.meta.get("rank_logs_by_guards"):
+                if rundir.rank_logs_by_guards:
                     which += ["--rank-logs", str((rundir.path / "ranks").resolve()),
                               "--own-log", str(rundir.guard_log(node.index).resolve())]
                 self.guards[node.index] = self._guard(
@@ -234,10 +236,7 @@ class LocalBackend(Backend):
              *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
              "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "LAB_RUN_ID": self.run.run_id,
-                 # the directory every local node sees: the run folder's shared/ (kept with it;
-                 # the plan cannot name it, the folder is chosen after the plan)
-                 "LAB_SHARED_DIR": str((rundir.path / "shared").resolve())},
+            env={**os.environ, "LAB_RUN_ID": self.run.run_id},
             start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
