@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from workloads._trace import CLOCK_ROUNDS, FR_MARKER, MARKER   # what the ranks write (stdlib-only import)
+
 from .tables import table
 
-MARKER = "@@labctl-trace "          # must match workloads/_trace.py
 _MARKER_BYTES = MARKER.encode()
 TRACE_FILE = "trace.json"
 STRAGGLERS = 10
@@ -433,10 +434,13 @@ def _metadata(s: Summary) -> dict[str, Any]:
                                      "rtt_ms": None if info.rtt_ns is None else round(info.rtt_ns / 1e6, 6)}
     return {"source": "labctl trace (workloads/_trace.py records, labctl/trace.py merge)",
             "clock": "every rank's wall clock plus its offset against rank 0, measured at init "
-                     "(NTP estimate over send/recv, best of 5 round trips)",
+                     f"(NTP estimate over send/recv, best of {CLOCK_ROUNDS} round trips: off by at most "
+                     "half its round trip, clock_rtt_ms_by_rank)",
             "clock_offsets_by_node": nodes,
             "clock_offsets_ms_by_rank": {str(r): round(i.offset_ns / 1e6, 6) for r, i in sorted(s.ranks.items())
                                          if i.records},
+            "clock_rtt_ms_by_rank": {str(r): round((i.rtt_ns or 0) / 1e6, 6) for r, i in sorted(s.ranks.items())
+                                     if i.records},
             "ops": s.ops, "flows": s.flows, "unfinished_ops": s.unfinished,
             "missing_ranks": s.missing_ranks,
             "bad_records": [str(p) for p in s.problems] + ([f"... and {s.more_problems} more"]
@@ -483,7 +487,6 @@ def _stuck(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_cl
 
 # ---------------------------------------------------------------- Flight Recorder (tracing off)
 
-FR_MARKER = "@@labctl-fr "          # must match workloads/_trace.py
 _FR_MARKER_BYTES = FR_MARKER.encode()
 
 

@@ -45,7 +45,7 @@ MARKER = "@@labctl-trace "          # must match labctl/trace.py
 FR_MARKER = "@@labctl-fr "          # Flight Recorder entries at a dump; labctl/trace.py
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
-CLOCK_ROUNDS = 5
+CLOCK_ROUNDS = 8
 
 _installed = False
 _local = threading.local()
