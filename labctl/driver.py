@@ -15,6 +15,10 @@ the backend — the nodes still running are stopped, every node's log is
 collected *before* anything is deleted, and the outcome is decided by one
 rule (labctl.outcome.run_state). Backends only say how (labctl/backends/base.py).
 
+One Session object per run holds the loop's state; its methods are the steps
+(observe, watch, fire, finish). `run` and `follow` share it, the poll loop and
+one classification of what ends a lifecycle early (`classify`).
+
 Collection is part of the run. A signal during it is noted and the collection
 goes on (the outcome is then the lab's own); a second one cuts it short: state
 interrupted, never passed. A collection that failed or was cut short deletes
@@ -185,7 +189,6 @@ class _Stop:
     stop_reason: str                      # the reason the stopped nodes get (run only)
     signal: str | None = None             # Interrupted / KeyboardInterrupt: the signal's name
     error: LabError | None = None         # re-raised by lab.py after the folder is finalized
-    failure: BackendFailure | None = None
 
 
 def classify(exc: BaseException, backend_name: str) -> _Stop:
@@ -197,7 +200,7 @@ def classify(exc: BaseException, backend_name: str) -> _Stop:
         return _Stop(RunState.INTERRUPTED, f"interrupted ({sig})", f"stopped by labctl on {sig}",
                      signal=sig)
     if isinstance(exc, BackendFailure):
-        return _Stop(RunState.FAILED, str(exc), "stopped by labctl: " + str(exc), failure=exc)
+        return _Stop(RunState.FAILED, str(exc), "stopped by labctl: " + str(exc))
     if isinstance(exc, LabError):
         return _Stop(RunState.ERROR, str(exc), "stopped by labctl after an error", error=exc)
     message = f"internal error in the {backend_name} backend: {type(exc).__name__}: {exc}"
@@ -286,8 +289,8 @@ class Session:
         self.stop_reason = stop.stop_reason
         if stop.signal is not None:
             self.say(f"{stop.message}: stopping the lab")
-        elif stop.failure is not None:
-            self.say(f"{stop.failure}; stopping the lab" if self.started_here else str(stop.failure))
+        elif stop.state is RunState.FAILED:       # a BackendFailure: the lab failed
+            self.say(f"{stop.message}; stopping the lab" if self.started_here else stop.message)
 
     def watch(self, deadline: float, grace: float | None) -> None:
         """The one poll loop: until every node has ended, the grace after the first failure
