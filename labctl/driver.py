@@ -15,6 +15,10 @@ the backend — the nodes still running are stopped, every node's log is
 collected *before* anything is deleted, and the outcome is decided by one
 rule (labctl.outcome.run_state). Backends only say how (labctl/backends/base.py).
 
+One Session object per run holds the loop's state; its methods are the steps
+(observe, watch, fire, finish). `run` and `follow` share it, the poll loop and
+one classification of what ends a lifecycle early (`classify`).
+
 Collection is part of the run. A signal during it is noted and the collection
 goes on (the outcome is then the lab's own); a second one cuts it short: state
 interrupted, never passed. A collection that failed or was cut short deletes
@@ -26,7 +30,7 @@ import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from .backends.base import Backend, BackendFailure, Progress
 from .errors import LabError
@@ -39,6 +43,7 @@ FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and e
 FOLLOW_BYTES = 16 << 20   # node log bytes split per node and poll while the lab runs (live logs)
 RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_T = TypeVar("_T")
 
 
 class Interrupted(BaseException):
@@ -118,12 +123,6 @@ def signals_raise() -> Iterator[_Signals]:
             signal.signal(s, h)
 
 
-def _line(outcomes: list[NodeOutcome]) -> str:
-    return "  ".join(f"node-{o.index}: {o.describe()}" + (f" [{o.reason}]" if o.reason and
-                     o.state in (NodeState.PENDING, NodeState.RUNNING) else "")
-                     for o in outcomes)
-
-
 class FaultClock:
     """The spec's faults as timed events (begin, and end for those with a duration),
     on a clock that starts when every node is running: a fault at T means T seconds
@@ -167,93 +166,10 @@ class FaultClock:
         return max(0.0, self.started_at + self.events[0][0] - now)
 
 
-def fire(backend: Backend, rundir: RunDir, clock_, t0: float, faults: FaultClock,
-         at: float, fault: Fault, phase: str, say: Progress, note: str = "") -> None:
-    """Make one fault event happen and write it down (faults.jsonl) with when it fired."""
-    if phase == "end" and fault not in faults.active:
-        return                        # it never began (could not be done): nothing to end
-    asked = clock_()
-    try:
-        did, ok = (backend.inject(fault) if phase == "begin" else backend.heal(fault)), True
-    except NotYet:
-        faults.retry(at, fault, phase)
-        return
-    except Exception as exc:          # a fault that cannot be done is written down, not fatal
-        did, ok = f"could not: {exc}", False
-    now = clock_()                    # done: a kill through `docker exec` takes a while
-    if phase == "begin" and fault.duration is not None and ok:
-        faults.active.append(fault)
-    elif phase == "end" and fault in faults.active:
-        faults.active.remove(fault)
-    record = {"fault": fault.text, "kind": fault.kind, "target": fault.target, "phase": phase,
-              "planned_s": at, "fired_s": round(now - (faults.started_at or t0), 3),
-              "lab_s": round(now - t0, 3), "took_s": round(now - asked, 3),
-              "time": round(time.time(), 3), "did": did, "ok": ok}
-    if note:
-        record["note"] = note
-    rundir.record_fault(record)
-    say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
-
-
-@dataclass
-class _Watch:
-    """What the poll loop saw last, and why it returned."""
-    outcomes: list[NodeOutcome]
-    deadline_passed: bool = False
-    first_bad: NodeOutcome | None = None      # set when the grace after a failure ran out
-    spared: set[int] = field(default_factory=set)   # nodes an elastic lab goes on without
-
-
-def _watch(plan: LaunchPlan, backend: Backend, rundir: RunDir, observe, say: Progress,
-           clock, t0: float, deadline: float, grace: float | None, w: _Watch,
-           faults: FaultClock | None = None) -> None:
-    """The one poll loop: until every node has ended, the grace after the first failure
-    has run out (`grace` None: never, for runs labctl only watches), or the deadline.
-    Faults fire on their clock; a node an elastic lab can lose is no failure."""
-    first_failure: float | None = None
-    last = ""
-    nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
-    while True:
-        w.outcomes = observe()
-        now = clock()
-        line = _line(w.outcomes)
-        if line != last:
-            say(f"[{now - t0:6.1f}s] {line}")
-            last = line
-        if all(o.state.ended for o in w.outcomes):
-            return
-        if faults is not None and (faults.events or faults.waiting):
-            if all(o.state is not NodeState.PENDING for o in w.outcomes):
-                if faults.started_at is None:
-                    say(f"[{now - t0:6.1f}s] every node started: the fault clock starts")
-                faults.start(now)
-            for at, fault, phase in faults.due(now):
-                fire(backend, rundir, clock, t0, faults, at, fault, phase, say)
-        behind = False        # the log follower has more to read: no sleep before the next poll
-        if backend.live_logs:
-            behind = not rundir.follow_logs([n.index for n in plan.nodes], FOLLOW_BYTES)
-        else:                 # a full, read-only or deleted run folder ends the lab now
-            rundir.check_storage()
-        can_spare = spared(w.outcomes, nodes, fewest)
-        for o in w.outcomes:
-            if o.index in can_spare and o.index not in w.spared:
-                w.spared.add(o.index)
-                say(f"node {o.index} {o.describe()}; the lab goes on without it "
-                    f"(min_nodes {fewest} of {nodes})")
-        bad = [o for o in w.outcomes if o.state.bad and o.index not in can_spare]
-        if bad and first_failure is None and grace is not None:
-            first_failure = now
-            who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
-            say(f"{who}; stopping the lab in {grace:g}s unless the others finish")
-            w.first_bad = bad[0]
-        if first_failure is not None and grace is not None and now - first_failure > grace:
-            return
-        if now > deadline:
-            w.deadline_passed = True
-            return
-        if not behind:
-            time.sleep(max(0.0, min(backend.poll_interval, deadline - now + 0.01,
-                                    faults.next_in(clock()) if faults is not None else 3600.0)))
+def _line(outcomes: list[NodeOutcome]) -> str:
+    return "  ".join(f"node-{o.index}: {o.describe()}" + (f" [{o.reason}]" if o.reason and
+                     o.state in (NodeState.PENDING, NodeState.RUNNING) else "")
+                     for o in outcomes)
 
 
 def _say(progress: Progress) -> Progress:
@@ -265,163 +181,31 @@ def _say(progress: Progress) -> Progress:
     return say
 
 
-def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-        grace: float | None = None, clock=time.monotonic) -> RunResult:
-    """Run the lab to its end on `backend`; the run folder holds every node's log afterwards."""
-    grace = FAILURE_GRACE_S if grace is None else grace
-    t0 = clock()
-    deadline = t0 + plan.spec.timeout
-    state, message, interrupted_by = RunState.PASSED, "", None
-    error: LabError | None = None
-    exited: dict[int, float] = {}         # node -> seconds after start when first seen ended
-    w = _Watch([NodeOutcome(n.index, n.hostname) for n in plan.nodes])
-    stop_reason = ""
-    started = False
-    say = _say(progress)
-    nodes, fewest = plan.spec.nodes, plan.spec.fewest_nodes
-    faults = FaultClock(plan.spec.faults)
-
-    def observe() -> list[NodeOutcome]:
-        now = round(clock() - t0, 3)
-        seen = backend.poll()
-        for o in seen:
-            if o.state.ended and o.index not in exited:
-                exited[o.index] = o.exited_s if o.exited_s is not None else now
-            if o.index in exited:
-                o.exited_s = exited[o.index]
-        return seen
-
-    with signals_raise() as signals:
-        try:
-            backend.start(plan, rundir)
-            started = True
-            _watch(plan, backend, rundir, observe, say, clock, t0, deadline, grace, w, faults)
-            if w.first_bad is not None:
-                stop_reason = f"stopped by labctl after node {w.first_bad.index} failed"
-            if w.deadline_passed:
-                state, message = RunState.TIMEOUT, f"deadline of {plan.spec.timeout:g}s passed"
-                stop_reason = "stopped by labctl at the deadline"
-                say(f"timeout: {message}; taking every rank's stack, then stopping the lab")
-                for note in backend.dump_stacks(rundir):
-                    say(note)
-        except (Interrupted, KeyboardInterrupt) as exc:
-            signame = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
-            state, interrupted_by = RunState.INTERRUPTED, signame
-            message = f"interrupted ({signame})"
-            stop_reason = f"stopped by labctl on {signame}"
-            say(f"{message}: stopping the lab")
-        except BackendFailure as exc:
-            state, message = RunState.FAILED, str(exc)
-            stop_reason = "stopped by labctl: " + str(exc)
-            say(f"{exc}; stopping the lab")
-        except LabError as exc:
-            state, message, error = RunState.ERROR, str(exc), exc
-            stop_reason = "stopped by labctl after an error"
-        except Exception as exc:          # a bug or an API surprise: still a finished folder
-            state = RunState.ERROR
-            message = f"internal error in the {backend.name} backend: {type(exc).__name__}: {exc}"
-            error = LabError(message)
-            stop_reason = "stopped by labctl after an error"
-        finally:
-            signals.raising = False       # from here on signals wait: the cleanup completes
-            for fault in list(faults.active):     # a frozen or cut-off node cannot be stopped
-                fire(backend, rundir, clock, t0, faults, fault.at + (fault.duration or 0), fault,
-                     "end", say, note="ended early: the lab ended")
-            signals.say = say
-            finished = _finish(backend, rundir, plan, started, w.outcomes, stop_reason,
-                               exited, observe, say, signals, lambda: round(clock() - t0, 3))
-    outcomes, notes = finished.outcomes, finished.notes
-    for o in outcomes:
-        if o.index in spared(outcomes, nodes, fewest) and not o.reason:
-            o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
-    state = run_state(state, outcomes, nodes, fewest)
-    before = f" (before that: {message})" if message else ""
-    if finished.cut_by is not None:       # never a pass: not every log was seen
-        state, interrupted_by = RunState.INTERRUPTED, interrupted_by or finished.cut_by
-        message = (f"interrupted ({finished.cut_by}) while collecting the logs: they are "
-                   f"incomplete and the lab was kept; `labctl down {rundir.path}` saves them"
-                   + before)
-    elif finished.failure:
-        state = RunState.ERROR
-        message = (f"collecting the logs failed: {finished.failure}; nothing was deleted; "
-                   f"`labctl down {rundir.path}` saves them, then removes the lab" + before)
-    elif signals.deferred and interrupted_by is None:
-        notes.append(f"{signal_name(signals.deferred[0])} arrived while the lab was being cleaned "
-                     "up; every log was collected first, and the outcome is the lab's own")
-    return RunResult(state, outcomes, message, interrupted_by, error, notes, finished.kept)
+@dataclass
+class _Stop:
+    """What an exception out of the lifecycle becomes: one classification for run and follow."""
+    state: RunState
+    message: str
+    stop_reason: str                      # the reason the stopped nodes get (run only)
+    signal: str | None = None             # Interrupted / KeyboardInterrupt: the signal's name
+    error: LabError | None = None         # re-raised by lab.py after the folder is finalized
 
 
-def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-           timeout: float, wait: bool = True, clock=time.monotonic) -> RunResult:
-    """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
-    died) through `backend.attach...`, then collect every node's log into the folder.
-
-    The same poll loop and collect step as `run`, but nothing is started, stopped or
-    deleted: a failing node is only noted, and at `timeout` (or at once, `wait`
-    False) the run is written down as still running. A signal ends the watching,
-    not the lab; the logs are collected all the same.
-    """
-    t0 = clock()
-    state, message, interrupted_by = RunState.PASSED, "", None
-    error: LabError | None = None
-    w = _Watch([NodeOutcome(n.index, n.hostname) for n in plan.nodes])
-    say = _say(progress)
-    running_seen: set[int] = set()
-    exited: dict[int, float] = {}
-
-    def observe() -> list[NodeOutcome]:
-        """Exit times only for nodes seen ending while watched: earlier ends are unknown."""
-        seen = backend.poll()
-        for o in seen:
-            if not o.state.ended:
-                running_seen.add(o.index)
-            elif o.index in running_seen and o.index not in exited:
-                exited[o.index] = o.exited_s if o.exited_s is not None else round(clock() - t0, 3)
-            if o.index in exited:
-                o.exited_s = exited[o.index]
-        return seen
-
-    with signals_raise() as signals:
-        try:
-            if wait:
-                _watch(plan, backend, rundir, observe, say, clock, t0, t0 + timeout, None, w)
-            else:
-                w.outcomes = observe()
-                say(_line(w.outcomes))
-        except (Interrupted, KeyboardInterrupt) as exc:
-            interrupted_by = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
-            say(f"{interrupted_by}: no more waiting; collecting what is there (the lab goes on)")
-        except BackendFailure as exc:
-            state, message = RunState.FAILED, str(exc)
-            say(str(exc))
-        except LabError as exc:
-            state, message, error = RunState.ERROR, str(exc), exc
-        except Exception as exc:
-            state = RunState.ERROR
-            message = f"internal error in the {backend.name} backend: {type(exc).__name__}: {exc}"
-            error = LabError(message)
-        finally:
-            signals.raising = False
-            try:
-                final = backend.collect(rundir)
-            except Exception as exc:      # nothing was saved: say so, never pretend
-                final = w.outcomes
-                state, message = RunState.ERROR, f"collecting the logs failed: {exc}"
-                error = error or LabError(message)
-    by_index = {o.index: o for o in final}
-    outcomes = [by_index.get(n.index) or NodeOutcome(n.index, n.hostname) for n in plan.nodes]
-    for o in outcomes:
-        if o.index in exited and o.exited_s is None:
-            o.exited_s = exited[o.index]
-    going = [o.index for o in outcomes if not o.state.ended]
-    if going and state is RunState.PASSED:
-        why = (f"{interrupted_by} stopped the waiting" if interrupted_by else
-               "--no-wait" if not wait else f"not ended within --timeout {timeout:g}s")
-        state = RunState.RUNNING
-        message = (f"node(s) {', '.join(map(str, going))} still running ({why}): "
-                   "collected what they wrote so far")
-    return RunResult(run_state(state, outcomes, plan.spec.nodes, plan.spec.fewest_nodes), outcomes,
-                     message, interrupted_by, error)
+def classify(exc: BaseException, backend_name: str) -> _Stop:
+    """Interrupted (a signal) / BackendFailure (the lab failed) / LabError (including
+    StorageError: re-raised after finalizing) / anything else (a bug or an API surprise:
+    an error, still a finished folder)."""
+    if isinstance(exc, (Interrupted, KeyboardInterrupt)):
+        sig = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
+        return _Stop(RunState.INTERRUPTED, f"interrupted ({sig})", f"stopped by labctl on {sig}",
+                     signal=sig)
+    if isinstance(exc, BackendFailure):
+        return _Stop(RunState.FAILED, str(exc), "stopped by labctl: " + str(exc))
+    if isinstance(exc, LabError):
+        return _Stop(RunState.ERROR, str(exc), "stopped by labctl after an error", error=exc)
+    message = f"internal error in the {backend_name} backend: {type(exc).__name__}: {exc}"
+    return _Stop(RunState.ERROR, message, "stopped by labctl after an error",
+                 error=LabError(message))
 
 
 @dataclass
@@ -434,68 +218,349 @@ class _Finished:
     kept: bool = False                # nothing deleted: the lab keeps the logs not collected
 
 
-def _finish(backend: Backend, rundir: RunDir, plan: LaunchPlan, started: bool,
-            outcomes: list[NodeOutcome], stop_reason: str, exited: dict[int, float],
-            observe, say: Progress, signals: _Signals, elapsed=lambda: None) -> _Finished:
-    """Stop what still runs, collect every log, then delete: in this order, always.
+class Session:
+    """One run's lifecycle and the state that lives through it: `run` drives a lab
+    started here (start, stop, collect, delete, faults); `follow` only watches and
+    collects a lab started elsewhere (`started_here` False)."""
 
-    Nothing is deleted unless every log is in the folder: a collection that
-    failed or was cut short by a second signal keeps the lab (`labctl down`
-    saves the logs, then deletes). Backends whose logs are in the folder
-    already (`live_logs`) and labs that never started are deleted regardless:
-    there is nothing more to save, and nothing may be left running."""
-    notes: list[str] = []
-    stopped: set[int] = set()
-    done = _Finished(outcomes, notes, collected=False)
-    final = outcomes
-    try:
+    def __init__(self, plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
+                 clock=time.monotonic, started_here: bool = True):
+        self.plan, self.backend, self.rundir, self.clock = plan, backend, rundir, clock
+        self.say = _say(progress)
+        self.t0 = clock()
+        self.started_here = started_here
+        self.started = False                      # backend.start returned
+        self.outcomes = [NodeOutcome(n.index, n.hostname) for n in plan.nodes]   # last seen
+        self.exited: dict[int, float] = {}        # node -> seconds after t0 when first seen ended
+        # a node's exit time is known only if it was seen running: every node of a lab
+        # started here, only those seen running while watched for a lab started elsewhere
+        self.running_seen: set[int] = {n.index for n in plan.nodes} if started_here else set()
+        self.faults = FaultClock(plan.spec.faults if started_here else ())
+        self.state, self.message = RunState.PASSED, ""
+        self.interrupted_by: str | None = None
+        self.error: LabError | None = None
+        self.stop_reason = ""                     # the reason the nodes labctl stops get
+        self.deadline_passed = False
+        self.first_bad: NodeOutcome | None = None  # the first failure, once noticed
+        self.spared: set[int] = set()              # nodes an elastic lab goes on without
+        self.signals = _Signals()
+
+    def elapsed(self) -> float:
+        return round(self.clock() - self.t0, 3)
+
+    def observe(self) -> list[NodeOutcome]:
+        """Poll every node, with the time each was first seen ended."""
+        now = self.elapsed()
+        seen = self.backend.poll()
+        for o in seen:
+            if not o.state.ended:
+                self.running_seen.add(o.index)
+            elif o.index in self.running_seen and o.index not in self.exited:
+                self.exited[o.index] = o.exited_s if o.exited_s is not None else now
+            if o.index in self.exited:
+                o.exited_s = self.exited[o.index]
+        return seen
+
+    # -- the lifecycle, shared by run and follow ---------------------------------------
+
+    def guarded(self, body: Callable[[], None], cleanup: Callable[[], _T]) -> _T:
+        """`body` with the handled signals raising, any exception classified once
+        (`classify`), then `cleanup` with signals deferred, whatever happened."""
+        with signals_raise() as self.signals:
+            try:
+                body()
+            except (Interrupted, KeyboardInterrupt, Exception) as exc:
+                self.stopped_by(classify(exc, self.backend.name))
+            finally:
+                self.signals.raising = False      # from here on signals wait: cleanup completes
+                self.signals.say = self.say
+                done = cleanup()
+        return done
+
+    def stopped_by(self, stop: _Stop) -> None:
+        """Write down why the lifecycle ended early. A signal stops a lab started here;
+        for a lab watched only, it ends the watching, not the lab."""
+        if stop.signal is not None and not self.started_here:
+            self.interrupted_by = stop.signal
+            self.say(f"{stop.signal}: no more waiting; collecting what is there (the lab goes on)")
+            return
+        self.state, self.message, self.error = stop.state, stop.message, stop.error
+        self.interrupted_by = stop.signal
+        self.stop_reason = stop.stop_reason
+        if stop.signal is not None:
+            self.say(f"{stop.message}: stopping the lab")
+        elif stop.state is RunState.FAILED:       # a BackendFailure: the lab failed
+            self.say(f"{stop.message}; stopping the lab" if self.started_here else stop.message)
+
+    def watch(self, deadline: float, grace: float | None) -> None:
+        """The one poll loop: until every node has ended, the grace after the first failure
+        has run out (`grace` None: never, for runs labctl only watches), or the deadline.
+        Faults fire on their clock; a node an elastic lab can lose is no failure."""
+        first_failure: float | None = None
+        last = ""
+        while True:
+            self.outcomes = self.observe()
+            now = self.clock()
+            line = _line(self.outcomes)
+            if line != last:
+                self.say(f"[{now - self.t0:6.1f}s] {line}")
+                last = line
+            if all(o.state.ended for o in self.outcomes):
+                return
+            self.fire_due(now)
+            behind = self.keep_logs()
+            bad = self.failed()
+            if bad and first_failure is None and grace is not None:
+                first_failure = now
+                who = ", ".join(f"node {o.index} {o.describe()}" for o in bad)
+                self.say(f"{who}; stopping the lab in {grace:g}s unless the others finish")
+                self.first_bad = bad[0]
+            if first_failure is not None and grace is not None and now - first_failure > grace:
+                return
+            if now > deadline:
+                self.deadline_passed = True
+                return
+            if not behind:                # the log follower has more to read: poll again now
+                time.sleep(max(0.0, min(self.backend.poll_interval, deadline - now + 0.01,
+                                        self.faults.next_in(self.clock()))))
+
+    def keep_logs(self) -> bool:
+        """Split the node logs written so far (backends with live logs), else check the
+        run folder (a full, read-only or deleted one raises StorageError: the lab ends
+        now). False when the log follower is behind."""
+        if self.backend.live_logs:
+            return not self.rundir.follow_logs([n.index for n in self.plan.nodes], FOLLOW_BYTES)
+        self.rundir.check_storage()
+        return False
+
+    def failed(self) -> list[NodeOutcome]:
+        """The nodes that failed and that the lab cannot go on without (noting, once
+        each, those an elastic lab spares)."""
+        nodes, fewest = self.plan.spec.nodes, self.plan.spec.fewest_nodes
+        can_spare = spared(self.outcomes, nodes, fewest)
+        for o in self.outcomes:
+            if o.index in can_spare and o.index not in self.spared:
+                self.spared.add(o.index)
+                self.say(f"node {o.index} {o.describe()}; the lab goes on without it "
+                         f"(min_nodes {fewest} of {nodes})")
+        return [o for o in self.outcomes if o.state.bad and o.index not in can_spare]
+
+    # -- faults ------------------------------------------------------------------------
+
+    def fire_due(self, now: float) -> None:
+        """Start the fault clock once every node runs; fire the events due."""
+        faults = self.faults
+        if not (faults.events or faults.waiting):
+            return
+        if all(o.state is not NodeState.PENDING for o in self.outcomes):
+            if faults.started_at is None:
+                self.say(f"[{now - self.t0:6.1f}s] every node started: the fault clock starts")
+            faults.start(now)
+        for at, fault, phase in faults.due(now):
+            self.fire(at, fault, phase)
+
+    def fire(self, at: float, fault: Fault, phase: str, note: str = "") -> None:
+        """Make one fault event happen and write it down (faults.jsonl) with when it fired."""
+        faults, t0 = self.faults, self.t0
+        if phase == "end" and fault not in faults.active:
+            return                        # it never began (could not be done): nothing to end
+        asked = self.clock()
         try:
-            outcomes = observe()
-        except Exception:
-            pass
-        running = [o.index for o in outcomes if not o.state.ended]
-        if running:
-            reason = stop_reason or "stopped by labctl"
-            backend.stop(running, reason)
-            stopped = set(running)
-            for index in running:         # when they ended, for the report's timeline
-                exited.setdefault(index, elapsed())
-        with signals.collection():
-            say(f"collecting the logs of {len(plan.nodes)} node(s)")
-            final = backend.collect(rundir)
-        done.collected = True
-    except Interrupted as exc:            # a second signal during the collection
-        done.cut_by = exc.signal
-        notes.append(f"{exc.signal} cut the log collection short: the logs in the folder "
-                     "are incomplete")
-        say(notes[-1])
-    except Exception as exc:
-        done.failure = str(exc) if isinstance(exc, LabError) else f"{type(exc).__name__}: {exc}"
-        notes.append(f"collecting the logs failed: {done.failure}")
-        say(notes[-1])
-    if not done.collected and started and not backend.live_logs:
-        done.kept = True
-        notes.append(f"nothing was deleted, so that no log is lost: `labctl down {rundir.path}` "
-                     "saves every node's log, then removes the lab")
-        say(notes[-1])
-    else:
+            did, ok = (self.backend.inject(fault) if phase == "begin"
+                       else self.backend.heal(fault)), True
+        except NotYet:
+            faults.retry(at, fault, phase)
+            return
+        except Exception as exc:          # a fault that cannot be done is written down, not fatal
+            did, ok = f"could not: {exc}", False
+        now = self.clock()                # done: a kill through `docker exec` takes a while
+        if phase == "begin" and fault.duration is not None and ok:
+            faults.active.append(fault)
+        elif phase == "end" and fault in faults.active:
+            faults.active.remove(fault)
+        record = {"fault": fault.text, "kind": fault.kind, "target": fault.target, "phase": phase,
+                  "planned_s": at, "fired_s": round(now - (faults.started_at or t0), 3),
+                  "lab_s": round(now - t0, 3), "took_s": round(now - asked, 3),
+                  "time": round(time.time(), 3), "did": did, "ok": ok}
+        if note:
+            record["note"] = note
+        self.rundir.record_fault(record)
+        self.say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
+
+    def end_faults(self) -> None:
+        """End the faults still active: a frozen or cut-off node cannot be stopped."""
+        for fault in list(self.faults.active):
+            self.fire(fault.at + (fault.duration or 0), fault, "end",
+                      note="ended early: the lab ended")
+
+    # -- run: a lab started here -------------------------------------------------------
+
+    def run(self, grace: float) -> RunResult:
+        deadline = self.t0 + self.plan.spec.timeout
+
+        def body() -> None:
+            self.backend.start(self.plan, self.rundir)
+            self.started = True
+            self.watch(deadline, grace)
+            if self.first_bad is not None:
+                self.stop_reason = f"stopped by labctl after node {self.first_bad.index} failed"
+            if self.deadline_passed:
+                self.state = RunState.TIMEOUT
+                self.message = f"deadline of {self.plan.spec.timeout:g}s passed"
+                self.stop_reason = "stopped by labctl at the deadline"
+                self.say(f"timeout: {self.message}; taking every rank's stack, then stopping the lab")
+                for note in self.backend.dump_stacks(self.rundir):
+                    self.say(note)
+
+        def cleanup() -> _Finished:
+            self.end_faults()
+            return self.finish()
+
+        return self.run_result(self.guarded(body, cleanup))
+
+    def finish(self) -> _Finished:
+        """Stop what still runs, collect every log, then delete: in this order, always.
+
+        Nothing is deleted unless every log is in the folder: a collection that
+        failed or was cut short by a second signal keeps the lab (`labctl down`
+        saves the logs, then deletes). Backends whose logs are in the folder
+        already (`live_logs`) and labs that never started are deleted regardless:
+        there is nothing more to save, and nothing may be left running."""
+        backend, say, notes = self.backend, self.say, []
+        stop_reason = self.stop_reason or "stopped by labctl"
+        stopped: set[int] = set()
+        done = _Finished(self.outcomes, notes, collected=False)
+        final = outcomes = self.outcomes
         try:
-            removed = backend.delete()
-            if removed:
-                say(removed)
-        except Exception as exc:
-            notes.append(f"cleanup failed: {exc}; run: labctl down {rundir.path}")
+            try:
+                outcomes = self.observe()
+            except Exception:
+                pass
+            running = [o.index for o in outcomes if not o.state.ended]
+            if running:
+                backend.stop(running, stop_reason)
+                stopped = set(running)
+                for index in running:         # when they ended, for the report's timeline
+                    self.exited.setdefault(index, self.elapsed())
+            with self.signals.collection():
+                say(f"collecting the logs of {len(self.plan.nodes)} node(s)")
+                final = backend.collect(self.rundir)
+            done.collected = True
+        except Interrupted as exc:            # a second signal during the collection
+            done.cut_by = exc.signal
+            notes.append(f"{exc.signal} cut the log collection short: the logs in the folder "
+                         "are incomplete")
             say(notes[-1])
-    by_index = {o.index: o for o in final}
-    result = []
-    for node in plan.nodes:
-        o = by_index.get(node.index) or NodeOutcome(node.index, node.hostname)
-        if node.index in exited and o.exited_s is None:
-            o.exited_s = exited[node.index]
-        if node.index in stopped:
-            o.state, o.reason = NodeState.STOPPED, stop_reason or "stopped by labctl"
-        result.append(o)
-    if not started:
-        result = [NodeOutcome(n.index, n.hostname) for n in plan.nodes]
-    done.outcomes = result
-    return done
+        except Exception as exc:
+            done.failure = str(exc) if isinstance(exc, LabError) else f"{type(exc).__name__}: {exc}"
+            notes.append(f"collecting the logs failed: {done.failure}")
+            say(notes[-1])
+        if not done.collected and self.started and not backend.live_logs:
+            done.kept = True
+            notes.append(f"nothing was deleted, so that no log is lost: `labctl down "
+                         f"{self.rundir.path}` saves every node's log, then removes the lab")
+            say(notes[-1])
+        else:
+            try:
+                removed = backend.delete()
+                if removed:
+                    say(removed)
+            except Exception as exc:
+                notes.append(f"cleanup failed: {exc}; run: labctl down {self.rundir.path}")
+                say(notes[-1])
+        if not self.started:
+            done.outcomes = [NodeOutcome(n.index, n.hostname) for n in self.plan.nodes]
+            return done
+        done.outcomes = self.final_outcomes(final)
+        for o in done.outcomes:
+            if o.index in stopped:
+                o.state, o.reason = NodeState.STOPPED, stop_reason
+        return done
+
+    def final_outcomes(self, final: list[NodeOutcome]) -> list[NodeOutcome]:
+        """One outcome per planned node, in plan order, with the exit times seen."""
+        by_index = {o.index: o for o in final}
+        result = []
+        for node in self.plan.nodes:
+            o = by_index.get(node.index) or NodeOutcome(node.index, node.hostname)
+            if node.index in self.exited and o.exited_s is None:
+                o.exited_s = self.exited[node.index]
+            result.append(o)
+        return result
+
+    def run_result(self, finished: _Finished) -> RunResult:
+        """The run's state from the outcomes, with how the cleanup went."""
+        nodes, fewest = self.plan.spec.nodes, self.plan.spec.fewest_nodes
+        outcomes, notes = finished.outcomes, finished.notes
+        state, message, interrupted_by = self.state, self.message, self.interrupted_by
+        for o in outcomes:
+            if o.index in spared(outcomes, nodes, fewest) and not o.reason:
+                o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
+        state = run_state(state, outcomes, nodes, fewest)
+        before = f" (before that: {message})" if message else ""
+        if finished.cut_by is not None:       # never a pass: not every log was seen
+            state, interrupted_by = RunState.INTERRUPTED, interrupted_by or finished.cut_by
+            message = (f"interrupted ({finished.cut_by}) while collecting the logs: they are "
+                       f"incomplete and the lab was kept; `labctl down {self.rundir.path}` "
+                       "saves them" + before)
+        elif finished.failure:
+            state = RunState.ERROR
+            message = (f"collecting the logs failed: {finished.failure}; nothing was deleted; "
+                       f"`labctl down {self.rundir.path}` saves them, then removes the lab"
+                       + before)
+        elif self.signals.deferred and interrupted_by is None:
+            notes.append(f"{signal_name(self.signals.deferred[0])} arrived while the lab was being "
+                         "cleaned up; every log was collected first, and the outcome is the lab's own")
+        return RunResult(state, outcomes, message, interrupted_by, self.error, notes, finished.kept)
+
+    # -- follow: a lab started elsewhere -----------------------------------------------
+
+    def follow(self, timeout: float, wait: bool) -> RunResult:
+        def body() -> None:
+            if wait:
+                self.watch(self.t0 + timeout, None)
+            else:
+                self.outcomes = self.observe()
+                self.say(_line(self.outcomes))
+
+        def cleanup() -> list[NodeOutcome]:
+            try:
+                return self.backend.collect(self.rundir)
+            except Exception as exc:      # nothing was saved: say so, never pretend
+                self.state = RunState.ERROR
+                self.message = f"collecting the logs failed: {exc}"
+                self.error = self.error or LabError(self.message)
+                return self.outcomes
+
+        outcomes = self.final_outcomes(self.guarded(body, cleanup))
+        state, message = self.state, self.message
+        going = [o.index for o in outcomes if not o.state.ended]
+        if going and state is RunState.PASSED:
+            why = (f"{self.interrupted_by} stopped the waiting" if self.interrupted_by else
+                   "--no-wait" if not wait else f"not ended within --timeout {timeout:g}s")
+            state = RunState.RUNNING
+            message = (f"node(s) {', '.join(map(str, going))} still running ({why}): "
+                       "collected what they wrote so far")
+        return RunResult(run_state(state, outcomes, self.plan.spec.nodes,
+                                   self.plan.spec.fewest_nodes),
+                         outcomes, message, self.interrupted_by, self.error)
+
+
+def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
+        grace: float | None = None, clock=time.monotonic) -> RunResult:
+    """Run the lab to its end on `backend`; the run folder holds every node's log afterwards."""
+    session = Session(plan, backend, rundir, progress, clock)
+    return session.run(FAILURE_GRACE_S if grace is None else grace)
+
+
+def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
+           timeout: float, wait: bool = True, clock=time.monotonic) -> RunResult:
+    """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
+    died) through `backend.attach...`, then collect every node's log into the folder.
+
+    The same poll loop and collect step as `run`, but nothing is started, stopped or
+    deleted: a failing node is only noted, and at `timeout` (or at once, `wait`
+    False) the run is written down as still running. A signal ends the watching,
+    not the lab; the logs are collected all the same.
+    """
+    return Session(plan, backend, rundir, progress, clock, started_here=False).follow(timeout, wait)

@@ -12,6 +12,7 @@ import pytest
 
 from labctl import backends, driver, lab
 from labctl.backends.base import Backend, BackendFailure
+from labctl.errors import LabError
 from labctl.outcome import NodeOutcome, NodeState, RunState, spared
 from labctl.plan import local_placement, plan
 from labctl.rundir import RunDir
@@ -332,3 +333,56 @@ def test_follow_at_the_timeout_or_without_waiting_writes_the_run_down_as_running
     result, b, _ = _follow(tmp_path / "b", wait=False)
     assert result.state is RunState.RUNNING and "(--no-wait)" in result.message
     assert b.calls == ["poll", "poll", "collect"]      # one look, then the logs
+
+
+class Raising(ScriptedBackend):
+    """Its second poll raises what it is given (the first one is the watch's first look)."""
+
+    def __init__(self, exc, **kw):
+        super().__init__(**kw)
+        self.exc = exc
+
+    def poll(self):
+        if self.polls == 1:
+            self.polls += 1
+            raise self.exc
+        return super().poll()
+
+
+@pytest.mark.parametrize("exc, state, message", [
+    (BackendFailure("node 1 lost its pod"), RunState.FAILED, "node 1 lost its pod"),
+    (LabError("the cluster said no"), RunState.ERROR, "the cluster said no"),
+    (KeyError("x"), RunState.ERROR, "internal error in the scripted backend: KeyError: 'x'"),
+])
+def test_run_and_follow_classify_what_the_backend_raises_the_same_way(tmp_path, exc, state, message):
+    spec = from_dict({"nodes": 2, "nproc_per_node": 1})
+    results = []
+    for name, go in (("run", lambda p, b, r: driver.run(p, b, r, lambda line: None, grace=0.05)),
+                     ("follow", lambda p, b, r: driver.follow(p, b, r, lambda line: None,
+                                                              timeout=5.0))):
+        b = Raising(exc)
+        p = plan(spec, b.placement(spec), "lab-test")
+        b.plan = p
+        results.append(go(p, b, RunDir.create(p, out=tmp_path / name)))
+        assert b.calls[-1] == ("delete" if name == "run" else "collect"), name
+    for result in results:
+        assert (result.state, result.message, result.signal) == (state, message, None)
+        assert (result.error is None) == isinstance(exc, BackendFailure)
+        if not isinstance(exc, BackendFailure) and isinstance(exc, LabError):
+            assert result.error is exc            # re-raised by lab.py once the folder is written
+    # the lab labctl started is stopped with the reason; the one it watched is not touched
+    run_, follow_ = results
+    assert [o.state for o in run_.outcomes] == ["stopped", "stopped"]
+    assert [o.state for o in follow_.outcomes] == ["running", "running"]
+
+
+def test_a_signal_stops_a_run_but_only_the_watching_of_a_followed_lab(tmp_path):
+    result, b, _ = _run(tmp_path, signal_at=2)
+    assert (result.state, result.signal, result.message) == (RunState.INTERRUPTED, "SIGTERM",
+                                                              "interrupted (SIGTERM)")
+    assert all(o.reason == "stopped by labctl on SIGTERM" for o in result.outcomes)
+    result, b, _ = _follow(tmp_path / "f", signal_at=2)
+    assert (result.state, result.signal) == (RunState.RUNNING, "SIGTERM")
+    assert result.message == ("node(s) 0, 1, 2 still running (SIGTERM stopped the waiting): "
+                              "collected what they wrote so far")
+    assert not any(c.startswith("stop") or c == "delete" for c in b.calls)
