@@ -56,6 +56,20 @@ def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.C
     return out
 
 
+def _wait_for_exits(names: list[str]) -> dict[int, int]:
+    """Exit code per container index, for those that exited within LAB_TIMEOUT_S."""
+    deadline = time.monotonic() + LAB_TIMEOUT_S
+    codes: dict[int, int] = {}
+    while len(codes) < len(names) and time.monotonic() < deadline:
+        for n, name in enumerate(names):
+            if n not in codes:
+                state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
+                if state[0] == "exited":
+                    codes[n] = int(state[1])
+        time.sleep(1)
+    return codes
+
+
 def docker_run_args(job: dict, service: dict, index: int, network: str, name: str,
                     script_dir: Path | None) -> list[str]:
     """`docker run` flags for pod `index`, each derived from a rendered field."""
@@ -161,15 +175,7 @@ def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
             service = services[job["spec"]["template"]["spec"]["subdomain"]]
             docker(*docker_run_args(job, service, i, network, name, script_dir))
             started.append(name)
-        deadline = time.monotonic() + LAB_TIMEOUT_S
-        codes: dict[int, int] = {}
-        while len(codes) < len(pods) and time.monotonic() < deadline:
-            for n, (_, _, name) in enumerate(pods):
-                if n not in codes:
-                    state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
-                    if state[0] == "exited":
-                        codes[n] = int(state[1])
-            time.sleep(1)
+        codes = _wait_for_exits([name for _, _, name in pods])
         logs = [docker("logs", name, timeout=60) for _, _, name in pods]
         if s.replicas == 1 and len(codes) == len(pods):
             return _collect_as_kubectl_applied(tmp_path, objects, pods, codes, logs, run_id)
@@ -292,15 +298,7 @@ def run_rendered_jobset_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
         for job, i, name in pods:
             docker(*docker_run_args(job, service, i, network, name, None))
             started.append(name)
-        deadline = time.monotonic() + LAB_TIMEOUT_S
-        codes: dict[int, int] = {}
-        while len(codes) < len(pods) and time.monotonic() < deadline:
-            for n, (_, _, name) in enumerate(pods):
-                if n not in codes:
-                    state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name).stdout.split()
-                    if state[0] == "exited":
-                        codes[n] = int(state[1])
-            time.sleep(1)
+        codes = _wait_for_exits([name for _, _, name in pods])
         logs = [docker("logs", name, timeout=60) for _, _, name in pods]
     finally:
         for name in started:
