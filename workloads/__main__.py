@@ -27,7 +27,7 @@ def main_single(name: str) -> None:
 
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
-    _trace.install_flight_recorder()      # its newest entries on SIGUSR2 (a hang without --debug)
+    _trace.install_flight_recorder()      # its newest entries when labctl asks through a FIFO (a hang without --debug)
     _trace.install()                      # LAB_TRACE=1: record every collective and p2p op
     modules = {name: importlib.import_module(f"workloads.{name}") for name in names}
     join: dict = {}

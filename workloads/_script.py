@@ -64,7 +64,7 @@ def main() -> None:
     script = sys.argv[1]
     _stacks.install()
     host_tcp_stores_under_torchrun()
-    _trace.install_flight_recorder()    # SIGUSR2: newest Flight Recorder entries into the log
+    _trace.install_flight_recorder()    # its newest entries into the log when labctl asks (a FIFO)
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))

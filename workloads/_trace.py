@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-MARKER = "@@labctl-trace "          # must match labctl/trace.py
+MARKER = "@@labctl-trace "          # labctl/trace.py imports it
 FR_MARKER = "@@labctl-fr "          # Flight Recorder entries at a dump; labctl/trace.py
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
