@@ -2,8 +2,9 @@
 
 1. all_reduce busbw with tracing on vs off, in the same torchrun job, interleaved
    round by round (off = the original function, on = the recorder's wrapper, whose
-   lines go to a file as a node log would): the ratio on/off at 1 MiB and 64 MiB, as
-   a ratio of medians and as the median of each round's back-to-back pair.
+   lines go to a file as a node log would, and "off again", the original once more: the
+   harness's own noise in the same job): the ratio on/off at 1 MiB and 64 MiB, from the
+   median op time and from the 20th percentile (the op when the OS did not get in its way).
 1b. The recorder's own µs per op on one rank (fastest of many batches: what the
    wrapper adds, with the machine's load mostly filtered out).
 2. A script doing N small all_reduces (default 100,000) through `labctl up --trace`
@@ -33,7 +34,9 @@ SIZES = (1 << 20, 64 << 20)
 
 
 def worker(sizes: list[int], iters: int) -> None:
-    """Inside torchrun: rounds of (off, on) per size; rank 0 prints one TRACEBENCH line to stderr."""
+    """Inside torchrun: rounds of three arms per size, their order rotating: off (the
+    original function), off again (an A/A arm: the harness's own noise, same job) and on
+    (the recorder's wrapper); rank 0 prints one TRACEBENCH line to stderr."""
     os.environ["LAB_TRACE"] = "1"
     from workloads import _trace
 
@@ -43,30 +46,31 @@ def worker(sizes: list[int], iters: int) -> None:
 
     dist.init_process_group("gloo")
     traced = dist.all_reduce
-    if os.environ.get("LAB_TRACEBENCH_AA"):      # --aa: the untraced op against itself (noise)
-        traced = traced.__wrapped__
     plain = traced.__wrapped__
+    arms = {"off": plain, "off again": plain, "on": traced}
     n = dist.get_world_size()
     out = {}
     for size in sizes:
         t = torch.zeros(size // 4, dtype=torch.float32)
         for fn in (plain, traced, plain, traced):          # warm up both
             fn(t)
-        times: dict[str, list[float]] = {"off": [], "on": []}
-        rounds = iters if size < (16 << 20) else max(3, iters // 4)
+        times: dict[str, list[float]] = {name: [] for name in arms}
+        rounds = iters if size < (16 << 20) else max(3, iters // 10)
+        names = list(arms)
         for i in range(rounds):
-            order = (("off", plain), ("on", traced))
-            for name, fn in order if i % 2 == 0 else order[::-1]:      # neither always first
+            for name in names[i % 3:] + names[:i % 3]:       # no arm always first
                 plain(torch.zeros(1))                        # a barrier that is never traced
                 started = time.perf_counter()
-                fn(t)
+                arms[name](t)
                 elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
-                plain(elapsed, op=dist.ReduceOp.MAX)
+                plain(elapsed, op=dist.ReduceOp.MAX)         # the op's time is its slowest rank's
                 times[name].append(float(elapsed.item()))
-        busbw = {k: 2 * (n - 1) / n * size / statistics.median(v) / 1e9 for k, v in times.items()}
-        # each round's off and on ran back to back: their ratio drifts less with the load
-        paired = statistics.median(off / on for off, on in zip(times["off"], times["on"]))
-        out[str(size)] = {"off": busbw["off"], "on": busbw["on"], "rounds": rounds, "paired": paired}
+        result = {"rounds": rounds}
+        for name, values in times.items():
+            values.sort()
+            result[name] = {"median": 2 * (n - 1) / n * size / statistics.median(values) / 1e9,
+                            "p20": 2 * (n - 1) / n * size / values[len(values) // 5] / 1e9}
+        out[str(size)] = result
     if dist.get_rank() == 0:
         print("TRACEBENCH " + json.dumps(out), file=sys.stderr, flush=True)
     dist.destroy_process_group()
@@ -126,10 +130,10 @@ def flight_recorder_table(ops: int = 20000, rounds: int = 3) -> str:
                   ("difference", f"{on - off:+.1f}", "")])
 
 
-def busbw_table(nproc: int, iters: int, aa: bool = False) -> str:
+def busbw_table(nproc: int, iters: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "node.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO), **({"LAB_TRACEBENCH_AA": "1"} if aa else {})}
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
         with open(log, "w") as f:
             done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                    f"--nproc-per-node={nproc}", __file__, "--worker",
@@ -139,10 +143,14 @@ def busbw_table(nproc: int, iters: int, aa: bool = False) -> str:
         if line is None:
             raise SystemExit(f"the busbw job printed no result:\n{done.stderr[-2000:]}")
         data = json.loads(line.split(" ", 1)[1])
-    rows = [(f"{int(size) >> 20} MiB", nproc, d["rounds"], f"{d['off']:.3f}", f"{d['on']:.3f}",
-             f"{d['on'] / d['off']:.3f}", f"{d['paired']:.3f}") for size, d in data.items()]
-    return table(("size", "ranks", "rounds", "busbw off GB/s", "busbw on GB/s", "on/off",
-                  "on/off, median of paired rounds"), rows)
+    rows = []
+    for size, d in data.items():
+        for stat in ("median", "p20"):
+            off, again, on = d["off"][stat], d["off again"][stat], d["on"][stat]
+            rows.append((f"{int(size) >> 20} MiB", stat, d["rounds"], f"{off:.3f}", f"{again:.3f}",
+                         f"{on:.3f}", f"{again / off:.3f}", f"{on / off:.3f}"))
+    return table(("size", "statistic of the op times", "rounds", "busbw off GB/s", "off again",
+                  "on", "off again/off (noise)", "on/off"), rows)
 
 
 RECORDER_MICRO = """
@@ -215,21 +223,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--iters", type=int, default=20, help="rounds at 1 MiB (64 MiB: a quarter)")
+    parser.add_argument("--iters", type=int, default=300, help="rounds at 1 MiB (64 MiB: a tenth)")
     parser.add_argument("--ops", type=int, default=100_000)
     parser.add_argument("--skip-busbw", action="store_true")
     parser.add_argument("--skip-ops", action="store_true")
     parser.add_argument("--skip-fr", action="store_true")
     parser.add_argument("--skip-recorder", action="store_true")
-    parser.add_argument("--aa", action="store_true",
-                        help="busbw: time the untraced op against itself (the harness's own noise)")
     args = parser.parse_args()
     if args.worker:
         worker(list(SIZES), args.iters)
         return
     if not args.skip_busbw:
         print("## all_reduce busbw, tracing on vs off (same job, interleaved rounds, median)\n")
-        print(busbw_table(args.nproc, args.iters, args.aa) + "\n")
+        print(busbw_table(args.nproc, args.iters) + "\n")
     if not args.skip_recorder:
         print("## the recorder's own cost per op (one rank, fastest batch of 300)\n")
         print(recorder_table() + "\n")
