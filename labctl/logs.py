@@ -10,7 +10,7 @@ import json
 import re
 from typing import Iterable
 
-from workloads._common import RESULT_MARKER   # what the workloads write (stdlib-only module)
+from workloads._common import MARKER_PREFIX, RESULT_MARKER   # what the workloads write (stdlib-only module)
 
 # the local node guard's word that it stopped a torchrun agent with no workers left, and
 # the length at which it cuts a line (the reader's pieces are as long)
@@ -106,8 +106,8 @@ class TracebackTracker:
         if stripped.startswith("Traceback (most recent call last):"):
             self.in_traceback, self.frames = True, []
             return
-        if not self.in_traceback:
-            return
+        if not self.in_traceback or stripped.startswith(MARKER_PREFIX):
+            return                    # a marked line from the rank's other stream (stdout) is no part of it
         m = _FRAME.match(stripped)
         if m:
             self.frames.append((m.group(1), int(m.group(2)), m.group(3).strip()))

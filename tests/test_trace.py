@@ -40,8 +40,11 @@ if r in (0, 1):
 out = [torch.zeros(1000) for _ in range(w)]
 dist.all_gather(out, t)
 dist.barrier()
+ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+ddp(torch.ones(3, 4)).sum().backward()               # DDP's gradient all_reduce (C++ Reducer)
 dist.destroy_process_group()
 """
+BACKWARD_LINE = MIX.splitlines().index(next(x for x in MIX.splitlines() if "backward()" in x)) + 1
 
 # ranks 0 and 1 disagree at collective #3 of their group; rank 3 never enters #3 of its group
 HANG = """
@@ -92,6 +95,7 @@ def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
         want = [("send" if r % 2 == 0 else "recv") if x is None else x for x in common]
         want += ["all_reduce"] if r in (0, 1) else []
         want += ["all_gather", "barrier"]
+        want += ["_verify_params_across_processes", "_broadcast_coalesced", "all_reduce"]   # DDP
         assert per_rank[r] == want, (r, per_rank[r])
     # a process per node, a thread per rank
     names = {(e["name"], e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M"
@@ -125,7 +129,12 @@ def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
     assert all(abs(offsets[r]) <= max(1.0, rtts[r] / 2 + 0.05) for r in offsets), (offsets, rtts)
     assert meta["missing_ranks"] == [] and meta["bad_records"] == []
     status = json.loads((out / "status.json").read_text())
-    assert status["trace"]["ops"] == 34
+    assert status["trace"]["ops"] == 46
+    # DDP's gradient all-reduce, issued in C++, is recorded through the comm hook tracing
+    # registers, with the line that called backward() as its caller
+    grads = [e for e in slices if e["name"] == "all_reduce" and e["args"]["caller"] == f"{script}:{BACKWARD_LINE}"]
+    assert sorted(e["tid"] for e in grads) == [0, 1, 2, 3], grads
+    assert all(e["args"]["bytes"] == (4 * 2 + 2) * 4 for e in grads), grads
     # the report's timeline picture (the dev venv has the plot extra)
     assert (out / trace.TIMELINE_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"- timeline picture: {out / trace.TIMELINE_FILE}" in (out / "report.md").read_text()
@@ -139,12 +148,17 @@ def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
 
 
 @pytest.mark.slow
-def test_a_hang_names_the_mismatch_and_the_rank_that_never_came(tmp_path):
+def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_names_it(tmp_path):
+    """Tracing on: the report names the mismatch and the missing rank from the trace
+    records. At the same deadline every rank also dumps its Flight Recorder ring (a byte on
+    its FIFO wakes a dump thread: the main thread is blocked in gloo), which is what a lab
+    with tracing off is diagnosed from: labctl's reading of those dumps and torch's own
+    analyzer (torchfrtrace) on the pickle dumps of the same hang say the same."""
     script = tmp_path / "hang.py"
     script.write_text(HANG)
-    out = tmp_path / "run"
+    out, dumps = tmp_path / "run", tmp_path / "fr"
     done = labctl("up", "--script", str(script), *COMMON, "--timeout", "40", "--out", str(out),
-                  timeout=600)
+                  "--env", f"LAB_FR_DUMP_DIR={dumps}", timeout=600)
     assert done.returncode == 1
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "timeout"
@@ -157,6 +171,60 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came(tmp_path):
     assert "which rank 3 never entered" in missing["text"]
     report = (out / "report.md").read_text()
     assert mismatch in report and "rank 3 never entered" in report
+    # the stacks are still taken (by the same thread), and name the user's lines
+    assert status["stacks"]["1"]["call"] == "broadcast" and status["stacks"]["3"]["file"] == str(script)
+    assert_nothing_left(status["run_id"])
+
+    fr = trace.flight_recorder(out, world=4)        # what a lab with tracing off reports
+    assert fr is not None and fr["source"] == "flight recorder", fr
+    by_pg = {s["pg"]: s for s in fr["stuck"]}
+    assert by_pg["pg1"]["mismatch"] == ("rank 1 called broadcast [1000] where rank 0 called "
+                                        "all_reduce [1000], collective #3 of pg1")
+    assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
+    assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in fr["text"]
+    analyzer = Path(sys.executable).parent / "torchfrtrace"
+    said = subprocess.run([str(analyzer), str(dumps), "-p", "rank_"], capture_output=True, text=True,
+                          timeout=300)
+    assert said.returncode == 0, said.stderr
+    blocks = (said.stdout + said.stderr).split("collective stack trace")
+    missing = next(b for b in blocks if "missing ranks" in b)
+    assert "sequence number: 3" in missing and "missing ranks: {3}" in missing \
+        and "expected ranks: {2, 3}" in missing
+    mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
+    assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
+        and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
+
+
+GIVES_UP = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(100)
+dist.all_reduce(t)
+if dist.get_rank() == 2:
+    raise ValueError("rank 2 gives up")
+dist.all_reduce(t)
+"""
+
+
+def test_tracing_off_a_failure_names_the_collective_the_others_were_left_in(tmp_path):
+    """No --trace, no --debug, no deadline: rank 2 raises after collective #1. It dumps its
+    Flight Recorder ring on its way out; the others, left in #2, dump theirs as they end
+    (their own error, or torchrun's SIGTERM). The report says who never came."""
+    script = tmp_path / "gives_up.py"
+    script.write_text(GIVES_UP)
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "3",
+                  "--timeout", "300", "--out", str(out), timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    status = json.loads((out / "status.json").read_text())
+    first = status["first_failure"]
+    assert first["rank"] == 2 and first["error"]["exception"] == "ValueError: rank 2 gives up", first
+    assert first["collective"]["source"] == "flight recorder"
+    said = "ranks 0, 1 wait in all_reduce (collective #2 of default_pg) which rank 2 never entered"
+    assert said in first["collective"]["text"]
+    assert said in (out / "report.md").read_text()
+    assert "trace" not in status and not (out / "trace.json").exists()     # nothing recorded
+    assert not any(trace.MARKER.encode() in p.read_bytes() for p in (out / "ranks").glob("rank-*.log"))
     assert_nothing_left(status["run_id"])
 
 
@@ -201,46 +269,6 @@ def test_an_empty_trace_says_so_in_one_line(tmp_path):
     missing = labctl("trace", str(tmp_path / "nope"), timeout=120)
     assert missing.returncode != 0 and "not a run folder" in missing.stderr
     shutil.rmtree(run)
-
-
-@pytest.mark.slow
-def test_tracing_off_a_hang_is_named_from_the_flight_recorder_as_torchfrtrace_names_it(tmp_path):
-    """No --trace, no --debug: at the deadline every rank dumps its Flight Recorder ring
-    (a byte on its FIFO wakes a dump thread: the main thread is blocked in gloo); labctl names the
-    mismatch and the missing rank, and torch's own analyzer on the pickle dumps of the
-    same hang says the same."""
-    script = tmp_path / "hang.py"
-    script.write_text(HANG)
-    out, dumps = tmp_path / "run", tmp_path / "fr"
-    done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
-                  "--timeout", "40", "--env", f"LAB_FR_DUMP_DIR={dumps}", "--out", str(out), timeout=600)
-    assert done.returncode == 1
-    status = json.loads((out / "status.json").read_text())
-    assert "trace" not in status and not (out / "trace.json").exists()     # nothing recorded
-    assert not any(trace.MARKER.encode() in p.read_bytes() for p in (out / "ranks").glob("rank-*.log"))
-    comm = status["first_failure"]["collective"]
-    assert comm["source"] == "flight recorder"
-    by_pg = {s["pg"]: s for s in comm["stuck"]}
-    assert by_pg["pg1"]["mismatch"] == ("rank 1 called broadcast [1000] where rank 0 called "
-                                        "all_reduce [1000], collective #3 of pg1")
-    assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
-    assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in \
-        (out / "report.md").read_text()
-    # the stacks are still taken (by the same thread), and name the user's lines
-    assert status["stacks"]["1"]["call"] == "broadcast" and status["stacks"]["3"]["file"] == str(script)
-    assert_nothing_left(status["run_id"])
-
-    analyzer = Path(sys.executable).parent / "torchfrtrace"
-    said = subprocess.run([str(analyzer), str(dumps), "-p", "rank_"], capture_output=True, text=True,
-                          timeout=300)
-    assert said.returncode == 0, said.stderr
-    blocks = (said.stdout + said.stderr).split("collective stack trace")
-    missing = next(b for b in blocks if "missing ranks" in b)
-    assert "sequence number: 3" in missing and "missing ranks: {3}" in missing \
-        and "expected ranks: {2, 3}" in missing
-    mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
-    assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
-        and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
 
 
 MIX2 = f"""
@@ -378,7 +406,12 @@ dist.all_reduce(torch.ones(7))
 
 def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
     """Trace lines wait in memory (no flush per op); the flusher thread still writes the B
-    line of the op a rank is blocked in, since gloo's wait releases the GIL."""
+    line of the op a rank is blocked in, since gloo's wait releases the GIL. A SIGTERM (what
+    torchrun sends the others when a rank fails) makes a rank dump its Flight Recorder
+    ring and then die of SIGTERM as before: blocked in the collective (a thread woken by
+    the signal's wakeup fd) or in Python (the handler)."""
+    import signal
+
     import os
     import socket
     import time
@@ -406,6 +439,13 @@ def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
                  if trace.MARKER in x and '"k":"B"' in x]
         assert [(b["op"], b["shape"]) for b in begin] == [("all_reduce", [7])], logs[0].read_text()[-2000:]
         assert procs[0].poll() is None, "rank 0 must still be blocked in the all_reduce"
+        for rank, p in enumerate(procs):
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=120) == -signal.SIGTERM, logs[rank].read_text()[-2000:]
+        dumps = {r: [json.loads(x.split(trace.FR_MARKER, 1)[1]) for x in logs[r].read_text().splitlines()
+                     if trace.FR_MARKER in x] for r in (0, 1)}
+        assert [(d["op"], d["seq"], d["shape"]) for d in dumps[0] if "op" in d] == [("all_reduce", 1, [7])]
+        assert dumps[0][-1] == {"rank": 0, "done": 1} and dumps[1] == [{"rank": 1, "done": 0}], dumps
     finally:
         for p in procs:
             p.kill()

@@ -49,6 +49,10 @@ def run_workloads(names: list[str], options: dict[str, dict]) -> int:
             ctx.record("workload_done", ctx.failures == failures_before,
                        seconds=round(time.perf_counter() - started, 6), unit="s",
                        world_size=ctx.world_size)
+    except BaseException as exc:
+        if _trace.ended_badly(exc):
+            _trace.dump_at_the_end()          # the collective this rank was in, for the report
+        raise
     finally:
         _common.shutdown()
     return 1 if ctx.failures else 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 RESULT_MARKER = "@@labctl-result "     # labctl.logs imports it: the one spelling
+MARKER_PREFIX = "@@labctl-"             # every marked line (results, trace, Flight Recorder) starts so
 
 
 def emit(record: dict[str, Any]) -> None:

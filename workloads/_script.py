@@ -68,7 +68,12 @@ def main() -> None:
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    runpy.run_path(script, run_name="__main__")
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except BaseException as exc:
+        if _trace.ended_badly(exc):
+            _trace.dump_at_the_end()    # the collective this rank was in, for the report
+        raise
 
 
 if __name__ == "__main__":

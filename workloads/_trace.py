@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import itertools
 import json
 import os
 import socket
@@ -41,19 +42,17 @@ import threading
 import time
 from typing import Any
 
-MARKER = "@@labctl-trace "          # labctl/trace.py imports it
-FR_MARKER = "@@labctl-fr "          # Flight Recorder entries at a dump; labctl/trace.py
+from ._common import MARKER_PREFIX
+
+MARKER = MARKER_PREFIX + "trace "   # labctl/trace.py imports it
+FR_MARKER = MARKER_PREFIX + "fr "   # Flight Recorder entries at a dump; labctl/trace.py
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
 CLOCK_ROUNDS = 8
 
 _installed = False
 _local = threading.local()
-_lock = threading.Lock()
-_next_id = [0]
-_seq: dict[tuple[str, str], int] = {}      # (pg name, "c" | "p") -> count so far
 _groups: dict[int, str] = {}               # id(pg) -> name (G line written)
-_pg_json: dict[str, str] = {}
 _torch_dir = ""
 _here = os.path.abspath(__file__)
 
@@ -73,38 +72,46 @@ _COLLECTIVES: dict[str, tuple[int, str, str | None, int | None]] = {
     "scatter": (0, "tensor", "src", 2),
     "barrier": (-1, "", None, None),
     "monitored_barrier": (-1, "", None, None),
+    # torch's own C++ ops that DDP calls through torch.distributed (see _install_ddp)
+    "_broadcast_coalesced": (1, "tensors", "src", 3),
+    "_verify_params_across_processes": (-1, "", None, None),
 }
 _GROUP_INDEX = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2,
                 "all_gather_into_tensor": 2, "reduce_scatter": 3, "reduce_scatter_tensor": 3,
                 "all_to_all": 2, "all_to_all_single": 4, "gather": 3, "scatter": 3, "barrier": 0,
-                "monitored_barrier": 0, "send": 2, "recv": 2, "isend": 2, "irecv": 2}
+                "monitored_barrier": 0, "send": 2, "recv": 2, "isend": 2, "irecv": 2,
+                "_broadcast_coalesced": 0, "_verify_params_across_processes": 0}
 
 
 def enabled() -> bool:
     return os.environ.get("LAB_TRACE", "") not in ("", "0", "false", "False")
 
 
-# Lines wait in memory and a daemon thread writes them every FLUSH_S (one write and one
-# flush for all of them): a flush per op cost more than the rest of the recorder. The B
-# line of an op a rank hangs in still reaches the log within FLUSH_S, because gloo's (and
-# NCCL's) wait releases the GIL. Also flushed: when the buffer holds MAX_PENDING lines (by
-# the op's own thread: memory stays bounded, nothing is dropped), when an op raises, at a
-# Flight Recorder dump, at exit.
+# What an op does before and after it is kept to a few attribute reads and one deque
+# append of a tuple: right after a large op the CPU's caches hold the tensor, not the
+# interpreter's data, and every Python step then costs ~10x its warm time (measured: the
+# old recorder, which built each JSON line in the op's thread, cost ~50 µs per 1 MiB
+# all_reduce with 2 ranks on 2 cores, 7 µs warm). The lines are put together later, by a
+# daemon thread that writes everything pending every FLUSH_S (one write and one flush: a
+# flush per op cost more than the rest). The B line of an op a rank hangs in still
+# reaches the log within FLUSH_S, because gloo's (and NCCL's) wait releases the GIL. Also
+# flushed: when MAX_PENDING records wait (by the op's own thread: memory stays bounded,
+# nothing is dropped), when an op raises, at a Flight Recorder dump, at exit.
 FLUSH_S = 0.15
-MAX_PENDING = 4096                  # lines; a B line is ~200-400 bytes: about 1-2 MB at most
-_pending: "collections.deque[str]" = collections.deque()
+MAX_PENDING = 4096                  # records; a B record is a tuple of ~8 small objects, its line ~200-400 bytes
+_pending: "collections.deque[Any]" = collections.deque()
 _flush_lock = threading.Lock()
 _flusher_started = False
 
 
 def flush() -> None:
-    """Write every pending line, in order, with one write and one flush."""
+    """Write every pending record, in order, with one write and one flush."""
     with _flush_lock:
         n = len(_pending)
         if not n:
             return
         pop = _pending.popleft
-        text = "".join([pop() for _ in range(n)])
+        text = "".join([_line(pop()) for _ in range(n)])
         try:
             sys.stdout.write(text)
             sys.stdout.flush()
@@ -135,8 +142,8 @@ def _forked() -> None:
     _flusher_started = False
 
 
-def _emit(line: str) -> None:
-    _pending.append(MARKER + line + "\n")
+def _push(item: Any) -> None:
+    _pending.append(item)
     if not _flusher_started:
         _start_flusher()
     if len(_pending) >= MAX_PENDING:
@@ -144,24 +151,73 @@ def _emit(line: str) -> None:
 
 
 def _write(record: dict[str, Any]) -> None:
-    _emit(json.dumps(record, separators=(",", ":")))
+    _push(json.dumps(record, separators=(",", ":")))
+
+
+def _line(item: Any) -> str:
+    """One pending record as its marked line: a str is a line already; a B record is
+    (id, head, seq, dtype, shape, bytes, where, file, line, t); an E record (id, t, extra)."""
+    if type(item) is str:
+        return MARKER + item + "\n"
+    if len(item) == 3:
+        ident, t, extra = item
+        more = "".join(f',"{k}":{int(v)}' for k, v in extra.items()) if extra else ""
+        return f'{MARKER}{{"k":"E","i":{ident},"t":{t}{more}}}\n'
+    ident, head, seq, dtype, shape, nbytes, where, path, lineno, t = item
+    if dtype is None:
+        sizes = f',"bytes":{nbytes}'
+    else:
+        sizes = f',"shape":{_shape_json(shape)},"dtype":{_dtype_json(dtype)},"bytes":{nbytes}'
+    return f'{MARKER}{{"k":"B","i":{ident}{head}{seq}{sizes}{where},"caller":{_caller_json(path, lineno)},"t":{t}}}\n'
 
 
 _callers: dict[tuple[str, int], str] = {}    # (file, line) -> its JSON string: one per call site
+_dtypes: dict[Any, str] = {}
+_shapes: dict[tuple, str] = {}
 
 
-def _caller() -> str:
+def _caller_json(path: str | None, lineno: int) -> str:
+    if path is None:
+        return '"?"'
+    key = (path, lineno)
+    text = _callers.get(key)
+    if text is None:
+        text = _callers[key] = json.dumps(f"{path}:{lineno}")
+    return text
+
+
+def _dtype_json(dtype: Any) -> str:
+    text = _dtypes.get(dtype)
+    if text is None:
+        name = str(dtype)
+        text = _dtypes[dtype] = json.dumps(name[6:] if name.startswith("torch.") else name)
+    return text
+
+
+def _shape_json(shape: Any) -> str:
+    dims = tuple(shape)
+    text = _shapes.get(dims)
+    if text is None:
+        text = _shapes[dims] = "[" + ",".join(str(int(x)) for x in dims) + "]"
+    return text
+
+
+_skip: dict[Any, bool] = {}                  # code object -> inside torch or this module
+
+
+def _caller() -> tuple[str | None, int]:
+    """The first frame outside torch and this module: (file, line)."""
     frame = sys._getframe(3)
     while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(_torch_dir) and name != _here:
-            key = (name, frame.f_lineno)
-            text = _callers.get(key)
-            if text is None:
-                text = _callers[key] = json.dumps(f"{name}:{frame.f_lineno}")
-            return text
+        code = frame.f_code
+        skip = _skip.get(code)
+        if skip is None:
+            name = code.co_filename
+            skip = _skip[code] = name.startswith(_torch_dir) or name == _here
+        if not skip:
+            return code.co_filename, frame.f_lineno
         frame = frame.f_back
-    return '"?"'
+    return None, 0
 
 
 def _tensors(value: Any) -> list:
@@ -170,10 +226,7 @@ def _tensors(value: Any) -> list:
     return [value] if hasattr(value, "element_size") else []
 
 
-_default: list[Any] = [None, ""]           # the default group object and its name, once known
-
-
-def _default_group(dist: Any) -> Any:
+def _world_group(dist: Any) -> Any:
     """The world group or None; c10d's own `_world` when there is one (torch's
     is_initialized + _get_default_group cost ~1 µs per op: five property calls)."""
     world = getattr(dist.distributed_c10d, "_world", None)
@@ -182,33 +235,18 @@ def _default_group(dist: Any) -> Any:
     return dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
 
 
-def _group_name(dist: Any, group: Any, default: Any) -> str:
-    if group is None:
-        if default is _default[0]:
-            return _default[1]
-        pg = default
-    else:
-        pg = group
-        name = _groups.get(id(pg))
-        if name is not None:
-            return name
-    key = id(pg)
-    name = _groups.get(key)
+def _group_name(dist: Any, pg: Any, world: Any) -> str:
+    """default_pg, the group's description, or pg<its c10d name>; a G line the first time."""
+    name = _groups.get(id(pg))
     if name is None:
-        if pg is default:
+        if pg is world:
             name = "default_pg"
         else:
             desc = getattr(pg, "group_desc", "") or ""
-            name = desc if desc and desc != "undefined" else f"pg{getattr(pg, 'group_name', key)}"
-        try:
-            ranks = dist.get_process_group_ranks(pg)
-        except Exception:          # noqa: BLE001 - a group this rank is not in
-            ranks = []
-        _groups[key] = name
-        _pg_json[name] = json.dumps(name)
+            name = desc if desc and desc != "undefined" else f"pg{getattr(pg, 'group_name', id(pg))}"
+        ranks = dist.get_process_group_ranks(pg)        # raises for a group this rank is not in
+        _groups[id(pg)] = name
         _write({"k": "G", "pg": name, "ranks": ranks})
-    if pg is default:
-        _default[0], _default[1] = default, name
     return name
 
 
@@ -220,54 +258,67 @@ def _arg(args: tuple, kwargs: dict, index: int | None, key: str | None) -> Any:
     return None
 
 
-_dtypes: dict[Any, str] = {}
-_shapes: dict[tuple, str] = {}
-_heads: dict[tuple[str, str, bool], str] = {}    # (op, pg, p2p) -> the line's fixed start
+_ids = itertools.count(1)
+_counters: dict[tuple[str, bool], Any] = {}      # (pg name, p2p) -> itertools.count: next() is atomic
+# (op, id(group)) -> (the B line's fixed start, the group's counter, the group: kept so
+# that its id is not reused while it is cached)
+_routes: dict[tuple[str, int], tuple[str, Any, Any]] = {}
 
 
-def _describe(tensors: list) -> str:
-    first = tensors[0]
-    dtype = _dtypes.get(first.dtype)
-    if dtype is None:
-        text = str(first.dtype)
-        dtype = _dtypes[first.dtype] = json.dumps(text[6:] if text.startswith("torch.") else text)
-    dims = tuple(first.shape)
-    shape = _shapes.get(dims)
-    if shape is None:
-        shape = _shapes[dims] = "[" + ",".join(str(int(x)) for x in dims) + "]"
-    nbytes = first.nbytes if len(tensors) == 1 else sum(t.nbytes for t in tensors)
-    return f',"shape":{shape},"dtype":{dtype},"bytes":{nbytes}'
-
-
-def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-    default = _default_group(dist)
-    if default is None:
+def _route(dist: Any, op: str, group: Any) -> tuple[str, Any, Any] | None:
+    """How an op on `group` (None: the world) is recorded; None: it is not (no process
+    group yet, or this rank is not in the group: torch says so itself)."""
+    world = _world_group(dist)
+    if world is None:
         return None
+    pg = world if group is None else group
+    route = _routes.get((op, id(pg)))
+    if route is None:
+        try:
+            name = _group_name(dist, pg, world)
+        except Exception:          # noqa: BLE001 - not a member, not a group
+            return None
+        p2p = op in _P2P
+        counter = _counters.setdefault((name, p2p), itertools.count(1))
+        head = f',"op":"{op}","pg":{json.dumps(name)},"{"p2p" if p2p else "seq"}":'
+        route = _routes[(op, id(pg))] = (head, counter, pg)
+    return route
+
+
+def _group_of(op: str, args: tuple, kwargs: dict) -> Any:
+    group = _arg(args, kwargs, _GROUP_INDEX.get(op), "group")
+    return group if group is None or hasattr(group, "rank") else None
+
+
+def _begin(dist: Any, op: str, args: tuple, kwargs: dict, entered: int = 0,
+           route: tuple | None = None) -> int | None:
+    """Push the op's B record (`entered`: the time the rank entered it, else now); its id,
+    or None when the op is not recorded. Only what must be read now is read now (ids,
+    the tensor's dtype, shape and bytes, the caller's file and line); the line is put
+    together by the flusher."""
+    group = _group_of(op, args, kwargs)
+    if route is None:
+        route = _route(dist, op, group)
+        if route is None:
+            return None
+    head, counter, _ = route
+    seq = next(counter)
+    ident = next(_ids)
     p2p = op in _P2P
     if p2p:
         tensor_index, tensor_key, peer_key, peer_index = 0, "tensor", _P2P[op], 1
     else:
         tensor_index, tensor_key, peer_key, peer_index = _COLLECTIVES[op]
-    group = _arg(args, kwargs, _GROUP_INDEX.get(op), "group")
-    if group is not None and not hasattr(group, "rank"):
-        group = None
-    try:
-        pg = _group_name(dist, group, default)
-    except Exception:              # noqa: BLE001 - not a member: torch says so itself
-        return None
-    with _lock:
-        counter = (pg, "p" if p2p else "c")
-        seq = _seq[counter] = _seq.get(counter, 0) + 1
-        _next_id[0] += 1
-        ident = _next_id[0]
-    record: dict[str, Any] = {"i": ident}
-    # The line is put together by hand from cached pieces: json.dumps of a dict costs about
-    # as much as the rest of the recorder (pg names, callers, dtypes, shapes are cached).
-    head = _heads.get((op, pg, p2p))
-    if head is None:
-        head = _heads[(op, pg, p2p)] = f',"op":"{op}","pg":{_pg_json[pg]},"{"p2p" if p2p else "seq"}":'
-    tensors = _tensors(_arg(args, kwargs, tensor_index, tensor_key)) if tensor_index >= 0 else []
-    sizes = _describe(tensors) if tensors else ',"bytes":0'
+    dtype = shape = None
+    nbytes = 0
+    if tensor_index >= 0:
+        value = _arg(args, kwargs, tensor_index, tensor_key)
+        if hasattr(value, "element_size"):
+            dtype, shape, nbytes = value.dtype, value.shape, value.nbytes
+        else:
+            tensors = _tensors(value)
+            if tensors:
+                dtype, shape, nbytes = tensors[0].dtype, tensors[0].shape, sum(t.nbytes for t in tensors)
     where = ""
     if peer_key:
         peer = _arg(args, kwargs, peer_index, peer_key)
@@ -276,15 +327,14 @@ def _begin(dist: Any, op: str, args: tuple, kwargs: dict) -> dict[str, Any] | No
             if local is not None and group is not None:
                 peer = dist.get_global_rank(group, local)
         if peer is not None:
-            record["peer" if p2p else "root"] = int(peer)
             where = f',"{"peer" if p2p else "root"}":{int(peer)}'
-    _emit(f'{{"k":"B","i":{ident}{head}{seq}{sizes}{where},"caller":{_caller()},"t":{time.time_ns()}}}')
-    return record
+    path, lineno = _caller()
+    _push((ident, head, seq, dtype, shape, nbytes, where, path, lineno, entered or time.time_ns()))
+    return ident
 
 
 def _end(ident: int, extra: dict[str, Any] | None = None) -> None:
-    more = "".join(f',"{k}":{int(v)}' for k, v in extra.items()) if extra else ""
-    _emit(f'{{"k":"E","i":{ident},"t":{time.time_ns()}{more}}}')
+    _push((ident, time.time_ns(), extra))
 
 
 class TracedWork:
@@ -309,6 +359,15 @@ class TracedWork:
             self._finish()
         return done
 
+    def get_future(self) -> Any:
+        """The real Work's future, chained so that the op's slice ends when it completes
+        (a DDP comm hook never calls wait(); the callback runs on the backend's thread)."""
+        def done(future: Any) -> Any:
+            self._finish()
+            return future.value()
+
+        return self._work.get_future().then(done)
+
     def _finish(self) -> None:
         if not self._done:
             self._done = True
@@ -319,10 +378,16 @@ class TracedWork:
 
 
 def _wrap(dist: Any, op: str, original: Any) -> Any:
+    """The recording wrapper of one op: the B record (time: when the rank entered), the
+    op as called, the E record (or a TracedWork for an async op's handle)."""
+    time_ns = time.time_ns
+
     def traced(*args: Any, **kwargs: Any) -> Any:
         if getattr(_local, "depth", 0):
             return original(*args, **kwargs)
-        record = _begin(dist, op, args, kwargs)
+        entered = time_ns()
+        route = _route(dist, op, _group_of(op, args, kwargs))
+        ident = _begin(dist, op, args, kwargs, entered, route) if route is not None else None
         _local.depth = 1
         try:
             result = original(*args, **kwargs)
@@ -331,13 +396,15 @@ def _wrap(dist: Any, op: str, original: Any) -> Any:
             raise
         finally:
             _local.depth = 0
-        if record is None:
+        if ident is None:
             return result
         if result is not None and hasattr(result, "wait") and not isinstance(result, int):
-            return TracedWork(result, record["i"])
-        extra = {"peer": int(result)} if op == "recv" and "peer" not in record and \
-            isinstance(result, int) else None
-        _end(record["i"], extra)
+            return TracedWork(result, ident)
+        extra = None
+        if op == "recv" and isinstance(result, int) and _arg(args, kwargs, 1, "src") is None \
+                and kwargs.get("group_src") is None:
+            extra = {"peer": result}        # recv from any source: the sender, known now
+        _end(ident, extra)
         return result
 
     traced.__wrapped__ = original
@@ -364,11 +431,11 @@ def _wrap_batch(dist: Any, original: Any) -> Any:
         if not works:
             for r in records:
                 if r is not None:
-                    _end(r["i"])
+                    _end(r)
             return works
         if len(works) != len(records):         # coalesced into one work (nccl): ends them all
-            return [_MultiWork(w, [r["i"] for r in records if r]) for w in works]
-        return [TracedWork(w, r["i"]) if r is not None else w for w, r in zip(works, records)]
+            return [_MultiWork(w, [r for r in records if r is not None]) for w in works]
+        return [TracedWork(w, r) if r is not None else w for w, r in zip(works, records)]
 
     traced.__wrapped__ = original
     return traced
@@ -453,7 +520,7 @@ def install() -> bool:
         return False
     _torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
     for op in list(_P2P) + list(_COLLECTIVES):
-        original = getattr(c10d, op, None)
+        original = getattr(c10d, op, None) or getattr(dist, op, None)
         if original is None:
             continue
         _originals[op] = original
@@ -470,8 +537,49 @@ def install() -> bool:
     traced_init = _wrap_init(dist, init)
     c10d.init_process_group = traced_init
     dist.init_process_group = traced_init
+    _install_ddp()
     _installed = True
     return True
+
+
+def _install_ddp() -> None:
+    """DDP all-reduces gradients in C++ (its Reducer), past torch.distributed's functions.
+    With tracing on, a DDP module the user gave no comm hook gets torch's own
+    `default_hooks.allreduce_hook` at its first forward: the same all-reduce per bucket
+    (divide by the world size, sum; DDP's built-in one sums, then divides: the last bits
+    of a gradient may differ), issued through dist.all_reduce and so recorded, caller
+    the line that called backward(). A hook the user registers is left alone (its
+    torch.distributed calls are recorded as any)."""
+    try:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+    except Exception:              # noqa: BLE001 - no DDP in this torch: nothing to record
+        return
+    ddp = DistributedDataParallel
+    register, builtin, forward = ddp.register_comm_hook, ddp._register_builtin_comm_hook, ddp.forward
+
+    def register_comm_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._labctl_hooked = True
+        return register(self, *args, **kwargs)
+
+    def register_builtin_comm_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._labctl_hooked = True
+        return builtin(self, *args, **kwargs)
+
+    def traced_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_labctl_hooked", False):
+            self._labctl_hooked = True
+            try:
+                register(self, self.process_group, default_hooks.allreduce_hook)
+            except Exception:      # noqa: BLE001 - DDP refused: its built-in all-reduce, unrecorded
+                pass
+        return forward(self, *args, **kwargs)
+
+    for name, fn, original in (("register_comm_hook", register_comm_hook, register),
+                               ("_register_builtin_comm_hook", register_builtin_comm_hook, builtin),
+                               ("forward", traced_forward, forward)):
+        fn.__wrapped__, fn.__name__, fn.__doc__ = original, original.__name__, original.__doc__
+        setattr(ddp, name, fn)
 
 
 # ---------------------------------------------------------------- Flight Recorder, tracing on or off
@@ -524,7 +632,98 @@ def install_flight_recorder() -> bool:
     atexit.register(remove)
     os.register_at_fork(after_in_child=forget_in_child)
     threading.Thread(target=_fr_waiter, args=(fd,), name="labctl-fr-dump", daemon=True).start()
+    _dump_on_sigterm()
     return True
+
+
+_last_dump = threading.Lock()
+_dump_owner = os.getpid()
+
+
+def ended_badly(exc: BaseException) -> bool:
+    """An exception that ends a rank as a failure (not `sys.exit(0)`)."""
+    return not (isinstance(exc, SystemExit) and exc.code in (None, 0))
+
+
+def dump_at_the_end() -> None:
+    """A rank that ends abnormally (an exception of its own; a SIGTERM from torchrun or
+    labctl because another rank failed) writes its pending trace lines and its Flight
+    Recorder entries, once: the report then names the collective each rank was in and
+    who never entered it, tracing on or off, before any deadline."""
+    if os.getpid() != _dump_owner or not _last_dump.acquire(blocking=False):
+        return                          # a forked child (a DataLoader worker) is no rank
+    try:
+        flush()
+        dump_flight_recorder()
+    except BaseException as exc:        # noqa: BLE001 - the rank is ending anyway
+        _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
+
+
+def _dump_on_sigterm() -> None:
+    """SIGTERM: dump (dump_at_the_end), then die of SIGTERM as before. A Python handler
+    runs only once the main thread is back in Python, never while it waits in a
+    collective, so the handler's C part also writes the signal's number to a wakeup pipe
+    (signal.set_wakeup_fd) that a daemon thread reads. Left alone: a process that
+    already handles SIGTERM or uses a wakeup fd (asyncio)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        previous = None
+    if previous != -1:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:          # the main thread, in Python
+        dump_at_the_end()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def waiter() -> None:                                     # the main thread blocked in C
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if bytes([signal.SIGTERM]) in data:
+                dump_at_the_end()
+                _die_of(signal.SIGTERM)
+
+    def forget_in_child() -> None:
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:          # forked from another thread: the child cannot reset it
+            pass
+
+    global _dump_owner
+    _dump_owner = os.getpid()
+    signal.signal(signal.SIGTERM, on_sigterm)
+    os.register_at_fork(after_in_child=forget_in_child)
+    threading.Thread(target=waiter, name="labctl-sigterm-dump", daemon=True).start()
+
+
+def _die_of(signum: int) -> None:
+    """End the process by `signum`'s default action, as if no handler had been installed
+    (torchrun and labctl read a death by SIGTERM). Python's signal.signal works only in
+    the main thread: libc's signal() resets the handler from any."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.signal.argtypes, libc.signal.restype = (ctypes.c_int, ctypes.c_void_p), ctypes.c_void_p
+        libc.signal(signum, 0)                                # SIG_DFL
+        os.kill(os.getpid(), signum)
+    finally:
+        os._exit(128 + signum)                                # not reached unless the kill failed
 
 
 def _prune(folder: str) -> None:
