@@ -157,7 +157,7 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     script = tmp_path / "hang.py"
     script.write_text(HANG)
     out, dumps = tmp_path / "run", tmp_path / "fr"
-    done = labctl("up", "--script", str(script), *COMMON, "--timeout", "40", "--out", str(out),
+    done = labctl("up", "--script", str(script), *COMMON, "--timeout", "30", "--out", str(out),
                   "--env", f"LAB_FR_DUMP_DIR={dumps}", timeout=600)
     assert done.returncode == 1
     status = json.loads((out / "status.json").read_text())
