@@ -100,7 +100,7 @@ def enabled() -> bool:
 FLUSH_S = 0.15
 MAX_PENDING = 4096                  # records; a B record is a tuple of ~8 small objects, its line ~200-400 bytes
 _pending: "collections.deque[Any]" = collections.deque()
-_flush_lock = threading.Lock()
+_flush_lock = threading.RLock()      # reentrant: the SIGTERM handler may interrupt a flush
 _flusher_started = False
 
 
@@ -115,8 +115,8 @@ def flush() -> None:
         try:
             sys.stdout.write(text)
             sys.stdout.flush()
-        except (OSError, ValueError):
-            pass                    # stdout closed: tracing must never break the rank
+        except (OSError, ValueError, RuntimeError):
+            pass                    # stdout closed (or a reentrant write): tracing must never break the rank
 
 
 def _flusher() -> None:
@@ -656,7 +656,10 @@ def dump_at_the_end() -> None:
         flush()
         dump_flight_recorder()
     except BaseException as exc:        # noqa: BLE001 - the rank is ending anyway
-        _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
+        try:
+            _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
+        except BaseException:           # noqa: BLE001 - e.g. a reentrant write from the handler
+            pass
 
 
 def _dump_on_sigterm() -> None:
@@ -759,7 +762,7 @@ def _emit_fr(record: dict[str, Any]) -> None:
     try:
         sys.stdout.write(FR_MARKER + json.dumps(record, separators=(",", ":")) + "\n")
         sys.stdout.flush()
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):     # RuntimeError: a reentrant write (SIGTERM handler)
         pass
 
 
