@@ -3,10 +3,14 @@ a zombie, a process tree, and a process that exits in the middle of a scan."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
+from conftest import REPO
 
 from labctl import nodeguard
 from labctl.backends import local
@@ -111,3 +115,28 @@ def test_the_node_guard_finds_the_proc_reader_without_an_install(tmp_path):
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "--lifeline" in done.stdout
+
+
+NOT_OURS = """
+from workloads import _proc, _stacks
+try:
+    open("/proc/1/environ", "rb").read()
+    raise SystemExit("PID 1's environment is readable: nothing tested")
+except PermissionError:
+    pass
+assert _proc.environ(1) == {}
+assert _proc.stat(1) is not None and 1 in [st.pid for st in _proc.stats()]
+assert _stacks.kill_rank("no-such-run", 0) == []
+print("ok")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
+                    reason="needs root and setpriv to scan as a user who may not read root's processes")
+def test_processes_of_another_user_are_read_as_far_as_allowed():
+    """As user nobody, root's environments raise PermissionError: read as empty, and the
+    scans over them go on. The system Python: the test venv may not be nobody's to run."""
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           "/usr/bin/python3", "-c", NOT_OURS], cwd="/", capture_output=True,
+                          text=True, timeout=60, env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]})
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
