@@ -17,7 +17,8 @@ the node's log file. The guard
 - after the node's processes end, kills whatever they left behind and writes
   the outcome and those leftovers (pid, command) to the status file.
 
-Standard library only and run by path, so it needs nothing importable.
+Run by path; besides the standard library it only imports `workloads._proc`
+(itself standard library only), found next to the labctl package.
 """
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ import subprocess
 import sys
 import threading
 import time
+
+if not __package__:
+    # run by path (python .../labctl/nodeguard.py): find workloads next to labctl, and
+    # nothing in labctl/ (its module names, trace.py, would shadow the standard library's)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
+from workloads import _proc   # noqa: E402  (standard library only)
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
@@ -58,35 +66,10 @@ def _die_with_parent() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below `root`, from /proc (children before grandchildren)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # comm may contain spaces and parentheses: the fields after the last ')' are fixed.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if fields and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def command_of(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return " ".join(p.decode(errors="replace") for p in f.read().split(b"\0") if p)[:300]
-    except OSError:
-        return "?"
+    """The process's command line for a report line; "?" when it is gone."""
+    argv = _proc.cmdline(pid)
+    return "?" if argv is None else " ".join(argv)[:300]
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -223,7 +206,8 @@ class Guard:
         self.stop_requested, self.stop_reason = True, reason
         self.kill_at = time.monotonic() + (self.grace if grace is None else grace)
         if self.agents:                           # before SIGTERM makes it stop its workers
-            self.idle_at_stop = any(proc.get("rank") is None and not descendants(popen.pid)
+            self.idle_at_stop = any(proc.get("rank") is None
+                                    and not _proc.descendants(popen.pid)
                                     for popen, proc, _ in self.procs if popen.pid not in self.codes)
         for popen in self._running():
             _signal_group(popen.pid, signal.SIGTERM)
@@ -257,7 +241,7 @@ class Guard:
                 time.sleep(REAP_S)
             self._reap()
             if self.kill_at is not None and time.monotonic() > self.kill_at:
-                for pid in descendants(os.getpid()):
+                for pid in _proc.descendants(os.getpid()):
                     _signal(pid, signal.SIGKILL)
                 self.kill_at = None
         self._say_if_idle_at_stop()
@@ -269,16 +253,16 @@ class Guard:
 
     def sweep(self) -> list[dict]:
         """Kill what the node's processes left behind; say what it was."""
-        found = [{"pid": pid, "command": command_of(pid)} for pid in descendants(os.getpid())]
+        found = [{"pid": pid, "command": command_of(pid)} for pid in _proc.descendants(os.getpid())]
         if found:
             for item in found:
                 _signal(item["pid"], signal.SIGTERM)
             end = time.monotonic() + LEFTOVER_TERM_S
-            while time.monotonic() < end and descendants(os.getpid()):
+            while time.monotonic() < end and _proc.descendants(os.getpid()):
                 time.sleep(REAP_S)
                 self._reap()
             for _ in range(20):             # new forks during the kill: repeat until none
-                rest = descendants(os.getpid())
+                rest = _proc.descendants(os.getpid())
                 if not rest:
                     break
                 for pid in rest:

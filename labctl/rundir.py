@@ -29,6 +29,8 @@ from typing import Any, Iterator
 
 import yaml
 
+from workloads import _proc
+
 from . import blame, logs
 from .errors import LabError
 from .outcome import NodeOutcome, RunState
@@ -268,13 +270,9 @@ class RunDir:
         ctl = self.meta.get("controller") or {}
         if ctl.get("host") != socket.gethostname() or not ctl.get("pid"):
             return False
-        try:
-            with open(f"/proc/{ctl['pid']}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            state, start = fields[0], int(fields[19])
-        except (OSError, IndexError, ValueError):
-            return True
-        return state == b"Z" or start != ctl.get("start_ticks")     # a zombie has ended
+        st = _proc.stat(ctl["pid"])
+        # gone, ended (a zombie has), or the pid now names another process
+        return st is None or st.zombie or st.start_ticks != ctl.get("start_ticks")
 
     def effective_state(self) -> str:
         """The state as it is now: a run marked running whose labctl is gone is abandoned."""
@@ -369,13 +367,9 @@ class RunDir:
 
     def note_controller(self) -> None:
         """Who runs this lab: lets `report`/`down` tell a live run from an abandoned one."""
-        try:
-            with open("/proc/self/stat", "rb") as f:
-                start = int(f.read().rsplit(b")", 1)[1].split()[19])
-        except (OSError, IndexError, ValueError):
-            start = None
+        st = _proc.stat()
         self.meta["controller"] = {"pid": os.getpid(), "host": socket.gethostname(),
-                                   "start_ticks": start}
+                                   "start_ticks": st.start_ticks if st else None}
         self.write_status()
 
     def follow_logs(self, indices: list[int], budget: int = 8 << 20) -> bool:

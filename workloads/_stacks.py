@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from . import _proc
+
 SIGNAL = signal.SIGUSR1
 DELIVERY_WAIT_S = 2.0       # for SIGUSR1 to reach every rank before its Flight Recorder is asked
 AFTER_STACKS_S = 0.2        # faulthandler writes a dump in well under a millisecond
@@ -56,7 +58,8 @@ def ask_flight_recorder(pid: int) -> bool:
 
 def _pending(pid: int, signum: int) -> bool:
     """Whether `signum` still waits to be delivered to the process (shared or main thread)."""
-    return _status_has(pid, ("SigPnd", "ShdPnd"), signum)
+    masks = _proc.signals(pid)
+    return masks is not None and masks.is_pending(signum)
 
 
 def install() -> None:
@@ -66,46 +69,18 @@ def install() -> None:
         pass            # no SIGUSR1 here (Windows), or stderr has no file descriptor
 
 
-def _status_has(pid: int, masks: tuple[str, ...], signum: int) -> bool:
-    """Whether `signum` is set in any of the process's /proc status signal masks
-    `masks` ("SigCgt": caught; "SigPnd", "ShdPnd": pending)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name in masks and int(value.split()[0], 16) >> (signum - 1) & 1:
-                    return True
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
 def _catches(pid: int, signum: int) -> bool:
-    return _status_has(pid, ("SigCgt",), signum)
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            items = f.read().split(b"\0")
-    except OSError:
-        return {}
-    env = {}
-    for item in items:
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
+    masks = _proc.signals(pid)
+    return masks is not None and masks.catches(signum)
 
 
 def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
     """(pid, rank) of every rank process of the run that was asked for its stack."""
     asked = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for pid in _proc.pids():
+        if pid == os.getpid():
             continue
-        pid = int(entry)
-        env = _environ(pid)
+        env = _proc.environ(pid)
         if "RANK" not in env or (run_id and env.get("LAB_RUN_ID") != run_id):
             continue
         if not _catches(pid, SIGNAL):
@@ -127,24 +102,15 @@ def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
     return asked
 
 
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 def kill_rank(run_id: str, rank: int) -> list[int]:
     """SIGKILL the worker with RANK=`rank` of the run: the topmost process with that
     RANK (its children inherit it). Returns the pids killed (none: not running yet)."""
-    mine = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            env = _environ(int(entry))
-            if env.get("RANK") == str(rank) and env.get("LAB_RUN_ID") == run_id:
-                mine.add(int(entry))
-    top = sorted(p for p in mine if _parent(p) not in mine)
+    mine: dict[int, int] = {}           # pid -> its parent
+    for st in _proc.stats():
+        env = _proc.environ(st.pid) if st.pid != os.getpid() else {}
+        if env.get("RANK") == str(rank) and env.get("LAB_RUN_ID") == run_id:
+            mine[st.pid] = st.ppid
+    top = sorted(pid for pid, parent in mine.items() if parent not in mine)
     for pid in top:
         try:
             os.kill(pid, signal.SIGKILL)

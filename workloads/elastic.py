@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from . import _common
+from . import _common, _proc
 from .ddp import ATOL, RTOL, flat_params, make_data, make_model
 
 TEE_S = 1.0      # torchrun's tee tails worker output files several times a second
@@ -71,14 +71,8 @@ def slot() -> dict:
 def process_started() -> float | None:
     """When this process began (epoch seconds, 10 ms steps): splits a restart into
     torchrun's part (until the new worker exists) and the worker's own (import, join)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    st = _proc.stat()
+    return st.started() if st else None
 
 
 def restart_count() -> int:
@@ -105,19 +99,6 @@ def resume(ctx: _common.Context, path: Path, model) -> int:
     dist.broadcast(params, src=0)
     torch.nn.utils.vector_to_parameters(params, model.parameters())
     return int(step.item())
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
 
 
 def crash_due(ctx: _common.Context, path: Path, crash_rank: int, crash_node: int) -> str | None:
@@ -152,7 +133,7 @@ def crash_now(ctx: _common.Context, how: str, step: int) -> None:
     if node:
         time.sleep(max(0.0, at - time.time()))
         agent = os.getppid()
-        siblings = [p for p in _children(agent) if p != os.getpid()]
+        siblings = [st.pid for st in _proc.stats() if st.ppid == agent and st.pid != os.getpid()]
         for pid in [agent, *siblings]:
             try:
                 os.kill(pid, signal.SIGKILL)

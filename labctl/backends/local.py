@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from workloads import _proc
+
 from .. import nodeguard
 from ..errors import LabError
 from ..faults import Fault, NotYet
@@ -92,18 +94,8 @@ def nccl_refusal(spec: LabSpec, gpus: int) -> str | None:
 
 def processes_of_run(run_id: str) -> list[int]:
     """PIDs whose environment carries LAB_RUN_ID=<run_id>: guards, agents, workers."""
-    needle = f"LAB_RUN_ID={run_id}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return [pid for pid in _proc.pids()
+            if pid != os.getpid() and _proc.environ(pid).get("LAB_RUN_ID") == run_id]
 
 
 def kill_processes(pids: list[int], grace: float = 2.0) -> list[dict]:
@@ -112,7 +104,7 @@ def kill_processes(pids: list[int], grace: float = 2.0) -> list[dict]:
     for pid in pids:
         _kill(pid, signal.SIGTERM)
     end = time.monotonic() + grace
-    while time.monotonic() < end and any(_alive(p) for p in pids):
+    while time.monotonic() < end and any(_proc.alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
         _kill(pid, signal.SIGKILL)
@@ -124,14 +116,6 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _from_status_file(path: Path, index: int, hostname: str, guard_code: int | None,
@@ -331,7 +315,7 @@ class LocalBackend(Backend):
     def _tree(self, index: int) -> list[int]:
         """A node's guard and everything below it."""
         guard = self.guards[index].pid
-        return [guard, *nodeguard.descendants(guard)]
+        return [guard, *_proc.descendants(guard)]
 
     def inject(self, fault: Fault) -> str:
         if fault.kind == "kill-rank":
@@ -375,7 +359,7 @@ class LocalBackend(Backend):
         if not pids:
             return f"nothing running of run {run_id}"
         found = kill_processes(pids)
-        left = [p for p in pids if _alive(p)]
+        left = [p for p in pids if _proc.alive(p)]
         if left:
             raise LabError(f"could not stop {len(left)} process(es) of run {run_id}: "
                            f"pids {', '.join(map(str, left))}")
