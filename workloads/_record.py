@@ -59,9 +59,13 @@ def _write(exc: Exception, time_ns: int) -> None:
         data[LABCTL_KEY] = {"rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
                             "time_ns": time_ns}
         tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)       # torch's own file stays whole if this fails
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     except Exception:       # noqa: BLE001 - never mask the worker's own exception
         pass
 
