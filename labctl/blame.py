@@ -88,7 +88,8 @@ def read_error_files(log_dir: Path, node: int) -> tuple[list[ErrorFile], list[st
 def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
     """torch's layout: {"message": {"message", "extraInfo": {"py_callstack", "timestamp"},
     ["errorCode"]}} (or a plain "message" string and a top-level "timestamp"), plus
-    labctl's {"labctl": {"rank", "local_rank", "time_ns"}} (workloads/_record.py)."""
+    labctl's {"labctl": {"rank", "local_rank", "time_ns", "py_callstack"}}
+    (workloads/_record.py moves the traceback there)."""
     if path.stat().st_size > MAX_ERROR_FILE_BYTES:
         raise ValueError(f"larger than {MAX_ERROR_FILE_BYTES >> 20} MiB")
     data = json.loads(path.read_bytes())
@@ -103,6 +104,9 @@ def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
         raise ValueError("message or py_callstack is not text")
     timestamp = float(int(stamp))
     ours = data.get("labctl") or {}
+    stack = stack or ours.get("py_callstack") or ""
+    if not isinstance(stack, str):
+        raise ValueError("py_callstack is not text")
     rank = ours.get("rank")
     if isinstance(ours.get("time_ns"), int):
         timestamp = ours["time_ns"] / 1e9

@@ -113,8 +113,14 @@ def test_garbled_or_truncated_error_files_are_left_out_with_a_note(tmp_path, mon
     run.path.joinpath("torchrun", "node-0", f"{RUN_ID}_x1y2", "attempt_0", "2").mkdir()
     _error_file(run, 0, 2).write_text(json.dumps(wrong))
     _error_file(run, 0, 3).write_bytes(b"\xff\xfe{[")
+    # torch's own layout (a worker under plain `record`): read, but it names no global rank
+    plain = {"message": {"message": "KeyError: 'x'", "extraInfo": {
+        "py_callstack": 'Traceback (most recent call last):\n  File "/s.py", line 2, in <module>\n'
+                        "KeyError: 'x'\n", "timestamp": "1700000000"}}}
+    _error_file(run, 0, 4).write_text(json.dumps(plain))
     files, notes = read_error_files(run.path / "torchrun" / "node-0", 0)
-    assert [(f.rank, f.message) for f in files] == [(1, "ValueError: boom")]
+    assert [(f.rank, f.message) for f in files] == [(1, "ValueError: boom"), (None, "KeyError: 'x'")]
+    assert (files[1].frame.file, files[1].frame.line, files[1].timestamp) == ("/s.py", 2, 1700000000.0)
     assert len(notes) == 3 and all("ignored torch elastic error file" in n for n in notes)
     assert "attempt_0/0/error.json" in notes[0] and "attempt_0/2/error.json" in notes[1]
     # the run folder's end: no traceback, the notes in status.json, rank 1 named
@@ -148,7 +154,7 @@ dist.barrier()
 @pytest.mark.slow
 def test_a_raising_rank_is_named_from_its_error_file_in_a_real_torchrun_lab(tmp_path, write_script):
     """One local torchrun lab (2 nodes x 2): rank 3 raises. Its error file lands in the
-    run folder, the agent read it too (its summary shows the traceback), and the first
+    run folder, the agent read it too (its summary quotes the exception), and the first
     failure names rank 3, its node, exception and line, also once the node log is cut."""
     from labctl import lab, spec
 
@@ -170,7 +176,8 @@ def test_a_raising_rank_is_named_from_its_error_file_in_a_real_torchrun_lab(tmp_
     assert log_dirs == [f"--log-dir={(run.path / 'torchrun' / f'node-{i}').resolve()}" for i in (0, 1)]
     [error_file] = (run.path / "torchrun" / f"node-{node}").glob(f"{meta['run_id']}_*/attempt_0/1/error.json")
     assert json.loads(error_file.read_text())["labctl"]["rank"] == 3
-    assert "traceback : Traceback (most recent call last)" in run.node_log(node).read_text()
+    # torchrun's agent read it: its summary names the exception, in one line
+    assert "traceback : ValueError: rank 3 cannot go on\n" in run.node_log(node).read_text()
     # the same folder with that node's log cut before rank 3's traceback and the summary
     copy = RunDir.open(shutil.copytree(run.path, tmp_path / "cut"))
     text = copy.node_log(node).read_text()

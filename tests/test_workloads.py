@@ -269,4 +269,7 @@ def test_the_runner_under_an_error_file_keeps_its_exit_code_and_last_line(tmp_pa
     data = json.loads(error_file.read_text())
     assert data["labctl"]["rank"] == 5 and data["labctl"]["local_rank"] == 1
     assert data["message"]["message"].startswith("ModuleNotFoundError")
+    # the traceback sits under labctl's key: torchrun's summary stays one line per worker
+    assert "py_callstack" not in data["message"]["extraInfo"]
+    assert data["labctl"]["py_callstack"].startswith("Traceback (most recent call last)")
     assert not error_file.with_name("error.json.tmp").exists()

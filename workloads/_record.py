@@ -13,7 +13,9 @@ rank would print a "Fatal Python error" dump it never printed), and it imports
 torch before a user's script runs (a script that sets OMP_NUM_THREADS before
 `import torch` would lose it). Here torch is imported only once an exception
 escapes. labctl adds a `labctl` key (torch reads only `message`): the global and
-local rank and the time in nanoseconds (torch's timestamp is whole seconds).
+local rank, the time in nanoseconds (torch's timestamp is whole seconds), and the
+traceback, moved there from `extraInfo` so that torchrun's failure summary stays one
+line per failed worker (`traceback : ValueError: boom`).
 """
 from __future__ import annotations
 
@@ -56,8 +58,13 @@ def _write(exc: Exception, time_ns: int) -> None:
         get_error_handler().record_exception(exc)       # inside the except: format_exc() works
         with open(path) as f:
             data = json.load(f)
+        info = data["message"]["extraInfo"]
+        # the agent prints py_callstack, when there is one, in its failure summary for every
+        # failed worker: a traceback per rank at the end of each node log, whose tail the
+        # log reader keeps short (labctl.logs.AGENT_TAIL_LINES). Under labctl's key, the
+        # summary shows the exception line instead (the rank printed its traceback itself).
         data[LABCTL_KEY] = {"rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
-                            "time_ns": time_ns}
+                            "time_ns": time_ns, "py_callstack": info.pop("py_callstack", "")}
         tmp = f"{path}.tmp"
         try:
             with open(tmp, "w") as f:
