@@ -7,15 +7,117 @@ log pass (rundir.LogSplit) fills `Findings`; `first_failure` and
 sentence status.json's message and report.md print; `run_state` is the one
 rule for how the run ended. Standard library only, no run folder: the run
 folder (rundir) and the report both import this, never each other's blame.
+
+Under torchrun, which rank failed first and with what comes from the workers'
+torch elastic error files where labctl can read them (`read_error_files`; the
+local backend's `torchrun/node-<i>/`, workloads/_record.py writes them), else
+from the failure summary torchrun prints at the end of a node log.
 """
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from . import logs
 from .faults import parse as parse_fault
 from .outcome import NodeOutcome, NodeState, RunState, signal_name, spared, run_state as node_rule
+
+
+MAX_ERROR_FILE_BYTES = 16 << 20      # a traceback, even a long one, is far smaller
+_ATTEMPT = re.compile(r"attempt_(\d+)")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+
+
+@dataclass(frozen=True)
+class ErrorFile:
+    """One worker's torch elastic error file (`TORCHELASTIC_ERROR_FILE`): the exception
+    that escaped it, where it was raised, and when."""
+    node: int
+    local_rank: int
+    rank: int | None            # the global rank: labctl's key, torch's own file has none
+    exit_code: int | None       # torch's errorCode (an agent's copy); a worker's file has none
+    message: str                # the exception line the traceback ends with ("ValueError: boom")
+    frame: Frame | None         # the innermost frame in the user's or workload's code
+    timestamp: float            # epoch s: labctl's time_ns, else torch's whole seconds
+
+    def error(self) -> dict:
+        """The `error` of status.json's first_failure and rank_errors (the log's shape)."""
+        where = {} if self.frame is None else {
+            "file": self.frame.file, "line": self.frame.line, "function": self.frame.function}
+        return {"exception": self.message, **where}
+
+
+def read_error_files(log_dir: Path, node: int) -> tuple[list[ErrorFile], list[str]]:
+    """The error files one torchrun agent's workers wrote under its --log-dir
+    (`<run id>_*/attempt_<n>/<local rank>/error.json`), the newest attempt only: an
+    earlier attempt's failure was restarted from. Returns (files, notes): a garbled,
+    truncated or unreadable file is left out with a note, never an exception."""
+    files: list[ErrorFile] = []
+    notes: list[str] = []
+    try:
+        agents = [d for d in log_dir.iterdir() if d.is_dir()] if log_dir.is_dir() else []
+    except OSError as exc:
+        return [], [f"node {node}: torchrun's log dir {log_dir}: {exc.strerror or exc}"]
+    for agent in sorted(agents):
+        attempts = [(int(m.group(1)), d) for d in agent.glob("attempt_*")
+                    if (m := _ATTEMPT.fullmatch(d.name)) and d.is_dir()]
+        if not attempts:
+            continue
+        newest = max(attempts)[1]
+        for path in sorted(newest.glob("*/error.json")):
+            if not path.parent.name.isdigit():
+                continue
+            try:
+                files.append(_error_file(path, node, int(path.parent.name)))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else str(exc) or type(exc).__name__
+                notes.append(f"node {node}: ignored torch elastic error file {path} ({why[:200]}); "
+                             "the failure summary in the node log was used instead")
+    return files, notes
+
+
+def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
+    """torch's layout: {"message": {"message", "extraInfo": {"py_callstack", "timestamp"},
+    ["errorCode"]}} (or a plain "message" string and a top-level "timestamp"), plus
+    labctl's {"labctl": {"rank", "local_rank", "time_ns", "py_callstack"}}
+    (workloads/_record.py moves the traceback there)."""
+    if path.stat().st_size > MAX_ERROR_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_ERROR_FILE_BYTES >> 20} MiB")
+    data = json.loads(path.read_bytes())
+    message = data["message"]
+    if isinstance(message, str):
+        text, stack, stamp, code = message, "", data.get("timestamp", 0), None
+    else:
+        info = message.get("extraInfo") or {}
+        text, stack, stamp, code = message["message"], info.get("py_callstack") or "", \
+            info["timestamp"], message.get("errorCode")
+    if not isinstance(text, str) or not isinstance(stack, str):
+        raise ValueError("message or py_callstack is not text")
+    timestamp = float(int(stamp))
+    ours = data.get("labctl") or {}
+    stack = stack or ours.get("py_callstack") or ""
+    if not isinstance(stack, str):
+        raise ValueError("py_callstack is not text")
+    rank = ours.get("rank")
+    if isinstance(ours.get("time_ns"), int):
+        timestamp = ours["time_ns"] / 1e9
+    tracker = logs.TracebackTracker()          # the same reading as a traceback in a log
+    for line in stack.splitlines():
+        tracker.feed(line)
+    error = tracker.error or {}
+    frame = Frame(error["file"], error["line"], error["function"]) if error.get("file") else None
+    return ErrorFile(node, local_rank, rank if isinstance(rank, int) else None,
+                     code if isinstance(code, int) else None,
+                     error.get("exception") or (text.splitlines() or [""])[0][:500], frame, timestamp)
 
 
 @dataclass
@@ -33,6 +135,7 @@ class Findings:
     finished: set[int] = field(default_factory=set)              # ranks that said workload_done
     finished_world: set[int] = field(default_factory=set)        # the world sizes they said it in
     stacks: dict[int, list[str]] = field(default_factory=dict)   # rank -> its last stack dump
+    error_files: dict[int, ErrorFile] = field(default_factory=dict)  # rank -> its torch elastic error file
     total: int = 0                                               # result records
     failed: list[dict] = field(default_factory=list)             # the first 50 failed records
     failed_count: int = 0
@@ -73,10 +176,19 @@ class Findings:
         if cause is not None:
             self.root_causes[index] = cause
 
+    def add_error_files(self, files: list[ErrorFile]) -> None:
+        """Workers' error files: their exception wins over the one read from the log (the
+        same traceback, but whole even when the log was cut). A file naming no global
+        rank (not written by workloads/_record.py) cannot be placed and is left out."""
+        for f in files:
+            if f.rank is not None:
+                self.error_files[f.rank] = f
+                self.errors[f.rank] = f.error()
+
     @property
     def failed_ranks(self) -> list[int]:
         return sorted({r["rank"] for r in self.failed if isinstance(r.get("rank"), int)}
-                      | set(self.exit_codes))
+                      | set(self.exit_codes) | set(self.error_files))
 
 
 @dataclass
@@ -188,6 +300,8 @@ def first_failure(outcomes: list[NodeOutcome], found: Findings) -> FirstFailure 
     if timed:
         _, rank, index = timed[0]
         first = FirstFailure(rank, index, exit_codes[rank])
+    if first is None:
+        first = _first_raised(failed, found)
     for node in ([] if first else failed):
         if node.index in found.root_causes:
             rank = found.root_causes[node.index]
@@ -221,6 +335,24 @@ def first_failure(outcomes: list[NodeOutcome], found: Findings) -> FirstFailure 
         first.error = found.agent_errors[first.node]
     early = _left_early(outcomes, found, first)
     return early if early is not None else first
+
+
+def _first_raised(failed: list[NodeOutcome], found: Findings) -> FirstFailure | None:
+    """torchrun: the rank whose error file is the earliest (each worker's own clock
+    reading when its exception escaped, across nodes: better evidence than the order of
+    torchrun's summary, which each agent prints for its own node alone). When that first
+    exception only says a peer hung up while some rank failed without raising (a signal,
+    os._exit, sys.exit: no error file), that rank hung up: the one an agent's summary
+    named, else a positive exit code first. None without error files (the summary decides)."""
+    if not found.error_files:
+        return None
+    first, raised = min(found.error_files.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+    silent = {r: c for r, c in found.exit_codes.items() if c != 0 and r not in found.error_files}
+    if silent and logs.peer_gone(raised.message):
+        named = [found.root_causes[n.index] for n in failed if found.root_causes.get(n.index) in silent]
+        rank = named[0] if named else min(silent, key=lambda r: (silent[r] <= 0, r))
+        return FirstFailure(rank, node_of_rank(rank, found), silent[rank])
+    return FirstFailure(first, raised.node, found.exit_codes.get(first, raised.exit_code))
 
 
 def node_of_rank(rank: int, found: Findings) -> int | None:

@@ -32,6 +32,9 @@ DEFAULT_STORE_PORT = 29400          # the replica store in containers (a host of
 SHARED_MOUNT = "/lab/shared"        # where container backends mount the shared directory
 STORE_MODULE = "workloads._replica_store"
 LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the run folder
+# torchrun's --log-dir on the local backend, in the run folder: node i's agent writes
+# <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
+TORCHRUN_LOGS_SUBDIR = "torchrun"
 SCRIPT_MOUNT = "/lab/script"        # where container backends mount a user's script
 # torchrun tees every worker's output with this prefix, so one node log can be
 # split per global rank by every backend (see labctl.logs).
@@ -55,6 +58,9 @@ class Placement:
     store_addr: str | None = None        # the replica store as workers reach it (replicas > 1)
     store_port: int | None = None
     shared_dir: str | None = None        # a directory every node sees (file:// init), if any
+    # where each torchrun agent's --log-dir goes (node-<i> under it), when labctl can read
+    # it after the run (its workers' error files): local only, containers lose theirs
+    torchrun_log_dir: str | None = None
 
     def rendezvous(self, replica: int) -> tuple[str, int]:
         """Node 0's address and the rendezvous port of `replica`."""
@@ -102,6 +108,7 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
         store_addr="127.0.0.1" if many else None,
         store_port=port + 2 * spec.replicas if many else None,
         shared_dir=shared,
+        torchrun_log_dir=local_torchrun_log_dir(run_folder) if run_folder is not None else None,
     )
 
 
@@ -151,6 +158,12 @@ def local_shared_dir(run_folder: str | os.PathLike) -> str:
     """The directory local nodes share: the run folder's `shared/` (kept with the run),
     absolute (every node works in a directory of its own)."""
     return str((Path(run_folder) / LOCAL_SHARED_SUBDIR).resolve())
+
+
+def local_torchrun_log_dir(run_folder: str | os.PathLike) -> str:
+    """The run folder's `torchrun/`, absolute: every torchrun agent's --log-dir is a
+    `node-<i>` in it, so the workers' error files stay with the run (labctl/blame.py)."""
+    return str((Path(run_folder) / TORCHRUN_LOGS_SUBDIR).resolve())
 
 
 def node_hostname(spec: LabSpec, index: int, replica: int = 0) -> str:
@@ -480,6 +493,9 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
     addr, port = placement.rendezvous(replica)
     # MIN:MAX only when elastic: a fixed-size lab keeps the plain count (and its renders)
     nnodes = str(spec.nodes) if spec.fewest_nodes == spec.nodes else f"{spec.fewest_nodes}:{spec.nodes}"
+    # --tee needs files anyway (torch tails them); without a log dir they go to a temp dir
+    log_dir = () if placement.torchrun_log_dir is None else (
+        f"--log-dir={placement.torchrun_log_dir}/node-{replica * spec.nodes + node}",)
     return (
         *placement.torchrun,
         f"--nnodes={nnodes}",
@@ -492,6 +508,7 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
         f"--rdzv-conf={rdzv_conf}",
         f"--max-restarts={spec.max_restarts}",
         "--tee=3",
+        *log_dir,
         *workload_argv(spec, placement),
     )
 

@@ -8,6 +8,7 @@
       nodes/node-<i>.guard.txt  a local direct-mode node guard's own lines (exits, leftovers)
       work/node-<i>/       a local node's working directory (files ranks write)
       ranks/rank-<r>.log   the same output split per global rank
+      torchrun/node-<i>/   local torchrun: the agent's --log-dir (workers' error files, tee copies)
       results.jsonl        one JSON result per line (workload, name, rank, ok, ...)
       events/              backend events (Kubernetes), when there are any
       faults.jsonl         every injected fault that fired, when, and what was done
@@ -34,7 +35,7 @@ from workloads import _proc
 from . import blame, logs
 from .errors import LabError
 from .outcome import NodeOutcome, RunState
-from .plan import LaunchPlan
+from .plan import TORCHRUN_LOGS_SUBDIR, LaunchPlan
 from .spec import LabSpec, dump, from_dict
 
 __all__ = ["RunDir", "NodeOutcome", "StorageError"]
@@ -410,6 +411,12 @@ class RunDir:
         world = self.meta["world_size"]
         found = self.split_logs([n.index for n in outcomes])
         found.world = world
+        for node in outcomes:                   # the workers' error files, where they are here
+            files, notes = blame.read_error_files(self.path / TORCHRUN_LOGS_SUBDIR / f"node-{node.index}",
+                                                  node.index)
+            found.add_error_files(files)
+            if notes:
+                self.meta.setdefault("notes", []).extend(notes)
         for rank in range(world):               # a silent rank still has its (empty) log
             if not self.rank_log(rank).exists():
                 self.rank_log(rank).touch()

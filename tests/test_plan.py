@@ -35,6 +35,19 @@ def test_elastic_labs_pass_min_max_nodes_and_restarts_to_torchrun():
     assert "--nnodes=3" in argv and "--max-restarts=0" in argv, "a fixed-size lab keeps the plain count"
 
 
+def test_local_torchrun_agents_keep_their_log_dir_in_the_run_folder(tmp_path):
+    """Each local agent's --log-dir is `torchrun/node-<index>` of the run folder (where
+    its workers' error files land, labctl/blame.py); containers get none (it dies with them)."""
+    s = spec.from_dict({"nodes": 2, "replicas": 2})
+    local = plan.plan(s, local_placement(s, 29500, run_folder=tmp_path / "run"), "run-1")
+    folder = (tmp_path / "run" / "torchrun").resolve()
+    assert [[a for a in n.processes[0].argv if a.startswith("--log-dir")] for n in local.nodes] == \
+        [[f"--log-dir={folder}/node-{i}"] for i in range(4)]
+    assert not any(a.startswith("--log-dir") for n in _plan(nodes=2).nodes for a in n.processes[0].argv)
+    unfoldered = plan.plan(s, local_placement(s, 29500), "run-1")
+    assert not any(a.startswith("--log-dir") for n in unfoldered.nodes for a in n.processes[0].argv)
+
+
 def test_direct_mode_gives_every_worker_its_rank():
     p = _plan(nodes=2, nproc_per_node=3, launcher="direct")
     procs = [proc for n in p.nodes for proc in n.processes]

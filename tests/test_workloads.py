@@ -9,9 +9,11 @@ in-process tests show that a wrong value is recorded as a failure.
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from contextlib import redirect_stdout
@@ -248,3 +250,26 @@ def test_the_env_table_is_the_env_workloads_report_hook(tmp_path, monkeypatch):
     assert report.as_dict(run)["ranks"] == [{"rank": "from the hook"}]
     (run.path / "results.jsonl").write_text(json.dumps(records[-1]) + "\n")
     assert report.as_dict(run)["ranks"] == [], "no env workload: an empty list, as before"
+
+
+def test_the_runner_under_an_error_file_keeps_its_exit_code_and_last_line(tmp_path):
+    """`python -m workloads` given torchrun's TORCHELASTIC_ERROR_FILE (workloads/_record.py):
+    the same exit code and last stderr line as without, and the file holds the exception
+    with labctl's rank (labctl/blame.py reads it)."""
+    def run(**env):
+        return subprocess.run([sys.executable, "-m", "workloads", "--workloads", "no_such_workload"],
+                              cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              env={**os.environ, **env})
+
+    error_file = tmp_path / "error.json"
+    plain, recorded = run(), run(TORCHELASTIC_ERROR_FILE=str(error_file), RANK="5", LOCAL_RANK="1")
+    assert plain.returncode == recorded.returncode == 1
+    last = plain.stderr.strip().splitlines()[-1]
+    assert "no_such_workload" in last and recorded.stderr.strip().splitlines()[-1] == last
+    data = json.loads(error_file.read_text())
+    assert data["labctl"]["rank"] == 5 and data["labctl"]["local_rank"] == 1
+    assert data["message"]["message"].startswith("ModuleNotFoundError")
+    # the traceback sits under labctl's key: torchrun's summary stays one line per worker
+    assert "py_callstack" not in data["message"]["extraInfo"]
+    assert data["labctl"]["py_callstack"].startswith("Traceback (most recent call last)")
+    assert not error_file.with_name("error.json.tmp").exists()

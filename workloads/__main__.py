@@ -18,11 +18,12 @@ import sys
 import time
 
 from . import _common, _stacks, _trace
+from ._record import recorded
 
 
 def main_single(name: str) -> None:
     """Entry point for `torchrun -m workloads.<name>`: run one workload alone."""
-    sys.exit(run_workloads([name], {}))
+    sys.exit(recorded(run_workloads)([name], {}))
 
 
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
@@ -68,4 +69,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded(main)())    # an escaping exception also lands in torchrun's error file

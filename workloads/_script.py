@@ -19,6 +19,7 @@ import runpy
 import sys
 
 from . import _stacks, _trace
+from ._record import recorded
 
 AGENT_STORE_FLAG = "TORCHELASTIC_USE_AGENT_STORE"
 
@@ -77,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    recorded(main)()        # the script's escaping exception also lands in torchrun's error file

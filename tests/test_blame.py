@@ -1,0 +1,188 @@
+"""Failure blame from torch elastic's error files (labctl/blame.py, workloads/_record.py).
+
+Under torchrun each worker's escaping exception lands in its error file; the local
+backend keeps torchrun's --log-dir in the run folder (`torchrun/node-<i>/`), and the
+first failure comes from those files, the printed failure summary only as a fallback.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from labctl.blame import Findings, first_failure, read_error_files
+from labctl.outcome import NodeOutcome, NodeState, RunState
+from labctl.plan import local_placement, plan
+from labctl.rundir import RunDir
+from labctl.spec import from_dict
+from workloads._record import recorded
+
+from conftest import assert_nothing_left
+
+RUN_ID = "lab-test"
+CLOSED = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:4242"
+# node 0's agent, alone, blames its own rank 0 (a peer's symptom); node 0 ended first
+NODE0_SUMMARY = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+                 "============================================================\n"
+                 "Root Cause (first observed failure):\n"
+                 "[0]:\n"
+                 "  time      : 2026-11-24_10:00:01\n"
+                 "  rank      : 0 (local_rank: 0)\n"
+                 "  exitcode  : 1 (pid: 100) \n"
+                 "============================================================\n")
+# node 1's log was cut before its summary and before rank 3's traceback
+NODE1_CUT = "[rank2]:step 1\n[rank3]:step 1\n[rank3]:Traceback (most rec"
+
+
+def _run(tmp_path, nodes: int = 2, nproc: int = 2) -> RunDir:
+    spec = from_dict({"nodes": nodes, "nproc_per_node": nproc})
+    return RunDir.create(plan(spec, local_placement(spec, 29500), RUN_ID), out=tmp_path / "run")
+
+
+def _error_file(run: RunDir, node: int, local_rank: int):
+    folder = run.path / "torchrun" / f"node-{node}" / f"{RUN_ID}_x1y2" / "attempt_0" / str(local_rank)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "error.json"
+
+
+def _raise(monkeypatch, path, rank: int, local_rank: int, exc: Exception) -> int:
+    """A worker of torchrun raising `exc` through workloads/_record.py (the real writer);
+    returns the line it was raised on."""
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+
+    def worker():
+        raise exc
+
+    with pytest.raises(type(exc)):
+        recorded(worker)()
+    return worker.__code__.co_firstlineno + 1
+
+
+def test_the_error_files_name_the_first_failure_when_the_summary_is_cut_or_misleading(tmp_path, monkeypatch):
+    """Rank 3 raised first (its error file is the earliest), then the peers saw the
+    connection close. Node 1's log was cut before its traceback and summary; node 0's
+    summary, from the node that ended first, names its own rank 0: the summary alone
+    blames rank 0 with a peer's symptom."""
+    run = _run(tmp_path)
+    line = _raise(monkeypatch, _error_file(run, 1, 1), 3, 1, ValueError("rank 3 cannot go on"))
+    _raise(monkeypatch, _error_file(run, 0, 0), 0, 0, RuntimeError(CLOSED.split(": ", 1)[1]))
+    run.write_node_log(0, "[rank0]:step 1\n[rank1]:step 1\n" + NODE0_SUMMARY)
+    run.write_node_log(1, NODE1_CUT)
+    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0),
+                  NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=31.0)], RunState.FAILED)
+    status = json.loads((run.path / "status.json").read_text())
+    first = status["first_failure"]
+    assert (first["rank"], first["node"]) == (3, 1)
+    assert first["error"] == {"exception": "ValueError: rank 3 cannot go on", "file": __file__,
+                              "line": line, "function": "worker"}
+    assert status["message"] == f"rank 3 on node 1: ValueError: rank 3 cannot go on at {__file__}:{line}"
+    assert 3 in status["failed_ranks"] and status["rank_errors"]["3"] == first["error"]
+    assert status["rank_exit_codes"] == {"0": 1}, "only what the summary printed"
+    # the same folder without the error files: the printed summary decides, as before
+    shutil.rmtree(run.path / "torchrun")
+    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0),
+                  NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=31.0)], RunState.FAILED)
+    assert json.loads((run.path / "status.json").read_text())["first_failure"]["rank"] == 0
+
+
+def test_a_peer_hanging_up_first_points_at_the_rank_that_died_without_raising(tmp_path, monkeypatch):
+    """Rank 2 left with os._exit(3) (no exception, no error file); rank 3 raised only
+    "connection closed". The rank that died without raising is the first failure."""
+    files = tmp_path / "node-1" / f"{RUN_ID}_ab" / "attempt_0" / "1"
+    files.mkdir(parents=True)
+    _raise(monkeypatch, files / "error.json", 3, 1, RuntimeError(CLOSED.split(": ", 1)[1]))
+    found = Findings(node_ranks={0: [0, 1], 1: [2, 3]}, exit_codes={2: 3, 3: 1}, root_causes={1: 3})
+    read, notes = read_error_files(tmp_path / "node-1", 1)
+    assert notes == [] and [f.rank for f in read] == [3]
+    found.add_error_files(read)
+    first = first_failure([NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=1.0)], found)
+    assert (first.rank, first.node, first.exit_code) == (2, 1, 3)
+
+
+def test_garbled_or_truncated_error_files_are_left_out_with_a_note(tmp_path, monkeypatch):
+    run = _run(tmp_path, nodes=1)
+    good = _error_file(run, 0, 1)
+    _raise(monkeypatch, good, 1, 1, ValueError("boom"))
+    text = good.read_text()
+    _error_file(run, 0, 0).write_text(text[: len(text) // 2])               # cut mid-way
+    wrong = json.loads(text)
+    wrong["message"]["extraInfo"]["timestamp"] = "yesterday"
+    run.path.joinpath("torchrun", "node-0", f"{RUN_ID}_x1y2", "attempt_0", "2").mkdir()
+    _error_file(run, 0, 2).write_text(json.dumps(wrong))
+    _error_file(run, 0, 3).write_bytes(b"\xff\xfe{[")
+    # torch's own layout (a worker under plain `record`): read, but it names no global rank
+    plain = {"message": {"message": "KeyError: 'x'", "extraInfo": {
+        "py_callstack": 'Traceback (most recent call last):\n  File "/s.py", line 2, in <module>\n'
+                        "KeyError: 'x'\n", "timestamp": "1700000000"}}}
+    _error_file(run, 0, 4).write_text(json.dumps(plain))
+    files, notes = read_error_files(run.path / "torchrun" / "node-0", 0)
+    assert [(f.rank, f.message) for f in files] == [(1, "ValueError: boom"), (None, "KeyError: 'x'")]
+    assert (files[1].frame.file, files[1].frame.line, files[1].timestamp) == ("/s.py", 2, 1700000000.0)
+    assert len(notes) == 3 and all("ignored torch elastic error file" in n for n in notes)
+    assert "attempt_0/0/error.json" in notes[0] and "attempt_0/2/error.json" in notes[1]
+    # the run folder's end: no traceback, the notes in status.json, rank 1 named
+    run.write_node_log(0, "")
+    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=3.0)], RunState.FAILED)
+    status = json.loads((run.path / "status.json").read_text())
+    assert status["first_failure"]["rank"] == 1 and status["notes"] == notes
+
+
+def test_only_the_newest_attempt_counts(tmp_path, monkeypatch):
+    """An elastic agent restarted its workers: attempt_0's failure was recovered from."""
+    base = tmp_path / "node-0" / f"{RUN_ID}_q"
+    for attempt, exc in ((0, ValueError("old")), (1, ValueError("new"))):
+        (base / f"attempt_{attempt}" / "0").mkdir(parents=True)
+        _raise(monkeypatch, base / f"attempt_{attempt}" / "0" / "error.json", 0, 0, exc)
+    files, _ = read_error_files(tmp_path / "node-0", 0)
+    assert [f.message for f in files] == ["ValueError: new"]
+    assert read_error_files(tmp_path / "nowhere", 0) == ([], [])
+
+
+RAISE_ON_RANK_3 = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+if dist.get_rank() == 3:
+    raise ValueError(f"rank {dist.get_rank()} cannot go on")
+dist.barrier()
+"""
+
+
+@pytest.mark.slow
+def test_a_raising_rank_is_named_from_its_error_file_in_a_real_torchrun_lab(tmp_path, write_script):
+    """One local torchrun lab (2 nodes x 2): rank 3 raises. Its error file lands in the
+    run folder, the agent read it too (its summary quotes the exception), and the first
+    failure names rank 3, its node, exception and line, also once the node log is cut."""
+    from labctl import lab, spec
+
+    script = write_script(RAISE_ON_RANK_3)
+    run = lab.up(spec.from_dict({"script": str(script), "nodes": 2, "nproc_per_node": 2}),
+                 out=str(tmp_path / "run"), progress=lambda line: None)
+    expected = {"exception": "ValueError: rank 3 cannot go on", "file": str(script), "line": 5,
+                "function": "<module>"}
+    meta = run.meta
+    assert meta["state"] == "failed"
+    # c10d's rendezvous decides which node holds ranks 2 and 3
+    node = next(i for i in (0, 1) if "[rank3]:" in run.node_log(i).read_text())
+    first = meta["first_failure"]
+    assert (first["rank"], first["node"], first["exit_code"], first["error"]) == (3, node, 1, expected)
+    assert meta["rank_exit_codes"]["3"] == 1, "the exit code is the same as without the error file"
+    assert "ValueError: rank 3 cannot go on" in run.rank_log(3).read_text(), "the rank printed it too"
+    plan_json = json.loads((run.path / "plan.json").read_text())
+    log_dirs = [a for n in plan_json["nodes"] for a in n["argv"] if a.startswith("--log-dir=")]
+    assert log_dirs == [f"--log-dir={(run.path / 'torchrun' / f'node-{i}').resolve()}" for i in (0, 1)]
+    [error_file] = (run.path / "torchrun" / f"node-{node}").glob(f"{meta['run_id']}_*/attempt_0/1/error.json")
+    assert json.loads(error_file.read_text())["labctl"]["rank"] == 3
+    # torchrun's agent read it: its summary names the exception, in one line
+    assert "traceback : ValueError: rank 3 cannot go on\n" in run.node_log(node).read_text()
+    # the same folder with that node's log cut before rank 3's traceback and the summary
+    copy = RunDir.open(shutil.copytree(run.path, tmp_path / "cut"))
+    text = copy.node_log(node).read_text()
+    copy.write_node_log(node, text[:text.index("Traceback")])
+    copy.finalize([NodeOutcome(**n) for n in meta["node_outcomes"]], "failed")
+    assert copy.meta["first_failure"]["error"] == expected and copy.meta["first_failure"]["rank"] == 3
+    assert_nothing_left(meta["run_id"])
+
