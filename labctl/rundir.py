@@ -412,11 +412,12 @@ class RunDir:
         found = self.split_logs([n.index for n in outcomes])
         found.world = world
         for node in outcomes:                   # the workers' error files, where they are here
-            files, notes = blame.read_error_files(self.path / TORCHRUN_LOGS_SUBDIR / f"node-{node.index}",
-                                                  node.index)
+            log_dir = self.path / TORCHRUN_LOGS_SUBDIR / f"node-{node.index}"
+            files, notes = blame.read_error_files(log_dir, node.index)
             found.add_error_files(files)
             if notes:
                 self.meta.setdefault("notes", []).extend(notes)
+            _drop_tee_copies(log_dir)
         for rank in range(world):               # a silent rank still has its (empty) log
             if not self.rank_log(rank).exists():
                 self.rank_log(rank).touch()
@@ -481,6 +482,17 @@ class RunDir:
                               "missing_ranks": summary.missing_ranks,
                               "bad_records": len(summary.problems) + summary.more_problems}
         return summary.diagnosis() if failed else None
+
+
+def _drop_tee_copies(log_dir: Path) -> None:
+    """torchrun's --tee also writes each worker's stdout and stderr under its --log-dir;
+    the node log and ranks/ hold the same bytes, so once the run is read the copies go
+    (a chatty lab would otherwise keep its output twice). The error files stay."""
+    for copy in log_dir.glob("*/attempt_*/*/std*.log"):
+        try:
+            copy.unlink()
+        except OSError:
+            pass
 
 
 class LogSplit:
