@@ -24,10 +24,8 @@ from labctl import logs  # noqa: E402
 
 def split_seconds(data: bytes, fast: bool) -> float:
     out = open("/dev/null", "wb")
-    reader = logs.NodeLogReader(lambda rank, line: out.write((line + "\n").encode()),
-                                lambda rank, block: out.write(block),
-                                lambda rank, piece: out.write(piece.encode()))
-    if not fast:      # no chunk or run is plain: every line goes the line-by-line way
+    reader = logs.NodeLogReader(lambda rank, data: out.write(data))
+    if not fast:      # no chunk or run is skipped: every line goes the line-by-line way
         reader._one_rank_chunk = lambda chunk: False
         reader._plain_run = lambda rank, run: False
     t0 = time.perf_counter()
