@@ -315,7 +315,7 @@ def stacks(run: RunDir, progress: Progress = print, **options: Any) -> dict[str,
         backend.collect(run, strict=True)
     dumps: dict[int, list[str]] = {}
     for node in run.plan["nodes"]:
-        reader = logs.NodeLogReader(lambda rank, line: None)
+        reader = logs.NodeLogReader()
         if run.node_log(node["index"]).is_file():
             reader.feed_file(run.node_log(node["index"]))
         reader.close()

@@ -15,7 +15,7 @@ from workloads._common import MARKER_PREFIX, RESULT_MARKER   # what the workload
 # the local node guard's word that it stopped a torchrun agent with no workers left, and
 # the length at which it cuts a line (the reader's pieces are as long)
 from .nodeguard import AGENT_IDLE_LINE, MAX_PIECE as MAX_LINE
-_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+_RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:")
 # torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
 _TORCHRUN_FAILURE = re.compile(
     r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -25,7 +25,7 @@ _TORCHRUN_FAILURE = re.compile(
 _EXIT_LINE = re.compile(r"^labctl: rank (\d+) exited with code (-?\d+)(?: at ([0-9.]+))?$", re.M)
 
 
-_ANY_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+_ANY_RANK_PREFIX = re.compile(rb"\[rank(\d+)\]:")
 
 
 def parse_results(lines: Iterable[str], rank: int | None = None) -> list[dict]:
@@ -204,18 +204,24 @@ def where_stuck(dump: list[str]) -> dict:
 
 
 class NodeLogReader:
-    """One pass over a node log: rank lines go to `sink(rank, line)` as they complete,
-    results are parsed on the way, and the agent's own last lines are kept for its
-    failure summary. Memory is bounded by the longest line piece, never the log size."""
+    """One pass over a node log. Each rank's bytes go to `write` as the node log held
+    them, prefixes removed; the lines that need it are looked at on the way (results,
+    tracebacks, stack dumps, torchrun's glued half-lines, the agent's own lines).
+    Memory is bounded by the longest line piece, never the log size.
 
-    def __init__(self, sink, block_sink=None, piece_sink=None) -> None:
-        self.sink = sink
-        # piece_sink(rank, text): a piece of an over-long line, its rest still to come
-        # (default: sink); a writer keeps the bytes as they were, no newline in between
-        self.piece_sink = piece_sink or sink
-        # block_sink(rank, data): whole lines at once (bytes, "\n"-ended, no result lines)
-        self.block_sink = block_sink
-        self.pending: dict[int, str] = {}          # a rank's half line glued by torchrun's tee
+    One writer: a rank log is the bytes of that rank's `[rank<N>]:` segments, each with
+    its prefix cut off, and nothing else. The line-by-line path and the fast skip of
+    plain runs (`feed_bytes`) both produce exactly that; the skip only spares the
+    decoding and the per-line look at runs with nothing to look at."""
+
+    def __init__(self, write=None, on_result=None) -> None:
+        # write(rank, data): the rank log's next bytes: whole "\n"-ended lines, or a piece
+        # of a line (over-long, or the log's unended last one) whose rest follows unbroken
+        self.write = write
+        # on_result(rank, text): a line or piece holding RESULT_MARKER, decoded with
+        # errors="replace" (bytes that are not UTF-8 become U+FFFD, in text only)
+        self.on_result = on_result
+        self.pending: dict[int, bytes] = {}        # a rank's half line glued by torchrun's tee
         self.tracebacks: dict[int, TracebackTracker] = {}
         self.stacks: dict[int, StackTracker] = {}
         self.agent = TracebackTracker()
@@ -228,27 +234,28 @@ class NodeLogReader:
         self.workers_succeeded = False
         self._carry: int | None = None             # rank of an over-long line still being read
 
-    def feed_line(self, line: str, complete: bool = True) -> None:
+    def feed_line(self, line: bytes, complete: bool = True) -> None:
+        """One line of the node log without its newline (`complete`), or a piece of one."""
         if self._carry is not None:                # the rest of an over-long line
             self._piece(self._carry, line, complete)
             if complete:
                 self._carry = None
             return
-        if not line.startswith("[rank"):
+        if not line.startswith(b"[rank"):
             if complete:
-                self._agent_line(line)
+                self._agent_line(line.decode(errors="replace"))
             return
-        # fast path, nearly every line: "[rank<N>]:" once, no other rank's prefix glued in
-        close = line.find("]:", 5)
+        # nearly every line: "[rank<N>]:" once, no other rank's prefix glued in
+        close = line.find(b"]:", 5)
         digits = line[5:close]
-        if close > 5 and digits.isdigit() and line.find("[rank", close + 2) < 0:
+        if close > 5 and digits.isdigit() and line.find(b"[rank", close + 2) < 0:
             rank = int(digits)
             self._piece(rank, line[close + 2:], complete)
         else:
             m = _RANK_PREFIX.match(line)
             if not m:
                 if complete:
-                    self._agent_line(line)
+                    self._agent_line(line.decode(errors="replace"))
                 return
             rank, start = int(m.group(1)), m.end()
             for inner in _ANY_RANK_PREFIX.finditer(line, m.end()):
@@ -272,34 +279,44 @@ class NodeLogReader:
         if len(self.agent_tail) > 2 * AGENT_TAIL_LINES:
             del self.agent_tail[:-AGENT_TAIL_LINES]
 
-    def _piece(self, rank: int, piece: str, complete: bool, unended: bool = False) -> None:
-        """`complete`: the line is over (parse it); `unended`: it is over although it had
-        no newline (the end of the log): written without one."""
-        self.ranks_seen.add(rank)
-        text = self.pending.pop(rank, "") + piece if self.pending else piece
-        if not complete:
-            if len(text) < MAX_LINE:
-                self.pending[rank] = text
-                return
-        sink = self.sink if complete and not unended else self.piece_sink
+    def _piece(self, rank: int, piece: bytes, complete: bool, unended: bool = False) -> None:
+        """A rank's segment, prefix cut off. `complete`: the line is over (written with its
+        newline, looked at); `unended`: it is over although it had no newline (the end of
+        the log): written without one."""
+        data = self.pending.pop(rank, b"") + piece if self.pending else piece
+        if not complete and len(data) < MAX_LINE:
+            self.ranks_seen.add(rank)
+            self.pending[rank] = data
+            return
+        self._write(rank, data + b"\n" if complete and not unended else data)
+        text = None                                 # decoded only to be looked at
         tracker = self.tracebacks.get(rank)
-        if tracker is not None and tracker.in_traceback or "Traceback (most recent" in text:
+        if tracker is not None and tracker.in_traceback or b"Traceback (most recent" in data:
             if tracker is None:
                 tracker = self.tracebacks[rank] = TracebackTracker()
+            text = data.decode(errors="replace")
             tracker.feed(text)
         stack = self.stacks.get(rank)
-        if stack is not None and stack.capturing is not None or "(most recent call first):" in text:
+        if stack is not None and stack.capturing is not None or b"(most recent call first):" in data:
             if stack is None:
                 stack = self.stacks[rank] = StackTracker()
+            text = text if text is not None else data.decode(errors="replace")
             stack.feed(text)
-        sink(rank, text)
+        if self.on_result is not None and _RESULT_MARKER_BYTES in data:
+            self.on_result(rank, text if text is not None else data.decode(errors="replace"))
+
+    def _write(self, rank: int, data: bytes) -> None:
+        """The one place rank-log bytes leave the reader, from either path."""
+        self.ranks_seen.add(rank)
+        if self.write is not None:
+            self.write(rank, data)
 
     def feed_bytes(self, data: bytes) -> None:
         """Complete lines (data ends with a newline, or is the very end of the log).
 
-        Runs of plain lines of one rank (nearly all of a big log) are split in one
-        go; anything that needs a closer look (results, tracebacks, stack dumps,
-        glued half-lines, agent lines) goes line by line."""
+        Runs of plain lines of one rank (nearly all of a big log) are written in one
+        go, unlooked at; anything that needs a closer look (results, tracebacks, stack
+        dumps, glued half-lines, agent lines) goes line by line."""
         if self._one_rank_chunk(data):
             return
         pos = 0
@@ -338,8 +355,10 @@ class NodeLogReader:
         return self._block(int(digits), digits, data, every_line_checked=False)
 
     def _block(self, rank: int, digits: bytes, run: bytes, every_line_checked: bool = True) -> bool:
-        """Split a plain run; False (nothing done) when some line holds another prefix,
-        or (`every_line_checked` False: a chunk not matched line by line) lacks its own."""
+        """Write a plain run: every line's prefix cut off at once, which is what the line
+        path writes line by line. False (nothing done) when some line holds another
+        prefix, or (`every_line_checked` False: a chunk not matched line by line) lacks
+        its own: those go line by line."""
         prefix = b"[rank" + digits + b"]:"
         data = run[len(prefix):].replace(b"\n" + prefix, b"\n")
         # every line began with the prefix exactly when one prefix per line went away
@@ -347,45 +366,37 @@ class NodeLogReader:
             return False                            # another rank's or the agent's line
         if b"[" in data and b"[rank" in data:      # glued half-lines: line by line
             return False
-        self._emit(rank, data)
+        self._write(rank, data)
         return True
-
-    def _emit(self, rank: int, data: bytes) -> None:
-        self.ranks_seen.add(rank)
-        if self.block_sink is not None:
-            self.block_sink(rank, data)
-        else:
-            for line in data.decode(errors="replace").split("\n")[:-1]:
-                self.sink(rank, line)
 
     def _feed_lines(self, data: bytes) -> None:
         # lines end at "\n" only: a progress bar's "\r" stays inside its line, as in a block
         raws = data.split(b"\n")
         last = raws.pop()
         for raw in raws:
-            self.feed_line(raw.decode(errors="replace"), True)
+            self.feed_line(raw, True)
         if last:
-            self.feed_line(last.decode(errors="replace"), len(last) < MAX_LINE)
+            self.feed_line(last, len(last) < MAX_LINE)
 
     def feed_stream(self, f, budget: int | None = None) -> int:
         """A seekable binary file from its position: everything left, or with a budget
         about that many bytes of whole lines (a log still being written). Returns the
         bytes consumed."""
-        return _stream(f, budget, self.feed_bytes,
-                       lambda piece: self.feed_line(piece.decode(errors="replace"), False))
+        return _stream(f, budget, self.feed_bytes, lambda piece: self.feed_line(piece, False))
 
     def feed_rank_stream(self, rank: int, f, budget: int | None = None) -> int:
         """Like feed_stream, over one rank's own log (no prefixes), which something else
-        (the local node guard) already wrote: its lines are only looked at, not copied."""
+        (the local node guard) already wrote: its lines are only looked at (the reader's
+        `write` is not called for them: give such a reader none)."""
         return _stream(f, budget, lambda data: self._rank_bytes(rank, data),
-                       lambda piece: self._piece(rank, piece.decode(errors="replace"), False))
+                       lambda piece: self._piece(rank, piece, False))
 
     def _rank_bytes(self, rank: int, data: bytes) -> None:
         self.ranks_seen.add(rank)
         if self._plain_run(rank, data):
             return                                  # nothing in it to parse
         for raw in data.split(b"\n")[:-1]:
-            self._piece(rank, raw.decode(errors="replace"), True)
+            self._piece(rank, raw, True)
 
     def feed_file(self, path) -> None:
         with open(path, "rb") as f:

@@ -517,8 +517,8 @@ class LogSplit:
             if old not in kept:
                 old.unlink()
         self.results = open(run.path / "results.jsonl", "w")
-        self.readers = {i: logs.NodeLogReader(self._result_line, None) if i in self.guard_ranks
-                        else logs.NodeLogReader(self._line, self._block, self._piece) for i in indices}
+        self.readers = {i: logs.NodeLogReader(on_result=self._result_line) if i in self.guard_ranks
+                        else logs.NodeLogReader(self._write, self._result_line) for i in indices}
         self.offsets: dict[Path, int] = {}
 
     def _rank_file(self, rank: int):
@@ -529,23 +529,12 @@ class LogSplit:
             f = self.open_logs[rank] = open(self.run.rank_log(rank), "ab")
         return f
 
-    def _block(self, rank: int, data: bytes) -> None:
-        """Whole plain lines of one rank (no results among them): straight to its log."""
+    def _write(self, rank: int, data: bytes) -> None:
+        """A rank's bytes as the node log held them, prefixes removed: straight to its log."""
         self._rank_file(rank).write(data)
 
-    def _line(self, rank: int, line: str) -> None:
-        self._rank_file(rank).write((line + "\n").encode())
-        self._result_line(rank, line)
-
-    def _piece(self, rank: int, piece: str) -> None:
-        """Part of an over-long line, or an unended last one: written as it was (the rest,
-        if any, follows without a break)."""
-        self._rank_file(rank).write(piece.encode())
-        self._result_line(rank, piece)
-
     def _result_line(self, rank: int, line: str) -> None:
-        if logs.RESULT_MARKER not in line:
-            return
+        """A line holding the result marker, decoded (undecodable bytes as U+FFFD)."""
         for record in logs.parse_results([line], rank=rank):
             self.results.write(json.dumps(record, sort_keys=True) + "\n")
             self.found.add_result(record)

@@ -102,9 +102,9 @@ def run_plan(tmp_path: Path, the_plan: planmod.LaunchPlan, extra_env: dict | Non
 def split_by_rank(text: str) -> dict[int, list[str]]:
     """A node log's rank lines, grouped by rank, prefix removed: the reader labctl's run
     folder uses (logs.NodeLogReader, fed bytes as it is from a file)."""
-    ranks: dict[int, list[str]] = {}
-    reader = logs.NodeLogReader(lambda rank, line: ranks.setdefault(rank, []).append(line))
+    written: dict[int, bytearray] = {}
+    reader = logs.NodeLogReader(lambda rank, data: written.setdefault(rank, bytearray()).extend(data))
     reader.feed_bytes(text.encode())
     reader.close()
-    return ranks
+    return {rank: data.decode(errors="replace").split("\n")[:-1] for rank, data in written.items()}
 

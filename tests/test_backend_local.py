@@ -89,6 +89,9 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 for i in range(3000):
     print(f"step {i} " + "x" * (i % 200), end="\\r" if i % 7 == 0 else "\\n")
+sys.stdout.flush()
+sys.stdout.buffer.write(b"caf\\xe9 is not UTF-8\\n")    # in the same run as the result lines
+sys.stdout.buffer.flush()
 print("@@labctl-result " + json.dumps({"workload": "mixed", "name": "ok", "ok": True}))
 print("@@labctl-result {garbled")
 sys.stdout.flush()
@@ -126,6 +129,7 @@ def test_direct_mode_rank_logs_from_the_guards_equal_the_node_log_split(tmp_path
     for rank in range(4):
         guard_written = run.rank_log(rank).read_bytes()
         assert guard_written.count(b"\n") > 2500 and b"\r" in guard_written
+        assert b"\ncaf\xe9 is not UTF-8\n@@labctl-result " in guard_written
         # the node log is a line view: it cannot say that rank 3's last line had no end
         unended = b"\n" if rank == 3 else b""
         assert guard_written + unended == split.rank_log(rank).read_bytes(), f"rank {rank}"

@@ -1,3 +1,6 @@
+import json
+import re
+
 from labctl import logs
 from plan_runner import split_by_rank
 import pytest
@@ -65,67 +68,114 @@ def test_torchrun_failure_summary():
 
 
 def _mixed_log(seed: int) -> bytes:
-    """A node log with everything a reader must notice, in random order and runs."""
+    """A node log with everything a reader must notice, in random order and runs,
+    bytes that are not UTF-8 among them (in plain runs and next to results)."""
     import random
 
     rnd = random.Random(seed)
-    pieces = []
+    pieces: list[str | bytes] = []
     for _ in range(400):
         rank = rnd.randrange(3)
         kind = rnd.random()
-        if kind < 0.45:                              # a run of plain lines of one rank
+        if kind < 0.40:                              # a run of plain lines of one rank
             pieces += [f"[rank{rank}]:step {i} loss {rnd.random():.4f}\n" for i in range(rnd.randrange(1, 30))]
-        elif kind < 0.55:                            # a long one, with look-alikes of what matters
+        elif kind < 0.50:                            # a long one, with look-alikes of what matters
             pieces += [f"[rank{rank}]:" + rnd.choice(["step {} @ lr (0.1)", "eta 3s\r{}%|###", "", "x" * 90,
                                                        "mail me @ (most recent {})", "[{}, 2]"]).format(i) + "\n"
                        for i in range(rnd.randrange(50, 400))]
-        elif kind < 0.65:
+        elif kind < 0.58:
             pieces.append(f"I1123 12:00:00.000 1 torch/distributed/run.py:1] agent line {rnd.random()}\n")
-        elif kind < 0.72:
+        elif kind < 0.64:
             pieces.append(f'[rank{rank}]:{logs.RESULT_MARKER}{{"workload": "w", "name": "c", "ok": true}}\n')
-        elif kind < 0.80:
+        elif kind < 0.70:
             pieces += [f"[rank{rank}]:[rank{rank}]: Traceback (most recent call last):\n",
                        f'[rank{rank}]:[rank{rank}]:   File "/tmp/train.py", line {rnd.randrange(1, 99)}, in <module>\n',
                        f"[rank{rank}]:[rank{rank}]: ValueError: bad {rnd.random()}\n"]
-        elif kind < 0.86:                            # torchrun's tee glued two ranks' half lines
+        elif kind < 0.75:                            # torchrun's tee glued two ranks' half lines
             pieces.append(f"[rank{rank}]:half of a line[rank{(rank + 1) % 3}]:another\n")
-        elif kind < 0.92:
+        elif kind < 0.78:                            # ... and cut a character in two
+            pieces += [f"[rank{rank}]:half caf".encode() + b"\xc3" + f"[rank{(rank + 1) % 3}]:other\n".encode(),
+                       f"[rank{rank}]:".encode() + b"\xa9 rest\n"]
+        elif kind < 0.84:
             pieces += [f"[rank{rank}]:Current thread 0x00007f (most recent call first):\n",
                        f'[rank{rank}]:  File "/tmp/train.py", line 7 in <module>\n', f"[rank{rank}]:\n"]
+        elif kind < 0.90:                            # not UTF-8, in a plain run
+            pieces += [f"[rank{rank}]:".encode() + rnd.choice([b"caf\xe9", b"\xff\xfe", b"cut \xe2\x82", b"\x80"])
+                       + f" {i}\n".encode() for i in range(rnd.randrange(1, 20))]
+        elif kind < 0.95:                            # not UTF-8, in a run that holds a result line
+            bad = [f"[rank{rank}]:caf".encode() + b"\xe9" + f" {i}\n".encode() for i in range(rnd.randrange(1, 10))]
+            pieces += [*bad, f'[rank{rank}]:{logs.RESULT_MARKER}{{"workload": "w", "name": "caf'.encode()
+                       + b"\xe9" + b'", "ok": false}\n', *bad]
         else:
             pieces.append(f"[rank{rank}]:" + "é" * rnd.randrange(1, 50) + "\n")
-    return "".join(pieces).encode()
+    return b"".join(piece if isinstance(piece, bytes) else piece.encode() for piece in pieces)
 
 
-def _read(data: bytes, how: str) -> tuple:
-    import io
+def _run_folder(tmp_path, name: str, data: bytes):
+    """A run folder of one node with three ranks, its node log holding `data`."""
+    from labctl.plan import local_placement, plan
+    from labctl.rundir import RunDir
+    from labctl.spec import from_dict
 
-    lines: dict[int, list[str]] = {}
+    spec = from_dict({"nodes": 1, "nproc_per_node": 3})
+    run = RunDir.create(plan(spec, local_placement(spec, 29500), "lab-test"), out=tmp_path / name)
+    run.node_log(0).parent.mkdir(parents=True, exist_ok=True)
+    run.node_log(0).write_bytes(data)
+    return run
 
-    def block(rank: int, data: bytes) -> None:       # as the run folder's split writes them
-        lines.setdefault(rank, []).extend(data.decode().split("\n")[:-1])
 
-    reader = logs.NodeLogReader(lambda rank, line: lines.setdefault(rank, []).append(line),
-                                block if how == "blocks" else None)
-    if how == "per line":
-        reader._feed_lines(data)
-    elif how in ("bytes", "blocks"):
-        reader.feed_bytes(data)
-    else:
-        reader.feed_stream(io.BytesIO(data))
-    reader.close()
-    return lines, reader.errors(), reader.stack_dumps(), reader.ranks_seen, reader.agent_tail
+def _split(tmp_path, data: bytes, how: str, monkeypatch) -> tuple:
+    """The run folder's split of one node log (rundir.LogSplit, rank logs on disk): the
+    rank logs' BYTES, results.jsonl and what the pass found. `how`: "per line" (the fast
+    skip off: every line goes the line-by-line way), "bytes" (as a run ends: whole
+    chunks), "stream" (chunks cut anywhere)."""
+    from labctl.rundir import LogSplit
+
+    run = _run_folder(tmp_path, how, data)
+    with monkeypatch.context() as patch:
+        if how == "stream":
+            patch.setattr(logs, "READ_CHUNK", 777)
+        split = LogSplit(run, [0])
+        if how == "per line":
+            split.readers[0]._one_rank_chunk = lambda chunk: False
+            split.readers[0]._plain_run = lambda rank, run: False
+        found = split.finish()
+    return _written(run), found, split.readers[0].agent_tail
+
+
+def _written(run) -> tuple:
+    ranks = {p.name: p.read_bytes() for p in sorted((run.path / "ranks").glob("rank-*.log"))}
+    return ranks, (run.path / "results.jsonl").read_bytes()
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_the_fast_split_of_whole_runs_equals_the_line_by_line_one(seed, monkeypatch):
+def test_the_fast_skip_writes_the_bytes_the_line_by_line_split_writes(seed, tmp_path, monkeypatch):
+    """One writer: whether a run of plain lines is skipped over whole or every line goes
+    the line-by-line way, each rank log gets the same BYTES, those its `[rank<N>]:`
+    segments held (was: the line path re-encoded what it decoded, so `caf\\xe9` stayed
+    in a plain run and became U+FFFD next to a result line)."""
     data = _mixed_log(seed)
-    slow = _read(data, "per line")
-    assert slow[1] and slow[2]                       # the log has tracebacks and stack dumps
-    assert _read(data, "bytes") == slow
-    assert _read(data, "blocks") == slow
-    monkeypatch.setattr(logs, "READ_CHUNK", 777)     # chunks cut anywhere
-    assert _read(data, "stream") == slow
+    slow = _split(tmp_path, data, "per line", monkeypatch)
+    (ranks, results), found, _ = slow
+    assert found.errors and found.stacks          # the log has tracebacks and stack dumps
+    assert any(b"caf\xe9 " in log for log in ranks.values())
+    assert b"\xff\xfe" in b"".join(ranks.values()) and b"half caf\xc3\xa9 rest\n" in b"".join(ranks.values())
+    for name, log in ranks.items():               # no other rank's segment in a rank log
+        assert set(re.findall(rb"\[rank(\d+)\]:", log)) <= {name[len("rank-"):-len(".log")].encode()}
+    # undecodable bytes reach results only as U+FFFD
+    assert "caf\ufffd" in {json.loads(line)["name"] for line in results.decode("ascii").splitlines()}
+    assert _split(tmp_path, data, "bytes", monkeypatch) == slow
+    assert _split(tmp_path, data, "stream", monkeypatch) == slow
+
+
+def test_each_segment_s_bytes_go_to_its_rank_log_unchanged(tmp_path, monkeypatch):
+    """The bytes a rank printed, whichever way its lines went."""
+    rank0 = [b"caf\xe9\n", b"\xff plain\n", b"@@labctl-result {\"name\": \"caf\xe9\", \"ok\": true}\n",
+             b"caf\xe9 after\n", b"\xe2\x82 cut\n"]
+    data = b"".join(b"[rank0]:" + line for line in rank0) + b"[rank1]:caf\xe9\n[rank1]:\xff\n"
+    for how in ("per line", "bytes"):
+        ranks, _ = _split(tmp_path, data, how, monkeypatch)[0]
+        assert ranks == {"rank-0.log": b"".join(rank0), "rank-1.log": b"caf\xe9\n\xff\n"}
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -134,36 +184,37 @@ def test_following_a_log_as_it_grows_equals_one_pass(seed, tmp_path, monkeypatch
     and is fed a budget at a time; what comes out is what one pass at the end gives."""
     import random
 
+    from labctl.rundir import LogSplit
+
     rnd = random.Random(seed)
     data = _mixed_log(seed)
+    one_pass = _split(tmp_path, data, "per line", monkeypatch)
     monkeypatch.setattr(logs, "READ_CHUNK", 500)
-    lines: dict[int, list[str]] = {}
-    reader = logs.NodeLogReader(lambda rank, line: lines.setdefault(rank, []).append(line),
-                                lambda rank, block: lines.setdefault(rank, []).extend(block.decode().split("\n")[:-1]))
-    log, offset, written = tmp_path / "node-0.log", 0, 0
-    log.write_bytes(b"")
+    run = _run_folder(tmp_path, "follow", b"")
+    split = LogSplit(run, [0])
+    written = 0
     while written < len(data):
         step = rnd.randrange(1, 3000)
-        with open(log, "ab") as f:
+        with open(run.node_log(0), "ab") as f:
             f.write(data[written:written + step])
         written += step
-        with open(log, "rb") as f:
-            f.seek(offset)
-            offset += reader.feed_stream(f, rnd.randrange(1, 5000))
-    with open(log, "rb") as f:
-        f.seek(offset)
-        offset += reader.feed_stream(f)
-    reader.close()
-    assert offset == len(data)
-    got = (lines, reader.errors(), reader.stack_dumps(), reader.ranks_seen, reader.agent_tail)
-    assert got == _read(data, "per line")
+        split.advance(rnd.randrange(1, 5000))
+    found = split.finish()
+    assert split.offsets[run.node_log(0)] == len(data)
+    assert (_written(run), found, split.readers[0].agent_tail) == one_pass
 
 
-def test_an_over_long_line_is_read_in_pieces(tmp_path, monkeypatch):
+def test_an_over_long_line_is_read_in_pieces(monkeypatch):
+    import io
+
     monkeypatch.setattr(logs, "MAX_LINE", 64)
     monkeypatch.setattr(logs, "READ_CHUNK", 50)
-    long = "y" * 300
-    lines = _read(f"[rank0]:before\n[rank0]:{long}\n[rank1]:after\n[rank0]:end".encode(), "stream")[0]
-    assert lines[1] == ["after"]
-    assert lines[0][0] == "before" and lines[0][-1] == "end"
-    assert "".join(lines[0][1:-1]) == long and max(len(piece) for piece in lines[0]) <= 2 * 64   # memory stays bounded
+    long = b"y" * 300
+    writes: list[tuple[int, bytes]] = []
+    reader = logs.NodeLogReader(lambda rank, data: writes.append((rank, data)))
+    reader.feed_stream(io.BytesIO(b"[rank0]:before\n[rank0]:" + long + b"\n[rank1]:after\n[rank0]:end"))
+    reader.close()
+    assert [data for rank, data in writes if rank == 1] == [b"after\n"]
+    rank0 = [data for rank, data in writes if rank == 0]
+    assert b"".join(rank0) == b"before\n" + long + b"\nend"
+    assert max(len(piece) for piece in rank0) <= 2 * 64      # memory stays bounded

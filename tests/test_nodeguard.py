@@ -13,8 +13,8 @@ from labctl import logs, nodeguard
 
 def test_the_idle_agent_line_is_the_one_the_log_reader_knows():
     assert nodeguard.AGENT_IDLE_LINE.startswith(logs.AGENT_IDLE_LINE)
-    reader = logs.NodeLogReader(lambda rank, line: None)
-    reader.feed_line(nodeguard.AGENT_IDLE_LINE)
+    reader = logs.NodeLogReader()
+    reader.feed_line(nodeguard.AGENT_IDLE_LINE.encode())
     assert reader.workers_succeeded
 
 

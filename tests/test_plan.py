@@ -112,7 +112,7 @@ def test_node_command_for_direct_mode_runs_every_worker_and_fails_if_one_does(tm
     lines = done.stdout.splitlines()
     assert sorted(l for l in lines if l.startswith("[rank")) == \
         ["[rank3]:rank 3", "[rank4]:rank 4", "[rank5]:rank 5"]
-    reader = logs.NodeLogReader(lambda rank, line: None)
+    reader = logs.NodeLogReader()
     reader.feed_bytes(done.stdout.encode())
     assert sorted(reader.exits) == [(3, 0), (4, 3), (5, 0)]
     argv0, env0 = node_command(p.nodes[0])

@@ -118,3 +118,31 @@ def test_the_first_failure_reads_back_from_status_json_with_the_same_keys_and_se
         first = FirstFailure.from_dict(data)
         assert list(first.to_dict().items()) == list(data.items())
         assert first.describe() == sentence
+
+
+def test_bytes_that_are_not_utf8_stay_in_the_rank_log_and_reach_the_report_as_replacement_characters(tmp_path):
+    """The rank log keeps the bytes the rank printed (a result line in the same run no
+    longer turns them into U+FFFD); what status.json, results.jsonl and report.md read
+    from the lines (results, the exception) is text with U+FFFD where a byte was not UTF-8."""
+    from labctl import report
+
+    run = _rundir(tmp_path)
+    printed = (b"caf\xe9 plain\n"
+               b'@@labctl-result {"workload": "w", "name": "caf\xe9", "ok": false, "detail": "\xff"}\n'
+               b"[rank0]: Traceback (most recent call last):\n"
+               b'[rank0]:   File "/tmp/train.py", line 5, in <module>\n'
+               b"[rank0]: ValueError: caf\xe9\n")
+    with open(run.node_log(0), "wb") as f:
+        f.write(b"".join(b"[rank0]:" + line + b"\n" for line in printed.split(b"\n")[:-1])
+                + b"labctl: rank 0 exited with code 1 at 100.0\n")
+    run.write_node_log(1, "[rank1]:fine\n")
+    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=1.0),
+                  NodeOutcome(1, "lab-1", 0, NodeState.SUCCEEDED)], RunState.FAILED)
+    assert run.rank_log(0).read_bytes() == printed
+    status = json.loads((run.path / "status.json").read_bytes().decode("utf-8"))
+    assert status["rank_errors"]["0"]["exception"] == "ValueError: caf\ufffd"
+    assert [(c["name"], c["detail"]) for c in status["failed_checks"]] == [("caf\ufffd", "\ufffd")]
+    assert [r["name"] for r in run.results()] == ["caf\ufffd"]
+    text = report.markdown(run)
+    assert "ValueError: caf\ufffd" in text and "| w | caf\ufffd | 0 | \ufffd |" in text
+    text.encode("utf-8")                          # strict: no byte smuggled in as a surrogate
