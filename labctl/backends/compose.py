@@ -50,13 +50,13 @@ def _cli_all(argvs: list[list[str]], timeout: float, outputs: list | None = None
              text: bool = True) -> list[subprocess.CompletedProcess]:
     """Independent CLI calls at once (each docker CLI start costs 0.02-0.3 s of a small
     machine; in a row they add up), each in a session of its own as in `_cli`.
-    `outputs`: a file per call for stdout and stderr both (else both are captured).
+    `outputs`: a file per call for stdout and stderr both (None, or no list: captured).
     Every call still running when labctl gives up (a signal, the timeout) is killed:
     TimeoutExpired (with `cmd` the late call's argv), FileNotFoundError pass through."""
     procs: list[subprocess.Popen] = []
     try:
         for i, argv in enumerate(argvs):
-            sink = outputs[i] if outputs is not None else subprocess.PIPE
+            sink = outputs[i] if outputs is not None and outputs[i] is not None else subprocess.PIPE
             procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink,
                                           stderr=sink, start_new_session=True, text=text))
         deadline = time.monotonic() + timeout
@@ -276,6 +276,10 @@ class _Container:
         return self.status, self.exit_code
 
     @property
+    def ended(self) -> bool:
+        return self.status == "exited"
+
+    @property
     def running(self) -> bool:
         """docker's State.Running: its processes exist (paused ones too), its log may grow."""
         return self.status in ("running", "paused", "restarting")
@@ -342,6 +346,7 @@ class ComposeBackend(Backend):
         self.exit_times: dict[str, float] = {}     # service -> when it exited (seconds)
         self.started_at: _dt.datetime | None = None  # when start() began: the driver's t0
         self.known: list[str] = []                 # container ids of the last poll
+        self.seen: list[_Container] = []           # the containers as the last poll saw them
         self.polled_at = time.time()               # when the last poll began (epoch s)
         self.deaths: set[tuple[str, str]] = set()  # (container id, time) of each die event seen
 
@@ -378,11 +383,13 @@ class ComposeBackend(Backend):
         self.run_id = run.run_id
 
     def poll(self) -> list[NodeOutcome]:
-        run = self.run                              # LabError when nothing is bound yet
+        self.run                                    # LabError when nothing is bound yet
         self.polled_at = time.time()
-        containers = self._containers()
+        return self._outcomes(self._containers())
+
+    def _outcomes(self, containers: list[_Container]) -> list[NodeOutcome]:
         states = {c.service: c.state for c in containers}
-        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(run.hostnames.items())]
+        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
         origin = self.started_at or min((c.started for c in containers if c.started), default=None)
         for c in containers:
             if c.status == "exited" and c.finished and origin and c.service not in self.exit_times:
@@ -407,6 +414,7 @@ class ComposeBackend(Backend):
         if not set(self.hostnames.values()) <= {c.service for c in containers} and self.known:
             containers = self.project.containers()
         self.known = [c.id for c in containers]
+        self.seen = containers
         return containers
 
     def stop(self, indices: list[int], reason: str) -> None:
@@ -417,15 +425,20 @@ class ComposeBackend(Backend):
         """Every node's log, streamed to its file and checked, or LabError (then the
         driver deletes nothing): always strict. `docker logs`, not `docker compose logs`:
         compose drops a last line without a newline and keeps the whole log in memory.
-        The nodes' logs are read at once (`_save_logs`)."""
-        by_service = {c.service: c for c in self._containers()}
+        The nodes' logs are read at once (`_save_logs`). When the last poll saw every
+        node's container ended (an ended container stays so: restart "no"), its view
+        serves: the containers and the final outcomes need no new question."""
+        by_service = {c.service: c for c in self.seen}
+        ended = all(h in by_service and by_service[h].ended for h in self.hostnames.values())
+        if not ended:
+            by_service = {c.service: c for c in self._containers()}
         nodes = []
         for index, hostname in sorted(self.hostnames.items()):
             if hostname not in by_service:
                 raise LabError(f"no container for node {index} ({hostname})")
             nodes.append((by_service[hostname], rundir.node_log(index)))
         _save_logs(nodes)
-        return self.poll()
+        return self._outcomes(self.seen) if ended else self.poll()
 
     def delete(self) -> str:
         """`compose down` of a project started here; of one started elsewhere, whatever is
@@ -567,25 +580,27 @@ def _save_logs(nodes: list[tuple[_Container, Path]]) -> None:
     """Each container's log, byte for byte as its processes wrote it (stdout and stderr
     in the engine's order: both go to the one file), synced to disk, then checked
     against the engine: the file ends with the log's last entry (empty only when the
-    container printed nothing). A stopped container's log no longer changes. The
-    containers' `docker logs` run at once, then their checks (the engine serves
-    each from its own file); a signal that cuts the collection short kills them all."""
+    container printed nothing). A stopped container's log no longer changes, so its
+    last entry is asked for while the whole log is read: every `docker logs` of the
+    collection runs at once; a signal that cuts it short kills them all."""
+    stopped = [(c, path) for c, path in nodes if not c.running]   # a running one grows on
     with contextlib.ExitStack() as stack:
         files = [stack.enter_context(open(path, "wb")) for _, path in nodes]
         try:
-            done = _docker_all(*(["logs", c.id] for c, _ in nodes), timeout=LOGS_TIMEOUT_S,
-                               outputs=files, text=False)
+            done = _docker_all(*(["logs", c.id] for c, _ in nodes),
+                               *(["logs", "--tail", "1", c.id] for c, _ in stopped),
+                               timeout=LOGS_TIMEOUT_S, outputs=[*files, *(None for _ in stopped)],
+                               text=False)
         except LabError as exc:
             raise LabError(f"the logs of {', '.join(c.service for c, _ in nodes)} were not read "
                            f"({exc})") from None
         for log in files:
             log.flush()
             os.fsync(log.fileno())
+    done, tails = done[:len(nodes)], done[len(nodes):]
     for (c, path), read in zip(nodes, done):
         if read.returncode != 0:
             raise LabError(f"docker logs {c.service} failed (exit {read.returncode}): {_tail_line(path)}")
-    stopped = [(c, path) for c, path in nodes if not c.running]   # a running one grows on
-    tails = _docker_all(*(["logs", "--tail", "1", c.id] for c, _ in stopped), text=False)
     for (c, path), tail in zip(stopped, tails):
         if tail.returncode != 0:
             raise LabError(f"docker logs --tail 1 {c.service} failed: "
