@@ -321,8 +321,8 @@ class Session:
                 self.deadline_passed = True
                 return
             if not behind:                # the log follower has more to read: poll again now
-                time.sleep(max(0.0, min(self.backend.poll_interval, deadline - now + 0.01,
-                                        self.faults.next_in(self.clock()))))
+                self.backend.wait(max(0.0, min(self.backend.poll_interval, deadline - now + 0.01,
+                                               self.faults.next_in(self.clock()))))
 
     def keep_logs(self) -> bool:
         """Split the node logs written so far (backends with live logs), else check the
@@ -432,10 +432,11 @@ class Session:
         done = _Finished(self.outcomes, notes, collected=False)
         final = outcomes = self.outcomes
         try:
-            try:
-                outcomes = self.observe()
-            except Exception:
-                pass
+            if not (self.started and all(o.state.ended for o in outcomes)):
+                try:                          # an ended node stays ended: no need to ask again
+                    outcomes = self.observe()
+                except Exception:
+                    pass
             running = [o.index for o in outcomes if not o.state.ended]
             if running:
                 backend.stop(running, stop_reason)

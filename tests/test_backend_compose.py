@@ -122,3 +122,54 @@ def test_down_removes_leftovers_by_run_label_and_is_idempotent(tmp_path):
             subprocess.run(["docker", "rm", "-f", *containers.split()], capture_output=True)
         if networks:
             subprocess.run(["docker", "network", "rm", *networks.split()], capture_output=True)
+
+
+CALLS_SHIM = """\
+#!/bin/sh
+# every docker CLI start labctl makes, one line each; then the real docker
+echo "$*" >> {calls}
+exec {docker} "$@"
+"""
+PASS = """\
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+print(f"rank {dist.get_rank()} done", flush=True)
+"""
+
+
+@pytest.mark.docker
+def test_the_end_is_heard_from_the_engine_and_no_poll_or_node_starts_the_compose_cli(tmp_path, monkeypatch):
+    """With an hour between polls the run still ends when its containers do: the driver's
+    wait returns on the engine's `die` event (before: the lab sat out its deadline). The
+    compose CLI (several times docker's start-up cost) runs for version, up and down only:
+    polls and the collection use `docker inspect` and `docker logs`, and the collection
+    stays checked (every node's log read, then its last entry compared)."""
+    import os
+    import shutil
+
+    require_compose()
+    require_image()
+    shim, calls = tmp_path / "bin", tmp_path / "calls.txt"
+    shim.mkdir()
+    (shim / "docker").write_text(CALLS_SHIM.format(calls=calls, docker=shutil.which("docker")))
+    (shim / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    monkeypatch.setattr(backend.ComposeBackend, "poll_interval", 3600.0)
+    spec = _spec(tmp_path, PASS, timeout=300)
+    run = lab.up(spec, out=str(tmp_path / "run"), progress=lambda line: None)
+    assert run.meta["state"] == "passed", run.meta.get("message")
+    assert "rank 1 done" in run.rank_log(1).read_text()
+    lines = calls.read_text().splitlines()
+    compose = []
+    for line in lines:
+        words = line.split()
+        if words[0] == "compose":
+            while words[1].startswith("-"):        # -p NAME -f FILE --project-directory DIR
+                words = [words[0], *words[3:]]
+            compose.append(words[1])
+    assert sorted(c for c in compose if c != "version") == ["down", "up"], lines
+    assert any(line.startswith("events ") and "event=die" in line for line in lines), lines
+    logs = [line for line in lines if line.startswith("logs ")]
+    assert len([x for x in logs if "--tail 1" not in x]) == 2 and len(logs) == 4, logs
+    assert _left_of(run.meta["run_id"]) == ("", "")

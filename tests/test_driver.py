@@ -30,6 +30,7 @@ class ScriptedBackend(Backend):
         self.explode_at, self.signal_at = explode_at, signal_at
         self.calls: list[str] = []
         self.polls = 0
+        self.waits: list[float] = []
         self.stopped: set[int] = set()
 
     def placement(self, spec, run_folder=None):
@@ -55,6 +56,11 @@ class ScriptedBackend(Backend):
             code = {"succeeded": 0, "failed": 1}.get(state)
             out.append(NodeOutcome(node.index, node.hostname, code, NodeState(state)))
         return out
+
+    def wait(self, seconds):
+        self.calls.append("wait")
+        self.waits.append(seconds)
+        super().wait(seconds)
 
     def stop(self, indices, reason):
         self.calls.append(f"stop {indices}")
@@ -86,6 +92,16 @@ def test_all_nodes_succeeding_passes_and_every_verb_runs_once_in_order(tmp_path)
     assert b.calls[0] == "start" and b.calls[-2:] == ["collect", "delete"]
     assert not any(c.startswith("stop") for c in b.calls)
     assert all(rundir.node_log(i).read_text() for i in range(3))
+
+
+def test_the_backend_waits_between_polls_and_a_lab_seen_ended_is_not_polled_again(tmp_path):
+    """Between two polls the driver calls `backend.wait` (compose returns from it when a
+    container dies, instead of sleeping the interval out); once every node has been seen
+    ended, the cleanup goes straight to the collection (an ended node stays ended)."""
+    result, b, _ = _run(tmp_path, script={i: ["running", "succeeded"] for i in range(3)})
+    assert result.state is RunState.PASSED
+    assert b.calls == ["start", "poll", "wait", "poll", "poll", "collect", "delete"]
+    assert b.waits == [b.poll_interval]
 
 
 def test_a_failed_node_stops_the_others_after_the_grace_and_names_why(tmp_path):

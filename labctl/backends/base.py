@@ -21,6 +21,8 @@ subclasses only start, monitor and stop workers. One instance serves one run
   Then, whichever way it was bound:
     alive() -> bool            does anything of the run still exist
     poll() -> [NodeOutcome]    one per plan node, never blocking for long
+    wait(seconds)              between two polls: sleep, or return as soon as a node may
+                               have ended (an event stream), so the end is seen at once
     stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
     collect(rundir, strict)    write every node's log into the run folder; final outcomes.
                                Raise when a log cannot be saved whole (strict: any log
@@ -31,6 +33,7 @@ subclasses only start, monitor and stop workers. One instance serves one run
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -171,6 +174,11 @@ class Backend:
 
     def poll(self) -> list[NodeOutcome]:
         raise NotImplementedError
+
+    def wait(self, seconds: float) -> None:
+        """Until the next poll (the driver's loop): at most `seconds`; a backend that can
+        hear a node end (compose: the engine's events) returns then."""
+        time.sleep(seconds)
 
     def stop(self, indices: list[int], reason: str) -> None:
         raise NotImplementedError

@@ -10,13 +10,16 @@ a run started by `docker compose up` can be attached to (collect, down).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import json
 import os
+import select
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LabError
@@ -41,6 +44,32 @@ def _cli(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProce
     (a signal raising in labctl, the timeout), subprocess.run kills it."""
     return subprocess.run(argv, timeout=timeout, stdin=subprocess.DEVNULL,
                           start_new_session=True, **kwargs)
+
+
+def _cli_all(argvs: list[list[str]], timeout: float, outputs: list | None = None,
+             text: bool = True) -> list[subprocess.CompletedProcess]:
+    """Independent CLI calls at once (each docker CLI start costs 0.02-0.3 s of a small
+    machine; in a row they add up), each in a session of its own as in `_cli`.
+    `outputs`: a file per call for stdout and stderr both (None, or no list: captured).
+    Every call still running when labctl gives up (a signal, the timeout) is killed:
+    TimeoutExpired (with `cmd` the late call's argv), FileNotFoundError pass through."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for i, argv in enumerate(argvs):
+            sink = outputs[i] if outputs is not None and outputs[i] is not None else subprocess.PIPE
+            procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink,
+                                          stderr=sink, start_new_session=True, text=text))
+        deadline = time.monotonic() + timeout
+        done = []
+        for argv, proc in zip(argvs, procs):
+            out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            done.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
+        return done
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,18 +107,55 @@ def _docker(*args: str, timeout: float = CLI_TIMEOUT_S, check: bool = False,
     return done
 
 
+def _docker_all(*calls: list[str], timeout: float = CLI_TIMEOUT_S, outputs: list | None = None,
+                text: bool = True) -> list[subprocess.CompletedProcess]:
+    """`docker ARGS` for every list of ARGS in `calls`, at once (`_cli_all`); errors as `_docker`'s."""
+    try:
+        return _cli_all([["docker", *args] for args in calls], timeout, outputs, text)
+    except FileNotFoundError:
+        raise LabError("docker not found on PATH (install: bash scripts/ensure-docker.sh)") from None
+    except subprocess.TimeoutExpired as exc:
+        raise LabError(f"docker {' '.join(exc.cmd[1:3])} did not answer within {timeout:g}s") from None
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "no output"
 
 
 def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
-    """Refuse before starting: no engine, no image, or nccl on an engine without GPUs."""
-    info = _docker("info", "--format", "{{json .Runtimes}}", timeout=30)
+    """Refuse before starting: no Compose v2, no engine, no image, or nccl on an engine
+    without GPUs. The engine and image questions go out while Compose is looked for."""
+    calls = [["docker", "info", "--format", "{{json .Runtimes}}"], ["docker", "image", "inspect", image]]
+    try:
+        procs = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True, text=True)
+                 for argv in calls]
+    except FileNotFoundError:
+        procs = []                    # no docker: compose_command says so in one line
+    try:
+        try:
+            compose_command()
+        except LabError as exc:
+            raise PreflightError(str(exc)) from None
+        if not procs:
+            raise PreflightError("docker not found on PATH; the compose backend needs Docker "
+                                 "(install: bash scripts/ensure-docker.sh)")
+        outputs = [p.communicate(timeout=30) for p in procs]
+        info, inspected = (subprocess.CompletedProcess(argv, p.returncode, *out)
+                           for argv, p, out in zip(calls, procs, outputs))
+    except subprocess.TimeoutExpired:
+        raise PreflightError("no Docker engine answers (docker info did not answer within 30s); "
+                             "start one with: bash scripts/ensure-docker.sh") from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     if info.returncode != 0:
         raise PreflightError(f"no Docker engine answers ({_last_line(info.stderr)}); "
                              "start one with: bash scripts/ensure-docker.sh")
-    if _docker("image", "inspect", image).returncode != 0:
+    if inspected.returncode != 0:
         hint = "make images-cuda" if image == DEFAULT_CUDA_IMAGE else "make images"
         raise PreflightError(f"image {image} not found; build it with: {hint} (or pass --image)")
     if needs_gpu and "nvidia" not in info.stdout:
@@ -137,35 +203,120 @@ class _Project:
             raise LabError(f"docker compose {args[0]} did not finish within {timeout:g}s "
                            f"(project {self.name})") from None
 
-    def states(self) -> dict[str, tuple[str, int | None]]:
-        """{service: (state, exit code)} for every container of the project, running or not."""
-        done = self("ps", "--all", "--format", "json")
-        if done.returncode != 0:
-            return {}
-        text = done.stdout.strip()
-        rows = json.loads(text) if text.startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
-        return {r["Service"]: (r.get("State", "").lower(),
-                               r.get("ExitCode") if r.get("State", "").lower() == "exited" else None)
-                for r in rows}
+    def containers(self, known: list[str] | None = None) -> list["_Container"]:
+        """Every container of the project, running or not, from one `docker inspect` of
+        `known` ids (those of the last call); listed again (`docker ps`) when there are
+        none or one is gone. The `docker` CLI, not `docker compose ps`: one start of
+        the compose CLI costs several of docker's, and a poll runs every second."""
+        if known:
+            rows, ok = _inspect(known)
+            if ok:
+                return rows
+        ids = _docker("ps", "--all", "--quiet", "--no-trunc", "--filter",
+                      f"label=com.docker.compose.project={self.name}", "--filter",
+                      "label=com.docker.compose.oneoff=False").stdout.split()
+        return _inspect(ids)[0] if ids else []
 
-    def exit_times(self, origin: _dt.datetime | None = None) -> dict[str, float]:
-        """{service: seconds from `origin` (labctl's start of the lab, on the clock the
-        driver and the faults use; default: the project's first container start) to its
-        exit} for the exited containers: when each node ended, also for a run labctl
-        only watches (its first failure is the first to end, not the first seen ended)."""
-        ids = _docker("ps", "--all", "--quiet", "--filter",
-                      f"label=com.docker.compose.project={self.name}").stdout.split()
-        if not ids:
-            return {}
-        done = _docker("inspect", "--format", '{{index .Config.Labels "com.docker.compose.service"}} '
-                       "{{.State.Status}} {{.State.StartedAt}} {{.State.FinishedAt}}", *ids)
-        rows = [line.split() for line in done.stdout.splitlines() if len(line.split()) == 4]
+    def died_since(self, since: float, seconds: float, seen: set[tuple[str, str]]) -> bool:
+        """Wait at most `seconds` for a container of the project to die (after `since`,
+        epoch seconds: none is missed between two polls): True as soon as one not in
+        `seen` does (`docker events`), False when the time is up or no event stream
+        can be had (then the time is slept). The stream ends by itself at `--until`,
+        also when labctl is killed; a signal kills it on the way out."""
+        deadline = time.monotonic() + seconds
         try:
-            start = origin or min(_dt.datetime.fromisoformat(r[2]) for r in rows)
-            return {r[0]: round((_dt.datetime.fromisoformat(r[3]) - start).total_seconds(), 3)
-                    for r in rows if r[1] == "exited"}
-        except ValueError:            # a date this Python cannot read: times stay unknown
-            return {}
+            proc = subprocess.Popen(
+                ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time() + seconds:.3f}",
+                 "--filter", "type=container", "--filter", "event=die",
+                 "--filter", f"label=com.docker.compose.project={self.name}",
+                 "--format", "{{.ID}} {{.TimeNano}}"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+        except OSError:
+            time.sleep(seconds)
+            return False
+        try:
+            pending = b""
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if not select.select([proc.stdout], [], [], left)[0]:
+                    return False
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                if not chunk:                     # --until reached, or no stream: sleep the rest
+                    proc.wait()
+                    time.sleep(max(0.0, deadline - time.monotonic()))
+                    return False
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    event = tuple(line.decode(errors="replace").split())
+                    if len(event) == 2 and event not in seen:
+                        seen.add(event)
+                        return True
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdout.close()
+
+
+@dataclass(frozen=True)
+class _Container:
+    """One container of a compose project, as `docker inspect` sees it."""
+    service: str
+    id: str
+    status: str                   # created, running, paused, restarting, removing, exited, dead
+    exit_code: int | None         # when exited
+    started: _dt.datetime | None
+    finished: _dt.datetime | None
+
+    @property
+    def state(self) -> tuple[str, int | None]:
+        return self.status, self.exit_code
+
+    @property
+    def ended(self) -> bool:
+        return self.status == "exited"
+
+    @property
+    def running(self) -> bool:
+        """docker's State.Running: its processes exist (paused ones too), its log may grow."""
+        return self.status in ("running", "paused", "restarting")
+
+
+_INSPECT = ('{{index .Config.Labels "com.docker.compose.service"}}\t{{.Id}}\t{{.State.Status}}\t'
+            "{{.State.ExitCode}}\t{{.State.StartedAt}}\t{{.State.FinishedAt}}")
+
+
+def _when(text: str) -> _dt.datetime | None:
+    """A docker timestamp (RFC 3339, nanoseconds), or None (never, or unreadable here)."""
+    try:
+        when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        head, dot, rest = text.partition(".")       # Python < 3.11: at most microseconds
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits):].replace("Z", "+00:00")
+        try:
+            when = _dt.datetime.fromisoformat(f"{head}.{digits[:6].ljust(6, '0')}{zone}" if dot else text)
+        except ValueError:
+            return None
+    return when if when.year > 1 else None
+
+
+def _inspect(ids: list[str]) -> tuple[list[_Container], bool]:
+    """The containers `ids` (one `docker inspect`), and whether every one was found."""
+    done = _docker("inspect", "--format", _INSPECT, *ids)
+    rows = []
+    for line in done.stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 6:
+            continue
+        service, cid, status, code, started, finished = parts
+        rows.append(_Container(service, cid, status.lower(),
+                               int(code) if status.lower() == "exited" and code.lstrip("-").isdigit()
+                               else None, _when(started), _when(finished)))
+    return rows, done.returncode == 0 and len(rows) == len(ids)
 
 
 def _outcome(index: int, hostname: str, state: tuple[str, int | None] | None) -> NodeOutcome:
@@ -192,8 +343,12 @@ class ComposeBackend(Backend):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.exit_times: dict[str, float] = {}     # service -> when it exited (exit_times)
+        self.exit_times: dict[str, float] = {}     # service -> when it exited (seconds)
         self.started_at: _dt.datetime | None = None  # when start() began: the driver's t0
+        self.known: list[str] = []                 # container ids of the last poll
+        self.seen: list[_Container] = []           # the containers as the last poll saw them
+        self.polled_at = time.time()               # when the last poll began (epoch s)
+        self.deaths: set[tuple[str, str]] = set()  # (container id, time) of each die event seen
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -202,10 +357,6 @@ class ComposeBackend(Backend):
         return container_placement(spec, "compose")
 
     def preflight(self, plan: LaunchPlan) -> None:
-        try:
-            compose_command()
-        except LabError as exc:
-            raise PreflightError(str(exc)) from None
         _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
         delays = [f for f in plan.spec.faults if f.kind == "delay"]
         if delays and kernel_has_netem() is False:
@@ -232,15 +383,39 @@ class ComposeBackend(Backend):
         self.run_id = run.run_id
 
     def poll(self) -> list[NodeOutcome]:
-        run = self.run                              # LabError when nothing is bound yet
-        states = self.project.states()
-        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(run.hostnames.items())]
-        if any(o.state.ended and o.hostname not in self.exit_times for o in outcomes):
-            self.exit_times.update(self.project.exit_times(self.started_at))
+        self.run                                    # LabError when nothing is bound yet
+        self.polled_at = time.time()
+        return self._outcomes(self._containers())
+
+    def _outcomes(self, containers: list[_Container]) -> list[NodeOutcome]:
+        states = {c.service: c.state for c in containers}
+        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        origin = self.started_at or min((c.started for c in containers if c.started), default=None)
+        for c in containers:
+            if c.status == "exited" and c.finished and origin and c.service not in self.exit_times:
+                self.exit_times[c.service] = round((c.finished - origin).total_seconds(), 3)
         for o in outcomes:
             if o.state.ended:
                 o.exited_s = self.exit_times.get(o.hostname)
         return outcomes
+
+    def wait(self, seconds: float) -> None:
+        """Until the next poll: `seconds`, or less when a container of the run dies (the
+        engine's event stream), so that the end of a lab is seen when it happens."""
+        if self.bound:
+            self.project.died_since(self.polled_at, seconds, self.deaths)
+        else:
+            time.sleep(seconds)
+
+    def _containers(self) -> list[_Container]:
+        """The project's containers now (one `docker inspect` of those seen last, when the
+        same are all there still); a node with no container yet is listed again."""
+        containers = self.project.containers(self.known)
+        if not set(self.hostnames.values()) <= {c.service for c in containers} and self.known:
+            containers = self.project.containers()
+        self.known = [c.id for c in containers]
+        self.seen = containers
+        return containers
 
     def stop(self, indices: list[int], reason: str) -> None:
         self.project("stop", "--timeout", str(STOP_TIMEOUT_S),
@@ -249,10 +424,21 @@ class ComposeBackend(Backend):
     def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Every node's log, streamed to its file and checked, or LabError (then the
         driver deletes nothing): always strict. `docker logs`, not `docker compose logs`:
-        compose drops a last line without a newline and keeps the whole log in memory."""
+        compose drops a last line without a newline and keeps the whole log in memory.
+        The nodes' logs are read at once (`_save_logs`). When the last poll saw every
+        node's container ended (an ended container stays so: restart "no"), its view
+        serves: the containers and the final outcomes need no new question."""
+        by_service = {c.service: c for c in self.seen}
+        ended = all(h in by_service and by_service[h].ended for h in self.hostnames.values())
+        if not ended:
+            by_service = {c.service: c for c in self._containers()}
+        nodes = []
         for index, hostname in sorted(self.hostnames.items()):
-            _save_log(self._container(index), hostname, rundir.node_log(index))
-        return self.poll()
+            if hostname not in by_service:
+                raise LabError(f"no container for node {index} ({hostname})")
+            nodes.append((by_service[hostname], rundir.node_log(index)))
+        _save_logs(nodes)
+        return self._outcomes(self.seen) if ended else self.poll()
 
     def delete(self) -> str:
         """`compose down` of a project started here; of one started elsewhere, whatever is
@@ -281,11 +467,10 @@ class ComposeBackend(Backend):
         return notes or ["asked every rank for its stack"]
 
     def _container(self, index: int) -> str:
-        done = self.project("ps", "--all", "--quiet", self.hostnames[index])
-        cid = done.stdout.strip().split()
-        if done.returncode != 0 or not cid:
+        cid = next((c.id for c in self._containers() if c.service == self.hostnames[index]), None)
+        if cid is None:
             raise LabError(f"no container for node {index} ({self.hostnames[index]})")
-        return cid[0]
+        return cid
 
     def _network(self) -> str:
         return f"{self.project.name}_{render_compose.NETWORK}"
@@ -391,42 +576,46 @@ class ComposeBackend(Backend):
                 f"of run {self.run_id} (compose project {self.project.name})")
 
 
-def _save_log(cid: str, hostname: str, path: Path) -> None:
-    """One container's log, byte for byte as its processes wrote it (stdout and stderr
+def _save_logs(nodes: list[tuple[_Container, Path]]) -> None:
+    """Each container's log, byte for byte as its processes wrote it (stdout and stderr
     in the engine's order: both go to the one file), synced to disk, then checked
     against the engine: the file ends with the log's last entry (empty only when the
-    container printed nothing). A stopped container's log no longer changes."""
-    running = _docker("inspect", "--format", "{{.State.Running}}", cid)
-    if running.returncode != 0:
-        raise LabError(f"no log for {hostname}: {_last_line(running.stderr)}")
-    with open(path, "wb") as log:
+    container printed nothing). A stopped container's log no longer changes, so its
+    last entry is asked for while the whole log is read: every `docker logs` of the
+    collection runs at once; a signal that cuts it short kills them all."""
+    stopped = [(c, path) for c, path in nodes if not c.running]   # a running one grows on
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(path, "wb")) for _, path in nodes]
         try:
-            code = _docker("logs", cid, timeout=LOGS_TIMEOUT_S, text=False, stdout=log,
-                           stderr=log).returncode
-        except LabError:
-            raise LabError(f"the log of {hostname} was not read within {LOGS_TIMEOUT_S:g}s "
-                           f"(docker logs {cid[:12]})") from None
-        log.flush()
-        os.fsync(log.fileno())
-    if code != 0:
-        raise LabError(f"docker logs {hostname} failed (exit {code}): {_tail_line(path)}")
-    if running.stdout.strip() == "true":
-        return                        # still running (labctl stacks, down): it grows on
-    tail = _docker("logs", "--tail", "1", cid, text=False)
-    if tail.returncode != 0:
-        raise LabError(f"docker logs --tail 1 {hostname} failed: "
-                       f"{_last_line(tail.stderr.decode(errors='replace'))}")
-    last = [t for t in (tail.stdout, tail.stderr) if t]
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        f.seek(max(0, size - max((len(t) for t in last), default=0)))
-        end = f.read()
-    if last and not any(end.endswith(t) for t in last):
-        raise LabError(f"the log of {hostname} in {path} ({size} bytes) does not end with the "
-                       "last entry the engine has for it: incomplete")
-    if not last and size:
-        raise LabError(f"the log of {hostname} in {path} has {size} bytes, and the engine "
-                       "has no entry for it")
+            done = _docker_all(*(["logs", c.id] for c, _ in nodes),
+                               *(["logs", "--tail", "1", c.id] for c, _ in stopped),
+                               timeout=LOGS_TIMEOUT_S, outputs=[*files, *(None for _ in stopped)],
+                               text=False)
+        except LabError as exc:
+            raise LabError(f"the logs of {', '.join(c.service for c, _ in nodes)} were not read "
+                           f"({exc})") from None
+        for log in files:
+            log.flush()
+            os.fsync(log.fileno())
+    done, tails = done[:len(nodes)], done[len(nodes):]
+    for (c, path), read in zip(nodes, done):
+        if read.returncode != 0:
+            raise LabError(f"docker logs {c.service} failed (exit {read.returncode}): {_tail_line(path)}")
+    for (c, path), tail in zip(stopped, tails):
+        if tail.returncode != 0:
+            raise LabError(f"docker logs --tail 1 {c.service} failed: "
+                           f"{_last_line(tail.stderr.decode(errors='replace'))}")
+        last = [t for t in (tail.stdout, tail.stderr) if t]
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - max((len(t) for t in last), default=0)))
+            end = f.read()
+        if last and not any(end.endswith(t) for t in last):
+            raise LabError(f"the log of {c.service} in {path} ({size} bytes) does not end with the "
+                           "last entry the engine has for it: incomplete")
+        if not last and size:
+            raise LabError(f"the log of {c.service} in {path} has {size} bytes, and the engine "
+                           "has no entry for it")
 
 
 def _tail_line(path: Path) -> str:
@@ -437,15 +626,21 @@ def _tail_line(path: Path) -> str:
 
 
 def _labelled(run_id: str) -> tuple[list[str], list[str]]:
-    """Ids of the containers and networks that carry the run's label."""
+    """Ids of the containers and networks that carry the run's label (asked at once)."""
     label = f"label={render_compose.RUN_LABEL}={run_id}"
-    return (_docker("ps", "--all", "--quiet", "--filter", label, check=True).stdout.split(),
-            _docker("network", "ls", "--quiet", "--filter", label, check=True).stdout.split())
+    ps, nets = _docker_all(["ps", "--all", "--quiet", "--filter", label],
+                           ["network", "ls", "--quiet", "--filter", label])
+    for done in (ps, nets):
+        if done.returncode != 0:
+            raise LabError(f"docker {' '.join(done.args[1:3])} failed: {_last_line(done.stderr)}")
+    return ps.stdout.split(), nets.stdout.split()
 
 
 def _remove_by_label(run_id: str) -> tuple[list[str], list[str]]:
     """Force-remove the run's labelled containers and networks; returns what could not be removed."""
     containers, networks = _labelled(run_id)
+    if not containers and not networks:
+        return [], []
     if containers:
         _docker("rm", "--force", "--volumes", *containers)
     if networks:
