@@ -291,13 +291,13 @@ def _group_of(op: str, args: tuple, kwargs: dict) -> Any:
 
 
 def _begin(dist: Any, op: str, args: tuple, kwargs: dict, entered: int = 0,
-           route: tuple | None = None) -> int | None:
+           route: tuple | None = None, group: Any = None) -> int | None:
     """Push the op's B record (`entered`: the time the rank entered it, else now); its id,
     or None when the op is not recorded. Only what must be read now is read now (ids,
     the tensor's dtype, shape and bytes, the caller's file and line); the line is put
     together by the flusher."""
-    group = _group_of(op, args, kwargs)
-    if route is None:
+    if route is None:                   # else the caller resolved the group and its route
+        group = _group_of(op, args, kwargs)
         route = _route(dist, op, group)
         if route is None:
             return None
@@ -386,8 +386,9 @@ def _wrap(dist: Any, op: str, original: Any) -> Any:
         if getattr(_local, "depth", 0):
             return original(*args, **kwargs)
         entered = time_ns()
-        route = _route(dist, op, _group_of(op, args, kwargs))
-        ident = _begin(dist, op, args, kwargs, entered, route) if route is not None else None
+        group = _group_of(op, args, kwargs)
+        route = _route(dist, op, group)
+        ident = _begin(dist, op, args, kwargs, entered, route, group) if route is not None else None
         _local.depth = 1
         try:
             result = original(*args, **kwargs)
