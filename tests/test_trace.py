@@ -4,6 +4,7 @@ Real labs (local 2x2) for the recording and merge; hand-made rank logs for bad i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -193,6 +194,28 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
     assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
         and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
+
+
+KILLED_IN_DUMP = """
+import os, sys, torch.distributed as dist
+from workloads import _trace
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1] + "/store", rank=0, world_size=1)
+_trace._with_pg_config = lambda *a: os._exit(9)      # SIGKILL's effect: the dump is cut short
+_trace.dump_flight_recorder()
+"""
+
+
+def test_a_dump_cut_short_leaves_nothing_torchfrtrace_takes_for_a_rank(tmp_path):
+    """A rank dumps its ring at the deadline and again on SIGTERM; a SIGKILL during the
+    second write must not leave a file whose name holds torchfrtrace's prefix ("rank_"):
+    torchfrtrace reads every such file and stops on it (seen in CI: 'rank_3.tmp')."""
+    dumps = tmp_path / "fr"
+    done = subprocess.run([sys.executable, "-c", KILLED_IN_DUMP, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+                          env={**os.environ, "LAB_FR_DUMP_DIR": str(dumps)})
+    assert done.returncode == 9, done.stderr
+    left = [p.name for p in dumps.iterdir()]
+    assert left and not [name for name in left if "rank_" in name], left
 
 
 GIVES_UP = """

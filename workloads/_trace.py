@@ -804,10 +804,12 @@ def dump_flight_recorder() -> int:
     folder = os.environ.get("LAB_FR_DUMP_DIR")
     if folder:
         os.makedirs(folder, exist_ok=True)
-        target = os.path.join(folder, f"rank_{rank}")
-        with open(target + ".tmp", "wb") as f:
+        # torchfrtrace reads every file whose name holds the prefix ("rank_"): a dump
+        # cut short by SIGKILL must leave nothing it would take for a rank's dump
+        partial = os.path.join(folder, f".partial-{os.getpid()}")
+        with open(partial, "wb") as f:
             f.write(_with_pg_config(dist, c10d._dump_fr_trace(True, False)))
-        os.replace(target + ".tmp", target)
+        os.replace(partial, os.path.join(folder, f"rank_{rank}"))
     return written
 
 
