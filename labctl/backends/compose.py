@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
 import json
 import os
 import select
@@ -34,6 +33,7 @@ from .base import Backend, Bound, BoundRun, PreflightError, UnknownRun
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
+ASK_AT_LEAST_S = 10.0      # a poll asks the engine this often even when no event came
 LOGS_TIMEOUT_S = 900.0     # one node's whole log (hundreds of MB on a loaded machine)
 
 
@@ -72,9 +72,43 @@ def _cli_all(argvs: list[list[str]], timeout: float, outputs: list | None = None
                 proc.wait()
 
 
-@functools.lru_cache(maxsize=None)
+_compose_found: list[tuple[str, ...]] = []      # the Compose v2 command, once found
+
+
 def compose_command() -> tuple[str, ...]:
-    """`docker compose` (v2 plugin) or a `docker-compose` v2 binary, whichever works."""
+    """`docker compose` (v2 plugin) or a `docker-compose` v2 binary, whichever works;
+    found once per process."""
+    if not _compose_found:
+        _compose_found.append(_find_compose())
+    return _compose_found[0]
+
+
+def forget_compose() -> None:
+    """Look Compose up again at the next call (PATH changed: tests)."""
+    _compose_found.clear()
+
+
+# where the docker CLI looks for plugins besides $DOCKER_CONFIG/cli-plugins (Linux)
+SYSTEM_PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins",
+                      "/usr/lib/docker/cli-plugins", "/usr/libexec/docker/cli-plugins")
+
+
+def _compose_plugin_file() -> Path | None:
+    """The docker CLI's Compose plugin, found where the CLI looks for it. Only Compose v2
+    ever shipped as a plugin (v1 was a standalone program), so the file answers the
+    question without starting it: that costs 0.2 s of CPU on these 2 cores, on every
+    `labctl up`, while the lab's containers start."""
+    config = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    for folder in (os.path.join(config, "cli-plugins"), *SYSTEM_PLUGIN_DIRS):
+        path = Path(folder, "docker-compose")
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _find_compose() -> tuple[str, ...]:
+    if shutil.which("docker") is not None and _compose_plugin_file() is not None:
+        return ("docker", "compose")
     candidates = [("docker", "compose"), ("docker-compose",)]
     for argv in candidates:
         if shutil.which(argv[0]) is None:
@@ -125,8 +159,13 @@ def _last_line(text: str) -> str:
 
 def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
     """Refuse before starting: no Compose v2, no engine, no image, or nccl on an engine
-    without GPUs. The engine and image questions go out while Compose is looked for."""
-    calls = [["docker", "info", "--format", "{{json .Runtimes}}"], ["docker", "image", "inspect", image]]
+    without GPUs. The engine (`docker version`: `docker info` starts every CLI plugin
+    to list it, 0.2 s of CPU) and image questions go out while Compose is looked for;
+    the runtimes (`docker info`) only for nccl."""
+    calls = [["docker", "version", "--format", "{{.Server.Version}}"],
+             ["docker", "image", "inspect", "--format", "{{.Id}}", image]]
+    if needs_gpu:
+        calls.append(["docker", "info", "--format", "{{json .Runtimes}}"])
     try:
         procs = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, start_new_session=True, text=True)
@@ -142,26 +181,26 @@ def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
             raise PreflightError("docker not found on PATH; the compose backend needs Docker "
                                  "(install: bash scripts/ensure-docker.sh)")
         outputs = [p.communicate(timeout=30) for p in procs]
-        info, inspected = (subprocess.CompletedProcess(argv, p.returncode, *out)
-                           for argv, p, out in zip(calls, procs, outputs))
+        engine, inspected, *info = (subprocess.CompletedProcess(argv, p.returncode, *out)
+                                    for argv, p, out in zip(calls, procs, outputs))
     except subprocess.TimeoutExpired:
-        raise PreflightError("no Docker engine answers (docker info did not answer within 30s); "
+        raise PreflightError("no Docker engine answers (docker version did not answer within 30s); "
                              "start one with: bash scripts/ensure-docker.sh") from None
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    if info.returncode != 0:
-        raise PreflightError(f"no Docker engine answers ({_last_line(info.stderr)}); "
+    if engine.returncode != 0:
+        raise PreflightError(f"no Docker engine answers ({_last_line(engine.stderr)}); "
                              "start one with: bash scripts/ensure-docker.sh")
     if inspected.returncode != 0:
         hint = "make images-cuda" if image == DEFAULT_CUDA_IMAGE else "make images"
         raise PreflightError(f"image {image} not found; build it with: {hint} (or pass --image)")
-    if needs_gpu and "nvidia" not in info.stdout:
+    if info and "nvidia" not in info[0].stdout:
         raise PreflightError("dist_backend nccl needs GPUs in the containers, and this Docker "
                              "engine has no NVIDIA runtime (docker info: runtimes "
-                             f"{info.stdout.strip() or 'none'}); use --dist-backend gloo, or a "
+                             f"{info[0].stdout.strip() or 'none'}); use --dist-backend gloo, or a "
                              "machine with the NVIDIA Container Toolkit")
 
 
@@ -217,48 +256,69 @@ class _Project:
                       "label=com.docker.compose.oneoff=False").stdout.split()
         return _inspect(ids)[0] if ids else []
 
-    def died_since(self, since: float, seconds: float, seen: set[tuple[str, str]]) -> bool:
-        """Wait at most `seconds` for a container of the project to die (after `since`,
-        epoch seconds: none is missed between two polls): True as soon as one not in
-        `seen` does (`docker events`), False when the time is up or no event stream
-        can be had (then the time is slept). The stream ends by itself at `--until`,
-        also when labctl is killed; a signal kills it on the way out."""
-        deadline = time.monotonic() + seconds
+
+class _Events:
+    """The engine's events for one compose project, read as they come (`docker events`):
+    a poll needs to ask the engine again only after something happened to a container,
+    and a wait ends as soon as one dies. One stream, not a `docker inspect` and a new
+    `docker events` every second: each docker CLI start costs 0.05 s of CPU, which the
+    lab's own processes are short of on a small machine. The stream is renewed every
+    SPAN_S seconds (`--until`), so that one left behind by a killed labctl ends by itself;
+    the next one starts where the last one ended (`--since`: the engine replays)."""
+
+    SPAN_S = 30.0
+
+    def __init__(self, project: str, since: float):
+        self.project = project
+        self.since = since
+        self.changed = True                      # nothing read yet: ask the engine
+        self.proc: subprocess.Popen | None = None
+        self.until = since
+        self.pending = b""
+        self.broken = False                      # no stream could be had: sleep and ask
+
+    def _open(self) -> None:
+        self.until = max(time.time(), self.since) + self.SPAN_S
         try:
-            proc = subprocess.Popen(
-                ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time() + seconds:.3f}",
-                 "--filter", "type=container", "--filter", "event=die",
-                 "--filter", f"label=com.docker.compose.project={self.name}",
-                 "--format", "{{.ID}} {{.TimeNano}}"],
+            self.proc = subprocess.Popen(
+                ["docker", "events", "--since", f"{self.since:.3f}", "--until", f"{self.until:.3f}",
+                 "--filter", "type=container", "--filter", f"label=com.docker.compose.project={self.project}",
+                 "--format", "{{.Action}}"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 start_new_session=True)
         except OSError:
-            time.sleep(seconds)
-            return False
-        try:
-            pending = b""
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                if not select.select([proc.stdout], [], [], left)[0]:
-                    return False
-                chunk = os.read(proc.stdout.fileno(), 4096)
-                if not chunk:                     # --until reached, or no stream: sleep the rest
-                    proc.wait()
-                    time.sleep(max(0.0, deadline - time.monotonic()))
-                    return False
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    event = tuple(line.decode(errors="replace").split())
-                    if len(event) == 2 and event not in seen:
-                        seen.add(event)
-                        return True
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            proc.stdout.close()
+            self.broken = True
+
+    def wait(self, seconds: float) -> None:
+        """At most `seconds`; less when a container of the project dies."""
+        deadline = time.monotonic() + seconds
+        while not self.broken:
+            if self.proc is None:
+                self._open()
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                return
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:                        # --until reached (or the engine went away)
+                self.close()
+                self.since = self.until
+                self.changed = True
+                continue
+            *lines, self.pending = (self.pending + chunk).split(b"\n")
+            if lines:
+                self.changed = True
+            if any(line.strip() == b"die" for line in lines):
+                return
+        time.sleep(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.proc.stdout.close()
+            self.proc = None
 
 
 @dataclass(frozen=True)
@@ -347,8 +407,9 @@ class ComposeBackend(Backend):
         self.started_at: _dt.datetime | None = None  # when start() began: the driver's t0
         self.known: list[str] = []                 # container ids of the last poll
         self.seen: list[_Container] = []           # the containers as the last poll saw them
-        self.polled_at = time.time()               # when the last poll began (epoch s)
-        self.deaths: set[tuple[str, str]] = set()  # (container id, time) of each die event seen
+        self.asked_at = 0.0                        # when the engine was last asked (monotonic)
+        self.asked_epoch = time.time()             # the same, on the engine's (wall) clock
+        self.events: _Events | None = None         # the project's event stream, once bound
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -383,8 +444,18 @@ class ComposeBackend(Backend):
         self.run_id = run.run_id
 
     def poll(self) -> list[NodeOutcome]:
+        """The nodes now. The engine is asked again only when an event of the project came
+        since it was last asked (or after ASK_AT_LEAST_S, or with no event stream)."""
         self.run                                    # LabError when nothing is bound yet
-        self.polled_at = time.time()
+        events = self.events
+        quiet = (events is not None and not events.broken and not events.changed
+                 and time.monotonic() - self.asked_at < ASK_AT_LEAST_S
+                 and set(self.hostnames.values()) <= {c.service for c in self.seen})
+        if quiet:
+            return self._outcomes(self.seen)
+        if events is not None:
+            events.changed = False                  # what comes from here on: ask again
+        self.asked_at, self.asked_epoch = time.monotonic(), time.time()
         return self._outcomes(self._containers())
 
     def _outcomes(self, containers: list[_Container]) -> list[NodeOutcome]:
@@ -402,10 +473,17 @@ class ComposeBackend(Backend):
     def wait(self, seconds: float) -> None:
         """Until the next poll: `seconds`, or less when a container of the run dies (the
         engine's event stream), so that the end of a lab is seen when it happens."""
-        if self.bound:
-            self.project.died_since(self.polled_at, seconds, self.deaths)
-        else:
+        if not self.bound:
             time.sleep(seconds)
+            return
+        if self.events is None:
+            self.events = _Events(self.project.name, self.asked_epoch - 0.5)   # none missed since
+        self.events.wait(seconds)
+
+    def _close_events(self) -> None:
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
     def _containers(self) -> list[_Container]:
         """The project's containers now (one `docker inspect` of those seen last, when the
@@ -428,6 +506,7 @@ class ComposeBackend(Backend):
         The nodes' logs are read at once (`_save_logs`). When the last poll saw every
         node's container ended (an ended container stays so: restart "no"), its view
         serves: the containers and the final outcomes need no new question."""
+        self._close_events()
         by_service = {c.service: c for c in self.seen}
         ended = all(h in by_service and by_service[h].ended for h in self.hostnames.values())
         if not ended:
@@ -443,6 +522,7 @@ class ComposeBackend(Backend):
     def delete(self) -> str:
         """`compose down` of a project started here; of one started elsewhere, whatever is
         left of the run (by its label), saying what was removed."""
+        self._close_events()
         if not self.bound:
             return ""
         if self.run.how is not Bound.STARTED:
