@@ -163,6 +163,9 @@ def lab_options(fn):
         click.option("--min-nodes", type=IntRange(1, specmod.MAX_NODES),
                      help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; "
                           "default: nodes; at most --nodes)."),
+        click.option("--last-call-timeout", type=IntRange(1, 86_400),
+                     help="Elastic: seconds a rendezvous round waits for more nodes once --min-nodes "
+                          "joined (default 30)."),
         click.option("--pg-timeout", type=Seconds(),
                      help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
         click.option("--debug", is_flag=True, default=None,

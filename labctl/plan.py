@@ -490,6 +490,8 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
     """The torchrun agent for node `node`. No --node-rank: c10d ignores it and
     assigns group ranks itself; the only per-node flag is the store host role."""
     rdzv_conf = f"is_host={1 if node == 0 else 0},join_timeout={int(spec.join_timeout)}"
+    if spec.fewest_nodes < spec.nodes:         # a round may close before every node is there
+        rdzv_conf += f",last_call_timeout={spec.last_call_timeout}"
     addr, port = placement.rendezvous(replica)
     # MIN:MAX only when elastic: a fixed-size lab keeps the plain count (and its renders)
     nnodes = str(spec.nodes) if spec.fewest_nodes == spec.nodes else f"{spec.fewest_nodes}:{spec.nodes}"

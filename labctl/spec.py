@@ -124,6 +124,9 @@ class LabSpec:
     # node, and the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes).
     max_restarts: int = 0
     min_nodes: int | None = None       # None: = nodes (a node that dies fails the lab)
+    # Seconds a rendezvous round waits for more nodes once min_nodes have joined (torch's
+    # last_call_timeout; with min_nodes < nodes every restart waits this long).
+    last_call_timeout: int = 30
     pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
     debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
     trace: bool = False                # record every collective/p2p op (LAB_TRACE=1; docs/trace.md)
@@ -609,6 +612,11 @@ def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> N
         kw["min_nodes"] = _int(data["min_nodes"], "min_nodes", 1, nodes, bad,
                                expected=f"an integer between 1 and nodes ({nodes}): the fewest "
                                "nodes the lab goes on with (example: min_nodes: 1)")
+    if data.get("last_call_timeout") is not None:
+        kw["last_call_timeout"] = _int(data["last_call_timeout"], "last_call_timeout", 1, 86_400, bad,
+                                       expected="whole seconds between 1 and 86400 that a rendezvous "
+                                       "waits for more nodes once min_nodes joined (example: "
+                                       "last_call_timeout: 10)")
     elastic = kw.get("max_restarts", 0) > 0 or kw.get("min_nodes", nodes) < nodes
     if elastic and kw.get("launcher", LabSpec.launcher) != "torchrun":
         given = ", ".join(f"{k}: {kw[k]}" for k in ("max_restarts", "min_nodes") if k in kw)
@@ -722,6 +730,7 @@ replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, 
 # shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim
 # max_restarts: 0        # torchrun restarts a node's workers this often (elastic workload)
 # min_nodes: 2           # the fewest nodes the lab goes on with: torchrun --nnodes MIN:nodes
+# last_call_timeout: 30  # with min_nodes: seconds a rendezvous waits for more nodes once MIN joined
 workloads:               # run in this order inside one process group
   - env
   - p2p

@@ -31,8 +31,12 @@ def test_torchrun_nodes_share_everything_but_the_store_host_role():
 def test_elastic_labs_pass_min_max_nodes_and_restarts_to_torchrun():
     argv = _plan(nodes=3, min_nodes=2, max_restarts=1).nodes[0].processes[0].argv
     assert "--nnodes=2:3" in argv and "--max-restarts=1" in argv
+    assert "--rdzv-conf=is_host=1,join_timeout=120,last_call_timeout=30" in argv
+    argv = _plan(nodes=3, min_nodes=2, last_call_timeout=5).nodes[1].processes[0].argv
+    assert "--rdzv-conf=is_host=0,join_timeout=120,last_call_timeout=5" in argv
     argv = _plan(nodes=3, min_nodes=3).nodes[0].processes[0].argv
     assert "--nnodes=3" in argv and "--max-restarts=0" in argv, "a fixed-size lab keeps the plain count"
+    assert "--rdzv-conf=is_host=1,join_timeout=120" in argv, "and its rendezvous waits for every node"
 
 
 def test_local_torchrun_agents_keep_their_log_dir_in_the_run_folder(tmp_path):

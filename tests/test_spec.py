@@ -298,6 +298,8 @@ def test_elastic_fields_default_to_a_fixed_size_lab_and_round_trip(tmp_path):
     ({"min_nodes": 0}, "min_nodes", "between 1 and nodes"),
     ({"launcher": "direct", "max_restarts": 1}, "launcher", "torchrun for an elastic lab (max_restarts: 1)"),
     ({"launcher": "direct", "min_nodes": 1}, "launcher", "direct mode has none"),
+    ({"last_call_timeout": 0}, "last_call_timeout", "whole seconds between 1 and 86400"),
+    ({"last_call_timeout": 2.5}, "last_call_timeout", "whole seconds between 1 and 86400"),
 ])
 def test_bad_elastic_settings_are_one_line(data, field, hint):
     with pytest.raises(SpecError) as err:

@@ -172,8 +172,12 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     assert "which rank 3 never entered" in missing["text"]
     report = (out / "report.md").read_text()
     assert mismatch in report and "rank 3 never entered" in report
-    # the stacks are still taken (by the same thread), and name the user's lines
+    # the stacks are still taken (by the same thread), and name the user's lines: the
+    # deadline's stacks under torchrun (tests/test_stacks.py has the direct launcher's)
     assert status["stacks"]["1"]["call"] == "broadcast" and status["stacks"]["3"]["file"] == str(script)
+    assert all("most recent call first" in (out / "stacks" / f"rank-{r}.txt").read_text() for r in range(4))
+    assert status["stacks"]["3"]["line"] == HANG.splitlines().index("    time.sleep(600)") + 1
+    assert "Where each rank was" in done.stdout
     assert_nothing_left(status["run_id"])
 
     fr = trace.flight_recorder(out, world=4)        # what a lab with tracing off reports
