@@ -175,6 +175,9 @@ def lab_options(fn):
         click.option("--fault", "faults", multiple=True,
                      help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
                           "partition:N@T+D, delay:N=MS (seconds after every node started)."),
+        click.option("--fault-clock", type=Choice(specmod.FAULT_CLOCKS),
+                     help="Where the faults' T counts from: start (every node started; default) or "
+                          "join (every rank's init_process_group returned; local, compose)."),
     ]
     for option in reversed(options):
         fn = option(fn)

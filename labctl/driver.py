@@ -126,7 +126,9 @@ def signals_raise() -> Iterator[_Signals]:
 class FaultClock:
     """The spec's faults as timed events (begin, and end for those with a duration),
     on a clock that starts when every node is running: a fault at T means T seconds
-    after the last node started, whatever the backend's start-up time."""
+    after the last node started, whatever the backend's start-up time. With
+    `fault_clock: join` it starts when every rank has said it joined its process group
+    (`Backend.joined`): T seconds into the collectives, however long torch took to load."""
 
     def __init__(self, faults: tuple[Fault, ...]):
         events = []
@@ -352,10 +354,18 @@ class Session:
         faults = self.faults
         if not (faults.events or faults.waiting):
             return
-        if all(o.state is not NodeState.PENDING for o in self.outcomes):
-            if faults.started_at is None:
+        if faults.started_at is None and all(o.state is not NodeState.PENDING for o in self.outcomes):
+            spec = self.plan.spec
+            if spec.fault_clock != "join":
                 self.say(f"[{now - self.t0:6.1f}s] every node started: the fault clock starts")
-            faults.start(now)
+                faults.start(now)
+            else:
+                ranks = spec.world_size * spec.replicas
+                joined = self.backend.joined()
+                if joined >= ranks:
+                    self.say(f"[{now - self.t0:6.1f}s] every rank joined ({joined} of {ranks}): "
+                             "the fault clock starts")
+                    faults.start(now)
         for at, fault, phase in faults.due(now):
             self.fire(at, fault, phase)
 
@@ -379,7 +389,8 @@ class Session:
         elif phase == "end" and fault in faults.active:
             faults.active.remove(fault)
         record = {"fault": fault.text, "kind": fault.kind, "target": fault.target, "phase": phase,
-                  "planned_s": at, "fired_s": round(now - (faults.started_at or t0), 3),
+                  "planned_s": at, "clock": self.plan.spec.fault_clock,
+                  "fired_s": round(now - (faults.started_at or t0), 3),
                   "lab_s": round(now - t0, 3), "took_s": round(now - asked, 3),
                   "time": round(time.time(), 3), "did": did, "ok": ok}
         if note:

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Iterable
 
-from workloads._common import MARKER_PREFIX, RESULT_MARKER   # what the workloads write (stdlib-only module)
+from workloads._common import JOINED_MARKER, MARKER_PREFIX, RESULT_MARKER   # what the workloads write (stdlib-only module)
 
 # the local node guard's word that it stopped a torchrun agent with no workers left, and
 # the length at which it cuts a line (the reader's pieces are as long)
@@ -56,6 +56,51 @@ def torchrun_root_cause(text: str) -> int | None:
     """The global rank torchrun names as this node's first observed failure, if any."""
     m = _ROOT_CAUSE.search(text)
     return int(m.group(1)) if m else None
+
+
+_JOINED = re.compile(re.escape(JOINED_MARKER.encode()) + rb"(\{[^\n]{0,200}\})")
+
+
+def joins_in(data: bytes) -> set[tuple[int | None, int | None]]:
+    """The (rank, pid) of every JOINED_MARKER line in `data`: a process that joined. A
+    line seen twice (torchrun replays a failed worker's output) is one join."""
+    found = set()
+    for payload in _JOINED.findall(data):
+        try:
+            said = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(said, dict):
+            found.add((said.get("rank"), said.get("pid")))
+    return found
+
+
+class JoinReader:
+    """The joins in files that grow (local node or rank logs), reading only what is new
+    on each call, at most READ_CHUNK per file: the join clock asks every 0.05 s."""
+
+    KEEP = 4096                   # an unfinished line longer than this holds no marker line
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, int] = {}
+        self.rest: dict[str, bytes] = {}
+        self.joins: set[tuple[int | None, int | None]] = set()
+
+    def read(self, paths: Iterable) -> int:
+        for path in paths:
+            key = str(path)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(key, 0))
+                    data = f.read(READ_CHUNK)
+            except OSError:               # not written yet
+                continue
+            self.offsets[key] = self.offsets.get(key, 0) + len(data)
+            data = self.rest.get(key, b"") + data
+            cut = data.rfind(b"\n") + 1
+            self.joins |= joins_in(data[:cut])
+            self.rest[key] = data[cut:][-self.KEEP:]
+        return len(self.joins)
 
 
 def torchrun_failures(text: str) -> dict[int, int]:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from workloads._common import FAULT_CLOCK_ENV  # what the workloads read (stdlib-only module)
+
 from .spec import LabSpec
 
 DEFAULT_CONTAINER_PORT = 29500
@@ -458,6 +460,8 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         env.update(debug_env(spec))
     if spec.trace:                      # workloads/_trace.py records every op (docs/trace.md)
         env["LAB_TRACE"] = "1"
+    if spec.fault_clock == "join" and spec.faults:   # ranks say when they joined (_common.say_joined)
+        env[FAULT_CLOCK_ENV] = "join"
     if spec.replicas > 1:
         env.update({
             "REPLICA_ID": str(replica),

@@ -254,7 +254,8 @@ def fault_timeline(meta: dict) -> str:
     rows.sort(key=lambda r: (r[0], r[1]))
     first = (meta.get("faults") or [{}])[0]
     clock = first["lab_s"] - first["fired_s"] if "fired_s" in first else None
-    caption = ("Seconds after labctl started the lab" + (f"; every node was running at {clock:.1f} s "
+    since = "every rank had joined" if first.get("clock") == "join" else "every node was running"
+    caption = ("Seconds after labctl started the lab" + (f"; {since} at {clock:.1f} s "
                "(the faults' T counts from there)" if clock is not None else "") + ".\n\n")
     return caption + table(("t (s)", "event", "detail"), ((f"{t:.1f}", what, d) for t, _, what, d in rows))
 

@@ -24,6 +24,7 @@ DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
 INIT_METHODS = ("env", "tcp", "file")
+FAULT_CLOCKS = ("start", "join")     # a fault's T counts from every node started / every rank joined
 MAX_REPLICAS = 64
 MAX_RESTARTS = 100                   # max_restarts: worker-group restarts per node
 MAX_PORT = 65535
@@ -131,6 +132,9 @@ class LabSpec:
     debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
     trace: bool = False                # record every collective/p2p op (LAB_TRACE=1; docs/trace.md)
     faults: tuple[Fault, ...] = ()     # injected faults, parsed at load (labctl/faults.py)
+    # Where the faults' T counts from: every node started ("start"), or every rank's
+    # init_process_group returned ("join": ranks say so, LAB_FAULT_CLOCK=join).
+    fault_clock: str = "start"
 
     @property
     def fewest_nodes(self) -> int:
@@ -424,7 +428,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         kw["backend"] = data["backend"]
     for key, choices in (("dist_backend", DIST_BACKENDS),
                          ("launcher", LAUNCHERS), ("workdir", WORKDIRS),
-                         ("init_method", INIT_METHODS)):
+                         ("init_method", INIT_METHODS), ("fault_clock", FAULT_CLOCKS)):
         if key in data:
             if data[key] not in choices:
                 raise bad(key, data[key], "one of " + ", ".join(choices)
@@ -748,11 +752,13 @@ join_timeout: 120        # seconds the c10d rendezvous waits for every node
 # debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
 # trace: true            # every collective/p2p op of every rank into trace.json (docs/trace.md)
 # faults:                # docs/failures.md; T, D: seconds after every node started
+#                        # (fault_clock: join: after every rank's init_process_group returned)
 #   - kill-rank:1@5      # SIGKILL worker rank 1
 #   - kill-node:1@5      # kill node 1 (agent and workers; its container)
 #   - stop-node:1@5+30   # freeze node 1 for 30 s (SIGSTOP / docker pause)
 #   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
 #   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)
+# fault_clock: start     # start | join (local, compose): where the faults' T counts from
 # image: labctl-cpu:latest   # container backends; default by dist_backend
 env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
 resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends

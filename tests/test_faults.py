@@ -73,6 +73,9 @@ def test_a_malformed_fault_says_how_it_is_written(text, expected):
     ({"faults": "kill-node:x@5"}, "kill-node is written kill-node:N@T"),
     ({"pg_timeout": 0}, "pg_timeout: expected a number of seconds > 0"),
     ({"debug": "yes"}, "debug: expected true or false"),
+    ({"fault_clock": "later"}, "fault_clock: expected one of start, join"),
+    ({"faults": ["kill-node:1@5"], "fault_clock": "join", "backend": "k8s"},
+     "fault_clock: the k8s backend cannot hear the ranks join (backends that can: local, compose)"),
 ])
 def test_a_fault_outside_the_lab_or_the_backend_is_one_line(data, expected):
     with pytest.raises(specmod.SpecError, match=re.escape(expected)) as info:
@@ -86,6 +89,20 @@ def test_faults_pg_timeout_and_debug_round_trip_through_the_spec():
     assert spec.faults == (faults.Fault("kill-rank", 1, 5.0), faults.Fault("stop-node", 1, 10.0, 5.0))
     assert spec.to_dict()["faults"] == ["kill-rank:1@5", "stop-node:1@10+5"]
     assert backends.from_dict(spec.to_dict()) == spec
+
+
+def test_only_a_lab_with_faults_on_the_join_clock_asks_its_ranks_to_say_they_joined():
+    from labctl.plan import plan as make_plan
+
+    def env(**fields):
+        spec = backends.from_dict(fields)
+        placement = backends.create(spec.backend).placement(spec)
+        return make_plan(spec, placement, "run-1").nodes[1].processes[0].env
+
+    assert env(faults=["kill-node:1@2"], fault_clock="join")["LAB_FAULT_CLOCK"] == "join"
+    assert "LAB_FAULT_CLOCK" not in env(faults=["kill-node:1@2"])
+    assert "LAB_FAULT_CLOCK" not in env(fault_clock="join"), "no fault: nothing to say"
+    assert backends.from_dict({"fault_clock": "join", "backend": "k8s"}).fault_clock == "join"
 
 
 def test_the_node_env_carries_pg_timeout_and_debug_and_the_users_env_wins():
@@ -121,8 +138,10 @@ def test_the_workloads_pass_lab_pg_timeout_to_init_process_group(monkeypatch):
 # ---- real processes --------------------------------------------------------------
 def _run(tmp_path, script, *args, timeout=400):
     out = tmp_path / "run"
+    # the faults' T counts from every rank's join (fault_clock: join): a loaded machine's
+    # slow torch import cannot make a fault miss the loop it is meant for
     done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
-                  "--out", str(out), *args, timeout=timeout)
+                  "--fault-clock", "join", "--out", str(out), *args, timeout=timeout)
     status = json.loads((out / "status.json").read_text())
     fired = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()] \
         if (out / "faults.jsonl").exists() else []
@@ -131,51 +150,55 @@ def _run(tmp_path, script, *args, timeout=400):
 
 @pytest.mark.slow
 def test_kill_rank_fails_the_lab_naming_the_rank_and_the_fault(tmp_path, write_script):
-    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-rank:1@20",
+    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-rank:1@2",
                                "--pg-timeout", "60", "--timeout", "200")
     assert done.returncode == 1, done.stderr
     assert status["state"] == "failed"
     first = status["first_failure"]
-    assert (first["rank"], first["fault"], first["signal"]) == (1, "kill-rank:1@20", "SIGKILL")
+    assert (first["rank"], first["fault"], first["signal"]) == (1, "kill-rank:1@2", "SIGKILL")
     assert status["rank_exit_codes"]["1"] == -9
     node = status["node_outcomes"][first["node"]]
-    assert node["state"] == "failed" and node["reason"] == "its rank 1 was killed by fault kill-rank:1@20"
-    assert "rank 1 on node" in done.stderr and "was killed by fault kill-rank:1@20 (SIGKILL)" in done.stderr
+    assert node["state"] == "failed" and node["reason"] == "its rank 1 was killed by fault kill-rank:1@2"
+    assert "rank 1 on node" in done.stderr and "was killed by fault kill-rank:1@2 (SIGKILL)" in done.stderr
     (record,) = fired
-    assert record["phase"] == "begin" and record["ok"] and 20 <= record["fired_s"] < 60
-    assert "Faults and what the nodes did" in done.stdout and "kill-rank:1@20" in done.stdout
+    assert record["phase"] == "begin" and record["ok"] and 2 <= record["fired_s"] < 60
+    assert record["clock"] == "join"
+    said = done.stderr
+    assert 0 <= said.index("every rank joined (2 of 2): the fault clock starts") \
+        < said.index("fault kill-rank:1@2 (begin)"), said
+    assert "Faults and what the nodes did" in done.stdout and "kill-rank:1@2" in done.stdout
     assert_nothing_left(status["run_id"])
 
 
 @pytest.mark.slow
 def test_kill_node_is_the_root_cause_not_the_peers_closed_connection(tmp_path, write_script):
-    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-node:1@20",
+    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-node:1@2",
                                "--pg-timeout", "60", "--timeout", "200")
     assert done.returncode == 1, done.stderr
     node1 = status["node_outcomes"][1]
     assert (node1["state"], node1["signal"], node1["reason"]) == ("killed", "SIGKILL",
-                                                                  "killed by fault kill-node:1@20")
+                                                                  "killed by fault kill-node:1@2")
     first = status["first_failure"]
-    assert (first["node"], first["fault"]) == (1, "kill-node:1@20")
-    assert "node 1 was killed by fault kill-node:1@20" in done.stderr
-    assert fired[0]["kind"] == "kill-node" and fired[0]["fired_s"] >= 20
+    assert (first["node"], first["fault"]) == (1, "kill-node:1@2")
+    assert "node 1 was killed by fault kill-node:1@2" in done.stderr
+    assert fired[0]["kind"] == "kill-node" and fired[0]["fired_s"] >= 2
     assert_nothing_left(status["run_id"])
 
 
 @pytest.mark.slow
 def test_stop_node_ends_in_the_collectives_own_timeout_not_the_deadline(tmp_path, write_script):
-    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "stop-node:1@20+60",
+    done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "stop-node:1@2+60",
                                "--pg-timeout", "10", "--timeout", "240")
     assert done.returncode == 1, done.stderr
     assert status["state"] == "failed"                   # not "timeout": the lab's deadline is far
     first = status["first_failure"]
     # the healthy node's rank (torchrun's c10d rendezvous need not give node 0 rank 0)
     assert first["node"] == 0 and TIMED_OUT.search(first["error"]["exception"]), first
-    assert first["after_fault"] == "stop-node:1@20+60"
+    assert first["after_fault"] == "stop-node:1@2+60"
     begin, end = fired
     assert begin["phase"] == "begin" and end["phase"] == "end"
     # the peer gave up after pg_timeout, long before the freeze was over: ended early
-    assert end["note"] == "ended early: the lab ended" and end["fired_s"] < 20 + 60
+    assert end["note"] == "ended early: the lab ended" and end["fired_s"] < 2 + 60
     assert_nothing_left(status["run_id"])
 
 
@@ -196,17 +219,17 @@ def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(tmp_
     require_compose()
     require_image()
     done, status, fired = _run(tmp_path, write_script(LOOP), "--backend", "compose",
-                               "--fault", "partition:1@40+90", "--pg-timeout", "10",
+                               "--fault", "partition:1@2+90", "--pg-timeout", "10",
                                "--timeout", "300", timeout=500)
     assert done.returncode == 1, done.stderr
     assert status["state"] == "failed"                   # not "timeout"
     begin, end = fired
-    assert begin["ok"] and "network disconnect" in begin["did"] and begin["fired_s"] >= 40
+    assert begin["ok"] and "network disconnect" in begin["did"] and begin["fired_s"] >= 2
     assert end["ok"] and "network connect" in end["did"]  # reconnected before the teardown
     first = status["first_failure"]
     assert first["node"] == 0 and TIMED_OUT.search(first["error"]["exception"]), first
-    assert first["after_fault"] == "partition:1@40+90"
-    assert "Faults and what the nodes did" in done.stdout and "partition:1@40+90" in done.stdout
+    assert first["after_fault"] == "partition:1@2+90"
+    assert "Faults and what the nodes did" in done.stdout and "partition:1@2+90" in done.stdout
 
 
 @pytest.mark.docker
@@ -232,21 +255,22 @@ def test_compose_kill_node_during_a_freeze_blames_the_kill_and_unpauses_before_t
     require_image()
     out = tmp_path / "run"
     done = labctl("up", "--backend", "compose", "--script", str(write_script(LOOP)), "--nodes", "3",
-                  "--nproc-per-node", "1", "--fault", "stop-node:1@40+120", "--fault", "kill-node:2@42",
+                  "--nproc-per-node", "1", "--fault-clock", "join",
+                  "--fault", "stop-node:1@2+120", "--fault", "kill-node:2@4",
                   "--pg-timeout", "60", "--timeout", "300", "--out", str(out), timeout=500)
     assert done.returncode == 1, done.stderr
     status = json.loads((out / "status.json").read_text())
     fired = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
     assert [(f["fault"], f["phase"], f["ok"]) for f in fired] == [
-        ("stop-node:1@40+120", "begin", True), ("kill-node:2@42", "begin", True),
-        ("stop-node:1@40+120", "end", True)]               # unpaused so that it could be stopped
+        ("stop-node:1@2+120", "begin", True), ("kill-node:2@4", "begin", True),
+        ("stop-node:1@2+120", "end", True)]               # unpaused so that it could be stopped
     assert "docker pause" in fired[0]["did"] and "docker kill" in fired[1]["did"]
     assert fired[2]["note"] == "ended early: the lab ended"
     node2 = status["node_outcomes"][2]
     assert (node2["state"], node2["signal"], node2["reason"]) == ("killed", "SIGKILL",
-                                                                  "killed by fault kill-node:2@42")
-    assert status["first_failure"]["fault"] == "kill-node:2@42"
-    assert "node 2 was killed by fault kill-node:2@42 (SIGKILL)" in done.stderr
+                                                                  "killed by fault kill-node:2@4")
+    assert status["first_failure"]["fault"] == "kill-node:2@4"
+    assert "node 2 was killed by fault kill-node:2@4 (SIGKILL)" in done.stderr
     containers = subprocess.run(["docker", "ps", "-aq", "--filter",
                                  f"label=labctl.dev/run-id={status['run_id']}"],
                                 capture_output=True, text=True).stdout.split()

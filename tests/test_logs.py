@@ -218,3 +218,19 @@ def test_an_over_long_line_is_read_in_pieces(monkeypatch):
     rank0 = [data for rank, data in writes if rank == 0]
     assert b"".join(rank0) == b"before\n" + long + b"\nend"
     assert max(len(piece) for piece in rank0) <= 2 * 64      # memory stays bounded
+
+
+def test_the_joins_are_read_as_the_logs_grow_each_process_once(tmp_path):
+    """The join fault clock's reader: only what is new is read; a marker line cut by the
+    end of what was written so far counts once it is whole; the same process's line seen
+    twice (torchrun replays a failed worker's output) is one join; garbage is no join."""
+    node0, node1 = tmp_path / "node-0.log", tmp_path / "node-1.log"
+    node0.write_bytes(b'hello\n[rank0]:@@labctl-joined {"rank": 0, "pid": 10}\n[rank1]:@@labctl-joi')
+    reader = logs.JoinReader()
+    assert reader.read([node0, node1]) == 1                  # node-1.log is not there yet
+    with open(node0, "ab") as f:
+        f.write(b'ned {"rank": 1, "pid": 11}\n[rank0]:@@labctl-joined {"rank": 0, "pid": 10}\n')
+    node1.write_bytes(b'@@labctl-joined {not json}\n' + b"x" * 10_000 + b'\n@@labctl-joined {"rank": 2, "pid": 12}\n')
+    assert reader.read([node0, node1]) == 3
+    assert reader.joins == {(0, 10), (1, 11), (2, 12)}
+    assert reader.offsets[str(node0)] == node0.stat().st_size

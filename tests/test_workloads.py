@@ -273,3 +273,26 @@ def test_the_runner_under_an_error_file_keeps_its_exit_code_and_last_line(tmp_pa
     assert "py_callstack" not in data["message"]["extraInfo"]
     assert data["labctl"]["py_callstack"].startswith("Traceback (most recent call last)")
     assert not error_file.with_name("error.json.tmp").exists()
+
+
+SAYS_JOINED = """
+import os, sys, torch.distributed as dist
+from workloads import _common
+os.environ.update(RANK="0", WORLD_SIZE="1", LAB_INIT_METHOD="file://" + sys.argv[1] + "/a")
+_common.join("gloo", None)                         # no LAB_FAULT_CLOCK: says nothing
+dist.destroy_process_group()
+print("between", flush=True)
+os.environ.update(LAB_FAULT_CLOCK="join", LAB_INIT_METHOD="file://" + sys.argv[1] + "/b")
+_common.join("gloo", None)
+"""
+
+
+def test_a_workload_rank_says_it_joined_only_on_the_join_fault_clock(tmp_path):
+    """The workloads' init (`_common.join`) prints the join line after init_process_group
+    returns, and only when the lab counts its faults from the join (LAB_FAULT_CLOCK)."""
+    done = subprocess.run([sys.executable, "-c", SAYS_JOINED, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split("between")
+    assert "@@labctl-joined" not in before
+    assert after.strip().startswith('@@labctl-joined {"rank": 0, "pid": ')

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 
 RESULT_MARKER = "@@labctl-result "     # labctl.logs imports it: the one spelling
 MARKER_PREFIX = "@@labctl-"             # every marked line (results, trace, Flight Recorder) starts so
+JOINED_MARKER = "@@labctl-joined "      # a rank's process group is up (the join fault clock)
+FAULT_CLOCK_ENV = "LAB_FAULT_CLOCK"     # "join": labctl counts the faults' time from every rank's join
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -26,6 +28,16 @@ def emit(record: dict[str, Any]) -> None:
     # separately, and torchrun's tee can then glue another rank's line in between.
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def say_joined() -> None:
+    """With the join fault clock (LAB_FAULT_CLOCK=join, set by labctl for such a lab):
+    one marked line once this rank's init_process_group has returned. labctl starts
+    the faults' clock when every rank's line has come, so that `kill-node:1@2` means
+    two seconds into the collectives, however long torch took to import."""
+    if os.environ.get(FAULT_CLOCK_ENV) == "join":
+        sys.stdout.write(JOINED_MARKER + json.dumps({"rank": _env_int("RANK"), "pid": os.getpid()}) + "\n")
+        sys.stdout.flush()
 
 
 def _jsonable(value: Any) -> Any:
@@ -194,6 +206,7 @@ def join(backend: str, device: Any, url: str | None = None, store: Any = None,
     if store is not None:
         dist.init_process_group(store=store, rank=_env_int("RANK"),
                                 world_size=_env_int("WORLD_SIZE"), **kwargs)
+        say_joined()
         return
     url = url or init_method()
     kwargs["init_method"] = url
@@ -201,6 +214,7 @@ def join(backend: str, device: Any, url: str | None = None, store: Any = None,
         kwargs.update(rank=_env_int("RANK"), world_size=_env_int("WORLD_SIZE"))
     with _own_store_for_tcp(url):
         dist.init_process_group(**kwargs)
+    say_joined()
 
 
 def init(backend: str | None = None, store: Any = None, timeout: float | None = None) -> Context:

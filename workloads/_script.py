@@ -18,7 +18,7 @@ import os
 import runpy
 import sys
 
-from . import _stacks, _trace
+from . import _common, _stacks, _trace
 from ._record import recorded
 
 AGENT_STORE_FLAG = "TORCHELASTIC_USE_AGENT_STORE"
@@ -59,12 +59,36 @@ def host_tcp_stores_under_torchrun() -> bool:
     return True
 
 
+def say_when_joined() -> bool:
+    """With the join fault clock: wrap init_process_group (imports torch, which the script
+    is about to import anyway) so that a rank says it joined once the call returns
+    (`_common.say_joined`), whatever the script's way of joining. True when installed."""
+    if os.environ.get(_common.FAULT_CLOCK_ENV) != "join":
+        return False
+    try:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+    except ImportError:
+        return False
+    original = distributed_c10d.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        joined = original(*args, **kwargs)
+        _common.say_joined()
+        return joined
+
+    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+    return True
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m workloads._script SCRIPT [ARGS...]")
     script = sys.argv[1]
     _stacks.install()
     host_tcp_stores_under_torchrun()
+    say_when_joined()
     _trace.install_flight_recorder()    # its newest entries into the log when labctl asks (a FIFO)
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]

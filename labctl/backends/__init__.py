@@ -63,6 +63,10 @@ def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
             able = [name for name in REGISTRY if kind in backend_class(name).fault_kinds]
             raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {kind} "
                             f"(backends that can: {', '.join(able) or 'none'}), given {_short(str(fault))}")
+    if spec.faults and spec.fault_clock == "join" and not chosen.hears_joins:
+        able = [name for name in REGISTRY if backend_class(name).hears_joins]
+        raise SpecError(f"{source}: fault_clock: the {spec.backend} backend cannot hear the ranks "
+                        f"join (backends that can: {', '.join(able)}); use fault_clock: start")
     shared_dir = chosen.shared_dir(spec)
     for w in spec.workloads:
         rules = report_hook(w.name)

@@ -107,6 +107,8 @@ class Backend:
     live_logs: ClassVar[bool] = False
     # Fault kinds `inject` can do (labctl/faults.py); the spec refuses the others.
     fault_kinds: ClassVar[tuple[str, ...]] = ()
+    # Whether `joined` can count the ranks that said they joined (the join fault clock).
+    hears_joins: ClassVar[bool] = False
 
     @classmethod
     def check_spec(cls, spec: LabSpec, source: str) -> LabSpec:
@@ -179,6 +181,12 @@ class Backend:
         """Until the next poll (the driver's loop): at most `seconds`; a backend that can
         hear a node end (compose: the engine's events) returns then."""
         time.sleep(seconds)
+
+    def joined(self) -> int:
+        """How many ranks have said they joined their process group so far (the
+        JOINED_MARKER lines in the nodes' output): the join fault clock starts when all
+        have. Only for backends with `hears_joins`."""
+        raise NotImplementedError
 
     def stop(self, indices: list[int], reason: str) -> None:
         raise NotImplementedError

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..errors import LabError
 from ..faults import Fault, NotYet
+from ..logs import joins_in
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
 from ..render import SPEC_KEY, spec_from_stored
@@ -396,6 +397,7 @@ class ComposeBackend(Backend):
     renderer = "labctl.render.compose"
     poll_interval = 1.0
     fault_kinds = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
+    hears_joins = True         # `docker logs` of the containers, until every rank joined
 
     @classmethod
     def shared_dir(cls, spec: LabSpec) -> str | None:
@@ -494,6 +496,16 @@ class ComposeBackend(Backend):
         self.known = [c.id for c in containers]
         self.seen = containers
         return containers
+
+    def joined(self) -> int:
+        """The join lines in the containers' logs so far (`docker logs`, all at once: asked
+        only while the join fault clock waits, a few seconds of small logs)."""
+        containers = [c for c in self.seen if c.status != "created"]
+        reads = _docker_all(*(["logs", c.id] for c in containers), text=False) if containers else []
+        found = set()
+        for read in reads:
+            found |= joins_in(read.stdout or b"") | joins_in(read.stderr or b"")
+        return len(found)
 
     def stop(self, indices: list[int], reason: str) -> None:
         self.project("stop", "--timeout", str(STOP_TIMEOUT_S),

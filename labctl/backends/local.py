@@ -27,6 +27,7 @@ from workloads import _proc
 from .. import nodeguard
 from ..errors import LabError
 from ..faults import Fault, NotYet
+from ..logs import JoinReader
 from ..outcome import NodeOutcome, NodeState, from_exit_code
 from ..plan import LOCAL_SHARED_SUBDIR, LaunchPlan, Placement, local_placement, ports_needed
 from ..rundir import RunDir
@@ -144,6 +145,7 @@ class LocalBackend(Backend):
     live_logs = True           # the guards write node logs into the run folder as they go
     # No partition or delay: local nodes share this machine's one network namespace.
     fault_kinds = ("kill-rank", "kill-node", "stop-node")
+    hears_joins = True         # the ranks' lines are in the run folder as they come
 
     @classmethod
     def shared_dir(cls, spec: LabSpec) -> str | None:
@@ -156,6 +158,7 @@ class LocalBackend(Backend):
         self.services: list[subprocess.Popen] = []      # plan.services: the replica store
         self.logs: list[IO[bytes]] = []
         self.lifeline_w: int | None = None
+        self._joins: JoinReader | None = None
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         script = str(Path(spec.script).resolve()) if spec.script else None
@@ -242,6 +245,15 @@ class LocalBackend(Backend):
             return [_from_status_file(self._status_file(i), i, h, None, alive)
                     for i, h in self.run.hostnames.items()]
         return [self._outcome(i, h) for i, h in self.run.hostnames.items()]
+
+    def joined(self) -> int:
+        """The join lines in the node logs (direct mode: the rank logs the guards write)."""
+        if self._joins is None:
+            self._joins = JoinReader()
+        folder = self.folder.path
+        logs = folder.glob("ranks/rank-*.log") if self.folder.rank_logs_by_guards \
+            else folder.glob("nodes/node-*.log")
+        return self._joins.read(sorted(logs))
 
     def stop(self, indices: list[int], reason: str) -> None:
         for i in indices:
