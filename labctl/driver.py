@@ -399,7 +399,13 @@ class Session:
         self.say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
 
     def end_faults(self) -> None:
-        """End the faults still active: a frozen or cut-off node cannot be stopped."""
+        """End the faults still active: a frozen or cut-off node cannot be stopped. Say
+        so when the join clock never started (its faults never fired)."""
+        faults, spec = self.faults, self.plan.spec
+        if faults.started_at is None and faults.events and spec.fault_clock == "join":
+            never = ", ".join(sorted({e[2].text for e in faults.events}))
+            self.say(f"the fault clock never started (fault_clock: join): not every rank said it "
+                     f"joined its process group; not fired: {never}")
         for fault in list(self.faults.active):
             self.fire(fault.at + (fault.duration or 0), fault, "end",
                       note="ended early: the lab ended")

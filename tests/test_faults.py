@@ -148,6 +148,16 @@ def _run(tmp_path, script, *args, timeout=400):
     return done, status, fired
 
 
+def test_a_join_clock_that_never_starts_says_which_faults_never_fired(tmp_path, write_script):
+    """No rank ever joins a process group: the join clock never starts, nothing is fired,
+    and the lab says so instead of passing in silence over the faults it was given."""
+    done, status, fired = _run(tmp_path, write_script("print('no process group here')\n"),
+                               "--fault", "kill-node:1@1", "--timeout", "120", timeout=200)
+    assert done.returncode == 0 and status["state"] == "passed" and fired == []
+    assert ("the fault clock never started (fault_clock: join): not every rank said it joined "
+            "its process group; not fired: kill-node:1@1") in done.stderr
+
+
 @pytest.mark.slow
 def test_kill_rank_fails_the_lab_naming_the_rank_and_the_fault(tmp_path, write_script):
     done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-rank:1@2",
