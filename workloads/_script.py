@@ -17,6 +17,7 @@ import functools
 import os
 import runpy
 import sys
+from typing import Callable
 
 from . import _common, _stacks, _trace
 from ._record import recorded
@@ -30,56 +31,58 @@ def _tcp_url(args: tuple, kwargs: dict) -> bool:
     return isinstance(url, str) and url.startswith("tcp://")
 
 
+def _wrap_init_process_group(wrap: Callable[[Callable], Callable]) -> bool:
+    """Put `wrap(original)` in place of torch's init_process_group, under both names a
+    script may call it by. Imports torch, which the script is about to import anyway;
+    False without torch."""
+    try:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+    except ImportError:
+        return False
+    original = distributed_c10d.init_process_group
+    wrapped = functools.wraps(original)(wrap(original))
+    dist.init_process_group = distributed_c10d.init_process_group = wrapped
+    return True
+
+
 def host_tcp_stores_under_torchrun() -> bool:
-    """Under torchrun in a tcp lab: wrap init_process_group (imports torch, which the
-    script is about to import anyway). True when installed."""
+    """Under torchrun in a tcp lab: a tcp:// join with the agent-store flag off while it
+    joins (module docstring). True when installed."""
     if os.environ.get(AGENT_STORE_FLAG) != "True" or \
             not os.environ.get("LAB_INIT_METHOD", "").startswith("tcp://"):
         return False
-    try:
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-    except ImportError:
-        return False
-    original = distributed_c10d.init_process_group
 
-    @functools.wraps(original)
-    def init_process_group(*args, **kwargs):
-        if not _tcp_url(args, kwargs):
-            return original(*args, **kwargs)
-        saved = os.environ.get(AGENT_STORE_FLAG)
-        os.environ[AGENT_STORE_FLAG] = "False"
-        try:
-            return original(*args, **kwargs)
-        finally:
-            if saved is not None:
-                os.environ[AGENT_STORE_FLAG] = saved
+    def wrap(original: Callable) -> Callable:
+        def init_process_group(*args, **kwargs):
+            if not _tcp_url(args, kwargs):
+                return original(*args, **kwargs)
+            saved = os.environ.get(AGENT_STORE_FLAG)
+            os.environ[AGENT_STORE_FLAG] = "False"
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if saved is not None:
+                    os.environ[AGENT_STORE_FLAG] = saved
+        return init_process_group
 
-    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
-    return True
+    return _wrap_init_process_group(wrap)
 
 
 def say_when_joined() -> bool:
-    """With the join fault clock: wrap init_process_group (imports torch, which the script
-    is about to import anyway) so that a rank says it joined once the call returns
-    (`_common.say_joined`), whatever the script's way of joining. True when installed."""
+    """With the join fault clock: a rank says it joined (`_common.say_joined`) once its
+    init_process_group returns, whatever the script's way of joining. True when installed."""
     if os.environ.get(_common.FAULT_CLOCK_ENV) != "join":
         return False
-    try:
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-    except ImportError:
-        return False
-    original = distributed_c10d.init_process_group
 
-    @functools.wraps(original)
-    def init_process_group(*args, **kwargs):
-        joined = original(*args, **kwargs)
-        _common.say_joined()
-        return joined
+    def wrap(original: Callable) -> Callable:
+        def init_process_group(*args, **kwargs):
+            joined = original(*args, **kwargs)
+            _common.say_joined()
+            return joined
+        return init_process_group
 
-    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
-    return True
+    return _wrap_init_process_group(wrap)
 
 
 def main() -> None:
