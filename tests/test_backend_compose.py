@@ -205,3 +205,17 @@ def test_the_engine_is_asked_only_after_its_events_and_no_poll_starts_the_compos
     logs = [line for line in lines if line.startswith("logs ")]
     assert len([x for x in logs if "--tail 1" not in x]) == 2 and len(logs) == 4, logs
     assert _left_of(run.meta["run_id"]) == ("", "")
+
+
+def test_joins_are_counted_per_container_where_two_replicas_rank_0_may_share_a_pid(monkeypatch):
+    """Each container has its own pid namespace: rank 0 of replica 0 and of replica 1 can
+    both be pid 20. The join clock counts each container's joins on their own, else it
+    would wait for a join that already came (and never fire). `docker logs` is faked."""
+    import subprocess
+
+    line = b'[rank0]:@@labctl-joined {"rank": 0, "pid": 20}\n'
+    reads = [subprocess.CompletedProcess([], 0, line * 2, b""), subprocess.CompletedProcess([], 0, line, line)]
+    monkeypatch.setattr(backend, "_docker_all", lambda *calls, **kw: reads[:len(calls)])
+    compose = backend.ComposeBackend()
+    compose.seen = [backend._Container(f"lab-{i}", f"id{i}", "running", None, None, None) for i in (0, 1)]
+    assert compose.joined() == 2

@@ -499,13 +499,11 @@ class ComposeBackend(Backend):
 
     def joined(self) -> int:
         """The join lines in the containers' logs so far (`docker logs`, all at once: asked
-        only while the join fault clock waits, a few seconds of small logs)."""
+        only while the join fault clock waits, a few seconds of small logs). Counted per
+        container: each has its own pid namespace, so two replicas' rank 0 may share a pid."""
         containers = [c for c in self.seen if c.status != "created"]
         reads = _docker_all(*(["logs", c.id] for c in containers), text=False) if containers else []
-        found = set()
-        for read in reads:
-            found |= joins_in(read.stdout or b"") | joins_in(read.stderr or b"")
-        return len(found)
+        return sum(len(joins_in(read.stdout or b"") | joins_in(read.stderr or b"")) for read in reads)
 
     def stop(self, indices: list[int], reason: str) -> None:
         self.project("stop", "--timeout", str(STOP_TIMEOUT_S),

@@ -158,7 +158,7 @@ class LocalBackend(Backend):
         self.services: list[subprocess.Popen] = []      # plan.services: the replica store
         self.logs: list[IO[bytes]] = []
         self.lifeline_w: int | None = None
-        self._joins: JoinReader | None = None
+        self.joins = JoinReader()                       # the join fault clock's reader
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         script = str(Path(spec.script).resolve()) if spec.script else None
@@ -248,12 +248,10 @@ class LocalBackend(Backend):
 
     def joined(self) -> int:
         """The join lines in the node logs (direct mode: the rank logs the guards write)."""
-        if self._joins is None:
-            self._joins = JoinReader()
         folder = self.folder.path
         logs = folder.glob("ranks/rank-*.log") if self.folder.rank_logs_by_guards \
             else folder.glob("nodes/node-*.log")
-        return self._joins.read(sorted(logs))
+        return self.joins.read(sorted(logs))
 
     def stop(self, indices: list[int], reason: str) -> None:
         for i in indices:
