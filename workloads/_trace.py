@@ -119,10 +119,8 @@ def flush() -> None:
             pass                    # stdout closed (or a reentrant write): tracing must never break the rank
 
 
-def _flusher() -> None:
-    tick = threading.Event()
-    while True:
-        tick.wait(FLUSH_S)          # releases the GIL while it waits
+def _flusher(stop: threading.Event) -> None:
+    while not stop.wait(FLUSH_S):   # releases the GIL while it waits
         flush()
 
 
@@ -130,9 +128,22 @@ def _start_flusher() -> None:
     global _flusher_started
     if not _flusher_started:
         _flusher_started = True
-        atexit.register(flush)
+        stop = threading.Event()
+        thread = threading.Thread(target=_flusher, args=(stop,), name="labctl-trace-flush", daemon=True)
+        atexit.register(_end_flusher, thread, stop)
         os.register_at_fork(after_in_child=_forked)
-        threading.Thread(target=_flusher, name="labctl-trace-flush", daemon=True).start()
+        thread.start()
+
+
+def _end_flusher(thread: threading.Thread, stop: threading.Event) -> None:
+    """At exit, before the interpreter finalizes: end the flusher thread, then write what
+    is pending. A daemon thread that wakes once finalization began is ended by
+    pthread_exit wherever it stands; measured on compose 2x1 (gloo, torch 2.13): 2 runs in
+    15 aborted at exit with "terminate called without an active exception"."""
+    stop.set()
+    if thread.is_alive() and thread is not threading.current_thread():
+        thread.join(timeout=2 * FLUSH_S + 1)
+    flush()
 
 
 def _forked() -> None:
