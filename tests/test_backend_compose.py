@@ -219,3 +219,30 @@ def test_joins_are_counted_per_container_where_two_replicas_rank_0_may_share_a_p
     compose = backend.ComposeBackend()
     compose.seen = [backend._Container(f"lab-{i}", f"id{i}", "running", None, None, None) for i in (0, 1)]
     assert compose.joined() == 2
+
+
+def test_the_join_clock_reads_each_containers_log_from_where_it_stopped(monkeypatch):
+    """`docker logs --since` the last line read: a rank that prints much before it joins
+    is not read again on every poll; the line read twice is one join. Faked at the edge."""
+    import subprocess
+
+    calls, replies = [], iter([
+        b'2026-11-24T22:10:03.640448424Z [rank0]:warming up\n'
+        b'2026-11-24T22:10:03.940508722Z [rank0]:@@labctl-joined {"rank": 0, "pid": 20}\n'
+        b'2026-11-24T22:10:04.290474725Z [rank1]:half a li',
+        b'2026-11-24T22:10:03.940508722Z [rank0]:@@labctl-joined {"rank": 0, "pid": 20}\n'
+        b'2026-11-24T22:10:04.290474725Z [rank1]:@@labctl-joined {"rank": 1, "pid": 21}\n',
+    ])
+
+    def docker_all(*argvs, **kw):
+        calls.extend(argvs)
+        return [subprocess.CompletedProcess([], 0, next(replies), b"") for _ in argvs]
+
+    monkeypatch.setattr(backend, "_docker_all", docker_all)
+    compose = backend.ComposeBackend()
+    compose.seen = [backend._Container("lab-0", "id0", "running", None, None, None)]
+    assert compose.joined() == 1
+    assert compose.joined() == 2
+    assert calls == [["logs", "--timestamps", "id0"],
+                     ["logs", "--timestamps", "--since", "1795558202.940508", "id0"]], \
+        "from 1 s before the last whole line read (22:10:03.94 UTC)"

@@ -153,6 +153,24 @@ def _docker_all(*calls: list[str], timeout: float = CLI_TIMEOUT_S, outputs: list
         raise LabError(f"docker {' '.join(exc.cmd[1:3])} did not answer within {timeout:g}s") from None
 
 
+JOIN_REREAD_S = 1.0      # each join read starts this long before the last line read
+
+
+def _since(epoch: float | None) -> list[str]:
+    return ["--since", f"{epoch - JOIN_REREAD_S:.6f}"] if epoch else []
+
+
+def _last_timestamp(data: bytes) -> float:
+    """When the last whole line of `data` was logged (Unix seconds, from the stamp
+    `docker logs --timestamps` puts before it), or 0."""
+    end = data.rfind(b"\n")
+    if end < 0:
+        return 0.0
+    stamp = data[data.rfind(b"\n", 0, end) + 1:end].split(b" ", 1)[0]
+    when = _when(stamp.decode("ascii", "replace"))
+    return when.timestamp() if when else 0.0
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "no output"
@@ -412,6 +430,8 @@ class ComposeBackend(Backend):
         self.asked_at = 0.0                        # when the engine was last asked (monotonic)
         self.asked_epoch = time.time()             # the same, on the engine's (wall) clock
         self.events: _Events | None = None         # the project's event stream, once bound
+        self.joins: dict[str, set] = {}            # container id -> the (rank, pid) that said they joined
+        self.joins_read_to: dict[str, float] = {}  # container id -> when its last line read was logged
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -498,12 +518,22 @@ class ComposeBackend(Backend):
         return containers
 
     def joined(self) -> int:
-        """The join lines in the containers' logs so far (`docker logs`, all at once: asked
-        only while the join fault clock waits, a few seconds of small logs). Counted per
-        container: each has its own pid namespace, so two replicas' rank 0 may share a pid."""
+        """The join lines in the containers' logs so far. Each `docker logs --timestamps`
+        starts JOIN_REREAD_S before the last line the previous one read (stdout and stderr
+        are logged apart: a line of one may land after a later line of the other; a line
+        read twice is one join), so a rank that prints much before it joins is not read
+        again on every poll. Counted per container: each has its own pid namespace, so
+        two replicas' rank 0 may share a pid."""
         containers = [c for c in self.seen if c.status != "created"]
-        reads = _docker_all(*(["logs", c.id] for c in containers), text=False) if containers else []
-        return sum(len(joins_in(read.stdout or b"") | joins_in(read.stderr or b"")) for read in reads)
+        calls = [["logs", "--timestamps", *_since(self.joins_read_to.get(c.id)), c.id] for c in containers]
+        reads = _docker_all(*calls, text=False) if containers else []
+        for container, read in zip(containers, reads):
+            out, err = read.stdout or b"", read.stderr or b""
+            self.joins.setdefault(container.id, set()).update(joins_in(out) | joins_in(err))
+            last = max(_last_timestamp(out), _last_timestamp(err))
+            if last:
+                self.joins_read_to[container.id] = last
+        return sum(len(found) for found in self.joins.values())
 
     def stop(self, indices: list[int], reason: str) -> None:
         self.project("stop", "--timeout", str(STOP_TIMEOUT_S),
