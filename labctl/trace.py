@@ -32,6 +32,24 @@ TRACE_FILE = "trace.json"
 STRAGGLERS = 10
 MAX_PROBLEMS = 20                   # bad records named one by one; the rest counted
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
+MAX_LINE = 1 << 20                  # a log line is read this far: no record the ranks write is longer
+
+
+def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
+    """Each line of a binary file as (its first MAX_LINE bytes, whether that is all of it).
+    The rest of a longer line is read past in pieces: a rank that printed gigabytes
+    without a newline costs the reader no more memory than a short line."""
+    while True:
+        line = f.readline(MAX_LINE)
+        if not line:
+            return
+        if len(line) < MAX_LINE or line.endswith(b"\n"):
+            yield line, True
+            continue
+        rest = line
+        while rest and not rest.endswith(b"\n"):
+            rest = f.readline(MAX_LINE)
+        yield line, False
 
 
 @dataclass
@@ -188,9 +206,13 @@ class _RankReader:
         pending: dict[int, Op] = {}
         name = str(self.path)
         with open(self.path, "rb") as f:
-            for number, raw in enumerate(f, 1):
+            for number, (raw, whole) in enumerate(_lines(f), 1):
                 at = raw.find(_MARKER_BYTES)
                 if at < 0:
+                    continue
+                if not whole:
+                    self.summary.problem(name, number, f"a line of more than {MAX_LINE >> 20} MiB "
+                                         "holds a trace record: skipped")
                     continue
                 payload = raw[at + len(_MARKER_BYTES):]
                 try:
@@ -500,9 +522,9 @@ def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str,
         current: dict[str, Op] = {}
         final: dict[str, Op] = {}
         with open(path, "rb") as f:
-            for raw in f:
+            for raw, whole in _lines(f):
                 at = raw.find(_FR_MARKER_BYTES)
-                if at < 0:
+                if at < 0 or not whole:
                     continue
                 try:
                     rec = json.loads(raw[at + len(_FR_MARKER_BYTES):])
@@ -610,8 +632,8 @@ def _slices(trace_path: Path, limit: int) -> tuple[list[tuple[int, str, float, f
     found: list[tuple[int, str, float, float]] = []
     total = 0
     with open(trace_path, "rb") as f:
-        for raw in f:
-            if b'"ph":"X"' not in raw and b'"ph": "X"' not in raw:
+        for raw, whole in _lines(f):
+            if not whole or (b'"ph":"X"' not in raw and b'"ph": "X"' not in raw):
                 continue
             total += 1
             if len(found) >= limit:

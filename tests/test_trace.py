@@ -308,6 +308,36 @@ def test_bad_records_are_named_and_the_merge_goes_on(tmp_path):
     assert data["metadata"]["missing_ranks"] == [2]
 
 
+PEAK_RSS_OF_CHILD = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+"""
+
+
+def test_a_line_of_hundreds_of_megabytes_costs_the_merge_no_memory(tmp_path):
+    """A rank that printed 300 MB without a newline (and a record buried in another long
+    line): the merge reads past them in 1 MiB pieces, names the record it skipped, and keeps
+    the good ones. Before, the reader held each whole line: 1.2 GB of RSS for this log."""
+    good = _lines({"k": "M", "rank": 0, "node": 0, "host": "h"}, {"k": "G", "pg": "default_pg", "ranks": [0]},
+                  {"k": "B", "i": 1, "op": "barrier", "pg": "default_pg", "seq": 1, "shape": [],
+                   "dtype": "float32", "bytes": 0, "caller": "a.py:1", "t": 1_000_000},
+                  {"k": "E", "i": 1, "t": 2_000_000})
+    run = _fake_run(tmp_path, {0: ""}, world=1)
+    with open(run / "ranks" / "rank-0.log", "w") as f:
+        f.write("x" * 300_000_000 + "\n" + trace.MARKER + "y" * 3_000_000 + "\n" + good)
+    peak = subprocess.run([sys.executable, "-c", PEAK_RSS_OF_CHILD, sys.executable, "-m", "labctl.cli",
+                           "trace", str(run)], capture_output=True, text=True, timeout=300, check=True)
+    assert int(peak.stdout) < 150, f"{peak.stdout.strip()} MiB: the merge read a long line whole"
+    shown = labctl("trace", str(run), timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert f"warning: {run / 'ranks' / 'rank-0.log'}:2: a line of more than 1 MiB holds a trace record" \
+        in shown.stdout
+    assert [e["name"] for e in json.loads((run / "trace.json").read_text())["traceEvents"]
+            if e["ph"] == "X"] == ["barrier"]
+    shutil.rmtree(run)
+
+
 def test_an_empty_trace_says_so_in_one_line(tmp_path):
     run = _fake_run(tmp_path, {0: "hello\n", 1: ""}, world=2)
     shown = labctl("trace", str(run), timeout=120)
