@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import json
 import os
 import select
@@ -73,20 +74,16 @@ def _cli_all(argvs: list[list[str]], timeout: float, outputs: list | None = None
                 proc.wait()
 
 
-_compose_found: list[tuple[str, ...]] = []      # the Compose v2 command, once found
-
-
+@functools.cache
 def compose_command() -> tuple[str, ...]:
     """`docker compose` (v2 plugin) or a `docker-compose` v2 binary, whichever works;
     found once per process."""
-    if not _compose_found:
-        _compose_found.append(_find_compose())
-    return _compose_found[0]
+    return _find_compose()
 
 
 def forget_compose() -> None:
     """Look Compose up again at the next call (PATH changed: tests)."""
-    _compose_found.clear()
+    compose_command.cache_clear()
 
 
 # where the docker CLI looks for plugins besides $DOCKER_CONFIG/cli-plugins (Linux)
