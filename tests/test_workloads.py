@@ -275,6 +275,36 @@ def test_the_runner_under_an_error_file_keeps_its_exit_code_and_last_line(tmp_pa
     assert not error_file.with_name("error.json.tmp").exists()
 
 
+KILLED_WHILE_RECORDING = """
+import json, os, signal, sys
+from workloads._record import recorded
+dump = json.dump
+def dump_then_die(*args, **kwargs):     # SIGKILL while the error file is being written
+    if os.environ["DIE_AT_DUMP"] == str(dump_then_die.calls):
+        os.kill(os.getpid(), signal.SIGKILL)
+    dump_then_die.calls += 1
+    return dump(*args, **kwargs)
+dump_then_die.calls = 0
+json.dump = dump_then_die
+def worker():
+    raise ValueError("boom")
+recorded(worker)()
+"""
+
+
+@pytest.mark.parametrize("die_at_dump", [0, 1])
+def test_a_worker_killed_while_recording_leaves_no_half_written_error_file(tmp_path, die_at_dump):
+    """torchrun SIGTERMs a node's other workers as soon as one fails; one stopped while
+    writing its error file must not leave it empty or cut (torchrun's agent crashed
+    reading an empty one: CI). Killed in torch's write (0) or in labctl's (1): no file."""
+    error_file = tmp_path / "error.json"
+    done = subprocess.run([sys.executable, "-c", KILLED_WHILE_RECORDING], cwd=REPO, timeout=TIMEOUT_S,
+                          env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file),
+                               "DIE_AT_DUMP": str(die_at_dump)}, capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert not error_file.exists(), error_file.read_text()
+
+
 SAYS_JOINED = """
 import os, sys, torch.distributed as dist
 from workloads import _common

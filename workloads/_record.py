@@ -6,9 +6,10 @@ there (`{"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack"
 <traceback>, "timestamp": "<epoch s>"}}}`), the agent reads it for its failure
 summary, and labctl reads it after the run (labctl/blame.py) instead of scraping
 that summary. `recorded(fn)` is `record`'s `except Exception` branch: torch's own
-`ErrorHandler.record_exception` writes the file, then the exception goes on as
-before (same traceback, same exit code). Not `record` itself, for two reasons:
-its `initialize()` turns on `faulthandler` for every fatal signal (a crashing
+`ErrorHandler.record_exception` writes the record (to a temporary name, renamed into
+place once whole), then the exception goes on as before (same traceback, same exit
+code). Not `record` itself, for three reasons: it writes the file in place (see
+`_write`), its `initialize()` turns on `faulthandler` for every fatal signal (a crashing
 rank would print a "Fatal Python error" dump it never printed), and it imports
 torch before a user's script runs (a script that sets OMP_NUM_THREADS before
 `import torch` would lose it). Here torch is imported only once an exception
@@ -49,14 +50,23 @@ def recorded(fn: Callable[..., _R]) -> Callable[..., _R]:
 
 
 def _write(exc: Exception, time_ns: int) -> None:
-    """torch's error file, plus labctl's key; a failure to write it is silent (the
-    exception that is on its way out matters more, and the rank's output stays as it was)."""
+    """torch's error file, plus labctl's key, made whole under a temporary name and
+    renamed into place: torch's own `record_exception` truncates the file and then
+    writes it, and torchrun SIGTERMs the other workers as soon as one fails, so a
+    worker stopped between the two left an empty file on which torchrun's agent
+    crashed reading it (json.JSONDecodeError), losing that node's failure summary.
+    A failure to write is silent: the exception on its way out matters more."""
     path = os.environ.get(ERROR_FILE_ENV, "")
+    tmp = f"{path}.tmp"
     try:
         from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
-        get_error_handler().record_exception(exc)       # inside the except: format_exc() works
-        with open(path) as f:
+        os.environ[ERROR_FILE_ENV] = tmp        # torch's handler writes where the variable says
+        try:
+            get_error_handler().record_exception(exc)   # inside the except: format_exc() works
+        finally:
+            os.environ[ERROR_FILE_ENV] = path
+        with open(tmp) as f:
             data = json.load(f)
         info = data["message"]["extraInfo"]
         # the agent prints py_callstack, when there is one, in its failure summary for every
@@ -65,16 +75,14 @@ def _write(exc: Exception, time_ns: int) -> None:
         # summary shows the exception line instead (the rank printed its traceback itself).
         data[LABCTL_KEY] = {"rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
                             "time_ns": time_ns, "py_callstack": info.pop("py_callstack", "")}
-        tmp = f"{path}.tmp"
-        try:
-            with open(tmp, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)       # torch's own file stays whole if this fails
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
     except Exception:       # noqa: BLE001 - never mask the worker's own exception
         pass
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _int_env(name: str) -> int | None:
