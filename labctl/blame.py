@@ -81,7 +81,7 @@ def read_error_files(log_dir: Path, node: int) -> tuple[list[ErrorFile], list[st
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 why = exc.strerror if isinstance(exc, OSError) else str(exc) or type(exc).__name__
                 notes.append(f"node {node}: ignored torch elastic error file {path} ({why[:200]}); "
-                             "the failure summary in the node log was used instead")
+                             "the node log was read instead")
     return files, notes
 
 
