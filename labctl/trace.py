@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,6 +34,7 @@ STRAGGLERS = 10
 MAX_PROBLEMS = 20                   # bad records named one by one; the rest counted
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
 MAX_LINE = 1 << 20                  # a log line is read this far: no record the ranks write is longer
+MAX_PENDING_OPS = 10_000            # ops of one rank begun and not yet ended that the merge holds
 
 
 def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
@@ -203,7 +205,8 @@ class _RankReader:
         self.last: dict[str, Op] = {}               # pg -> last collective entered
 
     def __iter__(self) -> Iterator[Op]:
-        pending: dict[int, Op] = {}
+        pending: OrderedDict[Any, Op] = OrderedDict()   # begun, not yet ended, oldest first
+        let_go: int | None = None   # ops up to this id were given up on unended (MAX_PENDING_OPS)
         name = str(self.path)
         with open(self.path, "rb") as f:
             for number, (raw, whole) in enumerate(_lines(f), 1):
@@ -229,10 +232,22 @@ class _RankReader:
                         pending[rec["i"]] = op
                         if op.seq is not None:
                             self.last[op.pg] = op
+                        if len(pending) > MAX_PENDING_OPS:
+                            # isends never waited on, say: holding them all would cost the
+                            # merge memory without bound. The oldest is shown unfinished
+                            # (not named as stuck: its end may still come).
+                            ident, oldest = pending.popitem(last=False)
+                            if let_go is None:
+                                self.summary.problem(name, number, f"more than {MAX_PENDING_OPS} ops of "
+                                                     f"rank {self.rank} begun and not ended (async ops "
+                                                     "never waited on?): the oldest are shown unfinished")
+                            let_go = max(let_go or 0, ident if isinstance(ident, int) else 0)
+                            yield oldest
                     elif kind == "E":
                         op = pending.pop(rec["i"], None)
                         if op is None:
-                            self.summary.problem(name, number, f"end of op {rec['i']} that never began")
+                            if not (isinstance(rec["i"], int) and let_go and rec["i"] <= let_go):
+                                self.summary.problem(name, number, f"end of op {rec['i']} that never began")
                             continue
                         op.end = int(rec["t"]) + self.info.offset_ns
                         if op.peer is None and isinstance(rec.get("peer"), int):
@@ -251,12 +266,16 @@ class _RankReader:
                 except (KeyError, TypeError, ValueError) as exc:
                     self.summary.problem(name, number, f"trace record without a usable {exc}")
         for op in pending.values():
-            if op.p2p is not None and len(self.summary.stuck_p2p) < 50:
-                peer = "any rank" if op.peer is None else f"rank {op.peer}"
-                way = "to" if op.op in ("send", "isend") else "from"
-                self.summary.stuck_p2p.append(f"rank {op.rank} never finished {op.op} {way} {peer} "
-                                              f"(p2p #{op.p2p} of {op.pg}, at {op.caller})")
-            yield op
+            yield self._unfinished(op)
+
+    def _unfinished(self, op: Op) -> Op:
+        """An op that never ended: a p2p one is named (the first 50)."""
+        if op.p2p is not None and len(self.summary.stuck_p2p) < 50:
+            peer = "any rank" if op.peer is None else f"rank {op.peer}"
+            way = "to" if op.op in ("send", "isend") else "from"
+            self.summary.stuck_p2p.append(f"rank {op.rank} never finished {op.op} {way} {peer} "
+                                          f"(p2p #{op.p2p} of {op.pg}, at {op.caller})")
+        return op
 
     def _op(self, rec: dict) -> Op:
         return Op(rank=self.rank, op=str(rec["op"]), pg=str(rec["pg"]),
