@@ -279,9 +279,11 @@ KILLED_WHILE_RECORDING = """
 import json, os, signal, sys
 from workloads._record import recorded
 dump = json.dump
-def dump_then_die(*args, **kwargs):     # SIGKILL while the error file is being written
+def dump_then_die(*args, **kwargs):     # SIGKILL (or an error) while the error file is written
     if os.environ["DIE_AT_DUMP"] == str(dump_then_die.calls):
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("FAIL_AT_DUMP") == str(dump_then_die.calls):
+        raise OSError("no space left")
     dump_then_die.calls += 1
     return dump(*args, **kwargs)
 dump_then_die.calls = 0
@@ -303,6 +305,17 @@ def test_a_worker_killed_while_recording_leaves_no_half_written_error_file(tmp_p
                                "DIE_AT_DUMP": str(die_at_dump)}, capture_output=True, text=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert not error_file.exists(), error_file.read_text()
+
+
+def test_when_labctls_part_of_the_error_file_fails_torchs_own_record_lands(tmp_path):
+    error_file = tmp_path / "error.json"
+    done = subprocess.run([sys.executable, "-c", KILLED_WHILE_RECORDING], cwd=REPO, timeout=TIMEOUT_S,
+                          env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file),
+                               "DIE_AT_DUMP": "-", "FAIL_AT_DUMP": "1"}, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.strip().endswith("ValueError: boom"), done.stderr
+    data = json.loads(error_file.read_text())
+    assert data["message"]["message"] == "ValueError: boom" and "labctl" not in data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["error.json"], "no temporary file left"
 
 
 SAYS_JOINED = """

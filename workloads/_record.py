@@ -57,32 +57,36 @@ def _write(exc: Exception, time_ns: int) -> None:
     crashed reading it (json.JSONDecodeError), losing that node's failure summary.
     A failure to write is silent: the exception on its way out matters more."""
     path = os.environ.get(ERROR_FILE_ENV, "")
-    tmp = f"{path}.tmp"
+    torchs, ours = f"{path}.torch", f"{path}.tmp"
     try:
         from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
-        os.environ[ERROR_FILE_ENV] = tmp        # torch's handler writes where the variable says
+        os.environ[ERROR_FILE_ENV] = torchs     # torch's handler writes where the variable says
         try:
             get_error_handler().record_exception(exc)   # inside the except: format_exc() works
         finally:
             os.environ[ERROR_FILE_ENV] = path
-        with open(tmp) as f:
-            data = json.load(f)
-        info = data["message"]["extraInfo"]
-        # the agent prints py_callstack, when there is one, in its failure summary for every
-        # failed worker: a traceback per rank at the end of each node log, whose tail the
-        # log reader keeps short (labctl.logs.AGENT_TAIL_LINES). Under labctl's key, the
-        # summary shows the exception line instead (the rank printed its traceback itself).
-        data[LABCTL_KEY] = {"rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
-                            "time_ns": time_ns, "py_callstack": info.pop("py_callstack", "")}
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        try:
+            with open(torchs) as f:
+                data = json.load(f)
+            info = data["message"]["extraInfo"]
+            # the agent prints py_callstack, when there is one, in its failure summary for every
+            # failed worker: a traceback per rank at the end of each node log, whose tail the
+            # log reader keeps short (labctl.logs.AGENT_TAIL_LINES). Under labctl's key, the
+            # summary shows the exception line instead (the rank printed its traceback itself).
+            data[LABCTL_KEY] = {"rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
+                                "time_ns": time_ns, "py_callstack": info.pop("py_callstack", "")}
+            with open(ours, "w") as f:
+                json.dump(data, f)
+        except Exception:   # noqa: BLE001 - a torch whose record labctl cannot read: torch's own
+            ours = torchs
+        os.replace(ours, path)
     except Exception:       # noqa: BLE001 - never mask the worker's own exception
         pass
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for left in (torchs, f"{path}.tmp"):
+            if os.path.exists(left):
+                os.unlink(left)
 
 
 def _int_env(name: str) -> int | None:
