@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,8 @@ STRAGGLERS = 10
 MAX_PROBLEMS = 20                   # bad records named one by one; the rest counted
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
 MAX_LINE = 1 << 20                  # a log line is read this far: no record the ranks write is longer
-MAX_PENDING_OPS = 10_000            # ops of one rank begun and not yet ended that the merge holds
+MAX_PENDING_OPS = 100_000           # ops begun and not yet ended that the merge holds, all ranks
+MIN_PENDING_PER_RANK = 10_000       # (about 400 B each), shared out, but at least this many a rank
 
 
 def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
@@ -54,9 +56,10 @@ def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
         yield line, False
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
-    """One op of one rank, times in ns on rank 0's clock (the rank's offset applied)."""
+    """One op of one rank, times in ns on rank 0's clock (the rank's offset applied).
+    Slots and shared strings: the merge may hold MAX_PENDING_OPS of them."""
     rank: int
     op: str
     pg: str
@@ -198,8 +201,9 @@ class Summary:
 class _RankReader:
     """Ops of one rank log, in the order they completed; never-completed ones at the end."""
 
-    def __init__(self, path: Path, rank: int, summary: Summary):
+    def __init__(self, path: Path, rank: int, summary: Summary, max_pending: int = MAX_PENDING_OPS):
         self.path, self.rank, self.summary = path, rank, summary
+        self.max_pending = max_pending              # ops begun and not yet ended, held at most
         self.info = summary.ranks.setdefault(rank, RankInfo(rank))
         self.groups: dict[str, list[int]] = {}
         self.last: dict[str, Op] = {}               # pg -> last collective entered
@@ -232,13 +236,13 @@ class _RankReader:
                         pending[rec["i"]] = op
                         if op.seq is not None:
                             self.last[op.pg] = op
-                        if len(pending) > MAX_PENDING_OPS:
+                        if len(pending) > self.max_pending:
                             # isends never waited on, say: holding them all would cost the
                             # merge memory without bound. The oldest is shown unfinished
                             # (not named as stuck: its end may still come).
                             ident, oldest = pending.popitem(last=False)
                             if let_go is None:
-                                self.summary.problem(name, number, f"more than {MAX_PENDING_OPS} ops of "
+                                self.summary.problem(name, number, f"more than {self.max_pending} ops of "
                                                      f"rank {self.rank} begun and not ended (async ops "
                                                      "never waited on?): the oldest are shown unfinished")
                             let_go = max(let_go or 0, ident if isinstance(ident, int) else 0)
@@ -273,16 +277,21 @@ class _RankReader:
         if op.p2p is not None and len(self.summary.stuck_p2p) < 50:
             peer = "any rank" if op.peer is None else f"rank {op.peer}"
             way = "to" if op.op in ("send", "isend") else "from"
-            self.summary.stuck_p2p.append(f"rank {op.rank} never finished {op.op} {way} {peer} "
-                                          f"(p2p #{op.p2p} of {op.pg}, at {op.caller})")
+            where = f"(p2p #{op.p2p} of {op.pg}, at {op.caller})"
+            if op.op in ("isend", "irecv"):     # it ends when wait() returns: it may have run
+                said = f"rank {op.rank}'s {op.op} {way} {peer} was never waited on, or its wait never returned"
+            else:
+                said = f"rank {op.rank} never finished {op.op} {way} {peer}"
+            self.summary.stuck_p2p.append(f"{said} {where}")
         return op
 
     def _op(self, rec: dict) -> Op:
-        return Op(rank=self.rank, op=str(rec["op"]), pg=str(rec["pg"]),
+        dtype = rec.get("dtype")
+        return Op(rank=self.rank, op=sys.intern(str(rec["op"])), pg=sys.intern(str(rec["pg"])),
                   seq=rec.get("seq"), p2p=rec.get("p2p"), peer=rec.get("peer"), root=rec.get("root"),
-                  shape=rec.get("shape"), dtype=rec.get("dtype"), nbytes=int(rec.get("bytes", 0)),
-                  caller=str(rec.get("caller", "?")), start=int(rec["t"]) + self.info.offset_ns,
-                  end=None)
+                  shape=rec.get("shape"), dtype=sys.intern(dtype) if isinstance(dtype, str) else dtype,
+                  nbytes=int(rec.get("bytes", 0)), caller=sys.intern(str(rec.get("caller", "?"))),
+                  start=int(rec["t"]) + self.info.offset_ns, end=None)
 
 
 # ---------------------------------------------------------------- the merge
@@ -435,7 +444,8 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
     run_path = Path(run_path)
     summary = Summary(path=Path(out) if out else run_path / TRACE_FILE)
     logs = rank_logs(run_path)
-    readers = [_RankReader(path, rank, summary) for rank, path in sorted(logs.items())]
+    per_rank = max(MIN_PENDING_PER_RANK, MAX_PENDING_OPS // max(1, len(logs)))
+    readers = [_RankReader(path, rank, summary, per_rank) for rank, path in sorted(logs.items())]
     groups: dict[str, list[int]] = {}
     tmp = summary.path.with_name(summary.path.name + ".tmp")
     with open(tmp, "w") as f:
