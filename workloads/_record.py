@@ -66,27 +66,33 @@ def _write(exc: Exception, time_ns: int) -> None:
             get_error_handler().record_exception(exc)   # inside the except: format_exc() works
         finally:
             os.environ[ERROR_FILE_ENV] = path
-        try:
-            with open(torchs) as f:
-                data = json.load(f)
-            info = data["message"]["extraInfo"]
-            # the agent prints py_callstack, when there is one, in its failure summary for every
-            # failed worker: a traceback per rank at the end of each node log, whose tail the
-            # log reader keeps short (labctl.logs.AGENT_TAIL_LINES). Under labctl's key, the
-            # summary shows the exception line instead (the rank printed its traceback itself).
-            data[LABCTL_KEY] = {"rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
-                                "time_ns": time_ns, "py_callstack": info.pop("py_callstack", "")}
-            with open(ours, "w") as f:
-                json.dump(data, f)
-        except Exception:   # noqa: BLE001 - a torch whose record labctl cannot read: torch's own
-            ours = torchs
-        os.replace(ours, path)
+        # a torch whose record labctl cannot read: torch's own goes into place
+        os.replace(ours if _with_labctl_key(torchs, ours, time_ns) else torchs, path)
     except Exception:       # noqa: BLE001 - never mask the worker's own exception
         pass
     finally:
-        for left in (torchs, f"{path}.tmp"):
+        for left in (torchs, ours):
             if os.path.exists(left):
                 os.unlink(left)
+
+
+def _with_labctl_key(torchs: str, ours: str, time_ns: int) -> bool:
+    """torch's record `torchs` written to `ours` with labctl's key; False if that failed."""
+    try:
+        with open(torchs) as f:
+            data = json.load(f)
+        info = data["message"]["extraInfo"]
+        # the agent prints py_callstack, when there is one, in its failure summary for every
+        # failed worker: a traceback per rank at the end of each node log, whose tail the
+        # log reader keeps short (labctl.logs.AGENT_TAIL_LINES). Under labctl's key, the
+        # summary shows the exception line instead (the rank printed its traceback itself).
+        data[LABCTL_KEY] = {"rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
+                            "time_ns": time_ns, "py_callstack": info.pop("py_callstack", "")}
+        with open(ours, "w") as f:
+            json.dump(data, f)
+        return True
+    except Exception:       # noqa: BLE001 - OSError, ValueError, KeyError, TypeError ...
+        return False
 
 
 def _int_env(name: str) -> int | None:

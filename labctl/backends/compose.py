@@ -427,7 +427,7 @@ class ComposeBackend(Backend):
         self.asked_at = 0.0                        # when the engine was last asked (monotonic)
         self.asked_epoch = time.time()             # the same, on the engine's (wall) clock
         self.events: _Events | None = None         # the project's event stream, once bound
-        self.joins: dict[str, set] = {}            # container id -> the (rank, pid) that said they joined
+        self.joins: dict[str, set[tuple[int | None, int | None]]] = {}  # container id -> (rank, pid) joined
         self.joins_read_to: dict[str, float] = {}  # container id -> when its last line read was logged
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
