@@ -17,7 +17,7 @@ import click
 
 from . import backends as backend_registry
 from . import spec as specmod
-from .errors import LabError
+from .errors import Interrupted, LabError
 
 EXIT_SPEC = 2
 
@@ -124,6 +124,9 @@ def friendly(fn):
             fail(f"{where}{exc.strerror or exc}", 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except Interrupted as exc:      # a second signal cut a protected phase short
+            from .outcome import INTERRUPT_EXIT
+            fail(f"interrupted ({exc.signal})", INTERRUPT_EXIT.get(exc.signal, 130))
     return wrapper
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, TypeVar
 
 from .backends.base import Backend, BackendFailure, Progress
-from .errors import LabError
+from .errors import Interrupted, LabError
 from .faults import Fault, NotYet
 from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, spared
 from .plan import LaunchPlan
@@ -44,14 +44,6 @@ FOLLOW_BYTES = 16 << 20   # node log bytes split per node and poll while the lab
 RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _T = TypeVar("_T")
-
-
-class Interrupted(BaseException):
-    """A signal asked labctl to stop (BaseException: no `except Exception` swallows it)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal_name(signum))
-        self.signal = signal_name(signum)
 
 
 @dataclass
@@ -69,14 +61,15 @@ class _Signals:
     """How a handled signal acts, by phase of the run:
 
     running     raises Interrupted (the lab is stopped, then collected)
-    collecting  the first signal is noted and the collection goes on; a further one
-                (the run's own interrupt counts) raises Interrupted: collection cut short
-    cleaning    noted only (stopping the nodes, deleting the lab)
+    protected   (collecting the logs, finishing the run folder) the first signal is
+                noted and the work goes on; a further one (the run's own interrupt
+                counts) raises Interrupted: that work is cut short
+    cleaning    noted only (stopping the nodes, deleting the lab, between phases)
     """
 
     def __init__(self) -> None:
         self.raising = True
-        self.collecting = False
+        self.protecting: tuple[str, str] | None = None   # (what is done, what a cut means)
         self.deferred: list[int] = []
         self.seen = 0                 # handled signals so far, the run's interrupt included
         self.say: Progress = lambda line: None
@@ -86,39 +79,48 @@ class _Signals:
         if self.raising:
             self.raising = False
             raise Interrupted(signum)
-        if self.collecting and self.seen > 1:
-            self.collecting = False
+        if self.protecting is not None and self.seen > 1:
+            self.protecting = None
             raise Interrupted(signum)
         self.deferred.append(signum)
-        if self.collecting:
+        if self.protecting is not None:
+            what, cut = self.protecting
             try:
-                self.say(f"{signal_name(signum)}: collecting the logs first; send it again to cut "
-                         "the collection short (the lab is then kept for `labctl down`)")
+                self.say(f"{signal_name(signum)}: {what} first; send it again to cut {cut}")
             except Exception:         # print reentered from a signal handler: never fatal
                 pass
 
     @contextmanager
-    def collection(self) -> Iterator[None]:
-        """While the logs are collected: see the class docstring."""
-        self.collecting = True
+    def protect(self, what: str, cut: str) -> Iterator[None]:
+        """While `what` is done ("collecting the logs"; `cut`: what a second signal
+        cuts short, and what that means): see the class docstring."""
+        self.protecting = (what, cut)
         try:
             yield
         finally:
-            self.collecting = False
+            self.protecting = None
+
+    def collection(self):
+        return self.protect("collecting the logs", "the collection short (the lab is then kept "
+                                                   "for `labctl down`)")
 
 
 @contextmanager
-def signals_raise() -> Iterator[_Signals]:
+def signals_raise(state: "_Signals | None" = None) -> Iterator[_Signals]:
     """SIGINT, SIGTERM and SIGHUP raise Interrupted while the lab runs; once cleanup
-    starts (`.raising = False`) they are deferred, except a second one during the log
-    collection (`.collection()`), which cuts it short."""
+    starts (`.raising = False`) they are deferred, except a second one during a
+    protected phase (`.protect()`: the log collection, the run folder's finish), which
+    cuts it short. Given `state` (a regime its caller installed), nothing is installed."""
+    if state is not None:
+        yield state
+        return
     state = _Signals()
     previous = {s: signal.signal(s, state.handler) for s in HANDLED_SIGNALS}
     try:
         yield state
     finally:
         state.raising = False
-        state.collecting = False
+        state.protecting = None
         for s, h in previous.items():
             signal.signal(s, h)
 
@@ -174,7 +176,8 @@ def _line(outcomes: list[NodeOutcome]) -> str:
                      for o in outcomes)
 
 
-def _say(progress: Progress) -> Progress:
+def safe_progress(progress: Progress) -> Progress:
+    """`progress` that never raises when the terminal went away (SIGHUP, a closed pipe)."""
     def say(text: str) -> None:
         try:
             progress(text)
@@ -226,9 +229,9 @@ class Session:
     collects a lab started elsewhere (`started_here` False)."""
 
     def __init__(self, plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-                 clock=time.monotonic, started_here: bool = True):
+                 clock=time.monotonic, started_here: bool = True, signals: _Signals | None = None):
         self.plan, self.backend, self.rundir, self.clock = plan, backend, rundir, clock
-        self.say = _say(progress)
+        self.say = safe_progress(progress)
         self.t0 = clock()
         self.started_here = started_here
         self.started = False                      # backend.start returned
@@ -245,7 +248,8 @@ class Session:
         self.deadline_passed = False
         self.first_bad: NodeOutcome | None = None  # the first failure, once noticed
         self.spared: set[int] = set()              # nodes an elastic lab goes on without
-        self.signals = _Signals()
+        self.signals = signals or _Signals()
+        self.own_signals = signals is None        # else the caller installed them and keeps them
 
     def elapsed(self) -> float:
         return round(self.clock() - self.t0, 3)
@@ -268,7 +272,7 @@ class Session:
     def guarded(self, body: Callable[[], None], cleanup: Callable[[], _T]) -> _T:
         """`body` with the handled signals raising, any exception classified once
         (`classify`), then `cleanup` with signals deferred, whatever happened."""
-        with signals_raise() as self.signals:
+        with signals_raise(None if self.own_signals else self.signals) as self.signals:
             try:
                 body()
             except (Interrupted, KeyboardInterrupt, Exception) as exc:
@@ -565,14 +569,17 @@ class Session:
 
 
 def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-        grace: float | None = None, clock=time.monotonic) -> RunResult:
-    """Run the lab to its end on `backend`; the run folder holds every node's log afterwards."""
-    session = Session(plan, backend, rundir, progress, clock)
+        grace: float | None = None, clock=time.monotonic, signals: _Signals | None = None) -> RunResult:
+    """Run the lab to its end on `backend`; the run folder holds every node's log afterwards.
+    `signals`: a regime the caller installed (`signals_raise()`) and keeps after the run
+    (lab.py protects the run folder's finish with it), else one for the run alone."""
+    session = Session(plan, backend, rundir, progress, clock, signals=signals)
     return session.run(FAILURE_GRACE_S if grace is None else grace)
 
 
 def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-           timeout: float, wait: bool = True, clock=time.monotonic) -> RunResult:
+           timeout: float, wait: bool = True, clock=time.monotonic,
+           signals: _Signals | None = None) -> RunResult:
     """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
     died) through `backend.attach...`, then collect every node's log into the folder.
 
@@ -581,4 +588,5 @@ def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progres
     False) the run is written down as still running. A signal ends the watching,
     not the lab; the logs are collected all the same.
     """
-    return Session(plan, backend, rundir, progress, clock, started_here=False).follow(timeout, wait)
+    return Session(plan, backend, rundir, progress, clock, started_here=False,
+                   signals=signals).follow(timeout, wait)

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import backends, driver, report
+from . import atomicfile, backends, driver, report
 from .backends.base import Backend
-from .errors import LabError
-from .outcome import NodeOutcome, NodeState, RunState
+from .errors import Interrupted, LabError
+from .outcome import NodeOutcome, NodeState, RunState, signal_name
 from .plan import LaunchPlan, new_run_id, plan
-from .rundir import RunDir, StorageError, folder_path
+from .rundir import FinishStep, RunDir, StorageError, folder_path
 from .spec import LabSpec, WorkloadSpec
 
 # The one workload labctl itself names: `labctl preflight` runs it (workloads/preflight.py).
@@ -60,16 +60,25 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     progress(f"run {the_plan.run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
              f"{spec.launcher}, {spec.dist_backend}, backend {spec.backend} -> {run.path}")
     t0 = time.monotonic()
-    result = driver.run(the_plan, backend, run, progress)
-    run.meta["seconds"] = round(time.monotonic() - t0, 3)
-    _write_down(run, result, progress)
+    with driver.signals_raise() as signals:        # one regime from the start to the report
+        result = driver.run(the_plan, backend, run, progress, signals=signals)
+        run.meta["seconds"] = round(time.monotonic() - t0, 3)
+        _write_down(run, result, progress, signals)
     if result.error is not None:
         raise result.error
     return run
 
 
-def _write_down(run: RunDir, result: driver.RunResult, progress: Progress) -> None:
-    """status.json and report.md from what the driver saw and the logs it collected."""
+FINISH = ("finishing the run folder", "it short (status.json then says what is missing)")
+
+
+def _write_down(run: RunDir, result: driver.RunResult, progress: Progress,
+                signals: "driver._Signals") -> None:
+    """status.json and report.md from what the driver saw and the logs it collected.
+
+    Protected as the log collection is (`signals.protect`): a first SIGINT/SIGTERM/SIGHUP
+    is noted and the folder is finished; a second one cuts it short, and status.json
+    then says so (state interrupted, what is missing, how the lab had ended)."""
     if result.signal:
         run.meta["signal"] = result.signal
     if result.notes:
@@ -79,9 +88,31 @@ def _write_down(run: RunDir, result: driver.RunResult, progress: Progress) -> No
     if isinstance(result.error, StorageError):      # full, read-only or gone: no split
         run.write_damaged(result.outcomes, result.message)
         return
+    progress = signals.say = driver.safe_progress(progress)
+    before = len(signals.deferred)
+    with signals.protect(*FINISH):
+        try:
+            _finish(run, result, progress)
+        except Interrupted as exc:
+            progress(f"{exc.signal}: {run.finishing.value if run.finishing else 'finishing'} "
+                     "cut short; status.json says what is missing")
+            run.write_cut_short(result.outcomes, exc.signal, result.state, result.message)
+            return
+    if len(signals.deferred) > before:
+        sig = signal_name(signals.deferred[before])
+        run.meta.setdefault("notes", []).append(
+            f"{sig} arrived while the run folder was being finished; it was finished first, "
+            "and the outcome is the lab's own")
+        try:
+            run.write_status()
+        except OSError as exc:
+            raise run.storage_error(exc) from None
+
+
+def _finish(run: RunDir, result: driver.RunResult, progress: Progress) -> None:
     try:
         t_end = time.monotonic()
-        run.finalize(result.outcomes, result.state, result.message)
+        run.finalize(result.outcomes, result.state, result.message, progress=progress)
         run.meta["finalize_seconds"] = round(time.monotonic() - t_end, 3)
         run.write_status()
     except OSError as exc:        # the disk filled, or went read-only, at the very end
@@ -123,17 +154,19 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
              f"{spec.launcher}, {spec.dist_backend}, started outside labctl on {backend_name} "
              f"-> {run.path}")
     t0 = time.monotonic()
-    result = driver.follow(the_plan, backend, run, progress,
-                           timeout=spec.timeout if timeout is None else timeout, wait=wait)
-    run.meta["seconds_watched"] = round(time.monotonic() - t0, 3)
-    if delete and result.error is None:
-        for o in result.outcomes:
-            if not o.state.ended:
-                o.state, o.reason = NodeState.STOPPED, "still running when `labctl collect --delete` removed it"
-        if result.state is RunState.RUNNING:
-            result.state = RunState.FAILED
-            result.message = "removed by `labctl collect --delete` before it ended"
-    _write_down(run, result, progress)
+    with driver.signals_raise() as signals:
+        result = driver.follow(the_plan, backend, run, progress,
+                               timeout=spec.timeout if timeout is None else timeout, wait=wait,
+                               signals=signals)
+        run.meta["seconds_watched"] = round(time.monotonic() - t0, 3)
+        if delete and result.error is None:
+            for o in result.outcomes:
+                if not o.state.ended:
+                    o.state, o.reason = NodeState.STOPPED, "still running when `labctl collect --delete` removed it"
+            if result.state is RunState.RUNNING:
+                result.state = RunState.FAILED
+                result.message = "removed by `labctl collect --delete` before it ended"
+        _write_down(run, result, progress, signals)
     if result.error is not None:
         raise LabError(f"{result.error}; nothing was deleted; what could be saved is in {run.path}"
                        if delete else f"{result.error}; see {run.path}") from None
@@ -172,10 +205,13 @@ def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
 
 
 def write_report(run: RunDir, progress: Progress) -> None:
-    """report.md plus whatever files the run's workloads add (bench plots)."""
+    """report.md plus whatever files the run's workloads add (bench plots); each file
+    whole or absent (a signal may cut this short)."""
+    run.finishing = FinishStep.REPORT
     for path in report.write_files(run, progress):
         progress(f"plot: {path}")
-    (run.path / "report.md").write_text(report.markdown(run))
+    atomicfile.write_text(run.path / "report.md", report.markdown(run))
+    run.finishing = None
 
 
 def _free_folder(root: Path, run_id: str) -> Path:
@@ -292,8 +328,15 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
         state = RunState(previous)
         if save:
             message = f"{message}; `labctl down` saved the logs afterwards"
-    run.finalize(outcomes, state, message)
-    write_report(run, progress)
+    with driver.signals_raise() as signals:     # the finish is protected as `up`'s is
+        signals.raising = False
+        with signals.protect(*FINISH):
+            try:
+                run.finalize(outcomes, state, message, progress=progress)
+                write_report(run, progress)
+            except Interrupted as exc:      # nothing is deleted; `labctl down` again does it
+                run.write_cut_short(outcomes, exc.signal, state, message)
+                raise
 
 
 def stacks(run: RunDir, progress: Progress = print, **options: Any) -> dict[str, dict]:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import enum
 import errno
 import json
 import os
@@ -32,7 +33,7 @@ import yaml
 
 from workloads import _proc
 
-from . import blame, logs
+from . import atomicfile, blame, logs
 from .errors import LabError
 from .outcome import NodeOutcome, RunState
 from .plan import TORCHRUN_LOGS_SUBDIR, LaunchPlan
@@ -49,6 +50,24 @@ FULL_BYTES = 256 << 10
 RESERVE_NAME = ".labctl-reserve"
 RESERVE_BYTES = 64 << 10
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENOENT, errno.EIO, errno.EACCES)
+
+
+class FinishStep(str, enum.Enum):
+    """The steps of a run folder's finish, in order (their values sort that way), and
+    what is missing when a signal cuts the finish short at or before each."""
+    SPLIT = "splitting the node logs into ranks/ and results.jsonl"
+    TRACE = "merging the trace"
+    REPORT = "writing the report"
+
+    def at_or_after(self, step: "FinishStep") -> bool:
+        order = list(FinishStep)
+        return order.index(self) >= order.index(step)
+
+    def missing(self, run: Path) -> str:
+        return {FinishStep.SPLIT: "ranks/ and results.jsonl are incomplete (the node logs in "
+                                  "nodes/ are whole)",
+                FinishStep.TRACE: f"no trace.json (`labctl trace {run}` writes it)",
+                FinishStep.REPORT: f"no report.md (`labctl report {run}` prints it)"}[self]
 
 
 class StorageError(LabError):
@@ -73,10 +92,10 @@ _STATUS_TYPES: dict[str, type | tuple[type, ...]] = {
     "node_outcomes": list, "rank_exit_codes": dict, "rank_errors": dict, "failed_ranks": list,
     "ranks_without_output": list, "first_failure": dict, "faults": list, "leftovers": list,
     "notes": list, "stacks": dict, "checks": dict, "failed_checks": list, "controller": dict,
-    "local": dict, "seconds": (int, float), "workdir": str,
+    "local": dict, "seconds": (int, float), "workdir": str, "unfinished": list,
 }
 _STATUS_ITEMS: dict[str, type] = {"node_outcomes": dict, "faults": dict, "leftovers": dict,
-                                  "failed_checks": dict, "notes": str}
+                                  "failed_checks": dict, "notes": str, "unfinished": str}
 _JSON_NAMES = {str: "a string", int: "a number", float: "a number", list: "a list",
                dict: "an object", bool: "true/false"}
 
@@ -150,6 +169,7 @@ class RunDir:
     # them for results (set by the backend that starts them); status.json keeps it as
     # `rank_logs_by_guards`, for a folder opened again.
     rank_logs_by_guards: bool = False
+    finishing: "FinishStep | None" = field(default=None, repr=False)   # the finish's step under way
 
     # ---- creating -------------------------------------------------------
     @classmethod
@@ -345,18 +365,10 @@ class RunDir:
         return target
 
     def write_status(self) -> None:
-        """status.json, replaced atomically; a failed write leaves no status.json.tmp."""
-        tmp = self.path / "status.json.tmp"
-        try:
-            meta = {**self.meta, "rank_logs_by_guards": True} if self.rank_logs_by_guards else self.meta
-            tmp.write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n")
-            tmp.replace(self.path / "status.json")
-        except OSError:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise
+        """status.json, replaced atomically; a failed or cut write leaves no status.json.tmp."""
+        meta = {**self.meta, "rank_logs_by_guards": True} if self.rank_logs_by_guards else self.meta
+        text = json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n"
+        atomicfile.write_text(self.path / "status.json", text)
 
     def record_fault(self, record: dict[str, Any]) -> None:
         """One fired fault event: appended to faults.jsonl at once (it survives a crash of
@@ -405,10 +417,14 @@ class RunDir:
         return where
 
     def finalize(self, outcomes: list[NodeOutcome], state: str | RunState,
-                 message: str = "") -> None:
-        """Split node logs per rank, gather results, decide the run's state; write all down."""
+                 message: str = "", progress=lambda line: None) -> None:
+        """Split node logs per rank, gather results, decide the run's state; write all down.
+        `self.finishing` names the step under way (a signal may cut it short: lab.py then
+        writes down what was not done, `write_cut_short`)."""
         state = RunState(state)
         world = self.meta["world_size"]
+        self.finishing = FinishStep.SPLIT
+        progress(f"finishing the run folder: {self.finishing.value}")
         found = self.split_logs([n.index for n in outcomes])
         found.world = world
         for node in outcomes:                   # the workers' error files, where they are here
@@ -427,7 +443,6 @@ class RunDir:
         spec = self.spec
         state, why = blame.run_state(state, outcomes, found, spec.nodes, spec.fewest_nodes,
                                      bool(spec.workloads))
-        message = message or why
         first = None
         fired = [f for f in self.meta.get("faults") or [] if f.get("phase") == "begin" and f.get("ok")]
         blame.blame_nodes(outcomes, fired, found)
@@ -435,34 +450,80 @@ class RunDir:
             first = blame.first_failure(outcomes, found)
             if fired and state is not RunState.INTERRUPTED:
                 first = blame.fault_cause(first, outcomes, found, fired)
+        message_given = message
+
+        def record(first: blame.FirstFailure | None) -> None:
+            self.meta.update({
+                "state": state.value,
+                "first_failure": first.to_dict() if first else None,
+                "ok": state is RunState.PASSED,
+                "finished": _now(),
+                "message": message_given or why or (first.describe() if first else ""),
+                "node_outcomes": [n.to_dict() for n in outcomes],
+                "rank_exit_codes": {str(k): v for k, v in sorted(found.exit_codes.items())},
+                "rank_errors": {str(k): v for k, v in sorted(found.errors.items())
+                                if k in failed_ranks or (first and first.rank == k)},
+                "failed_ranks": failed_ranks,
+                "ranks_without_output": silent,
+                **({"stacks": stacks} if stacks else {}),
+                "checks": {"total": found.total, "failed": found.failed_count,
+                           "skipped": found.skipped},
+                "failed_checks": [
+                    {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in found.failed
+                ],
+            })
+
+        record(first)
+        if self.spec.trace:                     # the outcome is down before the (slow) merge
+            self.write_status()
+            self.finishing = FinishStep.TRACE
+            progress(f"finishing the run folder: {self.finishing.value}")
         comm = self.merge_trace(failed=state is not RunState.PASSED)
         if comm is not None:                    # the stuck/mismatched collective (issue 21)
             if first is None:                   # a hang: nobody failed, the deadline came
                 first = blame.FirstFailure(comm.get("rank"), hang=True)
             first.collective = comm
-        if first and not message:
-            message = first.describe()
-        self.meta.update({
-            "state": state.value,
-            "first_failure": first.to_dict() if first else None,
-            "ok": state is RunState.PASSED,
-            "finished": _now(),
-            "message": message,
-            "node_outcomes": [n.to_dict() for n in outcomes],
-            "rank_exit_codes": {str(k): v for k, v in sorted(found.exit_codes.items())},
-            "rank_errors": {str(k): v for k, v in sorted(found.errors.items())
-                            if k in failed_ranks or (first and first.rank == k)},
-            "failed_ranks": failed_ranks,
-            "ranks_without_output": silent,
-            **({"stacks": stacks} if stacks else {}),
-            "checks": {"total": found.total, "failed": found.failed_count,
-                       "skipped": found.skipped},
-            "failed_checks": [
-                {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in found.failed
-            ],
-        })
+            record(first)
         self.release_reserve()
         self.write_status()
+        self.finishing = None
+
+    def write_cut_short(self, outcomes: list[NodeOutcome], signal: str, state: RunState,
+                        message: str) -> None:
+        """A second signal cut the run folder's finish short (`self.finishing`, the step
+        under way): status.json says so, truthfully: state interrupted, what is missing
+        and how to get it, and how the lab itself had ended (`state`, `message`). Never
+        raises; leaves no temporary file (every writer here is atomic)."""
+        step = self.finishing or FinishStep.REPORT
+        missing = [s.missing(self.path) for s in FinishStep if s.at_or_after(step)
+                   and (s is not FinishStep.TRACE or self._traced())]
+        if self._split is not None:
+            self._split.close()
+            self._split = None
+        if self.meta.get("state") not in (None, RunState.RUNNING.value):   # decided from the logs
+            state, message = RunState(self.meta["state"]), self.meta.get("message") or ""
+        lab = f"the lab itself had {state.value}" if state is not RunState.INTERRUPTED else \
+            "the lab itself had been interrupted"
+        self.meta.update({
+            "state": RunState.INTERRUPTED.value, "ok": False, "finished": _now(),
+            "signal": signal, "unfinished": missing,
+            "message": (f"{signal} cut the run folder's finish short while {step.value}: "
+                        + "; ".join(missing)
+                        + f"; {lab}" + (f" ({message})" if message else "")),
+        })
+        self.meta.setdefault("node_outcomes", [n.to_dict() for n in outcomes])
+        self.release_reserve()
+        try:
+            self.write_status()
+        except OSError:
+            pass
+        self.finishing = None
+
+    def _traced(self) -> bool:
+        try:
+            return bool(self.spec.trace)
+        except Exception:       # noqa: BLE001 - a damaged spec.yaml: say nothing of a trace
+            return False
 
     def merge_trace(self, failed: bool = False) -> dict | None:
         """trace.json from the rank logs when the lab recorded ops (labctl/trace.py); the

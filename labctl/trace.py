@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 from workloads._trace import CLOCK_ROUNDS, FR_MARKER, MARKER   # what the ranks write (stdlib-only import)
 
+from . import atomicfile
 from .tables import table
 
 _MARKER_BYTES = MARKER.encode()
@@ -447,8 +448,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
     per_rank = max(MIN_PENDING_PER_RANK, MAX_PENDING_OPS // max(1, len(logs)))
     readers = [_RankReader(path, rank, summary, per_rank) for rank, path in sorted(logs.items())]
     groups: dict[str, list[int]] = {}
-    tmp = summary.path.with_name(summary.path.name + ".tmp")
-    with open(tmp, "w") as f:
+    with atomicfile.atomic_open(summary.path) as f:       # cut short: no trace.json, no .tmp
         f.write('{"traceEvents":[\n')
         m = _Merge(summary, f, hostnames or {})
 
@@ -472,7 +472,6 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         f.write("\n],\n")
         f.write('"displayTimeUnit":"ms",\n"metadata":' + json.dumps(_metadata(summary), sort_keys=True)
                 + "}\n")
-    tmp.replace(summary.path)
     return summary
 
 
@@ -715,5 +714,6 @@ def write_timeline(run_path: str | Path) -> Path | None:
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     target = run_path / TIMELINE_FILE
-    fig.savefig(target)
+    with atomicfile.atomic_open(target, "wb") as f:
+        fig.savefig(f, format="png")
     return target

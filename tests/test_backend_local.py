@@ -168,3 +168,65 @@ def test_nccl_is_refused_where_local_ranks_cannot_each_have_a_gpu(nodes, nproc, 
     found = nccl_refusal(spec.from_dict({"dist_backend": "nccl", "nodes": nodes,
                                          "nproc_per_node": nproc}), gpus)
     assert (found is None) if refused is None else (refused in found)
+
+
+MANY_OPS = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4)
+for _ in range(20000):
+    dist.all_reduce(t)
+dist.destroy_process_group()
+"""
+
+
+def test_signals_while_labctl_finishes_the_run_folder(tmp_path, write_script):
+    """Issue 28: both ranks succeeded and labctl merges a 40,000-op trace. A first SIGINT
+    (to labctl's whole process group, as a terminal sends it) is noted and the finish goes
+    on; a second one cuts the merge short: exit 130, status.json interrupted and truthful
+    (the lab itself had passed; no trace.json; how to get it), no temporary file, nothing
+    left running. (One signal at each step: tests/test_lab.py.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    script = write_script(MANY_OPS)
+    out = tmp_path / "run"
+    up = subprocess.Popen([sys.executable, "-m", "labctl.cli", "up", "--script", str(script),
+                           "--nodes", "1", "--nproc-per-node", "2", "--trace", "--out", str(out)],
+                          cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True)
+    said = []
+    try:
+        for line in up.stderr:
+            said.append(line)
+            if line.startswith("finishing the run folder: merging the trace"):
+                os.killpg(up.pid, signal.SIGINT)
+            elif line.startswith("SIGINT: finishing the run folder first"):
+                os.killpg(up.pid, signal.SIGINT)
+        up.wait(timeout=120)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+    text = "".join(said)
+    assert up.returncode == 130, text[-3000:]
+    assert "SIGINT: merging the trace cut short" in text, text[-3000:]
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["signal"] == "SIGINT", status
+    assert status["message"].startswith("SIGINT cut the run folder's finish short while merging "
+                                        "the trace: no trace.json"), status["message"]
+    assert status["message"].endswith("the lab itself had passed"), status["message"]
+    assert status["checks"] == {"total": 0, "failed": 0, "skipped": 0}, "decided before the merge"
+    assert [n["state"] for n in status["node_outcomes"]] == ["succeeded"]
+    assert sorted(p.name for p in out.rglob("*.tmp")) == [] and not (out / "trace.json").exists()
+    assert not (out / ".labctl-reserve").exists()
+    assert (out / "ranks" / "rank-1.log").stat().st_size > 0, "the rank logs are whole"
+    assert_nothing_left(status["run_id"])
+    # the folder reads back: `labctl trace` writes what the cut merge did not
+    from conftest import labctl
+    again = labctl("trace", str(out))
+    assert again.returncode == 0 and (out / "trace.json").is_file(), again.stderr

@@ -202,3 +202,53 @@ def test_a_failed_collection_is_an_error_deletes_nothing_and_down_saves_the_logs
         if run_id is not None and not _nothing_left(run_id):
             subprocess.run([sys.executable, "-m", "labctl.cli", "down", "--discard-logs", str(out)],
                            cwd=tmp_path, capture_output=True, timeout=120)
+
+
+MANY_OPS = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4)
+for _ in range(20000):
+    dist.all_reduce(t)
+print(f"rank {dist.get_rank()} ok", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_ctrl_c_while_the_run_folder_is_finished_lets_it_finish(tmp_path):
+    """Issue 28: both containers succeeded, their logs are collected, and labctl merges a
+    40,000-op trace: Ctrl-C then is noted, the folder is finished (trace.json, report.md,
+    the lab's own outcome: exit 0), and nothing is left."""
+    script = tmp_path / "ops.py"
+    script.write_text(MANY_OPS)
+    out = tmp_path / "run"
+    up = subprocess.Popen([sys.executable, "-m", "labctl.cli", "up", "--backend", "compose",
+                           "--script", script.name, "--name", "finish", "--nodes", "2",
+                           "--nproc-per-node", "1", "--trace", "--out", str(out)], cwd=tmp_path,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True)
+    said, run_id = [], None
+    try:
+        for line in up.stderr:
+            said.append(line)
+            if line.startswith("finishing the run folder: merging the trace"):
+                os.killpg(up.pid, signal.SIGINT)
+        up.wait(timeout=300)
+        text = "".join(said)
+        run_id = json.loads((out / "status.json").read_text())["run_id"]
+        assert up.returncode == 0, text[-3000:]
+        assert "SIGINT: finishing the run folder first" in text, text[-3000:]
+        status = json.loads((out / "status.json").read_text())
+        assert status["state"] == "passed" and status["trace"]["ops"] == 40000, status
+        assert any("SIGINT arrived while the run folder was being finished" in n
+                   for n in status["notes"])
+        assert (out / "report.md").is_file() and (out / "trace.json").is_file()
+        assert sorted(p.name for p in out.rglob("*.tmp")) == []
+        assert _nothing_left(run_id)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+        if run_id is not None and not _nothing_left(run_id):
+            subprocess.run([sys.executable, "-m", "labctl.cli", "down", "--discard-logs", str(out)],
+                           cwd=tmp_path, capture_output=True, timeout=120)

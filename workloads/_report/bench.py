@@ -19,6 +19,7 @@ from workloads._benchmath import (  # noqa: F401  (re-exported: the one definiti
     COLLECTIVES, OPS, P2P, algbw_GBps, busbw_factor, busbw_GBps, percentile, sizes, validate_sweep,
 )
 
+from labctl.atomicfile import atomic_open
 from labctl.errors import LabError
 from labctl.tables import table as _table
 
@@ -268,6 +269,7 @@ def write_plots(run) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         target = Path(run.path) / name
-        fig.savefig(target)
+        with atomic_open(target, "wb") as f:     # a signal mid-write leaves no half picture
+            fig.savefig(f, format="png")
         written.append(target)
     return written

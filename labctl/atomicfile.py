@@ -1,0 +1,35 @@
+"""Files written whole or not at all.
+
+A run folder is read by people and tools after labctl is gone, so a file it
+holds is either the old one or the new one: never half of one, and never a
+`.tmp` left beside it (a signal may cut the write short at any byte).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+    """Open `<path>.tmp` for writing; on a clean exit it replaces `path`, on any
+    exception (KeyboardInterrupt and labctl's Interrupted included) it is removed."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, mode, **kwargs) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_open(path) as f:
+        f.write(text)
