@@ -3,25 +3,40 @@
 The fakes stand in for CoreV1Api, BatchV1Api and NetworkingV1Api only: they
 keep objects, answer with the client's real model classes, and play a tiny
 Job controller + kubelet (pods go Pending -> Running -> their scripted exit).
-Everything else — rendering, the run folder, log splitting — is the real code.
+They fail as a real API server does, through the client's own code: errors are
+the exceptions `ApiException.from_response` makes of a real urllib3 response
+(NotFoundException, ServiceException ..., headers such as Retry-After
+included), connections drop with urllib3's own exceptions, and pod logs and
+event lists with `_preload_content=False` are real urllib3 responses whose
+bodies are bytes read off a (fake) socket, made as they are read and cut where
+a test says. Everything else — rendering, the run folder, log splitting — is
+the real code.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable, Iterable
 
 import pytest
+import urllib3
 from kubernetes import client as kc
 from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTResponse
 
 from labctl import driver, lab
 from labctl import spec as specmod
 from labctl.backends import k8s as backend
+from labctl.backends import k8s_api
 from labctl.errors import LabError
 from labctl.plan import plan
 from labctl.render import k8s as render
@@ -29,6 +44,90 @@ from labctl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 NS = "labs"
+RESET = "ConnectionResetError(104, 'Connection reset by peer')"
+
+
+# ---- how a real API server fails, through the client's own code -----------------------
+def api_error(status: int, reason: str, message: str | None = None,
+              headers: dict[str, str] | None = None) -> ApiException:
+    """What the client raises for this answer: `ApiException.from_response` of a real
+    urllib3 response with a Status body (NotFoundException for 404, ServiceException for
+    5xx, ApiException for 429 ...), its headers (Retry-After) on `.headers`."""
+    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
+                       "reason": reason.replace(" ", ""), "message": message or reason}).encode()
+    raw = urllib3.HTTPResponse(body=io.BytesIO(body), status=status, reason=reason,
+                               headers={"Content-Type": "application/json", **(headers or {})},
+                               preload_content=False)
+    response = RESTResponse(raw)
+    response.read()
+    try:
+        ApiException.from_response(http_resp=response, body=body.decode(), data=None)
+    except ApiException as exc:
+        return exc
+    raise AssertionError("from_response always raises")
+
+
+def read_timeout(method: str = "GET") -> Exception:
+    """A read that timed out, as the client raises it: urllib3 retries a GET's read
+    itself (3 times) and then gives up with MaxRetryError; a POST's comes as it is."""
+    url = f"/api/v1/namespaces/{NS}/x"
+    error = urllib3.exceptions.ReadTimeoutError(None, url, "Read timed out. (read timeout=15)")
+    return urllib3.exceptions.MaxRetryError(None, url, error) if method == "GET" else error
+
+
+def refused() -> Exception:
+    """Nobody listening (a control plane restarting): urllib3's MaxRetryError(NewConnectionError)."""
+    conn = urllib3.connection.HTTPSConnection("10.0.0.1", 6443)
+    error = urllib3.exceptions.NewConnectionError(
+        conn, "Failed to establish a new connection: [Errno 111] Connection refused")
+    return urllib3.exceptions.MaxRetryError(None, f"/api/v1/namespaces/{NS}/pods", error)
+
+
+def dropped() -> Exception:
+    """A connection reset while the request was on its way (no answer came back)."""
+    return urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer"))
+
+
+class SocketBody(io.RawIOBase):
+    """A response body as urllib3 reads it off a socket: the pieces are made as they are
+    read (a 100 MB log costs no 100 MB here), and the connection drops after `cut_at`
+    bytes the way a reset one does (urllib3 turns it into its own ProtocolError)."""
+
+    def __init__(self, pieces: Iterable[bytes], cut_at: int | None = None):
+        self.pieces, self.left, self.sent, self.cut_at = iter(pieces), b"", 0, cut_at
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.cut_at is not None and self.sent >= self.cut_at:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        while not self.left:
+            piece = next(self.pieces, None)
+            if piece is None:
+                return 0
+            self.left = piece
+        n = min(len(buffer), len(self.left))
+        if self.cut_at is not None:
+            n = min(n, self.cut_at - self.sent)
+        buffer[:n] = self.left[:n]
+        self.left, self.sent = self.left[n:], self.sent + n
+        return n
+
+
+def streamed(pieces: Iterable[bytes], cut_at: int | None = None, content_type: str = "text/plain"):
+    """What `_preload_content=False` returns: the urllib3 response, its body unread."""
+    return urllib3.HTTPResponse(body=SocketBody(pieces, cut_at), status=200, reason="OK",
+                                headers={"Content-Type": content_type}, preload_content=False)
+
+
+def served(method: Callable) -> Callable:
+    """A fake API method: the scripted failures (FakeState.fail, .outage) come first."""
+    @functools.wraps(method)
+    def serve(self, *args, **kwargs):
+        self.s.answer(method.__name__)
+        return method(self, *args, **kwargs)
+    return serve
 
 
 class FakeState:
@@ -48,6 +147,34 @@ class FakeState:
         self.admitted_at_poll = admitted_at_poll    # Kueue: the Job stays suspended until then
         self.started_at_poll: int | None = 0        # None while no pods exist (suspended Job)
         self.nodes: list[dict] | Exception = []     # what list_node answers (or raises)
+        # how the server fails: the next calls of a method, every call (an outage), a
+        # call done whose answer is lost, a log stream cut after so many bytes
+        self.failures: dict[str, list[Exception]] = collections.defaultdict(list)
+        self.outage: Callable[[], Exception] | None = None
+        self.answers_lost: dict[str, int] = collections.Counter()
+        self.log_cuts: dict[str, list[int | None]] = collections.defaultdict(list)
+        self.on_poll: dict[int, Callable[[], None]] = {}
+        self.tries: dict[str, list[float]] = collections.defaultdict(list)   # method -> when
+        self.pod_events: dict[str, list[dict]] = {}     # more events of a pod (raw dicts)
+        self.raw_event_bytes = b""                      # spliced into every event message
+
+    def answer(self, method: str) -> None:
+        """Every call: noted, then failed if the script says so."""
+        self.tries[method].append(time.monotonic())
+        if self.outage is not None:
+            raise self.outage()
+        if self.failures[method]:
+            raise self.failures[method].pop(0)
+
+    def fail(self, method: str, *errors: Exception) -> None:
+        """The next len(errors) calls of `method` fail with these, in order."""
+        self.failures[method].extend(errors)
+
+    def lose_answer(self, method: str) -> None:
+        """After a call that worked: the answer never arrives (the connection dropped)."""
+        if self.answers_lost[method]:
+            self.answers_lost[method] -= 1
+            raise dropped()
 
     # -- generic object store ---------------------------------------------------
     def create(self, kind: str, ns: str, body: dict) -> None:
@@ -55,7 +182,7 @@ class FakeState:
         name = body["metadata"]["name"]
         self.calls.append(("create", kind, name))
         if name in self.objects.setdefault(kind, {}):
-            raise ApiException(status=409, reason="AlreadyExists")
+            raise api_error(409, "Conflict", f'{kind.lower()}s "{name}" already exists')
         self.objects[kind][name] = body
         if kind == "Job" and not body["spec"].get("suspend"):
             self._start_pods(body)
@@ -73,7 +200,7 @@ class FakeState:
     def delete(self, kind: str, name: str, ns: str, **options) -> None:
         self.calls.append(("delete", kind, name, options.get("propagation_policy")))
         if name not in self.objects.get(kind, {}):
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "Not Found", f'{kind.lower()}s "{name}" not found')
         body = self.objects[kind].pop(name)
         if kind == "Job" and options.get("propagation_policy") in ("Background", "Foreground"):
             for pod in [p for p in self.objects.get("Pod", {}).values()
@@ -101,6 +228,8 @@ class FakeState:
         self.polls += 1
         if self.interrupt_at_poll == self.polls:
             raise KeyboardInterrupt
+        if self.polls in self.on_poll:
+            self.on_poll.pop(self.polls)()
         for job in self.objects.get("Job", {}).values():
             admitted = self.admitted_at_poll is not None and self.polls >= self.admitted_at_poll
             if job["spec"].get("suspend") and admitted:
@@ -143,7 +272,7 @@ def _status(state: dict) -> dict:
             "restartCount": 0, "state": state}
 
 
-def _node_log(job: dict, index: int) -> str:
+def _node_log(job: dict, index: int) -> bytes:
     """What torchrun would print on node `index`: tee-prefixed result lines per rank."""
     nproc = int(next(e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
                      if e["name"] == "LAB_NPROC_PER_NODE"))
@@ -152,7 +281,12 @@ def _node_log(job: dict, index: int) -> str:
         for name in ("ring", "workload_done"):
             record = {"workload": "env", "name": name, "rank": rank, "ok": True}
             lines.append(f"[rank{rank}]:@@labctl-result {json.dumps(record)}")
-    return "\n".join(lines) + "\n"
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _never_started(pod: dict) -> bool:
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return not any("running" in c["state"] or "terminated" in c["state"] for c in statuses)
 
 
 def _items(model: str, bodies: list[dict]):
@@ -163,44 +297,70 @@ class FakeCoreV1Api:
     def __init__(self, state: FakeState):
         self.s = state
 
+    @served
     def create_namespaced_config_map(self, namespace, body, **_kw):
         self.s.create("ConfigMap", namespace, body)
+        self.s.lose_answer("create_namespaced_config_map")
 
+    @served
     def create_namespaced_service(self, namespace, body, **_kw):
         self.s.create("Service", namespace, body)
+        self.s.lose_answer("create_namespaced_service")
 
+    @served
     def list_node(self, **_kw):
         self.s.calls.append(("list", "Node"))
         if isinstance(self.s.nodes, Exception):
             raise self.s.nodes
         return _items("V1NodeList", self.s.nodes)
 
+    @served
     def list_namespaced_pod(self, namespace, label_selector, **_kw):
         return _items("V1PodList", self.s.listing("Pod", namespace, label_selector))
 
+    @served
     def list_namespaced_service(self, namespace, label_selector, **_kw):
         return _items("V1ServiceList", self.s.listing("Service", namespace, label_selector))
 
+    @served
     def list_namespaced_config_map(self, namespace, label_selector, **_kw):
         return _items("V1ConfigMapList", self.s.listing("ConfigMap", namespace, label_selector))
 
+    @served
     def delete_namespaced_pod(self, name, namespace, **kw):
         self.s.delete("Pod", name, namespace, **kw)
 
+    @served
     def delete_namespaced_service(self, name, namespace, **kw):
         self.s.delete("Service", name, namespace, **kw)
 
+    @served
     def delete_namespaced_config_map(self, name, namespace, **kw):
         self.s.delete("ConfigMap", name, namespace, **kw)
 
-    def read_namespaced_pod_log(self, name, namespace, container, **_kw):
+    @served
+    def read_namespaced_pod_log(self, name, namespace, container, _preload_content=True, **_kw):
+        """The kubelet's bytes. With `_preload_content` (the client's default) the client
+        decodes them as UTF-8, strictly (`ApiClient.response_deserialize`), as here."""
         assert container == "node"
         self.s.calls.append(("log", "Pod", name))
         if name not in self.s.objects.get("Pod", {}):
-            raise ApiException(status=404, reason="NotFound")
-        return self.s.pod_logs[name]
+            raise api_error(404, "Not Found", f'pods "{name}" not found')
+        if _never_started(self.s.objects["Pod"][name]):
+            raise api_error(400, "Bad Request",
+                            f'container "node" in pod "{name}" is waiting to start: ContainerCreating')
+        log = self.s.pod_logs[name]
+        pieces = log() if callable(log) else [log.encode() if isinstance(log, str) else log]
+        if _preload_content:
+            return b"".join(pieces).decode("utf-8")
+        cuts = self.s.log_cuts[name]
+        return streamed(pieces, cuts.pop(0) if cuts else None)
 
-    def list_namespaced_event(self, namespace, field_selector, **_kw):
+    @served
+    def list_namespaced_event(self, namespace, field_selector, limit=None, _continue=None,
+                              _preload_content=True, **_kw):
+        """Events as the client's models, or (`_preload_content=False`) as the JSON bytes
+        of one page of `limit` (the `continue` token: where the next page starts)."""
         fields = dict(part.split("=", 1) for part in field_selector.split(","))
         if fields.get("reason") == "FailedScheduling":
             self.s.calls.append(("events", "FailedScheduling", ""))
@@ -216,28 +376,42 @@ class FakeCoreV1Api:
         reason = "SuccessfulCreate" if kind == "Job" else "Started"
         if kind == "Pod" and self.s.unschedulable and name.startswith("lab-1-"):
             reason = "FailedScheduling"
-        return _items("CoreV1EventList", [{
-            "metadata": {"name": f"{name}.1"}, "involvedObject": {"kind": kind, "name": name},
-            "reason": reason, "message": f"{reason} for {name}", "type": "Normal",
-            "lastTimestamp": "2026-01-01T00:00:01Z", "count": 1}])
+        items = [{"metadata": {"name": f"{name}.1"}, "involvedObject": {"kind": kind, "name": name},
+                  "reason": reason, "message": f"{reason} for {name}@@raw@@", "type": "Normal",
+                  "lastTimestamp": "2026-01-01T00:00:01Z", "count": 1}] + self.s.pod_events.get(name, [])
+        if _preload_content:
+            for item in items:
+                item["message"] = item["message"].replace("@@raw@@", "")
+            return _items("CoreV1EventList", items)
+        start = int(_continue or 0)
+        end = start + limit if limit else len(items)
+        page = {"kind": "EventList", "apiVersion": "v1", "items": items[start:end],
+                "metadata": {"continue": str(end)} if end < len(items) else {}}
+        body = json.dumps(page).encode().replace(b"@@raw@@", self.s.raw_event_bytes)
+        return streamed([body], content_type="application/json")
 
 
 class FakeBatchV1Api:
     def __init__(self, state: FakeState):
         self.s = state
 
+    @served
     def create_namespaced_job(self, namespace, body, **_kw):
         self.s.create("Job", namespace, body)
+        self.s.lose_answer("create_namespaced_job")
 
+    @served
     def read_namespaced_job(self, name, namespace, **_kw):
         self.s.tick()
         if name not in self.s.objects.get("Job", {}):
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "Not Found", f'jobs.batch "{name}" not found')
         return kc.V1Job.from_dict(self.s.objects["Job"][name])
 
+    @served
     def list_namespaced_job(self, namespace, label_selector, **_kw):
         return _items("V1JobList", self.s.listing("Job", namespace, label_selector))
 
+    @served
     def delete_namespaced_job(self, name, namespace, **kw):
         self.s.delete("Job", name, namespace, **kw)
 
@@ -246,12 +420,16 @@ class FakeNetworkingV1Api:
     def __init__(self, state: FakeState):
         self.s = state
 
+    @served
     def create_namespaced_network_policy(self, namespace, body, **_kw):
         self.s.create("NetworkPolicy", namespace, body)
+        self.s.lose_answer("create_namespaced_network_policy")
 
+    @served
     def list_namespaced_network_policy(self, namespace, label_selector, **_kw):
         return _items("V1NetworkPolicyList", self.s.listing("NetworkPolicy", namespace, label_selector))
 
+    @served
     def delete_namespaced_network_policy(self, name, namespace, **kw):
         self.s.delete("NetworkPolicy", name, namespace, **kw)
 
@@ -263,7 +441,11 @@ def fake_cluster(state: FakeState) -> backend.Cluster:
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch):
+    """Polls and retries at test speed: backoff 10 ms doubling to 50 ms, 2 s per call."""
     monkeypatch.setattr(backend, "POLL_S", 0.01)
+    monkeypatch.setattr(k8s_api, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(k8s_api, "BACKOFF_MAX_S", 0.05)
+    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 2.0)
 
 
 def setup_run(tmp_path, run_id="lab-run-1", **fields):
@@ -478,7 +660,7 @@ def test_down_deletes_nothing_when_the_logs_cannot_be_saved(tmp_path):
     core = FakeCoreV1Api(state)
 
     def broken_log(name, namespace, container, **_kw):
-        raise ApiException(status=500, reason="Internal Server Error")
+        raise api_error(500, "Internal Server Error")
     core.read_namespaced_pod_log = broken_log
     cluster = backend.Cluster(core, FakeBatchV1Api(state), FakeNetworkingV1Api(state), NS, "fake-context")
     before = {kind: sorted(objs) for kind, objs in state.objects.items()}
@@ -714,7 +896,7 @@ def k8s_node(name: str, gpus: int | None) -> dict:
     ([k8s_node("cpu-a", None), k8s_node("cpu-b", 0)], 1, "no node of context fake-context advertises nvidia.com/gpu (2 node(s)"),
     ([k8s_node("cpu-a", None), k8s_node("gpu-a", 2)], 4, "the most any node of context fake-context has is 2 (gpu-a); use --nproc-per-node 2"),
     ([k8s_node("gpu-a", 8)], 4, None),
-    (ApiException(status=403, reason="Forbidden"), 1, None),       # no right to list nodes: the scheduler will say
+    (api_error(403, "Forbidden"), 1, None),       # no right to list nodes: the scheduler will say
 ])
 def test_preflight_refuses_nccl_when_the_api_says_no_node_has_the_gpus(nodes, nproc, refused):
     from labctl.backends.base import PreflightError
