@@ -379,15 +379,13 @@ class FakeCoreV1Api:
         items = [{"metadata": {"name": f"{name}.1"}, "involvedObject": {"kind": kind, "name": name},
                   "reason": reason, "message": f"{reason} for {name}@@raw@@", "type": "Normal",
                   "lastTimestamp": "2026-01-01T00:00:01Z", "count": 1}] + self.s.pod_events.get(name, [])
-        if _preload_content:
-            for item in items:
-                item["message"] = item["message"].replace("@@raw@@", "")
-            return _items("CoreV1EventList", items)
         start = int(_continue or 0)
         end = start + limit if limit else len(items)
         page = {"kind": "EventList", "apiVersion": "v1", "items": items[start:end],
                 "metadata": {"continue": str(end)} if end < len(items) else {}}
         body = json.dumps(page).encode().replace(b"@@raw@@", self.s.raw_event_bytes)
+        if _preload_content:                # the client decodes the body strictly, then models
+            return _items("CoreV1EventList", json.loads(body.decode("utf-8"))["items"])
         return streamed([body], content_type="application/json")
 
 
@@ -932,3 +930,181 @@ def test_kill_node_deletes_the_pod_and_the_node_reads_killed_by_the_fault(tmp_pa
     (record,) = [json.loads(line) for line in (rundir.path / "faults.jsonl").read_text().splitlines()]
     assert record["ok"] and record["did"].startswith("deleted pod lab-1-x1z")
     assert any("fault kill-node:1@0 (begin)" in line for line in lines)
+
+
+# ---- nothing lost: any bytes, any size, an API server that fails now and then (issue 28) ----
+BAD_BYTES = (b"[rank0]:latin-1 \xe9t\xe9, a lone \xff, half a euro \xe2\x82 and NUL \x00\n"
+             b"[rank1]:\xfe\xfe not UTF-8 at all\n")
+
+
+def test_a_log_that_is_not_utf8_arrives_byte_for_byte_in_the_node_and_rank_logs(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    served_bytes = {}
+
+    def bad_bytes_in_node_0():
+        state.pod_logs["lab-0-x0z"] = served_bytes[0] = BAD_BYTES + state.pod_logs["lab-0-x0z"]
+    state.on_poll[1] = bad_bytes_in_node_0
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert rundir.node_log(0).read_bytes() == served_bytes[0]
+    rundir.finalize(outcomes, status, message)
+    assert rundir.meta["state"] == "passed" and rundir.meta["checks"]["total"] == 8
+    assert b"latin-1 \xe9t\xe9, a lone \xff, half a euro \xe2\x82 and NUL \x00\n" in rundir.rank_log(0).read_bytes()
+    assert b"\xfe\xfe not UTF-8 at all\n" in rundir.rank_log(1).read_bytes()
+
+
+def test_a_100_mb_log_is_streamed_to_the_node_log_in_bounded_memory(tmp_path):
+    """The pod's 100 MiB are made as the client reads them; labctl holds LOG_CHUNK at a time
+    (the old read held the whole log twice over: bytes, then the decoded string)."""
+    import tracemalloc
+
+    state = FakeState()
+    applied(tmp_path, state, ticks=4)
+    line = b"[rank0]:" + b"x" * 1015 + b"\n"                       # 1 KiB
+    state.pod_logs["lab-0-x0z"] = lambda: (line * 64 for _ in range(1600))   # 100 MiB
+    p, rundir = setup_run(tmp_path, run_id="lab-applied")
+    cluster, lines = fake_cluster(state), []
+    tracemalloc.start()
+    try:
+        backend._collect({0: "lab-0", 1: "lab-1"}, "lab", "lab-applied", rundir, cluster, lines.append)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert rundir.node_log(0).stat().st_size == 100 << 20
+    with open(rundir.node_log(0), "rb") as f:
+        assert f.read(1024) == line and (f.seek(-1024, 2), f.read())[1] == line
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB while streaming a 100 MiB log"
+
+
+def test_a_429_is_waited_out_as_its_retry_after_says_and_the_lab_passes(tmp_path):
+    p, rundir = setup_run(tmp_path)
+    state = FakeState()
+    state.on_poll[2] = lambda: state.fail("list_namespaced_pod", api_error(
+        429, "Too Many Requests", "too many requests, please try again later", {"Retry-After": "1"}))
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    times = state.tries["list_namespaced_pod"]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert sum(g >= 1.0 for g in gaps) == 1, "one wait of the server's Retry-After (1 s), not 10 ms"
+    assert all(not objs for objs in state.objects.values())
+
+
+@pytest.mark.parametrize("failures", [
+    [api_error(503, "Service Unavailable")] * 3,
+    [api_error(500, "Internal Server Error"), api_error(502, "Bad Gateway"), api_error(504, "Gateway Timeout")],
+    [refused(), refused()],
+    [read_timeout(), dropped()],
+], ids=["503x3", "500-502-504", "refused", "timeout-dropped"])
+def test_a_poll_that_fails_a_few_times_is_retried_and_the_lab_passes(tmp_path, failures):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    state.on_poll[2] = lambda: state.fail("read_namespaced_job", *failures)
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert len(state.tries["read_namespaced_job"]) == state.polls + len(failures)
+    assert rundir.node_log(0).read_bytes() and rundir.node_log(1).read_bytes()
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_a_create_whose_answer_was_lost_is_retried_and_finds_its_own_object(tmp_path):
+    """A POST that worked but whose answer never came: the retry gets 409 for the run's
+    own Job, which is no conflict with another run."""
+    p, rundir = setup_run(tmp_path)
+    state = FakeState()
+    state.answers_lost["create_namespaced_job"] = 1
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert created_kinds(state) == ["Service", "NetworkPolicy", "Job", "Job"]
+
+
+def test_a_refusal_during_the_poll_is_one_line_not_an_internal_error(tmp_path):
+    p, rundir = setup_run(tmp_path)
+    state = FakeState(exit_codes={0: None, 1: None})
+    forbidden = ('pods is forbidden: User "system:serviceaccount:labs:lab" cannot list resource '
+                 '"pods" in API group "" in the namespace "labs"')
+    state.on_poll[3] = lambda: state.fail("list_namespaced_pod", api_error(403, "Forbidden", forbidden))
+    with pytest.raises(LabError) as err:
+        up(state, p, rundir)
+    assert str(err.value) == f"Kubernetes API: GET pods in namespace labs: 403 Forbidden: {forbidden}"
+    answered = [c for c in state.calls if c[:2] == ("list", "Pod")]
+    assert len(state.tries["list_namespaced_pod"]) == len(answered) + 1, "the 403 was not retried"
+    assert rundir.node_log(0).read_bytes(), "the logs were collected (the API answers) ..."
+    assert all(not objs for objs in state.objects.values()), "... and the lab deleted"
+
+
+def test_an_api_that_times_out_past_the_deadline_ends_the_lab_in_one_line_and_keeps_it(tmp_path, monkeypatch):
+    """Every call times out from the third poll on, past the lab's deadline (2 s; the
+    per-call cap is 60 s): one line naming the call, the lab kept with nothing deleted;
+    once the API is back, `labctl down` saves every log, then deletes."""
+    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 60.0)
+    spec = specmod.from_dict({"backend": "k8s", "nodes": 2, "timeout": 2})
+    state = FakeState(exit_codes={0: None, 1: None})
+    state.on_poll[3] = lambda: setattr(state, "outage", read_timeout)
+    lines: list[str] = []
+    t0 = time.monotonic()
+    with pytest.raises(LabError) as err:
+        lab.up(spec, out=str(tmp_path / "run"), progress=lines.append,
+               backend=backend.K8sBackend(lines.append, cluster=fake_cluster(state)))
+    took = time.monotonic() - t0
+    text = str(err.value)
+    assert "\n" not in text and "internal error" not in text
+    assert re.fullmatch(r"Kubernetes API: GET \S+ in namespace labs: timed out \(.*Read timed out.*\), "
+                        r"\d+ tries over [12]s, until the lab's deadline; the lab was kept: "
+                        rf"`labctl down {re.escape(str(tmp_path / 'run'))}` saves the logs, then removes it",
+                        text), text
+    assert took < 10, f"{took:.1f}s: the cleanup after a lasting failure tries each call once"
+    assert not [c for c in state.calls if c[0] == "delete"] and state.objects["Job"], "nothing deleted"
+    run = RunDir.open(tmp_path / "run")
+    assert run.meta["state"] == "error" and run.meta["logs_uncollected"] is True
+    assert "collecting the logs failed: Kubernetes API: GET pods in namespace labs" in run.meta["message"]
+    state.outage = None                                    # the control plane is back
+    summary = lab.down(run, progress=lambda line: None, cluster=fake_cluster(state))
+    assert summary.startswith(f"saved the logs into {run.path}")
+    assert run.node_log(0).read_bytes() and run.node_log(1).read_bytes()
+    assert all(not objs for objs in state.objects.values())
+    after = RunDir.open(run.path).meta
+    assert after["state"] == "error" and after["message"].endswith("`labctl down` saved the logs afterwards")
+
+
+def test_a_log_cut_in_the_middle_is_read_again_whole(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    state.log_cuts["lab-0-x0z"] = [100]                  # the first read breaks off after 100 bytes
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert rundir.node_log(0).read_bytes() == state.pod_logs["lab-0-x0z"]
+    assert [c for c in state.calls if c == ("log", "Pod", "lab-0-x0z")] == [("log", "Pod", "lab-0-x0z")] * 2
+
+
+def test_a_log_cut_every_time_keeps_the_lab_and_says_so(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    state.log_cuts["lab-0-x0z"] = [100] * 10_000
+    lines: list[str] = []
+    result = driver.run(p, backend.K8sBackend(lines.append, cluster=fake_cluster(state)), rundir,
+                        lines.append, grace=0.05)
+    assert result.state.value == "error" and result.kept
+    assert re.match(r"collecting the logs failed: could not read the log of pod lab-0-x0z: Kubernetes "
+                    r"API: GET pods/lab-0-x0z/log in namespace labs: cut after \d+ bytes: connection "
+                    rf"broken \(Connection broken: {re.escape(RESET)}\), \d+ tries over 2s; nothing was "
+                    r"deleted", result.message), result.message
+    assert rundir.node_log(1).read_bytes() == state.pod_logs["lab-1-x1z"], "the other logs are saved"
+    assert not [c for c in state.calls if c[0] == "delete"]
+
+
+def test_events_are_read_in_pages_and_bytes_that_are_not_utf8_do_not_lose_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(k8s_api, "EVENT_PAGE", 500)
+    p, rundir = setup_run(tmp_path)
+    state = FakeState()
+    state.raw_event_bytes = b" \xff\xfe"
+    state.pod_events["lab-0-x0z"] = [
+        {"metadata": {"name": f"lab-0-x0z.{i}"}, "involvedObject": {"kind": "Pod", "name": "lab-0-x0z"},
+         "reason": "Pulled", "message": f"event {i}", "type": "Normal",
+         "lastTimestamp": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z", "count": 1} for i in range(1200)]
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    text = (rundir.path / "events" / "pod-lab-0-x0z.log").read_text()
+    assert len(text.splitlines()) == 1201
+    assert "Started pod/lab-0-x0z: Started for lab-0-x0z \ufffd\ufffd" in text
+    assert [c for c in state.calls if c == ("events", "Pod", "lab-0-x0z")] == [("events", "Pod", "lab-0-x0z")] * 3

@@ -36,8 +36,8 @@ from ..rundir import RunDir
 from ..spec import LabSpec
 from . import k8s_scheduling, k8s_settings
 from .base import Backend, BackendFailure, Bound, BoundRun, PreflightError, UnknownRun
-from .k8s_api import (CONNECT_RETRY_S, ApiUnavailable, Cluster, api_status, failure_text,
-                      retry_call)
+from .k8s_api import (CONNECT_RETRY_S, ApiUnavailable, Cluster, api_client, api_status,
+                      failure_text, retry_call)
 
 POLL_S = 2.0
 # Container waiting reasons that never resolve by themselves: fail now, not at the deadline.
@@ -84,7 +84,7 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
         raise
     except Exception as exc:       # ConfigException, bad YAML, missing cert files ...
         raise LabError(f"no Kubernetes cluster reachable: {_one_line(exc)}; {hint}") from None
-    api = client.ApiClient()
+    api = api_client()
     version = client.VersionApi(api)
     try:                           # a busy or rolling server is waited for; a refusal is not
         retry_call("GET /version", lambda timeout: version.get_code(_request_timeout=timeout),

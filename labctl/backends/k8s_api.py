@@ -159,7 +159,7 @@ def failure_text(exc: BaseException) -> str:
         reason = " ".join(str(getattr(exc, "reason", "") or "").split())
         text = f"{status} {reason}".strip() if status else reason
         message = _server_message(getattr(exc, "body", None))
-        return _short(f"{text}: {message}" if message else text)
+        return _short(f"{text}: {message}" if message and message != reason else text)
     inner = getattr(exc, "reason", None)
     if type(exc).__name__ == "MaxRetryError" and isinstance(inner, BaseException):
         return failure_text(inner)
@@ -216,6 +216,18 @@ def describe(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> str
     return f"{_VERBS.get(verb, verb.upper())} {path}" + (f" in namespace {namespace}" if namespace else "")
 
 
+def api_client(configuration: Any = None) -> Any:
+    """The client's ApiClient for `configuration` (default: the kubeconfig just loaded)
+    with urllib3's own retries off (`retries = False`): one layer retries, this one, so
+    one try lasts at most its request timeout, and a dropped connection surfaces as
+    urllib3's own error instead of being retried three times unseen."""
+    from kubernetes import client
+
+    configuration = configuration or client.Configuration.get_default_copy()
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
 # ---- trying, waiting, giving up -----------------------------------------------------------
 def retry_call(request: str, attempt: Callable[[float], _T], end: float, single: bool = False,
                connection_errors: bool = True, sleep: Callable[[float], None] = time.sleep,
@@ -257,7 +269,7 @@ def retry_call(request: str, attempt: Callable[[float], _T], end: float, single:
             if single:
                 why = " (not retried: the API server was failing just before)"
             elif asked and time.monotonic() + asked >= end:
-                why = f"{why_end}; it asked to retry after {asked:.0f}s, past that"
+                why = f"{why_end} (it asked to retry after {asked:.0f}s, past the retry window)"
             else:
                 why = why_end
             raise ApiUnavailable(request, exc, tries, time.monotonic() - start, why) from None
