@@ -439,11 +439,11 @@ def fake_cluster(state: FakeState) -> backend.Cluster:
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch):
-    """Polls and retries at test speed: backoff 10 ms doubling to 50 ms, 2 s per call."""
+    """Polls and retries at test speed: backoff 10 ms doubling to 50 ms, 1 s per call."""
     monkeypatch.setattr(backend, "POLL_S", 0.01)
     monkeypatch.setattr(k8s_api, "BACKOFF_S", 0.01)
     monkeypatch.setattr(k8s_api, "BACKOFF_MAX_S", 0.05)
-    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 2.0)
+    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 1.0)
 
 
 def setup_run(tmp_path, run_id="lab-run-1", **fields):
@@ -977,7 +977,8 @@ def test_a_100_mb_log_is_streamed_to_the_node_log_in_bounded_memory(tmp_path):
     assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB while streaming a 100 MiB log"
 
 
-def test_a_429_is_waited_out_as_its_retry_after_says_and_the_lab_passes(tmp_path):
+def test_a_429_is_waited_out_as_its_retry_after_says_and_the_lab_passes(tmp_path, monkeypatch):
+    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 5.0)      # room for the 1 s it asks for
     p, rundir = setup_run(tmp_path)
     state = FakeState()
     state.on_poll[2] = lambda: state.fail("list_namespaced_pod", api_error(
@@ -1087,7 +1088,7 @@ def test_a_log_cut_every_time_keeps_the_lab_and_says_so(tmp_path):
     assert result.state.value == "error" and result.kept
     assert re.match(r"collecting the logs failed: could not read the log of pod lab-0-x0z: Kubernetes "
                     r"API: GET pods/lab-0-x0z/log in namespace labs: cut after \d+ bytes: connection "
-                    rf"broken \(Connection broken: {re.escape(RESET)}\), \d+ tries over 2s; nothing was "
+                    rf"broken \(Connection broken: {re.escape(RESET)}\), \d+ tries over 1s; nothing was "
                     r"deleted", result.message), result.message
     assert rundir.node_log(1).read_bytes() == state.pod_logs["lab-1-x1z"], "the other logs are saved"
     assert not [c for c in state.calls if c[0] == "delete"]
