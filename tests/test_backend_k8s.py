@@ -687,9 +687,9 @@ def applied(tmp_path, state: FakeState, run_id="lab-applied", ticks=0, **fields)
     return p
 
 
-def collect(state: FakeState, tmp_path, run_id="lab-applied", **kw):
+def collect(state: FakeState, tmp_path, run_id="lab-applied", out_name="collected", **kw):
     lines: list[str] = []
-    run = lab.collect("k8s", run_id, out=str(tmp_path / "collected"), progress=lines.append,
+    run = lab.collect("k8s", run_id, out=str(tmp_path / out_name), progress=lines.append,
                       cluster=fake_cluster(state), **kw)
     return run, lines
 
@@ -1109,3 +1109,34 @@ def test_events_are_read_in_pages_and_bytes_that_are_not_utf8_do_not_lose_them(t
     assert len(text.splitlines()) == 1201
     assert "Started pod/lab-0-x0z: Started for lab-0-x0z \ufffd\ufffd" in text
     assert [c for c in state.calls if c == ("events", "Pod", "lab-0-x0z")] == [("events", "Pod", "lab-0-x0z")] * 3
+
+
+def test_an_api_that_keeps_failing_at_preflight_is_one_line_before_anything_is_created():
+    state = FakeState()
+    state.outage = lambda: api_error(503, "Service Unavailable")
+    s = specmod.from_dict({"backend": "k8s", "dist_backend": "nccl"})
+    p = plan(s, backend.K8sBackend().placement(s), "lab-run-1")
+    with pytest.raises(k8s_api.ApiUnavailable, match=r"^Kubernetes API: GET nodes: 503 Service "
+                                                     r"Unavailable, \d+ tries over 1s$"):
+        backend.K8sBackend(cluster=fake_cluster(state)).preflight(p)
+    assert not state.objects
+
+
+def test_collect_rides_out_a_flaky_api_and_says_a_dead_one_in_one_line(tmp_path):
+    """`labctl collect` polls and collects through the same calls as `up`."""
+    state = FakeState()
+    applied(tmp_path, state)
+    state.on_poll[2] = lambda: state.fail("list_namespaced_pod", api_error(503, "Service Unavailable"),
+                                          refused(), api_error(429, "Too Many Requests"))
+    run, _ = collect(state, tmp_path)
+    assert run.meta["state"] == "passed"
+    assert len(state.tries["list_namespaced_pod"]) == len([c for c in state.calls if c[:2] == ("list", "Pod")]) + 3
+
+    state = FakeState(exit_codes={0: None, 1: None})
+    applied(tmp_path, state)
+    state.on_poll[3] = lambda: setattr(state, "outage", lambda: api_error(503, "Service Unavailable"))
+    with pytest.raises(LabError) as err:
+        collect(state, tmp_path, run_id="lab-applied", out_name="dead")
+    assert re.fullmatch(r"Kubernetes API: GET pods in namespace labs: 503 Service Unavailable, \d+ tries "
+                        r"over 1s; see \S+", str(err.value)), str(err.value)
+    assert not [c for c in state.calls if c[0] == "delete"]

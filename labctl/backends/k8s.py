@@ -514,7 +514,8 @@ class K8sBackend(Backend):
         """nccl on a cluster whose API says no node has enough `nvidia.com/gpu` for one pod.
 
         Only when the API answers: no cluster, or no right to list nodes (RBAC on a
-        shared cluster), leaves the question to the scheduler, as before."""
+        shared cluster), leaves the question to the scheduler, as before; an API that
+        keeps failing (ApiUnavailable) is said at once, before anything is created."""
         spec = plan.spec
         if _is_jobset(spec):
             try:
@@ -528,7 +529,9 @@ class K8sBackend(Backend):
         try:
             cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
             nodes = cluster.call(cluster.core.list_node).items
-        except Exception:             # LabError (no cluster), ApiException (403), timeouts
+        except ApiUnavailable:        # the API keeps failing: starting would fail as well
+            raise
+        except Exception:             # LabError (no cluster), ApiRefused (403: RBAC)
             return
         gpus = {n.metadata.name: _quantity(((n.status and n.status.allocatable) or {})
                                            .get(k8s_render.GPU_RESOURCE, "0")) for n in nodes}
@@ -614,7 +617,9 @@ class K8sBackend(Backend):
             events = self.api.call(
                 self.api.core.list_namespaced_event, self.api.namespace,
                 field_selector="involvedObject.kind=Pod,reason=FailedScheduling").items
-        except Exception:
+        except ApiUnavailable:              # as any call of the poll: the lab ends, in one line
+            raise
+        except Exception:                   # no right to list events (403): the conditions say it
             events = []
         return k8s_scheduling.unschedulable(pods, events)
 
