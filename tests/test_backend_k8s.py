@@ -853,6 +853,13 @@ def test_no_kubeconfig_is_one_clear_error(clean_env):
         backend.connect()
 
 
+def test_without_tenacity_the_k8s_backend_says_what_to_install(clean_env, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tenacity", None)         # `import tenacity` fails
+    with pytest.raises(LabError, match=r"^the k8s backend needs the kubernetes Python client and "
+                                       r"tenacity \(.*\); install them with: pip install 'labctl\[k8s\]'$"):
+        backend.connect()
+
+
 def test_an_unreachable_cluster_is_one_clear_error(clean_env, tmp_path, monkeypatch):
     """Loopback port 9 (discard) is closed here: the client's real connection fails."""
     monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path)))
