@@ -23,6 +23,7 @@ BENCHMARKS = (
      ["--rounds", "3", "--iters", "5", "--reps", "1", "--max-bytes", "4194304", "--factor", "4"]),
     ("link.py", [], ["--seconds", "1", "--max-bytes", "8388608", "--iters", "3"]),
     ("memory.py", [], ["--sizes", "1,100"]),
+    ("k8s_logs.py", ["--sizes", "1,100,1024", "--old"], ["--sizes", "1,100"]),
 )
 
 

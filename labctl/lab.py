@@ -65,8 +65,17 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
         run.meta["seconds"] = round(time.monotonic() - t0, 3)
         _write_down(run, result, progress, signals)
     if result.error is not None:
-        raise result.error
+        raise _kept_said(result.error, run) if result.kept else result.error
     return run
+
+
+def _kept_said(error: LabError, run: RunDir) -> LabError:
+    """The error that ended a lab whose logs could not all be saved, with what to do: the
+    lab was kept, and `labctl down` saves them (one line, the error's exit code)."""
+    said = LabError(f"{error}; the lab was kept: `labctl down {run.path}` saves the logs, "
+                    "then removes it")
+    said.exit_code = error.exit_code
+    return said
 
 
 FINISH = ("finishing the run folder", "it short (status.json then says what is missing)")

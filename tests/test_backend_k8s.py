@@ -3,25 +3,40 @@
 The fakes stand in for CoreV1Api, BatchV1Api and NetworkingV1Api only: they
 keep objects, answer with the client's real model classes, and play a tiny
 Job controller + kubelet (pods go Pending -> Running -> their scripted exit).
-Everything else — rendering, the run folder, log splitting — is the real code.
+They fail as a real API server does, through the client's own code: errors are
+the exceptions `ApiException.from_response` makes of a real urllib3 response
+(NotFoundException, ServiceException ..., headers such as Retry-After
+included), connections drop with urllib3's own exceptions, and pod logs and
+event lists with `_preload_content=False` are real urllib3 responses whose
+bodies are bytes read off a (fake) socket, made as they are read and cut where
+a test says. Everything else — rendering, the run folder, log splitting — is
+the real code.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable, Iterable
 
 import pytest
+import urllib3
 from kubernetes import client as kc
 from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTResponse
 
 from labctl import driver, lab
 from labctl import spec as specmod
 from labctl.backends import k8s as backend
+from labctl.backends import k8s_api
 from labctl.errors import LabError
 from labctl.plan import plan
 from labctl.render import k8s as render
@@ -29,6 +44,90 @@ from labctl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 NS = "labs"
+RESET = "ConnectionResetError(104, 'Connection reset by peer')"
+
+
+# ---- how a real API server fails, through the client's own code -----------------------
+def api_error(status: int, reason: str, message: str | None = None,
+              headers: dict[str, str] | None = None) -> ApiException:
+    """What the client raises for this answer: `ApiException.from_response` of a real
+    urllib3 response with a Status body (NotFoundException for 404, ServiceException for
+    5xx, ApiException for 429 ...), its headers (Retry-After) on `.headers`."""
+    body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
+                       "reason": reason.replace(" ", ""), "message": message or reason}).encode()
+    raw = urllib3.HTTPResponse(body=io.BytesIO(body), status=status, reason=reason,
+                               headers={"Content-Type": "application/json", **(headers or {})},
+                               preload_content=False)
+    response = RESTResponse(raw)
+    response.read()
+    try:
+        ApiException.from_response(http_resp=response, body=body.decode(), data=None)
+    except ApiException as exc:
+        return exc
+    raise AssertionError("from_response always raises")
+
+
+def read_timeout(method: str = "GET") -> Exception:
+    """A read that timed out, as the client raises it: urllib3 retries a GET's read
+    itself (3 times) and then gives up with MaxRetryError; a POST's comes as it is."""
+    url = f"/api/v1/namespaces/{NS}/x"
+    error = urllib3.exceptions.ReadTimeoutError(None, url, "Read timed out. (read timeout=15)")
+    return urllib3.exceptions.MaxRetryError(None, url, error) if method == "GET" else error
+
+
+def refused() -> Exception:
+    """Nobody listening (a control plane restarting): urllib3's MaxRetryError(NewConnectionError)."""
+    conn = urllib3.connection.HTTPSConnection("10.0.0.1", 6443)
+    error = urllib3.exceptions.NewConnectionError(
+        conn, "Failed to establish a new connection: [Errno 111] Connection refused")
+    return urllib3.exceptions.MaxRetryError(None, f"/api/v1/namespaces/{NS}/pods", error)
+
+
+def dropped() -> Exception:
+    """A connection reset while the request was on its way (no answer came back)."""
+    return urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer"))
+
+
+class SocketBody(io.RawIOBase):
+    """A response body as urllib3 reads it off a socket: the pieces are made as they are
+    read (a 100 MB log costs no 100 MB here), and the connection drops after `cut_at`
+    bytes the way a reset one does (urllib3 turns it into its own ProtocolError)."""
+
+    def __init__(self, pieces: Iterable[bytes], cut_at: int | None = None):
+        self.pieces, self.left, self.sent, self.cut_at = iter(pieces), b"", 0, cut_at
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.cut_at is not None and self.sent >= self.cut_at:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        while not self.left:
+            piece = next(self.pieces, None)
+            if piece is None:
+                return 0
+            self.left = piece
+        n = min(len(buffer), len(self.left))
+        if self.cut_at is not None:
+            n = min(n, self.cut_at - self.sent)
+        buffer[:n] = self.left[:n]
+        self.left, self.sent = self.left[n:], self.sent + n
+        return n
+
+
+def streamed(pieces: Iterable[bytes], cut_at: int | None = None, content_type: str = "text/plain"):
+    """What `_preload_content=False` returns: the urllib3 response, its body unread."""
+    return urllib3.HTTPResponse(body=SocketBody(pieces, cut_at), status=200, reason="OK",
+                                headers={"Content-Type": content_type}, preload_content=False)
+
+
+def served(method: Callable) -> Callable:
+    """A fake API method: the scripted failures (FakeState.fail, .outage) come first."""
+    @functools.wraps(method)
+    def serve(self, *args, **kwargs):
+        self.s.answer(method.__name__)
+        return method(self, *args, **kwargs)
+    return serve
 
 
 class FakeState:
@@ -48,6 +147,34 @@ class FakeState:
         self.admitted_at_poll = admitted_at_poll    # Kueue: the Job stays suspended until then
         self.started_at_poll: int | None = 0        # None while no pods exist (suspended Job)
         self.nodes: list[dict] | Exception = []     # what list_node answers (or raises)
+        # how the server fails: the next calls of a method, every call (an outage), a
+        # call done whose answer is lost, a log stream cut after so many bytes
+        self.failures: dict[str, list[Exception]] = collections.defaultdict(list)
+        self.outage: Callable[[], Exception] | None = None
+        self.answers_lost: dict[str, int] = collections.Counter()
+        self.log_cuts: dict[str, list[int | None]] = collections.defaultdict(list)
+        self.on_poll: dict[int, Callable[[], None]] = {}
+        self.tries: dict[str, list[float]] = collections.defaultdict(list)   # method -> when
+        self.pod_events: dict[str, list[dict]] = {}     # more events of a pod (raw dicts)
+        self.raw_event_bytes = b""                      # spliced into every event message
+
+    def answer(self, method: str) -> None:
+        """Every call: noted, then failed if the script says so."""
+        self.tries[method].append(time.monotonic())
+        if self.outage is not None:
+            raise self.outage()
+        if self.failures[method]:
+            raise self.failures[method].pop(0)
+
+    def fail(self, method: str, *errors: Exception) -> None:
+        """The next len(errors) calls of `method` fail with these, in order."""
+        self.failures[method].extend(errors)
+
+    def lose_answer(self, method: str) -> None:
+        """After a call that worked: the answer never arrives (the connection dropped)."""
+        if self.answers_lost[method]:
+            self.answers_lost[method] -= 1
+            raise dropped()
 
     # -- generic object store ---------------------------------------------------
     def create(self, kind: str, ns: str, body: dict) -> None:
@@ -55,7 +182,7 @@ class FakeState:
         name = body["metadata"]["name"]
         self.calls.append(("create", kind, name))
         if name in self.objects.setdefault(kind, {}):
-            raise ApiException(status=409, reason="AlreadyExists")
+            raise api_error(409, "Conflict", f'{kind.lower()}s "{name}" already exists')
         self.objects[kind][name] = body
         if kind == "Job" and not body["spec"].get("suspend"):
             self._start_pods(body)
@@ -73,7 +200,7 @@ class FakeState:
     def delete(self, kind: str, name: str, ns: str, **options) -> None:
         self.calls.append(("delete", kind, name, options.get("propagation_policy")))
         if name not in self.objects.get(kind, {}):
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "Not Found", f'{kind.lower()}s "{name}" not found')
         body = self.objects[kind].pop(name)
         if kind == "Job" and options.get("propagation_policy") in ("Background", "Foreground"):
             for pod in [p for p in self.objects.get("Pod", {}).values()
@@ -101,6 +228,8 @@ class FakeState:
         self.polls += 1
         if self.interrupt_at_poll == self.polls:
             raise KeyboardInterrupt
+        if self.polls in self.on_poll:
+            self.on_poll.pop(self.polls)()
         for job in self.objects.get("Job", {}).values():
             admitted = self.admitted_at_poll is not None and self.polls >= self.admitted_at_poll
             if job["spec"].get("suspend") and admitted:
@@ -143,7 +272,7 @@ def _status(state: dict) -> dict:
             "restartCount": 0, "state": state}
 
 
-def _node_log(job: dict, index: int) -> str:
+def _node_log(job: dict, index: int) -> bytes:
     """What torchrun would print on node `index`: tee-prefixed result lines per rank."""
     nproc = int(next(e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
                      if e["name"] == "LAB_NPROC_PER_NODE"))
@@ -152,7 +281,12 @@ def _node_log(job: dict, index: int) -> str:
         for name in ("ring", "workload_done"):
             record = {"workload": "env", "name": name, "rank": rank, "ok": True}
             lines.append(f"[rank{rank}]:@@labctl-result {json.dumps(record)}")
-    return "\n".join(lines) + "\n"
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _never_started(pod: dict) -> bool:
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return not any("running" in c["state"] or "terminated" in c["state"] for c in statuses)
 
 
 def _items(model: str, bodies: list[dict]):
@@ -163,44 +297,70 @@ class FakeCoreV1Api:
     def __init__(self, state: FakeState):
         self.s = state
 
+    @served
     def create_namespaced_config_map(self, namespace, body, **_kw):
         self.s.create("ConfigMap", namespace, body)
+        self.s.lose_answer("create_namespaced_config_map")
 
+    @served
     def create_namespaced_service(self, namespace, body, **_kw):
         self.s.create("Service", namespace, body)
+        self.s.lose_answer("create_namespaced_service")
 
+    @served
     def list_node(self, **_kw):
         self.s.calls.append(("list", "Node"))
         if isinstance(self.s.nodes, Exception):
             raise self.s.nodes
         return _items("V1NodeList", self.s.nodes)
 
+    @served
     def list_namespaced_pod(self, namespace, label_selector, **_kw):
         return _items("V1PodList", self.s.listing("Pod", namespace, label_selector))
 
+    @served
     def list_namespaced_service(self, namespace, label_selector, **_kw):
         return _items("V1ServiceList", self.s.listing("Service", namespace, label_selector))
 
+    @served
     def list_namespaced_config_map(self, namespace, label_selector, **_kw):
         return _items("V1ConfigMapList", self.s.listing("ConfigMap", namespace, label_selector))
 
+    @served
     def delete_namespaced_pod(self, name, namespace, **kw):
         self.s.delete("Pod", name, namespace, **kw)
 
+    @served
     def delete_namespaced_service(self, name, namespace, **kw):
         self.s.delete("Service", name, namespace, **kw)
 
+    @served
     def delete_namespaced_config_map(self, name, namespace, **kw):
         self.s.delete("ConfigMap", name, namespace, **kw)
 
-    def read_namespaced_pod_log(self, name, namespace, container, **_kw):
+    @served
+    def read_namespaced_pod_log(self, name, namespace, container, _preload_content=True, **_kw):
+        """The kubelet's bytes. With `_preload_content` (the client's default) the client
+        decodes them as UTF-8, strictly (`ApiClient.response_deserialize`), as here."""
         assert container == "node"
         self.s.calls.append(("log", "Pod", name))
         if name not in self.s.objects.get("Pod", {}):
-            raise ApiException(status=404, reason="NotFound")
-        return self.s.pod_logs[name]
+            raise api_error(404, "Not Found", f'pods "{name}" not found')
+        if _never_started(self.s.objects["Pod"][name]):
+            raise api_error(400, "Bad Request",
+                            f'container "node" in pod "{name}" is waiting to start: ContainerCreating')
+        log = self.s.pod_logs[name]
+        pieces = log() if callable(log) else [log.encode() if isinstance(log, str) else log]
+        if _preload_content:
+            return b"".join(pieces).decode("utf-8")
+        cuts = self.s.log_cuts[name]
+        return streamed(pieces, cuts.pop(0) if cuts else None)
 
-    def list_namespaced_event(self, namespace, field_selector, **_kw):
+    @served
+    def list_namespaced_event(self, namespace, field_selector, limit=None, _continue=None,
+                              _preload_content=True, **_kw):
+        """Events as the client's models, or (`_preload_content=False`) as the JSON bytes
+        of one page of `limit` (the `continue` token: where the next page starts)."""
         fields = dict(part.split("=", 1) for part in field_selector.split(","))
         if fields.get("reason") == "FailedScheduling":
             self.s.calls.append(("events", "FailedScheduling", ""))
@@ -216,28 +376,40 @@ class FakeCoreV1Api:
         reason = "SuccessfulCreate" if kind == "Job" else "Started"
         if kind == "Pod" and self.s.unschedulable and name.startswith("lab-1-"):
             reason = "FailedScheduling"
-        return _items("CoreV1EventList", [{
-            "metadata": {"name": f"{name}.1"}, "involvedObject": {"kind": kind, "name": name},
-            "reason": reason, "message": f"{reason} for {name}", "type": "Normal",
-            "lastTimestamp": "2026-01-01T00:00:01Z", "count": 1}])
+        items = [{"metadata": {"name": f"{name}.1"}, "involvedObject": {"kind": kind, "name": name},
+                  "reason": reason, "message": f"{reason} for {name}@@raw@@", "type": "Normal",
+                  "lastTimestamp": "2026-01-01T00:00:01Z", "count": 1}] + self.s.pod_events.get(name, [])
+        start = int(_continue or 0)
+        end = start + limit if limit else len(items)
+        page = {"kind": "EventList", "apiVersion": "v1", "items": items[start:end],
+                "metadata": {"continue": str(end)} if end < len(items) else {}}
+        body = json.dumps(page).encode().replace(b"@@raw@@", self.s.raw_event_bytes)
+        if _preload_content:                # the client decodes the body strictly, then models
+            return _items("CoreV1EventList", json.loads(body.decode("utf-8"))["items"])
+        return streamed([body], content_type="application/json")
 
 
 class FakeBatchV1Api:
     def __init__(self, state: FakeState):
         self.s = state
 
+    @served
     def create_namespaced_job(self, namespace, body, **_kw):
         self.s.create("Job", namespace, body)
+        self.s.lose_answer("create_namespaced_job")
 
+    @served
     def read_namespaced_job(self, name, namespace, **_kw):
         self.s.tick()
         if name not in self.s.objects.get("Job", {}):
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "Not Found", f'jobs.batch "{name}" not found')
         return kc.V1Job.from_dict(self.s.objects["Job"][name])
 
+    @served
     def list_namespaced_job(self, namespace, label_selector, **_kw):
         return _items("V1JobList", self.s.listing("Job", namespace, label_selector))
 
+    @served
     def delete_namespaced_job(self, name, namespace, **kw):
         self.s.delete("Job", name, namespace, **kw)
 
@@ -246,12 +418,16 @@ class FakeNetworkingV1Api:
     def __init__(self, state: FakeState):
         self.s = state
 
+    @served
     def create_namespaced_network_policy(self, namespace, body, **_kw):
         self.s.create("NetworkPolicy", namespace, body)
+        self.s.lose_answer("create_namespaced_network_policy")
 
+    @served
     def list_namespaced_network_policy(self, namespace, label_selector, **_kw):
         return _items("V1NetworkPolicyList", self.s.listing("NetworkPolicy", namespace, label_selector))
 
+    @served
     def delete_namespaced_network_policy(self, name, namespace, **kw):
         self.s.delete("NetworkPolicy", name, namespace, **kw)
 
@@ -263,7 +439,11 @@ def fake_cluster(state: FakeState) -> backend.Cluster:
 
 @pytest.fixture(autouse=True)
 def fast_polls(monkeypatch):
+    """Polls and retries at test speed: backoff 10 ms doubling to 50 ms, 1 s per call."""
     monkeypatch.setattr(backend, "POLL_S", 0.01)
+    monkeypatch.setattr(k8s_api, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(k8s_api, "BACKOFF_MAX_S", 0.05)
+    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 1.0)
 
 
 def setup_run(tmp_path, run_id="lab-run-1", **fields):
@@ -478,7 +658,7 @@ def test_down_deletes_nothing_when_the_logs_cannot_be_saved(tmp_path):
     core = FakeCoreV1Api(state)
 
     def broken_log(name, namespace, container, **_kw):
-        raise ApiException(status=500, reason="Internal Server Error")
+        raise api_error(500, "Internal Server Error")
     core.read_namespaced_pod_log = broken_log
     cluster = backend.Cluster(core, FakeBatchV1Api(state), FakeNetworkingV1Api(state), NS, "fake-context")
     before = {kind: sorted(objs) for kind, objs in state.objects.items()}
@@ -507,9 +687,9 @@ def applied(tmp_path, state: FakeState, run_id="lab-applied", ticks=0, **fields)
     return p
 
 
-def collect(state: FakeState, tmp_path, run_id="lab-applied", **kw):
+def collect(state: FakeState, tmp_path, run_id="lab-applied", out_name="collected", **kw):
     lines: list[str] = []
-    run = lab.collect("k8s", run_id, out=str(tmp_path / "collected"), progress=lines.append,
+    run = lab.collect("k8s", run_id, out=str(tmp_path / out_name), progress=lines.append,
                       cluster=fake_cluster(state), **kw)
     return run, lines
 
@@ -673,6 +853,13 @@ def test_no_kubeconfig_is_one_clear_error(clean_env):
         backend.connect()
 
 
+def test_without_tenacity_the_k8s_backend_says_what_to_install(clean_env, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tenacity", None)         # `import tenacity` fails
+    with pytest.raises(LabError, match=r"^the k8s backend needs the kubernetes Python client and "
+                                       r"tenacity \(.*\); install them with: pip install 'labctl\[k8s\]'$"):
+        backend.connect()
+
+
 def test_an_unreachable_cluster_is_one_clear_error(clean_env, tmp_path, monkeypatch):
     """Loopback port 9 (discard) is closed here: the client's real connection fails."""
     monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path)))
@@ -714,7 +901,7 @@ def k8s_node(name: str, gpus: int | None) -> dict:
     ([k8s_node("cpu-a", None), k8s_node("cpu-b", 0)], 1, "no node of context fake-context advertises nvidia.com/gpu (2 node(s)"),
     ([k8s_node("cpu-a", None), k8s_node("gpu-a", 2)], 4, "the most any node of context fake-context has is 2 (gpu-a); use --nproc-per-node 2"),
     ([k8s_node("gpu-a", 8)], 4, None),
-    (ApiException(status=403, reason="Forbidden"), 1, None),       # no right to list nodes: the scheduler will say
+    (api_error(403, "Forbidden"), 1, None),       # no right to list nodes: the scheduler will say
 ])
 def test_preflight_refuses_nccl_when_the_api_says_no_node_has_the_gpus(nodes, nproc, refused):
     from labctl.backends.base import PreflightError
@@ -750,3 +937,213 @@ def test_kill_node_deletes_the_pod_and_the_node_reads_killed_by_the_fault(tmp_pa
     (record,) = [json.loads(line) for line in (rundir.path / "faults.jsonl").read_text().splitlines()]
     assert record["ok"] and record["did"].startswith("deleted pod lab-1-x1z")
     assert any("fault kill-node:1@0 (begin)" in line for line in lines)
+
+
+# ---- nothing lost: any bytes, any size, an API server that fails now and then (issue 28) ----
+BAD_BYTES = (b"[rank0]:latin-1 \xe9t\xe9, a lone \xff, half a euro \xe2\x82 and NUL \x00\n"
+             b"[rank1]:\xfe\xfe not UTF-8 at all\n")
+
+
+def test_a_log_that_is_not_utf8_arrives_byte_for_byte_in_the_node_and_rank_logs(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    served_bytes = {}
+
+    def bad_bytes_in_node_0():
+        state.pod_logs["lab-0-x0z"] = served_bytes[0] = BAD_BYTES + state.pod_logs["lab-0-x0z"]
+    state.on_poll[1] = bad_bytes_in_node_0
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert rundir.node_log(0).read_bytes() == served_bytes[0]
+    rundir.finalize(outcomes, status, message)
+    assert rundir.meta["state"] == "passed" and rundir.meta["checks"]["total"] == 8
+    assert b"latin-1 \xe9t\xe9, a lone \xff, half a euro \xe2\x82 and NUL \x00\n" in rundir.rank_log(0).read_bytes()
+    assert b"\xfe\xfe not UTF-8 at all\n" in rundir.rank_log(1).read_bytes()
+
+
+def test_a_100_mb_log_is_streamed_to_the_node_log_in_bounded_memory(tmp_path):
+    """The pod's 100 MiB are made as the client reads them; labctl holds LOG_CHUNK at a time
+    (the old read held the whole log twice over: bytes, then the decoded string)."""
+    import tracemalloc
+
+    state = FakeState()
+    applied(tmp_path, state, ticks=4)
+    line = b"[rank0]:" + b"x" * 1015 + b"\n"                       # 1 KiB
+    state.pod_logs["lab-0-x0z"] = lambda: (line * 64 for _ in range(1600))   # 100 MiB
+    p, rundir = setup_run(tmp_path, run_id="lab-applied")
+    cluster, lines = fake_cluster(state), []
+    tracemalloc.start()
+    try:
+        backend._collect({0: "lab-0", 1: "lab-1"}, "lab", "lab-applied", rundir, cluster, lines.append)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert rundir.node_log(0).stat().st_size == 100 << 20
+    with open(rundir.node_log(0), "rb") as f:
+        assert f.read(1024) == line and (f.seek(-1024, 2), f.read())[1] == line
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB while streaming a 100 MiB log"
+
+
+def test_a_429_is_waited_out_as_its_retry_after_says_and_the_lab_passes(tmp_path, monkeypatch):
+    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 5.0)      # room for the 1 s it asks for
+    p, rundir = setup_run(tmp_path)
+    state = FakeState()
+    state.on_poll[2] = lambda: state.fail("list_namespaced_pod", api_error(
+        429, "Too Many Requests", "too many requests, please try again later", {"Retry-After": "1"}))
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    times = state.tries["list_namespaced_pod"]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert sum(g >= 1.0 for g in gaps) == 1, "one wait of the server's Retry-After (1 s), not 10 ms"
+    assert all(not objs for objs in state.objects.values())
+
+
+@pytest.mark.parametrize("failures", [
+    [api_error(503, "Service Unavailable")] * 3,
+    [api_error(500, "Internal Server Error"), api_error(502, "Bad Gateway"), api_error(504, "Gateway Timeout")],
+    [refused(), refused()],
+    [read_timeout(), dropped()],
+], ids=["503x3", "500-502-504", "refused", "timeout-dropped"])
+def test_a_poll_that_fails_a_few_times_is_retried_and_the_lab_passes(tmp_path, failures):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    state.on_poll[2] = lambda: state.fail("read_namespaced_job", *failures)
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert len(state.tries["read_namespaced_job"]) == state.polls + len(failures)
+    assert rundir.node_log(0).read_bytes() and rundir.node_log(1).read_bytes()
+    assert all(not objs for objs in state.objects.values())
+
+
+def test_a_create_whose_answer_was_lost_is_retried_and_finds_its_own_object(tmp_path):
+    """A POST that worked but whose answer never came: the retry gets 409 for the run's
+    own Job, which is no conflict with another run."""
+    p, rundir = setup_run(tmp_path)
+    state = FakeState()
+    state.answers_lost["create_namespaced_job"] = 1
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert created_kinds(state) == ["Service", "NetworkPolicy", "Job", "Job"]
+
+
+def test_a_refusal_during_the_poll_is_one_line_not_an_internal_error(tmp_path):
+    p, rundir = setup_run(tmp_path)
+    state = FakeState(exit_codes={0: None, 1: None})
+    forbidden = ('pods is forbidden: User "system:serviceaccount:labs:lab" cannot list resource '
+                 '"pods" in API group "" in the namespace "labs"')
+    state.on_poll[3] = lambda: state.fail("list_namespaced_pod", api_error(403, "Forbidden", forbidden))
+    with pytest.raises(LabError) as err:
+        up(state, p, rundir)
+    assert str(err.value) == f"Kubernetes API: GET pods in namespace labs: 403 Forbidden: {forbidden}"
+    answered = [c for c in state.calls if c[:2] == ("list", "Pod")]
+    assert len(state.tries["list_namespaced_pod"]) == len(answered) + 1, "the 403 was not retried"
+    assert rundir.node_log(0).read_bytes(), "the logs were collected (the API answers) ..."
+    assert all(not objs for objs in state.objects.values()), "... and the lab deleted"
+
+
+def test_an_api_that_times_out_past_the_deadline_ends_the_lab_in_one_line_and_keeps_it(tmp_path, monkeypatch):
+    """Every call times out from the third poll on, past the lab's deadline (2 s; the
+    per-call cap is 60 s): one line naming the call, the lab kept with nothing deleted;
+    once the API is back, `labctl down` saves every log, then deletes."""
+    monkeypatch.setattr(k8s_api, "RETRY_MAX_S", 60.0)
+    spec = specmod.from_dict({"backend": "k8s", "nodes": 2, "timeout": 2})
+    state = FakeState(exit_codes={0: None, 1: None})
+    state.on_poll[3] = lambda: setattr(state, "outage", read_timeout)
+    lines: list[str] = []
+    t0 = time.monotonic()
+    with pytest.raises(LabError) as err:
+        lab.up(spec, out=str(tmp_path / "run"), progress=lines.append,
+               backend=backend.K8sBackend(lines.append, cluster=fake_cluster(state)))
+    took = time.monotonic() - t0
+    text = str(err.value)
+    assert "\n" not in text and "internal error" not in text
+    assert re.fullmatch(r"Kubernetes API: GET \S+ in namespace labs: timed out \(.*Read timed out.*\), "
+                        r"\d+ tries over [12]s, until the lab's deadline; the lab was kept: "
+                        rf"`labctl down {re.escape(str(tmp_path / 'run'))}` saves the logs, then removes it",
+                        text), text
+    assert took < 10, f"{took:.1f}s: the cleanup after a lasting failure tries each call once"
+    assert not [c for c in state.calls if c[0] == "delete"] and state.objects["Job"], "nothing deleted"
+    run = RunDir.open(tmp_path / "run")
+    assert run.meta["state"] == "error" and run.meta["logs_uncollected"] is True
+    assert "collecting the logs failed: Kubernetes API: GET pods in namespace labs" in run.meta["message"]
+    state.outage = None                                    # the control plane is back
+    summary = lab.down(run, progress=lambda line: None, cluster=fake_cluster(state))
+    assert summary.startswith(f"saved the logs into {run.path}")
+    assert run.node_log(0).read_bytes() and run.node_log(1).read_bytes()
+    assert all(not objs for objs in state.objects.values())
+    after = RunDir.open(run.path).meta
+    assert after["state"] == "error" and after["message"].endswith("`labctl down` saved the logs afterwards")
+
+
+def test_a_log_cut_in_the_middle_is_read_again_whole(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    state.log_cuts["lab-0-x0z"] = [100]                  # the first read breaks off after 100 bytes
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    assert rundir.node_log(0).read_bytes() == state.pod_logs["lab-0-x0z"]
+    assert [c for c in state.calls if c == ("log", "Pod", "lab-0-x0z")] == [("log", "Pod", "lab-0-x0z")] * 2
+
+
+def test_a_log_cut_every_time_keeps_the_lab_and_says_so(tmp_path):
+    p, rundir = setup_run(tmp_path, nodes=2)
+    state = FakeState()
+    state.log_cuts["lab-0-x0z"] = [100] * 10_000
+    lines: list[str] = []
+    result = driver.run(p, backend.K8sBackend(lines.append, cluster=fake_cluster(state)), rundir,
+                        lines.append, grace=0.05)
+    assert result.state.value == "error" and result.kept
+    assert re.match(r"collecting the logs failed: could not read the log of pod lab-0-x0z: Kubernetes "
+                    r"API: GET pods/lab-0-x0z/log in namespace labs: cut after \d+ bytes: connection "
+                    rf"broken \(Connection broken: {re.escape(RESET)}\), \d+ tries over 1s; nothing was "
+                    r"deleted", result.message), result.message
+    assert rundir.node_log(1).read_bytes() == state.pod_logs["lab-1-x1z"], "the other logs are saved"
+    assert not [c for c in state.calls if c[0] == "delete"]
+
+
+def test_events_are_read_in_pages_and_bytes_that_are_not_utf8_do_not_lose_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(k8s_api, "EVENT_PAGE", 500)
+    p, rundir = setup_run(tmp_path)
+    state = FakeState()
+    state.raw_event_bytes = b" \xff\xfe"
+    state.pod_events["lab-0-x0z"] = [
+        {"metadata": {"name": f"lab-0-x0z.{i}"}, "involvedObject": {"kind": "Pod", "name": "lab-0-x0z"},
+         "reason": "Pulled", "message": f"event {i}", "type": "Normal",
+         "lastTimestamp": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z", "count": 1} for i in range(1200)]
+    (outcomes, status, message), _ = up(state, p, rundir)
+    assert (status, message) == ("passed", "")
+    text = (rundir.path / "events" / "pod-lab-0-x0z.log").read_text()
+    assert len(text.splitlines()) == 1201
+    assert "Started pod/lab-0-x0z: Started for lab-0-x0z \ufffd\ufffd" in text
+    assert [c for c in state.calls if c == ("events", "Pod", "lab-0-x0z")] == [("events", "Pod", "lab-0-x0z")] * 3
+
+
+def test_an_api_that_keeps_failing_at_preflight_is_one_line_before_anything_is_created():
+    state = FakeState()
+    state.outage = lambda: api_error(503, "Service Unavailable")
+    s = specmod.from_dict({"backend": "k8s", "dist_backend": "nccl"})
+    p = plan(s, backend.K8sBackend().placement(s), "lab-run-1")
+    with pytest.raises(k8s_api.ApiUnavailable, match=r"^Kubernetes API: GET nodes: 503 Service "
+                                                     r"Unavailable, \d+ tries over 1s$"):
+        backend.K8sBackend(cluster=fake_cluster(state)).preflight(p)
+    assert not state.objects
+
+
+def test_collect_rides_out_a_flaky_api_and_says_a_dead_one_in_one_line(tmp_path):
+    """`labctl collect` polls and collects through the same calls as `up`."""
+    state = FakeState()
+    applied(tmp_path, state)
+    state.on_poll[2] = lambda: state.fail("list_namespaced_pod", api_error(503, "Service Unavailable"),
+                                          refused(), api_error(429, "Too Many Requests"))
+    run, _ = collect(state, tmp_path)
+    assert run.meta["state"] == "passed"
+    assert len(state.tries["list_namespaced_pod"]) == len([c for c in state.calls if c[:2] == ("list", "Pod")]) + 3
+
+    state = FakeState(exit_codes={0: None, 1: None})
+    applied(tmp_path, state)
+    state.on_poll[3] = lambda: setattr(state, "outage", lambda: api_error(503, "Service Unavailable"))
+    with pytest.raises(LabError) as err:
+        collect(state, tmp_path, run_id="lab-applied", out_name="dead")
+    assert re.fullmatch(r"Kubernetes API: GET pods in namespace labs: 503 Service Unavailable, \d+ tries "
+                        r"over 1s; see \S+", str(err.value)), str(err.value)
+    assert not [c for c in state.calls if c[0] == "delete"]

@@ -13,7 +13,6 @@ import json
 
 import pytest
 from kubernetes import client as kc
-from kubernetes.client.exceptions import ApiException
 
 from labctl import lab
 from labctl import spec as specmod
@@ -23,8 +22,8 @@ from labctl.errors import LabError
 from labctl.plan import plan
 from labctl.render import jobset as render
 from labctl.rundir import RunDir
-from test_backend_k8s import (NS, FakeBatchV1Api, FakeCoreV1Api, FakeNetworkingV1Api, FakeState,
-                              created_kinds, up)
+from test_backend_k8s import (NS, FakeBatchV1Api, FakeCoreV1Api, FakeNetworkingV1Api, FakeState,  # noqa: F401
+                              api_error, created_kinds, fast_polls, served, up)
 
 JOBSET = {"kind": "jobset"}
 
@@ -119,20 +118,24 @@ class FakeCustomObjectsApi:
         assert (group, version, plural) == (render.GROUP, render.VERSION, render.PLURAL)
         if not self.s.crd:
             self.s.calls.append(("404", "JobSet"))
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "Not Found")
 
+    @served
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, _request_timeout=None):
         self._served(group, version, plural)
         self.s.create("JobSet", namespace, body)
+        self.s.lose_answer("create_namespaced_custom_object")
         return body
 
+    @served
     def get_namespaced_custom_object(self, group, version, namespace, plural, name, _request_timeout=None):
         self._served(group, version, plural)
         self.s.tick()
         if name not in self.s.objects.get("JobSet", {}):
-            raise ApiException(status=404, reason="NotFound")
+            raise api_error(404, "Not Found")
         return copy.deepcopy(self.s.objects["JobSet"][name])
 
+    @served
     def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None,
                                       limit=None, _request_timeout=None):
         self._served(group, version, plural)
@@ -141,6 +144,7 @@ class FakeCustomObjectsApi:
         return {"apiVersion": render.API_VERSION, "kind": "JobSetList",
                 "items": copy.deepcopy(items[:limit] if limit else items)}
 
+    @served
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name,
                                         propagation_policy=None, _request_timeout=None):
         self._served(group, version, plural)
@@ -152,9 +156,6 @@ def fake_cluster(state: JobSetState) -> backend.Cluster:
                            NS, "fake-context", custom=FakeCustomObjectsApi(state))
 
 
-@pytest.fixture(autouse=True)
-def fast_polls(monkeypatch):
-    monkeypatch.setattr(backend, "POLL_S", 0.01)
 
 
 def setup_run(tmp_path, run_id="lab-run-1", **fields):
@@ -349,7 +350,7 @@ def test_a_job_lab_does_not_need_the_right_to_list_jobsets(tmp_path):
     custom = FakeCustomObjectsApi(state)
 
     def forbidden(*args, **kwargs):
-        raise ApiException(status=403, reason="Forbidden")
+        raise api_error(403, "Forbidden")
     custom.list_namespaced_custom_object = forbidden
     cluster = backend.Cluster(FakeCoreV1Api(state), FakeBatchV1Api(state), FakeNetworkingV1Api(state),
                               NS, "fake-context", custom=custom)

@@ -3,8 +3,10 @@
 Everything the run creates carries the label `labctl.dev/run-id=<run>`, which
 is how `delete` cleans up and how `attach` (collect, down) finds a run. The
 driver collects logs and events *before* anything is deleted, so a failure,
-the deadline and Ctrl-C all leave them in the run folder. Every API call has
-a request timeout, never longer than what is left of the lab's deadline.
+the deadline and Ctrl-C all leave them in the run folder. Every API call goes
+through `Cluster.call` (labctl/backends/k8s_api.py): retried on 429/5xx, dropped
+connections and timeouts within the lab's deadline, one line when the API keeps
+failing. Pod logs and events are read as bytes and streamed into the run folder.
 
 With `k8s.kind: jobset` the lab is one JobSet (labctl/render/jobset.py), created,
 read and deleted through the custom objects API; its pods are found by the same
@@ -34,9 +36,10 @@ from ..rundir import RunDir
 from ..spec import LabSpec
 from . import k8s_scheduling, k8s_settings
 from .base import Backend, BackendFailure, Bound, BoundRun, PreflightError, UnknownRun
+from .k8s_api import (CONNECT_RETRY_S, ApiUnavailable, Cluster, api_client, api_status,
+                      failure_text, retry_call)
 
 POLL_S = 2.0
-REQUEST_TIMEOUT_S = 15
 # Container waiting reasons that never resolve by themselves: fail now, not at the deadline.
 STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                            "CreateContainerConfigError", "CreateContainerError"})
@@ -47,32 +50,15 @@ POD_GONE = ("pod gone before its log was read (deleted, evicted, or removed with
             "its log is lost")
 
 
-@dataclass
-class Cluster:
-    """The API groups the backend speaks to, and where."""
-    core: Any            # CoreV1Api
-    batch: Any           # BatchV1Api
-    networking: Any      # NetworkingV1Api
-    namespace: str
-    context: str | None = None
-    deadline: float | None = None        # monotonic; request timeouts never pass it
-    custom: Any = None   # CustomObjectsApi: JobSets (k8s.kind jobset); None: no such calls
-
-    def timeout(self) -> float:
-        """Request timeout for the next call: REQUEST_TIMEOUT_S, or less near the deadline."""
-        if self.deadline is None:
-            return REQUEST_TIMEOUT_S
-        return max(1.0, min(REQUEST_TIMEOUT_S, self.deadline - time.monotonic()))
-
-
 def connect(context: str | None = None, namespace: str | None = None) -> Cluster:
     """Find the cluster the way kubectl does: KUBECONFIG, ~/.kube/config (with
     --context), else in-cluster config when running inside a pod."""
     try:
+        import tenacity  # noqa: F401  (k8s_api retries every call with it)
         from kubernetes import client, config
-    except ImportError:
-        raise LabError("the k8s backend needs the kubernetes Python client; install it with: "
-                       "pip install 'labctl[k8s]'") from None
+    except ImportError as exc:
+        raise LabError(f"the k8s backend needs the kubernetes Python client and tenacity ({exc}); "
+                       "install them with: pip install 'labctl[k8s]'") from None
     hint = "set KUBECONFIG or --context"
     kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
     has_kubeconfig = any(Path(p).is_file() for p in kubeconfig.split(os.pathsep) if p)
@@ -98,13 +84,16 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
         raise
     except Exception as exc:       # ConfigException, bad YAML, missing cert files ...
         raise LabError(f"no Kubernetes cluster reachable: {_one_line(exc)}; {hint}") from None
-    api = client.ApiClient()
-    try:
-        client.VersionApi(api).get_code(_request_timeout=REQUEST_TIMEOUT_S)
+    api = api_client()
+    version = client.VersionApi(api)
+    try:                           # a busy or rolling server is waited for; a refusal is not
+        retry_call("GET /version", lambda timeout: version.get_code(_request_timeout=timeout),
+                   time.monotonic() + CONNECT_RETRY_S, connection_errors=False)
     except Exception as exc:       # connection refused, TLS, 401 ...
         host = api.configuration.host
+        what = str(exc) if isinstance(exc, LabError) else failure_text(exc)
         raise LabError(f"no Kubernetes cluster reachable at {host} (context {context}): "
-                       f"{_one_line(exc)}; {hint}") from None
+                       f"{_one_line(what)}; {hint}") from None
     return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), client.NetworkingV1Api(api),
                    namespace or "default", context, custom=client.CustomObjectsApi(api))
 
@@ -123,30 +112,31 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _status(exc: BaseException) -> int | None:
-    return getattr(exc, "status", None) if type(exc).__name__ == "ApiException" else None
+    """The API server's answer to a failed call (404, 409 ...), None when it gave none."""
+    return api_status(exc)
 
 
 # ---- creating -------------------------------------------------------------
-def _create_jobset(cluster: Cluster) -> Callable[..., Any]:
-    def create(ns: str, obj: dict[str, Any], **kw: Any) -> Any:
-        return cluster.custom.create_namespaced_custom_object(
-            jobset_render.GROUP, jobset_render.VERSION, ns, jobset_render.PLURAL, obj, **kw)
-    return create
-
-
 def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
     ns, kind = cluster.namespace, obj["kind"]
-    create = {
-        "ConfigMap": cluster.core.create_namespaced_config_map,
-        "Service": cluster.core.create_namespaced_service,
-        "NetworkPolicy": cluster.networking.create_namespaced_network_policy,
-        "Job": cluster.batch.create_namespaced_job,
-        jobset_render.KIND: _create_jobset(cluster),
-    }[kind]
     try:
-        create(ns, obj, _request_timeout=cluster.timeout())
+        if kind == jobset_render.KIND:
+            cluster.call(cluster.custom.create_namespaced_custom_object, jobset_render.GROUP,
+                         jobset_render.VERSION, ns, jobset_render.PLURAL, obj)
+        else:
+            create = {
+                "ConfigMap": cluster.core.create_namespaced_config_map,
+                "Service": cluster.core.create_namespaced_service,
+                "NetworkPolicy": cluster.networking.create_namespaced_network_policy,
+                "Job": cluster.batch.create_namespaced_job,
+            }[kind]
+            cluster.call(create, ns, obj)
+    except ApiUnavailable:
+        raise
     except Exception as exc:
         name, lab = obj["metadata"]["name"], obj["metadata"]["labels"]["app.kubernetes.io/name"]
+        if _status(exc) == 409 and _made_by_this_run(cluster, obj):
+            return                  # an earlier try created it; its answer was lost on the way
         if _status(exc) == 409:
             raise LabError(
                 f"{kind.lower()} {name} already exists in namespace {ns} (another run of lab "
@@ -155,8 +145,23 @@ def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
                 f"app.kubernetes.io/name={lab},app.kubernetes.io/managed-by=labctl") from None
         if _status(exc) is not None:
             raise LabError(f"creating {kind.lower()} {name} in namespace {ns} failed: "
-                           f"{_status(exc)} {_one_line(getattr(exc, 'reason', exc))}") from None
+                           f"{failure_text(exc)}") from None
         raise
+
+
+def _made_by_this_run(cluster: Cluster, obj: dict[str, Any]) -> bool:
+    """Whether the object of `obj`'s kind and name that exists carries `obj`'s run label:
+    a create retried after a dropped answer finds its own object (409), not another run's."""
+    run_id = obj["metadata"]["labels"].get(k8s_render.RUN_LABEL)
+    selector, name = k8s_render.run_selector(run_id), obj["metadata"]["name"]
+    if obj["kind"] == jobset_render.KIND:
+        return any(j["metadata"]["name"] == name for j in _jobsets(cluster, selector))
+    list_fn = {"ConfigMap": cluster.core.list_namespaced_config_map,
+               "Service": cluster.core.list_namespaced_service,
+               "NetworkPolicy": cluster.networking.list_namespaced_network_policy,
+               "Job": cluster.batch.list_namespaced_job}[obj["kind"]]
+    found = cluster.call(list_fn, cluster.namespace, label_selector=selector).items
+    return any(o.metadata.name == name for o in found)
 
 
 def require_jobset_crd(cluster: Cluster) -> None:
@@ -168,9 +173,9 @@ def require_jobset_crd(cluster: Cluster) -> None:
     if cluster.custom is None:
         raise PreflightError(f"k8s.kind jobset: no custom objects API to create JobSets in {where}")
     try:
-        cluster.custom.list_namespaced_custom_object(
-            jobset_render.GROUP, jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL,
-            limit=1, _request_timeout=cluster.timeout())
+        cluster.call(cluster.custom.list_namespaced_custom_object,
+                     jobset_render.GROUP, jobset_render.VERSION, cluster.namespace,
+                     jobset_render.PLURAL, limit=1)
     except Exception as exc:
         status = _status(exc)
         if status == 404:
@@ -183,8 +188,8 @@ def require_jobset_crd(cluster: Cluster) -> None:
                 f"k8s.kind jobset: not allowed to list {jobset_render.PLURAL}.{jobset_render.GROUP} in "
                 f"{where} (403); ask for get/list/create/delete on jobsets, or use k8s.kind: job") from None
         if status is not None:
-            raise LabError(f"checking for the JobSet CRD in {where} failed: {status} "
-                           f"{_one_line(getattr(exc, 'reason', exc))}") from None
+            raise LabError(f"checking for the JobSet CRD in {where} failed: "
+                           f"{failure_text(exc)}") from None
         raise
 
 
@@ -195,9 +200,9 @@ def _jobsets(cluster: Cluster, selector: str, required: bool = False) -> list[di
     if cluster.custom is None:
         return []
     try:
-        found = cluster.custom.list_namespaced_custom_object(
-            jobset_render.GROUP, jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL,
-            label_selector=selector, _request_timeout=cluster.timeout())
+        found = cluster.call(cluster.custom.list_namespaced_custom_object,
+                             jobset_render.GROUP, jobset_render.VERSION, cluster.namespace,
+                             jobset_render.PLURAL, label_selector=selector)
     except Exception as exc:
         if _status(exc) == 404 or (_status(exc) == 403 and not required):
             return []                    # no JobSet CRD (or no right to see JobSets): none
@@ -225,13 +230,11 @@ def _read_watched(cluster: Cluster, kind: str, name: str) -> Watched | None:
     """The Job or JobSet as it is now; None once it is gone (404)."""
     try:
         if kind == "Job":
-            job = cluster.batch.read_namespaced_job(name, cluster.namespace,
-                                                    _request_timeout=cluster.timeout())
+            job = cluster.call(cluster.batch.read_namespaced_job, name, cluster.namespace)
             return Watched(kind, name, job.status.start_time if job.status else None,
                            _job_condition(job), bool(job.spec is not None and job.spec.suspend))
-        found = cluster.custom.get_namespaced_custom_object(
-            jobset_render.GROUP, jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL,
-            name, _request_timeout=cluster.timeout())
+        found = cluster.call(cluster.custom.get_namespaced_custom_object, jobset_render.GROUP,
+                             jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL, name)
     except Exception as exc:
         if _status(exc) != 404:
             raise
@@ -251,8 +254,8 @@ def _jobset_condition(jobset: dict[str, Any]) -> tuple[str, str] | None:
 def _jobset_start(cluster: Cluster, jobset: dict[str, Any]) -> Any:
     """When the first node Job of the JobSet started (a JobSet has no start time of its own)."""
     selector = f"{jobset_render.JOBSET_NAME_LABEL}={jobset['metadata']['name']}"
-    jobs = cluster.batch.list_namespaced_job(cluster.namespace, label_selector=selector,
-                                             _request_timeout=cluster.timeout()).items
+    jobs = cluster.call(cluster.batch.list_namespaced_job, cluster.namespace,
+                        label_selector=selector).items
     starts = [j.status.start_time for j in jobs if j.status is not None and j.status.start_time
               and (j.metadata.labels or {}).get("app.kubernetes.io/component") == "node"]
     return min(starts) if starts else None
@@ -267,9 +270,8 @@ def _index(pod: Any) -> int | None:
 def _pods_by_index(cluster: Cluster, run_id: str, nodes_per_replica: int = 0) -> dict[int, Any]:
     """The newest pod of every node: its completion index, plus replica x nodes when the
     lab has replicas (each replica is an Indexed Job of its own; the store pod has no index)."""
-    pods = cluster.core.list_namespaced_pod(
-        cluster.namespace, label_selector=k8s_render.run_selector(run_id),
-        _request_timeout=cluster.timeout()).items
+    pods = cluster.call(cluster.core.list_namespaced_pod, cluster.namespace,
+                        label_selector=k8s_render.run_selector(run_id)).items
     found: dict[int, Any] = {}
     for pod in sorted(pods, key=lambda p: str(p.metadata.creation_timestamp or "")):
         index = _index(pod)
@@ -324,16 +326,18 @@ def _outcome(index: int, hostname: str, pod: Any | None, job_start: Any = None) 
     return NodeOutcome(index, hostname, done.exit_code, node_state, exited, signal=sig)
 
 
-def _events_text(cluster: Cluster, kind: str, name: str) -> str:
-    events = cluster.core.list_namespaced_event(
-        cluster.namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}",
-        _request_timeout=cluster.timeout())
-    lines = []
-    for ev in sorted(events.items, key=lambda e: str(e.last_timestamp or e.event_time or "")):
-        when = ev.last_timestamp or ev.event_time or ""
-        count = f" (x{ev.count})" if (ev.count or 1) > 1 else ""
-        lines.append(f"{when} {ev.type} {ev.reason} {kind.lower()}/{name}: {ev.message}{count}")
-    return "\n".join(lines) + ("\n" if lines else "")
+def _never_started(pod: Any) -> bool:
+    """A pod whose container has not run yet (unschedulable, pulling its image) has no
+    log to read: the API answers 400 ("waiting to start"), and waiting cannot change that."""
+    if pod.status is None or (pod.status.phase or "Pending") != "Pending":
+        return False
+    statuses = pod.status.container_statuses or []
+    if not statuses:
+        return True
+    status = statuses[0]
+    ran = status.state is not None and (status.state.running or status.state.terminated)
+    before = status.last_state is not None and status.last_state.terminated
+    return not (ran or before or status.restart_count)
 
 
 def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
@@ -341,36 +345,42 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
              strict: bool = False, nodes_per_replica: int = 0, kind: str = "Job") -> list[NodeOutcome]:
     """Every pod's log and the Job's (or JobSet's: `kind`) and pods' events into the run folder.
 
-    Best effort per item (one unreadable pod does not cost the others' logs),
-    unless `strict`: then any failure raises, so that `down` deletes nothing
-    whose log it could not save.
+    Every item is tried (one unreadable pod does not cost the others' logs); then,
+    if a log could not be saved whole, or events could not be read because the API
+    kept failing, this raises (LabError), so that the driver and `down` delete
+    nothing: a later `labctl down` can still save them. A pod that is gone (404)
+    or never started has no log to wait for. `strict`: any failure raises.
     """
     events = rundir.path / "events"
     events.mkdir(exist_ok=True)
+    unsaved: list[str] = []
 
-    def failed(what: str, exc: Exception) -> None:
-        if strict:
-            raise LabError(f"{what}: {_one_line(exc)}") from None
-        progress(f"{what}: {_one_line(exc)}")
+    def failed(what: str, exc: Exception, keep: bool) -> None:
+        line = f"{what}: {_one_line(exc)}"
+        progress(line)
+        if strict or keep:
+            unsaved.append(line)
 
-    try:
-        pods = _pods_by_index(cluster, run_id, nodes_per_replica)
-    except Exception as exc:
-        failed("could not list pods", exc)
-        pods = {}
+    # No pod list, nothing saved: the error (one line) goes up, and the lab is kept.
+    pods = _pods_by_index(cluster, run_id, nodes_per_replica)
     for index, pod in sorted(pods.items()):
+        name = pod.metadata.name
+        if _never_started(pod):
+            progress(f"pod {name} (node {index}) never started: it has no log")
+            continue
         try:
-            text = cluster.core.read_namespaced_pod_log(
-                pod.metadata.name, cluster.namespace, container=k8s_render.CONTAINER,
-                _request_timeout=cluster.timeout())
-            rundir.write_node_log(index, text or "")
+            cluster.save_pod_log(name, k8s_render.CONTAINER, rundir.node_log(index))
         except Exception as exc:
-            failed(f"could not read the log of pod {pod.metadata.name}", exc)
+            failed(f"could not read the log of pod {name}", exc, keep=_status(exc) not in (400, 404))
     for what, obj in [(kind, job)] + [("Pod", p.metadata.name) for _, p in sorted(pods.items())]:
         try:
-            (events / f"{what.lower()}-{obj}.log").write_text(_events_text(cluster, what, obj))
+            cluster.save_events(what, obj, events / f"{what.lower()}-{obj}.log")
         except Exception as exc:
-            failed(f"could not read the events of {what.lower()}/{obj}", exc)
+            failed(f"could not read the events of {what.lower()}/{obj}", exc,
+                   keep=isinstance(exc, ApiUnavailable))
+    if unsaved:
+        more = f" (and {len(unsaved) - 1} more)" if len(unsaved) > 1 else ""
+        raise LabError(unsaved[0] + more)
     job_start, verdict = None, None
     try:
         found = _read_watched(cluster, kind, job)
@@ -409,17 +419,16 @@ def delete_run(cluster: Cluster, run_id: str, jobset: bool = False) -> list[str]
     for obj in _jobsets(cluster, selector, required=jobset):
         name = obj["metadata"]["name"]
         try:
-            cluster.custom.delete_namespaced_custom_object(
-                jobset_render.GROUP, jobset_render.VERSION, ns, jobset_render.PLURAL, name,
-                _request_timeout=cluster.timeout(), **background)
+            cluster.call(cluster.custom.delete_namespaced_custom_object, jobset_render.GROUP,
+                         jobset_render.VERSION, ns, jobset_render.PLURAL, name, **background)
             deleted.append(f"jobset/{name}")
         except Exception as exc:
             if _status(exc) != 404:
                 raise
     for kind, list_fn, delete_fn, extra in kinds:
-        for obj in list_fn(ns, label_selector=selector, _request_timeout=cluster.timeout()).items:
+        for obj in cluster.call(list_fn, ns, label_selector=selector).items:
             try:
-                delete_fn(obj.metadata.name, ns, _request_timeout=cluster.timeout(), **extra)
+                cluster.call(delete_fn, obj.metadata.name, ns, **extra)
                 deleted.append(f"{kind}/{obj.metadata.name}")
             except Exception as exc:
                 if _status(exc) != 404:      # gone already (the Job took its pods along)
@@ -505,7 +514,8 @@ class K8sBackend(Backend):
         """nccl on a cluster whose API says no node has enough `nvidia.com/gpu` for one pod.
 
         Only when the API answers: no cluster, or no right to list nodes (RBAC on a
-        shared cluster), leaves the question to the scheduler, as before."""
+        shared cluster), leaves the question to the scheduler, as before; an API that
+        keeps failing (ApiUnavailable) is said at once, before anything is created."""
         spec = plan.spec
         if _is_jobset(spec):
             try:
@@ -518,8 +528,10 @@ class K8sBackend(Backend):
             return
         try:
             cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
-            nodes = cluster.core.list_node(_request_timeout=REQUEST_TIMEOUT_S).items
-        except Exception:             # LabError (no cluster), ApiException (403), timeouts
+            nodes = cluster.call(cluster.core.list_node).items
+        except ApiUnavailable:        # the API keeps failing: starting would fail as well
+            raise
+        except Exception:             # LabError (no cluster), ApiRefused (403: RBAC)
             return
         gpus = {n.metadata.name: _quantity(((n.status and n.status.allocatable) or {})
                                            .get(k8s_render.GPU_RESOURCE, "0")) for n in nodes}
@@ -602,10 +614,12 @@ class K8sBackend(Backend):
         if not any((p.status.phase if p.status else "Pending") == "Pending" for p in pods.values()):
             return None
         try:
-            events = self.api.core.list_namespaced_event(
-                self.api.namespace, field_selector="involvedObject.kind=Pod,reason=FailedScheduling",
-                _request_timeout=self.api.timeout()).items
-        except Exception:
+            events = self.api.call(
+                self.api.core.list_namespaced_event, self.api.namespace,
+                field_selector="involvedObject.kind=Pod,reason=FailedScheduling").items
+        except ApiUnavailable:              # as any call of the poll: the lab ends, in one line
+            raise
+        except Exception:                   # no right to list events (403): the conditions say it
             events = []
         return k8s_scheduling.unschedulable(pods, events)
 
@@ -613,9 +627,12 @@ class K8sBackend(Backend):
         """Pods keep running until `delete`: their logs are read first (a deleted pod has none)."""
 
     def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
-        """Pod logs and events into the folder (`strict`: any that cannot be read raises)."""
+        """Pod logs and events into the folder; raises when one could not be saved and a
+        later try may (`strict`: when any could not). Past the lab's deadline: collecting
+        is cleanup, and its calls get their full retries."""
         if not self.bound or (self.run.how is Bound.STARTED and self.kind not in self.created):
             return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())] if self.bound else []
+        self.api.deadline = None
         return self._blame(_collect(self.hostnames, self.job, self.run_id, rundir, self.api,
                                     self.progress, strict=strict,
                                     nodes_per_replica=self.nodes_per_replica, kind=self.kind))
@@ -629,8 +646,8 @@ class K8sBackend(Backend):
         if pod is None:
             raise NotYet(f"node {fault.target} has no pod yet")
         name = pod.metadata.name
-        self.api.core.delete_namespaced_pod(name, self.api.namespace, grace_period_seconds=0,
-                                            _request_timeout=self.api.timeout())
+        self.api.call(self.api.core.delete_namespaced_pod, name, self.api.namespace,
+                      grace_period_seconds=0)
         self.killed[fault.target] = f"pod {name} deleted by fault {fault.text}"
         return f"deleted pod {name} (grace period 0: SIGKILL; its log goes with it)"
 
@@ -650,7 +667,7 @@ class K8sBackend(Backend):
             return self._delete_leftovers()
         if not self.created:
             return ""
-        self.api.deadline = None            # cleanup gets its full request timeouts
+        self.api.deadline = None            # cleanup gets its full retries
         deleted = delete_run(self.api, self.run_id, jobset=self.kind == jobset_render.KIND)
         return f"deleted {len(deleted)} object(s) labelled {k8s_render.run_selector(self.run_id)}"
 
@@ -660,8 +677,8 @@ class K8sBackend(Backend):
         found: set[str] = set()
         for list_fn in (cluster.batch.list_namespaced_job, cluster.core.list_namespaced_pod,
                         cluster.core.list_namespaced_service):
-            for obj in list_fn(cluster.namespace, label_selector=k8s_render.RUN_LABEL,
-                               _request_timeout=cluster.timeout()).items:
+            for obj in cluster.call(list_fn, cluster.namespace,
+                                    label_selector=k8s_render.RUN_LABEL).items:
                 found.add((obj.metadata.labels or {}).get(k8s_render.RUN_LABEL, ""))
         for jobset in _jobsets(cluster, k8s_render.RUN_LABEL):
             found.add((jobset["metadata"].get("labels") or {}).get(k8s_render.RUN_LABEL, ""))
@@ -678,9 +695,8 @@ class K8sBackend(Backend):
             name = jobset["metadata"]["name"]
             return self._plan_of(spec_from_stored(jobset["metadata"]["annotations"][SPEC_KEY],
                                                   f"jobset/{name} {where}"), run_id)
-        jobs = cluster.batch.list_namespaced_job(
-            cluster.namespace, label_selector=k8s_render.run_selector(run_id),
-            _request_timeout=cluster.timeout()).items
+        jobs = cluster.call(cluster.batch.list_namespaced_job, cluster.namespace,
+                            label_selector=k8s_render.run_selector(run_id)).items
         stored = [j for j in jobs if SPEC_KEY in (j.metadata.annotations or {})]
         if not stored:
             left = _objects(cluster, run_id)
@@ -736,5 +752,5 @@ def _objects(cluster: Cluster, run_id: str, kind: str = "Job") -> list[str]:
                           ("pod", cluster.core.list_namespaced_pod),
                           ("service", cluster.core.list_namespaced_service)):
         found += [f"{what}/{o.metadata.name}" for o in
-                  list_fn(ns, label_selector=selector, _request_timeout=cluster.timeout()).items]
+                  cluster.call(list_fn, ns, label_selector=selector).items]
     return found
