@@ -634,7 +634,7 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
     backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
     settings = ex.settings(deadline, seed, time_it)
     spec = ex.lab_spec([entry], spec_file, _overrides(flags), settings)
-    run, grades = ex.check(spec, [entry], settings, progress=_progress(quiet),
+    run, grades = ex.check(spec, [entry], progress=_progress(quiet),
                            **_options_for(spec.backend, backend_flags))
     click.echo(ex.text(grades, run))
     failed = [g for g in grades if not g.passed]

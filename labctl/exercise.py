@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import dataclasses
 import enum
 import math
 import re
@@ -25,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from workloads._exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV, EXERCISES, P2P_OPS, RECORD_CALL, RECORD_DEADLINE, RECORD_LOAD,
-                                  RECORD_RAISED, RECORD_TIME, SENDS, SIZES, WORKLOAD, Call, Config,
-                                  Exercise, traffic, worlds)
+from workloads._exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV, EXERCISES, P2P_OPS, RECORD_CALL,
+                                  RECORD_DEADLINE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, SENDS, WORKLOAD,
+                                  Call, Config, Exercise, describe_cases, traffic, worlds)
 
 from . import backends
 from .rundir import RunDir
@@ -53,8 +52,8 @@ def find(name: str) -> Exercise:
 
 
 def list_text() -> str:
-    return table(("exercise", "you write", "what it is"),
-                 ((e.name, e.signature, e.summary) for e in EXERCISES.values()))
+    return table(("exercise", "you write", "checked against", "what it is"),
+                 ((e.name, e.signature, e.reference, e.summary) for e in EXERCISES.values()))
 
 
 def starter(name: str, path: str | None = None, force: bool = False) -> Path:
@@ -153,8 +152,9 @@ def lab_spec(entries: list[Entry], spec_file: str | None, overrides: dict[str, A
                         "(--nodes x --nproc-per-node; default 2 x 2)")
     if user.replicas > 1:
         raise SpecError("exercise check: --replicas must be 1 (each replica would be graded apart)")
-    if user.max_restarts:
-        raise SpecError("exercise check: --max-restarts must be 0 (a restart would hide a deadlock)")
+    if user.elastic:
+        raise SpecError("exercise check: not on an elastic lab (--max-restarts, --min-nodes): a restart "
+                        "or a smaller world would hide a deadlock")
     script = entries[0].file
     if user.backend != "local" and any(e.file != script for e in entries):
         raise SpecError(f"exercise check: several files need the local backend (the {user.backend} "
@@ -175,13 +175,13 @@ def settings(deadline: float | None = None, seed: int | None = None, time: bool 
                     DEFAULT_SEED if seed is None else seed, time)
 
 
-def check(spec: LabSpec, entries: list[Entry], settings: Settings, progress: Callable[[str], None] = print,
+def check(spec: LabSpec, entries: list[Entry], progress: Callable[[str], None] = print,
           runs_root: str = "runs", **options: Any) -> tuple[RunDir, list["Grade"]]:
     """Run `lab_spec`'s lab to its end; the run folder and each entry's grade."""
     from . import lab
 
     run = lab.up(spec, progress=progress, runs_root=runs_root, **options)
-    return run, grade(run, entries, settings)
+    return run, grade(run, entries)
 
 
 # ---------------------------------------------------------------- grading
@@ -247,15 +247,17 @@ class _Stop:
     record: dict
 
 
-def grade(run: RunDir, entries: list[Entry], settings: Settings) -> list[Grade]:
+def grade(run: RunDir, entries: list[Entry]) -> list[Grade]:
+    """Each entry's grade, from the run folder of the lab `lab_spec` made of them."""
     records = [r for r in run.iter_results(warn=lambda line: None) if r.get("workload") == WORKLOAD]
     ops = _call_ops(run, [Call.from_record(r) for r in records if r.get("name") == RECORD_CALL])
     largest = int(run.meta.get("world_size") or 0)
-    return [_grade_one(run, e, records, ops, worlds(largest) if largest else [], settings) for e in entries]
+    return [_grade_one(run, i, e, records, ops, worlds(largest) if largest else [])
+            for i, e in enumerate(entries)]
 
 
-def _call_ops(run: RunDir, calls: list[Call]) -> dict[tuple[str, int, int, int], list[Any]]:
-    """The trace ops each call made, (exercise, world, case, rank) -> ops: every op its
+def _call_ops(run: RunDir, calls: list[Call]) -> dict[tuple[int, int, int, int], list[Any]]:
+    """The trace ops each call made, (entry, world, case, rank) -> ops: every op its
     rank began inside the call's window on its own clock. The one place that reads the
     trace (labctl/trace.py's reader of rank records)."""
     from . import trace
@@ -263,23 +265,23 @@ def _call_ops(run: RunDir, calls: list[Call]) -> dict[tuple[str, int, int, int],
     windows: dict[int, list[Call]] = {}
     for c in calls:
         windows.setdefault(c.rank, []).append(c)
-    found: dict[tuple[str, int, int, int], list[Any]] = {}
+    found: dict[tuple[int, int, int, int], list[Any]] = {}
     for rank, mine in windows.items():
         log = run.rank_log(rank)
         ops = trace.rank_ops(log) if log.is_file() else []
         starts = [o.begin for o in ops]
         for c in mine:
             lo, hi = bisect.bisect_left(starts, c.begin_ns), bisect.bisect_right(starts, c.end_ns)
-            found[(c.exercise, c.world, c.case, rank)] = ops[lo:hi]
+            found[(c.entry, c.world, c.case, rank)] = ops[lo:hi]
     return found
 
 
-def _grade_one(run: RunDir, e: Entry, records: list[dict], ops: dict, all_worlds: list[int],
-               settings: Settings) -> Grade:
+def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict,
+               all_worlds: list[int]) -> Grade:
     ex = e.exercise
     g = Grade(ex, e.file, all_worlds)
-    mine = [r for r in records if r.get("exercise") == ex.name]
-    loads = [r for r in records if r.get("name") == RECORD_LOAD and r.get("exercise") == ex.name]
+    mine = [r for r in records if r.get("entry") == index]
+    loads = [r for r in mine if r.get("name") == RECORD_LOAD]
     if loads:
         said = _load_text(loads[0], ex)
         g.findings.append(Finding(Check.VALUES, None, said, said))
@@ -293,7 +295,7 @@ def _grade_one(run: RunDir, e: Entry, records: list[dict], ops: dict, all_worlds
                 g.cells[(check, world)] = Cell(None, "—")
             continue
         _values(g, world, here, stop)
-        called = {key: ops.get((c.exercise, c.world, c.case, c.rank), []) for key, c in
+        called = {key: ops.get((c.entry, c.world, c.case, c.rank), []) for key, c in
                   (((c.case, c.rank), c) for c in here)}
         _only_p2p(g, world, here, called)
         _traffic(g, world, here, called)
@@ -304,7 +306,7 @@ def _grade_one(run: RunDir, e: Entry, records: list[dict], ops: dict, all_worlds
         if r.get("name") == RECORD_TIME and (Check.TIME, r["world"]) in g.cells:
             g.cells[(Check.TIME, r["world"])] = Cell(None, _time_text(r))
     if stop is not None:
-        _stopped(g, run, stop, mine, calls, settings)
+        _stopped(g, run, stop, mine, calls)
     elif not calls:
         said = _lab_failure(run)
         g.findings.append(Finding(Check.VALUES, None, said, said))
@@ -352,7 +354,8 @@ def _values_hint(ex: Exercise, world: int, wrong: list[Call], calls: list[Call])
     if "you changed" in wrong[0].detail:
         return "Work on copies (x.clone()) of the inputs"
     if "never written" in wrong[0].detail and "tensor_list" in wrong[0].detail:
-        return "Write into the tensors of the list (copy_, recv into them): replacing a list element does not reach the caller"
+        return ("Write into the tensors of the list (copy_, recv into them): replacing a list element "
+                "does not reach the caller")
     divisible_passed = any(c.ok and c.size % world == 0 for c in calls)
     if ex.name in ("ring_allreduce",) and divisible_passed and all(s % world for s in sizes):
         return (f"Every wrong case has a size that {world} does not divide ({', '.join(map(str, sizes))}): "
@@ -394,28 +397,34 @@ def _traffic(g: Grade, world: int, calls: list[Call], called: dict) -> None:
     if ex.name == "average_gradients":
         _gradient_traffic(g, world, calls, called)
         return
-    sent: dict[int, float] = {}
-    optimum: dict[int, float] = {}
-    allowed: dict[int, float] = {}
+    all_sent = total = 0.0
+    over: list[tuple[float, int, int, Call, float, float]] = []      # calls past what one rank needs
     for c in calls:
-        t = traffic(ex.name, world, c.rank, c.size, c.itemsize, c.root)
+        t = traffic(ex.name, world, c.rank, c.size, c.itemsize)
         if t is None:
             continue
-        sent[c.rank] = sent.get(c.rank, 0) + _sends(called.get((c.case, c.rank), []))
-        optimum[c.rank] = optimum.get(c.rank, 0) + t.optimum
-        allowed[c.rank] = allowed.get(c.rank, 0) + t.allowed
-    ratios = {r: sent[r] / optimum[r] for r in sent if optimum[r] > 0}
-    worst = max(ratios, key=ratios.get) if ratios else None
-    over = [r for r in sent if sent[r] > allowed[r] + 0.5]
-    text = f"{ratios[worst]:.2f}x" if worst is not None else "0 B"
-    g.cells[(Check.TRAFFIC, world)] = Cell(not over, text if not over else f"FAIL {text}")
-    if over:
-        r = max(over, key=lambda k: sent[k] / max(allowed[k], 1))
-        ratio = sent[r] / optimum[r] if optimum[r] else math.inf
+        mine = _sends(called.get((c.case, c.rank), []))
+        all_sent += mine
+        total += t.total / world                # every rank's record of a call carries its share
+        if mine > t.rank_most + 0.5:
+            over.append((mine / t.rank_most if t.rank_most else math.inf, -c.case, -c.rank, c, mine, t.rank_most))
+    overall = all_sent / total if total else 0.0
+    over_total = all_sent > total + 0.5
+    worst = max(over, key=lambda x: x[:3]) if over else None
+    shown = f"{max(overall, worst[0] if worst else 0.0):.2f}x"
+    failed = over_total or worst is not None
+    g.cells[(Check.TRAFFIC, world)] = Cell(not failed, f"FAIL {shown}" if failed else shown)
+    if over_total:
         g.findings.append(Finding(Check.TRAFFIC, world, (
-            f"traffic at world size {world}: rank {r} sent {ratio:.1f}x the optimum "
-            f"({_bytes(sent[r])} where {_bytes(optimum[r])} would do; {ex.optimum}, "
-            f"over its {len({c.case for c in calls})} cases): {_traffic_hint(ex)}")))
+            f"traffic at world size {world}: the ranks sent {overall:.1f}x the optimum "
+            f"({_bytes(all_sent)} where {_bytes(total)} would do over {len({c.case for c in calls})} "
+            f"cases; {ex.optimum}): {_traffic_hint(ex)}")))
+    elif worst is not None:
+        ratio, _, _, c, mine, most = worst
+        g.findings.append(Finding(Check.TRAFFIC, world, (
+            f"traffic at world size {world}: rank {c.rank} sent {ratio:.1f}x the most one rank needs "
+            f"in {c.label} ({_bytes(mine)} where {_bytes(most)} would do; {ex.optimum}): "
+            f"{_traffic_hint(ex)}")))
 
 
 def _traffic_hint(ex: Exercise) -> str:
@@ -469,8 +478,7 @@ def _waits(g: Grade, world: int, calls: list[Call], called: dict) -> None:
 
 # ---------------------------------------------------------------- a lab that stopped early
 
-def _stopped(g: Grade, run: RunDir, stop: _Stop, records: list[dict], calls: list[Call],
-             settings: Settings) -> None:
+def _stopped(g: Grade, run: RunDir, stop: _Stop, records: list[dict], calls: list[Call]) -> None:
     r = stop.record
     world = int(r.get("world", 0))
     where = f"world size {world}, {r.get('label')}" if r.get("label") else f"world size {world}"
@@ -509,7 +517,8 @@ def _deadline_text(g: Grade, run: RunDir, r: dict, records: list[dict], calls: l
         short = head
     else:
         ranks = ", ".join(map(str, late))
-        head = f"deadline at {where}: no call returned within {seconds:g} s on rank{'s' if len(late) > 1 else ''} {ranks}"
+        plural = "s" if len(late) > 1 else ""
+        head = f"deadline at {where}: no call returned within {seconds:g} s on rank{plural} {ranks}"
         short = head + (" (a deadlock: every rank waits in a send)" if _all_send(stuck) else "")
         if stuck:
             head += ". Where they wait (the hang diagnosis): " + "; ".join(stuck)
@@ -542,7 +551,8 @@ def _deadline_hint(stuck: list[str]) -> str:
                 "send with dist.isend, then recv, then wait() on the send (or let even ranks send "
                 "first and odd ranks receive first)")
     if stuck and any("never finished recv " in s for s in stuck):
-        return "A rank waits in recv for a message no rank sends: check that every recv has its send (same peer, same order)"
+        return ("A rank waits in recv for a message no rank sends: check that every recv has its send "
+                "(same peer, same order)")
     return ""
 
 
@@ -600,13 +610,7 @@ def text(grades: Iterable[Grade], run: RunDir) -> str:
         out += [f"- {f.text}" for f in g.findings]
         if g.findings:
             out.append("")
-    out.append(f"Sizes per call: {', '.join(map(str, SIZES))} elements (int64 arange, int64 random, float32 "
-               f"normal); run folder: {run.path} (trace.json: every call's sends in Perfetto)")
+        out += [f"Cases: {describe_cases(g.exercise.name)}.", ""]
+    out.append(f"Run folder: {run.path} (trace.json: every call's sends and receives, for Perfetto)")
     return "\n".join(out)
 
-
-def as_dict(grades: Iterable[Grade]) -> list[dict[str, Any]]:
-    return [{"exercise": g.exercise.name, "file": str(g.file), "passed": g.passed,
-             "cells": {f"{c.value}@{w}": dataclasses.asdict(cell) for (c, w), cell in g.cells.items()},
-             "findings": [{"check": f.check.value, "world": f.world, "text": f.text} for f in g.findings]}
-            for g in grades]

@@ -28,49 +28,21 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from . import _common, _trace
 from ._exercises import (ENV, EXERCISES, FLOAT_ATOL, FLOAT_RTOL, RECORD_CALL, RECORD_DEADLINE,
-                        RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, SIZES, TIME_ELEMENTS,
-                        TIME_REPEATS, WORKLOAD, Config, worlds)
+                        RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, TIME_ELEMENTS,
+                        TIME_REPEATS, WORKLOAD, Case, Config, cases, worlds)
 
 EXIT_DEADLINE = 3
 SENTINEL = 7777                     # what every output holds on entry: "never written" is visible
-KINDS = (("int64", "arange"), ("int64", "random"), ("float32", "normal"))
 GROUP_TIMEOUT_S = 60.0              # the runner's own ops (references, barriers) after a peer is gone
 TIME_DEADLINE_FACTOR = 20           # a timed call may take this many times torch's, plus the deadline
 
 
 class Stopped(Exception):
     """This rank must end now; its record is out (a load problem, a raise, a peer gone)."""
-
-
-@dataclass(frozen=True)
-class Case:
-    index: int
-    dtype: str
-    kind: str
-    size: int
-    root: int | None = None
-
-    @property
-    def label(self) -> str:
-        root = f", src {self.root}" if self.root is not None else ""
-        return f"{self.dtype} {self.kind}, {self.size} element{'s' if self.size != 1 else ''}{root}"
-
-
-def cases(exercise: str, world: int) -> list[Case]:
-    if exercise == "average_gradients":        # hidden widths; the seeds differ per rank
-        return [Case(i, "float32", kind, size) for i, (size, kind) in
-                enumerate((h, k) for h in SIZES for k in ("normal", "normal, other seed"))]
-    found = []
-    for size in SIZES:
-        for dtype, kind in KINDS:
-            i = len(found)
-            found.append(Case(i, dtype, kind, size, i % world if exercise == "tree_broadcast" else None))
-    return found
 
 
 class Runner:
@@ -82,6 +54,7 @@ class Runner:
         self.rank = ctx.rank
         self.device = ctx.device
         self.files = files
+        self.entry = 0                  # which of Config.exercises runs now: every record says so
         self.watchdog = Watchdog(files)
 
     # ------------------------------------------------------------ inputs
@@ -111,11 +84,14 @@ class Runner:
         import torch.distributed as dist
 
         dist.barrier()                  # every rank enters together: the deadline means the same
-        what = {"exercise": exercise, "world": world, "case": case.index, "label": case.label}
+        what = {"entry": self.entry, "exercise": exercise, "world": world, "case": case.index,
+                "label": case.label}
         begin = time.time_ns()
         with self.watchdog.armed(deadline, what):
             try:
                 fn(*args)
+                if self.device.type == "cuda":  # a GPU-side wait (nccl) is part of the call
+                    self.torch.cuda.synchronize(self.device)
             except Exception as exc:    # noqa: BLE001 - the learner's error, recorded for labctl
                 self.raised(exc, what)
         return begin, time.time_ns()
@@ -132,7 +108,8 @@ class Runner:
                   problems: list[str], size: int, itemsize: int, root: int | None = None) -> bool:
         ok = not problems
         _common.emit({"workload": WORKLOAD, "name": RECORD_CALL, "rank": self.rank, "ok": ok,
-                      "exercise": exercise, "world": world, "case": case.index, "label": case.label,
+                      "entry": self.entry, "exercise": exercise, "world": world, "case": case.index,
+                      "label": case.label,
                       "detail": "; ".join(problems[:3]), "begin_ns": window[0], "end_ns": window[1],
                       "size": size, "itemsize": itemsize, "root": root})
         return ok
@@ -323,7 +300,8 @@ class Runner:
         values = slowest.cpu().tolist()
         if self.rank == 0:
             _common.emit({"workload": WORKLOAD, "name": RECORD_TIME, "rank": 0, "ok": True,
-                          "exercise": exercise, "world": world, "bytes": nbytes, "reference": name,
+                          "entry": self.entry, "exercise": exercise, "world": world, "bytes": nbytes,
+                          "reference": name,
                           "ms": round(statistics.median(values[:TIME_REPEATS]) * 1e3, 3),
                           "reference_ms": round(statistics.median(values[TIME_REPEATS:]) * 1e3, 3)})
 
@@ -347,7 +325,7 @@ class Runner:
                                 **kwargs)
         return True
 
-    def run(self, functions: list[tuple[str, Callable]]) -> None:
+    def run(self, functions: list[tuple[int, str, Callable]]) -> None:
         import torch.distributed as dist
 
         store = dist.distributed_c10d._get_default_store()
@@ -357,8 +335,10 @@ class Runner:
                 break
             what: dict[str, Any] = {"world": world}
             try:
-                for exercise, fn in functions:
-                    what["exercise"] = exercise
+                for self.entry, exercise, fn in functions:
+                    what.update(entry=self.entry, exercise=exercise)
+                    what.pop("case", None)
+                    what.pop("label", None)
                     for case in cases(exercise, world):
                         what.update(case=case.index, label=case.label)
                         self.run_case(exercise, fn, world, case)
@@ -491,7 +471,7 @@ def _indices(found: list[int]) -> str:
 
 # ---------------------------------------------------------------- entry
 
-def _load(path: str, exercise: str, modules: dict[str, Any], rank: int) -> Callable:
+def _load(path: str, entry: int, exercise: str, modules: dict[str, Any], rank: int) -> Callable:
     """The learner's function: its file imported as a module (not run as __main__)."""
     path = os.path.abspath(path)
     module = modules.get(path)
@@ -507,14 +487,15 @@ def _load(path: str, exercise: str, modules: dict[str, Any], rank: int) -> Calla
             spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:      # noqa: BLE001 - the learner's file
             _common.emit({"workload": WORKLOAD, "name": RECORD_LOAD, "rank": rank, "ok": False,
-                          "exercise": exercise, "file": where, "exception": _exception_line(exc),
+                          "entry": entry, "exercise": exercise, "file": where,
+                          "exception": _exception_line(exc),
                           "where": _where_in(exc.__traceback__, {path})})
             raise Stopped from exc
         modules[path] = module
     fn = getattr(module, function, None)
     if not callable(fn):
         _common.emit({"workload": WORKLOAD, "name": RECORD_LOAD, "rank": rank, "ok": False,
-                      "exercise": exercise, "file": where, "missing": function})
+                      "entry": entry, "exercise": exercise, "file": where, "missing": function})
         raise Stopped
     return fn
 
@@ -527,8 +508,8 @@ def main(script: str) -> int:
     runner = None
     try:
         modules: dict[str, Any] = {}
-        functions = [(name, _load(path or script, name, modules, ctx.rank))
-                     for name, path in config.exercises]
+        functions = [(i, name, _load(path or script, i, name, modules, ctx.rank))
+                     for i, (name, path) in enumerate(config.exercises)]
         runner = Runner(ctx, config, {m.__file__ for m in modules.values() if m.__file__})
         runner.run(functions)
         return 0

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ENV = "LAB_EXERCISE"                # the runner's Config, JSON; set by labctl for `exercise check`
 WORKLOAD = "exercise"               # the `workload` field of every result record the runner emits
-SIZES = (1, 5, 12, 1001)            # elements per case: 1 is smaller than any world, 5 and 1001 divide by none of 2, 3, 4
+SIZES = (1, 5, 12, 1001)            # elements: 1 is below any world, 5 and 1001 divide by none of 2, 3, 4
 WORLDS = (4, 3, 2)                  # world sizes every check covers (those up to the lab's), largest first
 DEFAULT_DEADLINE_S = 5.0
 DEFAULT_SEED = 2024
@@ -26,7 +26,8 @@ TIME_REPEATS = 5
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
 SENDS = frozenset({"send", "isend"})
 
-# result records (each also carries workload=WORKLOAD, rank, ok, exercise, world)
+# result records (each also carries workload=WORKLOAD, rank, ok, and the entry of
+# Config.exercises it is about with its exercise name; all but RECORD_LOAD the world size)
 RECORD_CALL = "call"                # one call of the learner's function: values and its time window
 RECORD_TIME = "time"                # the timed size: the function against torch's collective
 RECORD_DEADLINE = "deadline"        # a call did not return in time (the rank exits right after)
@@ -96,6 +97,53 @@ class Config:
                    seed=int(data.get("seed", DEFAULT_SEED)), time=bool(data.get("time", True)))
 
 
+KINDS = (("int64", "arange"), ("int64", "random"), ("float32", "normal"))   # dtype and input of a case
+GRADIENT_SEEDS = ("batch 1", "batch 2")                                    # average_gradients: 2 per width
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call's inputs, made from the seed on every rank alike: `size` elements (for
+    average_gradients the model's hidden width), `root` the src of a broadcast."""
+    index: int
+    dtype: str
+    kind: str
+    size: int
+    root: int | None = None
+    width: bool = False             # `size` is an MLP's hidden width (average_gradients)
+
+    @property
+    def label(self) -> str:
+        if self.width:
+            return f"{self.dtype} MLP of width {self.size}, {self.kind}"
+        root = f", src {self.root}" if self.root is not None else ""
+        return f"{self.dtype} {self.kind}, {self.size} element{'s' if self.size != 1 else ''}{root}"
+
+
+def cases(exercise: str, world: int) -> list[Case]:
+    """Every call one world size makes of an exercise: each dtype and input at each size
+    (a broadcast's src goes round the ranks); MLP widths and two seeds for gradients."""
+    if exercise == "average_gradients":
+        return [Case(i, "float32", kind, width, width=True) for i, (width, kind) in
+                enumerate((w, k) for w in SIZES for k in GRADIENT_SEEDS)]
+    found: list[Case] = []
+    for size in SIZES:
+        for dtype, kind in KINDS:
+            i = len(found)
+            found.append(Case(i, dtype, kind, size, i % world if exercise == "tree_broadcast" else None))
+    return found
+
+
+def describe_cases(exercise: str) -> str:
+    if exercise == "average_gradients":
+        return (f"{len(cases(exercise, 2))} steps per world size: an MLP 4 -> width -> 3 of widths "
+                f"{', '.join(map(str, SIZES))}, two batches each (every rank its own)")
+    kinds = ", ".join(f"{d} {k}" for d, k in KINDS)
+    return (f"{len(cases(exercise, 2))} calls per world size: {kinds} at sizes "
+            f"{', '.join(map(str, SIZES))} elements" + (", src going round the ranks"
+                                                         if exercise == "tree_broadcast" else ""))
+
+
 def worlds(largest: int) -> list[int]:
     """The world sizes a lab of `largest` ranks checks, largest first: ranks leave as the
     world shrinks, so no rank ever waits for a later world."""
@@ -104,33 +152,31 @@ def worlds(largest: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Traffic:
-    """Bytes a rank may send in one call: `optimum` (the algorithm's, as the docs state it)
-    and `allowed` (the optimum with chunks rounded up: the grade's bound)."""
-    optimum: float
-    allowed: float
+    """The bytes one call of the algorithm sends: `rank_most` from this rank at most (its
+    chunks rounded up), `total` from all ranks together."""
+    rank_most: float
+    total: float
 
 
-def traffic(exercise: str, world: int, rank: int, size: int, itemsize: int, root: int | None = None
-            ) -> Traffic | None:
-    """What one call may send from `rank`; `size` elements of `itemsize` bytes are the
-    case's S (see Exercise.optimum). None: not graded by bytes sent (average_gradients)."""
+def traffic(exercise: str, world: int, rank: int, size: int, itemsize: int) -> Traffic | None:
+    """What one call of the algorithm sends, for a case of `size` elements of `itemsize`
+    bytes (the S of Exercise.optimum). None: not graded by bytes sent (average_gradients)."""
     n, s = world, size * itemsize
     if exercise == "ring_allreduce":
-        return Traffic(2 * (n - 1) / n * s, 2 * (n - 1) * math.ceil(size / n) * itemsize)
+        return Traffic(2 * (n - 1) * math.ceil(size / n) * itemsize, 2 * (n - 1) * s)
     if exercise == "naive_allreduce":
-        mine = (n - 1) * s if rank == 0 else s
-        return Traffic(mine, mine)
+        return Traffic((n - 1) * s if rank == 0 else s, 2 * (n - 1) * s)
     if exercise == "tree_broadcast":
-        most = math.ceil(math.log2(n)) * s if n > 1 else 0
-        return Traffic(most, most)
+        return Traffic(math.ceil(math.log2(n)) * s if n > 1 else 0, (n - 1) * s)
     if exercise in ("ring_allgather", "reduce_scatter", "all_to_all"):
-        return Traffic((n - 1) * s, (n - 1) * s)
+        return Traffic((n - 1) * s, n * (n - 1) * s)
     return None
 
 
 @dataclass
 class Call:
     """One RECORD_CALL as labctl reads it back (results.jsonl)."""
+    entry: int                      # which of Config.exercises
     exercise: str
     world: int
     rank: int
@@ -142,14 +188,11 @@ class Call:
     end_ns: int
     size: int
     itemsize: int
-    root: int | None = None
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_record(cls, r: dict) -> "Call":
-        return cls(exercise=r["exercise"], world=int(r["world"]), rank=int(r["rank"]),
+        return cls(entry=int(r["entry"]), exercise=r["exercise"], world=int(r["world"]), rank=int(r["rank"]),
                    case=int(r["case"]), label=str(r.get("label", "")), ok=bool(r["ok"]),
                    detail=str(r.get("detail", "")), begin_ns=int(r["begin_ns"]),
                    end_ns=int(r["end_ns"]), size=int(r.get("size", 0)),
-                   itemsize=int(r.get("itemsize", 0)), root=r.get("root"),
-                   extra={k: r[k] for k in ("hint",) if k in r})
+                   itemsize=int(r.get("itemsize", 0)))
