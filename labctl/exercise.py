@@ -40,10 +40,6 @@ MAX_NAMED = 4                       # findings of one kind named one by one
 
 # ---------------------------------------------------------------- the catalogue
 
-def names() -> list[str]:
-    return list(EXERCISES)
-
-
 def find(name: str) -> Exercise:
     if name not in EXERCISES:
         raise SpecError(f"exercise: expected one of {', '.join(EXERCISES)}, given {name!r} "
@@ -306,7 +302,7 @@ def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict
         if r.get("name") == RECORD_TIME and (Check.TIME, r["world"]) in g.cells:
             g.cells[(Check.TIME, r["world"])] = Cell(None, _time_text(r))
     if stop is not None:
-        _stopped(g, run, stop, mine, calls)
+        _stopped(g, run, stop, calls)
     elif not calls:
         said = _lab_failure(run)
         g.findings.append(Finding(Check.VALUES, None, said, said))
@@ -478,13 +474,13 @@ def _waits(g: Grade, world: int, calls: list[Call], called: dict) -> None:
 
 # ---------------------------------------------------------------- a lab that stopped early
 
-def _stopped(g: Grade, run: RunDir, stop: _Stop, records: list[dict], calls: list[Call]) -> None:
+def _stopped(g: Grade, run: RunDir, stop: _Stop, calls: list[Call]) -> None:
     r = stop.record
     world = int(r.get("world", 0))
     where = f"world size {world}, {r.get('label')}" if r.get("label") else f"world size {world}"
     if stop.kind == RECORD_DEADLINE:
         g.cells[(Check.DEADLINE, world)] = Cell(False, "FAIL")
-        g.findings.append(Finding(Check.DEADLINE, world, *_deadline_text(g, run, r, records, calls, where)))
+        g.findings.append(Finding(Check.DEADLINE, world, *_deadline_text(g, run, r, calls, where)))
         return
     if stop.kind == RECORD_RAISED:
         g.cells[(Check.VALUES, world)] = Cell(False, "raised")
@@ -501,31 +497,34 @@ def _stopped(g: Grade, run: RunDir, stop: _Stop, records: list[dict], calls: lis
     g.findings.append(Finding(Check.VALUES, world, said, said))
 
 
-def _deadline_text(g: Grade, run: RunDir, r: dict, records: list[dict], calls: list[Call], where: str
-                   ) -> tuple[str, str]:
-    """(the whole text, its first sentence)."""
+def _deadline_text(g: Grade, run: RunDir, r: dict, calls: list[Call], where: str) -> tuple[str, str]:
+    """(the whole text, its first sentence). Who did not return: the ranks of the world
+    without a record of that call (the deadline fired on some; the others then lost them)."""
     world, case = int(r.get("world", 0)), r.get("case")
-    late = sorted({int(x["rank"]) for x in records if x.get("name") == RECORD_DEADLINE
-                   and x.get("world") == world and x.get("case") == case})
     returned = sorted({c.rank for c in calls if c.world == world and c.case == case})
+    late = [rank for rank in range(world) if rank not in returned]
     seconds = r.get("seconds")
     stuck = _stuck_p2p(run, g.file.name)
-    if returned and len(late) == 1:
-        head = (f"deadline at {where}: rank {late[0]}'s call did not return within {seconds:g} s"
-                f"{_at(r.get('where'))}; rank{'s' if len(returned) > 1 else ''} "
-                f"{', '.join(map(str, returned))} had returned")
-        short = head
+    if returned:
+        late_said = _ranks(late, "'s call", "' calls")
+        head = (f"deadline at {where}: {late_said} did not return within {seconds:g} s"
+                f"{_at(r.get('where')) if len(late) == 1 else ''}; {_ranks(returned)} had returned")
     else:
-        ranks = ", ".join(map(str, late))
-        plural = "s" if len(late) > 1 else ""
-        head = f"deadline at {where}: no call returned within {seconds:g} s on rank{plural} {ranks}"
-        short = head + (" (a deadlock: every rank waits in a send)" if _all_send(stuck) else "")
-        if stuck:
-            head += ". Where they wait (the hang diagnosis): " + "; ".join(stuck)
-        elif r.get("where"):
-            head += f" (rank {r.get('rank')}{_at(r.get('where'))})"
+        head = f"deadline at {where}: no rank's call returned within {seconds:g} s"
+    short = head + (" (a deadlock: every rank waits in a send)" if _all_send(stuck) else "")
+    if stuck:
+        head += ". Where they wait (the hang diagnosis): " + "; ".join(stuck)
+    elif r.get("where") and not (returned and len(late) == 1):
+        head += f" (rank {r.get('rank')}{_at(r.get('where'))})"
     hint = _deadline_hint(stuck)
     return head + (f". {hint}" if hint else ""), short
+
+
+def _ranks(ranks: list[int], one: str = "", many: str = "") -> str:
+    """'rank 2' + one, or 'ranks 0, 1, 3' + many."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}{one}"
+    return f"ranks {', '.join(map(str, ranks))}{many}"
 
 
 def _stuck_p2p(run: RunDir, file_name: str) -> list[str]:
