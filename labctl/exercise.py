@@ -315,14 +315,22 @@ def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict
 
 
 def _stop(records: list[dict]) -> _Stop | None:
-    """The first reason a rank ended early: a deadline, else the learner's own exception,
-    else an error of the communication (a peer went away)."""
-    deadlines = [r for r in records if r.get("name") == RECORD_DEADLINE]
-    raised = [r for r in records if r.get("name") == RECORD_RAISED]
-    own = [r for r in raised if not r.get("comm") and not r.get("in_runner")]
-    for kind, found in ((RECORD_DEADLINE, deadlines), (RECORD_RAISED, own), ("comm", raised)):
+    """The first reason a rank ended early: the earliest call (largest world first) that
+    raised in the learner's code or passed the deadline (at the same call a raise first:
+    the others may have waited for the rank that raised), else an error of the
+    communication (a peer went away, e.g. killed)."""
+    own = [(RECORD_RAISED, r) for r in records if r.get("name") == RECORD_RAISED
+           and not r.get("comm") and not r.get("in_runner")]
+    late = [(RECORD_DEADLINE, r) for r in records if r.get("name") == RECORD_DEADLINE]
+    comm = [("comm", r) for r in records if r.get("name") == RECORD_RAISED]
+
+    def order(item: tuple[str, dict]) -> tuple:
+        kind, r = item
+        return (-int(r.get("world", 0)), int(r.get("case", 0)), kind != RECORD_RAISED, int(r.get("rank", 0)))
+
+    for found in (own + late, comm):
         if found:
-            first = min(found, key=lambda r: (-int(r.get("world", 0)), int(r.get("case", 0)), r.get("rank", 0)))
+            kind, first = min(found, key=order)
             return _Stop(kind, int(first.get("rank", -1)), first)
     return None
 

@@ -92,7 +92,7 @@ class Runner:
                 fn(*args)
                 if self.device.type == "cuda":  # a GPU-side wait (nccl) is part of the call
                     self.torch.cuda.synchronize(self.device)
-            except Exception as exc:    # noqa: BLE001 - the learner's error, recorded for labctl
+            except (Exception, SystemExit) as exc:      # noqa: BLE001 - the learner's, for labctl
                 self.raised(exc, what)
         return begin, time.time_ns()
 
