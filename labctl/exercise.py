@@ -291,8 +291,7 @@ def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict
                 g.cells[(check, world)] = Cell(None, "—")
             continue
         _values(g, world, here, stop)
-        called = {key: ops.get((c.entry, c.world, c.case, c.rank), []) for key, c in
-                  (((c.case, c.rank), c) for c in here)}
+        called = {(c.case, c.rank): ops.get((c.entry, c.world, c.case, c.rank), []) for c in here}
         _only_p2p(g, world, here, called)
         _traffic(g, world, here, called)
         _waits(g, world, here, called)
@@ -355,7 +354,7 @@ def _values(g: Grade, world: int, calls: list[Call], stop: _Stop | None) -> None
 
 def _values_hint(ex: Exercise, world: int, wrong: list[Call], calls: list[Call]) -> str:
     sizes = sorted({c.size for c in wrong})
-    if "you changed" in wrong[0].detail:
+    if "you changed" in wrong[0].detail and ex.only_p2p:
         return "Work on copies (x.clone()) of the inputs"
     if "never written" in wrong[0].detail and "tensor_list" in wrong[0].detail:
         return ("Write into the tensors of the list (copy_, recv into them): replacing a list element "
@@ -379,7 +378,7 @@ def _site(caller: str) -> str:
 
 def _only_p2p(g: Grade, world: int, calls: list[Call], called: dict) -> None:
     if not g.exercise.only_p2p:
-        g.cells[(Check.ONLY_P2P, world)] = Cell(None, "collectives allowed")
+        g.cells[(Check.ONLY_P2P, world)] = Cell(None, "allowed")
         return
     sites: dict[tuple[str, str], None] = {}
     for ops in called.values():
