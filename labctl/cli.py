@@ -130,8 +130,12 @@ def friendly(fn):
     return wrapper
 
 
-def lab_options(fn):
-    """The flags shared by `up`, `render` and `validate`; each overrides lab.yaml."""
+def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
+    """The flags shared by `up`, `render` and `validate`; each overrides lab.yaml.
+    `leave_out`: the destinations a command does not take (`exercise check`: its file is
+    the script, and it traces always)."""
+    if fn is None:
+        return functools.partial(lab_options, leave_out=leave_out)
     options = [
         click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
                      help="Lab description (YAML). Default: built-in 2x2 gloo lab."),
@@ -183,11 +187,28 @@ def lab_options(fn):
                           "join (every rank's init_process_group returned; local, compose)."),
     ]
     for option in reversed(options):
-        fn = option(fn)
+        if not leave_out or not any(name in leave_out for name in _destinations(option)):
+            fn = option(fn)
     return fn
 
 
+def _destinations(option) -> list[str]:
+    """The parameter names a click.option decorator would add (read off a dummy function)."""
+    def probe():
+        pass
+    option(probe)
+    return [p.name for p in getattr(probe, "__click_params__", [])]
+
+
 def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), **flags: Any) -> specmod.LabSpec:
+    overrides = _overrides(flags)
+    if script_args:
+        overrides["script_args"] = list(script_args)
+    return backend_registry.load(spec_file, overrides)
+
+
+def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """The lab flags given, as spec overrides: comma lists split, `--env K=V` as a mapping."""
     overrides: dict[str, Any] = {k: v for k, v in flags.items() if v not in (None, ())}
     if "workloads" in overrides:
         overrides["workloads"] = [w for item in overrides["workloads"]
@@ -200,9 +221,7 @@ def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), **flags:
                 raise specmod.SpecError(f"--env: expected KEY=VALUE, given {item!r}")
             env[key] = value
         overrides["env"] = env
-    if script_args:
-        overrides["script_args"] = list(script_args)
-    return backend_registry.load(spec_file, overrides)
+    return overrides
 
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -562,6 +581,70 @@ def trace_cmd(run) -> None:
     click.echo(trace.text(summary))
     if summary.empty:
         sys.exit(1)
+
+
+@main.group()
+def exercise() -> None:
+    """Write a collective yourself (ring all-reduce and more) and have the lab grade it
+    on real ranks: values, p2p only, bytes sent, deadlocks, time (docs/exercises.md)."""
+
+
+@exercise.command("list")
+def exercise_list() -> None:
+    """The exercises: what each asks you to write."""
+    from . import exercise as ex
+
+    click.echo(ex.list_text())
+    click.echo("\nStart one: labctl exercise init NAME [FILE]; grade it: labctl exercise check NAME FILE")
+
+
+@exercise.command("init")
+@click.argument("name")
+@click.argument("path", required=False)
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@friendly
+def exercise_init(name: str, path: str | None, force: bool) -> None:
+    """Write NAME's starter file (default NAME.py): the function to write, its contract, hints."""
+    from . import exercise as ex
+
+    written = ex.starter(name, path, force)
+    click.echo(f"wrote {written}; fill in {ex.find(name).signature}, then: "
+               f"labctl exercise check {name} {written}")
+
+
+@exercise.command("check")
+@click.argument("exercise_name", metavar="NAME")
+@click.argument("file")
+@click.option("--deadline", type=Seconds(), default=None,
+              help="Seconds one call may take before the check calls it a deadlock (default 5).")
+@click.option("--seed", type=IntRange(0, 2**31 - 1), default=None, help="Seed of the inputs (default 2024).")
+@click.option("--time/--no-time", "time_it", default=True,
+              help="Time the function against torch's collective at a large size (default on).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the grade.")
+@lab_options(leave_out=("script", "workloads", "trace"))
+@backend_options
+@friendly
+def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_file, **flags) -> None:
+    """Run FILE's function for exercise NAME on the lab (the flags of `labctl up`; default
+    2 x 2 local ranks) for world sizes 4, 3 and 2, and print its grade.
+
+    Exit 0 when every check passed, 1 when one failed (or the lab did), 2 for bad input
+    (no such file, no such function, a lab an exercise cannot use)."""
+    from . import exercise as ex
+
+    name = exercise_name
+    entry = ex.entry(name, file)
+    backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
+    settings = ex.settings(deadline, seed, time_it)
+    spec = ex.lab_spec([entry], spec_file, _overrides(flags), settings)
+    run, grades = ex.check(spec, [entry], progress=_progress(quiet),
+                           **_options_for(spec.backend, backend_flags))
+    click.echo(ex.text(grades, run))
+    failed = [g for g in grades if not g.passed]
+    if failed:
+        fail(f"{name} ({Path(file).name}): {failed[0].headline()}; run folder {run.path}")
+    click.echo(f"passed: {name} ({Path(file).name}) on world sizes "
+               f"{', '.join(map(str, grades[0].worlds))}")
 
 
 @main.command()

@@ -295,6 +295,53 @@ class _RankReader:
                   start=int(rec["t"]) + self.info.offset_ns, end=None)
 
 
+# ---------------------------------------------------------------- one rank's ops, as it recorded them
+
+@dataclass(frozen=True, slots=True)
+class RankOp:
+    """One op of one rank with its times on that rank's own clock (ns, no clock offset
+    applied): for setting against times the rank itself wrote (labctl/exercise.py)."""
+    op: str
+    peer: int | None
+    nbytes: int
+    caller: str
+    begin: int
+    end: int | None                 # None: never completed (hang, crash, async op never waited on)
+
+
+def rank_ops(path: str | Path) -> list[RankOp]:
+    """Every op one rank log records, in the order the rank began them. Records that
+    cannot be read are skipped (merge() names them)."""
+    began: list[dict] = []
+    ended: dict[Any, dict] = {}
+    with open(path, "rb") as f:
+        for raw, whole in _lines(f):
+            at = raw.find(_MARKER_BYTES)
+            if at < 0 or not whole:
+                continue
+            try:
+                rec = json.loads(raw[at + len(_MARKER_BYTES):])
+                kind = rec["k"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if kind == "B" and "op" in rec and "t" in rec:
+                began.append(rec)
+            elif kind == "E" and "i" in rec:
+                ended[rec["i"]] = rec
+    ops = []
+    for rec in began:
+        end = ended.get(rec.get("i"), {})
+        peer = rec.get("peer", end.get("peer"))
+        try:
+            ops.append(RankOp(op=str(rec["op"]), peer=peer if isinstance(peer, int) else None,
+                              nbytes=int(rec.get("bytes", 0)), caller=str(rec.get("caller", "?")),
+                              begin=int(rec["t"]), end=int(end["t"]) if "t" in end else None))
+        except (TypeError, ValueError):
+            continue
+    ops.sort(key=lambda o: o.begin)
+    return ops
+
+
 # ---------------------------------------------------------------- the merge
 
 def _flow_id(pg: str, src: int, dst: int, k: int) -> int:

@@ -78,6 +78,11 @@ def test_bench_runs_in_a_bare_install_without_numpy(tmp_path):
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "passed" and status["checks"]["failed"] == 0
     assert "all_reduce" in done.stdout and "busbw" in done.stdout
+    # the exercises' starter files are package data: a bare install hands them out too
+    init = subprocess.run([str(venv / "bin" / "labctl"), "exercise", "init", "ring_allreduce"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert init.returncode == 0, init.stderr
+    assert "def allreduce(send" in (tmp_path / "ring_allreduce.py").read_text()
     # no matplotlib: no plot, and the report says why and how to get one, in one line
     # (was: no plot and not a word)
     no_plot = "No plot: matplotlib is not installed (plots are optional); " \

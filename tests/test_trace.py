@@ -446,6 +446,25 @@ def test_flight_recorder_dumps_name_only_ranks_that_dumped(tmp_path):
     assert trace.flight_recorder(_fake_run(tmp_path / "none", {0: "x\n"}, world=1), world=1) is None
 
 
+def test_a_rank_s_ops_are_read_back_on_its_own_clock_in_the_order_it_began_them(tmp_path):
+    """rank_ops (labctl/exercise.py sets them against windows the rank wrote itself): times
+    as recorded, whatever the clock offset; an end pairs by id; a recv from any source
+    gets its peer from the end; bad lines are skipped."""
+    records = _lines({"k": "M", "rank": 1, "node": 0, "host": "h"}, {"k": "C", "offset_ns": 5_000_000, "rtt_ns": 1},
+                     {"k": "B", "i": 2, "op": "isend", "pg": "default_pg", "p2p": 1, "peer": 0, "bytes": 16,
+                      "shape": [4], "dtype": "float32", "caller": "/x/mine.py:9", "t": 200},
+                     {"k": "B", "i": 1, "op": "recv", "pg": "default_pg", "p2p": 2, "bytes": 8,
+                      "caller": "/x/mine.py:10", "t": 100},
+                     {"k": "E", "i": 1, "t": 300, "peer": 3},
+                     {"k": "B", "i": 3, "op": "all_reduce", "pg": "default_pg", "seq": 1, "bytes": 4,
+                      "caller": "/x/mine.py:12", "t": 400})
+    run = _fake_run(tmp_path, {1: records + trace.MARKER + '{"k": "B", "i": 4, "op"\n'}, world=2)
+    assert trace.rank_ops(run / "ranks" / "rank-1.log") == [
+        trace.RankOp("recv", 3, 8, "/x/mine.py:10", 100, 300),
+        trace.RankOp("isend", 0, 16, "/x/mine.py:9", 200, None),
+        trace.RankOp("all_reduce", None, 4, "/x/mine.py:12", 400, None)]
+
+
 def test_an_unfinished_recv_is_named_with_its_peer(tmp_path):
     records = _lines({"k": "M", "rank": 1, "node": 0, "host": "h"}, {"k": "G", "pg": "default_pg", "ranks": [0, 1]},
                      {"k": "B", "i": 1, "op": "recv", "pg": "default_pg", "p2p": 3, "shape": [4], "dtype": "float32",

@@ -21,6 +21,7 @@ from typing import Callable
 
 from . import _common, _stacks, _trace
 from ._record import recorded
+from ._exercises import ENV as EXERCISE_ENV
 
 AGENT_STORE_FLAG = "TORCHELASTIC_USE_AGENT_STORE"
 
@@ -96,6 +97,9 @@ def main() -> None:
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
+    if os.environ.get(EXERCISE_ENV):    # `labctl exercise check`: import the file, call its function
+        from . import _exercise as exercise
+        sys.exit(exercise.main(script))
     try:
         runpy.run_path(script, run_name="__main__")
     except BaseException as exc:

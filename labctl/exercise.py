@@ -1,0 +1,622 @@
+"""`labctl exercise`: write a collective yourself from send/recv, and have the lab grade it
+on real ranks (docs/exercises.md).
+
+`starter` writes the file to fill in (the function, its contract, hints: never an answer;
+the reference solutions live in tests/exercises/). `check` runs the learner's file on
+the lab the flags describe (any backend), under the exercise runner that every rank
+runs (workloads/_exercise.py) with tracing on, and grades the run folder from three
+things it holds:
+
+- the runner's records (results.jsonl): values per call, each call's time window on its
+  rank's clock, a call that passed the deadline, a function that raised;
+- the trace (`_call_ops`, the one place that reads it): the ops each call made inside
+  its window — bytes sent, collectives called, isend/irecv never waited on;
+- the hang diagnosis (status.json, labctl/trace.py): who waits in which send/recv for whom.
+"""
+from __future__ import annotations
+
+import ast
+import bisect
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from workloads._exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV, EXERCISES, P2P_OPS, RECORD_CALL,
+                                  RECORD_DEADLINE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, SENDS, WORKLOAD,
+                                  Call, Config, Exercise, describe_cases, traffic, worlds)
+
+from . import backends
+from .rundir import RunDir
+from .spec import LabSpec, SpecError
+from .tables import table
+
+DEFAULT_TIMEOUT_S = 300.0           # the whole lab, unless the flags or the lab file say otherwise
+MAX_FILE_BYTES = 1 << 20            # a learner's file is read (parsed) before the lab starts
+MAX_NAMED = 4                       # findings of one kind named one by one
+
+
+# ---------------------------------------------------------------- the catalogue
+
+def find(name: str) -> Exercise:
+    if name not in EXERCISES:
+        raise SpecError(f"exercise: expected one of {', '.join(EXERCISES)}, given {name!r} "
+                        "(labctl exercise list)")
+    return EXERCISES[name]
+
+
+def list_text() -> str:
+    return table(("exercise", "you write", "checked against", "what it is"),
+                 ((e.name, e.signature, e.reference, e.summary) for e in EXERCISES.values()))
+
+
+def starter(name: str, path: str | None = None, force: bool = False) -> Path:
+    """Write the exercise's starter file (default `<name>.py`); refuses to overwrite."""
+    exercise = find(name)
+    target = Path(path or f"{name}.py")
+    if target.exists() and not force:
+        raise SpecError(f"{target}: exists; use --force to overwrite it")
+    if target.suffix != ".py":
+        raise SpecError(f"{target}: expected a .py file name (example: {name}.py)")
+    target.write_text(exercise.starter.read_text())
+    return target
+
+
+# ---------------------------------------------------------------- the learner's file, before any lab
+
+@dataclass(frozen=True)
+class Entry:
+    """One exercise and the file holding its function."""
+    exercise: Exercise
+    file: Path
+
+
+def entry(name: str, file: str) -> Entry:
+    """The exercise and the learner's file, checked without importing it: it exists, is
+    Python, and defines the function at its top level. SpecError (exit 2) otherwise."""
+    exercise = find(name)
+    path = Path(file)
+    if not path.exists():
+        raise SpecError(f"{file}: no such file (write a starter with: labctl exercise init {name} {file})")
+    if not path.is_file():
+        raise SpecError(f"{file}: not a file (expected the Python file with your {exercise.function})")
+    if path.suffix != ".py":
+        raise SpecError(f"{file}: expected a .py file (your {exercise.signature})")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(f"{file}: larger than {MAX_FILE_BYTES >> 20} MiB; an exercise is a few functions")
+    try:
+        tree = ast.parse(raw, filename=str(path))
+    except SyntaxError as exc:
+        raise SpecError(f"{file}:{exc.lineno}: syntax error: {exc.msg}") from None
+    except ValueError as exc:               # a NUL byte
+        raise SpecError(f"{file}: not Python source ({exc})") from None
+    if not _defines(tree, exercise.function):
+        raise SpecError(f"{file}: no function {exercise.function}() at its top level; "
+                        f"{name} needs {exercise.signature} "
+                        f"(a starter: labctl exercise init {name} NEW_FILE.py)")
+    return Entry(exercise, path.resolve())
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                  for t in node.targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name.split(".")[0]) == name for a in node.names):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- the lab that runs it
+
+@dataclass(frozen=True)
+class Settings:
+    deadline: float
+    seed: int
+    time: bool
+
+
+REFUSED_FLAGS = {"script": "--script (the exercise file is the script)",
+                 "workloads": "--workload (an exercise check runs your file, not workloads)"}
+
+
+def lab_spec(entries: list[Entry], spec_file: str | None, overrides: dict[str, Any],
+             settings: Settings) -> LabSpec:
+    """The user's lab (file and flags, validated as for `labctl up`), running the first
+    entry's file as its script under the exercise runner, tracing on. SpecError on a
+    lab an exercise check cannot use."""
+    for key, flag in REFUSED_FLAGS.items():
+        if overrides.get(key):
+            raise SpecError(f"{flag}: not for labctl exercise check")
+    if overrides.get("trace") is False:
+        raise SpecError("--no-trace: labctl exercise check reads the trace (bytes sent, collectives called)")
+    if not entries:
+        raise SpecError("exercise check: no exercise given")
+    user = backends.load(spec_file, overrides)
+    if user.world_size < 2:
+        raise SpecError(f"exercise check: needs at least 2 ranks, the lab has {user.world_size} "
+                        "(--nodes x --nproc-per-node; default 2 x 2)")
+    if user.replicas > 1:
+        raise SpecError("exercise check: --replicas must be 1 (each replica would be graded apart)")
+    if user.elastic:
+        raise SpecError("exercise check: not on an elastic lab (--max-restarts, --min-nodes): a restart "
+                        "or a smaller world would hide a deadlock")
+    script = entries[0].file
+    if user.backend != "local" and any(e.file != script for e in entries):
+        raise SpecError(f"exercise check: several files need the local backend (the {user.backend} "
+                        "backend ships one file to its nodes)")
+    config = Config(exercises=tuple((e.exercise.name, None if e.file == script else str(e.file))
+                                    for e in entries),
+                    deadline=settings.deadline, seed=settings.seed, time=settings.time)
+    final = {**overrides, "script": str(script), "script_args": [], "trace": True,
+             "env": {**user.env, ENV: config.to_json()}}
+    if spec_file is None and "timeout" not in overrides:
+        final["timeout"] = DEFAULT_TIMEOUT_S
+    final.pop("workloads", None)
+    return backends.load(spec_file, final)
+
+
+def settings(deadline: float | None = None, seed: int | None = None, time: bool = True) -> Settings:
+    return Settings(DEFAULT_DEADLINE_S if deadline is None else deadline,
+                    DEFAULT_SEED if seed is None else seed, time)
+
+
+def check(spec: LabSpec, entries: list[Entry], progress: Callable[[str], None] = print,
+          runs_root: str = "runs", **options: Any) -> tuple[RunDir, list["Grade"]]:
+    """Run `lab_spec`'s lab to its end; the run folder and each entry's grade."""
+    from . import lab
+
+    run = lab.up(spec, progress=progress, runs_root=runs_root, **options)
+    return run, grade(run, entries)
+
+
+# ---------------------------------------------------------------- grading
+
+class Check(enum.Enum):
+    VALUES = "values"
+    ONLY_P2P = "only p2p"
+    TRAFFIC = "traffic"
+    WAITS = "waits"
+    DEADLINE = "deadline"
+    TIME = "time"
+
+
+@dataclass
+class Cell:
+    ok: bool | None                 # None: not graded (time) or not run
+    text: str
+
+
+@dataclass
+class Finding:
+    check: Check
+    world: int | None
+    text: str                       # the line a learner reads
+    short: str = ""                 # the same, without the detail: the last line of `check`
+
+
+@dataclass
+class Grade:
+    exercise: Exercise
+    file: Path
+    worlds: list[int]
+    cells: dict[tuple[Check, int], Cell] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        graded = [c for c in self.cells.values() if c.ok is not None]
+        return bool(graded) and all(c.ok for c in graded) and not self.findings
+
+    def headline(self) -> str:
+        """Why it failed, in one line: what ended the lab early, else the checks that failed."""
+        stopped = next((f for f in self.findings if f.short), None)
+        return stopped.short if stopped else "failed " + ", ".join(self.failed_checks())
+
+    def failed_checks(self) -> list[str]:
+        """'values (world 3)', ... in table order."""
+        out = []
+        for check in Check:
+            bad = [w for w in self.worlds if (c := self.cells.get((check, w))) and c.ok is False]
+            if bad:
+                out.append(f"{check.value} (world {', '.join(map(str, bad))})")
+        if not out and self.findings:
+            out.append(self.findings[0].check.value)
+        return out
+
+
+@dataclass
+class _Stop:
+    """Why a rank ended early: a deadline, a raise, a file that would not load."""
+    kind: str
+    rank: int
+    record: dict
+
+
+def grade(run: RunDir, entries: list[Entry]) -> list[Grade]:
+    """Each entry's grade, from the run folder of the lab `lab_spec` made of them."""
+    records = [r for r in run.iter_results(warn=lambda line: None) if r.get("workload") == WORKLOAD]
+    ops = _call_ops(run, [Call.from_record(r) for r in records if r.get("name") == RECORD_CALL])
+    largest = int(run.meta.get("world_size") or 0)
+    return [_grade_one(run, i, e, records, ops, worlds(largest) if largest else [])
+            for i, e in enumerate(entries)]
+
+
+def _call_ops(run: RunDir, calls: list[Call]) -> dict[tuple[int, int, int, int], list[Any]]:
+    """The trace ops each call made, (entry, world, case, rank) -> ops: every op its
+    rank began inside the call's window on its own clock. The one place that reads the
+    trace (labctl/trace.py's reader of rank records)."""
+    from . import trace
+
+    windows: dict[int, list[Call]] = {}
+    for c in calls:
+        windows.setdefault(c.rank, []).append(c)
+    found: dict[tuple[int, int, int, int], list[Any]] = {}
+    for rank, mine in windows.items():
+        log = run.rank_log(rank)
+        ops = trace.rank_ops(log) if log.is_file() else []
+        starts = [o.begin for o in ops]
+        for c in mine:
+            lo, hi = bisect.bisect_left(starts, c.begin_ns), bisect.bisect_right(starts, c.end_ns)
+            found[(c.entry, c.world, c.case, rank)] = ops[lo:hi]
+    return found
+
+
+def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict,
+               all_worlds: list[int]) -> Grade:
+    ex = e.exercise
+    g = Grade(ex, e.file, all_worlds)
+    mine = [r for r in records if r.get("entry") == index]
+    loads = [r for r in mine if r.get("name") == RECORD_LOAD]
+    if loads:
+        said = _load_text(loads[0], ex)
+        g.findings.append(Finding(Check.VALUES, None, said, said))
+        return g
+    calls = [Call.from_record(r) for r in mine if r.get("name") == RECORD_CALL]
+    stop = _stop(mine)
+    for world in all_worlds:
+        here = [c for c in calls if c.world == world]
+        if not here:
+            for check in Check:
+                g.cells[(check, world)] = Cell(None, "—")
+            continue
+        _values(g, world, here, stop)
+        called = {(c.case, c.rank): ops.get((c.entry, c.world, c.case, c.rank), []) for c in here}
+        _only_p2p(g, world, here, called)
+        _traffic(g, world, here, called)
+        _waits(g, world, here, called)
+        g.cells[(Check.DEADLINE, world)] = Cell(True, "pass")
+        g.cells[(Check.TIME, world)] = Cell(None, "")
+    for r in mine:
+        if r.get("name") == RECORD_TIME and (Check.TIME, r["world"]) in g.cells:
+            g.cells[(Check.TIME, r["world"])] = Cell(None, _time_text(r))
+    if stop is not None:
+        _stopped(g, run, stop, calls)
+    elif not calls:
+        said = _lab_failure(run)
+        g.findings.append(Finding(Check.VALUES, None, said, said))
+    stop_world = stop.record.get("world") if stop else None
+    later = [w for w in all_worlds if w != stop_world and not any(c.world == w for c in calls)]
+    if later and (calls or stop):
+        why = f" (the lab stopped at world size {stop_world})" if stop else ""
+        g.findings.append(Finding(Check.VALUES, None, f"world size {', '.join(map(str, later))}: not run{why}"))
+    return g
+
+
+def _stop(records: list[dict]) -> _Stop | None:
+    """The first reason a rank ended early: the earliest call (largest world first) that
+    raised in the learner's code or passed the deadline (at the same call a raise first:
+    the others may have waited for the rank that raised), else an error of the
+    communication (a peer went away, e.g. killed)."""
+    own = [(RECORD_RAISED, r) for r in records if r.get("name") == RECORD_RAISED
+           and not r.get("comm") and not r.get("in_runner")]
+    late = [(RECORD_DEADLINE, r) for r in records if r.get("name") == RECORD_DEADLINE]
+    comm = [("comm", r) for r in records if r.get("name") == RECORD_RAISED]
+
+    def order(item: tuple[str, dict]) -> tuple:
+        kind, r = item
+        return (-int(r.get("world", 0)), int(r.get("case", 0)), kind != RECORD_RAISED, int(r.get("rank", 0)))
+
+    for found in (own + late, comm):
+        if found:
+            kind, first = min(found, key=order)
+            return _Stop(kind, int(first.get("rank", -1)), first)
+    return None
+
+
+# ---------------------------------------------------------------- each check
+
+def _values(g: Grade, world: int, calls: list[Call], stop: _Stop | None) -> None:
+    wrong = sorted((c for c in calls if not c.ok), key=lambda c: (c.case, c.rank))
+    stopped_here = stop is not None and stop.record.get("world") == world
+    if not wrong:
+        g.cells[(Check.VALUES, world)] = Cell(None, "stopped") if stopped_here else Cell(True, "pass")
+        return
+    g.cells[(Check.VALUES, world)] = Cell(False, "FAIL")
+    first = wrong[0]
+    cases = len({c.case for c in wrong})
+    total = len({c.case for c in calls})
+    text = (f"values wrong at world size {world} in {cases} of {total} cases; the first: "
+            f"{first.label}, rank {first.rank}: {first.detail}")
+    hint = _values_hint(g.exercise, world, wrong, calls)
+    g.findings.append(Finding(Check.VALUES, world, text + (f". {hint}" if hint else "")))
+
+
+def _values_hint(ex: Exercise, world: int, wrong: list[Call], calls: list[Call]) -> str:
+    sizes = sorted({c.size for c in wrong})
+    if "you changed" in wrong[0].detail and ex.only_p2p:
+        return "Work on copies (x.clone()) of the inputs"
+    if "never written" in wrong[0].detail and "tensor_list" in wrong[0].detail:
+        return ("Write into the tensors of the list (copy_, recv into them): replacing a list element "
+                "does not reach the caller")
+    divisible_passed = any(c.ok and c.size % world == 0 for c in calls)
+    if ex.name in ("ring_allreduce",) and divisible_passed and all(s % world for s in sizes):
+        return (f"Every wrong case has a size that {world} does not divide ({', '.join(map(str, sizes))}): "
+                f"do your chunks cover every element? torch.chunk may give fewer than {world} chunks; "
+                f"torch.tensor_split(t, {world}) gives exactly {world}")
+    return ""
+
+
+def _sends(ops: list[Any]) -> int:
+    return sum(o.nbytes for o in ops if o.op in SENDS)
+
+
+def _site(caller: str) -> str:
+    path, _, line = caller.rpartition(":")
+    return f"{Path(path).name}:{line}" if path else caller
+
+
+def _only_p2p(g: Grade, world: int, calls: list[Call], called: dict) -> None:
+    if not g.exercise.only_p2p:
+        g.cells[(Check.ONLY_P2P, world)] = Cell(None, "allowed")
+        return
+    sites: dict[tuple[str, str], None] = {}
+    for ops in called.values():
+        for o in ops:
+            if o.op not in P2P_OPS:
+                sites[(o.op, _site(o.caller))] = None
+    if not sites:
+        g.cells[(Check.ONLY_P2P, world)] = Cell(True, "pass")
+        return
+    g.cells[(Check.ONLY_P2P, world)] = Cell(False, "FAIL")
+    named = "; ".join(f"you called {op} at {site}" for op, site in list(sites)[:MAX_NAMED])
+    if not any(f.check is Check.ONLY_P2P for f in g.findings):
+        g.findings.append(Finding(Check.ONLY_P2P, world, f"{named}: {g.exercise.name} must be built from "
+                                  "send/recv/isend/irecv only (a collective does the work for you)"))
+
+
+def _traffic(g: Grade, world: int, calls: list[Call], called: dict) -> None:
+    ex = g.exercise
+    if ex.name == "average_gradients":
+        _gradient_traffic(g, world, calls, called)
+        return
+    all_sent = total = 0.0
+    over: list[tuple[float, int, int, Call, float, float]] = []      # calls past what one rank needs
+    for c in calls:
+        t = traffic(ex.name, world, c.rank, c.size, c.itemsize)
+        if t is None:
+            continue
+        mine = _sends(called.get((c.case, c.rank), []))
+        all_sent += mine
+        total += t.total / world                # every rank's record of a call carries its share
+        if mine > t.rank_most + 0.5:
+            over.append((mine / t.rank_most if t.rank_most else math.inf, -c.case, -c.rank, c, mine, t.rank_most))
+    overall = all_sent / total if total else 0.0
+    over_total = all_sent > total + 0.5
+    worst = max(over, key=lambda x: x[:3]) if over else None
+    shown = f"{max(overall, worst[0] if worst else 0.0):.2f}x"
+    failed = over_total or worst is not None
+    g.cells[(Check.TRAFFIC, world)] = Cell(not failed, f"FAIL {shown}" if failed else shown)
+    if over_total:
+        g.findings.append(Finding(Check.TRAFFIC, world, (
+            f"traffic at world size {world}: the ranks sent {overall:.1f}x the optimum "
+            f"({_bytes(all_sent)} where {_bytes(total)} would do over {len({c.case for c in calls})} "
+            f"cases; {ex.optimum}): {_traffic_hint(ex)}")))
+    elif worst is not None:
+        ratio, _, _, c, mine, most = worst
+        g.findings.append(Finding(Check.TRAFFIC, world, (
+            f"traffic at world size {world}: rank {c.rank} sent {ratio:.1f}x the most one rank needs "
+            f"in {c.label} ({_bytes(mine)} where {_bytes(most)} would do; {ex.optimum}): "
+            f"{_traffic_hint(ex)}")))
+
+
+def _traffic_hint(ex: Exercise) -> str:
+    return {"ring_allreduce": "are you passing the whole tensor around the ring instead of one chunk per step?",
+            "tree_broadcast": "is src sending to every rank itself? In a tree, every rank that has "
+                              "the data passes it on",
+            "naive_allreduce": "does a rank send more than its tensor (or rank 0 more than n-1 sums)?",
+            }.get(ex.name, "do you send a block more than once, or to yourself?")
+
+
+def _gradient_traffic(g: Grade, world: int, calls: list[Call], called: dict) -> None:
+    """average_gradients: bytes handed to collectives against the gradients' bytes (each
+    gradient all-reduced once). p2p bytes are shown, not graded (a hand-made all-reduce
+    sends 2(n-1)/n of them, give or take the chunks of very small tensors)."""
+    handed = gradients = p2p = 0.0
+    worst = 0.0
+    for c in calls:
+        ops = called.get((c.case, c.rank), [])
+        mine = sum(o.nbytes for o in ops if o.op not in P2P_OPS)
+        handed += mine
+        gradients += c.size * c.itemsize
+        p2p += _sends(ops)
+        worst = max(worst, mine / max(1, c.size * c.itemsize))
+    ratio = handed / gradients if gradients else 0.0
+    ok = worst <= 1.0 + 1e-9
+    text = f"{ratio:.2f}x" + (f", p2p {_bytes(p2p)}" if p2p else "")
+    g.cells[(Check.TRAFFIC, world)] = Cell(ok, text if ok else f"FAIL {text}")
+    if not ok:
+        g.findings.append(Finding(Check.TRAFFIC, world, (
+            f"traffic at world size {world}: the collectives were handed {worst:.1f}x the gradients' "
+            "bytes in one call: is a gradient all-reduced more than once (or the weights too)?")))
+
+
+def _waits(g: Grade, world: int, calls: list[Call], called: dict) -> None:
+    never = []
+    for c in sorted(calls, key=lambda c: (c.case, c.rank)):
+        for o in called.get((c.case, c.rank), []):
+            if o.end is None and o.op in ("isend", "irecv"):
+                way = "to" if o.op == "isend" else "from"
+                peer = f"rank {o.peer}" if o.peer is not None else "any rank"
+                never.append(f"rank {c.rank}'s {o.op} {way} {peer} at {_site(o.caller)} ({c.label})")
+    if not never:
+        g.cells[(Check.WAITS, world)] = Cell(True, "pass")
+        return
+    g.cells[(Check.WAITS, world)] = Cell(False, "FAIL")
+    g.findings.append(Finding(Check.WAITS, world, (
+        f"waits at world size {world}: {len(never)} isend/irecv never waited on, e.g. {'; '.join(never[:2])}: "
+        "call wait() on every request before you return (until then the tensor may not have "
+        "been sent or received)")))
+
+
+# ---------------------------------------------------------------- a lab that stopped early
+
+def _stopped(g: Grade, run: RunDir, stop: _Stop, calls: list[Call]) -> None:
+    r = stop.record
+    world = int(r.get("world", 0))
+    where = f"world size {world}, {r.get('label')}" if r.get("label") else f"world size {world}"
+    if stop.kind == RECORD_DEADLINE:
+        g.cells[(Check.DEADLINE, world)] = Cell(False, "FAIL")
+        g.findings.append(Finding(Check.DEADLINE, world, *_deadline_text(g, run, r, calls, where)))
+        return
+    if stop.kind == RECORD_RAISED:
+        g.cells[(Check.VALUES, world)] = Cell(False, "raised")
+        said = f"your function raised {r.get('exception')}{_at(r.get('where'))} on rank {stop.rank} ({where})"
+        g.findings.append(Finding(Check.VALUES, world, said, said))
+        return
+    g.cells[(Check.VALUES, world)] = Cell(False, "stopped")
+    first = run.meta.get("first_failure")
+    cause = ""
+    if first:
+        from .blame import FirstFailure
+        cause = f"; first failure: {FirstFailure.from_dict(first).describe()}"
+    said = f"rank {stop.rank} lost its peers ({where}): {r.get('exception')}{cause}"
+    g.findings.append(Finding(Check.VALUES, world, said, said))
+
+
+def _deadline_text(g: Grade, run: RunDir, r: dict, calls: list[Call], where: str) -> tuple[str, str]:
+    """(the whole text, its first sentence). Who did not return: the ranks of the world
+    without a record of that call (the deadline fired on some; the others then lost them)."""
+    world, case = int(r.get("world", 0)), r.get("case")
+    returned = sorted({c.rank for c in calls if c.world == world and c.case == case})
+    late = [rank for rank in range(world) if rank not in returned]
+    seconds = r.get("seconds")
+    stuck = _stuck_p2p(run, g.file.name)
+    if returned:
+        late_said = _ranks(late, "'s call", "' calls")
+        head = (f"deadline at {where}: {late_said} did not return within {seconds:g} s"
+                f"{_at(r.get('where')) if len(late) == 1 else ''}; {_ranks(returned)} had returned")
+    else:
+        head = f"deadline at {where}: no rank's call returned within {seconds:g} s"
+    short = head + (" (a deadlock: every rank waits in a send)" if _all_send(stuck) else "")
+    if stuck:
+        head += ". Where they wait (the hang diagnosis): " + "; ".join(stuck)
+    elif r.get("where") and not (returned and len(late) == 1):
+        head += f" (rank {r.get('rank')}{_at(r.get('where'))})"
+    hint = _deadline_hint(stuck)
+    return head + (f". {hint}" if hint else ""), short
+
+
+def _ranks(ranks: list[int], one: str = "", many: str = "") -> str:
+    """'rank 2' + one, or 'ranks 0, 1, 3' + many."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}{one}"
+    return f"ranks {', '.join(map(str, ranks))}{many}"
+
+
+def _stuck_p2p(run: RunDir, file_name: str) -> list[str]:
+    """The hang diagnosis's unfinished p2p ops in the learner's file, its paths shortened."""
+    first = run.meta.get("first_failure") or {}
+    diagnosis = first.get("collective") or {}
+    found = []
+    for line in diagnosis.get("p2p") or []:
+        short = re.sub(r"at (?:\S*/)?([^/\s]+\.py:\d+)", r"at \1", str(line))
+        if f"at {file_name}:" in short:
+            found.append(short)
+    return sorted(found, key=lambda line: int(m.group(1)) if (m := re.match(r"rank (\d+)", line)) else -1)
+
+
+def _all_send(stuck: list[str]) -> bool:
+    return bool(stuck) and all("never finished send " in s for s in stuck)
+
+
+def _deadline_hint(stuck: list[str]) -> str:
+    if _all_send(stuck):
+        return ("Every rank waits in a blocking send: dist.send returns only once its receiver has "
+                "called recv (gloo), so when every rank sends first, every rank waits. Post the "
+                "send with dist.isend, then recv, then wait() on the send (or let even ranks send "
+                "first and odd ranks receive first)")
+    if stuck and any("never finished recv " in s for s in stuck):
+        return ("A rank waits in recv for a message no rank sends: check that every recv has its send "
+                "(same peer, same order)")
+    return ""
+
+
+def _at(where: Any) -> str:
+    if not isinstance(where, dict) or not where.get("file"):
+        return ""
+    source = f" ({where['source']})" if where.get("source") else ""
+    return f" at {where['file']}:{where.get('line')}{source}"
+
+
+def _load_text(r: dict, ex: Exercise) -> str:
+    if r.get("missing"):
+        return f"{r.get('file')}: no function {r['missing']}() ({ex.name} needs {ex.signature})"
+    return f"{r.get('file')} raised {r.get('exception')} while it was imported{_at(r.get('where'))}"
+
+
+def _lab_failure(run: RunDir) -> str:
+    from .blame import FirstFailure
+
+    first = run.meta.get("first_failure")
+    why = FirstFailure.from_dict(first).describe() if first else (run.meta.get("message") or run.meta.get("state"))
+    return f"the lab {run.meta.get('state')} before any call returned: {why}; logs in {run.path}"
+
+
+def _time_text(r: dict) -> str:
+    ms, ref = float(r.get("ms", 0)), float(r.get("reference_ms", 0))
+    ratio = f", {ms / ref:.2f}x" if ref > 0 else ""
+    return f"{ms:.1f} ms ({r.get('reference')} {ref:.1f} ms{ratio}; {_bytes(r.get('bytes', 0))})"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+# ---------------------------------------------------------------- what `check` prints
+
+def text(grades: Iterable[Grade], run: RunDir) -> str:
+    out = []
+    for g in grades:
+        heads = ["check"] + [f"world {w}" for w in g.worlds]
+        rows = []
+        for check in Check:
+            cells = [g.cells.get((check, w)) for w in g.worlds]
+            if all(c is None or c.text in ("", "—") for c in cells):
+                continue
+            rows.append([check.value] + [c.text if c else "" for c in cells])
+        verdict = "passed" if g.passed else "FAILED: " + ", ".join(g.failed_checks())
+        out += [f"## {g.exercise.name} ({g.file.name}): {verdict}", ""]
+        if rows:
+            out += [table(heads, rows), ""]
+        out += [f"- {f.text}" for f in g.findings]
+        if g.findings:
+            out.append("")
+        out += [f"Cases: {describe_cases(g.exercise.name)}.", ""]
+    out.append(f"Run folder: {run.path} (trace.json: every call's sends and receives, for Perfetto)")
+    return "\n".join(out)
+

@@ -1,0 +1,342 @@
+"""`labctl exercise` (labctl/exercise.py, workloads/_exercise.py): real labs grade real files.
+
+The reference solutions and the classic mistakes live in tests/exercises/ (never in the
+package: `init` hands out no answer). One lab (2 x 2 local ranks, so world sizes 4, 3
+and 2) runs every reference and the mistakes that do not end a lab; each mistake that
+ends one (a deadlock, a raise, a call that never returns) gets its own, through the CLI
+as a learner runs it.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, assert_nothing_left, labctl
+from docker_support import require_compose, require_image
+from labctl import exercise as ex
+from labctl.render.compose import RUN_LABEL
+from labctl.spec import SpecError
+from workloads._exercises import EXERCISES, Config, traffic, worlds
+
+HERE = Path(__file__).resolve().parent / "exercises"
+REFERENCES = {"ring_allreduce": "ring_allreduce.py", "naive_allreduce": "naive_allreduce.py",
+              "tree_broadcast": "tree_broadcast.py", "ring_allgather": "ring_allgather.py",
+              "reduce_scatter": "reduce_scatter.py", "all_to_all": "all_to_all.py",
+              "average_gradients": "average_gradients.py"}
+MISTAKES = {"whole tensor": ("ring_allreduce", "ring_whole_tensor.py"),
+            "wrong chunks": ("ring_allreduce", "ring_wrong_chunks.py"),
+            "calls all_reduce": ("ring_allreduce", "ring_calls_all_reduce.py"),
+            "linear broadcast": ("tree_broadcast", "tree_linear.py")}
+
+
+# ---------------------------------------------------------------- one lab, many files
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Every reference and every mistake that lets the lab go on, in one 2 x 2 lab."""
+    out = tmp_path_factory.mktemp("exercise") / "run"
+    named = [*((n, f) for n, f in REFERENCES.items()), *MISTAKES.values()]
+    entries = [ex.entry(name, str(HERE / file)) for name, file in named]
+    spec = ex.lab_spec(entries, None, {"out": str(out)}, ex.settings())
+    run, grades = ex.check(spec, entries, progress=lambda line: None)
+    by_file = {g.file.name: g for g in grades}
+    yield run, by_file
+    assert_nothing_left(run.meta["run_id"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_each_reference_solution_passes_every_check_on_4_3_and_2_ranks(shared, name):
+    run, grades = shared
+    g = grades[REFERENCES[name]]
+    assert g.worlds == [4, 3, 2]
+    assert g.passed, ex.text([g], run)
+    for world in (4, 3, 2):
+        for check in (ex.Check.VALUES, ex.Check.TRAFFIC, ex.Check.WAITS, ex.Check.DEADLINE):
+            assert g.cells[(check, world)].ok is True, (check, world, g.cells[(check, world)])
+        only = g.cells[(ex.Check.ONLY_P2P, world)]
+        assert only.ok is (True if EXERCISES[name].only_p2p else None)
+    assert " ms (" in g.cells[(ex.Check.TIME, 4)].text        # timed against torch's, not graded
+    assert g.cells[(ex.Check.TIME, 4)].ok is None
+
+
+@pytest.mark.slow
+def test_the_traffic_of_a_reference_is_read_from_the_trace(shared):
+    """A correct ring sends exactly its optimum in all (1.00x), a tree too: the bytes are
+    the trace's sends inside each call's window, not a formula applied to nothing."""
+    _, grades = shared
+    for file in ("ring_allreduce.py", "tree_broadcast.py", "ring_allgather.py", "all_to_all.py"):
+        for world in (4, 3, 2):
+            assert grades[file].cells[(ex.Check.TRAFFIC, world)].text == "1.00x", (file, world)
+    assert grades["average_gradients.py"].cells[(ex.Check.TRAFFIC, 4)].text == "1.00x"
+
+
+@pytest.mark.slow
+def test_the_whole_tensor_around_the_ring_fails_on_traffic_at_3_and_4_ranks(shared):
+    run, grades = shared
+    g = grades["ring_whole_tensor.py"]
+    assert not g.passed
+    assert all(g.cells[(ex.Check.VALUES, w)].ok for w in (4, 3, 2))       # the values are right
+    assert g.cells[(ex.Check.TRAFFIC, 4)].text == "FAIL 2.00x"            # n/2 times the optimum
+    assert g.cells[(ex.Check.TRAFFIC, 3)].text == "FAIL 1.50x"
+    assert g.cells[(ex.Check.TRAFFIC, 2)].ok is True                      # at n = 2 it is the optimum
+    said = [f.text for f in g.findings]
+    assert any("sent 2.0x the optimum" in t and "passing the whole tensor" in t for t in said), said
+    assert [f.check for f in g.findings] == [ex.Check.TRAFFIC, ex.Check.TRAFFIC]
+
+
+@pytest.mark.slow
+def test_chunks_that_miss_the_remainder_fail_on_values_at_3_ranks(shared):
+    _, grades = shared
+    g = grades["ring_wrong_chunks.py"]
+    assert g.cells[(ex.Check.VALUES, 3)].text == "FAIL"
+    (three,) = [f.text for f in g.findings if f.world == 3]
+    assert "values wrong at world size 3" in three
+    assert "a size that 3 does not divide (5, 1001)" in three and "torch.tensor_split" in three
+    assert g.cells[(ex.Check.TRAFFIC, 3)].ok and g.cells[(ex.Check.DEADLINE, 3)].ok
+
+
+@pytest.mark.slow
+def test_a_collective_inside_the_function_is_named_with_its_line(shared):
+    _, grades = shared
+    g = grades["ring_calls_all_reduce.py"]
+    assert all(g.cells[(ex.Check.VALUES, w)].ok for w in (4, 3, 2))
+    assert all(g.cells[(ex.Check.ONLY_P2P, w)].text == "FAIL" for w in (4, 3, 2))
+    (said,) = [f.text for f in g.findings]
+    assert said.startswith("you called all_reduce at ring_calls_all_reduce.py:7: ")
+
+
+@pytest.mark.slow
+def test_src_sending_to_every_rank_is_not_a_tree(shared):
+    _, grades = shared
+    g = grades["tree_linear.py"]
+    assert g.cells[(ex.Check.TRAFFIC, 4)].text == "FAIL 1.50x"
+    assert g.cells[(ex.Check.TRAFFIC, 3)].ok         # at 3 ranks a tree's root sends twice too
+    (said,) = [f.text for f in g.findings]
+    assert "sent 1.5x the most one rank needs" in said and "is src sending to every rank" in said
+
+
+@pytest.mark.slow
+def test_a_shared_lab_keeps_to_one_run_and_leaves_nothing(shared):
+    run, _ = shared
+    assert run.meta["world_size"] == 4
+    assert run.spec.trace and run.spec.script.endswith("ring_allreduce.py")
+    assert_nothing_left(run.meta["run_id"])
+
+
+# ---------------------------------------------------------------- labs that stop early, as a learner sees them
+
+def _check_cli(tmp_path: Path, name: str, file: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    done = labctl("exercise", "check", name, str(HERE / file), "-q", "--no-time", "--out",
+                  str(tmp_path / "run"), *args, timeout=400, cwd=tmp_path)
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    return done, status
+
+
+@pytest.mark.slow
+def test_a_blocking_ring_deadlocks_and_each_rank_s_send_is_named_within_the_deadline(tmp_path):
+    done, status = _check_cli(tmp_path, "ring_allreduce", "ring_blocking.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ring_allreduce (ring_blocking.py): deadline at world size 4")
+    assert last.endswith("no rank's call returned within 5 s (a deadlock: every rank waits in a send); "
+                         f"run folder {tmp_path / 'run'}")
+    for rank in range(4):     # who waits in which send for whom, from the hang diagnosis
+        assert (f"rank {rank} never finished send to rank {(rank + 1) % 4} (p2p #1 of default_pg, "
+                f"at ring_blocking.py:14)") in done.stdout
+    assert "dist.isend" in done.stdout                 # and what to do about it
+    assert "world size 3, 2: not run (the lab stopped at world size 4)" in done.stdout
+    # the deadline ended it (5 s), not the lab's own timeout (300 s)
+    assert status["state"] == "failed" and status["seconds"] < 150
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_a_function_that_raises_on_one_rank_is_one_line(tmp_path):
+    done, status = _check_cli(tmp_path, "ring_allreduce", "raises.py")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: ring_allreduce (raises.py): your function raised ValueError: rank 1 gives up at "
+        "raises.py:7 (raise ValueError(\"rank 1 gives up\")) on rank 1 (world size 4, int64 arange, "
+        f"1 element); run folder {tmp_path / 'run'}")
+    assert "Traceback" not in done.stdout + done.stderr
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_a_function_that_never_returns_on_one_rank_is_one_line(tmp_path):
+    done, status = _check_cli(tmp_path, "ring_allreduce", "never_returns.py", "--deadline", "3")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ring_allreduce (never_returns.py): deadline at world size 4, int64 arange, "
+                           "1 element: rank 2's call did not return within 3 s at never_returns.py:10 "
+                           "(time.sleep(3600)); ranks 0, 1, 3 had returned")
+    assert status["seconds"] < 150
+    assert_nothing_left(status["run_id"])
+
+
+# ---------------------------------------------------------------- compose
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_check_on_compose_passes_a_reference_solution(tmp_path):
+    require_compose()
+    require_image()
+    done = labctl("exercise", "check", "ring_allreduce", str(HERE / "ring_allreduce.py"), "-q",
+                  "--no-time", "--backend", "compose", "--out", str(tmp_path / "run"),
+                  timeout=400, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| traffic | 1.00x | 1.00x | 1.00x |" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "passed: ring_allreduce (ring_allreduce.py) on world sizes 4, 3, 2"
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["backend"] == "compose"
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={RUN_LABEL}={status['run_id']}"],
+                          capture_output=True, text=True, check=True).stdout
+    assert left.strip() == ""
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, no lab
+
+@pytest.mark.parametrize("args, line", [
+    (["ring_allreduce", "missing.py"],
+     "error: missing.py: no such file (write a starter with: labctl exercise init ring_allreduce missing.py)"),
+    (["ring_allreduce", "nofunction.py"],
+     "error: nofunction.py: no function allreduce() at its top level; ring_allreduce needs "
+     "allreduce(send, recv) (a starter: labctl exercise init ring_allreduce NEW_FILE.py)"),
+    (["ring_allreduce", "broken.py"], "error: broken.py:2: syntax error: '(' was never closed"),
+    (["ring_allreduce", "notes.txt"], "error: notes.txt: expected a .py file (your allreduce(send, recv))"),
+    (["ring_allreduce", "."], "error: .: not a file (expected the Python file with your allreduce)"),
+    (["ring", "nofunction.py"],
+     "error: exercise: expected one of ring_allreduce, naive_allreduce, tree_broadcast, ring_allgather, "
+     "reduce_scatter, all_to_all, average_gradients, given 'ring' (labctl exercise list)"),
+    (["ring_allreduce", "good.py", "--nodes", "1", "--nproc-per-node", "1"],
+     "error: exercise check: needs at least 2 ranks, the lab has 1 (--nodes x --nproc-per-node; default 2 x 2)"),
+    (["ring_allreduce", "good.py", "--replicas", "2"],
+     "error: exercise check: --replicas must be 1 (each replica would be graded apart)"),
+    (["ring_allreduce", "good.py", "--max-restarts", "1"],
+     "error: exercise check: not on an elastic lab (--max-restarts, --min-nodes): a restart or a "
+     "smaller world would hide a deadlock"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_any_lab(tmp_path, args, line):
+    (tmp_path / "nofunction.py").write_text("import torch\n\ndef all_reduce(send, recv):\n    pass\n")
+    (tmp_path / "broken.py").write_text("def allreduce(send, recv):\n    return (\n")
+    (tmp_path / "notes.txt").write_text("def allreduce(send, recv): pass\n")
+    (tmp_path / "good.py").write_text("def allreduce(send, recv):\n    recv.copy_(send)\n")
+    done = labctl("exercise", "check", *args, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [line]
+    assert not (tmp_path / "runs").exists()            # no lab was started
+
+
+def test_flags_that_would_replace_the_file_or_the_trace_are_not_check_s():
+    done = labctl("exercise", "check", "ring_allreduce", "x.py", "--script", "y.py", timeout=60)
+    assert done.returncode == 2 and done.stderr.strip() == "error: No such option '--script'."
+    for flag in ("--workload", "--no-trace"):
+        assert flag not in labctl("exercise", "check", "--help").stdout
+
+
+# ---------------------------------------------------------------- list and init: no answer handed out
+
+def test_list_names_every_exercise_and_its_function():
+    done = labctl("exercise", "list")
+    assert done.returncode == 0
+    for e in EXERCISES.values():
+        assert f"| {e.name} | {e.signature} | {e.reference} |" in done.stdout
+
+
+def test_init_writes_a_starter_and_never_overwrites(tmp_path):
+    done = labctl("exercise", "init", "ring_allreduce", cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout.strip() == ("wrote ring_allreduce.py; fill in allreduce(send, recv), then: "
+                                   "labctl exercise check ring_allreduce ring_allreduce.py")
+    assert (tmp_path / "ring_allreduce.py").read_text() == EXERCISES["ring_allreduce"].starter.read_text()
+    again = labctl("exercise", "init", "ring_allreduce", cwd=tmp_path)
+    assert again.returncode == 2
+    assert again.stderr.strip() == "error: ring_allreduce.py: exists; use --force to overwrite it"
+    assert labctl("exercise", "init", "ring_allreduce", "--force", cwd=tmp_path).returncode == 0
+    mine = labctl("exercise", "init", "tree_broadcast", "mine.py", cwd=tmp_path)
+    assert mine.returncode == 0 and (tmp_path / "mine.py").is_file()
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_a_starter_states_the_contract_and_hands_out_no_answer(name):
+    exercise = EXERCISES[name]
+    text = exercise.starter.read_text()
+    tree = ast.parse(text)
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert fn.name == exercise.function
+    assert f"labctl exercise check {name}" in text and "The contract" in text and "Hints" in text
+    assert isinstance(fn.body[-1], ast.Raise) and "NotImplementedError" in ast.unparse(fn.body[-1])
+    called = {ast.unparse(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+    assert not called & {"dist.send", "dist.recv", "dist.isend", "dist.irecv", "dist.all_reduce"}, called
+    assert ex.entry(name, str(exercise.starter)).exercise is exercise        # check accepts it
+
+
+def test_the_references_stay_out_of_the_package():
+    shipped = {p.name for p in (REPO / "workloads" / "_exercises").rglob("*.py")}
+    for file in REFERENCES.values():
+        assert (HERE / file).is_file()
+    assert shipped == {"__init__.py", *(f"{n}.py" for n in EXERCISES)}
+    for name in EXERCISES:
+        assert "NotImplementedError" in EXERCISES[name].starter.read_text()
+
+
+# ---------------------------------------------------------------- the pieces
+
+def test_worlds_cover_2_3_4_and_the_lab_s_own_largest_first():
+    assert worlds(4) == [4, 3, 2]
+    assert worlds(3) == [3, 2]
+    assert worlds(2) == [2]
+    assert worlds(6) == [6, 4, 3, 2]
+
+
+def test_the_traffic_model_is_each_algorithm_s_optimum():
+    ring = traffic("ring_allreduce", 4, 0, 1001, 8)
+    assert ring.total == 2 * 3 * 1001 * 8                          # 2(n-1)/n x S per rank, n ranks
+    assert ring.rank_most == 2 * 3 * 251 * 8                       # chunks of ceil(1001/4)
+    assert traffic("naive_allreduce", 4, 0, 10, 4).rank_most == 3 * 40
+    assert traffic("naive_allreduce", 4, 2, 10, 4).rank_most == 40
+    assert traffic("tree_broadcast", 4, 1, 10, 4).rank_most == 2 * 40
+    assert traffic("tree_broadcast", 3, 1, 10, 4).rank_most == 2 * 40
+    assert traffic("tree_broadcast", 4, 1, 10, 4).total == 3 * 40
+    assert traffic("all_to_all", 3, 0, 10, 4) == traffic("ring_allgather", 3, 0, 10, 4)
+    assert traffic("average_gradients", 4, 0, 10, 4) is None
+
+
+def test_the_runner_s_config_travels_as_one_json_variable():
+    config = Config(exercises=(("ring_allreduce", None), ("tree_broadcast", "/x/b.py")),
+                    deadline=2.5, seed=7, time=False)
+    assert Config.from_json(config.to_json()) == config
+
+
+def test_the_lab_an_exercise_runs_on_is_the_user_s_with_the_file_as_script_and_tracing_on(tmp_path):
+    file = tmp_path / "mine.py"
+    file.write_text("def allreduce(send, recv):\n    pass\n")
+    entry = ex.entry("ring_allreduce", str(file))
+    spec = ex.lab_spec([entry], None, {"nodes": 3, "nproc_per_node": 1, "env": {"A": "1"}}, ex.settings(deadline=2))
+    assert spec.script == str(file.resolve()) and spec.trace and spec.world_size == 3
+    assert spec.timeout == ex.DEFAULT_TIMEOUT_S and spec.env["A"] == "1"
+    config = Config.from_json(spec.env["LAB_EXERCISE"])
+    assert config.exercises == (("ring_allreduce", None),) and config.deadline == 2
+    with pytest.raises(SpecError, match="several files need the local backend"):
+        other = tmp_path / "other.py"
+        other.write_text("def broadcast(tensor, src):\n    pass\n")
+        ex.lab_spec([entry, ex.entry("tree_broadcast", str(other))], None, {"backend": "compose"}, ex.settings())
+    with pytest.raises(SpecError, match="--no-trace"):
+        ex.lab_spec([entry], None, {"trace": False}, ex.settings())
+    with pytest.raises(SpecError, match="--script"):
+        ex.lab_spec([entry], None, {"script": "x.py"}, ex.settings())
+
+
+def test_a_file_may_define_its_function_by_assignment_or_import(tmp_path):
+    for body in ("from helpers import allreduce\n", "allreduce = lambda send, recv: None\n",
+                 "import helpers as allreduce\n"):
+        (tmp_path / "m.py").write_text(body)
+        assert ex.entry("ring_allreduce", str(tmp_path / "m.py")).file == (tmp_path / "m.py").resolve()
+    (tmp_path / "m.py").write_text("if True:\n    def allreduce(send, recv):\n        pass\n")
+    with pytest.raises(SpecError, match="no function allreduce"):
+        ex.entry("ring_allreduce", str(tmp_path / "m.py"))
