@@ -483,13 +483,19 @@ def logs(run, node, rank) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "csv", "html"]), default="md",
+              help="html: (re)write the run's page, RUN/report.html, and print its path.")
 @friendly
 def report(run, fmt) -> None:
-    """Print a run's report (tables; bench runs also write PNG plots)."""
+    """Print a run's report (tables; bench runs also write PNG plots), or write its page."""
     from . import report as reportmod
 
     r = _open_run(run)
+    if fmt == "html":
+        from . import html
+
+        click.echo(str(html.write(r.path)))
+        return
     try:
         text = reportmod.render(r, fmt)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:

@@ -172,10 +172,26 @@ def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
 
 
 def write_report(run: RunDir, progress: Progress) -> None:
-    """report.md plus whatever files the run's workloads add (bench plots)."""
+    """report.md, report.html (the page) and whatever files the run's workloads add
+    (bench plots). The page is made from what the folder holds, whatever the outcome; if
+    it still cannot be made, that is a note, never a lost run."""
     for path in report.write_files(run, progress):
         progress(f"plot: {path}")
+    write_page(run, progress)
     (run.path / "report.md").write_text(report.markdown(run))
+
+
+def write_page(run: RunDir, progress: Progress) -> Path | None:
+    """<run>/report.html (labctl/html); None, with a note, when it could not be made."""
+    from . import html
+
+    try:
+        return html.write(run.path)
+    except OSError:
+        raise                           # the folder's own trouble: the caller names it
+    except Exception as exc:            # noqa: BLE001 - a page is never worth the run
+        progress(f"note: report.html could not be written: {type(exc).__name__}: {exc}")
+        return None
 
 
 def _free_folder(root: Path, run_id: str) -> Path:
