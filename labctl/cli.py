@@ -490,12 +490,21 @@ def report(run, fmt) -> None:
     """Print a run's report (tables; bench runs also write PNG plots), or write its page."""
     from . import report as reportmod
 
-    r = _open_run(run)
-    if fmt == "html":
+    if fmt == "html":                 # the page is made from whatever the folder holds
+        from pathlib import Path
+
         from . import html
 
-        click.echo(str(html.write(r.path)))
+        folder = Path(run)
+        if not any((folder / name).is_file() for name in ("status.json", "plan.json", "results.jsonl")):
+            fail(f"{run}: not a run folder (no status.json, plan.json or results.jsonl)", EXIT_SPEC)
+        data = html.page_data(folder)
+        page = html.write(folder, data)
+        for problem in data["problems"]:
+            click.echo(f"note: {problem}", err=True)
+        click.echo(str(page))
         return
+    r = _open_run(run)
     try:
         text = reportmod.render(r, fmt)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:

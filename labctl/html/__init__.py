@@ -18,13 +18,14 @@ from .page import PAGE_FILE, render
 __all__ = ["page_data", "render", "write", "PAGE_FILE"]
 
 
-def write(run_path: str | Path) -> Path:
-    """<run>/report.html from what the run folder holds now (written whole, then renamed)."""
+def write(run_path: str | Path, data: dict | None = None) -> Path:
+    """<run>/report.html from what the run folder holds now (or `data`, its page_data),
+    written whole under a temporary name, then renamed."""
     run_path = Path(run_path)
     target = run_path / PAGE_FILE
     tmp = run_path / (PAGE_FILE + ".tmp")
     try:
-        tmp.write_text(render(page_data(run_path)), encoding="utf-8")
+        tmp.write_text(render(page_data(run_path) if data is None else data), encoding="utf-8")
         tmp.replace(target)
     except BaseException:
         tmp.unlink(missing_ok=True)

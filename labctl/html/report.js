@@ -8,6 +8,7 @@
   const app = document.getElementById("app");
   const api = (window.labctlReport = { data: D, ready: false });
   const SVGNS = "http://www.w3.org/2000/svg";
+  const MAX_ARROWS = 400;          // send → recv arrows are drawn when at most this many are in view
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
     "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d", "#499894", "#f1ce63", "#a0cbe8", "#bab0ac"];
 
@@ -403,7 +404,7 @@
     sec.appendChild(h("p", { class: "caption", text:
       `${plural(T.total, "op")} on ${plural(T.lanes.length, "lane")} (a lane per rank, grouped by node; async ops on a lane of their own)` +
       (T.aggregate ? `; ${T.detailed} drawn one by one, the ${T.aggregate.slices} after them as ${T.aggregate.bins} bins per lane` : "") +
-      `. Wheel: zoom at the pointer · drag or shift+wheel: pan · double-click: all · click an op: its fields below. Arrows: send → recv. Hatched: never finished.` }));
+      `. Wheel: zoom at the pointer · drag or shift+wheel: pan · double-click: all · click an op: its fields below. Arrows: send → recv (when ${MAX_ARROWS} or fewer are in view). Hatched: never finished.` }));
     sec.appendChild(h("div", { class: "tl-bar" },
       h("button", { id: "tl-zoom-in", onclick: () => tl.zoom(0.5), text: "zoom in" }),
       h("button", { id: "tl-zoom-out", onclick: () => tl.zoom(2), text: "zoom out" }),
@@ -500,6 +501,9 @@
         sliceFields: (i) => self.fields(i),
         countsByRankOp: () => self.counts(),
         lanes: () => self.lanes,
+        lastDraw: () => ({ ms: self.lastDrawMs, rectangles: self.drawn }),
+        slicePosition: (i) => self.position(i),
+        findSlices: (op, rank) => { const out = []; for (let i = 0; i < self.n; i++) if (self.T.strings[self.S.name[i]] === op && (rank === undefined || self.lanes[self.S.lane[i]].rank === rank)) out.push(i); return out; },
       };
     }
     counts() {
@@ -541,6 +545,15 @@
       if (S.caller[i] >= 0) f.caller = str(S.caller[i]);
       if (S.extra[i] >= 0) f.args = str(S.extra[i]);
       return f;
+    }
+    position(i) {
+      // the middle of slice i's visible part, in the canvas's CSS pixels (null: not in view)
+      const item = this.byLaneY.find((l) => l.id === this.S.lane[i]);
+      if (!item) return null;
+      const r = item.rows.findIndex((row) => Array.prototype.includes.call(row.ids, i));
+      const a = Math.max(this.S.ts[i], this.t0), e = Math.min(this.end[i], this.t1);
+      if (e < a) return null;
+      return { x: (this.X(a) + this.X(e)) / 2, y: item.y + r * this.rowH + this.rowH / 2 };
     }
     X(t) { const w = this.width - this.labelW - 8; return this.labelW + ((t - this.t0) / (this.t1 - this.t0)) * w; }
     Tof(x) { const w = this.width - this.labelW - 8; return this.t0 + ((x - this.labelW) / w) * (this.t1 - this.t0); }
@@ -592,6 +605,7 @@
       this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     }
     draw() {
+      const started = performance.now();
       if (!this.ctx || this.width !== Math.max(400, this.wrap.clientWidth || 900)) this.resize();
       const ctx = this.ctx, S = this.S, rowH = this.rowH, W = this.width;
       ctx.clearRect(0, 0, W, this.height);
@@ -620,7 +634,7 @@
         item.rows.forEach((row, r) => {
           const y = item.y + r * rowH;
           const from = lowerBound(row.starts, this.t0 - row.maxDur);
-          let lastPx = -1, lastColor = "";
+          let lastPx = -1;
           for (let k = from; k < row.ids.length && row.starts[k] <= this.t1; k++) {
             const i = row.ids[k];
             const e = this.end[i];
@@ -628,10 +642,10 @@
             const x0 = Math.max(this.X(S.ts[i]), this.labelW), x1 = Math.min(this.X(e), W);
             const name = this.T.strings[S.name[i]], color = colorOf(name);
             const w = x1 - x0;
-            if (w < 1) {
+            if (w < 1) {                 // level of detail: one op per pixel column and row
               const px = Math.floor(x0);
-              if (px === lastPx && color === lastColor) continue;
-              lastPx = px; lastColor = color;
+              if (px === lastPx) continue;
+              lastPx = px;
             }
             ctx.fillStyle = color;
             ctx.fillRect(x0, y + 1, Math.max(w, 1), rowH - 3);
@@ -661,7 +675,7 @@
       }
       // send → recv arrows, when there are few enough in view to read
       const flows = this.T.flows.filter((f) => Math.max(f[1], f[3]) >= this.t0 && Math.min(f[1], f[3]) <= this.t1);
-      if (flows.length <= 3000) {
+      if (flows.length <= MAX_ARROWS) {
         ctx.strokeStyle = "rgba(29,35,43,.65)"; ctx.fillStyle = "rgba(29,35,43,.8)";
         for (const [la, ta, lb, tb] of flows) {
           const ya = this.laneMid.get(la), yb = this.laneMid.get(lb);
@@ -677,6 +691,7 @@
       }
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, this.labelW - 2, this.axisH - 6);
       this.drawn = drawn;
+      this.lastDrawMs = performance.now() - started;
       const label = document.getElementById("tl-range");
       if (label) label.textContent = `showing ${ms(this.t0)} – ${ms(this.t1)} of ${ms(this.endUs)}; ${drawn} rectangles drawn`;
       this.wrap.setAttribute("data-start", this.t0);

@@ -32,8 +32,8 @@ MAX_LINE = 1 << 20
 MAX_INSTANTS = 10_000
 MAX_FLOWS = 50_000
 # args that have their own column; the rest of an event's args go to `extra` as JSON
-_COLUMNS = ("rank", "pg", "seq", "p2p_seq", "bytes", "dtype", "shape", "caller", "peer", "root",
-            "unfinished")
+_COLUMNS = frozenset(("rank", "pg", "seq", "p2p_seq", "bytes", "dtype", "shape", "caller", "peer", "root",
+                      "unfinished"))
 _RANK_NAME = re.compile(r"rank\s*(\d+)")
 _NODE_NAME = re.compile(r"node\s*(\d+)")
 
@@ -56,6 +56,7 @@ class Timeline:
     thread_names: dict[tuple, str] = field(default_factory=dict)
     strings: list[str] = field(default_factory=list)
     string_ids: dict[str, int] = field(default_factory=dict)
+    tensor_ids: dict[tuple, int] = field(default_factory=dict)
     cols: dict[str, list] = field(default_factory=lambda: {k: [] for k in (
         "lane", "name", "ts", "dur", "cat", "seq", "p2p", "bytes", "peer", "root", "shape",
         "caller", "unfinished", "extra")})
@@ -118,14 +119,26 @@ class Timeline:
         c["bytes"].append(_int(args.get("bytes")))
         c["peer"].append(_int(args.get("peer")))
         c["root"].append(_int(args.get("root")))
-        shape = args.get("shape")
-        dtype = args.get("dtype")
-        c["shape"].append(-1 if shape is None and dtype is None else
-                          self.sid(f"{dtype or ''}{json.dumps(shape, separators=(',', ':')) if shape is not None else ''}"))
+        c["shape"].append(self.tensor_id(args.get("dtype"), args.get("shape")))
         c["caller"].append(self.sid(args.get("caller")))
         c["unfinished"].append(1 if unfinished else 0)
-        rest = {k: v for k, v in args.items() if k not in _COLUMNS}
-        c["extra"].append(self.sid(json.dumps(rest, sort_keys=True, default=str)) if rest else -1)
+        if _COLUMNS.issuperset(args):
+            c["extra"].append(-1)
+        else:
+            rest = {k: v for k, v in args.items() if k not in _COLUMNS}
+            c["extra"].append(self.sid(json.dumps(rest, sort_keys=True, default=str)))
+
+    def tensor_id(self, dtype: Any, shape: Any) -> int:
+        """"float32[1000]" as a string id, cached by (dtype, shape): most ops repeat one."""
+        if shape is None and dtype is None:
+            return -1
+        key = (dtype if isinstance(dtype, str) else repr(dtype),
+               tuple(shape) if isinstance(shape, list) and all(isinstance(x, int) for x in shape) else repr(shape))
+        found = self.tensor_ids.get(key)
+        if found is None:
+            text = f"{dtype or ''}{json.dumps(shape, separators=(',', ':')) if shape is not None else ''}"
+            found = self.tensor_ids[key] = self.sid(text)
+        return found
 
     def event(self, ev: Any) -> None:
         if not isinstance(ev, dict):
@@ -349,7 +362,7 @@ def _events_by_line(path: Path, timeline: Timeline) -> Iterator[Any]:
                                          + last_bad[1][:80].decode(errors="replace"))
                 last_bad = None
             try:
-                ev = json.loads(line)
+                ev = json.loads(line.decode("utf-8", "replace"))
             except ValueError:
                 last_bad = (number, line)
                 continue
