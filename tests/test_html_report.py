@@ -324,7 +324,7 @@ def test_the_default_lab_s_page_shows_every_rank_s_data_as_recorded(default_lab,
     assert series == [6, 6]
     agree = page.js("[...document.querySelectorAll('#ddp-compare tbody tr')].map(r => r.textContent)")
     assert len(agree) == 2 and all("yesyes" in row for row in agree), agree
-    _shot(page, "report-default.png", until="#family-scatter")
+    _shot(page, "report-default.png", until="#family-broadcast")
     # `labctl report --format html` writes the same page again and prints its path
     (run / "report.html").unlink()
     done = labctl("report", str(run), "--format", "html", timeout=120)
@@ -437,13 +437,15 @@ def test_a_traced_script_s_timeline_holds_every_slice_and_zooms(script_lab, chro
     tip.wait_for(state="visible")
     text = tip.text_content()
     assert "op: broadcast" in text and "rank: 0" in text and "root: rank 0" in text and "mix.py:6" in text, text
-    # the stragglers table points at its collective: rank 3 late into all_reduce #2
-    first = page.js("document.querySelector('#stragglers-table tbody tr').textContent")
-    assert first.startswith("default_pg#2all_reducerank 3"), first
-    page.page.click("#stragglers-table tbody tr")
+    # the stragglers table points at its collective: rank 3 late into all_reduce #2 (a loaded
+    # machine may make DDP's construction later still, so it is looked for, not taken first)
+    rows = page.js("[...document.querySelectorAll('#stragglers-table tbody tr')].map(r => r.textContent)")
+    row = next(i for i, text in enumerate(rows) if text.startswith("default_pg#2all_reducerank 3"))
+    assert page.js(f"window.labctlReport.data.stragglers[{row}].late_ms") >= 900
+    page.page.click(f"#stragglers-table tbody tr:nth-child({row + 1})")
     page.page.wait_for_function(f"document.getElementById('tl-selected').dataset.slice !== undefined")
     shown = page.js(f"{tl}.visibleRange()")
-    slices = page.js("window.labctlReport.data.stragglers[0].slices")
+    slices = page.js(f"window.labctlReport.data.stragglers[{row}].slices")
     starts = page.js(f"{json.dumps(slices)}.map(i => window.labctlReport.data.timeline.slices.ts[i])")
     assert shown[0] <= min(starts) and max(starts) <= shown[1] and shown[1] - shown[0] < full[1] - full[0]
     # per-op totals: every op of the script, with its count
@@ -466,3 +468,22 @@ def test_a_100000_op_trace_stays_small_and_its_timeline_whole(tmp_path, chromium
     page.js("window.labctlReport.timeline.zoom(0.01)")
     page.page.wait_for_function("r => window.labctlReport.timeline.visibleRange()[1] !== r[1]", arg=before)
     assert page.js("window.labctlReport.timeline.lastDraw().rectangles") > 0
+
+
+def test_a_damaged_folder_s_page_opens_and_names_the_damage(tmp_path, chromium):
+    """The page of a folder with nearly nothing readable still draws, with no error."""
+    run = write_folder(tmp_path / "run", world=4, nodes=2, results=_collective_records(2))
+    synthetic_trace(run / "trace.json", 200, world=4, nodes=2)
+    whole = (run / "trace.json").read_bytes()
+    (run / "trace.json").write_bytes(whole[: len(whole) // 2])
+    (run / "status.json").write_text("[1, 2")
+    (run / "plan.json").unlink()
+    (run / "ranks" / "rank-0.log").unlink()
+    html.write(run)
+    page = open_page(chromium, run)
+    _clean(page)
+    problems = page.js("[...document.querySelectorAll('#problems li')].map(li => li.textContent)")
+    assert any("status.json" in p for p in problems) and any("cut short" in p for p in problems), problems
+    assert {"outcome", "topology", "data-collectives", "data-p2p", "timeline"} <= _sections(page)
+    assert sum(n for ops in page.js("window.labctlReport.timeline.countsByRankOp()").values()
+               for n in ops.values()) == island(run)["timeline"]["total"] > 0

@@ -8,7 +8,8 @@
   const app = document.getElementById("app");
   const api = (window.labctlReport = { data: D, ready: false });
   const SVGNS = "http://www.w3.org/2000/svg";
-  const MAX_ARROWS = 400;          // send → recv arrows are drawn when at most this many are in view
+  const MAX_ARROWS = 400;
+  const MAX_CANVAS_PX = 30000;     // the timeline canvas's height at most (browsers refuse taller ones)          // send → recv arrows are drawn when at most this many are in view
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
     "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d", "#499894", "#f1ce63", "#a0cbe8", "#bab0ac"];
 
@@ -442,7 +443,10 @@
       this.lanes = T.lanes;
       this.highlight = new Set();
       this.selected = -1;
-      const rowH = 16, rowGap = 5, groupH = 18, axisH = 26;
+      // a canvas taller than ~30,000 px is refused by browsers: many lanes get thinner rows
+      const rowsNeeded = T.lanes.length * 1.3;
+      const rowH = rowsNeeded * 21 > MAX_CANVAS_PX ? Math.max(2, Math.floor(MAX_CANVAS_PX / rowsNeeded) - 1) : 16;
+      const rowGap = rowH >= 10 ? 5 : 1, groupH = rowH >= 10 ? 18 : 4, axisH = 26;
       this.rowH = rowH; this.labelW = 150; this.axisH = axisH;
       // per lane: its slices by start, packed into rows (nested or overlapping ops)
       const perLane = this.lanes.map(() => []);
@@ -623,6 +627,7 @@
       // slices, lane by lane, row by row: at most one rectangle per pixel column and op
       let drawn = 0;
       for (const item of this.layout) {
+        if (item.kind === "group" && rowH < 10) continue;
         if (item.kind === "group") {
           ctx.fillStyle = "#1d232b"; ctx.font = "600 12px system-ui, sans-serif";
           ctx.fillText(item.text, 6, item.y + 13); ctx.font = "11px system-ui, sans-serif";
@@ -630,7 +635,7 @@
           continue;
         }
         ctx.fillStyle = "#5c6773";
-        ctx.fillText(item.lane.name, 14, item.y + 12);
+        if (rowH >= 10) ctx.fillText(item.lane.name, 14, item.y + 12);
         item.rows.forEach((row, r) => {
           const y = item.y + r * rowH;
           const from = lowerBound(row.starts, this.t0 - row.maxDur);
@@ -889,7 +894,8 @@
       h("a", { href: "#" + sec.id, text: (sec.querySelector("h2, h1") || {}).textContent || sec.id })));
   }
   try {
-    const sections = [outcome(), topology(), ...workloads(), timelineSection(), totalsSection(), hangSection(), checksSection(), logsSection()].filter(Boolean);
+    // a hang's diagnosis first: it is what a person opening that page came for
+    const sections = [outcome(), hangSection(), topology(), ...workloads(), timelineSection(), totalsSection(), checksSection(), logsSection()].filter(Boolean);
     app.appendChild(sections[0]);
     app.appendChild(nav(sections.slice(1)));
     sections.slice(1).forEach((sec) => app.appendChild(sec));
