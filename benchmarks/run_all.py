@@ -23,6 +23,7 @@ BENCHMARKS = (
      ["--rounds", "3", "--iters", "5", "--reps", "1", "--max-bytes", "4194304", "--factor", "4"]),
     ("link.py", [], ["--seconds", "1", "--max-bytes", "8388608", "--iters", "3"]),
     ("memory.py", [], ["--sizes", "1,100"]),
+    ("html_report.py", [], ["--loads", "1", "--ops", "20000"]),
 )
 
 

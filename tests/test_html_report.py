@@ -293,11 +293,15 @@ def test_the_default_lab_s_page_shows_every_rank_s_data_as_recorded(default_lab,
     assert {"outcome", "topology", "data-p2p", "data-collectives", "data-ddp", "timeline", "checks",
             "logs"} <= _sections(page)
     assert page.js("document.getElementById('state').textContent") == "PASSED"
-    # the layout: 2 nodes, ranks 0-1 and 2-3 with their LOCAL_RANK, the store on node 0
+    # the layout: each node with the ranks the env workload found there (c10d's rendezvous
+    # decides which node gets ranks 0-1) and their LOCAL_RANK; the store on node 0
+    results = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    env = sorted((r for r in results if r["workload"] == "env" and r["name"] == "env"), key=lambda r: r["rank"])
     nodes = page.js("""[...document.querySelectorAll('#topology .node')].map(n =>
-        [n.dataset.node, [...n.querySelectorAll('.rank')].map(r => r.textContent)])""")
-    assert [(n, [t[:len('RANK 0LOCAL_RANK 0')] for t in ranks]) for n, ranks in nodes] == [
-        ("0", ["RANK 0LOCAL_RANK 0", "RANK 1LOCAL_RANK 1"]), ("1", ["RANK 2LOCAL_RANK 0", "RANK 3LOCAL_RANK 1"])]
+        [+n.dataset.node, [...n.querySelectorAll('.rank')].map(r => r.textContent)])""")
+    assert [(n, [t.split("pid")[0] for t in ranks]) for n, ranks in nodes] == [
+        (node, [f"RANK {r['rank']}LOCAL_RANK {r['LOCAL_RANK']}" for r in env if r["node"] == node]) for node in (0, 1)]
+    assert sorted(len(ranks) for _, ranks in nodes) == [2, 2]
     store = page.js("document.getElementById('store-0').textContent")
     plan = json.loads((run / "plan.json").read_text())
     assert f"127.0.0.1:{plan['master_port']}" in store and "node 0" in store
@@ -305,7 +309,6 @@ def test_the_default_lab_s_page_shows_every_rank_s_data_as_recorded(default_lab,
     shown = page.js("""Object.fromEntries([...document.querySelectorAll('figure.ba')].map(f => [f.dataset.call,
         Object.fromEntries([...f.querySelectorAll('.held')].map(h => [h.dataset.rank + ':' + h.dataset.phase,
           h.querySelector('.none') ? null : [...h.querySelectorAll('.v')].map(v => Number(v.textContent))]))]))""")
-    results = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     recorded = [r for r in results if r["workload"] == "collectives" and r["name"] == DATA]
     assert len(recorded) == 4 * len(shown) and len(shown) >= 45     # every call, every rank
     for r in recorded:
@@ -487,3 +490,14 @@ def test_a_damaged_folder_s_page_opens_and_names_the_damage(tmp_path, chromium):
     assert {"outcome", "topology", "data-collectives", "data-p2p", "timeline"} <= _sections(page)
     assert sum(n for ops in page.js("window.labctlReport.timeline.countsByRankOp()").values()
                for n in ops.values()) == island(run)["timeline"]["total"] > 0
+
+
+def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):
+    """c10d's rendezvous, not the node's index, decides which node gets ranks 0-1: without
+    the env workload the node logs' `[rankN]:` prefixes say it (here node 0 ran 2 and 3)."""
+    run = write_folder(tmp_path / "run", world=4, nodes=2)
+    (run / "nodes" / "node-0.log").write_text("[rank2]:hello\n[rank3]:hello\nagent line\n")
+    (run / "nodes" / "node-1.log").write_text("[rank1]:hello\n[rank0]:hello\n")
+    topology = html.page_data(run)["topology"]
+    assert [[r["rank"] for r in n["ranks"]] for n in topology["nodes"]] == [[2, 3], [0, 1]]
+    assert topology["rank_source"].startswith("the node logs")

@@ -28,6 +28,8 @@ MAX_FAILED_CHECKS = 50
 TAIL_BYTES = 256 << 10              # of a rank log, read for its last traceback
 _PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+_RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:", re.M)
+NODE_LOG_HEAD = 4 << 20             # bytes of each node log read for which ranks ran there
 
 
 class _Problems(list):
@@ -56,13 +58,14 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     timeline = problems.guard("trace.json", lambda: read_trace(trace_path), None) \
         if trace_path.is_file() else None
     trace_nodes = timeline.rank_nodes() if timeline is not None else {}
+    log_nodes = problems.guard("the node logs", lambda: ranks_in_node_logs(path), {}) or {}
 
     data: dict[str, Any] = {
         "schema": SCHEMA,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "run": problems.guard("the run's facts", lambda: _facts(path, status, plan, spec, state, results), {}),
         "failure": problems.guard("the first failure", lambda: _failure(path, status), None),
-        "topology": problems.guard("the topology", lambda: _topology(status, plan, results, trace_nodes), None),
+        "topology": problems.guard("the topology", lambda: _topology(status, plan, results, trace_nodes, log_nodes), None),
         "checks": problems.guard("the checks", lambda: _checks(results), None),
         "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems), []),
         "timeline": None, "totals": None, "stragglers": None,
@@ -211,7 +214,24 @@ def _endpoint(node: dict) -> tuple[str | None, bool | None]:
     return endpoint, host
 
 
-def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[int, int]) -> dict:
+def ranks_in_node_logs(path: Path) -> dict[int, int]:
+    """rank -> node, from the `[rankN]:` prefix each rank's lines carry in its node's log
+    (the first NODE_LOG_HEAD bytes of each: enough for every rank that printed early).
+    Under torchrun's c10d rendezvous, which node gets ranks 0-1 is the rendezvous's choice."""
+    found: dict[int, int] = {}
+    for log in sorted((path / "nodes").glob("node-*.log")) if (path / "nodes").is_dir() else []:
+        index = _int(log.stem.split("-", 1)[1])
+        if index is None:
+            continue
+        with open(log, "rb") as f:
+            head = f.read(NODE_LOG_HEAD)
+        for match in _RANK_PREFIX.finditer(head):
+            found.setdefault(int(match.group(1)), index)
+    return found
+
+
+def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[int, int],
+              log_nodes: dict[int, int]) -> dict:
     """Nodes (hostname, address), the ranks in them, the store each replica meets at."""
     nproc = status.get("nproc_per_node") if isinstance(status.get("nproc_per_node"), int) else None
     outcomes = {o.get("index"): o for o in status.get("node_outcomes") or [] if isinstance(o, dict)}
@@ -246,6 +266,10 @@ def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[i
         elif trace_nodes and replica == 0 and index in trace_nodes.values():
             source = source or "trace.json (the node each rank's records came from; LOCAL_RANK: its place there)"
             here = sorted(r for r, n in trace_nodes.items() if n == index)
+            ranks = [{"rank": r, "local_rank": i} for i, r in enumerate(here)]
+        elif log_nodes and replica == 0 and index in log_nodes.values():
+            source = source or "the node logs (each rank's [rankN]: lines; LOCAL_RANK: its place there)"
+            here = sorted(r for r, n in log_nodes.items() if n == index)
             ranks = [{"rank": r, "local_rank": i} for i, r in enumerate(here)]
         elif nproc and isinstance(env.get("NODE_RANK"), str) and env["NODE_RANK"].isdigit():
             source = source or "assumed: torchrun numbers ranks node by node"
