@@ -74,18 +74,15 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
         "notes": [str(n) for n in status.get("notes") or []] if isinstance(status.get("notes"), list) else [],
         "problems": problems,
     }
-    if trace_path.is_file():
-        t = timeline
-        if t is not None:
-            problems.extend(t.problems)
-            data["timeline"] = t.to_dict()
-            data["totals"] = totals(t)
-            data["stragglers"] = stragglers(t)
-            missing = (t.metadata.get("missing_ranks") or []) if isinstance(t.metadata, dict) else []
-            if missing:
-                problems.append("trace.json: no trace records from rank "
-                                + ", ".join(map(str, missing)))
-    elif spec.get("trace") or status.get("trace"):
+    if timeline is not None:
+        problems.extend(timeline.problems)
+        data["timeline"] = problems.guard("the timeline", timeline.to_dict, None)
+        data["totals"] = problems.guard("the per-op totals", lambda: totals(timeline), None)
+        data["stragglers"] = problems.guard("the stragglers", lambda: stragglers(timeline), None)
+        missing = timeline.metadata.get("missing_ranks") if isinstance(timeline.metadata, dict) else None
+        if isinstance(missing, list) and missing:
+            problems.append("trace.json: no trace records from rank " + ", ".join(map(str, missing)))
+    elif not trace_path.is_file() and (spec.get("trace") or status.get("trace")):
         problems.append("trace.json is missing: the lab was traced but no timeline was written")
     return data
 
