@@ -14,7 +14,7 @@ from .backends.base import Backend
 from .errors import LabError
 from .outcome import NodeOutcome, NodeState, RunState
 from .plan import LaunchPlan, new_run_id, plan
-from .rundir import RunDir, StorageError, folder_path
+from .rundir import RunDir, StorageError, folder_path, storage_cause
 from .spec import LabSpec, WorkloadSpec
 
 # The one workload labctl itself names: `labctl preflight` runs it (workloads/preflight.py).
@@ -182,16 +182,17 @@ def write_report(run: RunDir, progress: Progress) -> None:
 
 
 def write_page(run: RunDir, progress: Progress) -> Path | None:
-    """<run>/report.html (labctl/html); None, with a note, when it could not be made."""
+    """<run>/report.html (labctl/html); None, with a note, when it could not be made or
+    written: the page never changes how the run ended (report.md still decides that)."""
     from . import html
 
     try:
         return html.write(run.path)
-    except OSError:
-        raise                           # the folder's own trouble: the caller names it
+    except OSError as exc:              # a nearly full disk that still takes report.md
+        progress(f"note: report.html could not be written: {storage_cause(exc)}")
     except Exception as exc:            # noqa: BLE001 - a page is never worth the run
         progress(f"note: report.html could not be written: {type(exc).__name__}: {exc}")
-        return None
+    return None
 
 
 def _free_folder(root: Path, run_id: str) -> Path:

@@ -501,3 +501,22 @@ def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):
     topology = html.page_data(run)["topology"]
     assert [[r["rank"] for r in n["ranks"]] for n in topology["nodes"]] == [[2, 3], [0, 1]]
     assert topology["rank_source"].startswith("the node logs")
+
+
+def test_a_page_that_cannot_be_written_is_a_note_and_the_run_keeps_its_report(tmp_path, monkeypatch):
+    import errno
+
+    from labctl import lab
+    from labctl.rundir import RunDir
+
+    run = RunDir.open(write_folder(tmp_path / "run", world=2, nodes=1, results=_collective_records()))
+
+    def full(path, data=None):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(html, "write", full)
+    said: list[str] = []
+    lab.write_report(run, said.append)
+    assert said == ["note: report.html could not be written: no space left on device"]
+    text = (run.path / "report.md").read_text()
+    assert text.startswith("# Lab lab: PASSED") and "Page:" not in text
