@@ -1,6 +1,6 @@
 # labctl: two commands set everything up on a fresh machine.
 #   make lab    venv + torch + labctl, then the default lab (2 nodes x 2 processes, gloo, local)
-#   make test   the same set-up, Docker when it can be had, then the whole test suite
+#   make test   the same set-up, Docker and a headless browser when they can be had, then the whole test suite
 #   make images-cuda   labctl-cuda:latest, air-gapped (several GB of CUDA wheels; not part of test)
 PYTHON        ?= python3
 VENV          ?= .venv
@@ -11,7 +11,7 @@ LABCTL        := $(VENV)/bin/labctl
 STAMP         := $(VENV)/.labctl-installed
 PYTEST_ARGS   ?=
 
-.PHONY: setup lab test docker images images-cuda e2e-compose bench clean
+.PHONY: setup lab test docker browser images images-cuda e2e-compose bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,13 @@ docker: setup
 	@if [ -n "$$CI" ]; then bash scripts/ensure-docker.sh; \
 	 else bash scripts/ensure-docker.sh || echo "note: no Docker engine; container tests will skip"; fi
 
-test: setup docker
+# Debian's chromium + Playwright for the run page's tests (tests/test_html_report.py);
+# outside CI a machine without them still passes: those tests skip with a reason.
+browser: setup
+	@if [ -n "$$CI" ]; then PYTHON=$(PY) bash scripts/ensure-browser.sh; \
+	 else PYTHON=$(PY) bash scripts/ensure-browser.sh || echo "note: no headless browser; the page's browser tests will skip"; fi
+
+test: setup docker browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 images: setup docker

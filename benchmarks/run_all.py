@@ -24,6 +24,7 @@ BENCHMARKS = (
     ("link.py", [], ["--seconds", "1", "--max-bytes", "8388608", "--iters", "3"]),
     ("memory.py", [], ["--sizes", "1,100"]),
     ("k8s_logs.py", ["--sizes", "1,100,1024", "--old"], ["--sizes", "1,100"]),
+    ("html_report.py", [], ["--loads", "1", "--ops", "20000"]),
 )
 
 

@@ -505,12 +505,27 @@ def logs(run, node, rank) -> None:
 
 @main.command()
 @click.argument("run", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "csv", "html"]), default="md",
+              help="html: (re)write the run's page, RUN/report.html, and print its path.")
 @friendly
 def report(run, fmt) -> None:
-    """Print a run's report (tables; bench runs also write PNG plots)."""
+    """Print a run's report (tables; bench runs also write PNG plots), or write its page."""
     from . import report as reportmod
 
+    if fmt == "html":                 # the page is made from whatever the folder holds
+        from pathlib import Path
+
+        from . import html
+
+        folder = Path(run)
+        if not any((folder / name).is_file() for name in ("status.json", "plan.json", "results.jsonl")):
+            fail(f"{run}: not a run folder (no status.json, plan.json or results.jsonl)", EXIT_SPEC)
+        data = html.page_data(folder)
+        page = html.write(folder, data)
+        for problem in data["problems"]:
+            click.echo(f"note: {problem}", err=True)
+        click.echo(str(page))
+        return
     r = _open_run(run)
     try:
         text = reportmod.render(r, fmt)

@@ -14,7 +14,7 @@ from .backends.base import Backend
 from .errors import Interrupted, LabError
 from .outcome import NodeOutcome, NodeState, RunState, signal_name
 from .plan import LaunchPlan, new_run_id, plan
-from .rundir import FinishStep, RunDir, StorageError, folder_path
+from .rundir import FinishStep, RunDir, StorageError, folder_path, storage_cause
 from .spec import LabSpec, WorkloadSpec
 
 # The one workload labctl itself names: `labctl preflight` runs it (workloads/preflight.py).
@@ -214,13 +214,32 @@ def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
 
 
 def write_report(run: RunDir, progress: Progress) -> None:
-    """report.md plus whatever files the run's workloads add (bench plots); each file
-    whole or absent (a signal may cut this short)."""
+    """report.md, report.html (the page) and whatever files the run's workloads add
+    (bench plots); each file whole or absent (a signal may cut this short). The page is
+    made from what the folder holds, whatever the outcome; if it still cannot be made,
+    that is a note, never a lost run."""
     run.finishing = FinishStep.REPORT
     for path in report.write_files(run, progress):
         progress(f"plot: {path}")
+    if write_page(run, progress) is not None:
+        run.written.add("report.html")
     atomicfile.write_text(run.path / "report.md", report.markdown(run))
+    run.written.add("report.md")
     run.finishing = None
+
+
+def write_page(run: RunDir, progress: Progress) -> Path | None:
+    """<run>/report.html (labctl/html); None, with a note, when it could not be made or
+    written: the page never changes how the run ended (report.md still decides that)."""
+    from . import html
+
+    try:
+        return html.write(run.path)
+    except OSError as exc:              # a nearly full disk that still takes report.md
+        progress(f"note: report.html could not be written: {storage_cause(exc)}")
+    except Exception as exc:            # noqa: BLE001 - a page is never worth the run
+        progress(f"note: report.html could not be written: {type(exc).__name__}: {exc}")
+    return None
 
 
 def _free_folder(root: Path, run_id: str) -> Path:

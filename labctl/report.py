@@ -16,12 +16,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from workloads._common import DATA   # the data records' name (stdlib-only module)
+
 from .blame import FirstFailure, where as _where
 from .errors import LabError
 from .faults import parse as parse_fault
 from .rundir import RunDir
 from .spec import report_hook as hook
 from .tables import table  # noqa: F401  (re-exported: report.table is the table format)
+
+PAGE_FILE = "report.html"          # the run's page, written by labctl/html (which reads this module)
 
 
 def hooks_for(results: list[dict]) -> list[tuple[str, ModuleType]]:
@@ -72,6 +76,8 @@ def rank_rows(results: list[dict]) -> list[dict]:
 def workload_summary(results: list[dict]) -> list[dict]:
     by: dict[str, dict[str, Any]] = {}
     for r in results:
+        if r.get("name") == DATA:               # what a rank held, not a check
+            continue
         w = r.get("workload", "?")
         s = by.setdefault(w, {"workload": w, "checks": 0, "passed": 0, "failed": 0,
                               "skipped": 0, "ranks": set(), "seconds": 0.0})
@@ -231,7 +237,10 @@ def markdown(run: RunDir) -> str:
         picture = run.path / TIMELINE_FILE
         parts.append(f"- timeline picture: {picture}" if picture.is_file() else f"- {NO_TIMELINE}")
     parts += ["", f"Logs: {run.path}/nodes/ (per node), {run.path}/ranks/ (per rank); "
-              f"results: {run.path}/results.jsonl", ""]
+              f"results: {run.path}/results.jsonl"]
+    if (run.path / PAGE_FILE).is_file():
+        parts.append(f"Page: {run.path / PAGE_FILE} (open it in a browser; it needs no network)")
+    parts.append("")
     return "\n".join(parts)
 
 

@@ -63,11 +63,18 @@ class FinishStep(str, enum.Enum):
         order = list(FinishStep)
         return order.index(self) >= order.index(step)
 
-    def missing(self, run: Path) -> str:
-        return {FinishStep.SPLIT: "ranks/ and results.jsonl are incomplete (the node logs in "
-                                  "nodes/ are whole)",
-                FinishStep.TRACE: f"no trace.json (`labctl trace {run}` writes it)",
-                FinishStep.REPORT: f"no report.md (`labctl report {run}` prints it)"}[self]
+    def missing(self, run: Path, written: set[str]) -> str | None:
+        """What a cut at or before this step leaves out of the folder at `run`, given the
+        files this finish has `written` (None: nothing; a cut may come between two files)."""
+        if self is FinishStep.SPLIT:
+            return "ranks/ and results.jsonl are incomplete (the node logs in nodes/ are whole)"
+        if self is FinishStep.TRACE:
+            return None if "trace.json" in written else \
+                f"no trace.json (`labctl trace {run}` writes it)"
+        absent = [name for name in ("report.md", "report.html") if name not in written]
+        how = {"report.md": f"`labctl report {run}` prints it",
+               "report.html": f"`labctl report {run} --format html` writes it"}
+        return "; ".join(f"no {name} ({how[name]})" for name in absent) or None
 
 
 class StorageError(LabError):
@@ -170,6 +177,7 @@ class RunDir:
     # `rank_logs_by_guards`, for a folder opened again.
     rank_logs_by_guards: bool = False
     finishing: "FinishStep | None" = field(default=None, repr=False)   # the finish's step under way
+    written: set[str] = field(default_factory=set, repr=False)    # files this finish wrote whole
 
     # ---- creating -------------------------------------------------------
     @classmethod
@@ -423,7 +431,7 @@ class RunDir:
         writes down what was not done, `write_cut_short`)."""
         state = RunState(state)
         world = self.meta["world_size"]
-        self.finishing = FinishStep.SPLIT
+        self.finishing, self.written = FinishStep.SPLIT, set()
         progress(f"finishing the run folder: {self.finishing.value}")
         found = self.split_logs([n.index for n in outcomes])
         found.world = world
@@ -495,8 +503,8 @@ class RunDir:
         and how to get it, and how the lab itself had ended (`state`, `message`). Never
         raises; leaves no temporary file (every writer here is atomic)."""
         step = self.finishing or FinishStep.REPORT
-        missing = [s.missing(self.path) for s in FinishStep if s.at_or_after(step)
-                   and (s is not FinishStep.TRACE or self._traced())]
+        missing = [m for s in FinishStep if s.at_or_after(step)
+                   and (s is not FinishStep.TRACE or self._traced()) and (m := s.missing(self.path, self.written))]
         if self._split is not None:
             self._split.close()
             self._split = None
@@ -536,6 +544,7 @@ class RunDir:
                 return trace.flight_recorder(self.path, self.meta.get("world_size")) if failed else None
             hostnames = {n["index"]: n.get("hostname") for n in self.plan.get("nodes", [])}
             summary = trace.merge(self.path, world=self.meta.get("world_size"), hostnames=hostnames)
+            self.written.add(trace.TRACE_FILE)
         except Exception as exc:        # noqa: BLE001 - the run's results matter more
             self.meta.setdefault("notes", []).append(f"trace: merge failed: {exc}")
             return None

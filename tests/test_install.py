@@ -90,3 +90,8 @@ def test_bench_runs_in_a_bare_install_without_numpy(tmp_path):
     assert no_plot in done.stdout.splitlines()
     assert no_plot in (tmp_path / "run" / "report.md").read_text().splitlines()
     assert not list((tmp_path / "run").glob("*.png"))
+    # the run's page draws the bench curves itself: the installed package carries its assets
+    page = (tmp_path / "run" / "report.html").read_text()
+    data = json.loads(page.split('id="run-data">', 1)[1].split("</script>", 1)[0])
+    views = next(w["views"] for w in data["workloads"] if w["workload"] == "bench")
+    assert [v["kind"] for v in views[:2]] == ["lines", "lines"] and "labctlReport" in page

@@ -81,9 +81,13 @@ def test_a_second_signal_cuts_the_finish_short_and_says_what_is_missing(tmp_path
     assert status["message"].startswith(f"SIGTERM cut the run folder's finish short while {step}: ")
     assert [n["state"] for n in status["node_outcomes"]] == ["succeeded", "succeeded"]
     missing = status["unfinished"]
-    assert ("no report.md (`labctl report " in missing[-1]) and not (run.path / "report.md").exists()
+    assert missing[-1].startswith("no report.md (`labctl report ") and not (run.path / "report.md").exists()
+    if step != "writing the report":       # the page comes before report.md
+        assert missing[-1].endswith("no report.html (`labctl report "
+                                    f"{run.path} --format html` writes it)")
     if step == "writing the report":
         assert len(missing) == 1 and (run.path / "trace.json").is_file()
+        assert (run.path / "report.html").is_file(), "written whole before the cut"
         assert status["message"].endswith("the lab itself had passed")
     else:
         assert any(m.startswith("no trace.json") for m in missing)

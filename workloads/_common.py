@@ -19,6 +19,12 @@ RESULT_MARKER = "@@labctl-result "     # labctl.logs imports it: the one spellin
 MARKER_PREFIX = "@@labctl-"             # every marked line (results, trace, Flight Recorder) starts so
 JOINED_MARKER = "@@labctl-joined "      # a rank's process group is up (the join fault clock)
 FAULT_CLOCK_ENV = "LAB_FAULT_CLOCK"     # "join": labctl counts the faults' time from every rank's join
+# A result record named DATA is not a check: it says what a rank held before and after an
+# op (Context.show), so the run's page can draw the data moving. Bounded: at most
+# DATA_ELEMENTS values per tensor and DATA_TENSORS tensors per list are written.
+DATA = "data"
+DATA_ELEMENTS = 16
+DATA_TENSORS = 16
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -107,10 +113,34 @@ class Context:
         emit({"workload": self.workload, "name": name, "rank": self.rank, "ok": True,
               **self._tags(), "skipped": True, "reason": reason})
 
+    def show(self, call: str, **fields: Any) -> None:
+        """Record what this rank moved in `call` (the check's name): tensors as `held(...)`.
+        A data record, not a check: it counts neither as passed nor as failed."""
+        emit({"workload": self.workload, "name": DATA, "rank": self.rank, "ok": True,
+              **self._tags(), "call": call, **fields})
+
     def tensor(self, data: Any, dtype: Any = None):
         import torch
 
         return torch.tensor(data, dtype=dtype or torch.float32, device=self.device)
+
+
+def held(value: Any) -> Any:
+    """What a rank holds, small enough for a result line: a tensor as its shape, dtype and
+    first DATA_ELEMENTS values (`numel` says how many there are); a list of tensors as
+    the first DATA_TENSORS of those (`len`); None as None. Numbers as Python floats/ints."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return {"len": len(value), "list": [held(v) for v in value[:DATA_TENSORS]]}
+    flat = numbers(value.detach().flatten()[:DATA_ELEMENTS].cpu().tolist())
+    return {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""),
+            "numel": int(value.numel()), "values": flat}
+
+
+def numbers(values: Any) -> list:
+    """Floats cut to float32's digits (7 significant): a loss curve in a result line."""
+    return [float(format(x, ".7g")) if isinstance(x, float) else x for x in values]
 
 
 def _compare(got: Any, expected: Any, rtol: float, atol: float) -> tuple[bool, str]:

@@ -17,6 +17,10 @@ rank as the root. Blocking calls return when this rank's part is done;
 runs an all_reduce on a subgroup made with `dist.new_group` (even ranks and
 odd ranks): every rank must call `new_group` for every group, even for the
 groups it is not in.
+
+Every rank also records what it held before and after each call (`show`: a data
+record named like the check, at most 16 values per tensor; ranks and roots below
+DATA_RANKS), which the run's page lays out per rank, as the tutorials' figures do.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ OPS = {"SUM": dist.ReduceOp.SUM, "PRODUCT": dist.ReduceOp.PRODUCT, "MIN": dist.R
 # PRODUCT (n!) and AVG may round once n! no longer fits float32's 24-bit mantissa.
 RTOL = {"PRODUCT": 1e-5, "AVG": 1e-6}
 NUMEL = 3                            # elements per block
+DATA_RANKS = 16                      # ranks (and roots) below this record what they held (Context.show)
 
 
 def expected_reduction(op: str, n: int) -> float:
@@ -78,6 +83,16 @@ def blank(ctx: _common.Context) -> torch.Tensor:
     return torch.full((NUMEL,), -1.0, device=ctx.device)
 
 
+def show(ctx: _common.Context, call: str, op: str, before, after, root: int | None = None,
+         **fields) -> None:
+    """What this rank held before and after `call`, for the run's page (ranks and roots
+    below DATA_RANKS: a figure of 64 ranks x 64 roots would help nobody)."""
+    if ctx.rank >= DATA_RANKS or (root is not None and root >= DATA_RANKS):
+        return
+    ctx.show(call, op=op, before=_common.held(before), after=_common.held(after),
+             **({"root": root} if root is not None else {}), **fields)
+
+
 def run(ctx: _common.Context) -> None:
     rooted(ctx)
     reductions(ctx)
@@ -86,6 +101,7 @@ def run(ctx: _common.Context) -> None:
     started = time.perf_counter()
     dist.barrier()                   # returns on every rank once all ranks have entered it
     ctx.record("barrier", True, seconds=round(time.perf_counter() - started, 6), unit="s")
+    show(ctx, "barrier", "barrier", None, None)
 
     async_ops(ctx)
     subgroup(ctx)
@@ -97,21 +113,26 @@ def rooted(ctx: _common.Context) -> None:
     for root in range(n):
         # broadcast: the root's tensor overwrites everybody's.
         t = unique(ctx, root, root) if me == root else blank(ctx)
+        before = t.clone()
         dist.broadcast(t, src=root)
         ctx.check(f"broadcast-root-{root}", t, unique(ctx, root, root))
+        show(ctx, f"broadcast-root-{root}", "broadcast", before, t, root=root)
 
         # scatter: the root holds one block per rank; rank i receives block i.
         blocks = [unique(ctx, root, i) for i in range(n)] if me == root else None
         t = blank(ctx)
         dist.scatter(t, scatter_list=blocks, src=root)
         ctx.check(f"scatter-root-{root}", t, unique(ctx, root, me))
+        show(ctx, f"scatter-root-{root}", "scatter", blocks, t, root=root)
 
         # gather: the opposite; only the root receives (and can check) anything.
         bucket = [blank(ctx) for _ in range(n)] if me == root else None
-        dist.gather(unique(ctx, me, root), gather_list=bucket, dst=root)
+        mine = unique(ctx, me, root)
+        dist.gather(mine, gather_list=bucket, dst=root)
         if me == root:
             ctx.check(f"gather-root-{root}", torch.stack(bucket),
                       torch.stack([unique(ctx, i, root) for i in range(n)]))
+        show(ctx, f"gather-root-{root}", "gather", mine, bucket, root=root)
 
 
 def reductions(ctx: _common.Context) -> None:
@@ -128,15 +149,20 @@ def reductions(ctx: _common.Context) -> None:
         rtol = RTOL.get(name, 0.0)
 
         t = torch.full((NUMEL,), me + 1.0, device=ctx.device)
+        before = t.clone()
         dist.all_reduce(t, op=op)
         ctx.check(f"all_reduce-{name}", t, want, rtol=rtol)
+        show(ctx, f"all_reduce-{name}", "all_reduce", before, t, reduce_op=name)
 
         for root in range(n):
             t = torch.full((NUMEL,), me + 1.0, device=ctx.device)
+            before = t.clone()
             dist.reduce(t, dst=root, op=op)
             # Only the root's tensor is defined afterwards (gloo leaves partial sums elsewhere).
             if me == root:
                 ctx.check(f"reduce-{name}-root-{root}", t, want, rtol=rtol)
+            show(ctx, f"reduce-{name}-root-{root}", "reduce", before, t if me == root else None,
+                 root=root, reduce_op=name)
 
 
 def everyone_to_everyone(ctx: _common.Context) -> None:
@@ -147,9 +173,11 @@ def everyone_to_everyone(ctx: _common.Context) -> None:
     out = [blank(ctx) for _ in range(n)]
     dist.all_gather(out, unique(ctx, me, 0))
     ctx.check("all_gather", torch.stack(out), everyone)
+    show(ctx, "all_gather", "all_gather", unique(ctx, me, 0), out)
     out = torch.full((n * NUMEL,), -1.0, device=ctx.device)
     _tensor_form("all_gather_single", "all_gather_into_tensor")(out, unique(ctx, me, 0))
     ctx.check("all_gather-tensor", out, everyone.flatten())
+    show(ctx, "all_gather-tensor", "all_gather_into_tensor", unique(ctx, me, 0), out)
 
     # all_to_all: rank `me` sends block unique(me, i) to rank i,
     # so it receives unique(i, me) from every rank i: a transpose.
@@ -162,6 +190,7 @@ def everyone_to_everyone(ctx: _common.Context) -> None:
         out = [blank(ctx) for _ in range(n)]
         dist.all_to_all(out, outgoing)
         ctx.check("all_to_all", torch.stack(out), torch.stack(incoming))
+        show(ctx, "all_to_all", "all_to_all", outgoing, out)
     why = unsupported(ctx.backend, "all_to_all_single")
     if why:
         ctx.skip("all_to_all_single", why)
@@ -169,6 +198,7 @@ def everyone_to_everyone(ctx: _common.Context) -> None:
         out = torch.full((n * NUMEL,), -1.0, device=ctx.device)
         dist.all_to_all_single(out, torch.cat(outgoing))
         ctx.check("all_to_all_single", out, torch.cat(incoming))
+        show(ctx, "all_to_all_single", "all_to_all_single", torch.cat(outgoing), out)
 
     # reduce_scatter: like all_to_all, then the incoming blocks are summed.
     why = unsupported(ctx.backend, "reduce_scatter")
@@ -178,27 +208,33 @@ def everyone_to_everyone(ctx: _common.Context) -> None:
         out = blank(ctx)
         dist.reduce_scatter(out, outgoing, op=dist.ReduceOp.SUM)
         ctx.check("reduce_scatter", out, sum(incoming))
+        show(ctx, "reduce_scatter", "reduce_scatter", outgoing, out, reduce_op="SUM")
     out = blank(ctx)
     _tensor_form("reduce_scatter_single", "reduce_scatter_tensor")(
         out, torch.cat(outgoing), op=dist.ReduceOp.SUM)
     ctx.check("reduce_scatter-tensor", out, sum(incoming))
+    show(ctx, "reduce_scatter-tensor", "reduce_scatter_tensor", torch.cat(outgoing), out, reduce_op="SUM")
 
 
 def async_ops(ctx: _common.Context) -> None:
     """async_op=True returns at once with a work handle; the result is only valid after wait()."""
     n, me = ctx.world_size, ctx.rank
     t = torch.full((NUMEL,), me + 1.0, device=ctx.device)
+    before = t.clone()
     work = dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True)
     overlap = torch.ones(64, 64, device=ctx.device).sum()   # local work while the network is busy
     work.wait()
     ctx.check("all_reduce-async", t, torch.full((NUMEL,), expected_reduction("SUM", n)),
               overlapped_result=float(overlap))
+    show(ctx, "all_reduce-async", "all_reduce", before, t, reduce_op="SUM", async_op=True)
 
     root = n - 1                     # the last rank, for variety
     t = torch.full((NUMEL,), float(root) if me == root else -1.0, device=ctx.device)
+    before = t.clone()
     work = dist.broadcast(t, src=root, async_op=True)
     work.wait()
     ctx.check("broadcast-async", t, torch.full((NUMEL,), float(root)), root=root)
+    show(ctx, "broadcast-async", "broadcast", before, t, root=root, async_op=True)
 
 
 def subgroup(ctx: _common.Context) -> None:
@@ -211,9 +247,11 @@ def subgroup(ctx: _common.Context) -> None:
             groups[parity] = dist.new_group(ranks)
     mine = me % 2
     t = ctx.tensor([me + 1.0])
+    before = t.clone()
     dist.all_reduce(t, op=dist.ReduceOp.SUM, group=groups[mine])
     ctx.check("subgroup-all_reduce", t, [sum(r + 1.0 for r in members[mine])],
               group=members[mine], group_rank=dist.get_group_rank(groups[mine], me))
+    show(ctx, "subgroup-all_reduce", "all_reduce", before, t, reduce_op="SUM", group=members[mine])
 
 
 if __name__ == "__main__":

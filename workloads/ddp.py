@@ -18,6 +18,11 @@ averaged gradient IS the global-batch gradient: both distributed runs must end
 with parameters identical on every rank and equal to the reference (up to
 float rounding, since the sums happen in a different order), and the loss
 must go down.
+
+Each rank also records, per run, its own slice's loss at every step, the averaged loss,
+and the first values of its parameters with their sum (`Context.show`, at most
+DATA_STEPS steps), so the run's page can draw the loss per rank per step and show that
+the replicas agree.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from torch import nn
 from . import _common
 
 RTOL, ATOL = 1.3e-6, 5e-5            # distributed vs single-process parameters
+DATA_STEPS = 500                     # losses recorded per run at most (every k-th step beyond)
 
 
 def make_data(rows: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,8 +120,8 @@ def report(ctx: _common.Context, kind: str, model: nn.Module, local_losses: list
     hi, lo = params.clone(), params.clone()
     dist.all_reduce(hi, op=dist.ReduceOp.MAX)
     dist.all_reduce(lo, op=dist.ReduceOp.MIN)
-    ctx.check(f"{kind}-params-identical-on-all-ranks", hi, lo,
-              max_spread=float((hi - lo).abs().max()))
+    spread = float((hi - lo).abs().max()) if params.numel() else 0.0
+    ctx.check(f"{kind}-params-identical-on-all-ranks", hi, lo, max_spread=spread)
 
     ctx.check(f"{kind}-matches-single-process", params, ref_params, rtol=RTOL, atol=ATOL,
               max_abs_diff=float((params - ref_params).abs().max()))
@@ -124,6 +130,11 @@ def report(ctx: _common.Context, kind: str, model: nn.Module, local_losses: list
     losses = torch.tensor(local_losses, dtype=torch.float32, device=ctx.device)
     dist.all_reduce(losses, op=dist.ReduceOp.SUM)
     losses = [float(v) / ctx.world_size for v in losses.cpu()]
+    every = max(1, -(-len(losses) // DATA_STEPS))
+    ctx.show(f"{kind}-training", op="train", run=kind, every=every, steps=len(losses),
+             local_loss=_common.numbers(local_losses[::every]), mean_loss=_common.numbers(losses[::every]),
+             reference_loss=_common.numbers(ref_losses[::every]) if ctx.rank == 0 else None,
+             params=_common.held(params), param_sum=float(params.double().sum()), max_spread=spread)
     if not losses:
         ctx.skip(f"{kind}-loss-decreases", "steps=0: nothing was trained")
         return

@@ -18,6 +18,7 @@ need not equal the NODE_RANK (the node index) that labctl set; both are shown.
 from __future__ import annotations
 
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -49,6 +50,7 @@ def run(ctx: _common.Context) -> None:
                hostname=_common.hostname(),
                node=env_ints["NODE_RANK"] if env_ints["NODE_RANK"] is not None else ctx.node_rank,
                **env_ints, **env_strs,
+               address=_address(env_strs["MASTER_ADDR"], env_strs["MASTER_PORT"]),
                backend=ctx.backend, device=str(ctx.device), pid=os.getpid(),
                torch=torch.__version__, launcher=os.environ.get("LAB_LAUNCHER"),
                detail=f"launcher did not set {', '.join(missing)}" if missing else "")
@@ -92,6 +94,19 @@ def run(ctx: _common.Context) -> None:
     # 3. torchrun numbers ranks node by node: RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK.
     ctx.check("rank-formula", _or(rank_env), group_rank * lws + _or(local_rank),
               formula=f"{group_rank} * {lws} + {local_rank}")
+
+
+def _address(master: str | None, port: str | None) -> str | None:
+    """The local address this rank reaches MASTER_ADDR from (a UDP socket's connect sends
+    nothing; the kernel only picks the route): the node's address as its peers see it."""
+    if not master:
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, int(port or 1)))
+            return s.getsockname()[0]
+    except (OSError, ValueError):
+        return None
 
 
 def _env_int_or_none(name: str) -> int | None:

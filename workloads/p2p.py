@@ -18,6 +18,9 @@ Three patterns, each checked on every rank that takes part:
    own `isend`/`irecv`; on NCCL the two go through `batch_isend_irecv`, which
    launches them as one NCCL group (ncclGroupStart/End): separate NCCL send
    and recv kernels to different peers may wait on each other.
+
+Every op also leaves a data record (`Context.show`): the op, the peer and the tensor
+sent or received, so the run's page can draw each message as an arrow with its value.
 """
 from __future__ import annotations
 
@@ -49,14 +52,19 @@ def ping_pong(ctx: _common.Context) -> None:
     if ctx.rank == 0:
         t += 1
         dist.send(t, dst=1)          # returns once the data is handed over
+        sent = _common.held(t)
         dist.recv(t, src=1)          # blocks until rank 1's reply arrives
         ctx.check("ping-pong", t, [2.0], stage="rank 0 got the reply",
                   round_trip_s=round(time.perf_counter() - started, 6))
+        ctx.show("ping-pong", op="send", peer=1, hop=1, tensor=sent)
+        ctx.show("ping-pong", op="recv", peer=1, hop=2, tensor=_common.held(t))
     else:
         dist.recv(t, src=0)
         ctx.check("ping-pong", t, [1.0], stage="rank 1 received")
+        ctx.show("ping-pong", op="recv", peer=0, hop=1, tensor=_common.held(t))
         t += 1
         dist.send(t, dst=0)
+        ctx.show("ping-pong", op="send", peer=0, hop=2, tensor=_common.held(t))
 
 
 def pair_exchange(ctx: _common.Context) -> None:
@@ -74,6 +82,8 @@ def pair_exchange(ctx: _common.Context) -> None:
     for request in requests:
         request.wait()               # only now may we read `recv` (or reuse `send`)
     ctx.check("pair-exchange", recv, [partner + 1.0], partner=partner)
+    ctx.show("pair-exchange", op="isend", peer=partner, tensor=_common.held(send))
+    ctx.show("pair-exchange", op="irecv", peer=partner, tensor=_common.held(recv))
 
 
 def ring_shift(ctx: _common.Context) -> None:
@@ -92,6 +102,8 @@ def ring_shift(ctx: _common.Context) -> None:
     for request in requests:
         request.wait()
     ctx.check("ring-shift", recv, [float(left)], send_to=right, recv_from=left, how=how)
+    ctx.show("ring-shift", op="isend", peer=right, tensor=_common.held(send))
+    ctx.show("ring-shift", op="irecv", peer=left, tensor=_common.held(recv))
 
 
 if __name__ == "__main__":

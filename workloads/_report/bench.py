@@ -273,3 +273,46 @@ def write_plots(run) -> list[Path]:
             fig.savefig(f, format="png")
         written.append(target)
     return written
+
+
+# ---- the run's page ----------------------------------------------------------
+def page(results: list[dict]) -> list[dict]:
+    """busbw and median time against size, one line per op, the slowest measured link as
+    the busbw ceiling: drawn by the page itself (SVG), so a bare install has the pictures."""
+    from . import _views
+
+    data = rows(results)
+    if not data:
+        return []
+    link = link_GBps(results)
+    ops = [op for op in OPS if any(r["op"] == op for r in data)]
+
+    def series(field: str) -> list[dict]:
+        return [{"name": op, "width": 2,
+                 "points": [[r["size_bytes"], r[field]] for r in data if r["op"] == op and r.get(field)]}
+                for op in ops]
+
+    n = data[0].get("world_size")
+    views = [
+        _views.lines("bench-busbw", f"busbw against size (n = {n})", {"label": "size (bytes)", "log": True},
+                     {"label": "busbw (GB/s)", "log": True}, series("busbw_GBps"),
+                     "busbw = algbw x the op's factor (nccl-tests): comparable across ops and world sizes"
+                     + ("; the line on top is the slowest link measured (raw TCP)" if link else
+                        "; no link was measured (bench option link: true measures it)"),
+                     ceiling={"y": link, "label": f"slowest link {link:.3f} GB/s"} if link else None),
+        _views.lines("bench-latency", "median time against size", {"label": "size (bytes)", "log": True},
+                     {"label": "time, median of the slowest rank (µs)", "log": True}, series("time_us_median")),
+    ]
+    measured = links(results)
+    if measured:
+        views.append(_views.table("links: raw TCP throughput", ["from node", "to node (rank)", "address",
+                                                               "bytes", "seconds", "GB/s"],
+                                  ([m.get("src_node"), f"{m.get('dst_node')} ({m.get('dst_rank')})",
+                                    m.get("address"), m.get("bytes"), _num(m.get("seconds"), 3),
+                                    _num(m.get("GBps"), 3)] for m in measured), view_id="bench-links"))
+    views.append(_views.table("measurements", ["op", "size (B)", "count", "type", "time median (µs)",
+                                               "time p99 (µs)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"],
+                              ([r["op"], r["size_bytes"], r["count"], r["dtype"], _num(r["time_us_median"], 1),
+                                _num(r["time_us_p99"], 1), _num(r["algbw_GBps"], 3), _num(r["busbw_GBps"], 3),
+                                r["wrong"]] for r in data), view_id="bench-rows"))
+    return views

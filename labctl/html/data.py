@@ -1,0 +1,385 @@
+"""`page_data(run folder) -> dict`: everything the run's page shows, read in one place.
+
+The page's script reads only this dict (the JSON island), so how a run is stored
+(status.json today, a typed record tomorrow) is known here and nowhere else in the
+page. Every read is guarded: a damaged or missing file becomes a line in `problems`
+and the rest of the page is still made, never a traceback.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .. import report
+from ..blame import FirstFailure
+from ..rundir import RunDir
+from .timeline import read as read_trace, stragglers, totals
+
+SCHEMA = 1
+MAX_QUOTE_LINES = 60                # lines of the first failure's traceback quoted
+MAX_STACK_CHARS = 20_000            # of each rank's stack dump
+MAX_STACK_RANKS = 64
+MAX_FAILED_CHECKS = 50
+TAIL_BYTES = 256 << 10              # of a rank log, read for its last traceback
+_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+_RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:", re.M)
+NODE_LOG_HEAD = 4 << 20             # bytes of each node log read for which ranks ran there
+
+
+class _Problems(list):
+    """What is missing or damaged, one line each, named on the page."""
+
+    def guard(self, what: str, read: Callable[[], Any], default: Any = None) -> Any:
+        try:
+            return read()
+        except Exception as exc:        # noqa: BLE001 - the page must be written whatever is damaged
+            self.append(f"{what}: {type(exc).__name__}: {str(exc)[:200]}")
+            return default
+
+
+def page_data(run_path: str | Path) -> dict[str, Any]:
+    """The JSON island of `run_path`'s report.html (docs/report.md has its shape)."""
+    path = Path(run_path)
+    problems = _Problems()
+    status = problems.guard("status.json", lambda: _json_object(path / "status.json"), {}) or {}
+    plan = problems.guard("plan.json", lambda: _json_object(path / "plan.json"), {}) or {}
+    spec = problems.guard("spec.yaml", lambda: _yaml_object(path / "spec.yaml"), {}) or {}
+    results = problems.guard("results.jsonl", lambda: _results(path, problems), []) or []
+    state = problems.guard("the run's state", lambda: RunDir(path, status).effective_state(),
+                           status.get("state", "?"))
+    world = status.get("world_size") if isinstance(status.get("world_size"), int) else None
+    trace_path = path / "trace.json"
+    timeline = problems.guard("trace.json", lambda: read_trace(trace_path), None) \
+        if trace_path.is_file() else None
+    trace_nodes = timeline.rank_nodes() if timeline is not None else {}
+    log_nodes = problems.guard("the node logs", lambda: ranks_in_node_logs(path), {}) or {}
+
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "run": problems.guard("the run's facts", lambda: _facts(path, status, plan, spec, state, results), {}),
+        "failure": problems.guard("the first failure", lambda: _failure(path, status), None),
+        "topology": problems.guard("the topology", lambda: _topology(status, plan, results, trace_nodes, log_nodes), None),
+        "checks": problems.guard("the checks", lambda: _checks(results), None),
+        "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems), []),
+        "timeline": None, "totals": None, "stragglers": None,
+        "hang": problems.guard("the hang", lambda: _hang(path, status), None),
+        "logs": problems.guard("the logs", lambda: _logs(path, world, status, problems), None),
+        "notes": [str(n) for n in status.get("notes") or []] if isinstance(status.get("notes"), list) else [],
+        "problems": problems,
+    }
+    if timeline is not None:
+        problems.extend(timeline.problems)
+        data["timeline"] = problems.guard("the timeline", timeline.to_dict, None)
+        data["totals"] = problems.guard("the per-op totals", lambda: totals(timeline), None)
+        data["stragglers"] = problems.guard("the stragglers", lambda: stragglers(timeline), None)
+        missing = timeline.metadata.get("missing_ranks") if isinstance(timeline.metadata, dict) else None
+        if isinstance(missing, list) and missing:
+            problems.append("trace.json: no trace records from rank " + ", ".join(map(str, missing)))
+    elif not trace_path.is_file() and (spec.get("trace") or status.get("trace")):
+        problems.append("trace.json is missing: the lab was traced but no timeline was written")
+    return data
+
+
+# ---------------------------------------------------------------- reading the folder
+
+def _json_object(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError("missing")
+    value = json.loads(path.read_bytes())
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _yaml_object(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    value = yaml.safe_load(path.read_text(errors="replace"))
+    return value if isinstance(value, dict) else {}
+
+
+def _results(path: Path, problems: _Problems) -> list[dict]:
+    if not (path / "results.jsonl").is_file():
+        problems.append("results.jsonl is missing: no checks or data to show")
+        return []
+    garbled: list[str] = []
+    results = list(RunDir(path).iter_results(warn=garbled.append))
+    if garbled:
+        problems.extend(garbled[:10])
+        if len(garbled) > 10:
+            problems.append(f"... and {len(garbled) - 10} more garbled result lines")
+    return results
+
+
+# ---------------------------------------------------------------- sections
+
+def _facts(path: Path, status: dict, plan: dict, spec: dict, state: str, results: list) -> dict:
+    keys = ("run_id", "lab", "backend", "launcher", "dist_backend", "nodes", "nproc_per_node",
+            "world_size", "started", "finished", "seconds", "message", "signal", "checks")
+    facts = {k: status.get(k) for k in keys}
+    facts.update({"state": state, "ok": status.get("ok") is True, "path": str(path.resolve()),
+                  "recorded_state": status.get("state") if status.get("state") != state else None,
+                  "replicas": plan.get("replicas") or spec.get("replicas") or 1,
+                  "trace": bool(spec.get("trace")),
+                  "timeout": spec.get("timeout"), "pg_timeout": spec.get("pg_timeout")})
+    script = spec.get("script")
+    if script:
+        facts["script"] = {"path": str(script), "args": [str(a) for a in spec.get("script_args") or []]}
+    workloads = [w.get("name") if isinstance(w, dict) else str(w) for w in spec.get("workloads") or []]
+    facts["workloads"] = [w for w in workloads if w] or sorted({r.get("workload") for r in results
+                                                               if isinstance(r.get("workload"), str)})
+    nodes = plan.get("nodes") or []
+    init = next((n.get("env", {}).get("LAB_INIT_METHOD") for n in nodes if isinstance(n, dict)), None)
+    facts["init_method"] = init
+    return facts
+
+
+def _failure(path: Path, status: dict) -> dict | None:
+    first = status.get("first_failure")
+    if not isinstance(first, dict):
+        if status.get("state") in (None, "passed", "running"):
+            return None
+        return {"text": status.get("message") or f"the run ended {status.get('state')}",
+                "rank": None, "quote": None}
+    failure = FirstFailure.from_dict(first)
+    out: dict[str, Any] = {"text": failure.describe(), "rank": failure.rank, "node": failure.node,
+                           "exit_code": failure.exit_code, "signal": failure.signal,
+                           "error": failure.error, "check": failure.check, "hang": failure.hang,
+                           "fault": failure.fault, "left_early": failure.left_early,
+                           "symptom_rank": failure.symptom_rank,
+                           "peer_error": failure.peer_error, "peer_rank": failure.peer_rank}
+    quote_rank = failure.symptom_rank if failure.left_early and failure.symptom_rank is not None else failure.rank
+    if isinstance(quote_rank, int):
+        log = path / "ranks" / f"rank-{quote_rank}.log"
+        out["log"] = str(log)
+        out["quote"] = last_traceback(log) if log.is_file() else None
+        out["quote_rank"] = quote_rank
+    error = failure.error or failure.peer_error
+    if isinstance(error, dict) and error.get("file") and isinstance(error.get("line"), int):
+        out["code"] = _source_line(Path(error["file"]), error["line"])
+    return out
+
+
+def last_traceback(log: Path) -> list[str] | None:
+    """The last Python traceback in a rank log, from its header to the exception line
+    (at most MAX_QUOTE_LINES, the innermost kept); None when the log holds none."""
+    with open(log, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - TAIL_BYTES))
+        text = f.read().decode(errors="replace")
+    lines = [_PREFIX.sub("", line, count=1) for line in text.splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    block = [lines[starts[-1]]]
+    for line in lines[starts[-1] + 1:]:
+        block.append(line)
+        if line and not line[:1].isspace() and not line.startswith(("^", "~")) and not _FRAME.match(line):
+            break                       # the exception line ends it
+    if len(block) > MAX_QUOTE_LINES:
+        block = block[:1] + [f"  ... ({len(block) - MAX_QUOTE_LINES} lines left out)"] + block[-(MAX_QUOTE_LINES - 2):]
+    return block
+
+
+def _source_line(file: Path, line: int) -> str | None:
+    try:
+        if file.is_file() and file.stat().st_size < (4 << 20):
+            lines = file.read_text(errors="replace").splitlines()
+            return lines[line - 1].strip() if 0 < line <= len(lines) else None
+    except OSError:
+        return None
+    return None
+
+
+def _endpoint(node: dict) -> tuple[str | None, bool | None]:
+    """Where a node's agent meets the others (torchrun's --rdzv-endpoint) and whether it
+    hosts that store (`is_host=1`); (None, None) for a node launched without torchrun."""
+    endpoint, host = None, None
+    for arg in node.get("argv") or []:
+        if isinstance(arg, str) and arg.startswith("--rdzv-endpoint="):
+            endpoint = arg.split("=", 1)[1]
+        elif isinstance(arg, str) and arg.startswith("--rdzv-conf="):
+            host = "is_host=1" in arg
+    return endpoint, host
+
+
+def ranks_in_node_logs(path: Path) -> dict[int, int]:
+    """rank -> node, from the `[rankN]:` prefix each rank's lines carry in its node's log
+    (the first NODE_LOG_HEAD bytes of each: enough for every rank that printed early).
+    Under torchrun's c10d rendezvous, which node gets ranks 0-1 is the rendezvous's choice."""
+    found: dict[int, int] = {}
+    for log in sorted((path / "nodes").glob("node-*.log")) if (path / "nodes").is_dir() else []:
+        index = _int(log.stem.split("-", 1)[1])
+        if index is None:
+            continue
+        with open(log, "rb") as f:
+            head = f.read(NODE_LOG_HEAD)
+        for match in _RANK_PREFIX.finditer(head):
+            found.setdefault(int(match.group(1)), index)
+    return found
+
+
+def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[int, int],
+              log_nodes: dict[int, int]) -> dict:
+    """Nodes (hostname, address), the ranks in them, the store each replica meets at."""
+    nproc = status.get("nproc_per_node") if isinstance(status.get("nproc_per_node"), int) else None
+    outcomes = {o.get("index"): o for o in status.get("node_outcomes") or [] if isinstance(o, dict)}
+    exit_codes = status.get("rank_exit_codes") or {}
+    failed = set(status.get("failed_ranks") or [])
+    silent = set(status.get("ranks_without_output") or [])
+    first = (status.get("first_failure") or {}).get("rank")
+    rows = report.rank_rows(results)                # the env workload's: where each rank ran
+    by_key = {(r.get("replica", 0), r.get("rank")): r for r in rows if isinstance(r.get("rank"), int)}
+    nodes, replicas = [], {}
+    source = "env workload" if rows else None
+    plan_nodes = [n for n in plan.get("nodes") or [] if isinstance(n, dict)]
+    for node in plan_nodes:
+        env = node.get("env") or {}
+        index = node.get("index")
+        replica = int(env.get("REPLICA_ID", 0) or 0)
+        endpoint, hosts_store = _endpoint(node)
+        outcome = outcomes.get(index, {})
+        ranks = []
+        planned = [p for p in node.get("processes") or [] if isinstance(p, dict) and p.get("rank") is not None]
+        mine = [r for (rep, _), r in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+                if rep == replica and r.get("node", r.get("NODE_RANK")) == int(env.get("NODE_RANK", -1))]
+        if mine:
+            ranks = [{"rank": r["rank"], "local_rank": r.get("LOCAL_RANK"), "group_rank": r.get("GROUP_RANK"),
+                      "pid": r.get("pid"), "device": r.get("device"), "host": r.get("hostname"),
+                      "address": r.get("address"), "master": _join(r.get("MASTER_ADDR"), r.get("MASTER_PORT"))}
+                     for r in mine]
+        elif planned:
+            source = source or "launch plan"
+            ranks = [{"rank": p["rank"], "local_rank": _int((p.get("env") or {}).get("LOCAL_RANK"))}
+                     for p in planned]
+        elif trace_nodes and replica == 0 and index in trace_nodes.values():
+            source = source or "trace.json (the node each rank's records came from; LOCAL_RANK: its place there)"
+            here = sorted(r for r, n in trace_nodes.items() if n == index)
+            ranks = [{"rank": r, "local_rank": i} for i, r in enumerate(here)]
+        elif log_nodes and replica == 0 and index in log_nodes.values():
+            source = source or "the node logs (each rank's [rankN]: lines; LOCAL_RANK: its place there)"
+            here = sorted(r for r, n in log_nodes.items() if n == index)
+            ranks = [{"rank": r, "local_rank": i} for i, r in enumerate(here)]
+        elif nproc and isinstance(env.get("NODE_RANK"), str) and env["NODE_RANK"].isdigit():
+            source = source or "assumed: torchrun numbers ranks node by node"
+            base = int(env["NODE_RANK"]) * nproc
+            ranks = [{"rank": base + i, "local_rank": i} for i in range(nproc)]
+        for r in ranks:
+            key = str(r["rank"])
+            r["exit_code"] = exit_codes.get(key)
+            r["failed"] = r["rank"] in failed
+            r["silent"] = r["rank"] in silent
+            r["first_failure"] = r["rank"] == first
+        entry = {"index": index, "hostname": node.get("hostname"), "replica": replica,
+                 "state": outcome.get("state"), "exit_code": outcome.get("exit_code"),
+                 "signal": outcome.get("signal"), "reason": outcome.get("reason"),
+                 "hosts": sorted({r["host"] for r in ranks if r.get("host")}),
+                 "addresses": sorted({r["address"] for r in ranks if r.get("address")}),
+                 "ranks": ranks, "hosts_store": hosts_store}
+        nodes.append(entry)
+        rep = replicas.setdefault(replica, {"id": replica, "nodes": [], "store": None, "store_kind": None,
+                                            "store_node": None})
+        rep["nodes"].append(index)
+        if endpoint and rep["store"] is None:
+            rep["store"], rep["store_kind"] = endpoint, "c10d rendezvous store (torchrun --rdzv-endpoint), hosted by the agent of"
+        if hosts_store:
+            rep["store_node"] = index
+        if rep["store"] is None and env.get("MASTER_ADDR"):
+            rep["store"] = _join(env.get("MASTER_ADDR"), env.get("MASTER_PORT"))
+            rep["store_kind"] = "TCPStore at MASTER_ADDR:MASTER_PORT, hosted by rank 0 on"
+    for rep in replicas.values():
+        if rep["store_node"] is None and rep["nodes"]:
+            rep["store_node"] = rep["nodes"][0]
+    first_env = (plan_nodes[0].get("env") or {}) if plan_nodes else {}
+    shared_store = _join(first_env.get("REPLICA_STORE_ADDR"), first_env.get("REPLICA_STORE_PORT"))
+    return {"nodes": nodes, "replicas": [replicas[k] for k in sorted(replicas)],
+            "replica_store": shared_store, "init_method": first_env.get("LAB_INIT_METHOD"),
+            "rank_source": source, "services": [s.get("hostname") for s in plan.get("services") or []
+                                                 if isinstance(s, dict)]}
+
+
+def _join(addr: Any, port: Any) -> str | None:
+    return f"{addr}:{port}" if addr and port else None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _checks(results: list[dict]) -> dict:
+    failed = [r for r in results if not r.get("ok", False)]
+    return {"per_workload": report.workload_summary(results),
+            "failed": [{k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in failed[:MAX_FAILED_CHECKS]],
+            "failed_total": len(failed), "skipped": report.skipped(results)}
+
+
+def _workloads(results: list[dict], problems: _Problems) -> list[dict]:
+    """Each workload's section, from its report hook's `page(results)` (a list of views)."""
+    sections = []
+    for name, module in report.hooks_for(results):
+        if not hasattr(module, "page"):
+            continue
+        views = problems.guard(f"workload {name}'s section", lambda m=module: m.page(results), None)
+        if views:
+            sections.append({"workload": name, "views": views})
+    return sections
+
+
+def _hang(path: Path, status: dict) -> dict | None:
+    """Where the collectives stopped and each rank's stack, when the run has either."""
+    first = status.get("first_failure") if isinstance(status.get("first_failure"), dict) else {}
+    collective = first.get("collective") if isinstance(first.get("collective"), dict) else None
+    where = status.get("stacks") if isinstance(status.get("stacks"), dict) else {}
+    folder = path / "stacks"
+    files = sorted(folder.glob("rank-*.txt"), key=lambda p: _int(p.stem.split("-", 1)[1]) or 0) \
+        if folder.is_dir() else []
+    if not collective and not files:
+        return None
+    stacks = []
+    for file in files[:MAX_STACK_RANKS]:
+        rank = _int(file.stem.split("-", 1)[1])
+        text = file.read_text(errors="replace")
+        stacks.append({"rank": rank, "where": where.get(str(rank)),
+                       "threads": _threads(text[:MAX_STACK_CHARS]), "cut": len(text) > MAX_STACK_CHARS})
+    return {"collective": collective, "stacks": stacks, "more_stacks": max(0, len(files) - MAX_STACK_RANKS)}
+
+
+def _threads(text: str) -> list[dict]:
+    """A faulthandler dump as threads, the current (main) thread first."""
+    threads: list[dict] = []
+    for line in text.splitlines():
+        if line.startswith(("Current thread", "Thread ")):
+            threads.append({"name": line.rstrip(":"), "current": line.startswith("Current"), "frames": []})
+        elif threads and line.strip():
+            threads[-1]["frames"].append(line.rstrip())
+    threads.sort(key=lambda t: not t["current"])
+    return threads
+
+
+def _logs(path: Path, world: int | None, status: dict, problems: _Problems) -> dict:
+    """Where each log is, and which are missing (a rank or node log the run should have)."""
+    ranks = []
+    for rank in range(world or 0):
+        log = path / "ranks" / f"rank-{rank}.log"
+        if log.is_file():
+            ranks.append({"rank": rank, "path": str(log), "bytes": log.stat().st_size})
+        else:
+            ranks.append({"rank": rank, "path": str(log), "bytes": None})
+    missing = [r["rank"] for r in ranks if r["bytes"] is None]
+    if missing and status.get("state") not in (None, "running"):
+        problems.append("rank logs missing: " + ", ".join(f"ranks/rank-{r}.log" for r in missing[:20])
+                        + (f" and {len(missing) - 20} more" if len(missing) > 20 else ""))
+    nodes = sorted(str(p) for p in (path / "nodes").glob("node-*.log")) if (path / "nodes").is_dir() else []
+    return {"ranks": ranks[:256], "nodes": nodes[:256], "results": str(path / "results.jsonl"),
+            "report_md": str(path / "report.md")}
