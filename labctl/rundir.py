@@ -502,7 +502,7 @@ class LogSplit:
     def __init__(self, run: RunDir, indices: list[int]):
         self.run, self.indices = run, indices
         self.open_logs: dict[int, Any] = {}
-        self.found = blame.Findings()
+        self.found = blame.Findings(nproc_per_node=run.meta.get("nproc_per_node"))
         # Local direct-mode nodes: the guard wrote each rank's log itself as the output
         # came (and its own lines apart), so those are only read for results and errors,
         # not split out of the node log again: a GB-sized log costs about one read.
