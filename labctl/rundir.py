@@ -36,7 +36,7 @@ from . import blame, logs
 from .errors import LabError
 from .outcome import NodeOutcome, RunState
 from .plan import TORCHRUN_LOGS_SUBDIR, LaunchPlan
-from .spec import LabSpec, dump, from_dict
+from .spec import LabSpec, dump, from_dict, out_refusal
 
 __all__ = ["RunDir", "NodeOutcome", "StorageError"]
 OPEN_RANK_LOGS = 256             # rank logs kept open at once while splitting
@@ -158,8 +158,7 @@ class RunDir:
         """A new run folder; a folder that cannot hold a run is a refusal (FolderRefused)."""
         path = folder_path(plan.run_id, out, root)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise FolderRefused(f"run folder '{path}' exists and is not empty; "
-                                "choose another --out")
+            raise FolderRefused(f"run folder '{path}' {out_refusal(path)}; choose another --out")
         where = _existing(path)
         try:
             free, read_only = _free_bytes(where)

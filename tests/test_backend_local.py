@@ -139,6 +139,30 @@ def _ranks_of_node(run, index: int) -> set[int]:
     return {int(r) for r in re.findall(r"^\[rank(\d+)\]:", run.node_log(index).read_text(), flags=re.M)}
 
 
+PG_TIMEOUT_SEEN = """
+import datetime, os, torch, torch.distributed as dist
+if os.environ["RANK"] == "0":        # its own timeout: kept, and labctl says so once
+    dist.init_process_group("gloo", None, datetime.timedelta(seconds=7))
+else:                                 # none: the lab's pg_timeout
+    dist.init_process_group(backend="gloo")
+print("pg timeout", dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout, flush=True)
+"""
+
+
+def test_pg_timeout_acts_on_a_script_that_does_not_read_it(tmp_path, write_script):
+    """`--pg-timeout` did nothing for a script that does not read LAB_PG_TIMEOUT: the
+    script wrapper gives init_process_group the lab's timeout when the script gives none."""
+    run = run_lab(tmp_path, script=str(write_script(PG_TIMEOUT_SEEN)), nodes=1, nproc_per_node=2,
+                  pg_timeout=4.5, timeout=120)
+    assert run.meta["state"] == "passed", run.meta
+    assert "pg timeout 0:00:04.500000" in run.rank_log(1).read_text()
+    rank0 = run.rank_log(0).read_text()
+    assert "pg timeout 0:00:07" in rank0
+    said = "labctl: pg_timeout 4.5 s is not applied: the script passes its own timeout (0:00:07) to init_process_group"
+    assert rank0.count(said) == 1 and said not in run.rank_log(1).read_text()
+    assert_nothing_left(run.meta["run_id"])
+
+
 MIXED_OUTPUT = """
 import json, os, sys, time, torch.distributed as dist
 dist.init_process_group("gloo")
