@@ -246,7 +246,7 @@ class FirstFailure:
     def describe(self) -> str:
         """One sentence: who failed first and why (the exception and where it was raised)."""
         if self.left_early:
-            return f"{self._leavers()} exited 0 while the others were still in a collective (left the group early)"
+            return f"{self._who_left()} exited 0 while the others were still in a collective (left the group early)"
         if self.fault:
             who = f"rank {self.rank} on node {self.node}" if self.rank is not None else f"node {self.node}"
             return f"{who} was killed by fault {self.fault} ({self.signal or 'SIGKILL'})"
@@ -269,8 +269,7 @@ class FirstFailure:
             text += f" (after fault {self.after_fault})"
         return text
 
-
-    def _leavers(self) -> str:
+    def _who_left(self) -> str:
         """'rank 1 on node 0', 'rank 1, 3 on node 0', 'rank 1 on node 0 and rank 2, 3 on node 1'."""
         ranks = self.ranks or ([self.rank] if self.rank is not None else [])
         if not ranks:
@@ -448,10 +447,27 @@ def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: 
             cause.exit_code = found.exit_codes.get(fault.target)
         if first and first.error and first.rank != cause.rank:
             cause.peer_error, cause.peer_rank = first.error, first.rank
+        else:                         # the first failure is the killed rank itself: a peer's word
+            cause.peer_rank, cause.peer_error = _peer_symptom(
+                found, cause.rank, cause.node if fault.node_fault else None)
         return cause
     if first is not None:
         first.after_fault = ", ".join(r["fault"] for r in fired)
     return first
+
+
+def _peer_symptom(found: Findings, killed_rank: int | None,
+                  killed_node: int | None) -> tuple[int | None, dict | None]:
+    """What the others raised after a kill: the earliest error file of a rank not killed,
+    else the lowest such rank's error from its log, preferring a peer hanging up."""
+    gone = set(found.node_ranks.get(killed_node, [])) if killed_node is not None else set()
+    gone |= {killed_rank} if killed_rank is not None else set()
+    files = sorted((f.timestamp, r) for r, f in found.error_files.items() if r not in gone)
+    if files:
+        return files[0][1], found.errors.get(files[0][1])
+    others = sorted((not logs.peer_gone(e.get("exception")), r) for r, e in found.errors.items()
+                    if r not in gone)
+    return (others[0][1], found.errors[others[0][1]]) if others else (None, None)
 
 
 def _left_early(outcomes: list[NodeOutcome], found: Findings, first: FirstFailure) -> FirstFailure | None:

@@ -301,3 +301,27 @@ def test_a_rank_that_aborts_in_cpp_is_named_in_its_own_words(tmp_path, write_scr
     assert status["rank_errors"]["1"] == first["error"], "the failed processes list says it too"
     assert gloo_said in (out / "ranks" / "rank-1.log").read_text()
     assert_nothing_left(status["run_id"])
+
+
+def test_a_kill_fault_keeps_what_the_peers_saw_when_the_killed_rank_is_named_first():
+    """The killed rank itself is the first failure (it died by a signal its launcher did
+    not send, no error file): the fault is the cause and the peers' word comes from their
+    own errors (was: no peer_error at all whenever error files named the killed rank)."""
+    from labctl.blame import fault_cause
+
+    reset = {"exception": "RuntimeError: Read error [127.0.0.1]:1: Connection reset by peer"}
+    found = Findings(node_ranks={0: [0], 1: [1]}, exit_codes={0: 1, 1: -9}, errors={0: reset},
+                     root_causes={0: 0, 1: 1})
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=12.0),
+                NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=11.5)]
+    first = first_failure(outcomes, found)
+    assert (first.rank, first.signal, first.error) == (1, "SIGKILL", None), "the culprit behind the reset"
+    fired = [{"fault": "kill-rank:1@2", "kind": "kill-rank", "target": 1, "phase": "begin", "ok": True,
+              "lab_s": 11.1, "took_s": 0.01, "did": "SIGKILL"}]
+    cause = fault_cause(first, outcomes, found, fired).to_dict()
+    assert (cause["fault"], cause["rank"], cause["peer_rank"], cause["peer_error"]) == ("kill-rank:1@2", 1, 0, reset)
+    # a whole node killed: none of its ranks is a peer
+    fired = [{**fired[0], "fault": "kill-node:1@2", "kind": "kill-node"}]
+    found.errors[1] = {"exception": "RuntimeError: half a line before the kill"}
+    cause = fault_cause(first, outcomes, found, fired).to_dict()
+    assert (cause["node"], cause["peer_rank"], cause["peer_error"]) == (1, 0, reset)
