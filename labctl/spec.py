@@ -54,6 +54,16 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MIN_PIDS, MAX_PIDS = 64, 4194304    # resources.pids: a torchrun node needs dozens; Linux pid_max
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Docker's reference grammar (distribution/reference): [domain/]path[:tag][@digest]; the
+# first part is a domain only with a '.', a port, or as localhost (else it is path, lower case)
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?:(?:{_HOST_LABEL}(?:\.{_HOST_LABEL})+(?::[0-9]+)?|{_HOST_LABEL}:[0-9]+|localhost"
+    r"|\[[0-9A-Fa-f:.]+\](?::[0-9]+)?)/)?"
+    rf"{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?")
 # Kubernetes name syntax (apimachinery's validation): object names, label keys and values.
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -480,6 +490,9 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             if not isinstance(data[key], str) or not data[key].strip() or len(data[key]) > MAX_PATH:
                 raise bad(key, data[key], f"a non-empty string of at most {MAX_PATH} characters")
             kw[key] = data[key]
+    if "image" in kw and not _IMAGE_REFERENCE.fullmatch(kw["image"]):
+        raise bad("image", kw["image"], "an image reference: [registry/]name[:tag][@digest], the name "
+                  "in lower case (example: image: registry.example.com/team/labctl-cpu:1.0)")
 
     if data.get("script") is not None:
         script = data["script"]
@@ -539,6 +552,8 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             elif not _quantity_ok(v):
                 raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
                           "unit (examples: 2, 500m, 4Gi)")
+            elif k in _LEAST and _quantity(v) < _LEAST[k][0]:
+                raise bad(f"resources.{k}", v, _LEAST[k][1])
         kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
 
     if data.get("k8s") is not None:
@@ -591,6 +606,9 @@ def idle_settings(spec: LabSpec) -> list[str]:
     if spec.last_call_timeout != LabSpec.last_call_timeout and spec.fewest_nodes == spec.nodes:
         notes.append("last_call_timeout: only an elastic lab's rendezvous waits for late nodes "
                      f"(min_nodes < nodes); this one needs all {spec.nodes}")
+    if spec.pg_timeout is not None and spec.pg_timeout >= spec.timeout:
+        notes.append(f"pg_timeout: the lab's deadline (timeout {spec.timeout:g} s) comes first, so a "
+                     f"hang never reaches torch's own timeout ({spec.pg_timeout:g} s); set it lower")
     if spec.fault_clock != LabSpec.fault_clock and not spec.faults:
         notes.append("fault_clock: this lab has no faults to time")
     if spec.script_args and not spec.script:
@@ -778,6 +796,20 @@ def _shared_volume(raw: Any, bad) -> SharedVolume:
 
 _SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
            "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+
+
+# The least a container runtime accepts (Docker: "Range of CPUs is from 0.01", "Minimum
+# memory limit allowed is 6MB"); below them compose fails at start, so they are refused.
+_LEAST = {"cpu": (0.01, "at least 10m (0.01 CPU, the least a container may get; example: 500m)"),
+          "memory": (6 * 2 ** 20, "at least 6Mi, the least memory limit Docker allows (torch "
+                                  "itself needs hundreds of Mi; example: 2Gi)")}
+
+
+def _quantity(value: Any) -> float:
+    """A quantity `_quantity_ok` accepted, in its base unit (cores, bytes)."""
+    match = _QUANTITY.match(str(value))
+    unit = match.group(2) or ""
+    return float(str(value)[:len(str(value)) - len(unit)]) * _SUFFIX[unit]
 
 
 def _quantity_ok(value: Any) -> bool:

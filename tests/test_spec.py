@@ -434,6 +434,14 @@ def test_the_spec_imports_nothing_from_the_backends():
     # tcp:// init listens on the port after rdzv_port; local replicas count up from it
     ({"rdzv_port": 65535, "init_method": "tcp"}, ["rdzv_port: expected a port at most 65534", "tcp"]),
     ({"rdzv_port": 65530, "replicas": 3}, ["rdzv_port: expected a port at most 65529", "7 ports"]),
+    # what a container runtime or registry refuses at start
+    ({"image": "my image"}, ["image: expected an image reference", "'my image'"]),
+    ({"image": "Labctl-cpu:latest"}, ["image: expected an image reference"]),
+    ({"image": "ghcr.io/Team/x:1"}, ["image: expected an image reference"]),
+    ({"image": "x:"}, ["image: expected an image reference"]),
+    ({"resources": {"cpu": "1m"}}, ["resources.cpu: expected at least 10m"]),
+    ({"resources": {"cpu": 0}}, ["resources.cpu: expected at least 10m"]),
+    ({"resources": {"memory": "1Ki"}}, ["resources.memory: expected at least 6Mi"]),
 ])
 def test_what_would_fail_at_run_time_is_refused_with_one_line(data, words):
     with pytest.raises(SpecError) as err:
@@ -451,6 +459,10 @@ def test_what_still_validates_next_to_those_refusals():
     # containers: every replica's node 0 is its own host, all on the same port
     assert backends.from_dict({"rdzv_port": 65535, "replicas": 3, "backend": "compose"}).replicas == 3
     assert backends.from_dict({"workloads": [{"bench": {"ops": ["all_reduce"]}}]}).workloads
+    for image in ("labctl-cpu:latest", "registry.example.com:5000/team/labctl-cuda:1.0-rc1",
+                  "nvcr.io/nvidia/pytorch:24.01-py3", "localhost/lab@sha256:" + "0" * 64):
+        assert backends.from_dict({"image": image}).image == image
+    assert backends.from_dict({"resources": {"cpu": "10m", "memory": "6Mi"}}).resources.cpu == "10m"
 
 
 @pytest.mark.parametrize("name, use", [
@@ -506,6 +518,9 @@ def test_settings_that_cannot_act_are_said_not_refused():
         "image", "resources", "k8s", "shared_volume", "join_timeout", "last_call_timeout",
         "fault_clock", "script_args"]
     assert "the local backend starts no containers" in said[0]
+    assert idle(backends.from_dict({"pg_timeout": 60, "timeout": 60})) == [
+        "pg_timeout: the lab's deadline (timeout 60 s) comes first, so a hang never reaches torch's "
+        "own timeout (60 s); set it lower"]
     assert idle(backends.from_dict({"backend": "compose", "image": "mine:1", "workdir": "invoking"})) == [
         "workdir: for local nodes only; on compose a node runs in its image's working directory"]
     assert idle(backends.from_dict({"backend": "k8s", "resources": {"pids": "8192"}})) == [
