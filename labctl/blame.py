@@ -364,11 +364,17 @@ def _culprit_behind_symptom(first: FirstFailure, found: Findings) -> FirstFailur
     cause is one node's first observation, not the lab's): a rank that failed in its own
     words, or was killed by a signal its launcher did not send (SIGABRT from a C++
     abort, SIGSEGV, an OOM kill), is the cause; the earliest to exit where that is
-    known. None: no such rank (a rank that left early may be the cause)."""
+    known. None: no such rank (a rank that left early may be the cause). Where the exits
+    were timed (direct mode), a cause exited no later than the symptom: one stopped
+    afterwards (labctl's stop escalating to SIGKILL) is not."""
+    symptom_at = found.exit_times.get(first.rank, (None,))[0] if first.rank is not None else None
+
     def own_failure(rank: int, code: int) -> bool:
         error = (found.errors.get(rank) or {}).get("exception")
+        at = found.exit_times.get(rank, (None,))[0]
         return rank != first.rank and code != 0 and not logs.peer_gone(error) and (
-            error is not None or code < 0 and code != -signal.SIGTERM)
+            error is not None or code < 0 and code != -signal.SIGTERM) and (
+            symptom_at is None or at is None or at <= symptom_at)
 
     causes = [r for r, code in found.exit_codes.items() if own_failure(r, code)]
     if not causes:

@@ -325,3 +325,19 @@ def test_a_kill_fault_keeps_what_the_peers_saw_when_the_killed_rank_is_named_fir
     found.errors[1] = {"exception": "RuntimeError: half a line before the kill"}
     cause = fault_cause(first, outcomes, found, fired).to_dict()
     assert (cause["node"], cause["peer_rank"], cause["peer_error"]) == (1, 0, reset)
+
+
+def test_a_rank_stopped_after_the_symptom_is_not_its_cause():
+    """Direct mode times every exit: rank 2 saw its peer hang up and exited first; rank 0
+    was killed later, when labctl stopped its node (SIGKILL after the grace). Rank 0 is
+    no cause; a rank that aborted before the symptom is."""
+    reset = {"exception": "RuntimeError: Connection reset by peer"}
+    found = Findings(node_ranks={0: [0, 1], 1: [2, 3]}, exit_codes={2: 1, 0: -9},
+                     errors={2: reset}, exit_times={2: (100.0, 1), 0: (105.0, 0), 1: (105.1, 0), 3: (99.0, 1)})
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.STOPPED, exited_s=9.0),
+                NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=4.0)]
+    first = first_failure(outcomes, found)
+    assert first.left_early and first.rank == 3, "rank 3 exited 0 before rank 2's error"
+    found.exit_codes[3] = -6                 # rank 3 aborted (SIGABRT) before the symptom instead
+    first = first_failure(outcomes, found)
+    assert (first.rank, first.signal, first.left_early) == (3, "SIGABRT", False)
