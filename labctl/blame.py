@@ -11,12 +11,15 @@ folder (rundir) and the report both import this, never each other's blame.
 Under torchrun, which rank failed first and with what comes from the workers'
 torch elastic error files where labctl can read them (`read_error_files`; the
 local backend's `torchrun/node-<i>/`, workloads/_record.py writes them), else
-from the failure summary torchrun prints at the end of a node log.
+from the failure summary torchrun prints at the end of a node log. A rank's
+error is its own (its error file, else the last error its log shows: a Python
+exception or a native abort's `what():`), never the agent's ChildFailedError.
 """
 from __future__ import annotations
 
 import json
 import re
+import signal
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -112,7 +115,7 @@ def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
     rank = ours.get("rank")
     if isinstance(ours.get("time_ns"), int):
         timestamp = ours["time_ns"] / 1e9
-    tracker = logs.TracebackTracker()          # the same reading as a traceback in a log
+    tracker = logs.ErrorTracker()          # the same reading as a traceback in a log
     for line in stack.splitlines():
         tracker.feed(line)
     error = tracker.error or {}
@@ -138,6 +141,8 @@ class Findings:
     finished_world: set[int] = field(default_factory=set)        # the world sizes they said it in
     stacks: dict[int, list[str]] = field(default_factory=dict)   # rank -> its last stack dump
     error_files: dict[int, ErrorFile] = field(default_factory=dict)  # rank -> its torch elastic error file
+    summaries: dict[int, list[logs.FailedWorker]] = field(default_factory=dict)  # node -> its agent's failure summary
+    nproc_per_node: int | None = None
     total: int = 0                                               # result records
     failed: list[dict] = field(default_factory=list)             # the first 50 failed records
     failed_count: int = 0
@@ -164,7 +169,10 @@ class Findings:
         self.ranks |= reader.ranks_seen
         self.node_ranks[index] = sorted(reader.ranks_seen)
         tail = reader.tail_text
-        self.exit_codes.update(logs.torchrun_failures(tail))
+        summary = logs.torchrun_failed_workers(tail)
+        if summary:
+            self.summaries[index] = summary
+        self.exit_codes.update((w.rank, w.exit_code) for w in summary)
         self.exit_codes.update((r, c) for r, c in reader.exits if c != 0)
         self.exits[index] = reader.exits
         if reader.workers_succeeded:
@@ -172,8 +180,9 @@ class Findings:
         self.exit_times.update({r: (t, index) for r, t in reader.exit_times.items()})
         self.errors.update(reader.errors())
         self.stacks.update(reader.stack_dumps())
-        if reader.agent_error():
-            self.agent_errors[index] = reader.agent_error()
+        agent_error = reader.agent_error()
+        if agent_error and not logs.launcher_wrapper(agent_error.get("exception")):
+            self.agent_errors[index] = agent_error
         cause = logs.torchrun_root_cause(tail)
         if cause is None:
             cause = next((r for r, c in reader.exits if c != 0), None)
@@ -201,7 +210,8 @@ class FirstFailure:
     rank: int | None = None
     node: int | None = None
     exit_code: int | None = None
-    ranks: list[int] | None = None       # left early under torchrun: that node's ranks
+    ranks: list[int] | None = None       # left early: every rank that did (more than one)
+    nodes: list[int] | None = None       # left early on several nodes: each of `ranks`' node
     check: str | None = None             # a failed check (workload/name), nothing exited
     lost: str | None = None              # the node vanished: the backend's word
     error: dict | None = None            # the exception (exception, file, line, function)
@@ -221,7 +231,7 @@ class FirstFailure:
             keys = ("fault", "fault_s", "signal", "rank", "node", "exit_code", "peer_error", "peer_rank")
             always = {"rank", "node", "exit_code"} | ({"peer_rank"} if self.peer_error else set())
         elif self.left_early:
-            keys = ("rank", "ranks", "node", "exit_code", "left_early", "error", "symptom_rank")
+            keys = ("rank", "ranks", "node", "nodes", "exit_code", "left_early", "error", "symptom_rank")
             always = {"rank", "node", "exit_code", "error", "symptom_rank"}
         elif self.hang:
             keys, always = ("rank", "node", "exit_code", "hang"), {"rank", "node", "exit_code"}
@@ -240,10 +250,7 @@ class FirstFailure:
     def describe(self) -> str:
         """One sentence: who failed first and why (the exception and where it was raised)."""
         if self.left_early:
-            ranks = self.ranks or ([self.rank] if self.rank is not None else [])
-            who = f"rank {', '.join(map(str, ranks))}" if ranks else "its ranks"
-            return (f"{who} on node {self.node} exited 0 while the others were still in a "
-                    f"collective (left the group early)")
+            return f"{self._who_left()} exited 0 while the others were still in a collective (left the group early)"
         if self.fault:
             who = f"rank {self.rank} on node {self.node}" if self.rank is not None else f"node {self.node}"
             return f"{who} was killed by fault {self.fault} ({self.signal or 'SIGKILL'})"
@@ -265,6 +272,17 @@ class FirstFailure:
         if self.after_fault:
             text += f" (after fault {self.after_fault})"
         return text
+
+    def _who_left(self) -> str:
+        """'rank 1 on node 0', 'rank 1, 3 on node 0', 'rank 1 on node 0 and rank 2, 3 on node 1'."""
+        ranks = self.ranks or ([self.rank] if self.rank is not None else [])
+        if not ranks:
+            return f"its ranks on node {self.node}"
+        nodes = self.nodes if self.nodes and len(self.nodes) == len(ranks) else [self.node] * len(ranks)
+        by_node: dict[int | None, list[int]] = {}
+        for rank, node in zip(ranks, nodes):
+            by_node.setdefault(node, []).append(rank)
+        return " and ".join(f"rank {', '.join(map(str, rs))} on node {node}" for node, rs in by_node.items())
 
 
 def where(error: dict) -> str:
@@ -327,6 +345,8 @@ def first_failure(outcomes: list[NodeOutcome], found: Findings) -> FirstFailure 
             first.error = found.agent_errors[node.index]
     if first is None:
         return None
+    if first.rank is not None and logs.peer_gone((errors.get(first.rank) or {}).get("exception")):
+        first = _culprit_behind_symptom(first, found) or first
     if first.rank is not None and first.rank in errors:
         first.error = errors[first.rank]
     node_of_first = next((n for n in outcomes if n.index == first.node), None)
@@ -335,10 +355,36 @@ def first_failure(outcomes: list[NodeOutcome], found: Findings) -> FirstFailure 
     code = first.exit_code
     if isinstance(code, int) and code < 0 and first.signal is None:
         first.signal = signal_name(-code)
-    if first.error is None and first.node is not None and first.node in found.agent_errors:
+    # the agent's own error (a rendezvous that failed) only when no rank is to blame: a
+    # rank's failure is told in its own words, or in none, never in its launcher's
+    if first.error is None and first.rank is None and first.node in found.agent_errors:
         first.error = found.agent_errors[first.node]
     early = _left_early(outcomes, found, first)
     return early if early is not None else first
+
+
+def _culprit_behind_symptom(first: FirstFailure, found: Findings) -> FirstFailure | None:
+    """The first failure chosen says only that a peer hung up (a printed summary's root
+    cause is one node's first observation, not the lab's): a rank that failed in its own
+    words, or was killed by a signal its launcher did not send (SIGABRT from a C++
+    abort, SIGSEGV, an OOM kill), is the cause; the earliest to exit where that is
+    known. None: no such rank (a rank that left early may be the cause). Where the exits
+    were timed (direct mode), a cause exited no later than the symptom: one stopped
+    afterwards (labctl's stop escalating to SIGKILL) is not."""
+    symptom_at = found.exit_times.get(first.rank, (None,))[0] if first.rank is not None else None
+
+    def own_failure(rank: int, code: int) -> bool:
+        error = (found.errors.get(rank) or {}).get("exception")
+        at = found.exit_times.get(rank, (None,))[0]
+        return rank != first.rank and code != 0 and not logs.peer_gone(error) and (
+            error is not None or code < 0 and code != -signal.SIGTERM) and (
+            symptom_at is None or at is None or at <= symptom_at)
+
+    causes = [r for r, code in found.exit_codes.items() if own_failure(r, code)]
+    if not causes:
+        return None
+    rank = min(causes, key=lambda r: (r not in found.errors, found.exit_times.get(r, (0.0,))[0], r))
+    return FirstFailure(rank, node_of_rank(rank, found), found.exit_codes[rank])
 
 
 def _first_raised(failed: list[NodeOutcome], found: Findings) -> FirstFailure | None:
@@ -411,50 +457,94 @@ def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: 
             cause.exit_code = found.exit_codes.get(fault.target)
         if first and first.error and first.rank != cause.rank:
             cause.peer_error, cause.peer_rank = first.error, first.rank
+        else:                         # the first failure is the killed rank itself: a peer's word
+            cause.peer_rank, cause.peer_error = _peer_symptom(
+                found, cause.rank, cause.node if fault.node_fault else None)
         return cause
     if first is not None:
         first.after_fault = ", ".join(r["fault"] for r in fired)
     return first
 
 
+def _peer_symptom(found: Findings, killed_rank: int | None,
+                  killed_node: int | None) -> tuple[int | None, dict | None]:
+    """What the others raised after a kill: the earliest error file of a rank not killed,
+    else the lowest such rank's error from its log, preferring a peer hanging up."""
+    gone = set(found.node_ranks.get(killed_node, [])) if killed_node is not None else set()
+    gone |= {killed_rank} if killed_rank is not None else set()
+    files = sorted((f.timestamp, r) for r, f in found.error_files.items() if r not in gone)
+    if files:
+        return files[0][1], found.errors.get(files[0][1])
+    others = sorted((not logs.peer_gone(e.get("exception")), r) for r, e in found.errors.items()
+                    if r not in gone)
+    return (others[0][1], found.errors[others[0][1]]) if others else (None, None)
+
+
 def _left_early(outcomes: list[NodeOutcome], found: Findings, first: FirstFailure) -> FirstFailure | None:
-    """A rank that exited 0 before the first failure, when that failure only says a peer left."""
+    """The ranks that exited 0 before the first failure, when that failure only says a
+    peer left: every one of them, on whichever node, a node that also holds a failing
+    rank included."""
     if not logs.peer_gone((first.error or {}).get("exception")):
         return None
+    leavers = _leavers(outcomes, found)
+    if not leavers:
+        return None
+    ranks = [r for r, _ in leavers if r is not None]
+    nodes = [i for _, i in leavers]
+    one_node = len(set(nodes)) == 1
+    return FirstFailure(ranks[0] if len(ranks) == 1 or found.exit_times else None, nodes[0], 0,
+                        ranks=ranks if len(ranks) > 1 else None,
+                        nodes=None if one_node else nodes,
+                        left_early=True, error=first.error, symptom_rank=first.rank)
 
-    def early(rank: int | None, node: int, ranks: list[int] | None = None) -> FirstFailure:
-        return FirstFailure(rank, node, 0, ranks=ranks, left_early=True, error=first.error,
-                            symptom_rank=first.rank)
 
-    failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
-                    default=None)
+def _leavers(outcomes: list[NodeOutcome], found: Findings) -> list[tuple[int | None, int]]:
+    """(rank, node) of every rank that exited 0 while others went on: first leaver first
+    where the logs say when (direct mode), else by rank (rank None: a node that printed
+    nothing and whose ranks are unknown)."""
     # direct mode: the wrapper logs every worker's exit in order (and, lately, when)
     times = found.exit_times
     if times:
         failed_time = min((t for r, (t, _) in times.items() if found.exit_codes.get(r, 0) != 0),
                           default=None)
-        before = sorted((t, r, i) for r, (t, i) in times.items()
-                        if found.exit_codes.get(r, 0) == 0 and (failed_time is None or t <= failed_time))
-        if before:
-            _, rank, index = before[0]
-            return early(rank, index)
-    else:
-        for index, exits in found.exits.items():
+        return [(r, i) for t, r, i in sorted((t, r, i) for r, (t, i) in times.items()
+                                              if found.exit_codes.get(r, 0) == 0
+                                              and (failed_time is None or t <= failed_time))]
+    if any(found.exits.values()):
+        left = []
+        for index, exits in sorted(found.exits.items()):
             for rank, code in exits:
                 if code != 0:
                     break
-                return early(rank, index)
+                left.append((rank, index))
+        return left
     # torchrun: a node whose ranks all exited 0 in a lab whose first error is a vanished
     # peer (its agent itself may end later: it waits at torchrun's exit barrier, and
-    # under load labctl may stop it there after the grace period)
-    for node in sorted(outcomes, key=lambda n: n.exited_s if n.exited_s is not None else 1e18):
-        if failed_at is None:
-            break
+    # under load labctl may stop it there after the grace period) ...
+    if all(n.exited_s is None for n in outcomes if n.state.bad):
+        return []
+    left: list[tuple[int | None, int]] = []
+    for node in sorted(outcomes, key=lambda n: (n.exited_s if n.exited_s is not None else 1e18, n.index)):
         if node.state is NodeState.SUCCEEDED or (node.index in found.workers_succeeded
                                                  and node.state is NodeState.STOPPED):
             ranks = found.node_ranks.get(node.index) or []
             if not ranks and found.world is not None:   # it printed nothing: the ranks nobody else had
                 others = set().union(*(r for i, r in found.node_ranks.items() if i != node.index))
                 ranks = sorted(set(range(found.world)) - others)
-            return early(ranks[0] if len(ranks) == 1 else None, node.index, ranks)
-    return None
+            left += [(r, node.index) for r in ranks] or [(None, node.index)]
+        else:
+            left += [(r, node.index) for r in _exited_zero_beside_failures(node.index, found)]
+    return sorted(left, key=lambda x: (x[0] is None, x[0] or 0))    # torchrun does not say when
+
+
+def _exited_zero_beside_failures(node: int, found: Findings) -> list[int]:
+    """... and on a node that also holds a failing rank, the ranks its agent's failure
+    summary does not list: torchrun lists every worker of its node that did not exit 0
+    (the failed one and those it then stopped, -15), so one it leaves out had exited 0
+    before its agent saw the failure. A node's ranks are consecutive from its local rank
+    0 (torchrun's rendezvous gives each node a block of nproc_per_node ranks)."""
+    listed = found.summaries.get(node) or []
+    if not listed or not found.nproc_per_node:
+        return []
+    base = listed[0].rank - listed[0].local_rank
+    return sorted(set(range(base, base + found.nproc_per_node)) - {w.rank for w in listed})

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
+import select
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,7 +46,38 @@ class LabGroup(click.Group):
         except click.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
+        except BrokenPipeError:
+            if not stdout_gone():
+                raise
+            stop_quietly()
+        try:
+            sys.stdout.flush()            # what is left for a reader that went away: now, not at exit
+        except BrokenPipeError:
+            stop_quietly()
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def stdout_gone() -> bool:
+    """Whether the reader of stdout went away (`labctl logs RUN | head` after its ten
+    lines): the kernel marks a pipe without readers POLLERR. Tells that broken pipe from
+    one of a child process's, which is a real error."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):     # no real stdout (a test runner's)
+        return False
+
+
+def stop_quietly() -> None:
+    """Stop as `cat` does when its reader is gone: nothing on stderr, the status of a
+    SIGPIPE death (141); stdout points at /dev/null so that Python's own flush at exit
+    cannot complain either."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(128 + signal.SIGPIPE)
 
 
 def _one_line(exc: click.ClickException) -> str:
@@ -117,6 +151,10 @@ def friendly(fn):
             return fn(*args, **kwargs)
         except specmod.SpecError as exc:
             fail(str(exc), EXIT_SPEC)
+        except BrokenPipeError:
+            if stdout_gone():           # `labctl logs RUN | head`: the reader has what it wanted
+                stop_quietly()
+            fail("broken pipe (a process labctl was writing to went away)", 1)
         except OSError as exc:          # permissions, a full disk, a read-only folder ...
             if exc.filename is None and not exc.strerror:
                 fail(str(exc).strip("'\""), 1)     # our own message, e.g. "x: not a run folder"
@@ -156,7 +194,7 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
         click.option("--replicas", type=IntRange(1, specmod.MAX_REPLICAS),
                      help="Independent torchrun jobs sharing one replica store (default 1)."),
         click.option("--timeout", type=Seconds(), help="Seconds before the whole lab is stopped."),
-        click.option("--join-timeout", type=Seconds(), help="Seconds the rendezvous waits for all nodes."),
+        click.option("--join-timeout", type=Seconds(), help="Whole seconds the rendezvous waits for all nodes (torchrun)."),
         click.option("--rdzv-port", type=IntRange(1, specmod.MAX_PORT, "a port number between 1 and "
                                                                     f"{specmod.MAX_PORT}"),
                      help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers)."),
@@ -174,7 +212,8 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
                      help="Elastic: seconds a rendezvous round waits for more nodes once --min-nodes "
                           "joined (default 30)."),
         click.option("--pg-timeout", type=Seconds(),
-                     help="Seconds a collective waits for its peers (init_process_group timeout; LAB_PG_TIMEOUT)."),
+                     help="Seconds a collective waits for its peers (init_process_group timeout, a script's "
+                          "too when it gives none; LAB_PG_TIMEOUT)."),
         click.option("--debug", is_flag=True, default=None,
                      help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
         click.option("--trace/--no-trace", "trace", default=None,
@@ -200,11 +239,19 @@ def _destinations(option) -> list[str]:
     return [p.name for p in getattr(probe, "__click_params__", [])]
 
 
-def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), **flags: Any) -> specmod.LabSpec:
+def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), check_out: bool = True,
+              notes: bool = True, **flags: Any) -> specmod.LabSpec:
+    """The lab from its file and flags, refused (SpecError: exit 2) where it could not
+    start here: its fields, the backends' rules, its script and (`check_out`) run folder.
+    With `notes`, one `note:` line on stderr for each setting that cannot act."""
     overrides = _overrides(flags)
     if script_args:
         overrides["script_args"] = list(script_args)
-    return backend_registry.load(spec_file, overrides)
+    spec = backend_registry.load(spec_file, overrides)
+    specmod.check_files(spec, spec_file or "lab spec", out=check_out)
+    for note in specmod.idle_settings(spec) if notes else ():
+        click.echo(f"note: {note}", err=True)
+    return spec
 
 
 def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
@@ -299,7 +346,7 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
 
     if target != "plan":
         flags["backend"] = target
-    spec = load_spec(spec_file, script_args, **flags)
+    spec = load_spec(spec_file, script_args, check_out=False, **flags)
     the_plan = lab.make_plan(spec, run_id=run_id)
     if output_dir:
         out = Path(output_dir)
@@ -314,10 +361,10 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
                    f"--run-id {the_plan.run_id}", err=True)
 
 
-def _spec_and_options(spec_file, script_args, flags) -> tuple[specmod.LabSpec, dict[str, Any]]:
+def _spec_and_options(spec_file, script_args, flags, notes: bool = True) -> tuple[specmod.LabSpec, dict[str, Any]]:
     """`up`'s and `preflight`'s flags: the lab's, then the chosen backend's own."""
     backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
-    spec = load_spec(spec_file, script_args, **flags)
+    spec = load_spec(spec_file, script_args, notes=notes, **flags)
     return spec, _options_for(spec.backend, backend_flags)
 
 
@@ -419,7 +466,8 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     from . import lab
     from .outcome import INTERRUPT_EXIT
 
-    spec, options = _spec_and_options(spec_file, script_args, flags)
+    # no notes: the preflight runs its own lab of these nodes (direct, its workload)
+    spec, options = _spec_and_options(spec_file, script_args, flags, notes=False)
     run = lab.preflight(spec, out=spec.out, progress=_progress(quiet), **options)
     passed, section = _preflight_table(run)
     click.echo(section)
@@ -500,7 +548,19 @@ def logs(run, node, rank) -> None:
             fail(f"{p}: no such log; this run has: {', '.join(known) or 'none'}")
         if len(paths) > 1:
             click.echo(f"==> {p.relative_to(r.path)} <==")
-        click.echo(p.read_text(errors="replace"), nl=False)
+        _print_file(p)
+
+
+def _print_file(path: Path, chunk: int = 1 << 20) -> None:
+    """A log of any size to stdout a chunk at a time (never whole in memory); bytes that
+    are not UTF-8 as U+FFFD, as ever."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with open(path, "rb") as f:
+        while data := f.read(chunk):
+            click.echo(decoder.decode(data), nl=False)
+    click.echo(decoder.decode(b"", final=True), nl=False)
 
 
 @main.command()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from workloads._common import JOINED_MARKER, MARKER_PREFIX, RESULT_MARKER   # what the workloads write (stdlib-only module)
 
@@ -18,7 +18,7 @@ from .nodeguard import AGENT_IDLE_LINE, MAX_PIECE as MAX_LINE
 _RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:")
 # torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
 _TORCHRUN_FAILURE = re.compile(
-    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+    r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
 # "... at <epoch seconds>": when it ended, so exits on different nodes can be ordered.
@@ -103,9 +103,24 @@ class JoinReader:
         return len(self.joins)
 
 
+class FailedWorker(NamedTuple):
+    """One worker of torchrun's failure summary."""
+    rank: int
+    local_rank: int
+    exit_code: int
+
+
+def torchrun_failed_workers(text: str) -> list[FailedWorker]:
+    """The workers torchrun's ChildFailedError summary in a node log lists: every worker
+    of that node that did not exit 0 (the one that failed, and those its agent then
+    stopped, -15). A worker of the node it does not list had exited 0 before."""
+    return [FailedWorker(int(r), int(local), int(code))
+            for r, local, code in _TORCHRUN_FAILURE.findall(text)]
+
+
 def torchrun_failures(text: str) -> dict[int, int]:
     """{global rank: exit code} from torchrun's ChildFailedError summary in a node log."""
-    return {int(r): int(code) for r, code in _TORCHRUN_FAILURE.findall(text)}
+    return {w.rank: w.exit_code for w in torchrun_failed_workers(text)}
 
 
 # ---- streaming: split a node log of any size, and find why ranks failed --------------
@@ -125,10 +140,27 @@ _TENSOR_OPTIONS = re.compile(r"TensorOptions\((?:[^()]|\([^()]*\))*\)")
 
 
 def _needs_a_closer_look(data: bytes) -> bool:
-    """Result lines, tracebacks or stack dumps somewhere in `data`. The one-byte
-    memchr tests first: most chunks of a big log have no '@' and often no '('."""
+    """Result lines, tracebacks, stack dumps or a native abort's lines somewhere in
+    `data`. The one-byte memchr tests first: most chunks of a big log have no '@' and
+    often no '('."""
     return (b"@" in data and _RESULT_MARKER_BYTES in data
-            or b"(" in data and b"most recent call" in data)
+            or b"(" in data and b"most recent call" in data
+            or _native_error_hint(data))
+
+
+def _native_error_hint(data: bytes) -> bool:
+    """A native abort's line may be in `data` (ErrorTracker reads it)."""
+    return any(hint in data for hint in NATIVE_ERROR_HINTS)
+
+
+# torchrun's own wrapper of a failed worker (its summary follows): says only that a rank
+# failed, never why; the rank's own error file or log says that
+_LAUNCHER_WRAPPER = re.compile(r"^(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError\b")
+
+
+def launcher_wrapper(error: str | None) -> bool:
+    """The exception torchrun's agent raises when a worker failed (ChildFailedError)."""
+    return bool(error and _LAUNCHER_WRAPPER.match(error))
 
 
 def peer_gone(error: str | None) -> bool:
@@ -136,18 +168,43 @@ def peer_gone(error: str | None) -> bool:
     return bool(error and _PEER_GONE.search(error))
 
 
-class TracebackTracker:
-    """Follows one stream's lines and keeps its last Python exception: the line
-    (`ValueError: boom`) and the innermost frame in the user's or workload's code."""
+# What a process prints when it dies in C++ (libstdc++'s verbose terminate handler, as
+# when gloo throws from its own thread: no Python exception, no error file, SIGABRT) or
+# in the interpreter itself (faulthandler).
+_TERMINATE_THROWN = re.compile(r"^terminate called after throwing an instance of '(.+)'$")
+_TERMINATE_OTHER = re.compile(r"^terminate called (without an active exception|recursively)$")
+_WHAT = re.compile(r"^\s*what\(\):\s+(.*)$")
+_FATAL_PYTHON = re.compile(r"^Fatal Python error: .+$")
+# the bytes that begin those lines (written straight to fd 2: no prefix of torch's); the
+# reader looks closer at a line that begins so, or a chunk holding one
+NATIVE_ERROR_HINTS = (b"terminate called", b"Fatal Python error: ")
+
+
+class ErrorTracker:
+    """Follows one stream's lines and keeps its last error: a Python exception's line
+    (`ValueError: boom`) with the innermost frame in the user's or workload's code, or
+    the line a native abort printed (`gloo::EnforceNotMet: [enforce fail at ...]
+    Received data size doesn't match expected size ...`, from `terminate called after
+    throwing an instance of '...'` and the `what():` line after it; `Fatal Python
+    error: ...`), which names no frame. Whichever came last is the error."""
 
     def __init__(self) -> None:
         self.in_traceback = False
         self.frames: list[tuple[str, int, str]] = []
         self.error: dict | None = None
+        self.thrown: str | None = None     # terminate named a C++ type: its what() comes next
+        self._native = False               # the error is a native abort's (not a traceback's)
+
+    @property
+    def expecting(self) -> bool:
+        """Inside something that goes on over the next lines (a traceback, a what())."""
+        return self.in_traceback or self.thrown is not None
 
     def feed(self, line: str) -> None:
         # torch prefixes a worker's own traceback with "[rankN]: " (on top of torchrun's tee)
         stripped = _TORCH_RANK_PREFIX.sub("", line.rstrip("\n"), count=1)
+        if self._native_line(stripped):
+            return
         if stripped.startswith("Traceback (most recent call last):"):
             self.in_traceback, self.frames = True, []
             return
@@ -160,9 +217,36 @@ class TracebackTracker:
             return
         if not stripped or stripped[:1].isspace() or stripped.startswith("^") or set(stripped) <= set("~^ "):
             return                    # source lines and caret markers inside the traceback
-        self.in_traceback = False
-        self.error = {"exception": _TENSOR_OPTIONS.sub("TensorOptions(...)", stripped.strip())[:500],
-                      **self._where()}
+        self.in_traceback, self._native = False, False
+        self.error = {"exception": _quoted(stripped), **self._where()}
+
+    def _native_line(self, text: str) -> bool:
+        """A native abort's line: kept as the error (True), or False for any other line."""
+        thrown, self.thrown = self.thrown, None
+        if thrown is not None:
+            m = _WHAT.match(text)
+            if m:                     # "gloo::EnforceNotMet: [enforce fail at ...] ..."
+                self._set_native(f"{thrown}: {m.group(1)}")
+                return True
+        if not text.startswith(("terminate called", "Fatal Python error: ")):
+            return False
+        m = _TERMINATE_THROWN.match(text)
+        if m:
+            self.thrown = m.group(1)
+            self._set_native(text)    # until its what() line says more
+        elif _TERMINATE_OTHER.match(text):
+            self._set_native(text)
+        elif _FATAL_PYTHON.match(text):
+            # faulthandler's word on the same abort says less than the terminate before it
+            if not self._native or self.error["exception"].startswith("Fatal Python error"):
+                self._set_native(text)
+        else:
+            return False
+        return True
+
+    def _set_native(self, text: str) -> None:
+        self.in_traceback, self.frames, self._native = False, [], True
+        self.error = {"exception": _quoted(text)}
 
     def _where(self) -> dict:
         if not self.frames:
@@ -170,6 +254,12 @@ class TracebackTracker:
         own = [f for f in self.frames if "/workloads/" in f[0] or not any(s in f[0] for s in _LIBRARY)]
         file, line, func = (own or self.frames)[-1]
         return {"file": file, "line": line, "function": func}
+
+
+def _quoted(line: str) -> str:
+    """An error line as the report quotes it: one line, torch's spelled-out tensor options
+    shortened, at most 500 characters."""
+    return _TENSOR_OPTIONS.sub("TensorOptions(...)", line.strip())[:500]
 
 
 _STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
@@ -267,9 +357,9 @@ class NodeLogReader:
         # errors="replace" (bytes that are not UTF-8 become U+FFFD, in text only)
         self.on_result = on_result
         self.pending: dict[int, bytes] = {}        # a rank's half line glued by torchrun's tee
-        self.tracebacks: dict[int, TracebackTracker] = {}
+        self.error_trackers: dict[int, ErrorTracker] = {}
         self.stacks: dict[int, StackTracker] = {}
-        self.agent = TracebackTracker()
+        self.agent = ErrorTracker()
         self.agent_tail: list[str] = []
         self.exits: list[tuple[int, int]] = []
         self.exit_times: dict[int, float] = {}      # rank -> epoch seconds, when the line says
@@ -335,10 +425,11 @@ class NodeLogReader:
             return
         self._write(rank, data + b"\n" if complete and not unended else data)
         text = None                                 # decoded only to be looked at
-        tracker = self.tracebacks.get(rank)
-        if tracker is not None and tracker.in_traceback or b"Traceback (most recent" in data:
+        tracker = self.error_trackers.get(rank)
+        if tracker is not None and tracker.expecting or b"Traceback (most recent" in data \
+                or data.startswith(NATIVE_ERROR_HINTS):
             if tracker is None:
-                tracker = self.tracebacks[rank] = TracebackTracker()
+                tracker = self.error_trackers[rank] = ErrorTracker()
             text = data.decode(errors="replace")
             tracker.feed(text)
         stack = self.stacks.get(rank)
@@ -383,8 +474,8 @@ class NodeLogReader:
     def _plain_run(self, rank: int, run: bytes) -> bool:
         if self._carry is not None or rank in self.pending:
             return False
-        tracker, stack = self.tracebacks.get(rank), self.stacks.get(rank)
-        if tracker is not None and tracker.in_traceback or stack is not None and stack.capturing is not None:
+        tracker, stack = self.error_trackers.get(rank), self.stacks.get(rank)
+        if tracker is not None and tracker.expecting or stack is not None and stack.capturing is not None:
             return False
         return not _needs_a_closer_look(run)
 
@@ -463,7 +554,7 @@ class NodeLogReader:
         return {r: t.last for r, t in self.stacks.items() if t.last}
 
     def errors(self) -> dict[int, dict]:
-        return {r: t.error for r, t in self.tracebacks.items() if t.error}
+        return {r: t.error for r, t in self.error_trackers.items() if t.error}
 
     def agent_error(self) -> dict | None:
         return self.agent.error

@@ -37,7 +37,7 @@ from . import atomicfile, blame, logs
 from .errors import LabError
 from .outcome import NodeOutcome, RunState
 from .plan import TORCHRUN_LOGS_SUBDIR, LaunchPlan
-from .spec import LabSpec, dump, from_dict
+from .spec import LabSpec, dump, from_dict, out_refusal
 
 __all__ = ["RunDir", "NodeOutcome", "StorageError"]
 OPEN_RANK_LOGS = 256             # rank logs kept open at once while splitting
@@ -186,8 +186,7 @@ class RunDir:
         """A new run folder; a folder that cannot hold a run is a refusal (FolderRefused)."""
         path = folder_path(plan.run_id, out, root)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise FolderRefused(f"run folder '{path}' exists and is not empty; "
-                                "choose another --out")
+            raise FolderRefused(f"run folder '{path}' {out_refusal(path)}; choose another --out")
         where = _existing(path)
         try:
             free, read_only = _free_bytes(where)
@@ -572,7 +571,7 @@ class LogSplit:
     def __init__(self, run: RunDir, indices: list[int]):
         self.run, self.indices = run, indices
         self.open_logs: dict[int, Any] = {}
-        self.found = blame.Findings()
+        self.found = blame.Findings(nproc_per_node=run.meta.get("nproc_per_node"))
         # Local direct-mode nodes: the guard wrote each rank's log itself as the output
         # came (and its own lines apart), so those are only read for results and errors,
         # not split out of the node log again: a GB-sized log costs about one read.

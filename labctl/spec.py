@@ -54,17 +54,53 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MIN_PIDS, MAX_PIDS = 64, 4194304    # resources.pids: a torchrun node needs dozens; Linux pid_max
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Docker's reference grammar (distribution/reference): [domain/]path[:tag][@digest]; the
+# first part is a domain only with a '.', a port, or as localhost (else it is path, lower case)
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?:(?:{_HOST_LABEL}(?:\.{_HOST_LABEL})+(?::[0-9]+)?|{_HOST_LABEL}:[0-9]+|localhost"
+    r"|\[[0-9A-Fa-f:.]+\](?::[0-9]+)?)/)?"
+    rf"{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?")
 # Kubernetes name syntax (apimachinery's validation): object names, label keys and values.
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-# Names the launch plan owns; a user overriding them would break the contract.
-RESERVED_ENV = frozenset({
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-    "MASTER_ADDR", "MASTER_PORT", "LAB_NAME", "LAB_RUN_ID", "LAB_DIST_BACKEND",
-    "LAB_NODES", "LAB_NPROC_PER_NODE", "LAB_LAUNCHER", "LAB_WORLD_SIZE", "LAB_INIT_METHOD",
-    "REPLICA_ID", "REPLICA_NUM", "REPLICA_STORE_ADDR", "REPLICA_STORE_PORT",
-    "LAB_PG_TIMEOUT",
-})
+# Names the launch plan sets itself (labctl/plan.py), each with what to use instead: an
+# `env:` entry of the same name would silently override labctl's own setting (or be
+# overwritten per worker), so it is refused with this hint. Allowed on purpose: the debug
+# variables (TORCH_DISTRIBUTED_DEBUG, TORCH_CPP_LOG_LEVEL, NCCL_DEBUG: `debug: true` sets
+# them and env: wins), GLOO_SOCKET_IFNAME (the network is the user's to choose on
+# container backends; locally labctl's `lo` is what works) and PYTHONUNBUFFERED (any
+# value keeps output unbuffered).
+_LAUNCHER_SETS_IT = "the launcher sets it for each worker (torchrun, or labctl in direct mode)"
+_WORLD = "use nodes and nproc_per_node (--nodes, --nproc-per-node) instead"
+_REPLICAS = "use replicas (--replicas) instead"
+RESERVED_ENV: Mapping[str, str] = {
+    "RANK": _LAUNCHER_SETS_IT, "LOCAL_RANK": _LAUNCHER_SETS_IT, "GROUP_RANK": _LAUNCHER_SETS_IT,
+    "NODE_RANK": "labctl sets it for each node",
+    "LOCAL_WORLD_SIZE": "use nproc_per_node (--nproc-per-node) instead",
+    "WORLD_SIZE": _WORLD, "LAB_WORLD_SIZE": _WORLD,
+    "MASTER_ADDR": "the backend sets it to node 0's address",
+    "MASTER_PORT": "use rdzv_port (--rdzv-port) instead",
+    "LAB_NAME": "use name (--name) instead",
+    "LAB_RUN_ID": "labctl names each run (labctl render --run-id chooses one)",
+    "LAB_DIST_BACKEND": "use dist_backend (--dist-backend) instead",
+    "LAB_NODES": "use nodes (--nodes) instead",
+    "LAB_NPROC_PER_NODE": "use nproc_per_node (--nproc-per-node) instead",
+    "LAB_LAUNCHER": "use launcher (--launcher) instead",
+    "LAB_INIT_METHOD": "use init_method (--init-method) instead",
+    "LAB_PG_TIMEOUT": "use pg_timeout (--pg-timeout) instead",
+    "LAB_TRACE": "use trace (--trace / --no-trace) instead",
+    "LAB_FAULT_CLOCK": "use fault_clock (--fault-clock) instead",
+    "LAB_SHARED_DIR": "use shared_volume instead (container backends; locally it is the run folder's shared/)",
+    "REPLICA_ID": _REPLICAS, "REPLICA_NUM": _REPLICAS,
+    "REPLICA_STORE_ADDR": _REPLICAS, "REPLICA_STORE_PORT": _REPLICAS,
+    "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "it is labctl's rank prefix, which its log split reads",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "elastic labs (max_restarts, min_nodes) set it "
+                                          "(docs/failures.md, Elastic restarts)",
+}
 
 
 class SpecError(ValueError):
@@ -216,6 +252,9 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
         if key not in params:
             raise bad(where, key, f"one of {name}'s options: {', '.join(params)}" if params
                       else f"no options ({name} takes none)")
+        if not _json_plain(value):     # they travel as JSON (--options): b'..' or a date would not
+            raise bad(f"{where}.{key}", value, "text, numbers, booleans, null, and lists or "
+                      "mappings of them")
         default = params[key]
         if isinstance(default, bool):
             ok = isinstance(value, bool)
@@ -389,6 +428,10 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     if unknown:
         raise SpecError(f"{source}: unknown field {_short(unknown[0])}; "
                         f"known fields: {', '.join(sorted(_FIELDS))}")
+    nul = _nul_in(data, "")
+    if nul:
+        raise SpecError(f"{source}: {nul[0]}: a NUL character (\\0) cannot be passed to a process "
+                        f"or a file name; given {_short(nul[1])}")
     kw: dict[str, Any] = {}
 
     name = data.get("name", LabSpec.name)
@@ -411,6 +454,9 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     for key in ("timeout", "join_timeout"):
         if key in data:
             kw[key] = _seconds(data[key], key, bad)
+    if "join_timeout" in kw and not kw["join_timeout"].is_integer():   # torchrun: join_timeout=<int>
+        raise bad("join_timeout", data["join_timeout"], "whole seconds (torchrun's rendezvous takes "
+                  "an integer; example: join_timeout: 120)")
     if data.get("pg_timeout") is not None:
         kw["pg_timeout"] = _seconds(data["pg_timeout"], "pg_timeout", bad)
     if "debug" in data and data["debug"] is not None:
@@ -444,6 +490,9 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             if not isinstance(data[key], str) or not data[key].strip() or len(data[key]) > MAX_PATH:
                 raise bad(key, data[key], f"a non-empty string of at most {MAX_PATH} characters")
             kw[key] = data[key]
+    if "image" in kw and not _IMAGE_REFERENCE.fullmatch(kw["image"]):
+        raise bad("image", kw["image"], "an image reference: [registry/]name[:tag][@digest], the name "
+                  "in lower case (example: image: registry.example.com/team/labctl-cpu:1.0)")
 
     if data.get("script") is not None:
         script = data["script"]
@@ -454,8 +503,12 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         args = data["script_args"]
         if isinstance(args, str) or not isinstance(args, (list, tuple)):
             raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
-        if len(args) > MAX_ARGS_BYTES or any(isinstance(a, (dict, list)) or a is None for a in args):
+        if len(args) > MAX_ARGS_BYTES:
             raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
+        for i, a in enumerate(args):
+            if not _plain_scalar(a):
+                raise bad(f"script_args[{i}]", a, "a string, number or boolean (example: "
+                          "[--epochs, '2'])")
         kw["script_args"] = tuple(_env_str(a) for a in args)
         _bound_bytes("script_args", kw["script_args"], MAX_ARG_BYTES, MAX_ARGS_BYTES,
                      "script argument", bad)
@@ -476,10 +529,10 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             if not isinstance(k, str) or not _ENV_NAME.match(k):
                 raise bad("env", k, "environment variable names like NCCL_DEBUG")
             if k in RESERVED_ENV:
-                raise bad("env", k, "a variable the launch plan does not set itself "
-                          f"(reserved: {', '.join(sorted(RESERVED_ENV))})")
-            if isinstance(v, (dict, list)) or v is None:
-                raise bad(f"env.{k}", v, "a string, number or boolean")
+                raise SpecError(f"{source}: env: {k} is one labctl sets itself; {RESERVED_ENV[k]}")
+            if not _plain_scalar(v):
+                raise bad(f"env.{k}", v, "a string, number or boolean (quote anything else: "
+                          f"{k}: '...')")
         kw["env"] = {k: _env_str(v) for k, v in env.items()}
         _bound_bytes("env", [f"{k}={v}" for k, v in kw["env"].items()], MAX_ENV_VALUE_BYTES,
                      MAX_ENV_BYTES, "variable (NAME=VALUE)", bad, names=list(kw["env"]))
@@ -499,12 +552,15 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             elif not _quantity_ok(v):
                 raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
                           "unit (examples: 2, 500m, 4Gi)")
+            elif k in _LEAST and _quantity(v) < _LEAST[k][0]:
+                raise bad(f"resources.{k}", v, _LEAST[k][1])
         kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
 
     if data.get("k8s") is not None:
         kw["k8s"] = data["k8s"]
 
     spec = LabSpec(**kw)
+    _rdzv_ports_fit(spec, bad)
     if data.get("faults"):
         spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
     if not spec.workloads and not spec.script:
@@ -518,6 +574,91 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             except ValueError as exc:
                 raise SpecError(f"{source}: {exc}") from None
     return spec
+
+
+def idle_settings(spec: LabSpec) -> list[str]:
+    """What this lab sets that cannot act where and how it runs, one line each: the CLI
+    says so (`note: ...`) instead of doing nothing. Notes, not refusals: one lab file
+    serves several backends and launchers (`--backend`, `--launcher` override it), and
+    a setting for another one is no mistake. What would fail at run time is refused
+    (`from_dict`, `check_files`)."""
+    notes = []
+    containers = spec.backend in ("compose", "k8s")
+    if spec.image is not None and not containers:
+        notes.append(f"image: the {spec.backend} backend starts no containers (image is for "
+                     "compose and k8s)")
+    if spec.resources != Resources() and not containers:
+        notes.append(f"resources: the {spec.backend} backend sets no limits (resources are for "
+                     "compose and k8s)")
+    elif spec.backend == "k8s" and spec.resources.pids != Resources.pids:
+        notes.append("resources.pids: a compose limit; on Kubernetes the kubelet sets it")
+    if spec.k8s and spec.backend != "k8s":
+        notes.append(f"k8s: read by the k8s backend only, not {spec.backend}")
+    if spec.workdir != LabSpec.workdir and spec.backend != "local":
+        notes.append(f"workdir: for local nodes only; on {spec.backend} a node runs in its "
+                     "image's working directory")
+    if spec.shared_volume is not None and spec.backend == "local":
+        notes.append("shared_volume: local nodes share the run folder's shared/ (LAB_SHARED_DIR) "
+                     "instead")
+    if spec.join_timeout != LabSpec.join_timeout and spec.launcher != "torchrun":
+        notes.append(f"join_timeout: the {spec.launcher} launcher has no rendezvous to wait for "
+                     "(it is torchrun's)")
+    if spec.last_call_timeout != LabSpec.last_call_timeout and spec.fewest_nodes == spec.nodes:
+        notes.append("last_call_timeout: only an elastic lab's rendezvous waits for late nodes "
+                     f"(min_nodes < nodes); this one needs all {spec.nodes}")
+    if spec.pg_timeout is not None and spec.pg_timeout >= spec.timeout:
+        notes.append(f"pg_timeout: the lab's deadline (timeout {spec.timeout:g} s) comes first, so a "
+                     f"hang never reaches torch's own timeout ({spec.pg_timeout:g} s); set it lower")
+    if spec.fault_clock != LabSpec.fault_clock and not spec.faults:
+        notes.append("fault_clock: this lab has no faults to time")
+    if spec.script_args and not spec.script:
+        notes.append(f"script_args: for a script only; this lab runs workloads "
+                     f"({', '.join(w.name for w in spec.workloads)})")
+    return notes
+
+
+def out_refusal(path: Path) -> str | None:
+    """Why `path` cannot become a new run folder, from what is there now (None: it can,
+    as far as the filesystem shows): the end of "run folder 'x' ...". Disk space and
+    permissions are the run folder's own checks when it is made (rundir.RunDir.create)."""
+    try:
+        if path.exists():
+            if not path.is_dir():
+                return "exists and is not a folder"
+            if any(path.iterdir()):
+                return "exists and is not empty"
+            return None
+        for parent in path.parents:
+            if parent.exists():
+                return None if parent.is_dir() else f"cannot be made: {parent} is not a folder"
+    except OSError as exc:
+        return f"cannot be looked at: {exc.strerror or exc}"
+    return None
+
+
+def check_files(spec: LabSpec, source: str = "lab spec", out: bool = True) -> None:
+    """What the lab names on this machine, checked before anything starts (validate, up,
+    render): the script is a readable file, and `out` (with `out`) can become a new run
+    folder. SpecError, one line, otherwise: a lab that cannot start is exit 2, before and
+    not after a run folder is made. Not in `from_dict`: a run folder's spec.yaml is read
+    back where the script need not be."""
+    if spec.script:
+        script = Path(spec.script)
+        where = f" (a path from the folder labctl runs in, {Path.cwd()})" if not script.is_absolute() else ""
+        try:
+            if not script.exists():
+                raise SpecError(f"{source}: script: no such file: {spec.script}{where}")
+            if not script.is_file():
+                raise SpecError(f"{source}: script: {spec.script} is not a file (example: "
+                                "script: train.py)")
+            with open(script, "rb"):
+                pass
+        except OSError as exc:
+            raise SpecError(f"{source}: script: cannot read {spec.script}: {exc.strerror or exc}") from None
+    if out and spec.out:
+        why = out_refusal(Path(spec.out))
+        if why:
+            raise SpecError(f"{source}: out: run folder '{spec.out}' {why}; choose another --out")
 
 
 def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
@@ -572,6 +713,20 @@ def _seconds(value: Any, key: str, bad) -> float:
     if not 0 < seconds <= MAX_SECONDS:         # also NaN and inf
         raise bad(key, value, expected)
     return seconds
+
+
+def _rdzv_ports_fit(spec: LabSpec, bad) -> None:
+    """rdzv_port and the ports counted up from it stay ports: tcp:// init listens on the
+    next one (plan.init_port), and local replicas take two each plus one for the replica
+    store (plan.ports_needed); `rdzv_port: 65535` with `init_method: tcp` would fail at start."""
+    if spec.rdzv_port is None:
+        return
+    many = spec.replicas > 1 and spec.backend == "local"
+    needed = 2 * spec.replicas + 1 if many else 2 if spec.init_method == "tcp" else 1
+    if spec.rdzv_port + needed - 1 > MAX_PORT:
+        why = (f"{spec.replicas} local replicas take {needed} ports from it" if many
+               else "init_method tcp listens on the port after it")
+        raise bad("rdzv_port", spec.rdzv_port, f"a port at most {MAX_PORT - needed + 1} ({why})")
 
 
 def _bound_size(kw: dict[str, Any], bad) -> None:
@@ -643,6 +798,20 @@ _SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
            "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
 
 
+# The least a container runtime accepts (Docker: "Range of CPUs is from 0.01", "Minimum
+# memory limit allowed is 6MB"); below them compose fails at start, so they are refused.
+_LEAST = {"cpu": (0.01, "at least 10m (0.01 CPU, the least a container may get; example: 500m)"),
+          "memory": (6 * 2 ** 20, "at least 6Mi, the least memory limit Docker allows (torch "
+                                  "itself needs hundreds of Mi; example: 2Gi)")}
+
+
+def _quantity(value: Any) -> float:
+    """A quantity `_quantity_ok` accepted, in its base unit (cores, bytes)."""
+    match = _QUANTITY.match(str(value))
+    unit = match.group(2) or ""
+    return float(str(value)[:len(str(value)) - len(unit)]) * _SUFFIX[unit]
+
+
 def _quantity_ok(value: Any) -> bool:
     """A quantity Kubernetes parses and compose turns into an int (bytes, cores) safely."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -653,6 +822,45 @@ def _quantity_ok(value: Any) -> bool:
         return False
     number = text[:len(text) - len(match.group(2) or "")]
     return float(number) * _SUFFIX[match.group(2) or ""] <= 2 ** 53
+
+
+def _json_plain(value: Any, depth: int = 0) -> bool:
+    """A value JSON writes as it is (a workload option travels as JSON)."""
+    if value is None or isinstance(value, (str, int, float)):
+        return True
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, (list, tuple)):
+        return all(_json_plain(v, depth + 1) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _json_plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _plain_scalar(value: Any) -> bool:
+    """Text, a number or a boolean: what an environment variable or an argument can say
+    as written. Not bytes (`!!binary` would become "b'hello'"), dates, null, lists, maps."""
+    return isinstance(value, (str, int, float))        # bool is an int
+
+
+def _nul_in(value: Any, where: str, depth: int = 0) -> tuple[str, Any] | None:
+    """The first string (key or value) holding a NUL character, and where: no process
+    argument, environment value or file name can hold one."""
+    if isinstance(value, str):
+        return (where, value) if "\0" in value else None
+    if depth > MAX_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            found = _nul_in(k, where, depth + 1) or _nul_in(v, f"{where}.{k}" if where else str(k), depth + 1)
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _nul_in(v, f"{where}[{i}]", depth + 1)
+            if found:
+                return found
+    return None
 
 
 def _env_str(value: Any) -> str:
@@ -746,9 +954,9 @@ workloads:               # run in this order inside one process group
 # script_args: [--epochs, "2"]
 # rdzv_port: 29500       # default: a free port locally, 29500 in containers
 timeout: 600             # seconds before the whole lab is stopped
-join_timeout: 120        # seconds the c10d rendezvous waits for every node
-# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout;
-                         # workers read it as LAB_PG_TIMEOUT); torch's default is 30 min (gloo)
+join_timeout: 120        # whole seconds the c10d rendezvous waits for every node (torchrun)
+# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout, a
+                         # script's too when it gives none; LAB_PG_TIMEOUT); torch's default: 30 min (gloo)
 # debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
 # trace: true            # every collective/p2p op of every rank into trace.json (docs/trace.md)
 # faults:                # docs/failures.md; T, D: seconds after every node started

@@ -3,10 +3,11 @@
 The lifecycle (deadline, Ctrl-C, ...) is tests/test_lifecycle_contract.py;
 killed controllers and hostile ranks are tests/test_local_hostile.py."""
 import json
+import re
 
 import pytest
 
-from labctl import lab, spec
+from labctl import lab, logs, spec
 from labctl.errors import LabError
 
 from conftest import assert_nothing_left
@@ -80,6 +81,85 @@ def test_a_failing_rank_fails_the_lab_names_it_and_leaves_nothing(tmp_path, writ
     assert "giving up" in (run.path / "ranks" / "rank-2.log").read_text()
     assert "args ['--lr', '0.1']" in (run.path / "ranks" / "rank-0.log").read_text()
     assert (run.path / "nodes" / "node-1.log").stat().st_size > 0
+    assert_nothing_left(run.meta["run_id"])
+
+
+LEAVE_BESIDE_A_FAILING_RANK = """
+import os, time, torch, torch.distributed as dist
+from pathlib import Path
+dist.init_process_group("gloo")
+rank, shared = dist.get_rank(), Path(os.environ["LAB_SHARED_DIR"])
+print("joined", flush=True)            # every rank's node log names it
+dist.all_reduce(torch.ones(4))
+if rank in (1, 3):                     # skip the next collective, exit 0
+    (shared / f"left-{rank}.tmp").write_text(str(os.getpid()))
+    os.replace(shared / f"left-{rank}.tmp", shared / f"left-{rank}")
+    os._exit(0)
+
+def gone(pid):                         # exited (a zombie until its parent reaps it) or reaped
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+for r in (1, 3):                       # the others enter it only once both have left
+    while not (shared / f"left-{r}").exists() or not gone(int((shared / f"left-{r}").read_text())):
+        time.sleep(0.05)
+dist.all_reduce(torch.ones(4))
+"""
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+def test_ranks_that_left_early_are_named_on_every_node_beside_failing_ranks(tmp_path, write_script, launcher):
+    """Ranks 1 and 3 skip a collective and exit 0; ranks 0 and 2, on the same nodes as
+    they (a node holds consecutive ranks), then fail with 'Connection closed by peer'.
+    Both leavers are named, each with its node (was, under torchrun: rank 0's symptom,
+    since no node had all its ranks exit 0)."""
+    run = run_lab(tmp_path, script=str(write_script(LEAVE_BESIDE_A_FAILING_RANK)), launcher=launcher,
+                  nodes=2, nproc_per_node=2, timeout=120)
+    first = run.meta["first_failure"]
+    assert run.meta["state"] == "failed" and first.get("left_early") is True, first
+    assert sorted(first["ranks"]) == [1, 3] and first["exit_code"] == 0, first
+    node = {r: next(i for i in (0, 1) if r in _ranks_of_node(run, i)) for r in (0, 1, 2, 3)}
+    assert node[0] == node[1] and node[2] == node[3] != node[1], "each leaver beside a failing rank"
+    assert dict(zip(first["ranks"], first["nodes"])) == {1: node[1], 3: node[3]}
+    assert first["symptom_rank"] in (0, 2) and logs.peer_gone(first["error"]["exception"]), first
+    # in the order they left where that is known (direct mode), else by rank
+    said = " and ".join(f"rank {r} on node {node[r]}" for r in first["ranks"]) + \
+        " exited 0 while the others were still in a collective (left the group early)"
+    assert launcher == "direct" or first["ranks"] == [1, 3]
+    assert run.meta["message"] == said
+    assert said in (run.path / "report.md").read_text()
+    assert {0, 2} <= set(run.meta["failed_ranks"]) and not {1, 3} & set(run.meta["failed_ranks"])
+    assert_nothing_left(run.meta["run_id"])
+
+
+def _ranks_of_node(run, index: int) -> set[int]:
+    """The ranks a node ran (every rank of the script prints a line)."""
+    return {int(r) for r in re.findall(r"^\[rank(\d+)\]:", run.node_log(index).read_text(), flags=re.M)}
+
+
+PG_TIMEOUT_SEEN = """
+import datetime, os, torch, torch.distributed as dist
+if os.environ["RANK"] == "0":        # its own timeout: kept, and labctl says so once
+    dist.init_process_group("gloo", None, datetime.timedelta(seconds=7))
+else:                                 # none: the lab's pg_timeout
+    dist.init_process_group(backend="gloo")
+print("pg timeout", dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout, flush=True)
+"""
+
+
+def test_pg_timeout_acts_on_a_script_that_does_not_read_it(tmp_path, write_script):
+    """`--pg-timeout` did nothing for a script that does not read LAB_PG_TIMEOUT: the
+    script wrapper gives init_process_group the lab's timeout when the script gives none."""
+    run = run_lab(tmp_path, script=str(write_script(PG_TIMEOUT_SEEN)), nodes=1, nproc_per_node=2,
+                  pg_timeout=4.5, timeout=120)
+    assert run.meta["state"] == "passed", run.meta
+    assert "pg timeout 0:00:04.500000" in run.rank_log(1).read_text()
+    rank0 = run.rank_log(0).read_text()
+    assert "pg timeout 0:00:07" in rank0
+    said = "labctl: pg_timeout 4.5 s is not applied: the script passes its own timeout (0:00:07) to init_process_group"
+    assert rank0.count(said) == 1 and said not in run.rank_log(1).read_text()
     assert_nothing_left(run.meta["run_id"])
 
 

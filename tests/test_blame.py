@@ -186,3 +186,158 @@ def test_a_raising_rank_is_named_from_its_error_file_in_a_real_torchrun_lab(tmp_
     assert copy.meta["first_failure"]["error"] == expected and copy.meta["first_failure"]["rank"] == 3
     assert_nothing_left(meta["run_id"])
 
+
+
+def _agent_failed(rank: int, code: int, signal: str = "") -> str:
+    """What a torchrun agent prints when a worker of its node failed: its own traceback
+    ending in ChildFailedError, then the failure summary."""
+    return ("Traceback (most recent call last):\n"
+            '  File "/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent\n'
+            "    raise ChildFailedError(\n"
+            + NODE0_SUMMARY.replace("rank      : 0 (local_rank: 0)", f"rank      : {rank} (local_rank: 0)")
+            .replace("exitcode  : 1 (pid: 100) ", f"exitcode  : {code} (pid: 100) {signal}"))
+
+
+def test_a_rank_s_failure_is_told_in_its_own_words_or_none_never_its_launcher_s(tmp_path):
+    """No error files (compose, Kubernetes): node 0's summary names its rank 0, whose
+    error only says the peer reset the connection; rank 1 on node 1 aborted in C++. The
+    first failure is rank 1 with gloo's line; once rank 1 printed nothing (an OOM kill),
+    it is rank 1 killed by SIGKILL, with no words: never the agent's ChildFailedError."""
+    from test_logs import ABORT, GLOO_MISMATCH
+
+    reset = ("[rank0]:Traceback (most recent call last):\n"
+             '[rank0]:  File "/tmp/s.py", line 4, in <module>\n'
+             "[rank0]:RuntimeError: [pair.cc:537] Read error [127.0.0.1]:1: Connection reset by peer\n")
+    run = _run(tmp_path, nproc=1)
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=3.0),
+                NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=3.4)]
+    run.write_node_log(0, reset + _agent_failed(0, 1))
+    aborted = "".join(f"[rank1]:{line}\n" for line in ABORT.splitlines())
+    run.write_node_log(1, aborted + _agent_failed(1, -6, "(SIGABRT)"))
+    run.finalize(outcomes, RunState.FAILED)
+    first = run.meta["first_failure"]
+    assert first == {"rank": 1, "node": 1, "exit_code": -6, "error": {"exception": GLOO_MISMATCH},
+                     "signal": "SIGABRT"}
+    assert run.meta["message"] == f"rank 1 on node 1 was killed by SIGABRT: {GLOO_MISMATCH}"
+    run.write_node_log(1, _agent_failed(1, -9, "(SIGKILL)"))
+    run.finalize(outcomes, RunState.FAILED)
+    assert run.meta["first_failure"] == {"rank": 1, "node": 1, "exit_code": -9, "signal": "SIGKILL"}
+    assert run.meta["message"] == "rank 1 on node 1 was killed by SIGKILL"
+    # a node that failed with no rank to blame (its rendezvous): the agent's own error
+    run.write_node_log(0, "Traceback (most recent call last):\n"
+                          '  File "/venv/torch/distributed/elastic/rendezvous/api.py", line 9, in join\n'
+                          "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out\n")
+    run.write_node_log(1, "")
+    run.finalize(outcomes, RunState.FAILED)
+    assert run.meta["message"].startswith("the launcher on node 0 exited with code 1: "
+                                          "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError")
+
+
+def test_ranks_that_exited_0_are_read_from_what_torchrun_s_summaries_leave_out():
+    """Under torchrun no line says a worker exited 0; each agent's summary lists every
+    worker of its node that did not (the failed one, those it then stopped). With
+    nproc_per_node known, the ones left out had exited 0: early leavers, on every node."""
+    from labctl.logs import torchrun_failed_workers
+
+    closed = {"exception": CLOSED}
+    found = Findings(node_ranks={0: [0, 1], 1: [2, 3]}, exit_codes={0: 1, 2: 1}, errors={0: closed, 2: closed},
+                     root_causes={0: 0, 1: 2}, nproc_per_node=2, world=4,
+                     summaries={0: torchrun_failed_workers(_agent_failed(0, 1)),
+                                1: torchrun_failed_workers(_agent_failed(2, 1))})
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=2.0),
+                NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=2.1)]
+    first = first_failure(outcomes, found)
+    assert (first.left_early, first.ranks, first.nodes, first.symptom_rank) == (True, [1, 3], [0, 1], 0)
+    assert first.describe() == ("rank 1 on node 0 and rank 3 on node 1 exited 0 while the others were "
+                                "still in a collective (left the group early)")
+    # rank 3 stopped by its agent (-15) did not leave: only rank 1
+    found.summaries[1] = torchrun_failed_workers(_agent_failed(2, 1) + _agent_failed(3, -15).replace(
+        "(local_rank: 0)", "(local_rank: 1)"))
+    first = first_failure(outcomes, found)
+    assert (first.rank, first.node, first.ranks, first.nodes) == (1, 0, None, None)
+    assert first.to_dict()["left_early"] is True
+    # without nproc_per_node (a folder of an older labctl) nothing can be said
+    found.nproc_per_node = None
+    assert not first_failure(outcomes, found).left_early
+
+
+SHAPE_MISMATCH = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+# rank 0 sends 1000 floats where rank 1 expects 10: gloo's own thread throws, the rank aborts
+dist.all_reduce(torch.ones(1000 if dist.get_rank() == 0 else 10))
+dist.barrier()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+def test_a_rank_that_aborts_in_cpp_is_named_in_its_own_words(tmp_path, write_script, launcher):
+    """A shape mismatch (no --debug): gloo tells rank 1 'Received data size doesn't match
+    expected size' from a C++ thread and the rank dies by SIGABRT, with no Python
+    exception and no error file; rank 0 only sees the connection reset. The headline
+    (status.json, the last line, report.md) names rank 1, SIGABRT and gloo's own line,
+    never torchrun's ChildFailedError or a launcher frame (was: 'killed by SIGABRT:
+    ...ChildFailedError: at .../launcher/api.py:383')."""
+    from conftest import labctl
+
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(write_script(SHAPE_MISMATCH)), "--nodes", "1",
+                  "--nproc-per-node", "2", "--launcher", launcher, "--out", str(out),
+                  "--timeout", "120", timeout=300)
+    assert done.returncode == 1, done.stderr
+    status = json.loads((out / "status.json").read_text())
+    first = status["first_failure"]
+    gloo_said = "Received data size doesn't match expected size"
+    assert (first["rank"], first["node"], first["exit_code"], first["signal"]) == (1, 0, -6, "SIGABRT"), first
+    assert first["error"]["exception"].startswith("gloo::EnforceNotMet: [enforce fail at ")
+    assert gloo_said in first["error"]["exception"] and "file" not in first["error"]
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"error: lab failed: rank 1 on node 0 was killed by SIGABRT: gloo::EnforceNotMet:"), last
+    headline = (out / "report.md").read_text().split("**First failure: ", 1)[1].split("**", 1)[0]
+    assert gloo_said in headline and gloo_said in status["message"]
+    for text in (last, headline, status["message"]):
+        assert "ChildFailedError" not in text and "launcher" not in text and "torchrun" not in text
+    assert status["rank_errors"]["1"] == first["error"], "the failed processes list says it too"
+    assert gloo_said in (out / "ranks" / "rank-1.log").read_text()
+    assert_nothing_left(status["run_id"])
+
+
+def test_a_kill_fault_keeps_what_the_peers_saw_when_the_killed_rank_is_named_first():
+    """The killed rank itself is the first failure (it died by a signal its launcher did
+    not send, no error file): the fault is the cause and the peers' word comes from their
+    own errors (was: no peer_error at all whenever error files named the killed rank)."""
+    from labctl.blame import fault_cause
+
+    reset = {"exception": "RuntimeError: Read error [127.0.0.1]:1: Connection reset by peer"}
+    found = Findings(node_ranks={0: [0], 1: [1]}, exit_codes={0: 1, 1: -9}, errors={0: reset},
+                     root_causes={0: 0, 1: 1})
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=12.0),
+                NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=11.5)]
+    first = first_failure(outcomes, found)
+    assert (first.rank, first.signal, first.error) == (1, "SIGKILL", None), "the culprit behind the reset"
+    fired = [{"fault": "kill-rank:1@2", "kind": "kill-rank", "target": 1, "phase": "begin", "ok": True,
+              "lab_s": 11.1, "took_s": 0.01, "did": "SIGKILL"}]
+    cause = fault_cause(first, outcomes, found, fired).to_dict()
+    assert (cause["fault"], cause["rank"], cause["peer_rank"], cause["peer_error"]) == ("kill-rank:1@2", 1, 0, reset)
+    # a whole node killed: none of its ranks is a peer
+    fired = [{**fired[0], "fault": "kill-node:1@2", "kind": "kill-node"}]
+    found.errors[1] = {"exception": "RuntimeError: half a line before the kill"}
+    cause = fault_cause(first, outcomes, found, fired).to_dict()
+    assert (cause["node"], cause["peer_rank"], cause["peer_error"]) == (1, 0, reset)
+
+
+def test_a_rank_stopped_after_the_symptom_is_not_its_cause():
+    """Direct mode times every exit: rank 2 saw its peer hang up and exited first; rank 0
+    was killed later, when labctl stopped its node (SIGKILL after the grace). Rank 0 is
+    no cause; a rank that aborted before the symptom is."""
+    reset = {"exception": "RuntimeError: Connection reset by peer"}
+    found = Findings(node_ranks={0: [0, 1], 1: [2, 3]}, exit_codes={2: 1, 0: -9},
+                     errors={2: reset}, exit_times={2: (100.0, 1), 0: (105.0, 0), 1: (105.1, 0), 3: (99.0, 1)})
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.STOPPED, exited_s=9.0),
+                NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=4.0)]
+    first = first_failure(outcomes, found)
+    assert first.left_early and first.rank == 3, "rank 3 exited 0 before rank 2's error"
+    found.exit_codes[3] = -6                 # rank 3 aborted (SIGABRT) before the symptom instead
+    first = first_failure(outcomes, found)
+    assert (first.rank, first.signal, first.left_early) == (3, "SIGABRT", False)

@@ -287,3 +287,85 @@ def test_a_lab_error_is_a_click_exception_with_its_exit_code(tmp_path):
     (tmp_path / "taken" / "x").write_text("mine")
     line = one_line_error(labctl("up", "-q", "--out", "taken", cwd=tmp_path), 2)
     assert "exists and is not empty" in line and (tmp_path / "taken" / "x").read_text() == "mine"
+
+
+# ---- issue 28: refused at validate time, said when it cannot act, a closed pipe -------
+_RUN_TIME_FAILURES = [
+    # (lab file or None, flags, what the one line says)
+    (None, ["--join-timeout", "0.5"], "join_timeout: expected whole seconds"),
+    (None, ["--script", "missing.py"], "script: no such file: missing.py"),
+    (None, ["--script", "train.py", "--env", "LAB_TRACE=0", "--trace"],
+     "env: LAB_TRACE is one labctl sets itself; use trace (--trace / --no-trace) instead"),
+    (None, ["--env", "LAB_PG_TIMEOUT=5"], "use pg_timeout (--pg-timeout) instead"),
+    ("env: {A: !!binary aGVsbG8=}\n", [], "env.A: expected a string, number or boolean"),
+    ('env: {A: "x\\0y"}\n', [], "env.A: a NUL character"),
+    (None, ["--out", "/dev/null"], "out: run folder '/dev/null' exists and is not a folder"),
+    (None, ["--out", "train.py/run"], "cannot be made: train.py is not a folder"),
+    (None, ["--rdzv-port", "65535", "--init-method", "tcp"], "rdzv_port: expected a port at most 65534"),
+]
+
+
+@pytest.mark.parametrize("content, args, words", _RUN_TIME_FAILURES)
+@pytest.mark.parametrize("command", ["validate", "up"])
+def test_what_would_fail_at_run_time_is_refused_before_it_starts(tmp_path, content, args, words, command):
+    """Each was accepted, then failed at run time (or did not do what it said): `validate`
+    said ok, `up` started the lab and exited 1 (or passed with --trace off)."""
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    if content is not None:
+        (tmp_path / "lab.yaml").write_text(content)
+        args = ["-f", "lab.yaml", *args]
+    line = one_line_error(labctl(command, *args, cwd=tmp_path, timeout=120), 2)
+    assert words in line, line
+    assert not (tmp_path / "runs").exists(), "nothing may start"
+
+
+def test_settings_that_cannot_act_say_so_and_the_lab_goes_on(tmp_path):
+    done = labctl("validate", "--image", "mine:1", "--launcher", "direct", "--join-timeout", "30",
+                  "--fault-clock", "join", "--", "--epochs", "2", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("ok: lab 'lab'"), done.stderr
+    assert done.stderr.splitlines() == [
+        "note: image: the local backend starts no containers (image is for compose and k8s)",
+        "note: join_timeout: the direct launcher has no rendezvous to wait for (it is torchrun's)",
+        "note: fault_clock: this lab has no faults to time",
+        "note: script_args: for a script only; this lab runs workloads (env, p2p, collectives, ddp)"]
+    quiet = labctl("validate", "--backend", "compose", "--image", "mine:1", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "", "where a setting acts, nothing is said"
+    rendered = labctl("render", "plan", "--image", "mine:1", cwd=tmp_path)
+    assert rendered.returncode == 0 and rendered.stderr.startswith("note: image:")
+
+
+def _reader_goes_away(*args: str) -> "subprocess.CompletedProcess":
+    """`labctl ARGS | head -1`: the reader takes one line and closes the pipe."""
+    import subprocess
+
+    from conftest import LABCTL, REPO
+
+    proc = subprocess.Popen([*LABCTL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    return subprocess.CompletedProcess(args, proc.returncode, first, err)
+
+
+def test_a_reader_that_goes_away_ends_labctl_quietly(tmp_path):
+    """`labctl logs RUN | head` printed 'error: Broken pipe' (exit 1). Now: nothing on
+    stderr, and the status of a SIGPIPE death (141) when a write failed, as cat."""
+    from labctl.outcome import NodeOutcome
+    from labctl.plan import local_placement, plan
+    from labctl.rundir import RunDir
+    from labctl.spec import from_dict
+
+    lab = from_dict({"nodes": 2, "nproc_per_node": 1, "workloads": ["env"]})
+    run = RunDir.create(plan(lab, local_placement(lab, 29500), "lab-pipe"), out=tmp_path / "run")
+    for node in (0, 1):                       # 2 x 8 MiB: far more than a pipe holds
+        run.write_node_log(node, "".join(f"[rank{node}]:line {i} {'x' * 90}\n" for i in range(80_000)))
+    run.finalize([NodeOutcome(0, "lab-0", 0, "succeeded"), NodeOutcome(1, "lab-1", 0, "succeeded")], "failed")
+    for args in (["logs", str(run.path)], ["logs", str(run.path), "--node", "1"],
+                 ["logs", str(run.path), "--rank", "0"], ["render", "k8s", "--nodes", "600"]):
+        done = _reader_goes_away(*args)
+        assert done.stdout, args
+        assert done.stderr in ("",) or done.stderr.startswith("run id "), (args, done.stderr)
+        assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr
+        assert done.returncode in (0, 141), (args, done.returncode)
+    assert _reader_goes_away("logs", str(run.path)).returncode == 141, "a write failed: as cat"

@@ -63,8 +63,61 @@ Root Cause (first observed failure):
 
 def test_torchrun_failure_summary():
     assert logs.torchrun_failures(TORCHRUN_SUMMARY) == {3: -15, 2: 3}
+    assert logs.torchrun_failed_workers(TORCHRUN_SUMMARY) == [(3, 1, -15), (2, 0, 3)]
     assert logs.torchrun_root_cause(TORCHRUN_SUMMARY) == 2
     assert logs.torchrun_root_cause("all good\n") is None
+
+
+ABORT = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+         "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
+         "op.preamble.length <= op.nbytes. 1000 vs 12. Received data size doesn't match expected size. "
+         "Is there a distributed collective mismatch in your code?\n")
+GLOO_MISMATCH = ("gloo::EnforceNotMet: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
+                 "tcp/pair.cc:456] op.preamble.length <= op.nbytes. 1000 vs 12. Received data size doesn't "
+                 "match expected size. Is there a distributed collective mismatch in your code?")
+
+
+def _tracked(text: str) -> dict | None:
+    tracker = logs.ErrorTracker()
+    for line in text.splitlines():
+        tracker.feed(line)
+    return tracker.error
+
+
+def test_a_native_abort_is_a_rank_s_error_in_its_own_words():
+    """gloo throws from its own thread: no Python exception, only what libstdc++'s
+    terminate handler prints; the type and the what() line make the error."""
+    assert _tracked(ABORT) == {"exception": GLOO_MISMATCH}
+    # faulthandler's word on the same abort (PYTHONFAULTHANDLER) says less: kept out
+    assert _tracked(ABORT + "Fatal Python error: Aborted\n\nThread 0x7f (most recent call first):\n") \
+        == {"exception": GLOO_MISMATCH}
+    assert _tracked("Fatal Python error: Segmentation fault\n") == {"exception": "Fatal Python error: Segmentation fault"}
+    assert _tracked("terminate called without an active exception\n") == {
+        "exception": "terminate called without an active exception"}
+    # the what() line cut off: the type at least
+    assert _tracked(ABORT.splitlines()[0]) == {"exception": ABORT.splitlines()[0]}
+    # whichever came last: a traceback after an abort line, an abort after a traceback
+    traceback = 'Traceback (most recent call last):\n  File "/t.py", line 4, in <module>\nValueError: boom\n'
+    assert _tracked(ABORT + traceback) == {"exception": "ValueError: boom", "file": "/t.py", "line": 4,
+                                           "function": "<module>"}
+    assert _tracked(traceback + ABORT) == {"exception": GLOO_MISMATCH}
+    # a what() that follows no terminate line is nobody's error
+    assert _tracked("  what():  nothing\n") is None
+
+
+@pytest.mark.parametrize("how", ["per line", "bytes", "stream"])
+def test_a_native_abort_in_a_run_of_plain_lines_is_found(how, tmp_path, monkeypatch):
+    """The fast skip must not skip it: a chunk of rank 1's plain lines holding the abort."""
+    plain = b"".join(b"[rank1]:step %d\n" % i for i in range(2000))
+    abort = b"".join(b"[rank1]:" + line.encode() + b"\n" for line in ABORT.splitlines())
+    (ranks, _), found, _ = _split(tmp_path, plain + abort + plain, how, monkeypatch)
+    assert found.errors == {1: {"exception": GLOO_MISMATCH}}
+    assert ranks["rank-1.log"] == (plain + abort + plain).replace(b"[rank1]:", b"")
+
+
+def test_torchrun_s_wrapper_is_no_rank_s_error():
+    assert logs.launcher_wrapper("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:")
+    assert not logs.launcher_wrapper("RuntimeError: ChildFailedError in a message")
 
 
 def _mixed_log(seed: int) -> bytes:
@@ -106,6 +159,9 @@ def _mixed_log(seed: int) -> bytes:
             bad = [f"[rank{rank}]:caf".encode() + b"\xe9" + f" {i}\n".encode() for i in range(rnd.randrange(1, 10))]
             pieces += [*bad, f'[rank{rank}]:{logs.RESULT_MARKER}{{"workload": "w", "name": "caf'.encode()
                        + b"\xe9" + b'", "ok": false}\n', *bad]
+        elif kind < 0.97:                            # a C++ abort: no traceback, its own lines
+            pieces += [f"[rank{rank}]:terminate called after throwing an instance of 'gloo::EnforceNotMet'\n",
+                       f"[rank{rank}]:  what():  [enforce fail at pair.cc:456] {rnd.random()} vs 12.\n"]
         else:
             pieces.append(f"[rank{rank}]:" + "é" * rnd.randrange(1, 50) + "\n")
     return b"".join(piece if isinstance(piece, bytes) else piece.encode() for piece in pieces)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -131,12 +132,32 @@ print("ok")
 """
 
 
+@pytest.fixture
+def workloads_anyone_can_import():
+    """A copy of the workloads package in a folder every user may read: the checkout
+    may sit under a 0700 folder (a home directory), where user nobody cannot import
+    it, and pytest's own tmp_path is under a 0700 folder too."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="labctl-test-"))
+    try:
+        shutil.copytree(REPO / "workloads", folder / "workloads",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
                     reason="needs root and setpriv to scan as a user who may not read root's processes")
-def test_processes_of_another_user_are_read_as_far_as_allowed():
+def test_processes_of_another_user_are_read_as_far_as_allowed(workloads_anyone_can_import):
     """As user nobody, root's environments raise PermissionError: read as empty, and the
-    scans over them go on. The system Python: the test venv may not be nobody's to run."""
+    scans over them go on. The system Python: the test venv may not be nobody's to run;
+    the workloads package from a copy user nobody can read (the checkout may be private)."""
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                            "/usr/bin/python3", "-c", NOT_OURS], cwd="/", capture_output=True,
-                          text=True, timeout=60, env={"PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]})
+                          text=True, timeout=60, env={"PYTHONPATH": str(workloads_anyone_can_import),
+                                                      "PATH": os.environ["PATH"]})
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr

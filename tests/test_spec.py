@@ -71,7 +71,7 @@ def test_known_workloads_found_without_importing_torch():
     ({"launcher": "mpirun"}, "launcher", "torchrun, direct"),
     ({"timeout": -1}, "timeout", "seconds > 0"),
     ({"timeout": "soon"}, "timeout", "seconds > 0"),
-    ({"env": {"RANK": "3"}}, "env", "reserved"),
+    ({"env": {"RANK": "3"}}, "env", "one labctl sets itself"),
     ({"env": {"1BAD": "x"}}, "env", "variable names"),
     ({"env": ["A=1"]}, "env", "mapping"),
     ({"resources": {"cpu": "lots"}}, "resources.cpu", "quantity"),
@@ -254,8 +254,6 @@ def test_the_starters_commented_k8s_section_is_valid_and_shows_every_setting(tmp
     ({"shared_volume": {"claim": "x", "size": "1Gi"}}, "shared_volume", "claim"),
     ({"shared_volume": {"claim": "Bad_Name"}}, "shared_volume.claim", "PersistentVolumeClaim"),
     ({"backend": "k8s", "init_method": "file"}, "shared_volume", "ReadWriteMany"),
-    ({"env": {"REPLICA_ID": "1"}}, "env", "reserved"),
-    ({"env": {"LAB_INIT_METHOD": "env://"}}, "env", "reserved"),
 ])
 def test_new_fields_fail_with_one_line(data, field, hint):
     with pytest.raises(SpecError) as err:
@@ -415,3 +413,145 @@ def test_the_spec_imports_nothing_from_the_backends():
     raw = spec.from_dict({"k8s": {"queue": "team-a", "labels": {"n": 42}}})
     assert raw.k8s == {"queue": "team-a", "labels": {"n": 42}}, "kept as given by the spec"
     assert backends.from_dict(raw.to_dict()).k8s == {"queue": "team-a", "labels": {"n": "42"}}
+
+
+# ---- issue 28: refused when it would fail at run time; said when it cannot act -------
+@pytest.mark.parametrize("data, words", [
+    # torchrun's --rdzv-conf join_timeout is an int: 0.5 became 0 and torchrun refused it
+    ({"join_timeout": 0.5}, ["join_timeout: expected whole seconds", "given 0.5"]),
+    ({"join_timeout": "90.5"}, ["join_timeout: expected whole seconds"]),
+    # env values as written: bytes became "b'hello'", a date its repr, null or a list nothing
+    ({"env": {"A": b"hello"}}, ["env.A: expected a string, number or boolean", "b'hello'"]),
+    ({"env": {"A": __import__("datetime").date(2024, 1, 2)}}, ["env.A:", "datetime.date"]),
+    ({"env": {"A": None}}, ["env.A:", "None"]),
+    ({"env": {"A": [1]}}, ["env.A:", "[1]"]),
+    ({"script": "t.py", "script_args": ["--x", b"1"]}, ["script_args[1]: expected a string, number"]),
+    ({"workloads": [{"ddp": {"lr": b"1"}}]}, ["workloads.ddp.options.lr: expected text, numbers"]),
+    # a NUL cannot reach a process or a file name (was: a traceback, or a node failing at exec)
+    ({"env": {"A": "x\0y"}}, ["env.A: a NUL character"]),
+    ({"out": "runs/x\0"}, ["out: a NUL character"]),
+    ({"script": "t.py", "script_args": ["a\0"]}, ["script_args[0]: a NUL character"]),
+    # tcp:// init listens on the port after rdzv_port; local replicas count up from it
+    ({"rdzv_port": 65535, "init_method": "tcp"}, ["rdzv_port: expected a port at most 65534", "tcp"]),
+    ({"rdzv_port": 65530, "replicas": 3}, ["rdzv_port: expected a port at most 65529", "7 ports"]),
+    # what a container runtime or registry refuses at start
+    ({"image": "my image"}, ["image: expected an image reference", "'my image'"]),
+    ({"image": "Labctl-cpu:latest"}, ["image: expected an image reference"]),
+    ({"image": "ghcr.io/Team/x:1"}, ["image: expected an image reference"]),
+    ({"image": "x:"}, ["image: expected an image reference"]),
+    ({"resources": {"cpu": "1m"}}, ["resources.cpu: expected at least 10m"]),
+    ({"resources": {"cpu": 0}}, ["resources.cpu: expected at least 10m"]),
+    ({"resources": {"memory": "1Ki"}}, ["resources.memory: expected at least 6Mi"]),
+])
+def test_what_would_fail_at_run_time_is_refused_with_one_line(data, words):
+    with pytest.raises(SpecError) as err:
+        backends.from_dict(data, source="lab.yaml")
+    message = str(err.value)
+    assert message.startswith("lab.yaml: ") and "\n" not in message
+    assert all(w in message for w in words), message
+
+
+def test_what_still_validates_next_to_those_refusals():
+    assert backends.from_dict({"join_timeout": 90.0}).join_timeout == 90
+    assert dict(backends.from_dict({"env": {"A": 1, "B": True, "C": 0.5, "D": "x"}}).env) == \
+        {"A": "1", "B": "1", "C": "0.5", "D": "x"}
+    assert backends.from_dict({"rdzv_port": 65534, "init_method": "tcp"}).rdzv_port == 65534
+    # containers: every replica's node 0 is its own host, all on the same port
+    assert backends.from_dict({"rdzv_port": 65535, "replicas": 3, "backend": "compose"}).replicas == 3
+    assert backends.from_dict({"workloads": [{"bench": {"ops": ["all_reduce"]}}]}).workloads
+    for image in ("labctl-cpu:latest", "registry.example.com:5000/team/labctl-cuda:1.0-rc1",
+                  "nvcr.io/nvidia/pytorch:24.01-py3", "localhost/lab@sha256:" + "0" * 64):
+        assert backends.from_dict({"image": image}).image == image
+    assert backends.from_dict({"resources": {"cpu": "10m", "memory": "6Mi"}}).resources.cpu == "10m"
+
+
+@pytest.mark.parametrize("name, use", [
+    ("LAB_TRACE", "use trace (--trace / --no-trace) instead"),
+    ("LAB_PG_TIMEOUT", "use pg_timeout (--pg-timeout) instead"),
+    ("LAB_FAULT_CLOCK", "use fault_clock (--fault-clock) instead"),
+    ("MASTER_PORT", "use rdzv_port (--rdzv-port) instead"),
+    ("WORLD_SIZE", "use nodes and nproc_per_node (--nodes, --nproc-per-node) instead"),
+    ("RANK", "the launcher sets it for each worker (torchrun, or labctl in direct mode)"),
+    ("LAB_SHARED_DIR", "use shared_volume instead (container backends; locally it is the run "
+                       "folder's shared/)"),
+    ("REPLICA_ID", "use replicas (--replicas) instead"),
+    ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "elastic labs (max_restarts, min_nodes) set it "
+                                           "(docs/failures.md, Elastic restarts)"),
+    ("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "it is labctl's rank prefix, which its log split reads"),
+])
+def test_an_env_entry_labctl_sets_itself_is_refused_naming_what_to_use(name, use):
+    """`--env LAB_TRACE=0` silently overrode `--trace`: every name the plan sets is refused."""
+    with pytest.raises(SpecError) as err:
+        backends.from_dict({"env": {name: "0"}, "trace": True}, source="--env")
+    assert str(err.value) == f"--env: env: {name} is one labctl sets itself; {use}"
+
+
+def test_every_variable_the_plan_sets_is_reserved_or_allowed_on_purpose():
+    """What a node gets from labctl (every backend, launcher, elastic, replicas, faults,
+    trace, debug) is either refused in env: or one of the few documented as the user's."""
+    from labctl.plan import local_placement, plan
+
+    allowed = {"PYTHONUNBUFFERED", "GLOO_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG",
+               "TORCH_CPP_LOG_LEVEL", "NCCL_DEBUG"}
+    seen: set[str] = set()
+    for data in ({"trace": True, "debug": True, "pg_timeout": 5, "fault_clock": "join",
+                  "faults": ["kill-rank:1@5"], "max_restarts": 1, "dist_backend": "auto"},
+                 {"launcher": "direct", "replicas": 2, "init_method": "tcp"}):
+        lab = backends.from_dict(data)
+        the_plan = plan(lab, local_placement(lab, 29500, run_folder="/tmp/r"), "lab-x")
+        for node in the_plan.to_dict()["nodes"]:
+            seen |= set(node["env"])
+            for process in node.get("processes", []):
+                seen |= set(process.get("env", {}))
+    assert seen - allowed <= set(spec.RESERVED_ENV), seen - allowed - set(spec.RESERVED_ENV)
+    assert "LAB_TRACE" in seen and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in seen and "RANK" in seen
+
+
+def test_settings_that_cannot_act_are_said_not_refused():
+    idle = spec.idle_settings
+    assert idle(backends.from_dict({})) == []
+    said = idle(backends.from_dict({"image": "mine:1", "resources": {"cpu": "2"}, "workdir": "invoking",
+                                    "launcher": "direct", "join_timeout": 30, "last_call_timeout": 5,
+                                    "fault_clock": "join", "shared_volume": {"claim": "x"},
+                                    "k8s": {"queue": "q"}, "script_args": ["--x"]}))
+    assert [line.split(":")[0] for line in said] == [
+        "image", "resources", "k8s", "shared_volume", "join_timeout", "last_call_timeout",
+        "fault_clock", "script_args"]
+    assert "the local backend starts no containers" in said[0]
+    assert idle(backends.from_dict({"pg_timeout": 60, "timeout": 60})) == [
+        "pg_timeout: the lab's deadline (timeout 60 s) comes first, so a hang never reaches torch's "
+        "own timeout (60 s); set it lower"]
+    assert idle(backends.from_dict({"backend": "compose", "image": "mine:1", "workdir": "invoking"})) == [
+        "workdir: for local nodes only; on compose a node runs in its image's working directory"]
+    assert idle(backends.from_dict({"backend": "k8s", "resources": {"pids": "8192"}})) == [
+        "resources.pids: a compose limit; on Kubernetes the kubelet sets it"]
+    # where each acts: nothing to say
+    assert idle(backends.from_dict({"nodes": 3, "min_nodes": 2, "last_call_timeout": 5,
+                                    "faults": ["kill-rank:1@5"], "fault_clock": "join",
+                                    "join_timeout": 30, "script": "t.py", "script_args": ["--x"]})) == []
+
+
+def test_the_files_a_lab_names_are_checked_before_it_starts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "folder.py").mkdir()
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("")
+    (tmp_path / "empty").mkdir()
+    check = spec.check_files
+    check(backends.from_dict({"script": "train.py", "out": "new/run"}))
+    check(backends.from_dict({"script": str(tmp_path / "train.py"), "out": "empty"}))
+    for data, line in [
+        ({"script": "missing.py"}, f"lab.yaml: script: no such file: missing.py (a path from the "
+                                   f"folder labctl runs in, {tmp_path})"),
+        ({"script": "folder.py"}, "lab.yaml: script: folder.py is not a file (example: script: train.py)"),
+        ({"out": "/dev/null"}, "lab.yaml: out: run folder '/dev/null' exists and is not a folder; "
+                               "choose another --out"),
+        ({"out": "taken"}, "lab.yaml: out: run folder 'taken' exists and is not empty; choose another --out"),
+        ({"out": "train.py/run"}, "lab.yaml: out: run folder 'train.py/run' cannot be made: train.py is "
+                                  "not a folder; choose another --out"),
+    ]:
+        with pytest.raises(SpecError) as err:
+            check(backends.from_dict(data), "lab.yaml")
+        assert str(err.value) == line
+    check(backends.from_dict({"out": "taken"}), out=False)       # render: no run folder is made

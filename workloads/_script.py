@@ -10,7 +10,10 @@ would hang: torchrun sets TORCHELASTIC_USE_AGENT_STORE=True, so torch makes ever
 rank a *client* of the tcp:// store and nobody hosts it. The wrapper makes
 init_process_group join a tcp:// URL as the lab's own workloads do
 (workloads/_common.py): with that flag off while it joins, so global rank 0 hosts
-the store (docs/init-methods.md, "Joining through LAB_INIT_METHOD")."""
+the store (docs/init-methods.md, "Joining through LAB_INIT_METHOD").
+
+With a lab pg_timeout (LAB_PG_TIMEOUT), init_process_group called without a timeout
+gets the lab's, so that `--pg-timeout` acts on any script (docs/failures.md)."""
 from __future__ import annotations
 
 import functools
@@ -86,6 +89,42 @@ def say_when_joined() -> bool:
     return _wrap_init_process_group(wrap)
 
 
+PG_TIMEOUT_ENV = "LAB_PG_TIMEOUT"
+
+
+def apply_pg_timeout() -> bool:
+    """With the lab's pg_timeout (LAB_PG_TIMEOUT): a script's init_process_group that gives
+    no timeout gets the lab's, so that `--pg-timeout` acts on a script that knows nothing
+    of labctl, as it does on the workloads. A script that gives its own keeps it, and
+    global rank 0 says so once on stderr. True when installed."""
+    seconds = os.environ.get(PG_TIMEOUT_ENV)
+    if not seconds:
+        return False
+
+    def wrap(original: Callable) -> Callable:
+        import datetime
+        import inspect
+
+        signature = inspect.signature(original)
+
+        def init_process_group(*args, **kwargs):
+            try:
+                call = signature.bind(*args, **kwargs)
+            except TypeError:             # torch's own error for a wrong call, as ever
+                return original(*args, **kwargs)
+            own = call.arguments.get("timeout")
+            if own is None:
+                call.arguments["timeout"] = datetime.timedelta(seconds=float(seconds))
+            elif os.environ.get("RANK", "0") == "0":
+                sys.stderr.write(f"labctl: pg_timeout {seconds} s is not applied: the script passes "
+                                 f"its own timeout ({own}) to init_process_group\n")
+                sys.stderr.flush()
+            return original(*call.args, **call.kwargs)
+        return init_process_group
+
+    return _wrap_init_process_group(wrap)
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m workloads._script SCRIPT [ARGS...]")
@@ -93,6 +132,7 @@ def main() -> None:
     _stacks.install()
     host_tcp_stores_under_torchrun()
     say_when_joined()
+    apply_pg_timeout()
     _trace.install_flight_recorder()    # its newest entries into the log when labctl asks (a FIFO)
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]
