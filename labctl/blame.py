@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from workloads._common import DATA   # the data records' name (stdlib-only module)
+from workloads._protocol import DATA, WORKLOAD_DONE
 
 from . import logs
 from .faults import parse as parse_fault
@@ -159,7 +159,7 @@ class Findings:
             self.failed_count += 1
             if len(self.failed) < 50:
                 self.failed.append(record)
-        if record.get("name") == "workload_done":
+        if record.get("name") == WORKLOAD_DONE:
             self.finished.add(record.get("rank"))
             if isinstance(record.get("world_size"), int):
                 self.finished_world.add(record["world_size"])

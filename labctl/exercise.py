@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from workloads._exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV, EXERCISES, P2P_OPS, RECORD_CALL,
+from workloads._protocol.exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV, EXERCISES, P2P_OPS, RECORD_CALL,
                                   RECORD_DEADLINE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, SENDS, WORKLOAD,
                                   Call, Config, Exercise, describe_cases, traffic, worlds)
 

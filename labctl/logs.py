@@ -1,7 +1,7 @@
 """Reading node log streams: split them per rank and pull out the result lines.
 
 Every backend ends up with one text stream per node. torchrun tees each
-worker's output with a `[rank<N>]:` prefix (plan.RANK_PREFIX_TEMPLATE), and
+worker's output with a `[rank<N>]:` prefix (workloads._protocol.RANK_PREFIX_TEMPLATE), and
 direct-mode backends add the same prefix themselves, so one parser serves all.
 """
 from __future__ import annotations
@@ -10,11 +10,9 @@ import json
 import re
 from typing import Iterable, NamedTuple
 
-from workloads._common import JOINED_MARKER, MARKER_PREFIX, RESULT_MARKER   # what the workloads write (stdlib-only module)
+from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKER, MARKER_PREFIX,
+                                MAX_PIECE as MAX_LINE, RESULT_MARKER)
 
-# the local node guard's word that it stopped a torchrun agent with no workers left, and
-# the length at which it cuts a line (the reader's pieces are as long)
-from .nodeguard import AGENT_IDLE_LINE, MAX_PIECE as MAX_LINE
 _RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:")
 # torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
 _TORCHRUN_FAILURE = re.compile(
@@ -22,7 +20,7 @@ _TORCHRUN_FAILURE = re.compile(
 
 
 # "... at <epoch seconds>": when it ended, so exits on different nodes can be ordered.
-_EXIT_LINE = re.compile(r"^labctl: rank (\d+) exited with code (-?\d+)(?: at ([0-9.]+))?$", re.M)
+_EXIT_LINE = re.compile(rf"^{re.escape(EXIT_LINE_PREFIX)}(\d+) exited with code (-?\d+)(?: at ([0-9.]+))?$", re.M)
 
 
 _ANY_RANK_PREFIX = re.compile(rb"\[rank(\d+)\]:")

@@ -17,8 +17,9 @@ the node's log file. The guard
 - after the node's processes end, kills whatever they left behind and writes
   the outcome and those leftovers (pid, command) to the status file.
 
-Run by path; besides the standard library it only imports `workloads._proc`
-(itself standard library only), found next to the labctl package.
+Run by path; besides the standard library it imports psutil (its process tree)
+and `workloads._protocol` (the node log's own lines), found next to the labctl
+package.
 """
 from __future__ import annotations
 
@@ -37,18 +38,14 @@ if not __package__:
     # nothing in labctl/ (its module names, trace.py, would shadow the standard library's)
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
-from workloads import _proc   # noqa: E402  (standard library only)
+import psutil  # noqa: E402
+from workloads._protocol import AGENT_IDLE_LINE, EXIT_LINE_PREFIX, MAX_PIECE   # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 REAP_S = 0.05
 LEFTOVER_TERM_S = 1.0
 PUMP_READ = 1 << 16        # a worker's output is moved this much at most per write
-MAX_PIECE = 1 << 20        # a longer line is ended here (labctl.logs reads it in such pieces): memory stays flat
-# torchrun's agent waits at its exit barrier once its workers ended 0 (and says so only
-# at LOGLEVEL=INFO): stopped there, its node had finished. labctl.logs imports it.
-AGENT_IDLE_LINE = ("labctl: the agent had no workers left when labctl stopped it "
-                   "(torchrun waits at its exit barrier once its workers ended)")
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -66,10 +63,31 @@ def _die_with_parent() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
+
+
 def command_of(pid: int) -> str:
     """The process's command line for a report line; "?" when it is gone."""
-    argv = _proc.cmdline(pid)
-    return "?" if argv is None else " ".join(argv)[:300]
+    try:
+        return " ".join(psutil.Process(pid).cmdline())[:300]
+    except _GONE:
+        return "?"
+
+
+def descendants(root: int) -> list[int]:
+    """Every live (not zombie) process below `root`: what this subreaper still holds."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except _GONE:
+        return []
+    found = []
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+        except _GONE:
+            continue
+    return found
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -194,7 +212,7 @@ class Guard:
                     if proc.get("rank") is not None:
                         if pump is not None:
                             pump.join(timeout=2)      # its last output before its exit line
-                        self._write(f"labctl: rank {proc['rank']} exited with code {code} "
+                        self._write(f"{EXIT_LINE_PREFIX}{proc['rank']} exited with code {code} "
                                     f"at {time.time():.3f}")
 
     def _running(self) -> list[subprocess.Popen]:
@@ -207,7 +225,7 @@ class Guard:
         self.kill_at = time.monotonic() + (self.grace if grace is None else grace)
         if self.agents:                           # before SIGTERM makes it stop its workers
             self.idle_at_stop = any(proc.get("rank") is None
-                                    and not _proc.descendants(popen.pid)
+                                    and not descendants(popen.pid)
                                     for popen, proc, _ in self.procs if popen.pid not in self.codes)
         for popen in self._running():
             _signal_group(popen.pid, signal.SIGTERM)
@@ -241,7 +259,7 @@ class Guard:
                 time.sleep(REAP_S)
             self._reap()
             if self.kill_at is not None and time.monotonic() > self.kill_at:
-                for pid in _proc.descendants(os.getpid()):
+                for pid in descendants(os.getpid()):
                     _signal(pid, signal.SIGKILL)
                 self.kill_at = None
         self._say_if_idle_at_stop()
@@ -253,16 +271,16 @@ class Guard:
 
     def sweep(self) -> list[dict]:
         """Kill what the node's processes left behind; say what it was."""
-        found = [{"pid": pid, "command": command_of(pid)} for pid in _proc.descendants(os.getpid())]
+        found = [{"pid": pid, "command": command_of(pid)} for pid in descendants(os.getpid())]
         if found:
             for item in found:
                 _signal(item["pid"], signal.SIGTERM)
             end = time.monotonic() + LEFTOVER_TERM_S
-            while time.monotonic() < end and _proc.descendants(os.getpid()):
+            while time.monotonic() < end and descendants(os.getpid()):
                 time.sleep(REAP_S)
                 self._reap()
             for _ in range(20):             # new forks during the kill: repeat until none
-                rest = _proc.descendants(os.getpid())
+                rest = descendants(os.getpid())
                 if not rest:
                     break
                 for pid in rest:

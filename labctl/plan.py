@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from workloads._common import FAULT_CLOCK_ENV  # what the workloads read (stdlib-only module)
+from workloads._protocol import EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE, Env
 
 from .spec import LabSpec
 
@@ -38,9 +38,6 @@ LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the 
 # <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
 TORCHRUN_LOGS_SUBDIR = "torchrun"
 SCRIPT_MOUNT = "/lab/script"        # where container backends mount a user's script
-# torchrun tees every worker's output with this prefix, so one node log can be
-# split per global rank by every backend (see labctl.logs).
-RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 
 
 @dataclass(frozen=True)
@@ -104,7 +101,7 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
         python=(sys.executable,),
         # gloo binds to what the hostname resolves to; nodes that share one host
         # must use loopback instead.
-        env={"GLOO_SOCKET_IFNAME": "lo", **({"LAB_SHARED_DIR": shared} if shared else {})},
+        env={"GLOO_SOCKET_IFNAME": "lo", **({Env.SHARED_DIR: shared} if shared else {})},
         script_path=script_path if script_path is not None else spec.script,
         replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
         store_addr="127.0.0.1" if many else None,
@@ -146,7 +143,7 @@ def container_placement(spec: LabSpec, backend: str, master_addr: str | None = N
         store_port=DEFAULT_STORE_PORT if many else None,
         shared_dir=SHARED_MOUNT if shared else None,
         # where a workload keeps what must outlive a restart (the elastic checkpoints)
-        env={"LAB_SHARED_DIR": SHARED_MOUNT} if shared else {},
+        env={Env.SHARED_DIR: SHARED_MOUNT} if shared else {},
     )
 
 
@@ -436,32 +433,32 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
                 replica: int = 0) -> dict[str, str]:
     addr, port = placement.rendezvous(replica)
     env = {
-        "LAB_NAME": spec.name,
-        "LAB_RUN_ID": run_id,
-        "LAB_LAUNCHER": spec.launcher,
-        "LAB_DIST_BACKEND": spec.dist_backend,
-        "LAB_NODES": str(spec.nodes),
-        "LAB_NPROC_PER_NODE": str(spec.nproc_per_node),
+        Env.NAME: spec.name,
+        Env.RUN_ID: run_id,
+        Env.LAUNCHER: spec.launcher,
+        Env.DIST_BACKEND: spec.dist_backend,
+        Env.NODES: str(spec.nodes),
+        Env.NPROC_PER_NODE: str(spec.nproc_per_node),
         "NODE_RANK": str(node),
         # Set for the node by labctl; torchrun overwrites WORLD_SIZE per worker with the
         # same number, and LAB_WORLD_SIZE keeps labctl's value for the env workload to compare.
         "WORLD_SIZE": str(spec.world_size),
-        "LAB_WORLD_SIZE": str(spec.world_size),
+        Env.WORLD_SIZE: str(spec.world_size),
         "MASTER_ADDR": addr,
         "MASTER_PORT": str(port),
         "PYTHONUNBUFFERED": "1",
     }
     # Every worker, env:// included: a user script joins with
     # init_process_group(init_method=os.environ["LAB_INIT_METHOD"], ...) whatever the lab's.
-    env["LAB_INIT_METHOD"] = init_url(spec, placement, run_id, replica)
+    env[Env.INIT_METHOD] = init_url(spec, placement, run_id, replica)
     if spec.pg_timeout is not None:
-        env["LAB_PG_TIMEOUT"] = f"{spec.pg_timeout:g}"
+        env[Env.PG_TIMEOUT] = f"{spec.pg_timeout:g}"
     if spec.debug:
         env.update(debug_env(spec))
     if spec.trace:                      # workloads/_trace.py records every op (docs/trace.md)
-        env["LAB_TRACE"] = "1"
+        env[Env.TRACE] = "1"
     if spec.fault_clock == "join" and spec.faults:   # ranks say when they joined (_common.say_joined)
-        env[FAULT_CLOCK_ENV] = "join"
+        env[Env.FAULT_CLOCK] = "join"
     if spec.replicas > 1:
         env.update({
             "REPLICA_ID": str(replica),
@@ -540,7 +537,7 @@ def _store(spec: LabSpec, placement: Placement, run_id: str) -> NodeLaunch:
     It exits by itself after the lab's timeout, should nobody stop it."""
     argv = (*placement.python, "-m", STORE_MODULE, "--port", str(placement.store_port),
             "--lifetime", str(math.ceil(spec.timeout)))
-    env = {"LAB_NAME": spec.name, "LAB_RUN_ID": run_id, "PYTHONUNBUFFERED": "1"}
+    env = {Env.NAME: spec.name, Env.RUN_ID: run_id, "PYTHONUNBUFFERED": "1"}
     return NodeLaunch(0, store_hostname(spec), (Process(argv, env),), env=env)
 
 
@@ -550,6 +547,8 @@ def _node(spec: LabSpec, placement: Placement, run_id: str, replica: int, i: int
     (they share the node's env and one argv tuple; each adds RANK and LOCAL_RANK)."""
     env = _common_env(spec, placement, run_id, i, replica)
     if spec.launcher == "torchrun":
+        # torchrun tees every worker's output with this prefix, so one node log can be
+        # split per global rank by every backend (labctl/logs.py)
         env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
         if spec.elastic:
             # torch 2.13 keeps the agent's worker store across restarts and nothing
@@ -608,7 +607,7 @@ def node_command(node: NodeLaunch) -> tuple[tuple[str, ...], dict[str, str]]:
         f"  {{ RANK=$rank LOCAL_RANK=$local_rank {shlex.join(node.processes[0].argv)} 2>&1 \\",
         "      | sed -u \"s/^/[rank$rank]:/\"",
         "    code=${PIPESTATUS[0]}",
-        "    echo \"labctl: rank $rank exited with code $code at $(date +%s.%N | cut -c1-14)\"",
+        f"    echo \"{EXIT_LINE_PREFIX}$rank exited with code $code at $(date +%s.%N | cut -c1-14)\"",
         "    exit $code; } &",
         "  pids+=($!)",
         "done",

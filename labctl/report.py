@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from workloads._common import DATA   # the data records' name (stdlib-only module)
+from workloads._protocol import DATA, WORKLOAD_DONE
 
 from .blame import FirstFailure, where as _where
 from .errors import LabError
@@ -83,7 +83,7 @@ def workload_summary(results: list[dict]) -> list[dict]:
                               "skipped": 0, "ranks": set(), "seconds": 0.0})
         if isinstance(r.get("rank"), int):
             s["ranks"].add(r["rank"])
-        if r.get("name") == "workload_done":
+        if r.get("name") == WORKLOAD_DONE:
             s["seconds"] = max(s["seconds"], float(r.get("seconds") or 0.0))
             continue
         s["checks"] += 1

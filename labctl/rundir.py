@@ -31,9 +31,8 @@ from typing import Any, Iterator
 
 import yaml
 
-from workloads import _proc
 
-from . import atomicfile, blame, logs
+from . import atomicfile, blame, logs, procs
 from .errors import LabError
 from .outcome import NodeOutcome, RunState
 from .plan import TORCHRUN_LOGS_SUBDIR, LaunchPlan
@@ -298,9 +297,9 @@ class RunDir:
         ctl = self.meta.get("controller") or {}
         if ctl.get("host") != socket.gethostname() or not ctl.get("pid"):
             return False
-        st = _proc.stat(ctl["pid"])
         # gone, ended (a zombie has), or the pid now names another process
-        return st is None or st.zombie or st.start_ticks != ctl.get("start_ticks")
+        start = ctl.get("start_ticks")
+        return not isinstance(start, int) or not procs.still_running(procs.Identity(ctl["pid"], start))
 
     def effective_state(self) -> str:
         """The state as it is now: a run marked running whose labctl is gone is abandoned."""
@@ -387,9 +386,9 @@ class RunDir:
 
     def note_controller(self) -> None:
         """Who runs this lab: lets `report`/`down` tell a live run from an abandoned one."""
-        st = _proc.stat()
+        me = procs.identity()
         self.meta["controller"] = {"pid": os.getpid(), "host": socket.gethostname(),
-                                   "start_ticks": st.start_ticks if st else None}
+                                   "start_ticks": me.start_ticks if me else None}
         self.write_status()
 
     def follow_logs(self, indices: list[int], budget: int = 8 << 20) -> bool:

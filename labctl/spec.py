@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from .faults import Fault  # noqa: E402
+from workloads._protocol import Env
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
@@ -81,20 +82,20 @@ RESERVED_ENV: Mapping[str, str] = {
     "RANK": _LAUNCHER_SETS_IT, "LOCAL_RANK": _LAUNCHER_SETS_IT, "GROUP_RANK": _LAUNCHER_SETS_IT,
     "NODE_RANK": "labctl sets it for each node",
     "LOCAL_WORLD_SIZE": "use nproc_per_node (--nproc-per-node) instead",
-    "WORLD_SIZE": _WORLD, "LAB_WORLD_SIZE": _WORLD,
+    "WORLD_SIZE": _WORLD, Env.WORLD_SIZE: _WORLD,
     "MASTER_ADDR": "the backend sets it to node 0's address",
     "MASTER_PORT": "use rdzv_port (--rdzv-port) instead",
-    "LAB_NAME": "use name (--name) instead",
-    "LAB_RUN_ID": "labctl names each run (labctl render --run-id chooses one)",
-    "LAB_DIST_BACKEND": "use dist_backend (--dist-backend) instead",
-    "LAB_NODES": "use nodes (--nodes) instead",
-    "LAB_NPROC_PER_NODE": "use nproc_per_node (--nproc-per-node) instead",
-    "LAB_LAUNCHER": "use launcher (--launcher) instead",
-    "LAB_INIT_METHOD": "use init_method (--init-method) instead",
-    "LAB_PG_TIMEOUT": "use pg_timeout (--pg-timeout) instead",
-    "LAB_TRACE": "use trace (--trace / --no-trace) instead",
-    "LAB_FAULT_CLOCK": "use fault_clock (--fault-clock) instead",
-    "LAB_SHARED_DIR": "use shared_volume instead (container backends; locally it is the run folder's shared/)",
+    Env.NAME: "use name (--name) instead",
+    Env.RUN_ID: "labctl names each run (labctl render --run-id chooses one)",
+    Env.DIST_BACKEND: "use dist_backend (--dist-backend) instead",
+    Env.NODES: "use nodes (--nodes) instead",
+    Env.NPROC_PER_NODE: "use nproc_per_node (--nproc-per-node) instead",
+    Env.LAUNCHER: "use launcher (--launcher) instead",
+    Env.INIT_METHOD: "use init_method (--init-method) instead",
+    Env.PG_TIMEOUT: "use pg_timeout (--pg-timeout) instead",
+    Env.TRACE: "use trace (--trace / --no-trace) instead",
+    Env.FAULT_CLOCK: "use fault_clock (--fault-clock) instead",
+    Env.SHARED_DIR: "use shared_volume instead (container backends; locally it is the run folder's shared/)",
     "REPLICA_ID": _REPLICAS, "REPLICA_NUM": _REPLICAS,
     "REPLICA_STORE_ADDR": _REPLICAS, "REPLICA_STORE_PORT": _REPLICAS,
     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "it is labctl's rank prefix, which its log split reads",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from workloads._trace import CLOCK_ROUNDS, FR_MARKER, MARKER   # what the ranks write (stdlib-only import)
+from workloads._protocol import CLOCK_ROUNDS, FR_MARKER, TRACE_MARKER as MARKER
 
 from . import atomicfile
 from .tables import table

@@ -22,7 +22,7 @@ from html_support import (browser, open_page, require_browser, synthetic_run, sy
                           write_folder)
 from labctl import blame, html, report
 from labctl.html import timeline as timeline_mod
-from workloads._common import DATA
+from workloads._protocol import DATA
 
 SHOTS = os.environ.get("LABCTL_SCREENSHOTS")
 

@@ -108,10 +108,13 @@ def test_a_process_that_exits_during_a_scan_is_skipped(monkeypatch):
             p.wait()
 
 
-def test_the_node_guard_finds_the_proc_reader_without_an_install(tmp_path):
-    """Run by path with no site-packages (-S) and no PYTHONPATH, from elsewhere: the
-    guard imports workloads._proc from next to the labctl package it belongs to."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def test_the_node_guard_finds_the_protocol_without_an_install(tmp_path):
+    """Run by path from elsewhere with no site module (-S: no .pth file, so not the
+    editable install's finder either) and only psutil's folder on PYTHONPATH: the guard
+    imports workloads._protocol from next to the labctl package it belongs to."""
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(Path(psutil.__file__).parent.parent)}
     done = subprocess.run([sys.executable, "-S", nodeguard.__file__, "--help"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

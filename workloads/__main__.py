@@ -18,6 +18,7 @@ import sys
 import time
 
 from . import _common, _stacks, _trace
+from ._protocol import WORKLOAD_DONE
 from ._record import recorded
 
 
@@ -47,7 +48,7 @@ def run_workloads(names: list[str], options: dict[str, dict]) -> int:
             failures_before = ctx.failures
             module.run(ctx, **options.get(name, {}))
             # world_size: an elastic lab may end with fewer ranks than it started with
-            ctx.record("workload_done", ctx.failures == failures_before,
+            ctx.record(WORKLOAD_DONE, ctx.failures == failures_before,
                        seconds=round(time.perf_counter() - started, 6), unit="s",
                        world_size=ctx.world_size)
     except BaseException as exc:

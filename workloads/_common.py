@@ -15,16 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-RESULT_MARKER = "@@labctl-result "     # labctl.logs imports it: the one spelling
-MARKER_PREFIX = "@@labctl-"             # every marked line (results, trace, Flight Recorder) starts so
-JOINED_MARKER = "@@labctl-joined "      # a rank's process group is up (the join fault clock)
-FAULT_CLOCK_ENV = "LAB_FAULT_CLOCK"     # "join": labctl counts the faults' time from every rank's join
-# A result record named DATA is not a check: it says what a rank held before and after an
-# op (Context.show), so the run's page can draw the data moving. Bounded: at most
-# DATA_ELEMENTS values per tensor and DATA_TENSORS tensors per list are written.
-DATA = "data"
-DATA_ELEMENTS = 16
-DATA_TENSORS = 16
+from ._protocol import (DATA, DATA_ELEMENTS, DATA_TENSORS, JOINED_MARKER, RESULT_MARKER,  # noqa: F401
+                        WORKLOAD_DONE, Env)
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -41,7 +33,7 @@ def say_joined() -> None:
     one marked line once this rank's init_process_group has returned. labctl starts
     the faults' clock when every rank's line has come, so that `kill-node:1@2` means
     two seconds into the collectives, however long torch took to import."""
-    if os.environ.get(FAULT_CLOCK_ENV) == "join":
+    if os.environ.get(Env.FAULT_CLOCK) == "join":
         sys.stdout.write(JOINED_MARKER + json.dumps({"rank": _env_int("RANK"), "pid": os.getpid()}) + "\n")
         sys.stdout.flush()
 
@@ -165,7 +157,7 @@ def _short(t) -> str:
 
 def init_method() -> str:
     """The URL this worker joins through: LAB_INIT_METHOD, or env:// when it is not set."""
-    return os.environ.get("LAB_INIT_METHOD") or "env://"
+    return os.environ.get(Env.INIT_METHOD) or "env://"
 
 
 @contextlib.contextmanager
@@ -190,7 +182,7 @@ def pg_timeout():
     takes: how long a collective waits for its peers before it raises. None: torch's default."""
     import datetime
 
-    value = os.environ.get("LAB_PG_TIMEOUT")
+    value = os.environ.get(Env.PG_TIMEOUT)
     return datetime.timedelta(seconds=float(value)) if value else None
 
 
@@ -254,7 +246,7 @@ def init(backend: str | None = None, store: Any = None, timeout: float | None = 
     import torch
     import torch.distributed as dist
 
-    backend = resolve_backend(backend or os.environ.get("LAB_DIST_BACKEND"))
+    backend = resolve_backend(backend or os.environ.get(Env.DIST_BACKEND))
     local_rank = _env_int("LOCAL_RANK", 0)
     if backend == "nccl":
         torch.cuda.set_device(local_rank)

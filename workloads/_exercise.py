@@ -31,7 +31,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from . import _common, _trace
-from ._exercises import (ENV, EXERCISES, FLOAT_ATOL, FLOAT_RTOL, RECORD_CALL, RECORD_DEADLINE,
+from ._protocol.exercises import (ENV, EXERCISES, FLOAT_ATOL, FLOAT_RTOL, RECORD_CALL, RECORD_DEADLINE,
                         RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, TIME_ELEMENTS,
                         TIME_REPEATS, WORKLOAD, Case, Config, cases, worlds)
 

@@ -24,7 +24,7 @@ from typing import Callable
 
 from . import _common, _stacks, _trace
 from ._record import recorded
-from ._exercises import ENV as EXERCISE_ENV
+from ._protocol import Env
 
 AGENT_STORE_FLAG = "TORCHELASTIC_USE_AGENT_STORE"
 
@@ -54,7 +54,7 @@ def host_tcp_stores_under_torchrun() -> bool:
     """Under torchrun in a tcp lab: a tcp:// join with the agent-store flag off while it
     joins (module docstring). True when installed."""
     if os.environ.get(AGENT_STORE_FLAG) != "True" or \
-            not os.environ.get("LAB_INIT_METHOD", "").startswith("tcp://"):
+            not os.environ.get(Env.INIT_METHOD, "").startswith("tcp://"):
         return False
 
     def wrap(original: Callable) -> Callable:
@@ -76,7 +76,7 @@ def host_tcp_stores_under_torchrun() -> bool:
 def say_when_joined() -> bool:
     """With the join fault clock: a rank says it joined (`_common.say_joined`) once its
     init_process_group returns, whatever the script's way of joining. True when installed."""
-    if os.environ.get(_common.FAULT_CLOCK_ENV) != "join":
+    if os.environ.get(Env.FAULT_CLOCK) != "join":
         return False
 
     def wrap(original: Callable) -> Callable:
@@ -89,7 +89,7 @@ def say_when_joined() -> bool:
     return _wrap_init_process_group(wrap)
 
 
-PG_TIMEOUT_ENV = "LAB_PG_TIMEOUT"
+PG_TIMEOUT_ENV = Env.PG_TIMEOUT
 
 
 def apply_pg_timeout() -> bool:
@@ -137,7 +137,7 @@ def main() -> None:
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    if os.environ.get(EXERCISE_ENV):    # `labctl exercise check`: import the file, call its function
+    if os.environ.get(Env.EXERCISE):    # `labctl exercise check`: import the file, call its function
         from . import _exercise as exercise
         sys.exit(exercise.main(script))
     try:

@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from . import _proc
+from ._protocol import Env
 
 SIGNAL = signal.SIGUSR1
 DELIVERY_WAIT_S = 2.0       # for SIGUSR1 to reach every rank before its Flight Recorder is asked
@@ -81,7 +82,7 @@ def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
         if pid == os.getpid():
             continue
         env = _proc.environ(pid)
-        if "RANK" not in env or (run_id and env.get("LAB_RUN_ID") != run_id):
+        if "RANK" not in env or (run_id and env.get(Env.RUN_ID) != run_id):
             continue
         if not _catches(pid, SIGNAL):
             continue
@@ -108,7 +109,7 @@ def kill_rank(run_id: str, rank: int) -> list[int]:
     mine: dict[int, int] = {}           # pid -> its parent
     for st in _proc.stats():
         env = _proc.environ(st.pid) if st.pid != os.getpid() else {}
-        if env.get("RANK") == str(rank) and env.get("LAB_RUN_ID") == run_id:
+        if env.get("RANK") == str(rank) and env.get(Env.RUN_ID) == run_id:
             mine[st.pid] = st.ppid
     top = sorted(pid for pid, parent in mine.items() if parent not in mine)
     for pid in top:

@@ -42,13 +42,11 @@ import threading
 import time
 from typing import Any
 
-from ._common import MARKER_PREFIX
+from ._protocol import CLOCK_ROUNDS, FR_MARKER, TRACE_MARKER as MARKER
+from ._protocol import Env
 
-MARKER = MARKER_PREFIX + "trace "   # labctl/trace.py imports it
-FR_MARKER = MARKER_PREFIX + "fr "   # Flight Recorder entries at a dump; labctl/trace.py
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
-CLOCK_ROUNDS = 8
 
 _installed = False
 _local = threading.local()
@@ -84,7 +82,7 @@ _GROUP_INDEX = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2,
 
 
 def enabled() -> bool:
-    return os.environ.get("LAB_TRACE", "") not in ("", "0", "false", "False")
+    return os.environ.get(Env.TRACE, "") not in ("", "0", "false", "False")
 
 
 # What an op does before and after it is kept to a few attribute reads and one deque
@@ -814,7 +812,7 @@ def dump_flight_recorder() -> int:
                       "t": e.get("time_created_ns")})
             written += 1
     _emit_fr({"rank": rank, "done": written})
-    folder = os.environ.get("LAB_FR_DUMP_DIR")
+    folder = os.environ.get(Env.FR_DUMP_DIR)
     if folder:
         os.makedirs(folder, exist_ok=True)
         # torchfrtrace reads every file whose name holds the prefix ("rank_"): a dump

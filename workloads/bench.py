@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from . import _benchmath as bm
 from . import _common, _link
+from ._protocol import Env
 
 DTYPES = {
     "float32": torch.float32, "float": torch.float32, "float16": torch.float16,
@@ -224,9 +225,9 @@ def environment(ctx: _common.Context, dtype_name: str, options: dict) -> dict:
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
         "gloo": f"bundled with torch {torch.__version__}" if ctx.backend == "gloo" else None,
         "world_size": ctx.world_size,
-        "nodes": int(os.environ.get("LAB_NODES", "0") or 0) or None,
+        "nodes": int(os.environ.get(Env.NODES, "0") or 0) or None,
         "nproc_per_node": ctx.local_world_size,
-        "launcher": os.environ.get("LAB_LAUNCHER"),
+        "launcher": os.environ.get(Env.LAUNCHER),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
         "torch_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),

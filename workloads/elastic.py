@@ -47,14 +47,15 @@ import torch.nn.functional as F
 
 from . import _common, _proc
 from .ddp import ATOL, RTOL, flat_params, make_data, make_model
+from ._protocol import Env
 
 TEE_S = 1.0      # torchrun's tee tails worker output files several times a second
 
 
 def checkpoint_path() -> tuple[Path, bool]:
     """Where this run's checkpoint lives, and whether every node sees that directory."""
-    shared = os.environ.get("LAB_SHARED_DIR")
-    run_id = os.environ.get("LAB_RUN_ID", "run")
+    shared = os.environ.get(Env.SHARED_DIR)
+    run_id = os.environ.get(Env.RUN_ID, "run")
     if shared:
         return Path(shared) / run_id / "elastic" / "checkpoint.pt", True
     return Path.cwd() / f"elastic-checkpoint-{run_id}.pt", False

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from . import _common
+from ._protocol import Env
 
 # Environment variables reported as integers (None when the launcher did not set them).
 INT_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK")
@@ -52,14 +53,14 @@ def run(ctx: _common.Context) -> None:
                **env_ints, **env_strs,
                address=_address(env_strs["MASTER_ADDR"], env_strs["MASTER_PORT"]),
                backend=ctx.backend, device=str(ctx.device), pid=os.getpid(),
-               torch=torch.__version__, launcher=os.environ.get("LAB_LAUNCHER"),
+               torch=torch.__version__, launcher=os.environ.get(Env.LAUNCHER),
                detail=f"launcher did not set {', '.join(missing)}" if missing else "")
 
     # 1. The process group agrees with the environment (-1 stands for "not set").
     ctx.check("rank-matches-env", dist.get_rank(), _or(rank_env))
     ctx.check("world-size-matches-env", dist.get_world_size(), _or(env_ints["WORLD_SIZE"]))
     # labctl sets the node's WORLD_SIZE (kept as LAB_WORLD_SIZE: torchrun rewrites WORLD_SIZE)
-    lab_world = _env_int_or_none("LAB_WORLD_SIZE")
+    lab_world = _env_int_or_none(Env.WORLD_SIZE)
     if lab_world is None:
         ctx.skip("world-size-matches-node-env", "LAB_WORLD_SIZE is not set (not started by labctl)")
     else:

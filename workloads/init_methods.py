@@ -35,6 +35,7 @@ import tempfile
 import time
 
 from . import _common
+from ._protocol import Env
 
 METHODS = ("env", "tcp", "file")
 NEEDS = {
@@ -140,12 +141,12 @@ def meeting_point(ctx: _common.Context, method: str) -> tuple[str | None, str]:
         port = _from_rank0(ctx, port)
         return f"tcp://{_rank0_host()}:{port}", ""
     directory = (os.path.dirname(own[len("file://"):]) if own.startswith("file://")
-                 else os.environ.get("LAB_SHARED_DIR") or tempfile.gettempdir())
+                 else os.environ.get(Env.SHARED_DIR) or tempfile.gettempdir())
     if not _shared_by_everyone(ctx, directory):
         return None, (f"{directory} is not one directory for every rank (each container has its "
                       "own); init_method: file gives the lab a shared one")
     replica = f"-r{ctx.replica_id}" if ctx.replica_num > 1 else ""
-    name = f"{os.environ.get('LAB_RUN_ID', 'lab')}{replica}-init_methods.init"
+    name = f"{os.environ.get(Env.RUN_ID, 'lab')}{replica}-init_methods.init"
     return f"file://{os.path.join(directory, name)}", ""
 
 

@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from . import _common
+from ._protocol import Env
 
 NAME = "preflight"
 CONNECT_TIMEOUT_S = 20.0
@@ -92,7 +93,7 @@ def check_dns(addr: str, port: int) -> bool:
 def check_gpus() -> bool:
     import torch
 
-    want = int(_env("LOCAL_WORLD_SIZE", _env("LAB_NPROC_PER_NODE", "1")))
+    want = int(_env("LOCAL_WORLD_SIZE", _env(Env.NPROC_PER_NODE, "1")))
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return _record("gpus", have >= want, gpus=have, needed=want, value=f"{have} GPU(s) for {want} worker(s)",
                    detail="" if have >= want else
@@ -251,7 +252,7 @@ def before_init(connect_timeout: float = CONNECT_TIMEOUT_S, join_timeout: float 
     if leader:
         if not check_dns(addr, port):
             failed.append("dns")
-        if _common.resolve_backend(os.environ.get("LAB_DIST_BACKEND")) == "nccl" and not check_gpus():
+        if _common.resolve_backend(os.environ.get(Env.DIST_BACKEND)) == "nccl" and not check_gpus():
             failed.append("gpus")
         check_shm(min_shm_mib)                  # a small /dev/shm does not stop the group
     if rank == 0 and not _agent_store():
@@ -278,7 +279,7 @@ def before_init(connect_timeout: float = CONNECT_TIMEOUT_S, join_timeout: float 
         raise _common.Stop()
     if rank == 0:
         _record("join", True, peer=0, value=f"{world} rank(s)")
-    run_id = _env("LAB_RUN_ID", "run")
+    run_id = _env(Env.RUN_ID, "run")
     return {"store": PrefixStore(f"{KEY}{run_id}/pg", store), "timeout": join_timeout}
 
 

@@ -30,6 +30,7 @@ import os
 import time
 
 from . import _common
+from ._protocol import Env
 
 RTOL, ATOL = 1.3e-6, 5e-5       # distributed vs single-process parameters (as in ddp)
 
@@ -57,7 +58,7 @@ def join_cross_group(ctx: _common.Context, timeout_s: float):
     timeout = datetime.timedelta(seconds=timeout_s)
     started = time.perf_counter()
     store = dist.TCPStore(addr, port, is_master=False, timeout=timeout)
-    prefix = f"{os.environ.get('LAB_RUN_ID', 'lab')}/cross-replica/rank-{ctx.rank}"
+    prefix = f"{os.environ.get(Env.RUN_ID, 'lab')}/cross-replica/rank-{ctx.rank}"
     group = dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), ctx.replica_id, ctx.replica_num, timeout)
     return group, time.perf_counter() - started, f"{addr}:{port} prefix {prefix}"
 

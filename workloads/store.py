@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from . import _common
+from ._protocol import Env
 
 LATE_DELAY_S = 0.2          # how much later a neighbour sets the key this rank waits for
 PREFIX = "labctl/store"     # this workload's keys, under the default group's store
@@ -274,11 +275,11 @@ def agent_store_facts(ctx: _common.Context, base) -> None:
     env = {name: os.environ.get(name) for name in AGENT_VARS}
     restart = env["TORCHELASTIC_RESTART_COUNT"]
     attempt = f"/worker/attempt_{restart}" if restart is not None else None
-    ctx.record("agent-store", True, **env, launcher=os.environ.get("LAB_LAUNCHER"),
+    ctx.record("agent-store", True, **env, launcher=os.environ.get(Env.LAUNCHER),
                init_method=_common.init_method(), store_type=type(inner).__name__,
                prefix_depth=depth, key_layout=layout,
                attempt_prefix=attempt if (attempt and layout and attempt in layout) else None)
-    launcher = os.environ.get("LAB_LAUNCHER")
+    launcher = os.environ.get(Env.LAUNCHER)
     if launcher == "torchrun":
         ok = env["TORCHELASTIC_USE_AGENT_STORE"] == "True" and restart is not None
         ctx.record("agent-store-under-torchrun", ok, detail="" if ok else

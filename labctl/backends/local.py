@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from workloads import _proc
 
-from .. import nodeguard
+from .. import nodeguard, procs
 from ..errors import LabError
 from ..faults import Fault, NotYet
 from ..logs import JoinReader
@@ -33,6 +32,7 @@ from ..plan import LOCAL_SHARED_SUBDIR, LaunchPlan, Placement, local_placement, 
 from ..rundir import RunDir
 from ..spec import LabSpec
 from .base import Backend, Bound, BoundRun, PreflightError
+from workloads._protocol import Env
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
 GUARD_EXIT_S = TERM_GRACE_S + 5.0
@@ -95,17 +95,27 @@ def nccl_refusal(spec: LabSpec, gpus: int) -> str | None:
 
 def processes_of_run(run_id: str) -> list[int]:
     """PIDs whose environment carries LAB_RUN_ID=<run_id>: guards, agents, workers."""
-    return [pid for pid in _proc.pids()
-            if pid != os.getpid() and _proc.environ(pid).get("LAB_RUN_ID") == run_id]
+    return procs.with_env(Env.RUN_ID, run_id)
+
+
+def _helper(*args: str) -> subprocess.CompletedProcess:
+    """`python -m workloads._stacks ARGS` on this machine: the ranks' own helper, which the
+    container backends run inside each container (stacks: SIGUSR1 to every rank of the run;
+    kill-rank: SIGKILL to one, exit 3 when it is not running yet)."""
+    argv = [sys.executable, "-m", "workloads._stacks", *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", "timed out after 60 s")
 
 
 def kill_processes(pids: list[int], grace: float = 2.0) -> list[dict]:
     """SIGTERM, then SIGKILL what is left; returns what was found (pid, command)."""
-    found = [{"pid": pid, "command": nodeguard.command_of(pid)} for pid in pids]
+    found = [{"pid": pid, "command": procs.command_of(pid)} for pid in pids]
     for pid in pids:
         _kill(pid, signal.SIGTERM)
     end = time.monotonic() + grace
-    while time.monotonic() < end and any(_proc.alive(p) for p in pids):
+    while time.monotonic() < end and any(procs.alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
         _kill(pid, signal.SIGKILL)
@@ -223,7 +233,7 @@ class LocalBackend(Backend):
              *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
              "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "LAB_RUN_ID": self.run.run_id},
+            env={**os.environ, Env.RUN_ID: self.run.run_id},
             start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
@@ -314,27 +324,25 @@ class LocalBackend(Backend):
 
     # ---- the failure lab -------------------------------------------------------------
     def dump_stacks(self, rundir: RunDir) -> list[str]:
-        """SIGUSR1 to every rank (workloads/_stacks.py); their dumps land in the node logs."""
-        from workloads import _stacks
-
-        asked = _stacks.signal_ranks(self.run.run_id)
+        """SIGUSR1 to every rank: the helper every backend runs in the node's context
+        (`python -m workloads._stacks RUN_ID`, here on this machine); the dumps land in
+        the node logs."""
+        done = _helper(self.run.run_id)
         time.sleep(STACK_WAIT_S)          # faulthandler writes at once; torchrun's tee follows
-        ranks = sorted(rank for _, rank in asked)
+        ranks = sorted(int(pair.split(":")[0]) for pair in done.stdout.split() if ":" in pair)
         return [f"asked rank(s) {', '.join(map(str, ranks)) or 'none'} for their stacks"]
 
     def _tree(self, index: int) -> list[int]:
         """A node's guard and everything below it."""
         guard = self.guards[index].pid
-        return [guard, *_proc.descendants(guard)]
+        return [guard, *procs.descendants(guard)]
 
     def inject(self, fault: Fault) -> str:
         if fault.kind == "kill-rank":
-            from workloads import _stacks
-
-            killed = _stacks.kill_rank(self.run.run_id, fault.target)
-            if not killed:
+            done = _helper("kill-rank", self.run.run_id, str(fault.target))
+            if done.returncode != 0:
                 raise NotYet(f"rank {fault.target} is not running yet")
-            return f"SIGKILL to rank {fault.target} (pid {' '.join(map(str, killed))})"
+            return f"SIGKILL to rank {fault.target} (pid {done.stdout.strip()})"
         tree = self._tree(fault.target)
         if fault.kind == "kill-node":
             for pid in tree:
@@ -369,7 +377,7 @@ class LocalBackend(Backend):
         if not pids:
             return f"nothing running of run {run_id}"
         found = kill_processes(pids)
-        left = [p for p in pids if _proc.alive(p)]
+        left = [p for p in pids if procs.alive(p)]
         if left:
             raise LabError(f"could not stop {len(left)} process(es) of run {run_id}: "
                            f"pids {', '.join(map(str, left))}")

@@ -19,6 +19,7 @@ from .. import report
 from ..blame import FirstFailure
 from ..rundir import RunDir
 from .timeline import read as read_trace, stragglers, totals
+from workloads._protocol import Env
 
 SCHEMA = 1
 MAX_QUOTE_LINES = 60                # lines of the first failure's traceback quoted
@@ -136,7 +137,7 @@ def _facts(path: Path, status: dict, plan: dict, spec: dict, state: str, results
     facts["workloads"] = [w for w in workloads if w] or sorted({r.get("workload") for r in results
                                                                if isinstance(r.get("workload"), str)})
     nodes = plan.get("nodes") or []
-    init = next((n.get("env", {}).get("LAB_INIT_METHOD") for n in nodes if isinstance(n, dict)), None)
+    init = next((n.get("env", {}).get(Env.INIT_METHOD) for n in nodes if isinstance(n, dict)), None)
     facts["init_method"] = init
     return facts
 
@@ -301,7 +302,7 @@ def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[i
     first_env = (plan_nodes[0].get("env") or {}) if plan_nodes else {}
     shared_store = _join(first_env.get("REPLICA_STORE_ADDR"), first_env.get("REPLICA_STORE_PORT"))
     return {"nodes": nodes, "replicas": [replicas[k] for k in sorted(replicas)],
-            "replica_store": shared_store, "init_method": first_env.get("LAB_INIT_METHOD"),
+            "replica_store": shared_store, "init_method": first_env.get(Env.INIT_METHOD),
             "rank_source": source, "services": [s.get("hostname") for s in plan.get("services") or []
                                                  if isinstance(s, dict)]}
 

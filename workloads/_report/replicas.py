@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from workloads._protocol import WORKLOAD_DONE
+
 from labctl.tables import table
 
 
 def markdown(results: list[dict]) -> str | None:
     """One row per replica: its ranks, the cross-replica join, and its checks. Pure."""
-    mine = [r for r in results if r.get("workload") == "replicas" and r.get("name") != "workload_done"]
+    mine = [r for r in results if r.get("workload") == "replicas" and r.get("name") != WORKLOAD_DONE]
     if not mine:
         return None
     if all(r.get("skipped") for r in mine):

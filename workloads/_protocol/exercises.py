@@ -1,7 +1,8 @@
 """The exercises: collectives a learner writes from point-to-point ops (docs/exercises.md).
 
-Torch-free: labctl lists these, writes their starter files (`starters/<name>.py`, the
-function to write, its contract and hints; never an answer) and grades them; the
+Part of the wire protocol (standard library only): labctl lists these, writes their
+starter files (`workloads/_exercises/starters/<name>.py`, data: the function to write,
+its contract and hints; never an answer) and grades them; the
 runner inside every rank (workloads/_exercise.py) runs them. What passes between the
 two is `Config` (one environment variable, JSON) and the result records the runner
 emits (`RECORD_*`, `Call`'s fields).
@@ -12,8 +13,9 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from . import Env
 
-ENV = "LAB_EXERCISE"                # the runner's Config, JSON; set by labctl for `exercise check`
+ENV = Env.EXERCISE                # the runner's Config, JSON; set by labctl for `exercise check`
 WORKLOAD = "exercise"               # the `workload` field of every result record the runner emits
 SIZES = (1, 5, 12, 1001)            # elements: 1 is below any world, 5 and 1001 divide by none of 2, 3, 4
 WORLDS = (4, 3, 2)                  # world sizes every check covers (those up to the lab's), largest first
@@ -48,7 +50,7 @@ class Exercise:
 
     @property
     def starter(self) -> Path:
-        return Path(__file__).parent / "starters" / f"{self.name}.py"
+        return Path(__file__).parents[1] / "_exercises" / "starters" / f"{self.name}.py"
 
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (

@@ -1,0 +1,76 @@
+"""The lab's wire protocol: what labctl and the ranks say to each other, spelled once.
+
+Standard library only, and nothing here runs: both sides import it (the ranks'
+workloads, recorder and wrapper in every node; labctl's plan, node guard, log
+reader, trace merge and report), and labctl imports nothing else from
+`workloads` (the workloads' report hooks are plugins it looks up by name).
+`exercises` beside this module is the exercises' part: their catalogue and what
+`labctl exercise check` and the runner in each rank pass each other.
+
+- **Environment** labctl sets for every node (`Env`): the lab's settings a
+  rank reads.
+- **Marked lines** a rank writes into its log stream: a log stream is the one
+  thing every backend collects (a local file, `docker logs`, `kubectl logs`),
+  so results, trace records and joins travel in it behind a marker.
+- **Records**: the names and bounds of what a rank reports.
+- **The node log's own lines**: what the launchers (torchrun's prefix, the
+  local node guard, the containers' direct wrapper) add around the ranks'
+  output, which labctl's log reader parses.
+"""
+from __future__ import annotations
+
+
+class Env:
+    """Environment variables labctl sets for every node (and reserves: a lab's `env:`
+    may not set them, labctl/spec.py)."""
+    RUN_ID = "LAB_RUN_ID"              # the run; also how labctl finds a local run's processes
+    NAME = "LAB_NAME"
+    NODES = "LAB_NODES"
+    NPROC_PER_NODE = "LAB_NPROC_PER_NODE"
+    WORLD_SIZE = "LAB_WORLD_SIZE"
+    LAUNCHER = "LAB_LAUNCHER"          # torchrun | direct
+    DIST_BACKEND = "LAB_DIST_BACKEND"  # gloo | nccl | auto
+    INIT_METHOD = "LAB_INIT_METHOD"    # the URL a worker joins through (env://, tcp://, file://)
+    SHARED_DIR = "LAB_SHARED_DIR"      # a directory every node sees (file:// init, checkpoints)
+    PG_TIMEOUT = "LAB_PG_TIMEOUT"      # seconds a collective waits for its peers
+    TRACE = "LAB_TRACE"                # "1": record every op (workloads/_trace.py)
+    FAULT_CLOCK = "LAB_FAULT_CLOCK"    # "join": each rank says when it joined (JOINED_MARKER)
+    FR_DUMP_DIR = "LAB_FR_DUMP_DIR"    # where ranks dump Flight Recorder pickles at a hang
+    EXERCISE = "LAB_EXERCISE"          # `labctl exercise check`: the runner's config, JSON
+
+
+# ---- marked lines in a rank's output ---------------------------------------------------
+MARKER_PREFIX = "@@labctl-"                 # every marked line starts so
+RESULT_MARKER = MARKER_PREFIX + "result "   # one JSON result record (a check or a measurement)
+JOINED_MARKER = MARKER_PREFIX + "joined "   # {"rank", "pid"}: this rank's process group is up
+TRACE_MARKER = MARKER_PREFIX + "trace "     # one trace record (docs/trace.md)
+FR_MARKER = MARKER_PREFIX + "fr "           # a Flight Recorder entry, written at a dump
+
+# ---- records ---------------------------------------------------------------------------
+WORKLOAD_DONE = "workload_done"    # the record every rank writes after each workload
+# A result record named DATA is not a check: it says what a rank held before and after an
+# op, so the run's page can draw the data moving. At most DATA_ELEMENTS values per tensor
+# and DATA_TENSORS tensors per list are written.
+DATA = "data"
+DATA_ELEMENTS = 16
+DATA_TENSORS = 16
+CLOCK_ROUNDS = 8                   # ping-pongs behind a trace "C" record (clock offset to rank 0)
+# torch elastic's error file (TORCHELASTIC_ERROR_FILE), as workloads/_record.py writes it:
+# torch's own layout plus LABCTL_KEY: {"rank", "local_rank", "time_ns", "py_callstack"}.
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+LABCTL_KEY = "labctl"
+
+# ---- the node log's own lines ----------------------------------------------------------
+# torchrun prefixes every worker line so (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE); the
+# direct launchers add the same prefix themselves.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+# A direct-mode worker's end, written by the local node guard and the containers' wrapper:
+# f"{EXIT_LINE_PREFIX}{rank} exited with code {code} at {epoch seconds}".
+EXIT_LINE_PREFIX = "labctl: rank "
+# torchrun's agent waits at its exit barrier once its workers ended 0 (and says so only
+# at LOGLEVEL=INFO): the local node guard, stopping it there, says so; its node had finished.
+AGENT_IDLE_LINE = ("labctl: the agent had no workers left when labctl stopped it "
+                   "(torchrun waits at its exit barrier once its workers ended)")
+# A line longer than this is ended there in a node log (and read in pieces of this size):
+# memory stays flat whatever a rank prints.
+MAX_PIECE = 1 << 20
