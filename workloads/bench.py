@@ -236,6 +236,7 @@ def environment(ctx: _common.Context, dtype_name: str, options: dict) -> dict:
         "python": platform.python_version(),
         "device": torch.cuda.get_device_name(ctx.device) if cuda else "cpu",
         "dtype": dtype_name,
+        "links": os.environ.get("LAB_LINKS"),    # the lab's configured links (docs/network.md)
         **options,
     }
     return env

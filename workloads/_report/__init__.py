@@ -17,6 +17,8 @@ may define any of:
     csv(results) -> str                  `labctl report --format csv` for runs it is in
     write_files(run) -> list[Path]       plots and other files next to report.md
     compare(run_a, run_b, fmt) -> str    `labctl compare A B`
+    predict(run, world_size, sizes, fmt) -> str
+                                         `labctl predict RUN --world-size N` (bench: the α–β fit)
 
 labctl finds the module by the workload's name (labctl/report.py `hook`).
 """
