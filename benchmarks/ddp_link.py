@@ -53,7 +53,8 @@ def main() -> int:
         expected = ""
         if link != "none":
             bps = linkmod.parse_rate(link, "--links")
-            p = _costmodel.predict("all_reduce", 0.0, bps / 8, r["world_size"], r["grad_bytes"])
+            p = _costmodel.predict(_costmodel.MODELS["gloo"]["all_reduce"], 0.0, bps / 8, r["world_size"],
+                                   r["grad_bytes"])
             expected = f"{p.seconds * 1e3:.0f}"
         rows.append([link, f"{r['params'] / 1e6:.1f} M ({r['grad_bytes'] / 1e6:.1f} MB)",
                      f"{r['step_s_median'] * 1e3:.0f}", f"{r['compute_s_median'] * 1e3:.0f}",

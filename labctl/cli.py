@@ -244,7 +244,9 @@ def validate(spec_file, script_args, **flags) -> None:
     click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
                f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
                f"backend {spec.backend}, runs {what}"
-               + (f"; faults: {', '.join(map(str, spec.faults))}" if spec.faults else ""))
+               + (f"; faults: {', '.join(map(str, spec.faults))}" if spec.faults else "")
+               + (f"; links: {'; '.join(spec.links.describe(spec.nodes * spec.replicas))}"
+                  if spec.links else ""))
 
 
 RENDER_TARGETS = backend_registry.render_targets()

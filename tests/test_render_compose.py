@@ -292,6 +292,8 @@ def test_a_shaped_node_starts_as_root_for_tc_and_runs_the_plans_command_after_it
     assert shape == {"node": 2, "egress": {"rate_bps": 100_000_000},
                      "ingress": {"rate_bps": 100_000_000}, "peers": [], "resolve_timeout": 120.0}
     assert shaped["environment"]["LAB_LINKS"] == '{"nodes":{"2":"100mbit"}}'
+    for service in doc["services"].values():        # every node: no slow start after idle
+        assert service["sysctls"] == {"net.ipv4.tcp_slow_start_after_idle": 0}
 
 
 def test_a_pair_rule_shapes_both_of_its_nodes_and_names_the_peer():

@@ -42,8 +42,8 @@ ACK_MINOR = 0x2                  # class 1:2: its TCP ACKs, served first
 PEER_MINOR = 0x100               # class 1:<100 + peer node, in hex>: a pair rule's data
 PEER_ACK_MINOR = 0x2000          # class 1:<2000 + peer node>: its ACKs (own latency)
 NETEM_LIMIT = 10000              # packets a netem leaf holds (delay x rate / MTU, with room)
-QUEUE_MS = 100                   # a data class holds this much of its rate
-MIN_QUEUE_BYTES = 1 << 20
+QUEUE_MS = 20                    # a data class's queue holds this much of its rate
+MIN_QUEUE_BYTES = 256 * 1024
 LAB_UID = LAB_GID = 1000         # the lab images' user (images/cpu/Dockerfile)
 PREFIX = "labctl-shape:"
 SHAPED_ENV = "LAB_LINK_SHAPED"   # what this step applied, for the node's processes
@@ -59,9 +59,12 @@ def quantum(rate_bps: int) -> int:
 
 
 def queue_bytes(rate_bps: int) -> int:
-    """A data class's queue: QUEUE_MS of its rate (a switch's shallow buffer), at least
-    two GSO packets. htb's default leaf (pfifo, 1000 packets of up to 64 KiB) would hold
-    seconds at 100 Mbit/s, and the other direction's ACKs would wait behind it."""
+    """A data class's queue: QUEUE_MS of its rate, at least MIN_QUEUE_BYTES. htb's default
+    leaf (pfifo, 1000 packets of up to 64 KiB) holds seconds at 100 Mbit/s: every round
+    trip then waits behind it, and a connection that was idle restarts slowly over those
+    long round trips. A shallow queue (5 ms) drops the bursts of a root sending to three
+    peers at once, and a lost last packet of a message costs a 200 ms retransmit timeout.
+    20 ms, 256 KiB at least, had neither on 2 to 4 nodes at 100 Mbit/s (docs/network.md)."""
     return max(MIN_QUEUE_BYTES, rate_bps // 8 * QUEUE_MS // 1000)
 
 
