@@ -117,8 +117,7 @@ SHAPING_CAPABILITIES = ("NET_ADMIN", "SETGID", "SETPCAP", "SETUID")
 SHAPE_MODULE = "workloads._shape"
 # Every node of a lab with links (its own network namespace's TCP): a connection that was
 # idle (between two collectives) keeps its congestion window instead of starting slowly
-# again. The shaped links' queues make round trips long under load, and a slow start
-# that takes that many round trips would cost a 4 MiB message half its rate.
+# again over round trips that a shaped link's loaded queue lengthens (docs/network.md).
 LINK_SYSCTLS = {"net.ipv4.tcp_slow_start_after_idle": 0}
 
 
