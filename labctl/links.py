@@ -362,14 +362,13 @@ def node_shaping(links: Links, index: int, hostnames: list[str] | tuple[str, ...
     peer with a pair rule a class of min(its rate, the pair's) whose outgoing side also
     carries the pair's latency (once per direction: the peer's outgoing side adds it the
     other way). Peers are named by hostname: their addresses are known only at start."""
-    if index not in links.shaped_nodes(len(hostnames)):
-        return None
     own = links.node(index)
+    mine = sorted(b if a == index else a for a, b in links.pairs if index in (a, b))
+    if own.empty and not mine:
+        return None
     peers = []
-    for peer in range(len(hostnames)):
+    for peer in mine:                  # only this node's pair rules: a render stays O(rules)
         pair = links.pair(index, peer)
-        if peer == index or pair.empty:
-            continue
         rates = [r for r in (own.rate_bps, pair.rate_bps) if r is not None]
         rate = min(rates) if rates else None
         out_delay = (own.latency_us or 0) + (pair.latency_us or 0)
