@@ -187,9 +187,10 @@ def configured_Bps(results: list[dict]) -> float | None:
     if not raw or not nodes:
         return None
     from labctl import links as linkmod
+    from labctl.spec import MAX_TOTAL_NODES
 
-    try:
-        configured = linkmod.parse(json.loads(raw), int(nodes))
+    try:     # node keys count over replicas: any node of the largest lab is one
+        configured = linkmod.parse(json.loads(raw), MAX_TOTAL_NODES)
     except (ValueError, TypeError):
         return None
     rates = [configured.path(a, b).rate_bps for a in range(int(nodes)) for b in range(int(nodes)) if a != b]
@@ -200,15 +201,15 @@ def configured_Bps(results: list[dict]) -> float | None:
 class LinkModel:
     """α and B of the link a run's collectives cross, and the busbw the model expects."""
 
-    def __init__(self, alpha_s: float, bandwidth_Bps: float, source: str, n: int,
+    def __init__(self, alpha_s: float, bandwidth_Bps: float, source: str, alpha_source: str, n: int,
                  model: dict[str, cm.Algorithm]):
-        self.alpha_s, self.bandwidth_Bps, self.source, self.n, self.model = \
-            alpha_s, bandwidth_Bps, source, n, model
+        self.alpha_s, self.bandwidth_Bps, self.source, self.alpha_source, self.n, self.model = \
+            alpha_s, bandwidth_Bps, source, alpha_source, n, model
 
     @property
     def text(self) -> str:
         return (f"B = {self.bandwidth_Bps / 1e9:.4f} GB/s ({self.source}) and "
-                f"α = {self.alpha_s * 1e6:.0f} us")
+                f"α = {self.alpha_s * 1e6:.0f} us ({self.alpha_source})")
 
     def busbw_GBps(self, row: dict) -> float | None:
         algo = self.model.get(row["op"])
@@ -219,13 +220,16 @@ class LinkModel:
         return p.busbw_Bps(busbw_factor(row["op"], n)) / 1e9
 
     def as_dict(self) -> dict[str, Any]:
-        return {"alpha_s": self.alpha_s, "bandwidth_Bps": self.bandwidth_Bps, "source": self.source}
+        return {"alpha_s": self.alpha_s, "bandwidth_Bps": self.bandwidth_Bps, "source": self.source,
+                "alpha_source": self.alpha_source}
 
 
 def link_model(results: list[dict], use_configured: bool = True) -> LinkModel | None:
     """The link the model reads: B = the configured rate (the lab's `links:`), else the
     slowest raw TCP link measured; α = the pingpong fit's (one message, one way), else 0.
-    None when the run has neither a configured nor a measured link."""
+    None when the run has neither a configured nor a measured link. The model takes every
+    link to be that one: where only some nodes are slow, an op whose busiest link is a
+    fast one beats it (gloo's broadcast from an unshaped root; docs/network.md)."""
     data = rows(results)
     if not data:
         return None
@@ -240,8 +244,8 @@ def link_model(results: list[dict], use_configured: bool = True) -> LinkModel | 
         return None
     pingpong = fits(results).get("pingpong")
     alpha = pingpong.alpha_s if pingpong else 0.0
-    source += ", α from pingpong" if pingpong else ", α = 0: no pingpong in the sweep"
-    return LinkModel(alpha, bandwidth, source, n, algorithms(results))
+    alpha_source = "the pingpong's fit" if pingpong else "no pingpong in the sweep"
+    return LinkModel(alpha, bandwidth, source, alpha_source, n, algorithms(results))
 
 
 def _model_cells(row: dict, model: LinkModel) -> list[str]:
@@ -267,9 +271,9 @@ def cost_model_section(results: list[dict]) -> str:
         return "\n".join(head + ["No op has two sizes or more: nothing to fit."])
     n = next(iter(fitted.values())).n
     lines = head + [
-        f"Fitted per op on this sweep (n = {n}; least squares, relative errors). B / link: "
+        f"Fitted per op on this sweep (n = {n}; least squares, weights 1/t). B / link: "
         "how much of the link the op's algorithm reaches"
-        + (f" (link: {model.bandwidth_Bps / 1e9:.4f} GB/s, {model.source.split(',')[0]})" if model else "")
+        + (f" (link: {model.bandwidth_Bps / 1e9:.4f} GB/s, {model.source})" if model else "")
         + ". `labctl predict RUN --world-size N` scales these to other world sizes.", "",
         _table(["op", "algorithm", "steps(n)", "factor(n)", "α (us)", "B (GB/s)", "B / link",
                 "fit error rms / max", "sizes"],
