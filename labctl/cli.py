@@ -221,6 +221,10 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
         click.option("--fault", "faults", multiple=True,
                      help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
                           "partition:N@T+D, delay:N=MS (seconds after every node started)."),
+        click.option("--link", "links", multiple=True,
+                     help="A node's link (repeatable; compose, k8s): RATE[,LATENCY] for every node, "
+                          "NODE=... for one, A-B=... for a pair (e.g. --link 1gbit --link 2=100mbit; "
+                          "docs/network.md)."),
         click.option("--fault-clock", type=Choice(specmod.FAULT_CLOCKS),
                      help="Where the faults' T counts from: start (every node started; default) or "
                           "join (every rank's init_process_group returned; local, compose)."),
@@ -268,6 +272,10 @@ def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
                 raise specmod.SpecError(f"--env: expected KEY=VALUE, given {item!r}")
             env[key] = value
         overrides["env"] = env
+    if "links" in overrides:
+        from .links import from_flags
+
+        overrides["links"] = from_flags(overrides["links"], specmod.SpecError)
     return overrides
 
 
@@ -305,7 +313,9 @@ def validate(spec_file, script_args, **flags) -> None:
     click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
                f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
                f"backend {spec.backend}, runs {what}"
-               + (f"; faults: {', '.join(map(str, spec.faults))}" if spec.faults else ""))
+               + (f"; faults: {', '.join(map(str, spec.faults))}" if spec.faults else "")
+               + (f"; links: {'; '.join(spec.links.describe(spec.nodes * spec.replicas))}"
+                  if spec.links else ""))
 
 
 RENDER_TARGETS = backend_registry.render_targets()
@@ -720,6 +730,45 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
         fail(f"{name} ({Path(file).name}): {failed[0].headline()}; run folder {run.path}")
     click.echo(f"passed: {name} ({Path(file).name}) on world sizes "
                f"{', '.join(map(str, grades[0].worlds))}")
+
+
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20,
+               "mb": 10 ** 6, "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9}
+
+
+class ByteSize(click.ParamType):
+    """A message size: bytes, or with a unit (64KiB, 4MiB, 1MB; K/M/G are binary)."""
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        m = _SIZE.match(str(value))
+        size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()] if m else 0
+        if not 1 <= size <= 1 << 40:
+            self.fail(f"expected a size in bytes from 1 to 1TiB, with or without a unit "
+                      f"(examples: 65536, 64KiB, 4MiB), given {value!r}", param, ctx)
+        return size
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--world-size", "-n", required=True, type=IntRange(2, specmod.MAX_WORLD),
+              help="Ranks to predict for.")
+@click.option("--size", "sizes", multiple=True, type=ByteSize(),
+              help="Message size (repeatable; e.g. 4MiB). Default: the run's sizes.")
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")
+@friendly
+def predict(run, world_size, sizes, fmt) -> None:
+    """Expected time of each bench op at another world size, from the run's α–β fit.
+
+    Per op, α (latency) and B (bandwidth) are fitted on the run's sweep with the
+    model of the algorithm its backend runs (t = steps(n) α + factor(n) S / B;
+    docs/network.md), then evaluated at --world-size ranks: the time, its α and
+    β terms, and which dominates.
+    """
+    from . import report
+
+    click.echo(report.predict(_open_run(run), world_size, list(sizes) or None, fmt), nl=False)
 
 
 @main.command()

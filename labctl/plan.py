@@ -459,6 +459,8 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         env[Env.TRACE] = "1"
     if spec.fault_clock == "join" and spec.faults:   # ranks say when they joined (_common.say_joined)
         env[Env.FAULT_CLOCK] = "join"
+    if spec.links is not None:          # the configured links, for the workloads' reports
+        env[Env.LINKS] = spec.links.to_json()
     if spec.replicas > 1:
         env.update({
             "REPLICA_ID": str(replica),

@@ -67,6 +67,16 @@ def compare(run_a: RunDir, run_b: RunDir, fmt: str = "md") -> str:
     raise LabError(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
                    "measurements (make some with: labctl up --workload bench)")
 
+def predict(run: RunDir, world_size: int, sizes: list[int] | None = None, fmt: str = "md") -> str:
+    """`labctl predict`: the first workload hook of the run that can scale its measurements
+    to another world size (bench: the α–β fit per op)."""
+    for name, module in hooks_for(run.results()):
+        if hasattr(module, "predict"):
+            return module.predict(run, world_size, sizes, fmt)
+    raise LabError(f"{run.path}: nothing to predict from: none of its workloads fits a cost "
+                   "model (make a sweep with: labctl up --workload bench)")
+
+
 def rank_rows(results: list[dict]) -> list[dict]:
     """Per-rank records (where each rank runs) from the hooks that have them (`rank_rows`)."""
     return [row for name, module in hooks_for(results) if hasattr(module, "rank_rows")

@@ -21,6 +21,7 @@ import yaml
 
 from .faults import Fault  # noqa: E402
 from workloads._protocol import Env
+from .links import LinkError, Links
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
 WORKDIRS = ("node", "invoking")
@@ -95,6 +96,7 @@ RESERVED_ENV: Mapping[str, str] = {
     Env.PG_TIMEOUT: "use pg_timeout (--pg-timeout) instead",
     Env.TRACE: "use trace (--trace / --no-trace) instead",
     Env.FAULT_CLOCK: "use fault_clock (--fault-clock) instead",
+    Env.LINKS: "use links (--link) instead",
     Env.SHARED_DIR: "use shared_volume instead (container backends; locally it is the run folder's shared/)",
     "REPLICA_ID": _REPLICAS, "REPLICA_NUM": _REPLICAS,
     "REPLICA_STORE_ADDR": _REPLICAS, "REPLICA_STORE_PORT": _REPLICAS,
@@ -172,6 +174,9 @@ class LabSpec:
     # Where the faults' T counts from: every node started ("start"), or every rank's
     # init_process_group returned ("join": ranks say so, LAB_FAULT_CLOCK=join).
     fault_clock: str = "start"
+    # Each node's (or pair's) link rate and latency (labctl/links.py, docs/network.md):
+    # compose shapes the containers' interfaces, k8s annotates the pods, local refuses.
+    links: Links | None = None
 
     @property
     def fewest_nodes(self) -> int:
@@ -205,6 +210,7 @@ class LabSpec:
         data["faults"] = [f.text for f in self.faults]   # as written
         data["env"] = dict(self.env)
         data["k8s"] = dict(self.k8s)
+        data["links"] = self.links.to_data() if self.links is not None else None
         return data
 
 
@@ -560,6 +566,13 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     if data.get("k8s") is not None:
         kw["k8s"] = data["k8s"]
 
+    if data.get("links") is not None:
+        try:
+            kw["links"] = _links_of(data["links"], kw.get("nodes", LabSpec.nodes)
+                                    * kw.get("replicas", LabSpec.replicas))
+        except LinkError as exc:
+            raise bad(exc.where, exc.value, exc.expected) from None
+
     spec = LabSpec(**kw)
     _rdzv_ports_fit(spec, bad)
     if data.get("faults"):
@@ -662,6 +675,14 @@ def check_files(spec: LabSpec, source: str = "lab spec", out: bool = True) -> No
             raise SpecError(f"{source}: out: run folder '{spec.out}' {why}; choose another --out")
 
 
+def _links_of(raw: Any, total_nodes: int) -> Links | None:
+    """`links:` parsed (labctl/links.py); a description that shapes nothing is None."""
+    from . import links as linkmod
+
+    parsed = linkmod.parse(raw, total_nodes)
+    return None if not parsed.shaped_nodes(total_nodes) else parsed
+
+
 def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
     """Each fault parsed and aimed inside the lab (whether the chosen backend can do
     it is the backend's to say: `backends.check_spec`)."""
@@ -696,6 +717,13 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
     delays = [f.target for f in out if f.kind == "delay"]
     if len(set(delays)) != len(delays):
         raise bad("faults", raw, "at most one delay per node")
+    shaped = set(spec.links.shaped_nodes(spec.nodes * spec.replicas)) if spec.links else set()
+    for fault in out:
+        if fault.kind == "delay" and fault.target in shaped:
+            raise bad("faults", fault.text, f"no delay fault on node {fault.target}, whose link the "
+                      "lab shapes (both set its interface's root qdisc); give the delay as the "
+                      f"link's latency instead (links: {{nodes: {{{fault.target}: {{latency: "
+                      f"{fault.ms}ms}}}}}})")
     return tuple(out)
 
 
@@ -968,6 +996,8 @@ join_timeout: 120        # whole seconds the c10d rendezvous waits for every nod
 #   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
 #   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)
 # fault_clock: start     # start | join (local, compose): where the faults' T counts from
+# links: {{default: 1gbit, nodes: {{1: 100mbit}}}}   # each node's link (compose: tc; k8s: pod
+#                        # bandwidth annotations; docs/network.md); pairs: {{"0-1": 50mbit}}
 # image: labctl-cpu:latest   # container backends; default by dist_backend
 env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
 resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends

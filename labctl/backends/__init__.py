@@ -67,6 +67,10 @@ def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
         able = [name for name in REGISTRY if backend_class(name).hears_joins]
         raise SpecError(f"{source}: fault_clock: the {spec.backend} backend cannot hear the ranks "
                         f"join (backends that can: {', '.join(able)}); use fault_clock: start")
+    if spec.links is not None:
+        why = chosen.links_refusal(spec)
+        if why:
+            raise SpecError(f"{source}: links: {why}")
     shared_dir = chosen.shared_dir(spec)
     for w in spec.workloads:
         rules = report_hook(w.name)

@@ -118,6 +118,12 @@ class Backend:
         return spec
 
     @classmethod
+    def links_refusal(cls, spec: LabSpec) -> str | None:
+        """Why this backend cannot shape the lab's `links` (labctl/links.py), or None when
+        it can; asked only of the lab's own backend (`backends.check_spec`)."""
+        return f"the {cls.name} backend cannot shape links"
+
+    @classmethod
     def shared_dir(cls, spec: LabSpec) -> str | None:
         """`Placement.shared_dir` of this lab here (a directory every node sees), known
         without placing it: workloads' rules read it (`check_placement`)."""

@@ -151,6 +151,9 @@ def _docker_all(*calls: list[str], timeout: float = CLI_TIMEOUT_S, outputs: list
 
 
 JOIN_REREAD_S = 1.0      # each join read starts this long before the last line read
+# `docker exec` as the lab's user: a shaped node's container is configured as root (for its
+# shaping step), and root without CAP_KILL / CAP_SYS_PTRACE may not signal or read uid 1000.
+_AS_LAB_USER = ("--user", str(render_compose.IMAGE_UID))
 
 
 def _since(epoch: float | None) -> list[str]:
@@ -220,24 +223,74 @@ def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
                              "machine with the NVIDIA Container Toolkit")
 
 
-def kernel_has_netem() -> bool | None:
-    """Whether this machine's kernel can do `tc ... netem` (containers share it): loaded,
-    shipped as a module, or built in; None when it cannot be told (a remote engine)."""
+# Containers share this machine's kernel: what tc can do in them is what it was built with.
+# (kernel config option, module, where the module lives under /lib/modules/<release>/kernel)
+KERNEL_FEATURES = {
+    "netem": ("CONFIG_NET_SCH_NETEM", "sch_netem", "net/sched"),
+    "htb": ("CONFIG_NET_SCH_HTB", "sch_htb", "net/sched"),
+    "ingress": ("CONFIG_NET_SCH_INGRESS", "sch_ingress", "net/sched"),
+    "u32": ("CONFIG_NET_CLS_U32", "cls_u32", "net/sched"),
+    "mirred": ("CONFIG_NET_ACT_MIRRED", "act_mirred", "net/sched"),
+    "ifb": ("CONFIG_IFB", "ifb", "drivers/net"),
+    "bfifo": ("CONFIG_NET_SCH_FIFO", "sch_fifo", "net/sched"),
+}
+# What `links:` needs: every rate is an htb class with a byte FIFO, and a node's incoming
+# traffic is redirected (ingress qdisc, u32 filter, mirred action) to an ifb device and
+# shaped there.
+LINK_RATE_FEATURES = ("htb", "bfifo", "ingress", "u32", "mirred", "ifb")
+
+
+def kernel_has(feature: str) -> bool | None:
+    """Whether this machine's kernel can do tc `feature` (KERNEL_FEATURES): loaded, shipped
+    as a module, or built in; None when it cannot be told (a remote engine, no config)."""
+    option, module, folder = KERNEL_FEATURES[feature]
     if os.environ.get("DOCKER_HOST", "unix://").startswith(("tcp://", "ssh://")):
         return None
     release = os.uname().release
-    if os.path.isdir("/sys/module/sch_netem") or any(
-            os.path.exists(f"/lib/modules/{release}/kernel/net/sched/sch_netem.ko{ext}")
+    if os.path.isdir(f"/sys/module/{module}") or any(
+            os.path.exists(f"/lib/modules/{release}/kernel/{folder}/{module}.ko{ext}")
             for ext in ("", ".xz", ".zst", ".gz")):
         return True
+    config = _kernel_config()
+    if config is None:
+        return None
+    return f"{option}=y" in config or f"{option}=m" in config
+
+
+@functools.cache
+def _kernel_config() -> str | None:
     try:
         import gzip
 
         with gzip.open("/proc/config.gz", "rt") as f:
-            config = f.read()
+            return f.read()
     except OSError:
         return None
-    return "CONFIG_NET_SCH_NETEM=y" in config or "CONFIG_NET_SCH_NETEM=m" in config
+
+
+def kernel_has_netem() -> bool | None:
+    """Whether this machine's kernel can do `tc ... netem` (the delay fault, link latency)."""
+    return kernel_has("netem")
+
+
+def links_kernel_refusal(spec: LabSpec) -> str | None:
+    """Why this kernel cannot shape the lab's links (one line), or None: checked before
+    anything starts, so a lab never half-starts on a missing qdisc."""
+    links = spec.links
+    if links is None:
+        return None
+    release = os.uname().release
+    if links.has_latency and kernel_has("netem") is False:
+        return (f"links: a latency needs tc netem, and this machine's kernel ({release}) has none "
+                "(CONFIG_NET_SCH_NETEM is not set); leave the latency out, or run on a kernel "
+                "with sch_netem")
+    missing = [f for f in LINK_RATE_FEATURES if kernel_has(f) is False]
+    if missing:
+        options = ", ".join(KERNEL_FEATURES[f][0] for f in missing)
+        return (f"links: shaping a link needs tc {', '.join(missing)}, and this machine's kernel "
+                f"({release}) lacks {'it' if len(missing) == 1 else 'them'} ({options} not set); "
+                "leave links out, or run on a kernel with them")
+    return None
 
 
 class _Project:
@@ -418,6 +471,10 @@ class ComposeBackend(Backend):
     def shared_dir(cls, spec: LabSpec) -> str | None:
         return container_shared_dir(spec)
 
+    @classmethod
+    def links_refusal(cls, spec: LabSpec) -> str | None:
+        return None        # tc in each container (workloads/_shape.py); the kernel: preflight
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.exit_times: dict[str, float] = {}     # service -> when it exited (seconds)
@@ -437,6 +494,9 @@ class ComposeBackend(Backend):
         return container_placement(spec, "compose")
 
     def preflight(self, plan: LaunchPlan) -> None:
+        refusal = links_kernel_refusal(plan.spec)
+        if refusal:
+            raise PreflightError(refusal)
         _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
         delays = [f for f in plan.spec.faults if f.kind == "delay"]
         if delays and kernel_has_netem() is False:
@@ -576,8 +636,8 @@ class ComposeBackend(Backend):
         """SIGUSR1 to every rank inside each container (python3 -m workloads._stacks)."""
         notes = []
         for index, hostname in sorted(self.hostnames.items()):
-            done = self.project("exec", "-T", hostname, "python3", "-m", "workloads._stacks",
-                                self.run_id, timeout=30)
+            done = self.project("exec", "-T", *_AS_LAB_USER, hostname, "python3", "-m",
+                                "workloads._stacks", self.run_id, timeout=30)
             if done.returncode != 0:
                 notes.append(f"node {index}: could not ask for stacks: {_last_line(done.stderr)}")
         time.sleep(1.5)
@@ -598,8 +658,9 @@ class ComposeBackend(Backend):
         others through the engine: kill, pause, network disconnect, tc netem."""
         if fault.kind == "kill-rank":
             for index in sorted(self.hostnames):
-                done = _docker("exec", self._container(index), "python3", "-m", "workloads._stacks",
-                               "kill-rank", self.run_id, str(fault.target), timeout=30)
+                done = _docker("exec", *_AS_LAB_USER, self._container(index), "python3", "-m",
+                               "workloads._stacks", "kill-rank", self.run_id, str(fault.target),
+                               timeout=30)
                 if done.returncode == 0:
                     return (f"SIGKILL to rank {fault.target} (pid {done.stdout.strip()} in "
                             f"{self.hostnames[index]})")

@@ -469,6 +469,10 @@ class K8sBackend(Backend):
         return k8s_settings.check(spec, source)
 
     @classmethod
+    def links_refusal(cls, spec: LabSpec) -> str | None:
+        return k8s_render.links_refusal(spec)
+
+    @classmethod
     def shared_dir(cls, spec: LabSpec) -> str | None:
         return container_shared_dir(spec)
 

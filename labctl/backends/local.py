@@ -170,6 +170,12 @@ class LocalBackend(Backend):
         self.lifeline_w: int | None = None
         self.joins = JoinReader()                       # the join fault clock's reader
 
+    @classmethod
+    def links_refusal(cls, spec: LabSpec) -> str | None:
+        return ("the local backend cannot shape links: its nodes share this machine's "
+                "loopback, and shaping lo (as root) would slow every program on the machine; "
+                "use --backend compose (docs/network.md)")
+
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         script = str(Path(spec.script).resolve()) if spec.script else None
         if script and not Path(script).is_file():

@@ -8,7 +8,9 @@ No published ports and no privileges: nodes talk only to each other.
 Hardened like the k8s render (docs/compose.md, "Security defaults"): limits
 equal to the lab's resources (cpus, memory, pids), no new privileges, every
 capability dropped (a node named in a `delay:` fault gets NET_ADMIN back, for
-tc netem, and nothing else), a read-only root with tmpfs where the workloads,
+tc netem, and nothing else; a node whose link the lab shapes starts as root with
+NET_ADMIN, SETUID, SETGID and SETPCAP for `workloads/_shape.py`, which runs tc and
+then execs the node's command as uid 1000 with every capability set empty), a read-only root with tmpfs where the workloads,
 torch and user scripts write (/tmp, the work dir /work, the lab user's home).
 
 Compose interpolates `$VAR` in every string value, mount targets included, and
@@ -29,10 +31,12 @@ path and no root.
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 
+from ..links import node_shaping
 from ..plan import LaunchPlan, NodeLaunch, node_command
 from . import SPEC_KEY, dump_yaml, stored_spec
 
@@ -106,6 +110,31 @@ def fault_capabilities(plan: LaunchPlan, index: int) -> list[str]:
     return ["NET_ADMIN"] if any(f.kind == "delay" and f.target == index for f in plan.spec.faults) else []
 
 
+# A shaped node starts as root with these, runs tc, then drops them all (workloads/_shape.py):
+# NET_ADMIN for tc and the ifb device; SETUID/SETGID to become the lab's user; SETPCAP to
+# empty the bounding set.
+SHAPING_CAPABILITIES = ("NET_ADMIN", "SETGID", "SETPCAP", "SETUID")
+SHAPE_MODULE = "workloads._shape"
+# Every node of a lab with links (its own network namespace's TCP): a connection that was
+# idle (between two collectives) keeps its congestion window instead of starting slowly
+# again over round trips that a shaped link's loaded queue lengthens (docs/network.md).
+LINK_SYSCTLS = {"net.ipv4.tcp_slow_start_after_idle": 0}
+
+
+def shaping(plan: LaunchPlan, index: int) -> dict[str, Any] | None:
+    """What node `index` shapes on its link before it starts (`links:`), or None."""
+    if plan.spec.links is None:
+        return None
+    hostnames = [node.hostname for node in plan.nodes]
+    return node_shaping(plan.spec.links, index, hostnames, resolve_timeout=plan.spec.join_timeout)
+
+
+def shaped_command(plan: LaunchPlan, shape: dict[str, Any], argv: tuple[str, ...]) -> list[str]:
+    """The node's own command, unchanged, after the shaping step (it execs it as uid 1000)."""
+    return [*plan.placement.python, "-m", SHAPE_MODULE, "--node",
+            json.dumps(shape, sort_keys=True, separators=(",", ":")), "--", *argv]
+
+
 def _labels(plan: LaunchPlan, **extra: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": plan.spec.name,
@@ -124,10 +153,14 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
     if spec.replicas > 1:
         labels["labctl.dev/replica"] = str(node.replica)
     memory = quantity_bytes(spec.resources.memory)
+    shape = shaping(plan, node.index)
     service: dict[str, Any] = {
         "image": spec.resolved_image,
         "hostname": node.hostname,
-        "command": list(argv),
+        # root only for the shaping step: workloads/_shape.py execs the node as uid 1000
+        # with every capability set empty (docs/compose.md, "Security defaults")
+        **({"user": "0:0"} if shape is not None else {}),
+        "command": list(argv) if shape is None else shaped_command(plan, shape, argv),
         "environment": dict(env),
         "working_dir": WORKDIR,
         "networks": [NETWORK],
@@ -137,8 +170,12 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
         "labels": _labels(plan, **labels),
         **_locked_down(),
     }
-    if fault_capabilities(plan, node.index):
-        service["cap_add"] = fault_capabilities(plan, node.index)
+    if spec.links is not None:
+        service["sysctls"] = dict(LINK_SYSCTLS)
+    capabilities = sorted({*fault_capabilities(plan, node.index),
+                           *(SHAPING_CAPABILITIES if shape is not None else ())})
+    if capabilities:
+        service["cap_add"] = capabilities
     if plan.services:
         service["depends_on"] = {svc.hostname: {"condition": "service_started"} for svc in plan.services}
     reservations: dict[str, Any] = {"cpus": _cpus(spec.resources.cpu), "memory": str(memory)}

@@ -42,6 +42,7 @@ from ..plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_comman
 from . import SPEC_KEY, dump_yaml, stored_spec
 from ..backends import k8s_settings
 from ..backends.k8s_settings import QUEUE_LABEL
+from .. import links as links_module
 from ..spec import LabSpec, SpecError
 
 RUN_LABEL = "labctl.dev/run-id"
@@ -451,7 +452,8 @@ def writable_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def _job_spec(plan: LaunchPlan, completions: int, indexed: bool, pod: dict[str, Any],
-              component: str, replica: int | None = None) -> dict[str, Any]:
+              component: str, replica: int | None = None,
+              pod_annotations: dict[str, str] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if indexed:
         spec["completionMode"] = "Indexed"
@@ -466,7 +468,8 @@ def _job_spec(plan: LaunchPlan, completions: int, indexed: bool, pod: dict[str, 
         # Kueue starts an admitted Job by un-suspending it: created suspended, no pod
         # runs (or holds GPUs) before admission, webhook or not.
         spec["suspend"] = True
-    spec["template"] = {"metadata": metadata(plan, None, component, replica=replica), "spec": pod}
+    spec["template"] = {"metadata": metadata(plan, None, component, replica=replica,
+                                             extra_annotations=pod_annotations), "spec": pod}
     return spec
 
 
@@ -577,8 +580,50 @@ def _job(plan: LaunchPlan, replica: int = 0) -> dict[str, Any]:
         # need it: an annotation on the Job, which lives as long as they do).
         "metadata": metadata(plan, job_name(spec, replica), "node", extra_labels=queue,
                              replica=replica, extra_annotations={SPEC_KEY: stored_spec(spec)}),
-        "spec": _job_spec(plan, spec.nodes, True, pod, "node", replica),
+        "spec": _job_spec(plan, spec.nodes, True, pod, "node", replica,
+                          pod_annotations=bandwidth_annotations(spec)),
     }
+
+
+# The bandwidth CNI plugin (containernetworking/plugins, meta/bandwidth) reads these pod
+# annotations: a token bucket on the pod's egress, and on an ifb device for its ingress.
+INGRESS_BANDWIDTH = "kubernetes.io/ingress-bandwidth"
+EGRESS_BANDWIDTH = "kubernetes.io/egress-bandwidth"
+
+
+def links_refusal(spec: LabSpec) -> str | None:
+    """What of `links` pod annotations cannot say: one pod template serves every node of a
+    Job, and the bandwidth plugin shapes a pod's whole traffic by rate only."""
+    links = spec.links
+    if links is None:
+        return None
+    if links.has_latency:
+        return ("Kubernetes' bandwidth plugin shapes rate only, not latency; leave the latency "
+                "out on k8s (compose applies it with tc netem where the kernel has it)")
+    if links.pairs:
+        return ("Kubernetes' bandwidth plugin shapes a pod's whole traffic, not the traffic of a "
+                "pair of nodes; leave links.pairs out on k8s")
+    rates = {links.node(i).rate_bps for i in range(spec.nodes * spec.replicas)}
+    if len(rates) > 1:
+        return ("every node of a Job shares one pod template, so every node gets the same "
+                "bandwidth annotations on k8s: give one rate for every node (links.default or "
+                "links: 1gbit), not per node")
+    return None
+
+
+def bandwidth_annotations(spec: LabSpec) -> dict[str, str] | None:
+    """The pod template's `kubernetes.io/{ingress,egress}-bandwidth` for the lab's one link
+    rate (bits/s as a quantity: 100mbit -> 100M), or None without links."""
+    if spec.links is None:
+        return None
+    why = links_refusal(spec)
+    if why:
+        raise SpecError(f"k8s render: links: {why}")
+    rate = spec.links.node(0).rate_bps
+    if rate is None:
+        return None
+    quantity = links_module.kubernetes_quantity(rate)
+    return {EGRESS_BANDWIDTH: quantity, INGRESS_BANDWIDTH: quantity}
 
 
 def tolerations(spec: LabSpec) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ class Env:
     FAULT_CLOCK = "LAB_FAULT_CLOCK"    # "join": each rank says when it joined (JOINED_MARKER)
     FR_DUMP_DIR = "LAB_FR_DUMP_DIR"    # where ranks dump Flight Recorder pickles at a hang
     EXERCISE = "LAB_EXERCISE"          # `labctl exercise check`: the runner's config, JSON
+    LINKS = "LAB_LINKS"                # the lab's configured links (labctl/links.py), JSON
 
 
 # ---- marked lines in a rank's output ---------------------------------------------------

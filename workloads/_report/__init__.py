@@ -19,6 +19,8 @@ may define any of:
     compare(run_a, run_b, fmt) -> str    `labctl compare A B`
     page(results) -> list[dict]          its section of report.html, as views (_views.py;
                                          the page draws them by kind: docs/report.md)
+    predict(run, world_size, sizes, fmt) -> str
+                                         `labctl predict RUN --world-size N` (bench: the α–β fit)
 
 labctl finds the module by the workload's name (labctl/report.py `hook`).
 """

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from workloads import _costmodel as cm
 from workloads._benchmath import (  # noqa: F401  (re-exported: the one definition)
     COLLECTIVES, OPS, P2P, algbw_GBps, busbw_factor, busbw_GBps, percentile, sizes, validate_sweep,
 )
@@ -90,8 +91,11 @@ def markdown(results: list[dict]) -> str:
         parts.append("No bench measurements recorded.")
         return "\n".join(parts) + "\n"
     n = data[0].get("world_size")
+    model = link_model(results)
     parts.append(f"GB/s = 1e9 bytes/s · time = slowest rank per iteration, median and p99 · "
                  f"algbw = size / median time · busbw = algbw x factor (n = {n})"
+                 + (f" · model = the busbw the α–β model of the algorithm expects from "
+                    f"{model.text} (below)" if model else "")
                  + (f" · % link = busbw / slowest link ({link:.3f} GB/s)" if link else ""))
     for op in OPS:
         mine = [r for r in data if r["op"] == op]
@@ -100,13 +104,16 @@ def markdown(results: list[dict]) -> str:
         note = f"; {TIME_TEXT[op]}" if op in TIME_TEXT else ""
         parts += ["", f"### {op} (busbw factor {FACTOR_TEXT[op]}{note})", ""]
         headers = ["size (B)", "count (elements)", "type", "time median (us)", "time p99 (us)",
-                   "algbw (GB/s)", "busbw (GB/s)"] + (["% link"] if link else []) + ["#wrong"]
+                   "algbw (GB/s)", "busbw (GB/s)"] + (["model (GB/s)", "busbw / model"] if model else []) \
+            + (["% link"] if link else []) + ["#wrong"]
         parts.append(_table(headers, (
             [r["size_bytes"], r["count"], r["dtype"], _num(r["time_us_median"], 1),
              _num(r["time_us_p99"], 1), _num(r["algbw_GBps"], 3), _num(r["busbw_GBps"], 3)]
+            + (_model_cells(r, model) if model else [])
             + ([_num(100 * r["busbw_GBps"] / link, 1)] if link else [])
             + [r["wrong"]]
             for r in mine)))
+    parts += ["", cost_model_section(results)]
     if not plots_possible():
         parts += ["", NO_PLOT]
     return "\n".join(parts) + "\n"
@@ -125,8 +132,25 @@ def plots_possible() -> bool:
 
 
 def as_json(results: list[dict]) -> dict[str, Any]:
+    model = link_model(results)
+    measured = link_model(results, use_configured=False)
+    data = rows(results)
+    for r in data:
+        for key, m in (("model", model), ("measured_link_model", measured)):
+            expected = m.busbw_GBps(r) if m else None
+            r[f"{key}_busbw_GBps"] = round(expected, 6) if expected else None
+        r["busbw_over_model"] = (round(r["busbw_GBps"] / r["model_busbw_GBps"], 4)
+                                 if r.get("model_busbw_GBps") and r.get("busbw_GBps") is not None else None)
+    fitted = fits(results)
     return {"environment": environment(results), "links": links(results),
-            "link_GBps": link_GBps(results), "rows": rows(results)}
+            "link_GBps": link_GBps(results), "rows": data,
+            "model": {
+                "algorithms": model_name(results),
+                "link": model.as_dict() if model else None,
+                "measured_link": measured.as_dict() if measured else None,
+                "configured_link_Bps": configured_Bps(results),
+                "fits": {op: _fit_dict(f, model) for op, f in fitted.items()},
+            }}
 
 
 def csv(results: list[dict]) -> str:
@@ -138,6 +162,166 @@ def csv(results: list[dict]) -> str:
     for r in rows(results):
         writer.writerow([r[f] for f in ROW_FIELDS] + [r["world_size"], link])
     return buf.getvalue()
+
+
+# ---- the α–β cost model (workloads/_costmodel.py) ---------------------------------
+def model_name(results: list[dict]) -> str:
+    """Which algorithms the run's ops are modelled with: gloo's (measured) or nccl-tests'."""
+    return "gloo" if environment(results).get("dist_backend") == "gloo" else "nccl"
+
+
+def algorithms(results: list[dict]) -> dict[str, cm.Algorithm]:
+    return cm.MODELS[model_name(results)]
+
+
+def fits(results: list[dict]) -> dict[str, cm.Fit]:
+    """α and B per op, fitted on this run's sweep (at its world size)."""
+    return cm.fits(rows(results), algorithms(results))
+
+
+def configured_Bps(results: list[dict]) -> float | None:
+    """The slowest node-to-node rate the lab's `links:` configured (bytes/s), or None: every
+    collective of the sweep crosses every node's link, so the slowest one bounds it (a
+    pingpong crosses only its own pair's)."""
+    env = environment(results)
+    raw, nodes = env.get("links"), env.get("nodes")
+    if not raw or not nodes:
+        return None
+    from labctl import links as linkmod
+    from labctl.spec import MAX_TOTAL_NODES
+
+    try:     # node keys count over replicas: any node of the largest lab is one
+        configured = linkmod.parse(json.loads(raw), MAX_TOTAL_NODES)
+    except (ValueError, TypeError):
+        return None
+    rates = [configured.path(a, b).rate_bps for a in range(int(nodes)) for b in range(int(nodes)) if a != b]
+    known = [r for r in rates if r]
+    return min(known) / 8 if known else None
+
+
+class LinkModel:
+    """α and B of the link a run's collectives cross, and the busbw the model expects."""
+
+    def __init__(self, alpha_s: float, bandwidth_Bps: float, source: str, alpha_source: str, n: int,
+                 model: dict[str, cm.Algorithm]):
+        self.alpha_s, self.bandwidth_Bps, self.source, self.alpha_source, self.n, self.model = \
+            alpha_s, bandwidth_Bps, source, alpha_source, n, model
+
+    @property
+    def text(self) -> str:
+        return (f"B = {self.bandwidth_Bps / 1e9:.4f} GB/s ({self.source}) and "
+                f"α = {self.alpha_s * 1e6:.0f} us ({self.alpha_source})")
+
+    def busbw_GBps(self, row: dict) -> float | None:
+        algo = self.model.get(row["op"])
+        if algo is None or not row.get("size_bytes"):
+            return None
+        n = row.get("world_size") or self.n
+        p = cm.predict(algo, self.alpha_s, self.bandwidth_Bps, n, row["size_bytes"])
+        return p.busbw_Bps(busbw_factor(row["op"], n)) / 1e9
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"alpha_s": self.alpha_s, "bandwidth_Bps": self.bandwidth_Bps, "source": self.source,
+                "alpha_source": self.alpha_source}
+
+
+def link_model(results: list[dict], use_configured: bool = True) -> LinkModel | None:
+    """The link the model reads: B = the configured rate (the lab's `links:`), else the
+    slowest raw TCP link measured; α = the pingpong fit's (one message, one way), else 0.
+    None when the run has neither a configured nor a measured link. The model takes every
+    link to be that one: where only some nodes are slow, an op whose busiest link is a
+    fast one beats it (gloo's broadcast from an unshaped root; docs/network.md)."""
+    data = rows(results)
+    if not data:
+        return None
+    n = data[0].get("world_size") or 2
+    configured = configured_Bps(results) if use_configured else None
+    link = link_GBps(results)
+    if configured:
+        bandwidth, source = configured, f"the configured {configured * 8 / 1e6:g} Mbit/s"
+    elif link:
+        bandwidth, source = link * 1e9, "the slowest TCP link measured"
+    else:
+        return None
+    pingpong = fits(results).get("pingpong")
+    alpha = pingpong.alpha_s if pingpong else 0.0
+    alpha_source = "the pingpong's fit" if pingpong else "no pingpong in the sweep"
+    return LinkModel(alpha, bandwidth, source, alpha_source, n, algorithms(results))
+
+
+def _model_cells(row: dict, model: LinkModel) -> list[str]:
+    expected = model.busbw_GBps(row)
+    ratio = f"{row['busbw_GBps'] / expected:.2f}" if expected and row.get("busbw_GBps") is not None else ""
+    return [_num(expected, 4) if expected else "", ratio]
+
+
+def _fit_dict(f: cm.Fit, model: LinkModel | None) -> dict[str, Any]:
+    return {"algorithm": f.algorithm.name, "steps": f.algorithm.steps_text, "factor": f.algorithm.factor_text,
+            "n": f.n, "alpha_s": f.alpha_s, "bandwidth_Bps": f.bandwidth_Bps, "rms_error": f.rms_error,
+            "max_error": f.max_error, "points": f.points,
+            "bandwidth_over_link": round(f.bandwidth_Bps / model.bandwidth_Bps, 4) if model else None}
+
+
+def cost_model_section(results: list[dict]) -> str:
+    """α, B and the fit's error per op: what `labctl predict` scales to other world sizes."""
+    fitted, model = fits(results), link_model(results)
+    name = model_name(results)
+    head = [f"### Cost model: t = steps(n) α + factor(n) S / B, {name} algorithms "
+            "(workloads/_costmodel.py)", ""]
+    if not fitted:
+        return "\n".join(head + ["No op has two sizes or more: nothing to fit."])
+    n = next(iter(fitted.values())).n
+    lines = head + [
+        f"Fitted per op on this sweep (n = {n}; least squares, weights 1/t). B / link: "
+        "how much of the link the op's algorithm reaches"
+        + (f" (link: {model.bandwidth_Bps / 1e9:.4f} GB/s, {model.source})" if model else "")
+        + ". `labctl predict RUN --world-size N` scales these to other world sizes.", "",
+        _table(["op", "algorithm", "steps(n)", "factor(n)", "α (us)", "B (GB/s)", "B / link",
+                "fit error rms / max", "sizes"],
+               ([op, f.algorithm.name, f.algorithm.steps_text, f.algorithm.factor_text,
+                 _num(f.alpha_s * 1e6, 0), _num(f.bandwidth_Bps / 1e9, 4),
+                 _num(f.bandwidth_Bps / model.bandwidth_Bps, 2) if model else "",
+                 f"{100 * f.rms_error:.1f} % / {100 * f.max_error:.1f} %", f.points]
+                for op, f in sorted(fitted.items(), key=lambda kv: OPS.index(kv[0]))))]
+    return "\n".join(lines)
+
+
+def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "md") -> str:
+    """`labctl predict`: each op's time at `world_size` ranks from the run's fitted α and B."""
+    results = run.results()
+    fitted = fits(results)
+    if not fitted:
+        raise LabError(f"{run.path}: no bench op with two sizes or more to fit "
+                       "(make some with: labctl up --workload bench)")
+    out = []
+    for op, f in sorted(fitted.items(), key=lambda kv: OPS.index(kv[0])):
+        wanted = sizes_ or sorted({r["size_bytes"] for r in rows(results) if r["op"] == op})
+        for size in wanted:
+            p = f.at(world_size, size)
+            out.append({"op": op, "algorithm": f.algorithm.name, "fitted_n": f.n, "n": world_size,
+                        "size_bytes": size, "time_us": round(p.seconds * 1e6, 3),
+                        "alpha_term_us": round(p.alpha_term_s * 1e6, 3),
+                        "beta_term_us": round(p.beta_term_s * 1e6, 3), "dominant": p.dominant,
+                        "busbw_GBps": round(p.busbw_Bps(busbw_factor(op, world_size)) / 1e9, 6),
+                        "alpha_s": f.alpha_s, "bandwidth_Bps": f.bandwidth_Bps})
+    if fmt == "json":
+        return json.dumps({"run": str(run.path), "world_size": world_size, "rows": out}, indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = _csv.DictWriter(buf, fieldnames=list(out[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(out)
+        return buf.getvalue()
+    n0 = out[0]["fitted_n"]
+    head = (f"## Predicted at world size {world_size} (fitted at n = {n0}: {run.path})\n\n"
+            f"t = steps(n) α + factor(n) S / B with each op's α and B fitted on the run, "
+            f"{model_name(results)} algorithms (workloads/_costmodel.py); the term that is larger "
+            "dominates.\n\n")
+    return head + _table(
+        ["op", "algorithm", "size (B)", "time (us)", "α term (us)", "β term (us)", "dominated by",
+         "busbw (GB/s)"],
+        ([r["op"], r["algorithm"], r["size_bytes"], _num(r["time_us"], 1), _num(r["alpha_term_us"], 1),
+          _num(r["beta_term_us"], 1), r["dominant"], _num(r["busbw_GBps"], 4)] for r in out)) + "\n"
 
 
 # ---- comparing two runs ----------------------------------------------------

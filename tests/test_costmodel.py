@@ -1,0 +1,140 @@
+"""The α–β cost model (workloads/_costmodel.py), its report section and `labctl predict`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from labctl.rundir import RunDir
+from workloads import _costmodel as cm
+from workloads._benchmath import busbw_factor
+from workloads._report import bench
+
+GLOO, NCCL = cm.MODELS["gloo"], cm.MODELS["nccl"]
+SIZES = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
+
+
+def test_the_ring_model_is_nccl_tests_busbw_factor_and_its_latency_steps():
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+               "pingpong", "ring"):
+        for n in (2, 3, 8):
+            assert NCCL[op].factor(n) == pytest.approx(busbw_factor(op, n))
+    assert NCCL["all_reduce"].steps(4) == 6 and NCCL["all_gather"].steps(4) == 3
+    # ring all_reduce: 2(n-1)/n S/B + 2(n-1) α
+    p = cm.predict(NCCL["all_reduce"], 1e-4, 1e8, 4, 8e6)
+    assert p.beta_term_s == pytest.approx(1.5 * 8e6 / 1e8) and p.alpha_term_s == pytest.approx(6e-4)
+
+
+def test_gloo_departs_from_the_ring_where_it_was_measured_to():
+    assert GLOO["broadcast"].factor(4) == 3          # the root sends the whole buffer to each rank
+    assert GLOO["reduce_scatter"].factor(4) == NCCL["all_reduce"].factor(4)
+    assert GLOO["all_reduce"] is not None and GLOO["all_reduce"].factor(3) == pytest.approx(4 / 3)
+    assert cm.model_for("gloo") is GLOO and cm.model_for("nccl") is NCCL and cm.model_for(None) is NCCL
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast", "pingpong"])
+def test_a_fit_of_exact_times_gives_back_alpha_and_b(op):
+    algo = GLOO[op]
+    alpha, bandwidth = 250e-6, 12.5e6
+    points = [(s, cm.predict(algo, alpha, bandwidth, 3, s).seconds) for s in SIZES]
+    fit = cm.fit(algo, 3, points)
+    assert fit.alpha_s == pytest.approx(alpha, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(bandwidth, rel=1e-6)
+    assert fit.rms_error < 1e-9 and fit.points == 4
+    # and it predicts another world size with the algorithm's own steps and factor
+    assert fit.at(5, 1 << 20).seconds == pytest.approx(cm.predict(algo, alpha, bandwidth, 5, 1 << 20).seconds)
+
+
+def test_a_fit_says_how_far_the_line_is_from_noisy_points():
+    algo = GLOO["all_reduce"]
+    noisy = [(s, cm.predict(algo, 1e-4, 1e7, 2, s).seconds * k) for s, k in zip(SIZES, (1.3, 0.9, 1.05, 1.0))]
+    fit = cm.fit(algo, 2, noisy)
+    assert 0.01 < fit.rms_error < 0.3 and fit.max_error >= fit.rms_error
+    assert fit.bandwidth_Bps == pytest.approx(1e7, rel=0.1)
+
+
+def test_what_cannot_make_a_line_is_no_fit():
+    algo = GLOO["all_reduce"]
+    assert cm.fit(algo, 2, [(1024, 0.1)]) is None                        # one size
+    assert cm.fit(algo, 2, [(1024, 0.2), (4096, 0.1), (16384, 0.05)]) is None   # faster with size
+    fit = cm.fit(algo, 2, [(1024, 0.001), (2048, 0.002), (4096, 0.004)])   # no intercept: α = 0
+    assert fit.alpha_s == 0 and fit.bandwidth_Bps == pytest.approx(1024 / 0.001)
+
+
+def test_the_dominant_term_is_the_larger_one():
+    algo = GLOO["all_reduce"]
+    assert cm.predict(algo, 1e-3, 1e9, 16, 1024).dominant == "latency (α)"
+    assert cm.predict(algo, 1e-6, 1e7, 16, 1 << 26).dominant == "bandwidth (β)"
+
+
+# ---- the report and `labctl predict` -------------------------------------------------
+def bench_results(n: int, alpha: float, bandwidth: float, links: str | None = "100mbit") -> list[dict]:
+    """What the bench workload records, with times the gloo model gives exactly."""
+    out = [{"workload": "bench", "name": "bench_env", "rank": 0, "ok": True, "dist_backend": "gloo",
+            "nodes": n, "world_size": n, "links": json.dumps(links) if links else None}]
+    for op in ("all_reduce", "broadcast", "pingpong"):
+        for s in SIZES:
+            t = cm.predict(GLOO[op], alpha, bandwidth, n, s).seconds
+            out.append({"workload": "bench", "name": op, "rank": 0, "ok": True, "size_bytes": s,
+                        "count": s // 4, "dtype": "float32", "wrong": 0, "world_size": n, "iters": 5,
+                        "time_us_median": t * 1e6, "time_us_p99": t * 1e6,
+                        "algbw_GBps": s / t / 1e9, "busbw_GBps": busbw_factor(op, n) * s / t / 1e9})
+    return out
+
+
+def test_the_report_puts_the_model_next_to_every_busbw():
+    results = bench_results(3, 100e-6, 12.5e6)
+    md = bench.markdown(results)
+    assert "| busbw (GB/s) | model (GB/s) | busbw / model |" in md
+    assert "the configured 100 Mbit/s" in md and "### Cost model" in md
+    data = bench.as_json(results)
+    assert data["model"]["configured_link_Bps"] == 12.5e6
+    assert data["model"]["algorithms"] == "gloo"
+    for row in data["rows"]:            # times made by the model from the configured link: ratio 1
+        assert row["busbw_over_model"] == pytest.approx(1.0, rel=1e-3)
+    fit = data["model"]["fits"]["broadcast"]
+    assert fit["bandwidth_Bps"] == pytest.approx(12.5e6, rel=1e-6) and fit["n"] == 3
+    assert fit["bandwidth_over_link"] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_without_a_link_there_is_no_model_column():
+    results = [r for r in bench_results(2, 1e-4, 1e7, links=None)]
+    assert "model (GB/s)" not in bench.markdown(results)
+    assert bench.as_json(results)["model"]["link"] is None
+
+
+def _run_folder(tmp_path, results) -> str:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "status.json").write_text(json.dumps({"run_id": "r", "lab": "lab", "state": "passed",
+                                                    "backend": "compose", "world_size": 2}))
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
+    return str(folder)
+
+
+def test_predict_scales_a_two_node_fit_to_another_world_size(tmp_path):
+    folder = _run_folder(tmp_path, bench_results(2, 200e-6, 12.5e6))
+    text = bench.predict(RunDir.open(folder), 4, [1 << 20], "json")
+    rows = {r["op"]: r for r in json.loads(text)["rows"]}
+    expected = cm.predict(GLOO["broadcast"], 200e-6, 12.5e6, 4, 1 << 20)
+    assert rows["broadcast"]["time_us"] == pytest.approx(expected.seconds * 1e6, rel=1e-5)
+    assert rows["all_reduce"]["fitted_n"] == 2 and rows["all_reduce"]["n"] == 4
+    assert rows["all_reduce"]["dominant"] == "bandwidth (β)"
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, "--world-size", "64",
+                           "--size", "4KiB", "--size", "64MiB"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "## Predicted at world size 64 (fitted at n = 2" in done.stdout
+    assert "| all_reduce | ring (reduce-scatter, then all-gather) | 4096 |" in done.stdout
+
+
+def test_predict_refuses_a_run_without_a_sweep_and_bad_sizes(tmp_path):
+    folder = _run_folder(tmp_path, [{"workload": "env", "name": "env", "rank": 0, "ok": True}])
+    for args, says in ((["-n", "4"], "nothing to predict from"),
+                       (["-n", "4", "--size", "lots"], "--size: expected a size in bytes"),
+                       (["-n", "1"], "--world-size: expected an integer between 2")):
+        done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode in (1, 2) and says in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1

@@ -1,0 +1,208 @@
+"""The α–β (latency–bandwidth) cost model of each bench op, its fit and its predictions.
+
+Pure functions (no torch), shared by the bench report hook (workloads/_report/bench.py),
+`labctl predict` and benchmarks/netmodel.py.
+
+A message of S bytes over n ranks costs
+
+    t(S, n) = steps(n) * α + factor(n) * S / B
+
+α: the cost of one message on the way (latency, software included); B: the
+bandwidth of one rank's link; steps(n): messages that must follow one another;
+factor(n): bytes that cross the busiest link per byte of S.
+
+Two tables of algorithms. `nccl`: the algorithms nccl-tests' doc/PERFORMANCE.md
+reasons with (its busbw factor is exactly factor(n), so that busbw tends to B):
+
+    op              algorithm                          steps(n)   factor(n)
+    all_reduce      ring: reduce-scatter + all-gather  2(n-1)     2(n-1)/n
+    all_gather      ring                               n-1        (n-1)/n
+    reduce_scatter  ring                               n-1        (n-1)/n
+    all_to_all      pairwise exchange                  n-1        (n-1)/n
+    broadcast       pipelined ring from the root       n-1        1
+    reduce          pipelined ring to the root         n-1        1
+    pingpong        one message, one way               1          1
+    ring            one ring step                      1          1
+
+`gloo`: what gloo (torch 2.13) does on CPU, as measured on shaped compose labs of
+2, 3 and 4 nodes (docs/network.md; benchmarks/netmodel.py): all_reduce, all_gather,
+all_to_all and the p2p ops as above; but
+
+    reduce_scatter  an all_reduce of the whole buffer, each rank keeps its block
+                                                       2(n-1)     2(n-1)/n
+    broadcast       flat: the root sends the whole buffer to every rank
+                                                       1          n-1
+    reduce          ring reduce-scatter, then every block to the root
+                                                       n          2(n-1)/n
+
+so gloo's broadcast busbw falls as 1/(n-1) of the link and its reduce_scatter's
+stays at half of it, whatever the link.
+
+The fit is least squares on t = A + C * S with weights 1/t, then α = A / steps(n),
+B = factor(n) / C. Sizes span decades: unweighted, the largest sizes decide alone
+and α is lost; weighted 1/t^2 (relative errors), the smallest and noisiest size
+decides (on 2 shared cores a 64 KiB message may take 0.5 or 10 ms). 1/t sits
+between (benchmarks/netmodel.py's errors were lowest with it). A negative A
+(noise, or a sweep with no small sizes) is fitted as A = 0.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    op: str
+    name: str
+    steps_text: str
+    factor_text: str
+    steps: Callable[[int], float]
+    factor: Callable[[int], float]
+
+
+def _ring_steps(n: int) -> float:
+    return float(n - 1)
+
+
+def _two_ring_steps(n: int) -> float:
+    return 2.0 * (n - 1)
+
+
+def _one(n: int) -> float:
+    return 1.0
+
+
+def _all_reduce_factor(n: int) -> float:
+    return 2.0 * (n - 1) / n
+
+
+def _ring_factor(n: int) -> float:
+    return (n - 1) / n
+
+
+_COMMON = (
+    Algorithm("all_reduce", "ring (reduce-scatter, then all-gather)", "2(n-1)", "2(n-1)/n",
+              _two_ring_steps, _all_reduce_factor),
+    Algorithm("all_gather", "ring", "n-1", "(n-1)/n", _ring_steps, _ring_factor),
+    Algorithm("all_to_all", "pairwise exchange", "n-1", "(n-1)/n", _ring_steps, _ring_factor),
+    Algorithm("pingpong", "one message, one way", "1", "1", _one, _one),
+    Algorithm("ring", "one ring step (send right, receive left)", "1", "1", _one, _one),
+)
+MODELS: dict[str, dict[str, Algorithm]] = {
+    "nccl": {a.op: a for a in (
+        *_COMMON,
+        Algorithm("reduce_scatter", "ring", "n-1", "(n-1)/n", _ring_steps, _ring_factor),
+        Algorithm("broadcast", "pipelined ring from the root", "n-1", "1", _ring_steps, _one),
+        Algorithm("reduce", "pipelined ring to the root", "n-1", "1", _ring_steps, _one),
+    )},
+    "gloo": {a.op: a for a in (
+        *_COMMON,
+        Algorithm("reduce_scatter", "all_reduce of the whole buffer, each rank keeps its block",
+                  "2(n-1)", "2(n-1)/n", _two_ring_steps, _all_reduce_factor),
+        Algorithm("broadcast", "flat: the root sends the whole buffer to every rank", "1", "n-1",
+                  _one, lambda n: float(n - 1)),
+        Algorithm("reduce", "ring reduce-scatter, then every block to the root", "n", "2(n-1)/n",
+                  lambda n: float(n), _all_reduce_factor),
+    )},
+}
+
+
+def model_for(dist_backend: str | None) -> dict[str, Algorithm]:
+    """The algorithms of a run's backend: gloo's as measured, nccl-tests' for the rest."""
+    return MODELS["gloo"] if dist_backend == "gloo" else MODELS["nccl"]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """α (seconds), B (bytes/s) of one op at world size n, and how well the line fits."""
+    algorithm: Algorithm
+    n: int
+    alpha_s: float
+    bandwidth_Bps: float
+    rms_error: float            # root mean square of (model - measured) / measured
+    max_error: float            # the largest |(model - measured) / measured|
+    points: int
+
+    @property
+    def op(self) -> str:
+        return self.algorithm.op
+
+    def at(self, n: int, size: float) -> "Prediction":
+        """What this fit expects of its op at world size n and S = size bytes."""
+        return predict(self.algorithm, self.alpha_s, self.bandwidth_Bps, n, size)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    algorithm: Algorithm
+    n: int
+    size: float
+    alpha_term_s: float          # steps(n) * α
+    beta_term_s: float           # factor(n) * S / B
+
+    @property
+    def seconds(self) -> float:
+        return self.alpha_term_s + self.beta_term_s
+
+    @property
+    def dominant(self) -> str:
+        """Which term the time is mostly made of: latency (α) or bandwidth (β)."""
+        return "latency (α)" if self.alpha_term_s > self.beta_term_s else "bandwidth (β)"
+
+    def busbw_Bps(self, busbw_factor: float) -> float:
+        """busbw as nccl-tests reports it (its own factor for the op), from this time."""
+        return busbw_factor * self.size / self.seconds if self.seconds > 0 else 0.0
+
+
+def predict(algo: Algorithm, alpha_s: float, bandwidth_Bps: float, n: int, size: float) -> Prediction:
+    """t(S, n) of `algo` from α and B (see the module's tables)."""
+    beta = algo.factor(n) * size / bandwidth_Bps if bandwidth_Bps > 0 else math.inf
+    return Prediction(algo, n, size, algo.steps(n) * alpha_s, beta)
+
+
+def fit(algo: Algorithm, n: int, points: Iterable[tuple[float, float]]) -> Fit | None:
+    """α and B of `algo` at world size n from (size bytes, seconds) points; None when the
+    points cannot make a line (fewer than two sizes, or time not growing with size)."""
+    pts = [(float(s), float(t)) for s, t in points if t > 0]
+    if len({s for s, _ in pts}) < 2:
+        return None
+    w = [1.0 / t for _, t in pts]
+    sw = sum(w)
+    sx = sum(wi * s for wi, (s, _) in zip(w, pts))
+    sy = sum(wi * t for wi, (_, t) in zip(w, pts))
+    sxx = sum(wi * s * s for wi, (s, _) in zip(w, pts))
+    sxy = sum(wi * s * t for wi, (s, t) in zip(w, pts))
+    det = sw * sxx - sx * sx
+    a = (sy * sxx - sx * sxy) / det if det else -1.0
+    c = (sw * sxy - sx * sy) / det if det else 0.0
+    if a < 0:                              # no latency left once noise is fitted: through 0
+        a, c = 0.0, sxy / sxx
+    if c <= 0:
+        return None
+    errors = [(a + c * s - t) / t for s, t in pts]
+    return Fit(algo, n, a / algo.steps(n), algo.factor(n) / c,
+               math.sqrt(sum(e * e for e in errors) / len(errors)), max(abs(e) for e in errors), len(pts))
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured."""
+    return (predicted - measured) / measured
+
+
+def fits(rows: Sequence[dict], model: dict[str, Algorithm]) -> dict[str, Fit]:
+    """One fit per op from bench rows (op, size_bytes, time_us_median, world_size)."""
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    n_of: dict[str, int] = {}
+    for r in rows:
+        if r.get("time_us_median") is None or not r.get("world_size"):
+            continue
+        by_op.setdefault(r["op"], []).append((r["size_bytes"], r["time_us_median"] / 1e6))
+        n_of[r["op"]] = int(r["world_size"])
+    out = {}
+    for op, pts in by_op.items():
+        found = fit(model[op], n_of[op], pts) if op in model else None
+        if found is not None:
+            out[op] = found
+    return out

@@ -1,0 +1,238 @@
+"""Shape this container's link, then run the node as the lab's user with no capability.
+
+`python3 -m workloads._shape --node JSON -- ARGV...` is the first process of a
+compose node whose link the lab shapes (labctl/render/compose.py writes it; the
+JSON is `labctl.links.node_shaping`). It starts as root with NET_ADMIN (and
+SETUID, SETGID, SETPCAP to leave root), and:
+
+1. resolves the peers that have a pair rule (their addresses are known only once
+   their containers are on the network: it waits, at most `resolve_timeout` s);
+2. shapes the node's link with tc (docs/network.md): what it sends on `eth0`
+   (htb: one class for the node's rate, one per peer with a pair rule, u32
+   filters by destination address, netem leaves for latency), and what it
+   receives, redirected from eth0's ingress to an ifb device shaped the same way
+   (filters by source address);
+3. execs ARGV through `setpriv` as uid/gid 1000 with every capability set
+   emptied (bounding set, inheritable, and — leaving root — permitted, effective,
+   ambient), so that no rank can change the shaping: `tc` in a rank answers
+   "Operation not permitted". `no-new-privileges` (the compose render's) keeps
+   it so through any exec.
+
+Standard library only: it runs in the image before torch is imported.
+Exit 2, with one line naming the tc command and its error, when shaping fails.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+DEVICE = "eth0"                  # the container's interface on the lab network
+IFB = "lab-in"                   # where eth0's ingress is redirected to be shaped
+UNLIMITED_BPS = 10 ** 12         # htb needs a rate: a direction without one gets 1 tbit/s
+DEFAULT_MINOR = 0x10             # class 1:10: the data no pair rule claims
+ACK_MINOR = 0x2                  # class 1:2: its TCP ACKs, served first
+PEER_MINOR = 0x100               # class 1:<100 + peer node, in hex>: a pair rule's data
+PEER_ACK_MINOR = 0x2000          # class 1:<2000 + peer node>: its ACKs (own latency)
+NETEM_LIMIT = 10000              # packets a netem leaf holds (delay x rate / MTU, with room)
+QUEUE_MS = 20                    # a data class's queue holds this much of its rate
+MIN_QUEUE_BYTES = 256 * 1024
+LAB_UID = LAB_GID = 1000         # the lab images' user (images/cpu/Dockerfile)
+PREFIX = "labctl-shape:"
+SHAPED_ENV = "LAB_LINK_SHAPED"   # what this step applied, for the node's processes
+
+
+class ShapeError(Exception):
+    """Shaping failed; the message is one line for the node log."""
+
+
+def quantum(rate_bps: int) -> int:
+    """htb's DRR quantum in bytes: rate/10 (its r2q default), kept where tc does not warn."""
+    return max(1514, min(200_000, rate_bps // 8 // 10))
+
+
+def queue_bytes(rate_bps: int) -> int:
+    """A data class's queue: QUEUE_MS of its rate, at least MIN_QUEUE_BYTES. htb's default
+    leaf (pfifo, 1000 packets of up to 64 KiB) holds seconds at 100 Mbit/s: every round
+    trip then waits behind it, and a connection that was idle restarts slowly over those
+    long round trips. A shallow queue (5 ms) drops the bursts of a root sending to three
+    peers at once, and a lost last packet of a message costs a 200 ms retransmit timeout.
+    20 ms, 256 KiB at least, had neither on 2 to 4 nodes at 100 Mbit/s (docs/network.md)."""
+    return max(MIN_QUEUE_BYTES, rate_bps // 8 * QUEUE_MS // 1000)
+
+
+def _class(dev: str, minor: int, rate_bps: int, ceil_bps: int, prio: int) -> list[str]:
+    return ["tc", "class", "add", "dev", dev, "parent", "1:1", "classid", f"1:{minor:x}",
+            "htb", "rate", f"{rate_bps}bit", "ceil", f"{ceil_bps}bit", "prio", str(prio),
+            "quantum", str(quantum(rate_bps))]
+
+
+def _leaf(dev: str, minor: int, rate_bps: int, latency_us: int | None) -> list[str]:
+    """The queue of class 1:<minor>: netem for a latency, else a shallow byte FIFO."""
+    head = ["tc", "qdisc", "add", "dev", dev, "parent", f"1:{minor:x}", "handle", f"{minor:x}:"]
+    if latency_us:
+        return [*head, "netem", "delay", f"{latency_us}us", "limit", str(NETEM_LIMIT)]
+    return [*head, "bfifo", "limit", str(queue_bytes(rate_bps))]
+
+
+def _filter(dev: str, prio: int, matches: list[str], minor: int) -> list[str]:
+    return ["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", str(prio),
+            "u32", *matches, "flowid", f"1:{minor:x}"]
+
+
+# A bare TCP ACK (IPv4, no IP options, TCP, under 128 bytes): it goes ahead of the data
+# queue (the classic wondershaper filter), so that a transfer one way does not starve the
+# other way's ACKs: both directions of a shaped link then carry their rate at once.
+ACK_MATCH = ["match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0f", "at", "0",
+             "match", "u16", "0x0000", "0xff80", "at", "2"]
+
+
+def _direction(dev: str, own: Mapping[str, Any], peers: Sequence[tuple[int, str, Mapping[str, Any]]],
+               match: str) -> list[list[str]]:
+    """htb on `dev`: 1:1 the node's rate; under it 1:10 the data no pair rule claims and 1:2
+    its ACKs (first); per peer with a pair rule 1:1xx its data (and 1:2xxx its ACKs when
+    the pair's latency differs). `match` is `dst` (egress: the peer is the destination)
+    or `src` (ingress)."""
+    top = own.get("rate_bps") or UNLIMITED_BPS
+    own_delay = own.get("latency_us")
+    cmds = [["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
+             "default", f"{DEFAULT_MINOR:x}"],
+            ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+             "rate", f"{top}bit", "ceil", f"{top}bit", "quantum", str(quantum(top))],
+            _class(dev, DEFAULT_MINOR, top, top, 1), _leaf(dev, DEFAULT_MINOR, top, own_delay),
+            _class(dev, ACK_MINOR, max(1, top // 10), top, 0)]
+    if own_delay:
+        cmds.append(_leaf(dev, ACK_MINOR, top, own_delay))
+    for node, address, link in peers:
+        rate = min(top, link.get("rate_bps") or top)
+        delay = link.get("latency_us")
+        data, acks = PEER_MINOR + node, PEER_ACK_MINOR + node
+        peer = ["match", "ip", match, f"{address}/32"]
+        cmds += [_class(dev, data, rate, rate, 1), _leaf(dev, data, rate, delay)]
+        if delay != own_delay:
+            cmds += [_class(dev, acks, max(1, rate // 10), rate, 0)]
+            if delay:
+                cmds.append(_leaf(dev, acks, rate, delay))
+            cmds.append(_filter(dev, 1, [*ACK_MATCH, *peer], acks))
+        cmds.append(_filter(dev, 3, peer, data))
+    cmds.append(_filter(dev, 2, ACK_MATCH, ACK_MINOR))
+    return cmds
+
+
+def commands(shape: Mapping[str, Any], addresses: Mapping[str, str]) -> list[list[str]]:
+    """Every `ip`/`tc` command that shapes this node, in order (pure: tests read it).
+    `addresses`: each peer's hostname -> IPv4 address."""
+    device = shape.get("device", DEVICE)
+    ifb = shape.get("ifb", IFB)
+    peers = shape.get("peers", [])
+    egress = _direction(device, shape["egress"],
+                        [(p["node"], addresses[p["host"]], p["egress"]) for p in peers], "dst")
+    redirect = [["ip", "link", "add", ifb, "type", "ifb"],
+                ["ip", "link", "set", ifb, "up"],
+                ["tc", "qdisc", "add", "dev", device, "handle", "ffff:", "ingress"],
+                ["tc", "filter", "add", "dev", device, "parent", "ffff:", "protocol", "all", "u32",
+                 "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb]]
+    ingress = _direction(ifb, shape["ingress"],
+                         [(p["node"], addresses[p["host"]], p["ingress"]) for p in peers], "src")
+    return egress + redirect + ingress
+
+
+def resolve(hosts: Sequence[str], timeout: float) -> dict[str, str]:
+    """Each host's IPv4 address, waiting for names the lab's DNS does not know yet."""
+    deadline = time.monotonic() + timeout
+    found: dict[str, str] = {}
+    for host in hosts:
+        while host not in found:
+            try:
+                found[host] = socket.gethostbyname(host)
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise ShapeError(f"peer {host} did not resolve within {timeout:g}s ({exc}); "
+                                     "a pair rule needs its address") from None
+                time.sleep(0.2)
+    return found
+
+
+def apply(cmds: Sequence[Sequence[str]]) -> None:
+    for argv in cmds:
+        done = subprocess.run(list(argv), capture_output=True, text=True)
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            hint = (" (shaping needs root with NET_ADMIN in the container, as labctl's compose "
+                    "render gives the shaped nodes)") if "not permitted" in why else ""
+            raise ShapeError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {why}{hint}")
+
+
+def _rate(bps: int | None) -> str:
+    if not bps:
+        return "unshaped"
+    for unit, size in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= size:
+            return f"{bps / size:g} {unit}"
+    return f"{bps} bit/s"
+
+
+def summary(shape: Mapping[str, Any], addresses: Mapping[str, str]) -> str:
+    """One line for the node log: what this node's link now is."""
+    def side(link):
+        text = _rate(link.get("rate_bps"))
+        return text + (f" +{link['latency_us'] / 1000:g} ms" if link.get("latency_us") else "")
+    pairs = "; ".join(f"node {p['node']} ({addresses.get(p['host'], '?')}) out {side(p['egress'])}, "
+                      f"in {side(p['ingress'])}" for p in shape.get("peers", []))
+    return (f"{PREFIX} node {shape['node']}: {shape.get('device', DEVICE)} out {side(shape['egress'])}, "
+            f"in {side(shape['ingress'])} (ifb {shape.get('ifb', IFB)})"
+            + (f"; pairs: {pairs}" if pairs else ""))
+
+
+def drop_privileges_argv(argv: Sequence[str]) -> list[str]:
+    """`setpriv` (util-linux) to the lab's user with every capability set empty."""
+    return ["setpriv", f"--reuid={LAB_UID}", f"--regid={LAB_GID}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--", *argv]
+
+
+def lab_user_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment with HOME, USER and LOGNAME of the lab's user (root's were set)."""
+    out = dict(env)
+    try:
+        user = pwd.getpwuid(LAB_UID)
+        out.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
+    except KeyError:
+        out.update(HOME="/tmp")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workloads._shape", description=__doc__.split("\n")[0])
+    parser.add_argument("--node", required=True, help="this node's shaping, JSON (labctl.links.node_shaping)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the node's command")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run after shaping (-- ARGV...)")
+    shape = json.loads(args.node)
+    try:
+        if shutil.which("tc") is None or shutil.which("setpriv") is None:
+            raise ShapeError("tc (iproute2) and setpriv (util-linux) must be in the image")
+        addresses = resolve([p["host"] for p in shape.get("peers", [])],
+                            float(shape.get("resolve_timeout", 120)))
+        apply(commands(shape, addresses))
+    except ShapeError as exc:
+        print(f"{PREFIX} error: node {shape.get('node')}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    line = summary(shape, addresses)
+    print(line, flush=True)
+    env = lab_user_env(os.environ)
+    env[SHAPED_ENV] = line.removeprefix(PREFIX).strip()    # the links workload checks the lock
+    os.execvpe("setpriv", drop_privileges_argv(command), env)
+    return 0     # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
