@@ -43,6 +43,8 @@ class LabGroup(click.Group):
         except click.ClickException as exc:
             click.echo(f"error: {_one_line(exc)}", err=True)
             sys.exit(exc.exit_code)
+        except (LabError, specmod.SpecError, Interrupted) as exc:    # raised outside a command
+            fail(*exit_for(exc))
         except click.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
@@ -82,8 +84,6 @@ def stop_quietly() -> None:
 
 def _one_line(exc: click.ClickException) -> str:
     """`--nodes: expected ...` for a bad value; click's own message for the rest."""
-    if isinstance(exc, LabError):
-        return str(exc)
     param = getattr(exc, "param", None)
     if isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter) \
             and param is not None:
@@ -143,28 +143,42 @@ def fail(message: str, code: int = 1) -> None:
     sys.exit(code)
 
 
+def exit_for(exc: BaseException) -> tuple[str, int] | None:
+    """The one mapping of the library's errors to what the CLI says and its exit code:
+    (one line, code), or None for what is not ours to say (a bug: its traceback)."""
+    from .outcome import INTERRUPT_EXIT
+
+    if isinstance(exc, specmod.SpecError):
+        return str(exc), EXIT_SPEC
+    if isinstance(exc, LabError):
+        return str(exc), exc.exit_code
+    if isinstance(exc, Interrupted):        # a second signal cut a protected phase short
+        return f"interrupted ({exc.signal})", INTERRUPT_EXIT.get(exc.signal, 130)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", 130
+    if isinstance(exc, BrokenPipeError):
+        return "broken pipe (a process labctl was writing to went away)", 1
+    if isinstance(exc, OSError):            # permissions, a full disk, a read-only folder ...
+        if exc.filename is None and not exc.strerror:
+            return str(exc).strip("'\""), 1     # our own message, e.g. "x: not a run folder"
+        where = f"'{exc.filename}': " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}", 1
+    return None
+
+
 def friendly(fn):
-    """Known errors → one line on stderr and an exit code; never a traceback."""
+    """Known errors → one line on stderr and an exit code (`exit_for`); never a traceback."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except specmod.SpecError as exc:
-            fail(str(exc), EXIT_SPEC)
-        except BrokenPipeError:
-            if stdout_gone():           # `labctl logs RUN | head`: the reader has what it wanted
-                stop_quietly()
-            fail("broken pipe (a process labctl was writing to went away)", 1)
-        except OSError as exc:          # permissions, a full disk, a read-only folder ...
-            if exc.filename is None and not exc.strerror:
-                fail(str(exc).strip("'\""), 1)     # our own message, e.g. "x: not a run folder"
-            where = f"'{exc.filename}': " if exc.filename else ""
-            fail(f"{where}{exc.strerror or exc}", 1)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
-        except Interrupted as exc:      # a second signal cut a protected phase short
-            from .outcome import INTERRUPT_EXIT
-            fail(f"interrupted ({exc.signal})", INTERRUPT_EXIT.get(exc.signal, 130))
+        except (Exception, KeyboardInterrupt, Interrupted) as exc:
+            if isinstance(exc, BrokenPipeError) and stdout_gone():
+                stop_quietly()              # `labctl logs RUN | head`: the reader has what it wanted
+            said = exit_for(exc)
+            if said is None:
+                raise
+            fail(*said)
     return wrapper
 
 

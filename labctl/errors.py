@@ -1,12 +1,19 @@
-"""Errors the CLI turns into one line and an exit code, never a traceback."""
-import click
+"""The library's errors: plain exceptions that carry their exit code. The CLI
+(labctl/cli.py, `exit_for`) turns each into one line and that code, in one place."""
+from __future__ import annotations
 
 
-class LabError(click.ClickException, RuntimeError):
-    """Something outside the spec stops the run (no engine, no cluster, busy names).
-
-    A ClickException: the CLI prints `error: <message>` and exits with `exit_code`."""
+class LabError(RuntimeError):
+    """Something outside the lab description stops the run (no engine, no cluster, a
+    refused folder): `error: <message>`, exit `exit_code` (1; 2 for refusals)."""
     exit_code = 1
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Interrupted(BaseException):

@@ -276,13 +276,17 @@ def test_flags_override_the_file_and_a_flag_not_given_does_not(tmp_path):
     assert "min_nodes" in line and "nodes (2)" in line, "the spec still checks what needs the whole lab"
 
 
-def test_a_lab_error_is_a_click_exception_with_its_exit_code(tmp_path):
-    """LabError subclasses keep their exit codes through click: a refused run folder is 2."""
+def test_a_lab_error_keeps_its_exit_code_and_the_library_does_not_speak_click(tmp_path):
+    """The library's errors are plain exceptions (no click); the CLI maps each to one
+    line and its exit code in one place: a refused run folder is 2."""
     import click
 
+    from labctl.cli import exit_for
     from labctl.errors import LabError
     from labctl.rundir import FolderRefused
-    assert issubclass(LabError, click.ClickException) and FolderRefused.exit_code == 2
+    assert not issubclass(LabError, click.ClickException) and FolderRefused.exit_code == 2
+    assert exit_for(FolderRefused("run folder 'x' exists")) == ("run folder 'x' exists", 2)
+    assert exit_for(ValueError("a bug")) is None, "a bug keeps its traceback"
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("mine")
     line = one_line_error(labctl("up", "-q", "--out", "taken", cwd=tmp_path), 2)
