@@ -31,7 +31,7 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {tests!r})
 from labctl import lab
-from labctl.backends import k8s
+from labctl.backends.k8s import backend as k8s
 import test_backend_k8s as fakes
 
 mib, old, out = {mib}, {old}, {out!r}

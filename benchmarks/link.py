@@ -17,7 +17,7 @@ import threading
 
 from _harness import labctl, scratch, table, write_lab
 
-from labctl.backends.local import free_port
+from labctl.backends.local.backend import free_port
 from workloads._report.bench import link_GBps, rows
 from labctl.rundir import RunDir
 

@@ -24,13 +24,13 @@ HEAVY = ("torch", "kubernetes", "matplotlib", "docker")
 
 
 def in_process_seconds(target: str, nodes: int) -> tuple[float, int]:
-    from labctl import lab, render, spec
+    from labctl import backends, lab, spec
 
     the_spec = spec.load(None, {"nodes": nodes, "backend": "local" if target == "plan" else target})
     times, size = [], 0
     for _ in range(5):
         started = time.perf_counter()
-        text = render.text(target, lab.make_plan(the_spec, run_id="scale-0"))
+        text = backends.render_text(target, lab.make_plan(the_spec, run_id="scale-0"))
         times.append(time.perf_counter() - started)
         size = len(text)
     return median(times), size

@@ -366,7 +366,7 @@ def _options_for(backend: str, given: dict[str, Any]) -> dict[str, Any]:
 @friendly
 def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
     """Print what a backend would run: plan (JSON), compose or k8s manifests."""
-    from . import lab, render as renderers
+    from . import lab
 
     if target != "plan":
         flags["backend"] = target
@@ -375,11 +375,11 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
     if output_dir:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for name, text in renderers.files(target, the_plan).items():
+        for name, text in backend_registry.render_files(target, the_plan).items():
             (out / name).write_text(text)
             click.echo(f"wrote {out / name}", err=True)
     else:
-        click.echo(renderers.text(target, the_plan), nl=False)
+        click.echo(backend_registry.render_text(target, the_plan), nl=False)
     if target in backend_registry.collect_targets():
         click.echo(f"run id {the_plan.run_id}; once started: labctl collect --backend {target} "
                    f"--run-id {the_plan.run_id}", err=True)

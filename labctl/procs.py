@@ -5,7 +5,7 @@ Every caller scans processes that may end, or belong to another user, at any mom
 each function here treats a process it cannot read as absent (None, {}, left out of a
 scan), never an exception. The ranks' side reads /proc with the standard library
 (workloads/_proc.py: it runs in containers that have nothing else); the local node
-guard uses psutil directly (labctl/nodeguard.py).
+guard uses psutil directly (labctl/backends/local/nodeguard.py).
 """
 from __future__ import annotations
 

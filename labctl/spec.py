@@ -153,7 +153,7 @@ class LabSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
     # The `k8s:` section, opaque here: the k8s backend reads and checks it
-    # (labctl/backends/k8s_settings.py, called through `backends.check_spec`).
+    # (labctl/backends/k8s/settings.py, called through `backends.check_spec`).
     k8s: Mapping[str, Any] = field(default_factory=dict)
     out: str | None = None
     workdir: str = "node"              # local nodes run in work/node-<i>/ of the run folder

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl import logs, plan as planmod
-from labctl.backends.local import free_port
+from labctl.backends.local.backend import free_port
 from labctl.spec import from_dict
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from labctl.backends.base import Backend, Bound, BoundRun
-from labctl.backends.local import free_port, kill_processes, processes_of_run
+from labctl.backends.local.backend import free_port, kill_processes, processes_of_run
 from labctl.outcome import NodeOutcome, NodeState, from_exit_code
 from labctl.plan import LaunchPlan, Placement, local_placement, ports_needed
 from labctl.rundir import RunDir

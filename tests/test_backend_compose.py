@@ -10,10 +10,10 @@ import pytest
 
 from docker_support import require_compose, require_image
 from labctl import lab
-from labctl.backends import compose as backend
+from labctl.backends.compose import backend
 from labctl.backends.base import PreflightError
 from labctl.errors import LabError
-from labctl.render import compose as render_compose
+from labctl.backends.compose import render as render_compose
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 

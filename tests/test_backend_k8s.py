@@ -35,11 +35,10 @@ from kubernetes.client.rest import RESTResponse
 
 from labctl import driver, lab
 from labctl import spec as specmod
-from labctl.backends import k8s as backend
-from labctl.backends import k8s_api
+from labctl.backends.k8s import api as k8s_api, backend
 from labctl.errors import LabError
 from labctl.plan import plan
-from labctl.render import k8s as render
+from labctl.backends.k8s import render
 from labctl.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent

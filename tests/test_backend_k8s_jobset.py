@@ -16,11 +16,11 @@ from kubernetes import client as kc
 
 from labctl import lab
 from labctl import spec as specmod
-from labctl.backends import k8s as backend
+from labctl.backends.k8s import backend
 from labctl.backends.base import PreflightError
 from labctl.errors import LabError
 from labctl.plan import plan
-from labctl.render import jobset as render
+from labctl.backends.k8s import jobset as render
 from labctl.rundir import RunDir
 from test_backend_k8s import (NS, FakeBatchV1Api, FakeCoreV1Api, FakeNetworkingV1Api, FakeState,  # noqa: F401
                               api_error, created_kinds, fast_polls, served, up)

@@ -243,7 +243,7 @@ def test_missing_script_is_a_clear_error(tmp_path):
     (1, 4, 4, None),
 ])
 def test_nccl_is_refused_where_local_ranks_cannot_each_have_a_gpu(nodes, nproc, gpus, refused):
-    from labctl.backends.local import nccl_refusal
+    from labctl.backends.local.backend import nccl_refusal
 
     found = nccl_refusal(spec.from_dict({"dist_backend": "nccl", "nodes": nodes,
                                          "nproc_per_node": nproc}), gpus)

@@ -20,9 +20,9 @@ import pytest
 
 from docker_support import REPO, image_exists, require_compose, require_image
 from labctl import lab
-from labctl.backends.compose import ComposeBackend
+from labctl.backends.compose.backend import ComposeBackend
 from labctl.plan import container_placement
-from labctl.render.compose import RUN_LABEL
+from labctl.backends.compose.render import RUN_LABEL
 from labctl.spec import from_dict
 
 pytestmark = pytest.mark.docker

@@ -17,7 +17,7 @@ from conftest import assert_nothing_left, labctl
 from docker_support import require_compose, require_image
 from labctl import backends, faults, spec as specmod
 from labctl.plan import local_placement, plan
-from labctl.render import compose as render_compose
+from labctl.backends.compose import render as render_compose
 
 # A training-like loop: all_reduce forever (until the lab's fault or deadline ends it).
 LOOP = """
@@ -244,7 +244,7 @@ def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(tmp_
 
 @pytest.mark.docker
 def test_compose_refuses_a_delay_on_a_kernel_without_netem(tmp_path, write_script):
-    from labctl.backends.compose import kernel_has_netem
+    from labctl.backends.compose.backend import kernel_has_netem
 
     require_compose()
     require_image()

@@ -1,4 +1,4 @@
-"""labctl/backends/k8s_api.py: which failures are retried, how long, and what a lasting one says.
+"""labctl/backends/k8s/api.py: which failures are retried, how long, and what a lasting one says.
 
 The second half runs the real kubernetes client (and its urllib3) against a small
 HTTP server on loopback that answers as an API server does when it is busy,
@@ -21,8 +21,8 @@ import pytest
 import urllib3
 from kubernetes import client as kc
 
-from labctl.backends import k8s_api
-from labctl.backends.k8s_api import ApiRefused, ApiUnavailable, Cluster
+from labctl.backends.k8s import api as k8s_api
+from labctl.backends.k8s.api import ApiRefused, ApiUnavailable, Cluster
 from test_backend_k8s import NS, api_error, dropped, read_timeout, refused
 
 

@@ -29,9 +29,9 @@ import yaml
 
 from docker_support import require_docker, require_image
 from labctl import spec as specmod
-from labctl.backends import k8s as backend
+from labctl.backends.k8s import backend
 from labctl.plan import plan
-from labctl.render import k8s
+from labctl.backends.k8s import render as k8s
 from labctl.rundir import NodeOutcome, RunDir
 from test_render_k8s import pod_command, pod_environment
 
@@ -267,7 +267,7 @@ def run_rendered_jobset_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
     `<job>-<i>` and DNS name `<job>-<i>.<subdomain>` (the headless Service the JobSet
     controller creates for `network.subdomain`), the store's pod first. A single-replica
     lab is then collected through the fake API as `labctl collect` after `kubectl apply`."""
-    from labctl.render import jobset
+    from labctl.backends.k8s import jobset
     from test_render_jobset import child_jobs
 
     require_docker()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as kc
 
-from labctl.backends.k8s_scheduling import (ScheduleClock, unschedulable, waiting,
+from labctl.backends.k8s.scheduling import (ScheduleClock, unschedulable, waiting,
                                             waiting_for_admission)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -164,7 +164,7 @@ def test_admission_then_an_unschedulable_pod_is_one_wait():
 
 
 def test_the_module_does_not_import_kubernetes():
-    code = ("import sys\nimport labctl.backends.k8s_scheduling\n"
+    code = ("import sys\nimport labctl.backends.k8s.scheduling\n"
             "print('kubernetes' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          timeout=60)

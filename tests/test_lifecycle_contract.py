@@ -82,7 +82,7 @@ def _run_compose(tmp_path, spec, progress):
 
 def _run_k8s(tmp_path, spec, progress, exit_codes):
     import test_backend_k8s as fakes
-    from labctl.backends import k8s
+    from labctl.backends.k8s import backend as k8s
 
     state = fakes.FakeState(exit_codes=exit_codes)
     backend = k8s.K8sBackend(progress, cluster=fakes.fake_cluster(state))

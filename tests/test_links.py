@@ -15,7 +15,8 @@ import pytest
 
 from labctl import backends, links, spec as specmod
 from labctl.links import Link, Links
-from labctl.render import spec_from_stored, stored_spec
+from labctl.backends import spec_from_stored
+from labctl.rendered import stored_spec
 from labctl.spec import SpecError
 from workloads import _shape
 
@@ -136,7 +137,7 @@ def test_bad_links_in_a_lab_file_name_the_field(raw, says):
 
 
 def test_a_latency_on_a_kernel_without_netem_is_refused_before_anything_starts(tmp_path):
-    from labctl.backends.compose import kernel_has
+    from labctl.backends.compose.backend import kernel_has
 
     if kernel_has("netem") is not False:
         pytest.skip("this kernel has netem (or it cannot be told): nothing to refuse")
@@ -149,7 +150,7 @@ def test_a_latency_on_a_kernel_without_netem_is_refused_before_anything_starts(t
 
 
 def test_the_kernel_check_reads_the_kernel_config(monkeypatch):
-    from labctl.backends import compose
+    from labctl.backends.compose import backend as compose
 
     monkeypatch.setattr(compose.os.path, "isdir", lambda p: False)
     monkeypatch.setattr(compose.os.path, "exists", lambda p: False)

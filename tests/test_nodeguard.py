@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from labctl import logs, nodeguard
+from labctl import logs
+from labctl.backends.local import nodeguard
 
 
 def test_the_idle_agent_line_is_the_one_the_log_reader_knows():

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from labctl import nodeguard
-from labctl.backends import local
+from labctl.backends.local import backend as local, nodeguard
 from workloads import _proc, _stacks
 
 # ')' and spaces in the name, and what a parser that stops at the first ')' would read

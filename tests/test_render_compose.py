@@ -18,7 +18,9 @@ import yaml
 from docker_support import REPO, compose_cli
 from labctl import lab
 from labctl.plan import SCRIPT_MOUNT, node_command
-from labctl.render import SPEC_KEY, compose, spec_from_stored
+from labctl.backends import spec_from_stored
+from labctl.backends.compose import render as compose
+from labctl.rendered import SPEC_KEY
 from labctl.spec import from_dict
 
 RUN_ID = "lab-example"

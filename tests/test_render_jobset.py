@@ -14,10 +14,12 @@ import pytest
 import yaml
 
 from labctl import backends, spec as specmod
-from labctl.backends import k8s_settings
+from labctl.backends.k8s import settings as k8s_settings
 from labctl.errors import LabError
 from labctl.plan import node_command, plan
-from labctl.render import SPEC_KEY, jobset, k8s, spec_from_stored
+from labctl.backends import spec_from_stored
+from labctl.backends.k8s import jobset, render as k8s
+from labctl.rendered import SPEC_KEY
 from test_render_k8s import (BASE_RUN_ID, CASES as JOB_CASES, GOLDEN, REPO, SCRIPT_TEXT, VERSIONS,
                              _run_wrapper, base_plan, kv_utils, pod_command, pod_environment)
 from test_render_k8s import make_plan as make_job_plan

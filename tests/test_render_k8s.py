@@ -16,10 +16,12 @@ import pytest
 import yaml
 
 from labctl import backends, spec as specmod
-from labctl.backends import k8s_settings
+from labctl.backends.k8s import settings as k8s_settings
 from labctl.errors import LabError
 from labctl.plan import SCRIPT_MOUNT, container_placement, node_command, plan
-from labctl.render import SPEC_KEY, k8s, spec_from_stored
+from labctl.backends import spec_from_stored
+from labctl.backends.k8s import render as k8s
+from labctl.rendered import SPEC_KEY
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "k8s"

@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from labctl import backends, spec
-from labctl.backends import k8s_settings
+from labctl.backends.k8s import settings as k8s_settings
 from labctl.spec import LabSpec, SpecError
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from labctl import logs, plan
 from plan_runner import split_by_rank
-from labctl.backends.local import free_port
+from labctl.backends.local.backend import free_port
 from labctl.spec import from_dict
 from workloads import _common, collectives
 

@@ -1,7 +1,7 @@
 """Shape this container's link, then run the node as the lab's user with no capability.
 
 `python3 -m workloads._shape --node JSON -- ARGV...` is the first process of a
-compose node whose link the lab shapes (labctl/render/compose.py writes it; the
+compose node whose link the lab shapes (labctl/backends/compose/render.py writes it; the
 JSON is `labctl.links.node_shaping`). It starts as root with NET_ADMIN (and
 SETUID, SETGID, SETPCAP to leave root), and:
 

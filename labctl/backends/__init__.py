@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
+    from ..plan import LaunchPlan
     from ..spec import LabSpec
     from .base import Backend
 
 # name -> "module:class"
 REGISTRY: dict[str, str] = {
-    "local": "labctl.backends.local:LocalBackend",
-    "compose": "labctl.backends.compose:ComposeBackend",
-    "k8s": "labctl.backends.k8s:K8sBackend",
+    "local": "labctl.backends.local.backend:LocalBackend",
+    "compose": "labctl.backends.compose.backend:ComposeBackend",
+    "k8s": "labctl.backends.k8s.backend:K8sBackend",
 }
 
 NAMES: tuple[str, ...] = tuple(REGISTRY)
@@ -41,6 +42,25 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> "LabSpec":
     from .. import spec as specmod
 
     return check_spec(specmod.from_dict(data, source=source), source)
+
+
+def spec_from_stored(text: str, where: str) -> "LabSpec":
+    """The lab description a renderer stored in its objects (`rendered.stored_spec`: a
+    compose network label, a k8s Job or JobSet annotation), checked as lab.yaml is:
+    what `labctl collect` rebuilds the plan of a run it did not start from."""
+    import json
+
+    from ..errors import LabError
+    from ..rendered import SPEC_KEY
+
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return from_dict(data, source=where)
+    except ValueError as exc:       # bad JSON, or a description this labctl rejects
+        raise LabError(f"{where}: unreadable {SPEC_KEY} ({exc}); render and start the lab "
+                       "again with this labctl") from None
 
 
 def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
@@ -107,6 +127,28 @@ def all_options() -> dict[str, tuple[str, list[str]]]:
 def render_targets() -> tuple[str, ...]:
     """`labctl render` targets: the plan, plus every backend that has files to show."""
     return ("plan", *(n for n in NAMES if backend_class(n).renderer is not None))
+
+
+def _renderer(target: str, spec: "LabSpec"):
+    """The module that renders this lab for a backend, as the backend names it."""
+    module = backend_class(target).renderer_for(spec)
+    if module is None:
+        raise ValueError(f"the {target} backend has nothing to render")
+    return importlib.import_module(module)
+
+
+def render_files(target: str, plan: "LaunchPlan") -> dict[str, str]:
+    """What `labctl render <target> -o DIR` writes: {file name: text}."""
+    if target == "plan":
+        return {"plan.json": plan.to_json()}
+    return _renderer(target, plan.spec).files(plan)
+
+
+def render_text(target: str, plan: "LaunchPlan") -> str:
+    """What `labctl render <target>` prints."""
+    if target == "plan":
+        return plan.to_json()
+    return _renderer(target, plan.spec).text(plan)
 
 
 def collect_targets() -> tuple[str, ...]:

@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
-from ..errors import LabError
-from ..plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
+from ...errors import LabError
+from ...plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
                     node_hostname, replica_name, store_hostname)
-from . import SPEC_KEY, dump_yaml, stored_spec
-from ..backends import k8s_settings
-from ..backends.k8s_settings import QUEUE_LABEL
-from .. import links as links_module
-from ..spec import LabSpec, SpecError
+from ...rendered import SPEC_KEY, dump_yaml, stored_spec
+from ... import links as links_module
+from ...spec import LabSpec, SpecError
+from . import settings as k8s_settings
+from .settings import QUEUE_LABEL
 
 RUN_LABEL = "labctl.dev/run-id"
 COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -211,7 +211,7 @@ def _differs(values: Sequence[str], where: str, i: int | None = None) -> LabErro
         i = next(i for i, v in enumerate(values) if v != values[0])
     return LabError(f"k8s render: node {i} differs from node 0 in {where} ({values[0]!r} vs "
                     f"{values[i]!r}) in a way the Job completion index does not explain; "
-                    "one pod template cannot serve every node (teach labctl/render/k8s.py)")
+                    "one pod template cannot serve every node (teach labctl/backends/k8s/render.py)")
 
 
 def expand_word(word: Word, index: int) -> str:

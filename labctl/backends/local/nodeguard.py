@@ -34,10 +34,12 @@ import threading
 import time
 
 if not __package__:
-    # run by path (python .../labctl/nodeguard.py): find workloads next to labctl, and
-    # nothing in labctl/ (its module names, trace.py, would shadow the standard library's)
+    # run by path (python .../labctl/backends/local/nodeguard.py): find workloads next to
+    # the labctl package this file belongs to (three folders up), and nothing in this
+    # folder (a module name there could shadow the standard library's)
     _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [os.path.dirname(_here)] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    _root = os.path.dirname(os.path.dirname(os.path.dirname(_here)))
+    sys.path[:] = [_root] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 import psutil  # noqa: E402
 from workloads._protocol import AGENT_IDLE_LINE, EXIT_LINE_PREFIX, MAX_PIECE   # noqa: E402
 

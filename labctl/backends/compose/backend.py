@@ -1,6 +1,6 @@
 """Compose backend: every node is a container of one docker compose project.
 
-`start` renders the plan (labctl.render.compose) and starts the project;
+`start` renders the plan (render.py beside this module) and starts the project;
 `poll` reads every container's state; `stop` stops containers; `collect`
 copies each node's log into the run folder; `delete` is `docker compose down
 -v`. The driver calls them in that order, always: logs before teardown. Only
@@ -22,16 +22,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LabError
-from ..faults import Fault, NotYet
-from ..logs import joins_in
-from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
-from ..render import SPEC_KEY, spec_from_stored
-from ..render import compose as render_compose
-from ..rundir import RunDir
-from ..spec import DEFAULT_CUDA_IMAGE, LabSpec
-from .base import Backend, Bound, BoundRun, PreflightError, UnknownRun
+from ...errors import LabError
+from ...faults import Fault, NotYet
+from ...logs import joins_in
+from ...outcome import NodeOutcome, NodeState, from_exit_code
+from ...plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
+from ...rendered import SPEC_KEY
+from ...rundir import RunDir
+from ...spec import DEFAULT_CUDA_IMAGE, LabSpec
+from .. import spec_from_stored
+from ..base import Backend, Bound, BoundRun, PreflightError, UnknownRun
+from . import render as render_compose
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
@@ -462,7 +463,7 @@ def _outcome(index: int, hostname: str, state: tuple[str, int | None] | None) ->
 
 class ComposeBackend(Backend):
     name = "compose"
-    renderer = "labctl.render.compose"
+    renderer = "labctl.backends.compose.render"
     poll_interval = 1.0
     fault_kinds = ("kill-rank", "kill-node", "stop-node", "partition", "delay")
     hears_joins = True         # `docker logs` of the containers, until every rank joined

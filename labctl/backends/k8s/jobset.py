@@ -3,7 +3,7 @@
 For clusters that run the JobSet controller (kubernetes-sigs/jobset; Kueue
 admits a JobSet as one workload, Kubeflow Trainer v2 builds on it). The lab
 field `k8s: {kind: jobset}` picks this render; the default (`job`) stays
-labctl/render/k8s.py's Indexed Job + headless Service, byte for byte.
+render.py's Indexed Job + headless Service, byte for byte.
 
 One JobSet per lab, named after the lab, instead of Jobs and Services:
 
@@ -38,13 +38,13 @@ import copy
 import dataclasses
 from typing import Any
 
-from ..errors import LabError
-from ..plan import LaunchPlan, Placement, container_placement
-from ..backends import k8s_settings
-from ..backends.k8s_settings import QUEUE_LABEL
-from ..spec import LabSpec
-from . import SPEC_KEY, dump_yaml, stored_spec
-from . import k8s
+from ...errors import LabError
+from ...plan import LaunchPlan, Placement, container_placement
+from ...rendered import SPEC_KEY, dump_yaml, stored_spec
+from ...spec import LabSpec
+from . import render as k8s
+from . import settings as k8s_settings
+from .settings import QUEUE_LABEL
 
 GROUP = "jobset.x-k8s.io"
 VERSION = "v1alpha2"
@@ -102,7 +102,7 @@ def render(plan: LaunchPlan, script_text: str | None = None) -> list[dict[str, A
     spec = plan.spec
     if plan.placement.hostnames != placement(spec).hostnames:
         raise LabError("jobset render: the plan's pods are not named the JobSet way "
-                       "(plan it with labctl.render.jobset.placement)")
+                       "(plan it with labctl.backends.k8s.jobset.placement)")
     objects = k8s.render(plan, script_text)
     kept = [o for o in objects if o["kind"] in ("ConfigMap", "NetworkPolicy")]
     jobs = [o for o in objects if o["kind"] == "Job"]

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..errors import LabError
+from ...errors import LabError
 
 REQUEST_TIMEOUT_S = 15         # one try of one call (connect, and each read of a stream)
 RETRY_MAX_S = 60.0             # one call, all its tries and waits

@@ -36,9 +36,9 @@ import re
 from typing import Any
 
 
-from ..links import node_shaping
-from ..plan import LaunchPlan, NodeLaunch, node_command
-from . import SPEC_KEY, dump_yaml, stored_spec
+from ...links import node_shaping
+from ...plan import LaunchPlan, NodeLaunch, node_command
+from ...rendered import SPEC_KEY, dump_yaml, stored_spec
 
 RUN_LABEL = "labctl.dev/run-id"
 NETWORK = "lab"

@@ -1,6 +1,6 @@
 """Local backend: every node is a process tree on this machine, kept by a node guard.
 
-Each node runs under `labctl/nodeguard.py` (in a session of its own, working
+Each node runs under `nodeguard.py` beside this module (in a session of its own, working
 in `work/node-<i>/` of the run folder unless the spec says `workdir: invoking`,
 with LAB_SHARED_DIR naming the run folder's `shared/`, which every node sees, in the plan),
 which writes the node's output straight into `nodes/node-<i>.log`, keeps every
@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import IO
 
 
-from .. import nodeguard, procs
-from ..errors import LabError
-from ..faults import Fault, NotYet
-from ..logs import JoinReader
-from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LOCAL_SHARED_SUBDIR, LaunchPlan, Placement, local_placement, ports_needed
-from ..rundir import RunDir
-from ..spec import LabSpec
-from .base import Backend, Bound, BoundRun, PreflightError
+from ... import procs
+from ...errors import LabError
+from ...faults import Fault, NotYet
+from ...logs import JoinReader
+from ...outcome import NodeOutcome, NodeState, from_exit_code
+from ...plan import LOCAL_SHARED_SUBDIR, LaunchPlan, Placement, local_placement, ports_needed
+from ...rundir import RunDir
+from ...spec import LabSpec
+from ..base import Backend, Bound, BoundRun, PreflightError
+from . import nodeguard
 from workloads._protocol import Env
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL

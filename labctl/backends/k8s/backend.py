@@ -4,11 +4,11 @@ Everything the run creates carries the label `labctl.dev/run-id=<run>`, which
 is how `delete` cleans up and how `attach` (collect, down) finds a run. The
 driver collects logs and events *before* anything is deleted, so a failure,
 the deadline and Ctrl-C all leave them in the run folder. Every API call goes
-through `Cluster.call` (labctl/backends/k8s_api.py): retried on 429/5xx, dropped
+through `Cluster.call` (api.py): retried on 429/5xx, dropped
 connections and timeouts within the lab's deadline, one line when the API keeps
 failing. Pod logs and events are read as bytes and streamed into the run folder.
 
-With `k8s.kind: jobset` the lab is one JobSet (labctl/render/jobset.py), created,
+With `k8s.kind: jobset` the lab is one JobSet (jobset.py), created,
 read and deleted through the custom objects API; its pods are found by the same
 run label. A cluster without the JobSet CRD is refused (exit 2) before anything
 is created.
@@ -25,18 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import LabError
-from ..faults import Fault, NotYet
-from ..outcome import NodeOutcome, NodeState, from_exit_code
-from ..plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
-from ..render import SPEC_KEY, spec_from_stored
-from ..render import jobset as jobset_render
-from ..render import k8s as k8s_render
-from ..rundir import RunDir
-from ..spec import LabSpec
-from . import k8s_scheduling, k8s_settings
-from .base import Backend, BackendFailure, Bound, BoundRun, PreflightError, UnknownRun
-from .k8s_api import (CONNECT_RETRY_S, ApiUnavailable, Cluster, api_client, api_status,
+from ...errors import LabError
+from ...faults import Fault, NotYet
+from ...outcome import NodeOutcome, NodeState, from_exit_code
+from ...plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
+from ...rendered import SPEC_KEY
+from ...rundir import RunDir
+from ...spec import LabSpec
+from .. import spec_from_stored
+from ..base import Backend, BackendFailure, Bound, BoundRun, PreflightError, UnknownRun
+from . import jobset as jobset_render
+from . import render as k8s_render
+from . import scheduling as k8s_scheduling
+from . import settings as k8s_settings
+from .api import (CONNECT_RETRY_S, ApiUnavailable, Cluster, api_client, api_status,
                       failure_text, retry_call)
 
 POLL_S = 2.0
@@ -54,7 +56,7 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
     """Find the cluster the way kubectl does: KUBECONFIG, ~/.kube/config (with
     --context), else in-cluster config when running inside a pod."""
     try:
-        import tenacity  # noqa: F401  (k8s_api retries every call with it)
+        import tenacity  # noqa: F401  (api.py retries every call with it)
         from kubernetes import client, config
     except ImportError as exc:
         raise LabError(f"the k8s backend needs the kubernetes Python client and tenacity ({exc}); "
@@ -457,7 +459,7 @@ def _watched(spec: LabSpec) -> tuple[str, str]:
 
 class K8sBackend(Backend):
     name = "k8s"
-    renderer = "labctl.render.k8s"
+    renderer = "labctl.backends.k8s.render"
     options = {"context": "Kubernetes context", "namespace": "Kubernetes namespace"}
     # A pod can be deleted through the API alone; killing one process inside it would need
     # `pods/exec`, which restricted namespaces rarely grant, and a partition a NetworkPolicy
@@ -505,7 +507,7 @@ class K8sBackend(Backend):
 
     @classmethod
     def renderer_for(cls, spec: LabSpec) -> str | None:
-        return "labctl.render.jobset" if _is_jobset(spec) else cls.renderer
+        return "labctl.backends.k8s.jobset" if _is_jobset(spec) else cls.renderer
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """Pods reach node 0 as `<lab>-0.<lab>` (Indexed Job pod under the headless Service),

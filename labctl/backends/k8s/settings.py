@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..spec import (MAX_SECONDS, LabSpec, SpecError, _DNS_LABEL, _DNS_SUBDOMAIN, _LABEL_NAME,
+from ...spec import (MAX_SECONDS, LabSpec, SpecError, _DNS_LABEL, _DNS_SUBDOMAIN, _LABEL_NAME,
                     _bound_items, _seconds, _short)
 
 MAX_K8S_MAP_BYTES = 64 * 1024        # k8s.labels / annotations / node_selector / affinity, each (as JSON)
