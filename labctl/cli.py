@@ -21,6 +21,7 @@ import click
 from . import backends as backend_registry
 from . import spec as specmod
 from .errors import Interrupted, LabError
+from workloads._protocol import one_line
 
 EXIT_SPEC = 2
 
@@ -41,7 +42,7 @@ class LabGroup(click.Group):
             exc.show()
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
-            click.echo(f"error: {_one_line(exc)}", err=True)
+            click.echo(f"error: {_click_error(exc)}", err=True)
             sys.exit(exc.exit_code)
         except (LabError, specmod.SpecError, Interrupted) as exc:    # raised outside a command
             fail(*exit_for(exc))
@@ -82,7 +83,7 @@ def stop_quietly() -> None:
     sys.exit(128 + signal.SIGPIPE)
 
 
-def _one_line(exc: click.ClickException) -> str:
+def _click_error(exc: click.ClickException) -> str:
     """`--nodes: expected ...` for a bad value; click's own message for the rest."""
     param = getattr(exc, "param", None)
     if isinstance(exc, click.BadParameter) and not isinstance(exc, click.MissingParameter) \
@@ -91,7 +92,7 @@ def _one_line(exc: click.ClickException) -> str:
         text = f"{name}: {exc.message}"
     else:
         text = exc.format_message()
-    return " ".join(text.split())
+    return one_line(text)
 
 
 class IntRange(click.IntRange):

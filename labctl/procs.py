@@ -5,7 +5,7 @@ Every caller scans processes that may end, or belong to another user, at any mom
 each function here treats a process it cannot read as absent (None, {}, left out of a
 scan), never an exception. The ranks' side reads /proc with the standard library
 (workloads/_proc.py: it runs in containers that have nothing else); the local node
-guard uses psutil directly (labctl/backends/local/nodeguard.py).
+guard (labctl/backends/local/nodeguard.py) uses this module too.
 """
 from __future__ import annotations
 
@@ -79,6 +79,14 @@ def descendants(root: int) -> list[int]:
     except _GONE:
         return []
     return [c.pid for c in children if alive(c.pid)]
+
+
+def send_signal(pid: int, sig: int) -> None:
+    """Send `sig` to `pid`; a process that is gone, or not ours to signal, is left alone."""
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def command_of(pid: int) -> str:

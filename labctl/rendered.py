@@ -20,6 +20,9 @@ import yaml
 from .spec import LabSpec
 
 SPEC_KEY = "labctl.dev/spec"     # label / annotation holding the lab description (one JSON line)
+# On every container, network, volume and Kubernetes object of a run: how `labctl collect`,
+# `down` and the end of a run find what belongs to it.
+RUN_LABEL = "labctl.dev/run-id"
 
 # libyaml's emitter when PyYAML has it: a 1,024-node compose file renders
 # several times faster than with the pure-Python one, byte for byte the same.

@@ -52,9 +52,11 @@ MAX_SECONDS = 10 ** 9                # timeouts: about 31 years, fits every int 
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
 DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
 DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A DNS-1123 label: what a lab's name must be on every backend, because it names the
+# nodes' hostnames, compose services and Kubernetes objects (`<lab>-<i>`).
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MIN_PIDS, MAX_PIDS = 64, 4194304    # resources.pids: a torchrun node needs dozens; Linux pid_max
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Docker's reference grammar (distribution/reference): [domain/]path[:tag][@digest]; the
 # first part is a domain only with a '.', a port, or as localhost (else it is path, lower case)
@@ -66,9 +68,6 @@ _IMAGE_REFERENCE = re.compile(
     rf"{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?")
-# Kubernetes name syntax (apimachinery's validation): object names, label keys and values.
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # Names the launch plan sets itself (labctl/plan.py), each with what to use instead: an
 # `env:` entry of the same name would silently override labctl's own setting (or be
 # overwritten per worker), so it is refused with this hint. Allowed on purpose: the debug
@@ -442,7 +441,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     kw: dict[str, Any] = {}
 
     name = data.get("name", LabSpec.name)
-    if not isinstance(name, str) or len(name) > 40 or not _DNS_LABEL.match(name):
+    if not isinstance(name, str) or len(name) > 40 or not DNS_LABEL.match(name):
         raise bad("name", name, "a DNS-1123 label of at most 40 characters: lower-case "
                   "letters, digits and '-', starting and ending with a letter or digit "
                   "(example: name: ring-lab)")
@@ -559,7 +558,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             elif not _quantity_ok(v):
                 raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
                           "unit (examples: 2, 500m, 4Gi)")
-            elif k in _LEAST and _quantity(v) < _LEAST[k][0]:
+            elif k in _LEAST and quantity(v) < _LEAST[k][0]:
                 raise bad(f"resources.{k}", v, _LEAST[k][1])
         kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
 
@@ -817,13 +816,14 @@ def _shared_volume(raw: Any, bad) -> SharedVolume:
     if not isinstance(raw, dict) or set(raw) != {"claim"}:
         raise bad("shared_volume", raw, expected)
     claim = raw["claim"]
-    if not isinstance(claim, str) or len(claim) > 253 or not _DNS_SUBDOMAIN.match(claim):
-        raise bad("shared_volume.claim", claim, "a PersistentVolumeClaim name: lower-case "
-                  "letters, digits, '-' and '.' (example: shared_volume: {claim: lab-shared})")
+    if not isinstance(claim, str) or not claim:
+        # a claim's name syntax is Kubernetes' (the k8s backend checks it, for every lab)
+        raise bad("shared_volume.claim", claim, "the name of a ReadWriteMany claim "
+                  "(example: shared_volume: {claim: lab-shared})")
     return SharedVolume(claim)
 
 
-_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+_SUFFIX = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
            "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
 
 
@@ -834,23 +834,25 @@ _LEAST = {"cpu": (0.01, "at least 10m (0.01 CPU, the least a container may get; 
                                   "itself needs hundreds of Mi; example: 2Gi)")}
 
 
-def _quantity(value: Any) -> float:
-    """A quantity `_quantity_ok` accepted, in its base unit (cores, bytes)."""
-    match = _QUANTITY.match(str(value))
-    unit = match.group(2) or ""
-    return float(str(value)[:len(str(value)) - len(unit)]) * _SUFFIX[unit]
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity (2, 500m, 4Gi, 1.5G) in its base unit (cores, bytes, a count);
+    ValueError for anything else. The one reading of one: the lab's resources here, the
+    compose render's limits, the GPUs a Kubernetes node advertises (the k8s preflight)."""
+    text = str(value)
+    valid = not isinstance(value, bool) and isinstance(value, (str, int, float)) and len(text) <= 32
+    match = _QUANTITY.match(text) if valid else None
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {_short(value)} (examples: 2, 500m, 4Gi)")
+    number, unit = float(match.group(1)), match.group(2) or ""
+    return number / 1000 if unit == "m" else number * _SUFFIX[unit]    # 500m: 0.5 exactly
 
 
 def _quantity_ok(value: Any) -> bool:
     """A quantity Kubernetes parses and compose turns into an int (bytes, cores) safely."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+    try:
+        return quantity(value) <= 2 ** 53
+    except ValueError:
         return False
-    text = str(value)
-    match = _QUANTITY.match(text) if len(text) <= 32 else None
-    if not match:
-        return False
-    number = text[:len(text) - len(match.group(2) or "")]
-    return float(number) * _SUFFIX[match.group(2) or ""] <= 2 ** 53
 
 
 def _json_plain(value: Any, depth: int = 0) -> bool:

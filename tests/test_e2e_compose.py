@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from docker_support import REPO, require_compose, require_image
-from labctl.backends.compose.render import RUN_LABEL
+from labctl.rendered import RUN_LABEL
 
 pytestmark = pytest.mark.docker
 

@@ -14,7 +14,7 @@ import pytest
 
 from docker_support import REPO, require_compose, require_image
 from labctl.backends.compose.backend import compose_command
-from labctl.backends.compose.render import RUN_LABEL
+from labctl.rendered import RUN_LABEL
 
 pytestmark = pytest.mark.docker
 SHIPPED_RUN_ID = "lab-example"          # compose/compose.yaml's run id (its first line says so)

@@ -22,7 +22,7 @@ from docker_support import REPO, image_exists, require_compose, require_image
 from labctl import lab
 from labctl.backends.compose.backend import ComposeBackend
 from labctl.plan import container_placement
-from labctl.backends.compose.render import RUN_LABEL
+from labctl.rendered import RUN_LABEL
 from labctl.spec import from_dict
 
 pytestmark = pytest.mark.docker

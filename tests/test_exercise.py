@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, assert_nothing_left, labctl
 from docker_support import require_compose, require_image
 from labctl import exercise as ex
-from labctl.backends.compose.render import RUN_LABEL
+from labctl.rendered import RUN_LABEL
 from labctl.spec import SpecError
 from workloads._protocol.exercises import EXERCISES, Config, traffic, worlds
 

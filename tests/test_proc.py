@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from labctl import procs
 from labctl.backends.local import backend as local, nodeguard
 from workloads import _proc, _stacks
 
@@ -58,7 +59,7 @@ def test_a_hostile_name_a_tree_and_a_zombie_read_right():
         assert _proc.descendants(child.pid) == [grandchild]
         masks = _proc.signals(child.pid)
         assert masks.catches(signal.SIGUSR1) and not masks.catches(signal.SIGUSR2)
-        assert nodeguard.command_of(child.pid) == " ".join(child.args)[:300]
+        assert procs.command_of(child.pid) == " ".join(child.args)[:300]
     finally:
         child.stdin.close()
     # ended but not reaped: a zombie, which has ended for every caller
@@ -69,7 +70,7 @@ def test_a_hostile_name_a_tree_and_a_zombie_read_right():
     for read in (_proc.stat, _proc.cmdline, _proc.signals):
         assert read(child.pid) is None
     assert _proc.environ(child.pid) == {} and not _proc.alive(child.pid)
-    assert nodeguard.command_of(child.pid) == "?"
+    assert procs.command_of(child.pid) == "?"
 
 
 def test_a_process_that_exits_during_a_scan_is_skipped(monkeypatch):

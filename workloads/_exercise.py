@@ -31,6 +31,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from . import _common, _trace
+from ._protocol import one_line
 from ._protocol.exercises import (ENV, EXERCISES, FLOAT_ATOL, FLOAT_RTOL, RECORD_CALL, RECORD_DEADLINE,
                         RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, TIME_ELEMENTS,
                         TIME_REPEATS, WORKLOAD, Case, Config, cases, worlds)
@@ -455,8 +456,8 @@ def _comm_error(exc: BaseException) -> bool:
 
 
 def _exception_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    text = one_line(str(exc), 300)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _num(x: Any) -> str:

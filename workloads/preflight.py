@@ -43,7 +43,7 @@ import time
 from typing import Any
 
 from . import _common
-from ._protocol import Env
+from ._protocol import Env, one_line
 
 NAME = "preflight"
 CONNECT_TIMEOUT_S = 20.0
@@ -126,7 +126,7 @@ def host_store(port: int, timeout: float):
                               wait_for_workers=False)
     except (RuntimeError, OSError) as exc:
         _record("port", False, peer=0, port=port, value=f"cannot listen on {port}",
-                detail=f"node 0 cannot listen on port {port} for the rendezvous: {_one_line(exc)}")
+                detail=f"node 0 cannot listen on port {port} for the rendezvous: {one_line(exc, 300)}")
         return None
     store.set(KEY + "host", _common.hostname())
     _record("port", True, peer=0, port=port, seconds=round(time.perf_counter() - started, 6),
@@ -303,16 +303,12 @@ def _bounded(fn, seconds: float) -> Any:
         try:
             box.append(fn())
         except Exception as exc:            # RuntimeError, DistStoreError, OSError ...
-            box.append(_one_line(exc))
+            box.append(one_line(exc, 300))
 
     thread = threading.Thread(target=call, daemon=True)
     thread.start()
     thread.join(seconds)
     return box[0] if box else f"no answer after {seconds:.0f} s"
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
 # ---- over the process group -------------------------------------------------------

@@ -16,6 +16,8 @@ reader, trace merge and report), and labctl imports nothing else from
 - **The node log's own lines**: what the launchers (torchrun's prefix, the
   local node guard, the containers' direct wrapper) add around the ranks'
   output, which labctl's log reader parses.
+- **One line** (`one_line`): how an error is said where one line is all there is
+  room for, on either side (a check's detail, a progress line, status.json).
 """
 from __future__ import annotations
 
@@ -75,3 +77,11 @@ AGENT_IDLE_LINE = ("labctl: the agent had no workers left when labctl stopped it
 # A line longer than this is ended there in a node log (and read in pieces of this size):
 # memory stays flat whatever a rank prints.
 MAX_PIECE = 1 << 20
+
+
+# ---- one line ------------------------------------------------------------------------
+def one_line(text: object, limit: int | None = None) -> str:
+    """`text` (a message, an exception) as one line: every run of whitespace one space, at
+    most `limit` characters; an exception with no message says its type's name."""
+    line = " ".join(str("" if text is None else text).split())[:limit]
+    return line or (type(text).__name__ if isinstance(text, BaseException) else "")

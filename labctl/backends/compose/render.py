@@ -38,9 +38,9 @@ from typing import Any
 
 from ...links import node_shaping
 from ...plan import LaunchPlan, NodeLaunch, node_command
-from ...rendered import SPEC_KEY, dump_yaml, stored_spec
+from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
+from ...spec import quantity
 
-RUN_LABEL = "labctl.dev/run-id"
 NETWORK = "lab"
 SHARED_VOLUME = "shared"
 SHARED_VOLUME_SIZE = "64m"      # init files are a few bytes each
@@ -51,8 +51,6 @@ HOME = "/home/lab"              # the lab images' user's home (a tmpfs)
 WRITABLE = ("/tmp", WORKDIR, HOME)   # tmpfs on the read-only root, each at most half the memory
 HELPER_PIDS = 256               # the replica store: one Python process
 HELPER_TMP = 64 << 20
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-_DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 10**-3}
 
 
 def project_name(run_id: str) -> str:
@@ -61,18 +59,14 @@ def project_name(run_id: str) -> str:
     return name or "labctl"
 
 
-def quantity_bytes(quantity: str) -> int:
+def quantity_bytes(amount: str) -> int:
     """A Kubernetes quantity (1Gi, 512Mi, 2G) as bytes; compose reads '1m' as a megabyte."""
-    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T|m)?", quantity)
-    if not m:
-        raise ValueError(f"not a Kubernetes quantity: {quantity!r} (examples: 1Gi, 512Mi)")
-    number, unit = float(m.group(1)), m.group(2) or ""
-    return int(number * (_BINARY.get(unit) or _DECIMAL[unit]))
+    return int(quantity(amount))
 
 
-def _cpus(quantity: str) -> str:
+def _cpus(amount: str) -> str:
     """Kubernetes CPUs (2, 0.5, 500m) as compose's decimal string."""
-    return f"{float(quantity[:-1]) / 1000:g}" if quantity.endswith("m") else f"{float(quantity):g}"
+    return f"{quantity(amount):g}"
 
 
 def _escape(text: str) -> str:

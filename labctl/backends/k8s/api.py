@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ...errors import LabError
+from workloads._protocol import one_line
 
 REQUEST_TIMEOUT_S = 15         # one try of one call (connect, and each read of a stream)
 RETRY_MAX_S = 60.0             # one call, all its tries and waits
@@ -156,7 +157,7 @@ def failure_text(exc: BaseException) -> str:
         return exc.detail
     status = api_status(exc)
     if status is not None:
-        reason = " ".join(str(getattr(exc, "reason", "") or "").split())
+        reason = one_line(getattr(exc, "reason", None))
         text = f"{status} {reason}".strip() if status else reason
         message = _server_message(getattr(exc, "body", None))
         return _short(f"{text}: {message}" if message and message != reason else text)
@@ -168,10 +169,10 @@ def failure_text(exc: BaseException) -> str:
         detail = str(exc).split(": ", 1)[-1]
         return _short(f"cannot connect: {detail}")
     if name in ("ReadTimeoutError", "ConnectTimeoutError") or isinstance(exc, TimeoutError):
-        return _short(f"timed out ({' '.join(str(exc).split()) or name})")
+        return _short(f"timed out ({one_line(str(exc)) or name})")
     if name == "ProtocolError":
         return _short(f"connection broken ({exc.args[0] if exc.args else exc})")
-    return _short(f"{name}: {' '.join(str(exc).split())}")
+    return _short(f"{name}: {one_line(str(exc))}")
 
 
 def _server_message(body: Any) -> str:
@@ -182,7 +183,7 @@ def _server_message(body: Any) -> str:
         found = json.loads(body)
     except (TypeError, ValueError):
         return ""
-    return " ".join(str(found.get("message") or "").split()) if isinstance(found, dict) else ""
+    return one_line(found.get("message")) if isinstance(found, dict) else ""
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -31,7 +31,7 @@ from ...outcome import NodeOutcome, NodeState, from_exit_code
 from ...plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
-from ...spec import LabSpec
+from ...spec import LabSpec, quantity
 from .. import spec_from_stored
 from ..base import Backend, BackendFailure, Bound, BoundRun, PreflightError, UnknownRun
 from . import jobset as jobset_render
@@ -39,7 +39,8 @@ from . import render as k8s_render
 from . import scheduling as k8s_scheduling
 from . import settings as k8s_settings
 from .api import (CONNECT_RETRY_S, ApiUnavailable, Cluster, api_client, api_status,
-                      failure_text, retry_call)
+                  failure_text, retry_call)
+from workloads._protocol import one_line
 
 POLL_S = 2.0
 # Container waiting reasons that never resolve by themselves: fail now, not at the deadline.
@@ -85,7 +86,7 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
     except LabError:
         raise
     except Exception as exc:       # ConfigException, bad YAML, missing cert files ...
-        raise LabError(f"no Kubernetes cluster reachable: {_one_line(exc)}; {hint}") from None
+        raise LabError(f"no Kubernetes cluster reachable: {one_line(exc, 300)}; {hint}") from None
     api = api_client()
     version = client.VersionApi(api)
     try:                           # a busy or rolling server is waited for; a refusal is not
@@ -95,22 +96,17 @@ def connect(context: str | None = None, namespace: str | None = None) -> Cluster
         host = api.configuration.host
         what = str(exc) if isinstance(exc, LabError) else failure_text(exc)
         raise LabError(f"no Kubernetes cluster reachable at {host} (context {context}): "
-                       f"{_one_line(what)}; {hint}") from None
+                       f"{one_line(what, 300)}; {hint}") from None
     return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), client.NetworkingV1Api(api),
                    namespace or "default", context, custom=client.CustomObjectsApi(api))
 
 
-def _quantity(value: Any) -> int:
+def _count(value: Any) -> int:
     """An extended resource's count ("8"); anything unreadable counts as none."""
     try:
-        return int(str(value))
+        return int(quantity(value))
     except ValueError:
         return 0
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:300]
 
 
 def _status(exc: BaseException) -> int | None:
@@ -358,7 +354,7 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
     unsaved: list[str] = []
 
     def failed(what: str, exc: Exception, keep: bool) -> None:
-        line = f"{what}: {_one_line(exc)}"
+        line = f"{what}: {one_line(exc, 300)}"
         progress(line)
         if strict or keep:
             unsaved.append(line)
@@ -539,8 +535,8 @@ class K8sBackend(Backend):
             raise
         except Exception:             # LabError (no cluster), ApiRefused (403: RBAC)
             return
-        gpus = {n.metadata.name: _quantity(((n.status and n.status.allocatable) or {})
-                                           .get(k8s_render.GPU_RESOURCE, "0")) for n in nodes}
+        gpus = {n.metadata.name: _count(((n.status and n.status.allocatable) or {})
+                                        .get(k8s_render.GPU_RESOURCE, "0")) for n in nodes}
         where = f"context {cluster.context}" if cluster.context else "this cluster"
         if not any(gpus.values()):
             raise PreflightError(

@@ -39,13 +39,12 @@ from typing import Any, Sequence
 from ...errors import LabError
 from ...plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
                     node_hostname, replica_name, store_hostname)
-from ...rendered import SPEC_KEY, dump_yaml, stored_spec
+from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
 from ... import links as links_module
 from ...spec import LabSpec, SpecError
 from . import settings as k8s_settings
 from .settings import QUEUE_LABEL
 
-RUN_LABEL = "labctl.dev/run-id"
 COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 INDEX_ENV = ("NODE_RANK", "GROUP_RANK")      # plan variables that are the node index itself
 INDEX_VAR = "NODE_RANK"                     # what the pod's shell computes from

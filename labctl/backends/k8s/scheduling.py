@@ -32,11 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from workloads._protocol import one_line
+
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-
-
-def _one_line(text: Any) -> str:
-    return " ".join(str(text or "").split())
 
 
 def _by_index(pods: Mapping[int, Any] | Iterable[Any]) -> dict[int, Any]:
@@ -106,7 +104,7 @@ def unschedulable(pods: Mapping[int, Any] | Iterable[Any], events: Iterable[Any]
         else:
             continue
         return (f"pod {pod.metadata.name} (node {index}) cannot be scheduled: "
-                f"{_one_line(message) or 'the scheduler gave no reason'}")
+                f"{one_line(message) or 'the scheduler gave no reason'}")
     return None
 
 

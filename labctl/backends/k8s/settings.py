@@ -4,18 +4,19 @@ The spec keeps the section as an opaque mapping (labctl/spec.py knows no
 backend); the k8s backend checks it here (`K8sBackend.check_spec`, for every
 lab: `labctl render k8s` renders any) and its renderers read it with
 `settings(spec)`. The k8s-only rules on the rest of the lab (a script small
-enough for a ConfigMap, a claim for `init_method: file`) live here too.
+enough for a ConfigMap, a claim for `init_method: file`, the claim's name) and
+Kubernetes' own name rules (object names, label keys and values) live here too.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ...spec import (MAX_SECONDS, LabSpec, SpecError, _DNS_LABEL, _DNS_SUBDOMAIN, _LABEL_NAME,
-                    _bound_items, _seconds, _short)
+from ...spec import DNS_LABEL, MAX_SECONDS, LabSpec, SpecError, _bound_items, _seconds, _short
 
 MAX_K8S_MAP_BYTES = 64 * 1024        # k8s.labels / annotations / node_selector / affinity, each (as JSON)
 MAX_K8S_SCRIPT_BYTES = 1024 * 1024 - 256   # a ConfigMap's 1 MiB, less room for its key
@@ -30,6 +31,10 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # `labctl down` finds a run, how the Service selects pods, or the Job's selector.
 RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "labctl.dev/", "batch.kubernetes.io/")
 RESERVED_LABELS = frozenset({QUEUE_LABEL, "job-name", "controller-uid"})
+# Kubernetes' name syntax (apimachinery's validation): object names (DNS-1123 subdomains:
+# claims, priority classes, service accounts, secrets), label names and values.
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,9 @@ def check(spec: LabSpec, source: str) -> LabSpec:
     the lab with its `k8s:` section normalised (what `to_dict` and the renderers store)."""
     bad = _bad(source)
     k8s = parse(spec.k8s, bad) if spec.k8s is not None else K8sSettings()
+    if spec.shared_volume is not None and not _is_dns_subdomain(spec.shared_volume.claim):
+        raise bad("shared_volume.claim", spec.shared_volume.claim, "a PersistentVolumeClaim name: "
+                  "lower-case letters, digits, '-' and '.' (example: shared_volume: {claim: lab-shared})")
     if spec.backend == "k8s":
         if spec.init_method == "file" and spec.shared_volume is None:
             raise SpecError(f"{source}: shared_volume: expected a ReadWriteMany claim that every pod "
@@ -106,7 +114,7 @@ _LABEL_VALUE_RULE = "at most 63 of A-Z a-z 0-9 - _ . starting and ending alphanu
 
 
 def _is_dns_subdomain(name: Any) -> bool:
-    return isinstance(name, str) and len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
+    return isinstance(name, str) and len(name) <= 253 and bool(DNS_SUBDOMAIN.match(name))
 
 
 def _is_label_key(key: Any) -> bool:
@@ -116,7 +124,7 @@ def _is_label_key(key: Any) -> bool:
     prefix, slash, name = key.rpartition("/")
     if slash and not _is_dns_subdomain(prefix):
         return False
-    return len(name) <= 63 and bool(_LABEL_NAME.match(name))
+    return len(name) <= 63 and bool(LABEL_NAME.match(name))
 
 
 def _scalar_str(value: Any) -> str | None:
@@ -130,7 +138,7 @@ def _scalar_str(value: Any) -> str | None:
 
 def _label_value(value: Any) -> str | None:
     value = _scalar_str(value)
-    if value is None or len(value) > 63 or (value and not _LABEL_NAME.match(value)):
+    if value is None or len(value) > 63 or (value and not LABEL_NAME.match(value)):
         return None
     return value
 
@@ -216,7 +224,7 @@ def parse(raw: Any, bad) -> K8sSettings:
 
     if "queue" in given:
         queue = given["queue"]
-        if not isinstance(queue, str) or len(queue) > 63 or not _DNS_LABEL.match(queue):
+        if not isinstance(queue, str) or len(queue) > 63 or not DNS_LABEL.match(queue):
             raise bad("k8s.queue", queue, "a Kueue LocalQueue name, a DNS-1123 label of at most "
                       "63 characters (it becomes a label value) (example: queue: team-a)")
         kw["queue"] = queue

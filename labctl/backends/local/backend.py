@@ -114,20 +114,13 @@ def kill_processes(pids: list[int], grace: float = 2.0) -> list[dict]:
     """SIGTERM, then SIGKILL what is left; returns what was found (pid, command)."""
     found = [{"pid": pid, "command": procs.command_of(pid)} for pid in pids]
     for pid in pids:
-        _kill(pid, signal.SIGTERM)
+        procs.send_signal(pid, signal.SIGTERM)
     end = time.monotonic() + grace
     while time.monotonic() < end and any(procs.alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
-        _kill(pid, signal.SIGKILL)
+        procs.send_signal(pid, signal.SIGKILL)
     return found
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _from_status_file(path: Path, index: int, hostname: str, guard_code: int | None,
@@ -272,7 +265,7 @@ class LocalBackend(Backend):
 
     def stop(self, indices: list[int], reason: str) -> None:
         for i in indices:
-            _kill(self.guards[i].pid, signal.SIGTERM)
+            procs.send_signal(self.guards[i].pid, signal.SIGTERM)
         end = time.monotonic() + GUARD_EXIT_S
         for i in indices:
             try:
@@ -310,7 +303,7 @@ class LocalBackend(Backend):
         if self.run.how is not Bound.STARTED:
             return self._stop_leftovers()
         for svc in self.services:
-            _kill(svc.pid, signal.SIGTERM)
+            procs.send_signal(svc.pid, signal.SIGTERM)
         for svc in self.services:
             try:
                 svc.wait(timeout=GUARD_EXIT_S)
@@ -353,11 +346,11 @@ class LocalBackend(Backend):
         tree = self._tree(fault.target)
         if fault.kind == "kill-node":
             for pid in tree:
-                _kill(pid, signal.SIGKILL)
+                procs.send_signal(pid, signal.SIGKILL)
             return f"SIGKILL to node {fault.target}'s {len(tree)} process(es) (guard pid {tree[0]})"
         if fault.kind == "stop-node":
             for pid in tree:
-                _kill(pid, signal.SIGSTOP)
+                procs.send_signal(pid, signal.SIGSTOP)
             return f"SIGSTOP to node {fault.target}'s {len(tree)} process(es)"
         raise LabError(f"the local backend cannot do {fault.kind}")
 
@@ -365,7 +358,7 @@ class LocalBackend(Backend):
         if fault.kind == "stop-node":
             tree = self._tree(fault.target)
             for pid in tree:
-                _kill(pid, signal.SIGCONT)
+                procs.send_signal(pid, signal.SIGCONT)
             return f"SIGCONT to node {fault.target}'s {len(tree)} process(es)"
         raise LabError(f"the local backend cannot end {fault.kind}")
 

@@ -17,9 +17,9 @@ the node's log file. The guard
 - after the node's processes end, kills whatever they left behind and writes
   the outcome and those leftovers (pid, command) to the status file.
 
-Run by path; besides the standard library it imports psutil (its process tree)
-and `workloads._protocol` (the node log's own lines), found next to the labctl
-package.
+Run by path; besides the standard library it imports `labctl.procs` (its process
+tree, with psutil) and `workloads._protocol` (the node log's own lines), found from
+the folder that holds the labctl package.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ if not __package__:
     _here = os.path.dirname(os.path.abspath(__file__))
     _root = os.path.dirname(os.path.dirname(os.path.dirname(_here)))
     sys.path[:] = [_root] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
-import psutil  # noqa: E402
+from labctl import procs  # noqa: E402
 from workloads._protocol import AGENT_IDLE_LINE, EXIT_LINE_PREFIX, MAX_PIECE   # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -63,40 +63,6 @@ def _prctl(option: int, value: int) -> bool:
 def _die_with_parent() -> None:
     """preexec for the node's processes: SIGKILL if the guard itself is killed."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
-
-
-def command_of(pid: int) -> str:
-    """The process's command line for a report line; "?" when it is gone."""
-    try:
-        return " ".join(psutil.Process(pid).cmdline())[:300]
-    except _GONE:
-        return "?"
-
-
-def descendants(root: int) -> list[int]:
-    """Every live (not zombie) process below `root`: what this subreaper still holds."""
-    try:
-        children = psutil.Process(root).children(recursive=True)
-    except _GONE:
-        return []
-    found = []
-    for child in children:
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child.pid)
-        except _GONE:
-            continue
-    return found
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -227,7 +193,7 @@ class Guard:
         self.kill_at = time.monotonic() + (self.grace if grace is None else grace)
         if self.agents:                           # before SIGTERM makes it stop its workers
             self.idle_at_stop = any(proc.get("rank") is None
-                                    and not descendants(popen.pid)
+                                    and not procs.descendants(popen.pid)
                                     for popen, proc, _ in self.procs if popen.pid not in self.codes)
         for popen in self._running():
             _signal_group(popen.pid, signal.SIGTERM)
@@ -261,8 +227,8 @@ class Guard:
                 time.sleep(REAP_S)
             self._reap()
             if self.kill_at is not None and time.monotonic() > self.kill_at:
-                for pid in descendants(os.getpid()):
-                    _signal(pid, signal.SIGKILL)
+                for pid in procs.descendants(os.getpid()):
+                    procs.send_signal(pid, signal.SIGKILL)
                 self.kill_at = None
         self._say_if_idle_at_stop()
         leftovers = self.sweep()
@@ -273,20 +239,21 @@ class Guard:
 
     def sweep(self) -> list[dict]:
         """Kill what the node's processes left behind; say what it was."""
-        found = [{"pid": pid, "command": command_of(pid)} for pid in descendants(os.getpid())]
+        found = [{"pid": pid, "command": procs.command_of(pid)}
+                 for pid in procs.descendants(os.getpid())]
         if found:
             for item in found:
-                _signal(item["pid"], signal.SIGTERM)
+                procs.send_signal(item["pid"], signal.SIGTERM)
             end = time.monotonic() + LEFTOVER_TERM_S
-            while time.monotonic() < end and descendants(os.getpid()):
+            while time.monotonic() < end and procs.descendants(os.getpid()):
                 time.sleep(REAP_S)
                 self._reap()
             for _ in range(20):             # new forks during the kill: repeat until none
-                rest = descendants(os.getpid())
+                rest = procs.descendants(os.getpid())
                 if not rest:
                     break
                 for pid in rest:
-                    _signal(pid, signal.SIGKILL)
+                    procs.send_signal(pid, signal.SIGKILL)
                 time.sleep(REAP_S)
                 self._reap()
             for item in found:
