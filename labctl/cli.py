@@ -337,22 +337,18 @@ RENDER_TARGETS = backend_registry.render_targets()
 
 
 def backend_options(fn):
-    """Flags that belong to one backend (k8s: --context, --namespace), from the registry."""
-    for option, (help_text, names) in reversed(list(backend_registry.all_options().items())):
-        fn = click.option(f"--{option.replace('_', '-')}", option,
-                          help=f"{help_text} ({', '.join(names)} backend).")(fn)
+    """Flags that belong to one backend (k8s: --context, --namespace), generated from the
+    backends' typed options (`Backend.Options`, through the registry)."""
+    for flag in reversed(list(backend_registry.all_options().values())):
+        fn = click.option(f"--{flag.name.replace('_', '-')}", flag.name, type=flag.type,
+                          help=f"{flag.help} ({', '.join(flag.backends)} backend).")(fn)
     return fn
 
 
-def _options_for(backend: str, given: dict[str, Any]) -> dict[str, Any]:
-    """The backend flags given on the command line; one that does not apply is exit 2."""
-    given = {k: v for k, v in given.items() if v is not None}
-    wrong = [k for k in given if k not in backend_registry.backend_class(backend).options]
-    if wrong:
-        owners = backend_registry.all_options()[wrong[0]][1]
-        fail(f"--{wrong[0].replace('_', '-')} applies to the {', '.join(owners)} backend, "
-             f"not {backend}", EXIT_SPEC)
-    return given
+def _options_for(backend: str, given: dict[str, Any]):
+    """The backend flags given on the command line, as that backend's typed options; one
+    of another backend is one line, exit 2 (`backends.options_for`)."""
+    return backend_registry.options_for(backend, given)
 
 
 @main.command()
@@ -386,7 +382,7 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
                    f"--run-id {the_plan.run_id}", err=True)
 
 
-def _spec_and_options(spec_file, script_args, flags, notes: bool = True) -> tuple[specmod.LabSpec, dict[str, Any]]:
+def _spec_and_options(spec_file, script_args, flags, notes: bool = True):
     """`up`'s and `preflight`'s flags: the lab's, then the chosen backend's own."""
     backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
     spec = load_spec(spec_file, script_args, notes=notes, **flags)
@@ -449,13 +445,13 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
     progress = _progress(quiet)
     if with_preflight:
         checked = lab.preflight(spec, out=f"{spec.out}-preflight" if spec.out else None,
-                                progress=progress, **options)
+                                progress=progress, options=options)
         passed, section = _preflight_table(checked)
         if not passed:
             click.echo(section)
             fail(f"{_preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
         progress(f"preflight passed in {checked.meta.get('seconds', 0):.1f} s ({checked.path})")
-    run = lab.up(spec, progress=progress, **options)
+    run = lab.up(spec, progress=progress, options=options)
     _report_and_exit(run)
 
 
@@ -493,7 +489,7 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
 
     # no notes: the preflight runs its own lab of these nodes (direct, its workload)
     spec, options = _spec_and_options(spec_file, script_args, flags, notes=False)
-    run = lab.preflight(spec, out=spec.out, progress=_progress(quiet), **options)
+    run = lab.preflight(spec, out=spec.out, progress=_progress(quiet), options=options)
     passed, section = _preflight_table(run)
     click.echo(section)
     if not passed:
@@ -535,7 +531,7 @@ def collect(backend_name, run_id, out, no_wait, timeout, delete, **options) -> N
 
     options = _options_for(backend_name, options)
     run = lab.collect(backend_name, run_id, out=out, wait=not no_wait, timeout=timeout,
-                      delete=delete, progress=lambda line: click.echo(line, err=True), **options)
+                      delete=delete, progress=lambda line: click.echo(line, err=True), options=options)
     _report_and_exit(run)
 
 
@@ -643,7 +639,7 @@ def down(run, discard_logs, force, **options) -> None:
     r = _open_run(run)
     options = _options_for(r.meta["backend"], options)
     click.echo(lab.down(r, discard_logs=discard_logs, force=force,
-                        progress=lambda line: click.echo(line, err=True), **options))
+                        progress=lambda line: click.echo(line, err=True), options=options))
 
 
 @main.command()
@@ -660,7 +656,7 @@ def stacks(run, **options) -> None:
 
     r = _open_run(run)
     options = _options_for(r.meta["backend"], options)
-    where = lab.stacks(r, progress=lambda line: click.echo(line, err=True), **options)
+    where = lab.stacks(r, progress=lambda line: click.echo(line, err=True), options=options)
     if not where:
         fail(f"no rank printed a stack (ranks started before labctl could ask, or not Python?); "
              f"see {r.path / 'nodes'}")
@@ -738,7 +734,7 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
     settings = ex.settings(deadline, seed, time_it)
     spec = ex.lab_spec([entry], spec_file, _overrides(flags), settings)
     run, grades = ex.check(spec, [entry], progress=_progress(quiet),
-                           **_options_for(spec.backend, backend_flags))
+                           options=_options_for(spec.backend, backend_flags))
     click.echo(ex.text(grades, run))
     failed = [g for g in grades if not g.passed]
     if failed:

@@ -29,6 +29,7 @@ from workloads._protocol.exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV
                                   Call, Config, Exercise, describe_cases, traffic, worlds)
 
 from . import backends
+from .backends.base import BackendOptions
 from .rundir import RunDir
 from .spec import LabSpec, SpecError
 from .tables import table
@@ -172,11 +173,12 @@ def settings(deadline: float | None = None, seed: int | None = None, time: bool 
 
 
 def check(spec: LabSpec, entries: list[Entry], progress: Callable[[str], None] = print,
-          runs_root: str = "runs", **options: Any) -> tuple[RunDir, list["Grade"]]:
+          runs_root: str = "runs",
+          options: BackendOptions | None = None) -> tuple[RunDir, list["Grade"]]:
     """Run `lab_spec`'s lab to its end; the run folder and each entry's grade."""
     from . import lab
 
-    run = lab.up(spec, progress=progress, runs_root=runs_root, **options)
+    run = lab.up(spec, progress=progress, runs_root=runs_root, options=options)
     return run, grade(run, entries)
 
 

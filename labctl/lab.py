@@ -7,10 +7,10 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from . import atomicfile, backends, driver, report
-from .backends.base import Backend
+from .backends.base import Backend, BackendOptions
 from .errors import Interrupted, LabError
 from .outcome import NodeOutcome, NodeState, RunState, signal_name
 from .plan import LaunchPlan, new_run_id, plan
@@ -26,10 +26,11 @@ Progress = Callable[[str], None]
 
 
 def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None = None,
-              out: str | None = None, runs_root: str = "runs", **options: Any) -> LaunchPlan:
+              out: str | None = None, runs_root: str = "runs",
+              options: BackendOptions | None = None) -> LaunchPlan:
     """The plan of a run whose folder will be `out` (or the lab's `out`, else
     `<runs_root>/<run id>`): `labctl render plan` shows what `labctl up` would run."""
-    backend = backend or backends.create(spec.backend, **options)
+    backend = backend or backends.create(spec.backend, options=options)
     run_id = run_id or new_run_id(spec)
     try:
         placement = backend.placement(spec, folder_path(run_id, out or spec.out, runs_root))
@@ -39,7 +40,8 @@ def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None 
 
 
 def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
-       runs_root: str = "runs", backend: Backend | None = None, **options: Any) -> RunDir:
+       runs_root: str = "runs", backend: Backend | None = None,
+       options: BackendOptions | None = None) -> RunDir:
     """Run the lab to its end and return the finalized run folder.
 
     The folder is written whatever happens: a failing rank, the deadline,
@@ -48,7 +50,7 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     (exit 2) happen before the folder exists. `backend`: an instance to use
     instead of a new one of `spec.backend` (tests place nodes differently).
     """
-    backend = backend or backends.create(spec.backend, progress=progress, **options)
+    backend = backend or backends.create(spec.backend, progress, options)
     the_plan = make_plan(spec, backend=backend, out=out, runs_root=runs_root)
     backend.preflight(the_plan)
     try:
@@ -139,16 +141,18 @@ def _finish(run: RunDir, result: driver.RunResult, progress: Progress) -> None:
 
 def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool = True,
             timeout: float | None = None, delete: bool = False, progress: Progress = print,
-            runs_root: str = "runs", **options: Any) -> RunDir:
+            runs_root: str = "runs", options: BackendOptions | None = None,
+            backend: Backend | None = None) -> RunDir:
     """The run folder of a lab that `docker compose up` or `kubectl apply` started.
 
     The backend finds the run's objects by its id and rebuilds the plan from the
     lab description the renderer stored in them; the driver watches it until
     every node has ended (`wait`, at most `timeout` seconds, default the lab's
     own timeout) and collects every log. Nothing is stopped; `delete` removes
-    the lab afterwards, only once the folder is written.
+    the lab afterwards, only once the folder is written. `backend`: an instance of
+    `backend_name` to use instead of a new one (tests: one on a fake cluster).
     """
-    backend = backends.create(backend_name, progress=progress, **options)
+    backend = backend or backends.create(backend_name, progress, options)
     the_plan = backend.attach_by_id(run_id)
     if out is None:
         out = str(_free_folder(Path(runs_root), run_id))
@@ -206,11 +210,12 @@ def preflight_spec(spec: LabSpec) -> LabSpec:
 
 
 def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
-              runs_root: str = "runs", backend: Backend | None = None, **options: Any) -> RunDir:
+              runs_root: str = "runs", backend: Backend | None = None,
+              options: BackendOptions | None = None) -> RunDir:
     """Run the lab's preflight (`preflight_spec`) on its backend; the run folder holds
     the table (report.md) and each node's log. Cheap refusals raise, as for `up`."""
     return up(preflight_spec(spec), out=out, progress=progress, runs_root=runs_root,
-              backend=backend, **options)
+              backend=backend, options=options)
 
 
 def write_report(run: RunDir, progress: Progress) -> None:
@@ -288,7 +293,8 @@ def _stop_controller(run: RunDir, pid: int, progress: Progress) -> None:
 
 
 def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
-         force: bool = False, **options: Any) -> str:
+         force: bool = False, options: BackendOptions | None = None,
+         backend: Backend | None = None) -> str:
     """Delete what a run left behind — after saving its logs, unless told not to.
 
     A run whose labctl died (or that kubectl/compose started) still has nodes,
@@ -298,7 +304,8 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     could not collect every log (`logs_uncollected`: state error or interrupted)
     gets its logs saved the same way, and keeps its state. A run whose labctl
     is alive is refused (that labctl stops it on Ctrl-C); `force` asks that
-    labctl to stop (SIGTERM) and then cleans up what is left.
+    labctl to stop (SIGTERM) and then cleans up what is left. `backend`: an instance of
+    the run's backend to use instead of a new one (tests: one on a fake cluster).
     """
     pid = live_controller(run)
     if pid is not None and not force:
@@ -307,7 +314,7 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
                               "`labctl down --force` to stop it from here")
     if pid is not None:
         _stop_controller(run, pid, progress)
-    backend = backends.create(run.meta["backend"], progress=progress, **options)
+    backend = backend or backends.create(run.meta["backend"], progress, options)
     backend.attach(run)
     finished = (run.meta.get("state") != RunState.RUNNING.value
                 and not run.meta.get("logs_uncollected"))
@@ -367,7 +374,8 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
                 raise
 
 
-def stacks(run: RunDir, progress: Progress = print, **options: Any) -> dict[str, dict]:
+def stacks(run: RunDir, progress: Progress = print,
+           options: BackendOptions | None = None) -> dict[str, dict]:
     """Every rank's stack of a lab that is still running, without stopping it.
 
     The ranks print their stacks into their logs (SIGUSR1, workloads/_stacks.py);
@@ -375,7 +383,7 @@ def stacks(run: RunDir, progress: Progress = print, **options: Any) -> dict[str,
     """
     from . import logs
 
-    backend = backends.create(run.meta["backend"], progress=progress, **options)
+    backend = backends.create(run.meta["backend"], progress, options)
     backend.attach(run)
     if not backend.alive():
         raise LabError(f"run {run.meta['run_id']} is not running: nothing to ask "

@@ -611,12 +611,14 @@ def test_down_deletes_exactly_its_own_run(tmp_path):
         for obj in render.render(plan(p.spec, p.placement, run_id)):
             obj["metadata"]["name"] += f"-{run_id}"         # two runs side by side
             state.objects.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
-    summary = lab.down(rundir, progress=lambda line: None, cluster=fake_cluster(state))
+    summary = lab.down(rundir, progress=lambda line: None,
+                       backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert f"deleted 3 object(s) in namespace {NS}: " in summary
     assert summary.startswith(f"saved the logs into {rundir.path}")
     left = [o["metadata"]["labels"][render.RUN_LABEL] for objs in state.objects.values() for o in objs.values()]
     assert left == ["lab-someone-else"] * 3
-    again = lab.down(RunDir.open(rundir.path), progress=lambda line: None, cluster=fake_cluster(state))
+    again = lab.down(RunDir.open(rundir.path), progress=lambda line: None,
+                     backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert "nothing to delete" in again
 
 
@@ -637,7 +639,8 @@ def test_down_of_a_dead_labctls_run_saves_every_log_then_deletes(tmp_path):
     state = FakeState(exit_codes={0: None, 1: None})
     p, rundir = _dead_controller_run(tmp_path, state)
     assert rundir.controller_gone()
-    summary = lab.down(rundir, progress=lambda line: None, cluster=fake_cluster(state))
+    summary = lab.down(rundir, progress=lambda line: None,
+                       backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert summary.startswith(f"saved the logs into {rundir.path}")
     first_delete = next(i for i, c in enumerate(state.calls) if c[0] == "delete")
     assert sorted(c[2] for c in state.calls[:first_delete] if c[0] == "log") == ["lab-0-x0z", "lab-1-x1z"]
@@ -663,7 +666,7 @@ def test_down_deletes_nothing_when_the_logs_cannot_be_saved(tmp_path):
     before = {kind: sorted(objs) for kind, objs in state.objects.items()}
     with pytest.raises(LabError, match=r"could not save the logs of run lab-run-1 \(could not read "
                                        r"the log of pod lab-0-x0z: .*500.*\); nothing was deleted") as err:
-        lab.down(rundir, progress=lambda line: None, cluster=cluster)
+        lab.down(rundir, progress=lambda line: None, backend=backend.K8sBackend(cluster=cluster))
     assert err.value.exit_code == 1 and "\n" not in str(err.value)
     assert not [c for c in state.calls if c[0] == "delete"]
     assert {kind: sorted(objs) for kind, objs in state.objects.items()} == before
@@ -689,7 +692,7 @@ def applied(tmp_path, state: FakeState, run_id="lab-applied", ticks=0, **fields)
 def collect(state: FakeState, tmp_path, run_id="lab-applied", out_name="collected", **kw):
     lines: list[str] = []
     run = lab.collect("k8s", run_id, out=str(tmp_path / out_name), progress=lines.append,
-                      cluster=fake_cluster(state), **kw)
+                      backend=backend.K8sBackend(lines.append, cluster=fake_cluster(state)), **kw)
     return run, lines
 
 
@@ -716,7 +719,8 @@ def test_collect_of_a_finished_job_writes_the_run_folder_of_up(tmp_path):
     assert state.objects["Job"] and state.objects["Pod"]
     # `labctl down` of the collected folder finds the lab (the folder says where it ran)
     # and leaves the finished folder as it is
-    summary = lab.down(RunDir.open(run.path), progress=lambda line: None, cluster=fake_cluster(state))
+    summary = lab.down(RunDir.open(run.path), progress=lambda line: None,
+                       backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert summary == f"deleted 3 object(s) in namespace {NS}: job/lab, service/lab, networkpolicy/lab"
     assert all(not objs for objs in state.objects.values())
     assert RunDir.open(run.path).meta["state"] == "passed"
@@ -779,8 +783,10 @@ def test_collect_again_goes_into_a_folder_of_its_own(tmp_path, monkeypatch):
     state = FakeState()
     applied(tmp_path, state, ticks=4)
     monkeypatch.chdir(tmp_path)
-    first = lab.collect("k8s", "lab-applied", progress=lambda line: None, cluster=fake_cluster(state))
-    second = lab.collect("k8s", "lab-applied", progress=lambda line: None, cluster=fake_cluster(state))
+    first = lab.collect("k8s", "lab-applied", progress=lambda line: None,
+                        backend=backend.K8sBackend(cluster=fake_cluster(state)))
+    second = lab.collect("k8s", "lab-applied", progress=lambda line: None,
+                         backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert (first.path, second.path) == (Path("runs/lab-applied"), Path("runs/lab-applied.2"))
     assert second.meta["state"] == "passed"
 
@@ -1066,7 +1072,8 @@ def test_an_api_that_times_out_past_the_deadline_ends_the_lab_in_one_line_and_ke
     assert run.meta["state"] == "error" and run.meta["logs_uncollected"] is True
     assert "collecting the logs failed: Kubernetes API: GET pods in namespace labs" in run.meta["message"]
     state.outage = None                                    # the control plane is back
-    summary = lab.down(run, progress=lambda line: None, cluster=fake_cluster(state))
+    summary = lab.down(run, progress=lambda line: None,
+                       backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert summary.startswith(f"saved the logs into {run.path}")
     assert run.node_log(0).read_bytes() and run.node_log(1).read_bytes()
     assert all(not objs for objs in state.objects.values())

@@ -325,7 +325,7 @@ def test_collect_and_down_of_a_kubectl_applied_jobset(tmp_path):
     cluster = fake_cluster(state)
     assert backend.K8sBackend(cluster=cluster).find_runs() == ["lab-applied"]
     run = lab.collect("k8s", "lab-applied", out=str(tmp_path / "collected"), progress=lambda line: None,
-                      cluster=cluster)
+                      backend=backend.K8sBackend(cluster=cluster))
     status = json.loads((run.path / "status.json").read_text())
     assert status["state"] == "passed" and status["world_size"] == 3
     assert [n["hostname"] for n in status["node_outcomes"]] == ["lab-node-0-0", "lab-node-0-1", "lab-node-0-2"]
@@ -333,7 +333,8 @@ def test_collect_and_down_of_a_kubectl_applied_jobset(tmp_path):
     assert json.loads((run.path / "plan.json").read_text()) == p.to_dict()
     assert "jobset-lab.log" in {f.name for f in (run.path / "events").iterdir()}
     assert not [c for c in state.calls if c[0] == "delete"], "collect deletes nothing"
-    summary = lab.down(RunDir.open(run.path), progress=lambda line: None, cluster=fake_cluster(state))
+    summary = lab.down(RunDir.open(run.path), progress=lambda line: None,
+                       backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert summary == f"deleted 2 object(s) in namespace {NS}: jobset/lab, networkpolicy/lab"
     assert all(not objs for objs in state.objects.values())
 

@@ -216,7 +216,7 @@ def _collect_as_kubectl_applied(tmp_path: Path, objects: list[dict], pods, codes
     poll_s, backend.POLL_S = backend.POLL_S, 0.01
     try:
         return lab.collect("k8s", run_id, out=str(tmp_path / "collected"), progress=lambda line: None,
-                           cluster=fake_cluster(state))
+                           backend=backend.K8sBackend(cluster=fake_cluster(state)))
     finally:
         backend.POLL_S = poll_s
 
@@ -337,7 +337,7 @@ def _collect_jobset_as_kubectl_applied(tmp_path: Path, objects: list[dict], code
     poll_s, backend.POLL_S = backend.POLL_S, 0.01
     try:
         return lab.collect("k8s", run_id, out=str(tmp_path / "collected"), progress=lambda line: None,
-                           cluster=fake_cluster(state))
+                           backend=backend.K8sBackend(cluster=fake_cluster(state)))
     finally:
         backend.POLL_S = poll_s
 

@@ -1,24 +1,31 @@
 """Backends: where a lab's nodes run. The registry below is the one list of them.
 
-Every backend is a `Backend` subclass (labctl/backends/base.py) in a module of
-its own; the driver (labctl/driver.py) decides *when* to start, poll, stop,
-collect and delete, the backend only says *how*. Adding a backend is one
-module plus one line here (docs/architecture.md shows the steps). The spec's
-`backend` choices, the CLI's backend flags and `labctl render` targets all
-come from this table.
+Every backend is a `Backend` subclass (labctl/backends/base.py) in a package of
+its own (`local/`, `compose/`, `k8s/`: the backend, its renderer, its settings
+and whatever else only it knows); the driver (labctl/driver.py) decides *when*
+to start, poll, stop, collect and delete, the backend only says *how*. Adding a
+backend is one package plus one line here (docs/architecture.md shows the
+steps). The spec's `backend` choices, the CLI's backend flags (from each
+backend's typed `Options`), `labctl render` targets and the lab checks of every
+backend all come from this table.
 
-Modules are imported only when a backend is used, so `labctl --help` stays fast.
+This is the plugin point: it names the backends by module path and imports them
+only when one is used (`backend_class`); nothing else below a backend imports
+one, and no backend imports another.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:
     from ..plan import LaunchPlan
     from ..spec import LabSpec
-    from .base import Backend
+    from .base import Backend, BackendOptions
 
 # name -> "module:class"
 REGISTRY: dict[str, str] = {
@@ -110,18 +117,68 @@ def backend_class(name: str) -> type["Backend"]:
     return getattr(importlib.import_module(module), cls)
 
 
-def create(name: str, **options: Any) -> "Backend":
-    """A backend instance for one run (or one attach), with its own options."""
-    return backend_class(name)(**options)
+def create(name: str, progress: Callable[[str], None] = lambda line: None,
+           options: "BackendOptions | None" = None) -> "Backend":
+    """A backend instance for one run (or one attach), with its own typed options
+    (`options_for`; None: every one at its default)."""
+    return backend_class(name)(progress, options)
 
 
-def all_options() -> dict[str, tuple[str, list[str]]]:
-    """{option: (help, [backends that take it])} for the CLI's flags."""
-    found: dict[str, tuple[str, list[str]]] = {}
-    for name in NAMES:
-        for option, help_text in backend_class(name).options.items():
-            found.setdefault(option, (help_text, []))[1].append(name)
+@dataclass(frozen=True)
+class Flag:
+    """One backend flag of the CLI, read from the backends' typed options."""
+    name: str                       # the options' field; the flag is --<name, '-' for '_'>
+    type: type                      # str, int or float (an `X | None` field: X)
+    help: str
+    backends: tuple[str, ...]       # the backends whose options have it
+
+
+_FLAG_TYPES = (str, int, float)
+
+
+def _flags(name: str) -> list[Flag]:
+    """Backend `name`'s flags, from the fields of its `Options` dataclass."""
+    options = backend_class(name).Options
+    hints = typing.get_type_hints(options)
+    out = []
+    for f in dataclasses.fields(options):
+        kinds = [t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None)]
+        if len(kinds) != 1 or kinds[0] not in _FLAG_TYPES:
+            raise TypeError(f"{options.__name__}.{f.name}: a backend option is str, int or float "
+                            f"(or that | None), not {hints[f.name]}")
+        out.append(Flag(f.name, kinds[0], f.metadata.get("help", ""), (name,)))
+    return out
+
+
+def all_options() -> dict[str, Flag]:
+    """Every backend flag of the CLI by name, with the backends that take it (a name two
+    backends declare must have one type in both)."""
+    found: dict[str, Flag] = {}
+    for name in REGISTRY:
+        for flag in _flags(name):
+            seen = found.get(flag.name)
+            if seen is not None and seen.type is not flag.type:
+                raise TypeError(f"--{flag.name}: {seen.type.__name__} for {', '.join(seen.backends)} "
+                                f"but {flag.type.__name__} for {name}")
+            found[flag.name] = flag if seen is None else dataclasses.replace(
+                seen, backends=seen.backends + (name,))
     return found
+
+
+def options_for(name: str, given: Mapping[str, Any]) -> "BackendOptions":
+    """Backend `name`'s typed options from the flags given (None: not given). A flag of
+    another backend is one line, exit 2: `--namespace applies to the k8s backend, not compose`."""
+    from .base import OptionRefused
+
+    given = {k: v for k, v in given.items() if v is not None}
+    options = backend_class(name).Options
+    own = {f.name for f in dataclasses.fields(options)}
+    wrong = [k for k in given if k not in own]
+    if wrong:
+        flag = all_options().get(wrong[0])
+        owners = f"the {', '.join(flag.backends)} backend" if flag else "no backend"
+        raise OptionRefused(f"--{wrong[0].replace('_', '-')} applies to {owners}, not {name}")
+    return options(**given)
 
 
 def render_targets() -> tuple[str, ...]:

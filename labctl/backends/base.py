@@ -29,12 +29,19 @@ subclasses only start, monitor and stop workers. One instance serves one run
                                that cannot be read): the driver then deletes nothing (the
                                state is error), `labctl down` saves it first
     delete() -> str            remove what is left of the run; one line on what was removed
+
+Every backend must have placement, start, poll, stop, collect and delete (abstract
+here); the rest have defaults that do nothing or refuse in one line. A backend's own
+command-line settings are a frozen dataclass of `BackendOptions` (its `Options`), so
+they are declared once, typed: the CLI's flags are generated from it and the instance
+gets the filled object as `self.options` (TorchX's `runopts`, as a dataclass).
 """
 from __future__ import annotations
 
+import abc
 import enum
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -53,6 +60,11 @@ class PreflightError(LabError):
     exit_code = 2
 
 
+class OptionRefused(LabError):
+    """A backend's flag given for another backend (exit 2, one line naming whose it is)."""
+    exit_code = 2
+
+
 class UnknownRun(LabError):
     """No run with that id here (exit 2, one line naming the runs there are)."""
     exit_code = 2
@@ -67,6 +79,19 @@ class UnknownRun(LabError):
 class BackendFailure(LabError):
     """The backend saw the lab fail in a way no node exit shows (a pod that can never
     be scheduled, an image that cannot be pulled): the run ends as failed with this message."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """A backend's own settings from the command line; each backend with any declares a
+    frozen subclass with one field per flag (`option(help)`: the flag's help; its type,
+    from the annotation, is the flag's; None means not given). A backend with none keeps
+    this empty one."""
+
+
+def option(help: str, default: Any = None) -> Any:
+    """A field of a backend's options: what its flag's help says, and its default."""
+    return field(default=default, metadata={"help": help})
 
 
 class Bound(enum.Enum):
@@ -95,10 +120,11 @@ class BoundRun:
                    {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}, how, rundir)
 
 
-class Backend:
+class Backend(abc.ABC):
     name: ClassVar[str] = ""
-    # CLI flags that belong to this backend: {option name: help}. `--context` is k8s's.
-    options: ClassVar[dict[str, str]] = {}
+    # This backend's own command-line settings (k8s: --context, --namespace), typed; the
+    # instance gets them filled as `self.options`.
+    Options: ClassVar[type[BackendOptions]] = BackendOptions
     # Module with files(plan)/text(plan) for `labctl render <name>`, or None.
     renderer: ClassVar[str | None] = None
     poll_interval: ClassVar[float] = 1.0
@@ -135,13 +161,14 @@ class Backend:
         (k8s: `k8s.kind: jobset` renders one JobSet)."""
         return cls.renderer
 
-    def __init__(self, progress: Progress = lambda line: None, **options: Any):
-        unknown = sorted(k for k, v in options.items() if v is not None and k not in self.options)
-        if unknown:
-            raise PreflightError(f"--{unknown[0].replace('_', '-')} does not apply to the "
-                                 f"{self.name} backend")
+    def __init__(self, progress: Progress = lambda line: None, options: BackendOptions | None = None):
+        if options is None:
+            options = self.Options()
+        if type(options) is not self.Options:     # K8sOptions given to local: a bug, said
+            raise TypeError(f"the {self.name} backend takes {self.Options.__name__}, "
+                            f"given {type(options).__name__}")
         self.progress = progress
-        self.settings = {k: v for k, v in options.items() if v is not None}
+        self.options = options
         self._run: BoundRun | None = None
 
     # ---- the run this instance serves ------------------------------------------------
@@ -167,21 +194,23 @@ class Backend:
         return run
 
     # ---- before the run ------------------------------------------------------
+    @abc.abstractmethod
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """How this backend lays out `spec`'s nodes; `run_folder` is where the run's folder
         will be (known before the plan, so the plan can name what lives in it; None: a
         placement only to look at, nothing of the run's folder in it)."""
-        raise NotImplementedError
 
     def preflight(self, plan: LaunchPlan) -> None:
         """Raise PreflightError for what cannot work; cheap checks only."""
 
     # ---- the run ---------------------------------------------------------------
+    @abc.abstractmethod
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
-        raise NotImplementedError
+        """Create the run's nodes (bind this instance to the run); node logs go into `rundir`."""
 
+    @abc.abstractmethod
     def poll(self) -> list[NodeOutcome]:
-        raise NotImplementedError
+        """One outcome per plan node, as they are now; never blocks for long."""
 
     def wait(self, seconds: float) -> None:
         """Until the next poll (the driver's loop): at most `seconds`; a backend that can
@@ -192,20 +221,21 @@ class Backend:
         """How many ranks have said they joined their process group so far (the
         JOINED_MARKER lines in the nodes' output): the join fault clock starts when all
         have. Only for backends with `hears_joins`."""
-        raise NotImplementedError
+        raise LabError(f"the {self.name} backend cannot hear the ranks join")
 
+    @abc.abstractmethod
     def stop(self, indices: list[int], reason: str) -> None:
-        raise NotImplementedError
+        """Stop those nodes (SIGTERM, then kill), keeping their logs."""
 
+    @abc.abstractmethod
     def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Every node's log into the folder; the final outcomes. `strict`: raise when any
         log cannot be read (`labctl down`, `stacks`: then nothing may be deleted)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def delete(self) -> str:
         """Remove what is left of the bound run (nothing bound: nothing to do, "");
         one truthful line on what was removed."""
-        raise NotImplementedError
 
     # ---- the failure lab (optional) ------------------------------------------------
     def dump_stacks(self, rundir: RunDir) -> list[str]:

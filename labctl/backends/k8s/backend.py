@@ -33,7 +33,8 @@ from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import LabSpec, quantity
 from .. import spec_from_stored
-from ..base import Backend, BackendFailure, Bound, BoundRun, PreflightError, UnknownRun
+from ..base import (Backend, BackendFailure, BackendOptions, Bound, BoundRun, PreflightError,
+                    UnknownRun, option)
 from . import jobset as jobset_render
 from . import render as k8s_render
 from . import scheduling as k8s_scheduling
@@ -453,10 +454,18 @@ def _watched(spec: LabSpec) -> tuple[str, str]:
     return "Job", k8s_render.job_name(spec)
 
 
+@dataclass(frozen=True)
+class K8sOptions(BackendOptions):
+    """Which cluster, and where in it (default: kubeconfig's current context, its namespace)."""
+    context: str | None = option("Kubernetes context")
+    namespace: str | None = option("Kubernetes namespace")
+
+
 class K8sBackend(Backend):
     name = "k8s"
     renderer = "labctl.backends.k8s.render"
-    options = {"context": "Kubernetes context", "namespace": "Kubernetes namespace"}
+    Options = K8sOptions
+    options: K8sOptions
     # A pod can be deleted through the API alone; killing one process inside it would need
     # `pods/exec`, which restricted namespaces rarely grant, and a partition a NetworkPolicy
     # change that CNI plugins apply at their own pace.
@@ -521,7 +530,7 @@ class K8sBackend(Backend):
         spec = plan.spec
         if _is_jobset(spec):
             try:
-                cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+                cluster = self._connect(self.options.context, self.options.namespace)
             except LabError:          # no cluster: `start` says so, with nothing created
                 cluster = None
             if cluster is not None:
@@ -529,7 +538,7 @@ class K8sBackend(Backend):
         if spec.dist_backend != "nccl":
             return
         try:
-            cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+            cluster = self._connect(self.options.context, self.options.namespace)
             nodes = cluster.call(cluster.core.list_node).items
         except ApiUnavailable:        # the API keeps failing: starting would fail as well
             raise
@@ -563,7 +572,7 @@ class K8sBackend(Backend):
         renderer = jobset_render if _is_jobset(plan.spec) else k8s_render
         manifests = renderer.render(plan)
         rundir.write_rendered("k8s.yaml", renderer.text(plan))
-        cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+        cluster = self._connect(self.options.context, self.options.namespace)
         if _is_jobset(plan.spec):
             require_jobset_crd(cluster)     # again: `up` with an injected backend skips preflight
         cluster.deadline = time.monotonic() + plan.spec.timeout
@@ -675,7 +684,7 @@ class K8sBackend(Backend):
 
     # ---- runs started by kubectl, or by a labctl that died -------------------------
     def find_runs(self) -> list[str]:
-        cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+        cluster = self._connect(self.options.context, self.options.namespace)
         found: set[str] = set()
         for list_fn in (cluster.batch.list_namespaced_job, cluster.core.list_namespaced_pod,
                         cluster.core.list_namespaced_service):
@@ -688,7 +697,7 @@ class K8sBackend(Backend):
 
     def attach_by_id(self, run_id: str) -> LaunchPlan:
         """The plan of a kubectl-applied lab, from its Job's (or JobSet's) `labctl.dev/spec` annotation."""
-        cluster = self._connect(self.settings.get("context"), self.settings.get("namespace"))
+        cluster = self._connect(self.options.context, self.options.namespace)
         where = f"in namespace {cluster.namespace} (context {cluster.context})"
         jobsets = [j for j in _jobsets(cluster, k8s_render.run_selector(run_id))
                    if SPEC_KEY in (j["metadata"].get("annotations") or {})]
@@ -725,9 +734,9 @@ class K8sBackend(Backend):
 
     def attach(self, rundir: RunDir) -> None:
         where = rundir.meta.get("k8s") or {}
-        context = self.settings.get("context") or (
+        context = self.options.context or (
             where.get("context") if where.get("context") != "in-cluster" else None)
-        cluster = self._connect(context, self.settings.get("namespace") or where.get("namespace"))
+        cluster = self._connect(context, self.options.namespace or where.get("namespace"))
         self._bind(BoundRun.of_folder(rundir))
         if not where:                       # a folder `labctl collect` made: say where it ran
             rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
