@@ -384,7 +384,8 @@ def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
 
 def _spec_and_options(spec_file, script_args, flags, notes: bool = True):
     """`up`'s and `preflight`'s flags: the lab's, then the chosen backend's own."""
-    backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
+    flag_names = backend_registry.all_options()
+    backend_flags = {k: flags.pop(k) for k in list(flags) if k in flag_names}
     spec = load_spec(spec_file, script_args, notes=notes, **flags)
     return spec, _options_for(spec.backend, backend_flags)
 
@@ -730,7 +731,8 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
 
     name = exercise_name
     entry = ex.entry(name, file)
-    backend_flags = {k: flags.pop(k) for k in list(flags) if k in backend_registry.all_options()}
+    flag_names = backend_registry.all_options()
+    backend_flags = {k: flags.pop(k) for k in list(flags) if k in flag_names}
     settings = ex.settings(deadline, seed, time_it)
     spec = ex.lab_spec([entry], spec_file, _overrides(flags), settings)
     run, grades = ex.check(spec, [entry], progress=_progress(quiet),

@@ -161,7 +161,8 @@ class Backend(abc.ABC):
         (k8s: `k8s.kind: jobset` renders one JobSet)."""
         return cls.renderer
 
-    def __init__(self, progress: Progress = lambda line: None, options: BackendOptions | None = None):
+    def __init__(self, progress: Progress = lambda line: None,
+                 options: BackendOptions | None = None):
         if options is None:
             options = self.Options()
         if type(options) is not self.Options:     # K8sOptions given to local: a bug, said
