@@ -398,21 +398,20 @@ def _progress(quiet: bool):
 
 def _failure_line(run, what: str = "lab") -> str:
     """`lab failed: <who failed first and why>; failed rank(s): ...; logs in <folder>`."""
-    from .blame import FirstFailure
 
-    first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
-    who = f": {FirstFailure.from_dict(first).describe()}" if first else (
-        f": {run.meta['message']}" if run.meta.get("message") else "")
+    rec = run.record
+    first, failed = rec.first_failure, rec.failed_ranks
+    who = f": {first.describe()}" if first else (f": {rec.message}" if rec.message else "")
     if failed:
         who += f"; failed rank(s): {', '.join(map(str, failed))}"
-    return f"{what} {run.meta['state']}{who}; logs in {run.path}"
+    return f"{what} {rec.state.value}{who}; logs in {run.path}"
 
 
 def _preflight_table(run) -> tuple[bool, str]:
     """(passed, its table): the preflight workload's hook makes the table."""
     from . import lab, report
 
-    return run.meta["state"] == "passed", report.hook(lab.PREFLIGHT).run_table(run)
+    return run.record.ok, report.hook(lab.PREFLIGHT).run_table(run)
 
 
 def _preflight_failure(run) -> str:
@@ -453,7 +452,7 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
         if not passed:
             click.echo(section)
             fail(f"{_preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
-        progress(f"preflight passed in {checked.meta.get('seconds', 0):.1f} s ({checked.path})")
+        progress(f"preflight passed in {checked.record.seconds or 0:.1f} s ({checked.path})")
     run = lab.up(spec, progress=progress, **options)
     _report_and_exit(run)
 
@@ -467,8 +466,8 @@ def _report_and_exit(run) -> None:
         click.echo(report.markdown(run))
     except OSError:
         pass                          # the terminal is gone (SIGHUP); the report is in the folder
-    if run.meta["state"] != "passed":
-        fail(_failure_line(run), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
+    if not run.record.ok:
+        fail(_failure_line(run), INTERRUPT_EXIT.get(run.record.signal or "", 1))
 
 
 @main.command()
@@ -496,8 +495,8 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     passed, section = _preflight_table(run)
     click.echo(section)
     if not passed:
-        fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
-    click.echo(f"preflight passed in {run.meta.get('seconds', 0):.1f} s; report: {run.path / 'report.md'}")
+        fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.record.signal or "", 1))
+    click.echo(f"preflight passed in {run.record.seconds or 0:.1f} s; report: {run.path / 'report.md'}")
 
 
 @main.command()
@@ -543,8 +542,8 @@ def _open_run(run: str):
 
     r = RunDir.open(run)
     if r.controller_gone():
-        click.echo(f"note: run {r.meta.get('run_id')} is marked running but its labctl "
-                   f"(pid {r.meta['controller']['pid']}) is gone: abandoned; "
+        click.echo(f"note: run {r.record.run_id} is marked running but its labctl "
+                   f"(pid {r.record.controller.pid}) is gone: abandoned; "
                    f"`labctl down {r.path}` saves what is left and cleans up", err=True)
     return r
 
@@ -640,7 +639,7 @@ def down(run, discard_logs, force, **options) -> None:
     from . import lab
 
     r = _open_run(run)
-    options = _options_for(r.meta["backend"], options)
+    options = _options_for(r.record.backend, options)
     click.echo(lab.down(r, discard_logs=discard_logs, force=force,
                         progress=lambda line: click.echo(line, err=True), **options))
 
@@ -658,7 +657,7 @@ def stacks(run, **options) -> None:
     from . import lab, report
 
     r = _open_run(run)
-    options = _options_for(r.meta["backend"], options)
+    options = _options_for(r.record.backend, options)
     where = lab.stacks(r, progress=lambda line: click.echo(line, err=True), **options)
     if not where:
         fail(f"no rank printed a stack (ranks started before labctl could ask, or not Python?); "
@@ -675,8 +674,7 @@ def trace_cmd(run) -> None:
     from . import trace
 
     r = _open_run(run)
-    hostnames = {n["index"]: n.get("hostname") for n in r.plan.get("nodes", [])}
-    summary = trace.merge(r.path, world=r.meta.get("world_size"), hostnames=hostnames)
+    summary = trace.merge(r.path, world=r.record.world_size, hostnames=r.hostnames)
     click.echo(trace.text(summary))
     if summary.empty:
         sys.exit(1)

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import assert_nothing_left, labctl
+from conftest import assert_nothing_left, labctl, finalize
 
 
 def one_line_error(done, code):
@@ -364,7 +364,7 @@ def test_a_reader_that_goes_away_ends_labctl_quietly(tmp_path):
     run = RunDir.create(plan(lab, local_placement(lab, 29500), "lab-pipe"), out=tmp_path / "run")
     for node in (0, 1):                       # 2 x 8 MiB: far more than a pipe holds
         run.write_node_log(node, "".join(f"[rank{node}]:line {i} {'x' * 90}\n" for i in range(80_000)))
-    run.finalize([NodeOutcome(0, "lab-0", 0, "succeeded"), NodeOutcome(1, "lab-1", 0, "succeeded")], "failed")
+    finalize(run, [NodeOutcome(0, "lab-0", 0, "succeeded"), NodeOutcome(1, "lab-1", 0, "succeeded")], "failed")
     for args in (["logs", str(run.path)], ["logs", str(run.path), "--node", "1"],
                  ["logs", str(run.path), "--rank", "0"], ["render", "k8s", "--nodes", "600"]):
         done = _reader_goes_away(*args)

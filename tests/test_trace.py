@@ -485,9 +485,9 @@ def test_pods_as_containers_bring_their_trace_through_collect(tmp_path):
 
     rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-trace", nodes=2, nproc_per_node=1, trace=True,
                               workloads=["p2p", "collectives"])
-    assert rundir.meta["state"] == "passed", rundir.meta.get("message")
-    assert rundir.meta["collected"]["by"] == "labctl collect"
-    assert rundir.meta["trace"]["missing_ranks"] == [] and rundir.meta["trace"]["bad_records"] == 0
+    assert rundir.status["state"] == "passed", rundir.status.get("message")
+    assert rundir.status["collected"]["by"] == "labctl collect"
+    assert rundir.status["trace"]["missing_ranks"] == [] and rundir.status["trace"]["bad_records"] == 0
     events, meta = _events(rundir.path)
     slices = [e for e in events if e["ph"] == "X"]
     per_rank = {r: [(e["args"]["seq"], e["name"], e["args"]["shape"]) for e in
@@ -496,7 +496,7 @@ def test_pods_as_containers_bring_their_trace_through_collect(tmp_path):
     assert per_rank[0] and per_rank[0] == per_rank[1]
     assert [s for s, _, _ in per_rank[0]] == list(range(1, len(per_rank[0]) + 1))
     procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    assert procs == {i: f"node {i} ({rundir.plan['nodes'][i]['hostname']})" for i in (0, 1)}
+    assert procs == {i: f"node {i} ({rundir.hostnames[i]})" for i in (0, 1)}
     starts = {e["id"] for e in events if e["ph"] == "s"}
     assert starts and starts == {e["id"] for e in events if e["ph"] == "f"}
     node1 = meta["clock_offsets_by_node"]["1"]          # one host: off by at most half a round trip
