@@ -481,7 +481,11 @@ class RunDir:
         self.meta["trace"] = {"file": trace.TRACE_FILE, "ops": summary.ops,
                               "missing_ranks": summary.missing_ranks,
                               "bad_records": len(summary.problems) + summary.more_problems}
-        return summary.diagnosis() if failed else None
+        if not failed:
+            return None
+        # the trace names the stuck op; when it cannot (no rank left an op record), the
+        # Flight Recorder entries the ranks dumped may
+        return summary.diagnosis() or trace.flight_recorder(self.path, self.meta.get("world_size"))
 
 
 def _drop_tee_copies(log_dir: Path) -> None:
