@@ -256,7 +256,7 @@ def _lines(items: list) -> str:
 def _site(item: tuple, out: list) -> int:
     """The number of a B record's call site (an S line the first time)."""
     _, route, _, dtype, shape, nbytes, where, code, lasti, name, api, _ = item
-    key = (route.rid, name, dtype, shape, nbytes, where, code, lasti, api)
+    key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api)   # id: a code object's hash is not cached
     site = _sites.get(key)
     if site is None:
         if len(_sites) >= MAX_SITES:
@@ -523,38 +523,50 @@ def _where_int(args: tuple, kwargs: dict, kind: str | None) -> int | None:
 
 
 def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | None) -> Any:
+    """The recording wrapper of one ProcessGroup method. Every step is inline and cheap:
+    it runs once per op, right after the last op left the caches cold (docs/trace.md,
+    "What it costs")."""
     time_ns = time.time_ns
     getframe = sys._getframe
-    pending, waiting, ids = _pending, _waiting, _ids
+    pending, waiting, ids, names = _pending, _waiting, _ids, _names
     tensor_class = _tensor_class
     anysource = method == "recv_anysource"
     returns_work = method != "monitored_barrier"
+    routes: dict[int, _Route] = {}          # id(group) -> route (the route keeps the group alive)
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
         entered = time_ns()
-        route = _routes.get((op, id(self), False)) or _route(op, self, False)
+        route = routes.get(id(self))
         if route is None:
-            return original(self, *args, **kwargs)
+            route = _route(op, self, False)
+            if route is None:               # a group torch.distributed does not know: not recorded
+                return original(self, *args, **kwargs)
+            routes[id(self)] = route
+        grad = False
         if index >= 0:
             value = args[index] if len(args) > index else _input_kwarg(method, kwargs)
-            if isinstance(value, tensor_class):
-                dtype, shape, nbytes = value.dtype, value.shape, value.nbytes
+            first = value[0] if type(value) is list and len(value) == 1 else value
+            if isinstance(first, tensor_class):
+                dtype, shape, nbytes, grad = first.dtype, first.shape, None, first.requires_grad
             else:
                 dtype, shape, nbytes = _tensor_info(value)
+                grad = value is not None and _needs_grad(value)
         else:
             value, dtype, shape, nbytes = None, None, None, 0
         where = _where_int(args, kwargs, kind) if kind else None
         if where is not None and 0 <= where < len(route.ranks):
             where = route.ranks[where]
         caller = getframe(1)
-        name = _op_name(caller.f_code)
+        name = names.get(caller.f_code, False)
+        if name is False:
+            name = _op_name(caller.f_code)
         code, lasti, api = _where(caller)
         ident = next(ids)
         pending.append((ident, route, next(route.counter), dtype, shape, nbytes, where, code, lasti,
                         name, api, entered))
         if len(pending) >= MAX_PENDING or _flusher_ended:
             flush()
-        if value is not None and _needs_grad(value) and _is_grad_enabled():
+        if grad and _is_grad_enabled():
             _warn_on_backprop(value, f"c10d::{method}")
         excluded = _excluded(_AUTOGRAD)
         if not excluded:
@@ -704,14 +716,21 @@ def _ended(work: Any) -> None:
 
 
 def _wrap_wait(original: Any) -> Any:
+    waiting, pending, time_ns = _waiting, _pending, time.time_ns
+
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             result = original(self, *args, **kwargs)
         except BaseException:
             flush()
             raise
-        if _waiting:
-            _ended(self)
+        if waiting:
+            entry = waiting.get(id(self))
+            if entry is not None and type(entry[1]) is int and entry[2] is None and entry[0]() is self:
+                del waiting[id(self)]               # the common case, inline: one op, its end now
+                pending.append((entry[1], time_ns()))
+            elif entry is not None:
+                _ended(self)
         return result
 
     wait.__name__, wait.__doc__, wait.__wrapped__ = original.__name__, original.__doc__, original
