@@ -481,6 +481,8 @@ class RunDir:
         self.meta["trace"] = {"file": trace.TRACE_FILE, "ops": summary.ops,
                               "missing_ranks": summary.missing_ranks,
                               "bad_records": len(summary.problems) + summary.more_problems}
+        if summary.cost_note:
+            self.meta.setdefault("notes", []).append(f"trace: {summary.cost_note}")
         if not failed:
             return None
         # the trace names the stuck op; when it cannot (no rank left an op record), the

@@ -46,6 +46,8 @@ LANE_TID = 1_000_000                # a lane's thread id: rank + lane * LANE_TID
 MAX_UNFINISHED_DRAWN = 10_000       # ops never ended drawn to the trace's end; the rest: instants
 MAX_SITES = 200_000                 # call sites held per rank (the ranks renumber past 20,000)
 MAX_INT = 1 << 62                   # no count, rank, size or time a rank writes is larger
+CPP_OPS_NOTE = 10_000               # this many ops issued from C++: say what tracing them costs
+CPP_OP_COST = "about 20-80 µs of CPU each"   # benchmarks/trace.py, CPU table (docs/trace.md)
 
 
 def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
@@ -215,10 +217,20 @@ class Summary:
     t0_ns: int | None = None        # the run's first op, on rank 0's clock: ts 0 in trace.json
     end_ns: int | None = None       # the last moment any rank was known alive: where unfinished ops end
     lanes: dict[int, int] = field(default_factory=dict)   # rank -> threads its ops needed
+    cpp_ops: int = 0                # ops torch's C++ issued (functional collectives, DDP's Reducer)
 
     @property
     def empty(self) -> bool:
         return self.ops == 0
+
+    @property
+    def cost_note(self) -> str | None:
+        """Many ops issued from C++ (DTensor, functional collectives in a loop): the case
+        where tracing costs more than the rest, said with its measured cost."""
+        if self.cpp_ops < CPP_OPS_NOTE:
+            return None
+        return (f"{self.cpp_ops} ops were issued by torch's C++ (functional collectives, DTensor, DDP) and "
+                f"traced at {CPP_OP_COST} (docs/trace.md, \"What it costs\"); --no-trace turns tracing off")
 
     def problem(self, file: str, line: int, text: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -555,6 +567,8 @@ class _Merge:
     def add(self, op: Op, groups: dict[str, list[int]]) -> None:
         s = self.s
         s.ops += 1
+        if op.via is not None:
+            s.cpp_ops += 1
         if op.end is None:
             s.unfinished += 1
             item = (op.start, self.tiebreak, op)
@@ -900,6 +914,8 @@ def text(summary: Summary) -> str:
     if summary.empty:
         lines.append("no trace records in any rank log (was the lab run with `trace: false` / --no-trace?)")
         return "\n".join(lines)
+    if summary.cost_note:
+        lines.append(f"note: {summary.cost_note}")
     lines += [f"{summary.ops} ops, {summary.flows} send→recv flows; timeline: {summary.path} "
               "(open it in https://ui.perfetto.dev or chrome://tracing)", "",
               "## Per process group and op", "",

@@ -587,6 +587,36 @@ _trace._write({"k": "M", "rank": 0})
 """
 
 
+BACKPROP_THROUGH = """
+import os, sys, tempfile, warnings
+if os.environ["LAB_TRACE"] == "1":
+    from workloads import _trace
+    _trace.install()
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+x = torch.ones(3, requires_grad=True)
+y = x * 2
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    dist.all_reduce(y)
+    y.sum().backward()
+print(x.grad.tolist(), [str(w.message).split(": ", 1)[1][:40] for w in caught if "c10d" in str(w.message)])
+"""
+
+
+def test_a_script_that_backpropagates_through_a_collective_is_warned_as_untraced(tmp_path):
+    """torch warns when backward reaches a c10d op (its autograd fallback); a traced op is
+    entered below autograd, so the recorder gives that warning itself: same gradient,
+    same warning."""
+    said = {}
+    for traced in ("0", "1"):
+        done = subprocess.run([sys.executable, "-c", BACKPROP_THROUGH], capture_output=True, text=True,
+                              timeout=120, cwd=REPO, env={**os.environ, "LAB_TRACE": traced})
+        assert done.returncode == 0, done.stderr
+        said[traced] = [x for x in done.stdout.splitlines() if not x.startswith(trace.MARKER)][-1]
+    assert said["1"] == said["0"] == "[2.0, 2.0, 2.0] ['an autograd kernel was not registered to']", said
+
+
 def test_the_flusher_thread_is_ended_before_the_interpreter_finalizes(tmp_path):
     """A daemon thread that wakes during finalization is ended by pthread_exit where it
     stands; compose ranks aborted at exit with "terminate called without an active
