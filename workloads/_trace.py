@@ -492,7 +492,7 @@ PG_METHODS: dict[str, tuple[str, int, str | None]] = {
     "alltoall_base": ("all_to_all_single", 1, None),
     "all_to_all_single": ("all_to_all_single", 1, None),
     "gather": ("gather", 1, "root"),
-    "scatter": ("scatter", 1, "root"),
+    "scatter": ("scatter", 0, "root"),       # what each rank receives: the root alone has inputs
     "barrier": ("barrier", -1, None),
     "monitored_barrier": ("monitored_barrier", -1, None),
     "send": ("send", 0, "peer"),
@@ -595,7 +595,7 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
 _INPUT_KEYS = {"allgather": "input_tensors", "_allgather_base": "input", "all_gather_single": "input",
                "reduce_scatter": "input_tensors", "_reduce_scatter_base": "inputTensor",
                "reduce_scatter_single": "inputTensor", "alltoall": "input", "alltoall_base": "input",
-               "all_to_all_single": "input", "gather": "input_tensors", "scatter": "input_tensors"}
+               "all_to_all_single": "input", "gather": "input_tensors", "scatter": "output_tensors"}
 
 
 def _input_kwarg(method: str, kwargs: dict) -> Any:
@@ -826,6 +826,8 @@ class _Shape:
         self.input = inputs[0] if inputs else (tensors[0] if tensors else -1)
         if name in ("barrier", "monitored_barrier"):
             self.input = -1                 # a placeholder tensor, not data
+        elif name == "scatter":
+            self.input = 0                  # what each rank receives: the root alone has inputs
         self.where, self.where_kind = None, None
         for key, kind in (("dst", "peer"), ("src", "peer"), ("root_rank", "root")):
             if key in names:
