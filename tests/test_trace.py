@@ -337,7 +337,7 @@ def _line_of(marker: str) -> int:
 
 @pytest.fixture(scope="module")
 def users_runs(tmp_path_factory):
-    """USERS on 1 node x 3 processes, traced (the default) and with --no-trace."""
+    """USERS on 1 node x 3 processes, traced (--trace, the default) and with --no-trace."""
     folder = tmp_path_factory.mktemp("users")
     script = folder / "users.py"
     script.write_text(USERS)
@@ -347,7 +347,7 @@ def users_runs(tmp_path_factory):
         data.mkdir()
         out = folder / f"run-{data.name}"
         done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "3", "--out", str(out),
-                      *([] if traced else ["--no-trace"]), "--", str(data), timeout=600)
+                      "--trace" if traced else "--no-trace", "--", str(data), timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         runs[traced] = (out, data)
     return runs, script
@@ -500,7 +500,7 @@ import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 dist.barrier()
 if dist.get_rank() == 1:
-    dist.all_gather_single(torch.zeros(3), torch.ones(2))   # line 6: gloo's C++ raises: 3 != 2 x 2
+    dist.all_gather_into_tensor(torch.zeros(3), torch.ones(2))   # line 6: gloo's C++ raises: 3 != 2 x 2
 dist.barrier()
 """
 
@@ -512,7 +512,7 @@ def test_a_failing_rank_names_its_own_line_not_the_recorder(tmp_path):
     script.write_text(FAILS_IN_A_COLLECTIVE)
     out = tmp_path / "run"
     done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "2", "--timeout", "300",
-                  "--out", str(out), timeout=600)
+                  "--trace", "--out", str(out), timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     first = json.loads((out / "status.json").read_text())["first_failure"]
     assert first["rank"] == 1 and first["error"]["file"] == str(script) and first["error"]["line"] == 6, first
@@ -542,7 +542,7 @@ def test_a_rank_that_dies_before_its_first_flush_is_not_said_to_have_entered_not
     script.write_text(DIES_UNFLUSHED)
     out = tmp_path / "run"
     done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "3", "--timeout", "300",
-                  "--out", str(out), timeout=600)
+                  "--trace", "--out", str(out), timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     comm = json.loads((out / "status.json").read_text())["first_failure"]["collective"]
     text = comm["text"]
