@@ -856,6 +856,22 @@ def test_overlapping_ops_get_threads_of_their_own_and_unfinished_ops_reach_the_e
     assert summary.unfinished == 1 and summary.lanes[0] == trace.MAX_LANES
 
 
+def test_many_ops_issued_from_cpp_are_said_to_cost_more(tmp_path):
+    """The one case the cost bars cannot hold for (a program of thousands of functional
+    collectives, each traced through torch's C++ path): `labctl trace` and the run's notes
+    say so with the measured cost; fewer such ops, nothing is said."""
+    site = {**SITE, "via": "c++"}
+    ops = [f"X {i} 1 {i} {i * 1000} {i * 1000 + 500}" for i in range(1, trace.CPP_OPS_NOTE + 1)]
+    run = _fake_run(tmp_path, {0: _v2({"k": "H", "v": 2, "t0": 10**18}, {"k": "M", "rank": 0, "node": 0},
+                                      {"k": "G", "pg": "default_pg", "ranks": [0]}, site, *ops)}, world=1)
+    summary = trace.merge(run, world=1)
+    assert summary.cpp_ops == trace.CPP_OPS_NOTE and "--no-trace turns tracing off" in summary.cost_note
+    shown = labctl("trace", str(run), timeout=120)
+    assert f"note: {trace.CPP_OPS_NOTE} ops were issued by torch's C++" in shown.stdout
+    fewer = _fake_run(tmp_path / "fewer", {0: _v2({"k": "H", "v": 2, "t0": 10**18}, site, *ops[:10])}, world=1)
+    assert trace.merge(fewer, world=1).cost_note is None
+
+
 def test_the_checker_catches_what_viewers_draw_wrong(tmp_path):
     """tests/chrome_trace.py names partial overlap on a thread, a flow outside its slice,
     a negative time and a non-finite number (the first recorder's trace.json had each)."""
