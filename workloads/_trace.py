@@ -313,19 +313,29 @@ def _dtype_name(dtype: Any) -> str:
 class _Route:
     """How ops of one kind on one process group are recorded: the group's name in the
     trace, its counter (collectives and p2p ops are numbered apart, per group), its global
-    ranks (a group rank -> the global rank)."""
+    ranks (a group rank -> the global rank). Routes are found by the group's id; `group` is
+    a weak reference (a script's destroyed group is freed as untraced), checked on every
+    use, so a new group that reuses a freed one's id gets a route of its own."""
     __slots__ = ("rid", "op", "pg", "p2p", "counter", "ranks", "group", "via_cpp")
 
     def __init__(self, rid: int, op: str, pg: str, p2p: bool, counter: Any, ranks: list[int],
                  group: Any, via_cpp: bool):
         self.rid, self.op, self.pg, self.p2p, self.counter = rid, op, pg, p2p, counter
-        self.ranks, self.group, self.via_cpp = ranks, group, via_cpp
+        self.ranks, self.group, self.via_cpp = ranks, _ref(group), via_cpp
+
+
+def _ref(obj: Any) -> Any:
+    """A weak reference, or (an object that takes none) a callable that returns it."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 _route_ids = itertools.count(1)
 _routes: dict[tuple[str, int, bool], _Route] = {}
 _counters: dict[tuple[str, bool], Any] = {}      # (pg name, p2p) -> itertools.count: next() is atomic
-_groups: dict[int, tuple[str, list[int]]] = {}  # id(group) -> (name, global ranks); G line written
+_groups: dict[int, tuple[Any, str, list[int]]] = {}  # id(group) -> (its ref, name, global ranks); G line written
 _P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_p2p_ops"})
 # torch.distributed functions that issue exactly one op: the op is named after the one the
 # script called (else after the innermost public function on the way: all_gather for
@@ -341,15 +351,15 @@ def _route(op: str, group: Any, via_cpp: bool) -> _Route | None:
     """The route of `op` on `group`; None when it cannot be recorded (no process group
     known to torch.distributed yet, a group this rank is not in)."""
     route = _routes.get((op, id(group), via_cpp))
-    if route is not None:
+    if route is not None and route.group() is group:
         return route
     named = _groups.get(id(group))
-    if named is None:
+    if named is None or named[0]() is not group:
         try:
             named = _name_group(group)
         except Exception:          # noqa: BLE001 - not a group torch.distributed knows
             return None
-    name, ranks = named
+    _, name, ranks = named
     p2p = op in _P2P_OPS
     counter = _counters.setdefault((name, p2p), itertools.count(1))
     route = _routes[(op, id(group), via_cpp)] = _Route(next(_route_ids), op, name, p2p, counter, ranks,
@@ -357,7 +367,7 @@ def _route(op: str, group: Any, via_cpp: bool) -> _Route | None:
     return route
 
 
-def _name_group(group: Any) -> tuple[str, list[int]]:
+def _name_group(group: Any) -> tuple[Any, str, list[int]]:
     """default_pg, the group's description, or pg<its c10d name> (Flight Recorder's
     numbering); a G line the first time."""
     import torch.distributed as dist
@@ -370,9 +380,9 @@ def _name_group(group: Any) -> tuple[str, list[int]]:
         desc = getattr(group, "group_desc", "") or ""
         name = desc if desc and desc != "undefined" else f"pg{getattr(group, 'group_name', id(group))}"
     ranks = [int(r) for r in dist.get_process_group_ranks(group)]
-    _groups[id(group)] = (name, ranks)
+    named = _groups[id(group)] = (_ref(group), name, ranks)
     _write({"k": "G", "pg": name, "ranks": ranks})
-    return name, ranks
+    return named
 
 
 _torch_dir = ""
@@ -532,12 +542,12 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
     tensor_class = _tensor_class
     anysource = method == "recv_anysource"
     returns_work = method != "monitored_barrier"
-    routes: dict[int, _Route] = {}          # id(group) -> route (the route keeps the group alive)
+    routes: dict[int, _Route] = {}          # id(group) -> route
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
         entered = time_ns()
         route = routes.get(id(self))
-        if route is None:
+        if route is None or route.group() is not self:
             route = _route(op, self, False)
             if route is None:               # a group torch.distributed does not know: not recorded
                 return original(self, *args, **kwargs)
@@ -983,7 +993,7 @@ def _record_cpp(shape: _Shape, args: tuple, group: Any, frame: Any) -> int | Non
         if getattr(getattr(first, "device", None), "type", None) == "meta" or \
                 type(first).__name__ == "FakeTensor":
             return None                   # tracing a program (torch.compile), not running it
-    route = _routes.get((shape.name, id(group), True)) or _route(shape.name, group, True)
+    route = _route(shape.name, group, True)
     if route is None:
         return None
     dtype, shape_, nbytes = _tensor_info(value) if value is not None else (None, None, 0)
