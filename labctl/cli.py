@@ -231,7 +231,8 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
         click.option("--debug", is_flag=True, default=None,
                      help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
         click.option("--trace/--no-trace", "trace", default=None,
-                     help="Record every collective and p2p op of every rank into trace.json (docs/trace.md)."),
+                     help="Record every collective and p2p op of every rank into trace.json (on by default; "
+                          "docs/trace.md)."),
         click.option("--fault", "faults", multiple=True,
                      help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
                           "partition:N@T+D, delay:N=MS (seconds after every node started)."),

@@ -129,7 +129,13 @@ class _Finish:
             return None
         run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
                                         len(summary.problems) + summary.more_problems)
-        return summary.diagnosis() if failed else None
+        if summary.cost_note:
+            run.record.notes.append(f"trace: {summary.cost_note}")
+        if not failed:
+            return None
+        # the trace names the stuck op; when it cannot (no rank left an op record), the
+        # Flight Recorder entries the ranks dumped may
+        return summary.diagnosis() or trace.flight_recorder(run.path, run.record.world_size)
 
     def write_reports(self) -> None:
         """report.md, report.html (the page) and whatever files the run's workloads add

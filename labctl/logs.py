@@ -251,7 +251,7 @@ class ErrorTracker:
     def _where(self) -> dict:
         if not self.frames:
             return {}
-        own = [f for f in self.frames if "/workloads/" in f[0] or not any(s in f[0] for s in _LIBRARY)]
+        own = [f for f in self.frames if _own(f[0])]
         file, line, func = (own or self.frames)[-1]
         return {"file": file, "line": line, "function": func}
 
@@ -260,6 +260,20 @@ def _quoted(line: str) -> str:
     """An error line as the report quotes it: one line, torch's spelled-out tensor options
     shortened, at most 500 characters."""
     return _TENSOR_OPTIONS.sub("TensorOptions(...)", line.strip())[:500]
+
+
+# labctl's own machinery inside a rank: the runner, the stack dumper, the recorder (whose
+# wrappers stand between a script's call and torch's C++: an error raised there is the
+# script's call's)
+_HARNESS = ("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py", "workloads/_trace.py",
+            "workloads/_record.py")
+
+
+def _own(file: str) -> bool:
+    """A frame in the user's script or a workload, not in a library or labctl's harness."""
+    if file.endswith(_HARNESS):
+        return False
+    return "/workloads/" in file or not any(s in file for s in _LIBRARY)
 
 
 _STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
@@ -315,11 +329,7 @@ def where_stuck(dump: list[str]) -> dict:
                 threads[-1].append((m.group(1), int(m.group(2)), m.group(3).strip()))
 
     def own(frame) -> bool:
-        file = frame[0]
-        if file.endswith(("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py",
-                          "workloads/_trace.py")):
-            return False
-        return "/workloads/" in file or not any(s in file for s in _LIBRARY)
+        return _own(frame[0])
 
     best: dict = {}
     for frames in threads:                       # most recent call first

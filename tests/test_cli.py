@@ -115,6 +115,15 @@ def test_default_lab_passes_and_its_run_folder_answers_logs_and_report(tmp_path)
     for workload in ("env", "p2p", "collectives", "ddp"):
         assert {r["rank"] for r in results if r["workload"] == workload} == {0, 1, 2, 3}
     assert all({"workload", "name", "rank", "ok"} <= set(r) for r in results)
+    # tracing is on by default: every rank's ops, DDP's gradient all-reduces (issued by its
+    # C++ Reducer) among them, in a trace.json that viewers draw right (docs/trace.md)
+    import chrome_trace
+    assert chrome_trace.check(run / "trace.json") == []
+    events = json.loads((run / "trace.json").read_text())["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X"]
+    assert {e["args"]["rank"] for e in ops} == {0, 1, 2, 3} and status["trace"]["ops"] == len(ops)
+    assert any(e["args"].get("via") == "c++" and e["name"] == "all_reduce" for e in ops)
+    assert "- communication timeline: run/trace.json" in done.stdout
 
     rank1 = labctl("logs", str(run), "--rank", "1")
     assert rank1.returncode == 0 and "@@labctl-result" in rank1.stdout
