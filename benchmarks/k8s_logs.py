@@ -59,7 +59,7 @@ run = lab.collect("k8s", "lab-applied", out=out, progress=lambda line: None,
 seconds = time.perf_counter() - t0
 assert run.node_log(0).stat().st_size == (mib << 20) + len(results), run.node_log(0).stat().st_size
 print(json.dumps({{"before": before, "peak": rss(), "seconds": seconds,
-                   "state": run.meta["state"]}}))
+                   "state": run.status["state"]}}))
 """
 
 

@@ -64,7 +64,7 @@ def main() -> int:
         options = {"min_bytes": args.min_bytes, "max_bytes": args.max_bytes, "factor": args.factor,
                    "iters": args.iters, "warmup_iters": 1}
         runs = [run_lab(folder, int(n), args.link, options, args.image) for n in args.nodes.split(",")]
-    data = {r.meta["world_size"]: bench.rows(r.results()) for r in runs}
+    data = {r.status["world_size"]: bench.rows(r.results()) for r in runs}
     first, *others = list(data)
     fits = {name: cm.fits(data[first], model) for name, model in cm.MODELS.items()}
 

@@ -1,19 +1,28 @@
-"""What tracing (issue 21, workloads/_trace.py) costs, printed as tables.
+"""What tracing (on by default; workloads/_trace.py) costs, printed as tables (issue 30's
+bars; docs/trace.md, "What it costs").
 
-1. all_reduce busbw with tracing on vs off, in the same torchrun job, interleaved
-   round by round (off = the original function, on = the recorder's wrapper, whose
-   lines go to a file as a node log would, and "off again", the original once more: the
-   harness's own noise in the same job): the ratio on/off at 1 MiB and 64 MiB, from the
-   median op time and from the 20th percentile (the op when the OS did not get in its way).
-1b. The recorder's own µs per op on one rank (fastest of many batches: what the
-   wrapper adds, with the machine's load mostly filtered out).
-2. A script doing N small all_reduces (default 100,000) through `labctl up --trace`
-   and without: run time, trace records' size in the rank logs, trace.json size,
-   merge time and the merge's peak memory (a fresh process; also at N/10, to show
-   it stays flat: the merge is streamed).
+Every comparison runs the same lab twice, traced (the default) and with --no-trace, as a
+pair; the pairs are interleaved and their order alternates (traced first, then untraced
+first), and what counts is the median of the pairs' ratios: on a shared 2-core machine a
+single pair spreads 0.5-1.1. Each pair is printed with the machine's load (1-minute load
+average) when it ran.
 
-    python benchmarks/trace.py                 # 2 ranks, 1 MiB and 64 MiB, 100,000 ops
-    python benchmarks/trace.py --ops 20000 --nproc 2
+1. bench all_reduce busbw, traced/untraced, at 1 MiB and 64 MiB: the lab's own `bench`
+   workload (1 node x 2 processes, busbw from the median op time; bar >= 0.97).
+2. a loop of 20,000 all_reduces of 4 KiB, timed inside the script (bar <= 1.05x), and a
+   DDP training step, the median of 30 steps of a 3-layer MLP in 1 MiB buckets (bar <=
+   1.03x): one `--script` lab per run.
+3. the recorder's CPU time per op: one rank, process CPU time (every thread: the flusher's
+   too) per 1-float op, traced minus untraced: an op issued from Python (dist.all_reduce)
+   and one issued by torch's C++ (a functional all_reduce, waited on).
+4. the candidate mechanisms, µs per 1-float all_reduce on one rank (the fastest batch of
+   300, arms interleaved): what the choice in docs/trace.md rests on.
+5. records and merge: N small all_reduces per rank through `labctl up`: run time, records'
+   size in the rank logs, trace.json size, merge time and peak memory (flat: streamed).
+
+    python benchmarks/trace.py                   # everything, 5 pairs
+    python benchmarks/trace.py --pairs 7 --only cost
+    python benchmarks/trace.py --only cpu,candidates
 """
 from __future__ import annotations
 
@@ -28,56 +37,243 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _harness import REPO, labctl, table  # noqa: E402
+from _harness import REPO, labctl, table, write_lab  # noqa: E402
 
-SIZES = (1 << 20, 64 << 20)
+SECTIONS = ("busbw", "cost", "cpu", "candidates", "merge")
 
 
-def worker(sizes: list[int], iters: int) -> None:
-    """Inside torchrun: rounds of three arms per size, their order rotating: off (the
-    original function), off again (an A/A arm: the harness's own noise, same job) and on
-    (the recorder's wrapper); rank 0 prints one TRACEBENCH line to stderr."""
+def load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def pairs(run_once, n: int) -> list[tuple[dict, dict, str]]:
+    """n pairs of (traced, untraced) results, the order alternating; each with the load."""
+    out = []
+    for i in range(n):
+        order = (True, False) if i % 2 == 0 else (False, True)
+        got, before = {}, load()
+        for traced in order:
+            got[traced] = run_once(traced)
+        out.append((got[True], got[False], f"{before}-{load()}"))
+    return out
+
+
+def up(tmp: Path, traced: bool, *args: str) -> Path:
+    out = Path(tempfile.mkdtemp(dir=tmp))
+    done, _ = labctl("up", *args, "--out", str(out / "run"), *([] if traced else ["--no-trace"]), "-q",
+                     timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"labctl up failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return out / "run"
+
+
+# ---------------------------------------------------------------- 1. busbw through the bench workload
+
+def busbw_table(tmp: Path, n: int, iters: int) -> str:
+    lab = write_lab(tmp, name="tracecost", nodes=1, nproc_per_node=2, timeout=1800,
+                    workloads=[{"name": "bench", "options": {
+                        "ops": ["all_reduce"], "min_bytes": 1 << 20, "max_bytes": 64 << 20, "factor": 64,
+                        "warmup_iters": 3, "iters": iters, "link": False}}])
+
+    def once(traced: bool) -> dict[int, float]:
+        run = up(tmp, traced, "-f", str(lab))
+        rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+        return {r["size_bytes"]: r["busbw_GBps"] for r in rows if r.get("name") == "all_reduce"}
+
+    results = pairs(once, n)
+    rows = []
+    for size in (1 << 20, 64 << 20):
+        ratios = [on[size] / off[size] for on, off, _ in results]
+        for i, ((on, off, lo), ratio) in enumerate(zip(results, ratios), 1):
+            rows.append((f"{size >> 20} MiB", i, f"{off[size]:.3f}", f"{on[size]:.3f}", f"{ratio:.3f}", lo))
+        rows.append((f"{size >> 20} MiB", "median", "", "", f"**{statistics.median(ratios):.3f}**", ""))
+    return table(("size", "pair", "busbw untraced GB/s", "traced GB/s", "traced/untraced (bar >= 0.97)",
+                  "load"), rows)
+
+
+# ---------------------------------------------------------------- 2. a loop of small ops, a DDP step
+
+COST_SCRIPT = """
+import json, os, statistics, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(1024)                                 # 4 KiB
+for _ in range(500):
+    dist.all_reduce(t)
+dist.barrier()
+started = time.perf_counter()
+for _ in range({ops}):
+    dist.all_reduce(t)
+dist.barrier()
+loop = time.perf_counter() - started
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                            torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+steps = []
+for i in range({steps} + 5):
+    dist.barrier()
+    started = time.perf_counter()
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    opt.step()
+    if i >= 5:
+        steps.append(time.perf_counter() - started)
+step = torch.tensor([statistics.median(steps)], dtype=torch.float64)
+dist.all_reduce(step, op=dist.ReduceOp.MAX)
+if rank == 0:
+    print("TRACECOST " + json.dumps({{"loop_s": loop, "step_s": float(step.item())}}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def cost_table(tmp: Path, n: int, ops: int, steps: int) -> str:
+    script = tmp / "cost.py"
+    script.write_text(COST_SCRIPT.format(ops=ops, steps=steps))
+
+    def once(traced: bool) -> dict:
+        run = up(tmp, traced, "--script", str(script), "--nodes", "1", "--nproc-per-node", "2",
+                 "--timeout", "1800")
+        line = next(x for x in (run / "ranks" / "rank-0.log").read_text().splitlines() if "TRACECOST " in x)
+        return json.loads(line.split("TRACECOST ", 1)[1])
+
+    results = pairs(once, n)
+    rows = []
+    for key, what, bar in (("loop_s", f"{ops} all_reduces of 4 KiB, s", "<= 1.05"),
+                           ("step_s", "DDP step (median of 30), ms", "<= 1.03")):
+        scale = 1000 if key == "step_s" else 1
+        ratios = [on[key] / off[key] for on, off, _ in results]
+        for i, ((on, off, lo), ratio) in enumerate(zip(results, ratios), 1):
+            rows.append((what, i, f"{off[key] * scale:.3f}", f"{on[key] * scale:.3f}", f"{ratio:.3f}", lo))
+        rows.append((what, "median", "", "", f"**{statistics.median(ratios):.3f}** (bar {bar})", ""))
+    return table(("case", "pair", "untraced", "traced", "traced/untraced", "load"), rows)
+
+
+# ---------------------------------------------------------------- 3. CPU time per op
+
+CPU_WORKER = """
+import os, sys, tempfile, time
+if os.environ.get("LAB_TRACE") == "1":
+    from workloads import _trace
+    _trace.install()
+import torch, torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+t, g = torch.ones(1), dist.group.WORLD
+python = lambda: dist.all_reduce(t)
+cpp = lambda: funcol.wait_tensor(funcol.all_reduce(t, "sum", g))
+out = []
+for fn in (python, cpp):
+    for _ in range(2000):
+        fn()
+    best = 1e9
+    for _ in range(10):
+        started = time.process_time()
+        for _ in range({ops}):
+            fn()
+        best = min(best, (time.process_time() - started) / {ops} * 1e6)
+    out.append(best)
+print(*out, file=sys.stderr)
+"""
+
+
+def cpu_table(n: int, ops: int = 3000) -> str:
+    """Process CPU time per op (µs), every thread counted, the cheapest of 10 batches per job."""
+    def once(traced: bool) -> list[float]:
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(Path(tmp) / "out.log", "w") as f:     # the records go to a file, as a node log's
+                done = subprocess.run([sys.executable, "-c", CPU_WORKER.format(ops=ops)], stdout=f,
+                                      stderr=subprocess.PIPE, text=True, timeout=900, cwd=REPO,
+                                      env={**os.environ, "PYTHONPATH": str(REPO), "LAB_TRACE": str(int(traced))})
+        return [float(x) for x in done.stderr.split()[-2:]]
+
+    results = pairs(once, n)
+    rows = []
+    for i, label in enumerate(("dist.all_reduce (issued from Python)",
+                               "functional all_reduce + wait (issued from C++)")):
+        diffs = [on[i] - off[i] for on, off, _ in results]
+        rows.append((label, f"{statistics.median(off[i] for _, off, _ in results):.1f}",
+                     f"{statistics.median(on[i] for on, _, _ in results):.1f}", f"**{statistics.median(diffs):.1f}**",
+                     ", ".join(f"{d:.1f}" for d in diffs)))
+    return table(("op (1 float, one rank)", "CPU µs/op untraced", "traced", "recorder µs/op (median)",
+                  "per pair"), rows) + f"\n\n(load {load()})"
+
+
+# ---------------------------------------------------------------- 4. the candidate mechanisms
+
+CANDIDATE = """
+import os, sys, tempfile, time
+arm = sys.argv[1]
+if arm in ("recorder", "recorder-kernel-only"):
     os.environ["LAB_TRACE"] = "1"
     from workloads import _trace
-
     _trace.install()
-    import torch
-    import torch.distributed as dist
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+t = torch.ones(1)
+PG, Work = torch._C._distributed_c10d.ProcessGroup, torch._C._distributed_c10d.Work
+if arm == "recorder-kernel-only":          # every op through the Autograd-key kernel
+    PG.allreduce = PG.__dict__["allreduce"].__wrapped__
+if arm == "bare-kernel":                   # a Python kernel at the Autograd key that only redispatches
+    lib = torch.library.Library("c10d", "IMPL")
+    op, after = torch.ops.c10d.allreduce_.default, torch._C._after_autograd_keyset
+    lib.impl("allreduce_", lambda ks, *a: op._handle.redispatch_boxed(ks & after, *a), "Autograd", with_keyset=True)
+if arm == "future-callback":               # completion from the work's future, per op
+    original = PG.__dict__["allreduce"]
+    def allreduce(self, *a, **k):
+        work = original(self, *a, **k)
+        work.get_future().add_done_callback(lambda f: time.time_ns())
+        return work
+    PG.allreduce = allreduce
+if arm == "profiler":
+    from torch.profiler import ProfilerActivity, profile
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    prof.__enter__()
+for _ in range(3000):
+    dist.all_reduce(t)
+best = 1e9
+for _ in range(30):
+    started = time.perf_counter()
+    for _ in range(300):
+        dist.all_reduce(t)
+    best = min(best, (time.perf_counter() - started) / 300 * 1e6)
+print(best, file=sys.stderr, flush=True)
+os._exit(0)
+"""
+ARMS = {"untraced": "torch.distributed as is",
+        "recorder": "this recorder, an op issued from Python (ProcessGroup method wrapper + Work.wait)",
+        "recorder-kernel-only": "this recorder's Autograd-key kernel for every op (+ future callback)",
+        "bare-kernel": "a Python kernel at the c10d op's Autograd key, redispatch only",
+        "future-callback": "Work.get_future().add_done_callback per op (completion on gloo)",
+        "fr-off": "Flight Recorder ring off (TORCH_FR_BUFFER_SIZE=0)",
+        "fr-2000": "Flight Recorder ring of 2000 (labctl's default, tracing on or off)",
+        "profiler": "torch.profiler, CPU activity, record_shapes (record_param_comms events)"}
 
-    dist.init_process_group("gloo")
-    traced = dist.all_reduce
-    plain = traced.__wrapped__
-    arms = {"off": plain, "off again": plain, "on": traced}
-    n = dist.get_world_size()
-    out = {}
-    for size in sizes:
-        t = torch.zeros(size // 4, dtype=torch.float32)
-        for fn in (plain, traced, plain, traced):          # warm up both
-            fn(t)
-        times: dict[str, list[float]] = {name: [] for name in arms}
-        rounds = iters if size < (16 << 20) else max(3, iters // 10)
-        names = list(arms)
-        for i in range(rounds):
-            for name in names[i % 3:] + names[:i % 3]:       # no arm always first
-                plain(torch.zeros(1))                        # a barrier that is never traced
-                started = time.perf_counter()
-                arms[name](t)
-                elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
-                plain(elapsed, op=dist.ReduceOp.MAX)         # the op's time is its slowest rank's
-                times[name].append(float(elapsed.item()))
-        result = {"rounds": rounds}
-        for name, values in times.items():
-            values.sort()
-            result[name] = {"median": 2 * (n - 1) / n * size / statistics.median(values) / 1e9,
-                            "p20": 2 * (n - 1) / n * size / values[len(values) // 5] / 1e9}
-        out[str(size)] = result
-    if dist.get_rank() == 0:
-        print("TRACEBENCH " + json.dumps(out), file=sys.stderr, flush=True)
-    dist.destroy_process_group()
 
+def candidates_table(rounds: int = 3) -> str:
+    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for arm in ARMS:
+                env = {**os.environ, "PYTHONPATH": str(REPO), "LAB_TRACE": "0",
+                       "TORCH_FR_BUFFER_SIZE": "2000" if arm == "fr-2000" else "0"}
+                with open(Path(tmp) / "out.log", "w") as f:
+                    done = subprocess.run([sys.executable, "-c", CANDIDATE, arm], stdout=f, stderr=subprocess.PIPE,
+                                          text=True, timeout=900, cwd=REPO, env=env)
+                times[arm].append(float(done.stderr.split()[-1]))
+    base = min(times["untraced"])
+    rows = [(arm, what, f"{min(times[arm]):.1f}", f"{min(times[arm]) - base:+.1f}")
+            for arm, what in ARMS.items()]
+    return table(("arm", "what", "µs per all_reduce (fastest batch)", "vs untraced"), rows) \
+        + f"\n\n({rounds} jobs per arm, arms interleaved; load {load()})"
+
+
+# ---------------------------------------------------------------- 5. records and the merge
 
 SMALL = """
-import sys, torch, torch.distributed as dist
+import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1)
 for _ in range({ops}):
@@ -96,155 +292,58 @@ print(json.dumps({"seconds": time.perf_counter() - started, "ops": s.ops,
 """
 
 
-FR_MICRO = """
-import os, sys, time, torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1)
-t = torch.ones(1)
-for _ in range(2000):
-    dist.all_reduce(t)
-started = time.perf_counter()
-for _ in range({ops}):
-    dist.all_reduce(t)
-print((time.perf_counter() - started) / {ops} * 1e6)
-"""
-
-
-def flight_recorder_table(ops: int = 20000, rounds: int = 3) -> str:
-    """The Flight Recorder ring the ranks leave on (TORCH_FR_BUFFER_SIZE): µs per op on one
-    rank, a 1-float all_reduce (the op itself nearly free), jobs alternating off and on."""
-    import socket
-
-    times: dict[str, list[float]] = {"0": [], "2000": []}
-    for _ in range(rounds):
-        for size in times:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            done = subprocess.run([sys.executable, "-c", FR_MICRO.format(ops=ops), str(port)],
-                                  capture_output=True, text=True, timeout=600,
-                                  env={**os.environ, "TORCH_FR_BUFFER_SIZE": size})
-            times[size].append(float(done.stdout.strip().splitlines()[-1]))
-    off, on = statistics.median(times["0"]), statistics.median(times["2000"])
-    return table(("TORCH_FR_BUFFER_SIZE", "µs per all_reduce (median of jobs)", "jobs"),
-                 [("0 (off)", f"{off:.1f}", rounds), ("2000 (labctl's default)", f"{on:.1f}", rounds),
-                  ("difference", f"{on - off:+.1f}", "")])
-
-
-def busbw_table(nproc: int, iters: int) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "node.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        with open(log, "w") as f:
-            done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                   f"--nproc-per-node={nproc}", __file__, "--worker",
-                                   "--iters", str(iters)], stdout=f, stderr=subprocess.PIPE,
-                                  text=True, env=env, cwd=tmp, timeout=1800)
-        line = next((x for x in done.stderr.splitlines() if x.startswith("TRACEBENCH ")), None)
-        if line is None:
-            raise SystemExit(f"the busbw job printed no result:\n{done.stderr[-2000:]}")
-        data = json.loads(line.split(" ", 1)[1])
+def merge_table(tmp: Path, ops: int, nproc: int = 2) -> str:
     rows = []
-    for size, d in data.items():
-        for stat in ("median", "p20"):
-            off, again, on = d["off"][stat], d["off again"][stat], d["on"][stat]
-            rows.append((f"{int(size) >> 20} MiB", stat, d["rounds"], f"{off:.3f}", f"{again:.3f}",
-                         f"{on:.3f}", f"{again / off:.3f}", f"{on / off:.3f}"))
-    return table(("size", "statistic of the op times", "rounds", "busbw off GB/s", "off again",
-                  "on", "off again/off (noise)", "on/off"), rows)
-
-
-RECORDER_MICRO = """
-import os, sys, tempfile, time
-os.environ["LAB_TRACE"] = "1"
-from workloads import _trace
-_trace.install()
-import torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
-traced = dist.all_reduce
-plain = traced.__wrapped__
-t = torch.ones(1)
-best = {{"off": 1e9, "on": 1e9}}
-for r in range({batches}):
-    for name, fn in ((("off", plain), ("on", traced)) if r % 2 else (("on", traced), ("off", plain))):
+    for n, traced in ((ops, False), (ops, True), (max(1, ops // 10), True)):
+        script = tmp / f"small-{n}.py"
+        script.write_text(SMALL.format(ops=n))
         started = time.perf_counter()
-        for _ in range(300):
-            fn(t)
-        best[name] = min(best[name], (time.perf_counter() - started) / 300 * 1e6)
-print(best["off"], best["on"], file=sys.stderr)
-"""
-
-
-def recorder_table(jobs: int = 3, batches: int = 30) -> str:
-    """The recorder's own time per op, robust to a loaded machine: one rank, a 1-float
-    all_reduce, batches of 300 alternating plain and traced, the fastest batch of each
-    (its lines go to a file, as a node log's would)."""
-    costs, rows = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for job in range(jobs):
-            with open(Path(tmp) / "out.log", "w") as out:
-                done = subprocess.run([sys.executable, "-c", RECORDER_MICRO.format(batches=batches)],
-                                      stdout=out, stderr=subprocess.PIPE, text=True, timeout=600, cwd=REPO,
-                                      env={**os.environ, "PYTHONPATH": str(REPO)})
-            off, on = map(float, done.stderr.strip().splitlines()[-1].split())
-            costs.append(on - off)
-            rows.append((job + 1, f"{off:.1f}", f"{on:.1f}", f"{on - off:.1f}"))
-    rows.append(("median", "", "", f"{statistics.median(costs):.1f}"))
-    return table(("job", "µs per all_reduce, plain", "traced", "recorder µs per op"), rows)
-
-
-def small_ops_table(ops: int, nproc: int) -> str:
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for n, traced in ((ops, False), (ops, True), (max(1, ops // 10), True)):
-            script = Path(tmp) / f"small-{n}.py"
-            script.write_text(SMALL.format(ops=n))
-            out = Path(tmp) / f"run-{n}-{int(traced)}"
-            done, seconds = labctl("up", "--script", str(script), "--nodes", "1",
-                                   "--nproc-per-node", str(nproc), "--trace" if traced else "--no-trace",
-                                   "--out", str(out), "--timeout", "1800", timeout=1900)
-            if done.returncode != 0:
-                raise SystemExit(f"labctl up failed: {done.stdout[-1500:]}{done.stderr[-1500:]}")
-            if not traced:
-                rows.append((n, "off", f"{seconds:.1f}", "", "", "", ""))
-                continue
-            record_bytes = sum(sum(len(x) for x in p.open("rb") if b"@@labctl-trace " in x)
-                               for p in (out / "ranks").glob("rank-*.log"))
-            merged = subprocess.run([sys.executable, "-c", MERGE, str(out), str(nproc)], capture_output=True,
-                                    text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-            m = json.loads(merged.stdout)
-            rows.append((n, "on", f"{seconds:.1f}", f"{record_bytes / 1e6:.1f}",
-                         f"{(out / 'trace.json').stat().st_size / 1e6:.1f}", f"{m['seconds']:.2f}",
-                         f"{m['peak_kib'] / 1024:.1f} ({m['base_kib'] / 1024:.1f})"))
+        run = up(tmp, traced, "--script", str(script), "--nodes", "1", "--nproc-per-node", str(nproc),
+                 "--timeout", "1800")
+        seconds = time.perf_counter() - started
+        if not traced:
+            rows.append((n, "off", f"{seconds:.1f}", "", "", "", ""))
+            continue
+        record_bytes = sum(sum(len(x) for x in p.open("rb") if b"@@labctl-trace " in x)
+                           for p in (run / "ranks").glob("rank-*.log"))
+        merged = subprocess.run([sys.executable, "-c", MERGE, str(run), str(nproc)], capture_output=True,
+                                text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        m = json.loads(merged.stdout)
+        rows.append((n, "on", f"{seconds:.1f}", f"{record_bytes / 1e6:.1f}",
+                     f"{(run / 'trace.json').stat().st_size / 1e6:.1f}", f"{m['seconds']:.2f}",
+                     f"{m['peak_kib'] / 1024:.1f} ({m['base_kib'] / 1024:.1f})"))
     return table(("ops per rank", "trace", "labctl up s", "records MB (rank logs)", "trace.json MB",
-                  "merge s", "merge peak RSS MiB (after imports)"), rows)
+                  "merge s", "merge peak RSS MiB (after imports)"), rows) + f"\n\n(load {load()})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--iters", type=int, default=300, help="rounds at 1 MiB (64 MiB: a tenth)")
-    parser.add_argument("--ops", type=int, default=100_000)
-    parser.add_argument("--skip-busbw", action="store_true")
-    parser.add_argument("--skip-ops", action="store_true")
-    parser.add_argument("--skip-fr", action="store_true")
-    parser.add_argument("--skip-recorder", action="store_true")
+    parser.add_argument("--pairs", type=int, default=5, help="traced/untraced pairs per comparison (>= 5)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    parser.add_argument("--iters", type=int, default=20, help="bench iterations per size")
+    parser.add_argument("--ops", type=int, default=20_000, help="the small-op loop's length")
+    parser.add_argument("--steps", type=int, default=30, help="DDP steps timed")
+    parser.add_argument("--merge-ops", type=int, default=100_000)
     args = parser.parse_args()
-    if args.worker:
-        worker(list(SIZES), args.iters)
-        return
-    if not args.skip_busbw:
-        print("## all_reduce busbw, tracing on vs off (same job, interleaved rounds, median)\n")
-        print(busbw_table(args.nproc, args.iters) + "\n")
-    if not args.skip_recorder:
-        print("## the recorder's own cost per op (one rank, fastest batch of 300)\n")
-        print(recorder_table() + "\n")
-    if not args.skip_fr:
-        print("## Flight Recorder ring left on (every rank, tracing on or off)\n")
-        print(flight_recorder_table() + "\n")
-    if not args.skip_ops:
-        print(f"## {args.ops} small all_reduces per rank: run time, trace size, merge\n")
-        print(small_ops_table(args.ops, args.nproc) + "\n")
+    only = set(args.only.split(","))
+    print(f"(machine: {os.cpu_count()} CPUs, load {load()} at the start)\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "busbw" in only:
+            print("## bench all_reduce busbw, traced/untraced (1 node x 2, interleaved pairs)\n")
+            print(busbw_table(tmp, args.pairs, args.iters) + "\n", flush=True)
+        if "cost" in only:
+            print(f"## {args.ops} small all_reduces and a DDP step, traced/untraced (1 node x 2)\n")
+            print(cost_table(tmp, args.pairs, args.ops, args.steps) + "\n", flush=True)
+        if "cpu" in only:
+            print("## the recorder's CPU time per op (one rank, every thread)\n")
+            print(cpu_table(args.pairs) + "\n", flush=True)
+        if "candidates" in only:
+            print("## the candidate mechanisms, µs per op (one rank)\n")
+            print(candidates_table() + "\n", flush=True)
+        if "merge" in only:
+            print(f"## {args.merge_ops} small all_reduces per rank: run time, records, merge\n")
+            print(merge_table(tmp, args.merge_ops) + "\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""Failure blame: what the logs showed, who failed first and why, and the run's state.
+"""Failure blame: what the logs showed, and who failed first and why.
 
 When one rank dies its peers fail too (closed connections) or are stopped;
 naming the first one, with its exception, saves the reader a log hunt. The
-log pass (rundir.LogSplit) fills `Findings`; `first_failure` and
-`fault_cause` turn them into one `FirstFailure`, whose `describe()` is the
-sentence status.json's message and report.md print; `run_state` is the one
-rule for how the run ended. Standard library only, no run folder: the run
-folder (rundir) and the report both import this, never each other's blame.
+log pass (logs.LogSplit, driven by labctl/finish.py) fills `Findings`;
+`first_failure` and `fault_cause` turn them into one `FirstFailure`
+(labctl/record.py), whose `describe()` is the sentence status.json's message and
+report.md print. How the run ended is decided from these by labctl/verdict.py.
+Standard library only, no run folder.
 
 Under torchrun, which rank failed first and with what comes from the workers'
 torch elastic error files where labctl can read them (`read_error_files`; the
@@ -20,15 +20,16 @@ from __future__ import annotations
 import json
 import re
 import signal
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from workloads._protocol import DATA, WORKLOAD_DONE
 
 from . import logs
 from .faults import parse as parse_fault
-from .outcome import NodeOutcome, NodeState, RunState, signal_name, spared, run_state as node_rule
+from .record import FiredFault, FirstFailure
+from .outcome import NodeOutcome, NodeState, signal_name
+from .rundir import RunDir
 
 
 MAX_ERROR_FILE_BYTES = 16 << 20      # a traceback, even a long one, is far smaller
@@ -204,106 +205,35 @@ class Findings:
                       | set(self.exit_codes) | set(self.error_files))
 
 
-@dataclass
-class FirstFailure:
-    """Who failed first and why; status.json's `first_failure` (`to_dict`, same keys as ever)."""
-    rank: int | None = None
-    node: int | None = None
-    exit_code: int | None = None
-    ranks: list[int] | None = None       # left early: every rank that did (more than one)
-    nodes: list[int] | None = None       # left early on several nodes: each of `ranks`' node
-    check: str | None = None             # a failed check (workload/name), nothing exited
-    lost: str | None = None              # the node vanished: the backend's word
-    error: dict | None = None            # the exception (exception, file, line, function)
-    signal: str | None = None
-    left_early: bool = False             # exited 0 while the others were in a collective
-    symptom_rank: int | None = None      # left early: who raised the error
-    hang: bool = False                   # nobody failed: the deadline came in a collective
-    fault: str | None = None             # the kill fault that caused it
-    fault_s: float | None = None
-    peer_error: dict | None = None       # with a fault: what the peers then raised
-    peer_rank: int | None = None
-    after_fault: str | None = None       # a freeze or cut-off that came before it
-    collective: dict | None = None       # where the collectives stopped (labctl/trace.py)
+class LogReading:
+    """A run's node logs read into its rank logs, results.jsonl and `Findings`, in one
+    streaming pass that may go on as the logs grow (the local backend's, while the lab
+    runs: `advance`) and ends at the run folder's finish (`finish`)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        if self.fault:
-            keys = ("fault", "fault_s", "signal", "rank", "node", "exit_code", "peer_error", "peer_rank")
-            always = {"rank", "node", "exit_code"} | ({"peer_rank"} if self.peer_error else set())
-        elif self.left_early:
-            keys = ("rank", "ranks", "node", "nodes", "exit_code", "left_early", "error", "symptom_rank")
-            always = {"rank", "node", "exit_code", "error", "symptom_rank"}
-        elif self.hang:
-            keys, always = ("rank", "node", "exit_code", "hang"), {"rank", "node", "exit_code"}
-        else:
-            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal")
-            always = {"rank", "node", "exit_code"}
-        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective")
-                if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
+    def __init__(self, target: "logs.SplitTarget", indices: list[int], world: int,
+                 nproc_per_node: int | None = None,
+                 guard_ranks: dict[int, tuple[int, ...]] | None = None):
+        self.found = Findings(nproc_per_node=nproc_per_node, world=world)
+        self.split = logs.LogSplit(target, indices, self.found.add_result, guard_ranks)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "FirstFailure":
-        """From status.json (keys this version does not know are ignored)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+    def of(cls, run: RunDir, indices: list[int]) -> "LogReading":
+        """The reading of a run folder's node logs (nodes `indices`)."""
+        rec = run.record
+        guards = ({n.index: n.ranks for n in run.planned_nodes} if rec.rank_logs_by_guards else None)
+        return cls(run, indices, rec.world_size, rec.nproc_per_node, guards)
 
-    def describe(self) -> str:
-        """One sentence: who failed first and why (the exception and where it was raised)."""
-        if self.left_early:
-            return f"{self._who_left()} exited 0 while the others were still in a collective (left the group early)"
-        if self.fault:
-            who = f"rank {self.rank} on node {self.node}" if self.rank is not None else f"node {self.node}"
-            return f"{who} was killed by fault {self.fault} ({self.signal or 'SIGKILL'})"
-        if self.lost:
-            return f"node {self.node} lost: {self.lost}"
-        if self.hang and self.collective:
-            return f"hang in a collective: {self.collective['text']}"
-        text = f"rank {self.rank}" if self.rank is not None else "the launcher"
-        if self.node is not None:
-            text += f" on node {self.node}"
-        if self.check:
-            text += f" failed check {self.check}"
-        elif self.signal:
-            text += f" was killed by {self.signal}"
-        elif self.exit_code is not None:
-            text += f" exited with code {self.exit_code}"
-        if self.error:
-            text += f": {self.error['exception']}{where(self.error)}"
-        if self.after_fault:
-            text += f" (after fault {self.after_fault})"
-        return text
+    def advance(self, budget: int | None) -> bool:
+        return self.split.advance(budget)
 
-    def _who_left(self) -> str:
-        """'rank 1 on node 0', 'rank 1, 3 on node 0', 'rank 1 on node 0 and rank 2, 3 on node 1'."""
-        ranks = self.ranks or ([self.rank] if self.rank is not None else [])
-        if not ranks:
-            return f"its ranks on node {self.node}"
-        nodes = self.nodes if self.nodes and len(self.nodes) == len(ranks) else [self.node] * len(ranks)
-        by_node: dict[int | None, list[int]] = {}
-        for rank, node in zip(ranks, nodes):
-            by_node.setdefault(node, []).append(rank)
-        return " and ".join(f"rank {', '.join(map(str, rs))} on node {node}" for node, rs in by_node.items())
+    def close(self) -> None:
+        self.split.close()
 
-
-def where(error: dict) -> str:
-    return f" at {error['file']}:{error['line']}" if error.get("file") else ""
-
-
-def run_state(state: RunState, outcomes: list[NodeOutcome], found: Findings, nodes: int,
-              fewest: int, has_workloads: bool) -> tuple[RunState, str]:
-    """The one rule for how a run ended, from the driver's word, the nodes and the logs:
-    a run that otherwise passed failed when a node that could not be spared did not
-    succeed (outcome.run_state), a check failed, a rank exited non-zero, or some rank
-    never finished its workloads. Returns (state, a message when the logs decided)."""
-    state = node_rule(state, outcomes, nodes, fewest)
-    if state is RunState.PASSED and (found.failed_count or found.exit_codes):
-        return RunState.FAILED, ""
-    world = found.world
-    if spared(outcomes, nodes, fewest) and len(found.finished_world) == 1:
-        world = next(iter(found.finished_world))    # the world the lab went on with
-    if state is RunState.PASSED and has_workloads and found.finished != set(range(world or 0)):
-        return RunState.FAILED, "some ranks never finished their workloads"
-    return state, ""
+    def finish(self) -> Findings:
+        """The rest of every node log; what they all showed."""
+        for index, reader in self.split.finish().items():
+            self.found.add_node(index, reader)
+        return self.found
 
 
 def first_failure(outcomes: list[NodeOutcome], found: Findings) -> FirstFailure | None:
@@ -412,25 +342,25 @@ def node_of_rank(rank: int, found: Findings) -> int | None:
                 next((i for i, r in found.root_causes.items() if r == rank), None))
 
 
-def blame_nodes(outcomes: list[NodeOutcome], fired: list[dict], found: Findings) -> None:
+def blame_nodes(outcomes: list[NodeOutcome], fired: list[FiredFault], found: Findings) -> None:
     """A node that died by a kill-node fault, or failed because its rank was killed by
     one, says so, instead of looking like a crash."""
     for record in fired:
-        fault = parse_fault(record["fault"])
+        fault = parse_fault(record.fault)
         if not fault.kills:
             continue
         if fault.node_fault:
-            index, why = fault.target, f"killed by fault {record['fault']}"
+            index, why = fault.target, f"killed by fault {record.fault}"
         else:
             index = node_of_rank(fault.target, found)
-            why = f"its rank {fault.target} was killed by fault {record['fault']}"
+            why = f"its rank {fault.target} was killed by fault {record.fault}"
         for node in outcomes:
             if node.index == index and node.state.bad and not node.reason:
                 node.reason = why
 
 
 def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: Findings,
-                fired: list[dict]) -> FirstFailure | None:
+                fired: list[FiredFault]) -> FirstFailure | None:
     """With injected faults, the first failure names the fault that caused it.
 
     A kill (kill-rank, kill-node) that fired is the root cause: what the peers
@@ -441,14 +371,14 @@ def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: 
     failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
                     default=None)
     if failed_at is not None:         # only what came before the first failure can have caused it
-        fired = [r for r in fired if r["lab_s"] - r.get("took_s", 0.0) <= failed_at]
+        fired = [r for r in fired if r.lab_s - r.took_s <= failed_at]
     if not fired:
         return first
-    kills = sorted((r for r in fired if parse_fault(r["fault"]).kills), key=lambda r: r["lab_s"])
+    kills = sorted((r for r in fired if parse_fault(r.fault).kills), key=lambda r: r.lab_s)
     if kills:
         record = kills[0]
-        fault = parse_fault(record["fault"])
-        cause = FirstFailure(fault=record["fault"], fault_s=record["lab_s"], signal="SIGKILL")
+        fault = parse_fault(record.fault)
+        cause = FirstFailure(fault=record.fault, fault_s=record.lab_s, signal="SIGKILL")
         if fault.node_fault:
             node = next((n for n in outcomes if n.index == fault.target), None)
             cause.node, cause.exit_code = fault.target, node.exit_code if node is not None else None
@@ -462,7 +392,7 @@ def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: 
                 found, cause.rank, cause.node if fault.node_fault else None)
         return cause
     if first is not None:
-        first.after_fault = ", ".join(r["fault"] for r in fired)
+        first.after_fault = ", ".join(r.fault for r in fired)
     return first
 
 

@@ -232,7 +232,8 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
         click.option("--debug", is_flag=True, default=None,
                      help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
         click.option("--trace/--no-trace", "trace", default=None,
-                     help="Record every collective and p2p op of every rank into trace.json (docs/trace.md)."),
+                     help="Record every collective and p2p op of every rank into trace.json (on by default; "
+                          "docs/trace.md)."),
         click.option("--fault", "faults", multiple=True,
                      help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
                           "partition:N@T+D, delay:N=MS (seconds after every node started)."),
@@ -396,21 +397,20 @@ def _progress(quiet: bool):
 
 def _failure_line(run, what: str = "lab") -> str:
     """`lab failed: <who failed first and why>; failed rank(s): ...; logs in <folder>`."""
-    from .blame import FirstFailure
 
-    first, failed = run.meta.get("first_failure"), run.meta.get("failed_ranks") or []
-    who = f": {FirstFailure.from_dict(first).describe()}" if first else (
-        f": {run.meta['message']}" if run.meta.get("message") else "")
+    rec = run.record
+    first, failed = rec.first_failure, rec.failed_ranks
+    who = f": {first.describe()}" if first else (f": {rec.message}" if rec.message else "")
     if failed:
         who += f"; failed rank(s): {', '.join(map(str, failed))}"
-    return f"{what} {run.meta['state']}{who}; logs in {run.path}"
+    return f"{what} {rec.state.value}{who}; logs in {run.path}"
 
 
 def _preflight_table(run) -> tuple[bool, str]:
     """(passed, its table): the preflight workload's hook makes the table."""
     from . import lab, report
 
-    return run.meta["state"] == "passed", report.hook(lab.PREFLIGHT).run_table(run)
+    return run.record.ok, report.hook(lab.PREFLIGHT).run_table(run)
 
 
 def _preflight_failure(run) -> str:
@@ -451,7 +451,7 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
         if not passed:
             click.echo(section)
             fail(f"{_preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
-        progress(f"preflight passed in {checked.meta.get('seconds', 0):.1f} s ({checked.path})")
+        progress(f"preflight passed in {checked.record.seconds or 0:.1f} s ({checked.path})")
     run = lab.up(spec, progress=progress, options=options)
     _report_and_exit(run)
 
@@ -465,8 +465,8 @@ def _report_and_exit(run) -> None:
         click.echo(report.markdown(run))
     except OSError:
         pass                          # the terminal is gone (SIGHUP); the report is in the folder
-    if run.meta["state"] != "passed":
-        fail(_failure_line(run), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
+    if not run.record.ok:
+        fail(_failure_line(run), INTERRUPT_EXIT.get(run.record.signal or "", 1))
 
 
 @main.command()
@@ -494,8 +494,8 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     passed, section = _preflight_table(run)
     click.echo(section)
     if not passed:
-        fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.meta.get("signal") or "", 1))
-    click.echo(f"preflight passed in {run.meta.get('seconds', 0):.1f} s; report: {run.path / 'report.md'}")
+        fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.record.signal or "", 1))
+    click.echo(f"preflight passed in {run.record.seconds or 0:.1f} s; report: {run.path / 'report.md'}")
 
 
 @main.command()
@@ -541,8 +541,8 @@ def _open_run(run: str):
 
     r = RunDir.open(run)
     if r.controller_gone():
-        click.echo(f"note: run {r.meta.get('run_id')} is marked running but its labctl "
-                   f"(pid {r.meta['controller']['pid']}) is gone: abandoned; "
+        click.echo(f"note: run {r.record.run_id} is marked running but its labctl "
+                   f"(pid {r.record.controller.pid}) is gone: abandoned; "
                    f"`labctl down {r.path}` saves what is left and cleans up", err=True)
     return r
 
@@ -638,7 +638,7 @@ def down(run, discard_logs, force, **options) -> None:
     from . import lab
 
     r = _open_run(run)
-    options = _options_for(r.meta["backend"], options)
+    options = _options_for(r.record.backend, options)
     click.echo(lab.down(r, discard_logs=discard_logs, force=force,
                         progress=lambda line: click.echo(line, err=True), options=options))
 
@@ -656,7 +656,7 @@ def stacks(run, **options) -> None:
     from . import lab, report
 
     r = _open_run(run)
-    options = _options_for(r.meta["backend"], options)
+    options = _options_for(r.record.backend, options)
     where = lab.stacks(r, progress=lambda line: click.echo(line, err=True), options=options)
     if not where:
         fail(f"no rank printed a stack (ranks started before labctl could ask, or not Python?); "
@@ -673,8 +673,7 @@ def trace_cmd(run) -> None:
     from . import trace
 
     r = _open_run(run)
-    hostnames = {n["index"]: n.get("hostname") for n in r.plan.get("nodes", [])}
-    summary = trace.merge(r.path, world=r.meta.get("world_size"), hostnames=hostnames)
+    summary = trace.merge(r.path, world=r.record.world_size, hostnames=r.hostnames)
     click.echo(trace.text(summary))
     if summary.empty:
         sys.exit(1)

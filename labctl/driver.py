@@ -11,9 +11,11 @@
     elsewhere, with nothing started, stopped or deleted (and no faults fired).
 
 Whatever happens — a failing rank, the deadline, a signal, an exception in
-the backend — the nodes still running are stopped, every node's log is
-collected *before* anything is deleted, and the outcome is decided by one
-rule (labctl.outcome.run_state). Backends only say how (labctl/backends/base.py).
+the backend — the nodes still running are stopped and every node's log is
+collected *before* anything is deleted. The driver says what it saw (`Seen`:
+why the lifecycle ended, the node outcomes, how the collection went);
+labctl/verdict.py decides from that how the run ended. Backends only say how
+(labctl/backends/base.py).
 
 One Session object per run holds the loop's state; its methods are the steps
 (observe, watch, fire, finish). `run` and `follow` share it, the poll loop and
@@ -35,9 +37,12 @@ from typing import Callable, Iterator, TypeVar
 from .backends.base import Backend, BackendFailure, Progress
 from .errors import Interrupted, LabError
 from .faults import Fault, NotYet
-from .outcome import NodeOutcome, NodeState, RunState, run_state, signal_name, spared
+from .blame import LogReading
+from .outcome import NodeOutcome, NodeState, signal_name, spared
 from .plan import LaunchPlan
+from .record import FiredFault
 from .rundir import RunDir
+from .verdict import Collection, Ending, Seen
 
 FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and exit by themselves
 FOLLOW_BYTES = 16 << 20   # node log bytes split per node and poll while the lab runs (live logs)
@@ -48,13 +53,18 @@ _T = TypeVar("_T")
 
 @dataclass
 class RunResult:
-    state: RunState
-    outcomes: list[NodeOutcome]
-    message: str = ""
-    signal: str | None = None             # the signal that interrupted the run
+    """What the driver saw of a run (`seen`, which labctl/verdict.py decides from) and
+    what the caller must do with it: the error to re-raise once the folder is finished,
+    the notes, whether the lab was kept, and the log reading under way (live logs)."""
+    seen: Seen
     error: LabError | None = None         # the backend's error, re-raised after finalizing
     notes: list[str] = field(default_factory=list)
     kept: bool = False                    # logs not all collected: the lab was not deleted
+    reading: LogReading | None = None     # live logs: the split the finish goes on with
+
+    @property
+    def outcomes(self) -> list[NodeOutcome]:
+        return self.seen.outcomes
 
 
 class _Signals:
@@ -89,6 +99,14 @@ class _Signals:
                 self.say(f"{signal_name(signum)}: {what} first; send it again to cut {cut}")
             except Exception:         # print reentered from a signal handler: never fatal
                 pass
+
+    @classmethod
+    def deferring(cls) -> "_Signals":
+        """A regime for a caller that installed no handler (its signals act as Python's
+        defaults): never raises by itself."""
+        state = cls()
+        state.raising = False
+        return state
 
     @contextmanager
     def protect(self, what: str, cut: str) -> Iterator[None]:
@@ -189,7 +207,7 @@ def safe_progress(progress: Progress) -> Progress:
 @dataclass
 class _Stop:
     """What an exception out of the lifecycle becomes: one classification for run and follow."""
-    state: RunState
+    ending: Ending
     message: str
     stop_reason: str                      # the reason the stopped nodes get (run only)
     signal: str | None = None             # Interrupted / KeyboardInterrupt: the signal's name
@@ -202,14 +220,14 @@ def classify(exc: BaseException, backend_name: str) -> _Stop:
     an error, still a finished folder)."""
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         sig = exc.signal if isinstance(exc, Interrupted) else "SIGINT"
-        return _Stop(RunState.INTERRUPTED, f"interrupted ({sig})", f"stopped by labctl on {sig}",
+        return _Stop(Ending.SIGNAL, f"interrupted ({sig})", f"stopped by labctl on {sig}",
                      signal=sig)
     if isinstance(exc, BackendFailure):
-        return _Stop(RunState.FAILED, str(exc), "stopped by labctl: " + str(exc))
+        return _Stop(Ending.BACKEND_FAILURE, str(exc), "stopped by labctl: " + str(exc))
     if isinstance(exc, LabError):
-        return _Stop(RunState.ERROR, str(exc), "stopped by labctl after an error", error=exc)
+        return _Stop(Ending.ERROR, str(exc), "stopped by labctl after an error", error=exc)
     message = f"internal error in the {backend_name} backend: {type(exc).__name__}: {exc}"
-    return _Stop(RunState.ERROR, message, "stopped by labctl after an error",
+    return _Stop(Ending.ERROR, message, "stopped by labctl after an error",
                  error=LabError(message))
 
 
@@ -241,13 +259,14 @@ class Session:
         # started here, only those seen running while watched for a lab started elsewhere
         self.running_seen: set[int] = {n.index for n in plan.nodes} if started_here else set()
         self.faults = FaultClock(plan.spec.faults if started_here else ())
-        self.state, self.message = RunState.PASSED, ""
+        self.ending, self.message = Ending.ALL_ENDED, ""
         self.interrupted_by: str | None = None
         self.error: LabError | None = None
         self.stop_reason = ""                     # the reason the nodes labctl stops get
         self.deadline_passed = False
         self.first_bad: NodeOutcome | None = None  # the first failure, once noticed
         self.spared: set[int] = set()              # nodes an elastic lab goes on without
+        self.reading: LogReading | None = None     # live logs: split as they grow
         self.signals = signals or _Signals()
         self.own_signals = signals is None        # else the caller installed them and keeps them
 
@@ -290,12 +309,12 @@ class Session:
             self.interrupted_by = stop.signal
             self.say(f"{stop.signal}: no more waiting; collecting what is there (the lab goes on)")
             return
-        self.state, self.message, self.error = stop.state, stop.message, stop.error
+        self.ending, self.message, self.error = stop.ending, stop.message, stop.error
         self.interrupted_by = stop.signal
         self.stop_reason = stop.stop_reason
         if stop.signal is not None:
             self.say(f"{stop.message}: stopping the lab")
-        elif stop.state is RunState.FAILED:       # a BackendFailure: the lab failed
+        elif stop.ending is Ending.BACKEND_FAILURE:       # the lab failed
             self.say(f"{stop.message}; stopping the lab" if self.started_here else stop.message)
 
     def watch(self, deadline: float, grace: float | None) -> None:
@@ -335,7 +354,13 @@ class Session:
         run folder (a full, read-only or deleted one raises StorageError: the lab ends
         now). False when the log follower is behind."""
         if self.backend.live_logs:
-            return not self.rundir.follow_logs([n.index for n in self.plan.nodes], FOLLOW_BYTES)
+            self.rundir.check_storage()
+            if self.reading is None:
+                self.reading = LogReading.of(self.rundir, [n.index for n in self.plan.nodes])
+            try:
+                return not self.reading.advance(FOLLOW_BYTES)
+            except OSError as exc:
+                raise self.rundir.storage_error(exc) from None
         self.rundir.check_storage()
         return False
 
@@ -392,14 +417,13 @@ class Session:
             faults.active.append(fault)
         elif phase == "end" and fault in faults.active:
             faults.active.remove(fault)
-        record = {"fault": fault.text, "kind": fault.kind, "target": fault.target, "phase": phase,
-                  "planned_s": at, "clock": self.plan.spec.fault_clock,
-                  "fired_s": round(now - (faults.started_at or t0), 3),
-                  "lab_s": round(now - t0, 3), "took_s": round(now - asked, 3),
-                  "time": round(time.time(), 3), "did": did, "ok": ok}
-        if note:
-            record["note"] = note
-        self.rundir.record_fault(record)
+        fired = FiredFault(fault.text, fault.kind, fault.target, phase, did,
+                           lab_s=round(now - t0, 3), ok=ok, planned_s=at,
+                           clock=self.plan.spec.fault_clock,
+                           fired_s=round(now - (faults.started_at or t0), 3),
+                           took_s=round(now - asked, 3), time=round(time.time(), 3),
+                           note=note or None)
+        self.rundir.record_fault(fired)
         self.say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
 
     def end_faults(self) -> None:
@@ -424,9 +448,10 @@ class Session:
             self.started = True
             self.watch(deadline, grace)
             if self.first_bad is not None:
+                self.ending = Ending.NODE_FAILED
                 self.stop_reason = f"stopped by labctl after node {self.first_bad.index} failed"
             if self.deadline_passed:
-                self.state = RunState.TIMEOUT
+                self.ending = Ending.DEADLINE
                 self.message = f"deadline of {self.plan.spec.timeout:g}s passed"
                 self.stop_reason = "stopped by labctl at the deadline"
                 self.say(f"timeout: {self.message}; taking every rank's stack, then stopping the lab")
@@ -511,29 +536,16 @@ class Session:
         return result
 
     def run_result(self, finished: _Finished) -> RunResult:
-        """The run's state from the outcomes, with how the cleanup went."""
-        nodes, fewest = self.plan.spec.nodes, self.plan.spec.fewest_nodes
-        outcomes, notes = finished.outcomes, finished.notes
-        state, message, interrupted_by = self.state, self.message, self.interrupted_by
-        for o in outcomes:
-            if o.index in spared(outcomes, nodes, fewest) and not o.reason:
-                o.reason = f"the lab went on without it, min_nodes {fewest} of {nodes}"
-        state = run_state(state, outcomes, nodes, fewest)
-        before = f" (before that: {message})" if message else ""
-        if finished.cut_by is not None:       # never a pass: not every log was seen
-            state, interrupted_by = RunState.INTERRUPTED, interrupted_by or finished.cut_by
-            message = (f"interrupted ({finished.cut_by}) while collecting the logs: they are "
-                       f"incomplete and the lab was kept; `labctl down {self.rundir.path}` "
-                       "saves them" + before)
-        elif finished.failure:
-            state = RunState.ERROR
-            message = (f"collecting the logs failed: {finished.failure}; nothing was deleted; "
-                       f"`labctl down {self.rundir.path}` saves them, then removes the lab"
-                       + before)
-        elif self.signals.deferred and interrupted_by is None:
+        """What was seen, with how the cleanup went (the state is verdict.decide's)."""
+        notes = finished.notes
+        collection = (Collection.CUT if finished.cut_by is not None else
+                      Collection.FAILED if finished.failure else Collection.COLLECTED)
+        if collection is Collection.COLLECTED and self.signals.deferred and self.interrupted_by is None:
             notes.append(f"{signal_name(self.signals.deferred[0])} arrived while the lab was being "
                          "cleaned up; every log was collected first, and the outcome is the lab's own")
-        return RunResult(state, outcomes, message, interrupted_by, self.error, notes, finished.kept)
+        seen = Seen(self.ending, finished.outcomes, self.message, self.interrupted_by, collection,
+                    finished.failure, finished.cut_by)
+        return RunResult(seen, self.error, notes, finished.kept, self.reading)
 
     # -- follow: a lab started elsewhere -----------------------------------------------
 
@@ -545,27 +557,26 @@ class Session:
                 self.outcomes = self.observe()
                 self.say(_line(self.outcomes))
 
+        failure = ""
+
         def cleanup() -> list[NodeOutcome]:
+            nonlocal failure
             try:
                 return self.backend.collect(self.rundir)
             except Exception as exc:      # nothing was saved: say so, never pretend
-                self.state = RunState.ERROR
-                self.message = f"collecting the logs failed: {exc}"
-                self.error = self.error or LabError(self.message)
+                failure = str(exc)
+                self.error = self.error or LabError(f"collecting the logs failed: {exc}")
                 return self.outcomes
 
         outcomes = self.final_outcomes(self.guarded(body, cleanup))
-        state, message = self.state, self.message
         going = [o.index for o in outcomes if not o.state.ended]
-        if going and state is RunState.PASSED:
-            why = (f"{self.interrupted_by} stopped the waiting" if self.interrupted_by else
-                   "--no-wait" if not wait else f"not ended within --timeout {timeout:g}s")
-            state = RunState.RUNNING
-            message = (f"node(s) {', '.join(map(str, going))} still running ({why}): "
-                       "collected what they wrote so far")
-        return RunResult(run_state(state, outcomes, self.plan.spec.nodes,
-                                   self.plan.spec.fewest_nodes),
-                         outcomes, message, self.interrupted_by, self.error)
+        why = (f"{self.interrupted_by} stopped the waiting" if self.interrupted_by else
+               "--no-wait" if not wait else f"not ended within --timeout {timeout:g}s")
+        ending = self.ending if self.ending is not Ending.ALL_ENDED else Ending.WATCHED
+        seen = Seen(ending, outcomes, self.message, self.interrupted_by,
+                    Collection.FAILED if failure else Collection.COLLECTED, failure,
+                    still_running=going, why_still_running=why)
+        return RunResult(seen, self.error)
 
 
 def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,

@@ -249,7 +249,7 @@ def grade(run: RunDir, entries: list[Entry]) -> list[Grade]:
     """Each entry's grade, from the run folder of the lab `lab_spec` made of them."""
     records = [r for r in run.iter_results(warn=lambda line: None) if r.get("workload") == WORKLOAD]
     ops = _call_ops(run, [Call.from_record(r) for r in records if r.get("name") == RECORD_CALL])
-    largest = int(run.meta.get("world_size") or 0)
+    largest = run.record.world_size
     return [_grade_one(run, i, e, records, ops, worlds(largest) if largest else [])
             for i, e in enumerate(entries)]
 
@@ -497,11 +497,8 @@ def _stopped(g: Grade, run: RunDir, stop: _Stop, calls: list[Call]) -> None:
         g.findings.append(Finding(Check.VALUES, world, said, said))
         return
     g.cells[(Check.VALUES, world)] = Cell(False, "stopped")
-    first = run.meta.get("first_failure")
-    cause = ""
-    if first:
-        from .blame import FirstFailure
-        cause = f"; first failure: {FirstFailure.from_dict(first).describe()}"
+    first = run.record.first_failure
+    cause = f"; first failure: {first.describe()}" if first else ""
     said = f"rank {stop.rank} lost its peers ({where}): {r.get('exception')}{cause}"
     g.findings.append(Finding(Check.VALUES, world, said, said))
 
@@ -538,8 +535,8 @@ def _ranks(ranks: list[int], one: str = "", many: str = "") -> str:
 
 def _stuck_p2p(run: RunDir, file_name: str) -> list[str]:
     """The hang diagnosis's unfinished p2p ops in the learner's file, its paths shortened."""
-    first = run.meta.get("first_failure") or {}
-    diagnosis = first.get("collective") or {}
+    first = run.record.first_failure
+    diagnosis = (first.collective if first else None) or {}
     found = []
     for line in diagnosis.get("p2p") or []:
         short = re.sub(r"at (?:\S*/)?([^/\s]+\.py:\d+)", r"at \1", str(line))
@@ -578,11 +575,9 @@ def _load_text(r: dict, ex: Exercise) -> str:
 
 
 def _lab_failure(run: RunDir) -> str:
-    from .blame import FirstFailure
-
-    first = run.meta.get("first_failure")
-    why = FirstFailure.from_dict(first).describe() if first else (run.meta.get("message") or run.meta.get("state"))
-    return f"the lab {run.meta.get('state')} before any call returned: {why}; logs in {run.path}"
+    rec = run.record
+    why = rec.first_failure.describe() if rec.first_failure else (rec.message or rec.state.value)
+    return f"the lab {rec.state.value} before any call returned: {why}; logs in {run.path}"
 
 
 def _time_text(r: dict) -> str:

@@ -9,13 +9,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import atomicfile, backends, driver, report
+from . import backends, driver, finish
 from .backends.base import Backend, BackendOptions
-from .errors import Interrupted, LabError
-from .outcome import NodeOutcome, NodeState, RunState, signal_name
+from .errors import LabError
+from .outcome import NodeState
 from .plan import LaunchPlan, new_run_id, plan
-from .rundir import FinishStep, RunDir, StorageError, folder_path, storage_cause
+from .record import Collected
+from .rundir import RunDir, folder_path
 from .spec import LabSpec, WorkloadSpec
+from .verdict import Ending, Seen
 
 # The one workload labctl itself names: `labctl preflight` runs it (workloads/preflight.py).
 PREFLIGHT = "preflight"
@@ -57,15 +59,15 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
         run = RunDir.create(the_plan, out or spec.out, root=runs_root)
     except FileExistsError as exc:
         raise LabError(str(exc)) from None
-    run.meta["workdir"] = spec.workdir
+    run.record.workdir = spec.workdir
     run.note_controller()
     progress(f"run {the_plan.run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
              f"{spec.launcher}, {spec.dist_backend}, backend {spec.backend} -> {run.path}")
     t0 = time.monotonic()
     with driver.signals_raise() as signals:        # one regime from the start to the report
         result = driver.run(the_plan, backend, run, progress, signals=signals)
-        run.meta["seconds"] = round(time.monotonic() - t0, 3)
-        _write_down(run, result, progress, signals)
+        run.record.seconds = round(time.monotonic() - t0, 3)
+        finish.write_down(run, result, progress, signals)
     if result.error is not None:
         raise _kept_said(result.error, run) if result.kept else result.error
     return run
@@ -78,65 +80,6 @@ def _kept_said(error: LabError, run: RunDir) -> LabError:
                     "then removes it")
     said.exit_code = error.exit_code
     return said
-
-
-FINISH = ("finishing the run folder", "it short (status.json then says what is missing)")
-
-
-def _write_down(run: RunDir, result: driver.RunResult, progress: Progress,
-                signals: "driver._Signals") -> None:
-    """status.json and report.md from what the driver saw and the logs it collected.
-
-    Protected as the log collection is (`signals.protect`): a first SIGINT/SIGTERM/SIGHUP
-    is noted and the folder is finished; a second one cuts it short, and status.json
-    then says so (state interrupted, what is missing, how the lab had ended)."""
-    if result.signal:
-        run.meta["signal"] = result.signal
-    if result.notes:
-        run.meta["notes"] = result.notes
-    if result.kept:               # `labctl down` must save the logs before deleting
-        run.meta["logs_uncollected"] = True
-    if isinstance(result.error, StorageError):      # full, read-only or gone: no split
-        run.write_damaged(result.outcomes, result.message)
-        return
-    progress = signals.say = driver.safe_progress(progress)
-    before = len(signals.deferred)
-    with signals.protect(*FINISH):
-        try:
-            _finish(run, result, progress)
-        except Interrupted as exc:
-            progress(f"{exc.signal}: {run.finishing.value if run.finishing else 'finishing'} "
-                     "cut short; status.json says what is missing")
-            run.write_cut_short(result.outcomes, exc.signal, result.state, result.message)
-            return
-    if len(signals.deferred) > before:
-        sig = signal_name(signals.deferred[before])
-        run.meta.setdefault("notes", []).append(
-            f"{sig} arrived while the run folder was being finished; it was finished first, "
-            "and the outcome is the lab's own")
-        try:
-            run.write_status()
-        except OSError as exc:
-            raise run.storage_error(exc) from None
-
-
-def _finish(run: RunDir, result: driver.RunResult, progress: Progress) -> None:
-    try:
-        t_end = time.monotonic()
-        run.finalize(result.outcomes, result.state, result.message, progress=progress)
-        run.meta["finalize_seconds"] = round(time.monotonic() - t_end, 3)
-        run.write_status()
-    except OSError as exc:        # the disk filled, or went read-only, at the very end
-        error = run.storage_error(exc)
-        run.write_damaged(result.outcomes, str(error))
-        raise error from None
-    except Exception as exc:      # a damaged log must not leave the folder at "running"
-        run.write_damaged(result.outcomes, f"finalizing the run folder failed: {exc}")
-        raise LabError(f"finalizing {run.path} failed: {exc}") from None
-    try:
-        write_report(run, progress)
-    except OSError as exc:
-        raise run.storage_error(exc) from None
 
 
 def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool = True,
@@ -160,7 +103,7 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
         run = RunDir.create(the_plan, out, root=runs_root)
     except FileExistsError as exc:
         raise LabError(str(exc)) from None
-    run.meta["collected"] = {"by": "labctl collect", "wait": wait}
+    run.record.collected = Collected(wait=wait)
     backend.attach(run)
     spec = the_plan.spec
     progress(f"run {run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
@@ -171,15 +114,13 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
         result = driver.follow(the_plan, backend, run, progress,
                                timeout=spec.timeout if timeout is None else timeout, wait=wait,
                                signals=signals)
-        run.meta["seconds_watched"] = round(time.monotonic() - t0, 3)
+        run.record.seconds_watched = round(time.monotonic() - t0, 3)
         if delete and result.error is None:
             for o in result.outcomes:
                 if not o.state.ended:
                     o.state, o.reason = NodeState.STOPPED, "still running when `labctl collect --delete` removed it"
-            if result.state is RunState.RUNNING:
-                result.state = RunState.FAILED
-                result.message = "removed by `labctl collect --delete` before it ended"
-        _write_down(run, result, progress, signals)
+            result.seen.removed_before_end = True
+        finish.write_down(run, result, progress, signals)
     if result.error is not None:
         raise LabError(f"{result.error}; nothing was deleted; what could be saved is in {run.path}"
                        if delete else f"{result.error}; see {run.path}") from None
@@ -219,32 +160,8 @@ def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
 
 
 def write_report(run: RunDir, progress: Progress) -> None:
-    """report.md, report.html (the page) and whatever files the run's workloads add
-    (bench plots); each file whole or absent (a signal may cut this short). The page is
-    made from what the folder holds, whatever the outcome; if it still cannot be made,
-    that is a note, never a lost run."""
-    run.finishing = FinishStep.REPORT
-    for path in report.write_files(run, progress):
-        progress(f"plot: {path}")
-    if write_page(run, progress) is not None:
-        run.written.add("report.html")
-    atomicfile.write_text(run.path / "report.md", report.markdown(run))
-    run.written.add("report.md")
-    run.finishing = None
-
-
-def write_page(run: RunDir, progress: Progress) -> Path | None:
-    """<run>/report.html (labctl/html); None, with a note, when it could not be made or
-    written: the page never changes how the run ended (report.md still decides that)."""
-    from . import html
-
-    try:
-        return html.write(run.path)
-    except OSError as exc:              # a nearly full disk that still takes report.md
-        progress(f"note: report.html could not be written: {storage_cause(exc)}")
-    except Exception as exc:            # noqa: BLE001 - a page is never worth the run
-        progress(f"note: report.html could not be written: {type(exc).__name__}: {exc}")
-    return None
+    """report.md, report.html and the workloads' files of a finished run folder."""
+    finish.write_reports(run, progress)
 
 
 def _free_folder(root: Path, run_id: str) -> Path:
@@ -267,17 +184,17 @@ class ControllerAlive(LabError):
 
 def live_controller(run: RunDir) -> int | None:
     """The pid of the labctl that runs `run` on this machine, while it is alive."""
-    ctl = run.meta.get("controller") or {}
-    if run.meta.get("state") != RunState.RUNNING.value or not ctl.get("pid"):
+    ctl = run.record.controller
+    if run.record.ended or ctl is None or not ctl.pid:
         return None
-    if ctl.get("host") != socket.gethostname() or run.controller_gone():
+    if ctl.host != socket.gethostname() or run.controller_gone():
         return None
-    return int(ctl["pid"])
+    return int(ctl.pid)
 
 
 def _stop_controller(run: RunDir, pid: int, progress: Progress) -> None:
     """SIGTERM to the live labctl: it stops its lab and writes the folder itself."""
-    progress(f"run {run.meta.get('run_id')}: asking its labctl (pid {pid}) to stop it (SIGTERM)")
+    progress(f"run {run.record.run_id}: asking its labctl (pid {pid}) to stop it (SIGTERM)")
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -286,8 +203,7 @@ def _stop_controller(run: RunDir, pid: int, progress: Progress) -> None:
     while time.monotonic() < end and not run.controller_gone():
         time.sleep(0.1)
     try:
-        fresh = RunDir.open(run.path)
-        run.meta = fresh.meta
+        run.record = RunDir.open(run.path).record
     except (OSError, LabError):
         pass
 
@@ -309,15 +225,14 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     """
     pid = live_controller(run)
     if pid is not None and not force:
-        raise ControllerAlive(f"run {run.meta.get('run_id')} is still run by labctl pid {pid}; "
+        raise ControllerAlive(f"run {run.record.run_id} is still run by labctl pid {pid}; "
                               f"stop it there (Ctrl-C, or kill -INT {pid}), or use "
                               "`labctl down --force` to stop it from here")
     if pid is not None:
         _stop_controller(run, pid, progress)
-    backend = backend or backends.create(run.meta["backend"], progress, options)
+    backend = backend or backends.create(run.record.backend, progress, options)
     backend.attach(run)
-    finished = (run.meta.get("state") != RunState.RUNNING.value
-                and not run.meta.get("logs_uncollected"))
+    finished = run.record.ended and not run.record.logs_uncollected
     if not backend.alive():
         note = ""
         if not finished:
@@ -334,10 +249,10 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
         _finalize_abandoned(run, backend, progress, save=True)
     except OSError as exc:
         exc = run.storage_error(exc)
-        raise LabError(f"could not save the logs of run {run.meta['run_id']} ({exc}); "
+        raise LabError(f"could not save the logs of run {run.record.run_id} ({exc}); "
                        "nothing was deleted (use --discard-logs to delete anyway)") from None
     except LabError as exc:
-        raise LabError(f"could not save the logs of run {run.meta['run_id']} ({exc}); "
+        raise LabError(f"could not save the logs of run {run.record.run_id} ({exc}); "
                        "nothing was deleted (use --discard-logs to delete anyway)") from None
     done = backend.delete()
     return f"saved the logs into {run.path} (report: {run.path / 'report.md'}); {done}"
@@ -346,32 +261,27 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
 def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save: bool) -> None:
     """Collect what exists of a run nobody finished, and write it down as abandoned
     (a run whose labctl ended without every log keeps its state and node outcomes)."""
-    uncollected = bool(run.meta.get("logs_uncollected"))
-    outcomes = ([NodeOutcome(**o) for o in run.meta.get("node_outcomes") or []] if uncollected
-                else []) or backend.poll()
+    rec = run.record
+    uncollected = rec.logs_uncollected
+    outcomes = (list(rec.node_outcomes) if uncollected else []) or backend.poll()
     if save:
         backend.collect(run, strict=True)
     for o in outcomes:
         if not o.state.ended:
             o.state, o.reason = NodeState.STOPPED, "still running when `labctl down` stopped it"
-    previous = run.meta.get("state")
-    message = ("its labctl is gone; `labctl down` saved what the nodes wrote and stopped them"
-               if previous == RunState.RUNNING.value else run.meta.get("message", ""))
-    state = RunState.ABANDONED
-    if uncollected:
-        del run.meta["logs_uncollected"]
-        state = RunState(previous)
-        if save:
-            message = f"{message}; `labctl down` saved the logs afterwards"
+    if uncollected:                  # its labctl ended it, without every log: its state stands
+        rec.logs_uncollected = False
+        seen = Seen(Ending.WATCHED, outcomes, rec.message + ("; `labctl down` saved the logs "
+                                                             "afterwards" if save else ""))
+        previous = rec.state
+    else:
+        seen = Seen(Ending.WATCHED, outcomes, "its labctl is gone; `labctl down` saved what the "
+                    "nodes wrote and stopped them" if not rec.ended else rec.message,
+                    abandoned=True)
+        previous = None
     with driver.signals_raise() as signals:     # the finish is protected as `up`'s is
         signals.raising = False
-        with signals.protect(*FINISH):
-            try:
-                run.finalize(outcomes, state, message, progress=progress)
-                write_report(run, progress)
-            except Interrupted as exc:      # nothing is deleted; `labctl down` again does it
-                run.write_cut_short(outcomes, exc.signal, state, message)
-                raise
+        finish.finish(run, seen, progress, signals, previous=previous)
 
 
 def stacks(run: RunDir, progress: Progress = print,
@@ -383,20 +293,21 @@ def stacks(run: RunDir, progress: Progress = print,
     """
     from . import logs
 
-    backend = backends.create(run.meta["backend"], progress, options)
+    backend = backends.create(run.record.backend, progress, options)
     backend.attach(run)
     if not backend.alive():
-        raise LabError(f"run {run.meta['run_id']} is not running: nothing to ask "
+        raise LabError(f"run {run.record.run_id} is not running: nothing to ask "
                        f"(stacks taken at its deadline are in {run.path / 'stacks'})")
     for note in backend.dump_stacks(run):
         progress(note)
     if not backend.live_logs:
         backend.collect(run, strict=True)
     dumps: dict[int, list[str]] = {}
-    for node in run.plan["nodes"]:
+    for node in run.planned_nodes:
         reader = logs.NodeLogReader()
-        if run.node_log(node["index"]).is_file():
-            reader.feed_file(run.node_log(node["index"]))
+        if run.node_log(node.index).is_file():
+            reader.feed_file(run.node_log(node.index))
         reader.close()
         dumps.update(reader.stack_dumps())
-    return run._write_stacks(dumps)
+    run.write_stacks(dumps)
+    return {str(rank): logs.where_stuck(lines) for rank, lines in sorted(dumps.items())}

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable, NamedTuple
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKER, MARKER_PREFIX,
                                 MAX_PIECE as MAX_LINE, RESULT_MARKER)
@@ -249,7 +251,7 @@ class ErrorTracker:
     def _where(self) -> dict:
         if not self.frames:
             return {}
-        own = [f for f in self.frames if "/workloads/" in f[0] or not any(s in f[0] for s in _LIBRARY)]
+        own = [f for f in self.frames if _own(f[0])]
         file, line, func = (own or self.frames)[-1]
         return {"file": file, "line": line, "function": func}
 
@@ -258,6 +260,20 @@ def _quoted(line: str) -> str:
     """An error line as the report quotes it: one line, torch's spelled-out tensor options
     shortened, at most 500 characters."""
     return _TENSOR_OPTIONS.sub("TensorOptions(...)", line.strip())[:500]
+
+
+# labctl's own machinery inside a rank: the runner, the stack dumper, the recorder (whose
+# wrappers stand between a script's call and torch's C++: an error raised there is the
+# script's call's)
+_HARNESS = ("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py", "workloads/_trace.py",
+            "workloads/_record.py")
+
+
+def _own(file: str) -> bool:
+    """A frame in the user's script or a workload, not in a library or labctl's harness."""
+    if file.endswith(_HARNESS):
+        return False
+    return "/workloads/" in file or not any(s in file for s in _LIBRARY)
 
 
 _STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
@@ -313,11 +329,7 @@ def where_stuck(dump: list[str]) -> dict:
                 threads[-1].append((m.group(1), int(m.group(2)), m.group(3).strip()))
 
     def own(frame) -> bool:
-        file = frame[0]
-        if file.endswith(("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py",
-                          "workloads/_trace.py")):
-            return False
-        return "/workloads/" in file or not any(s in file for s in _LIBRARY)
+        return _own(frame[0])
 
     best: dict = {}
     for frames in threads:                       # most recent call first
@@ -593,3 +605,109 @@ def _stream(f, budget: int | None, whole, piece) -> int:
             break
         consumed += len(line)
     return consumed
+
+
+# ---- the split of a run's node logs into rank logs and results.jsonl ------------------
+OPEN_RANK_LOGS = 256             # rank logs kept open at once while splitting
+
+
+class SplitTarget(Protocol):
+    """Where a split writes and reads (the run folder, labctl/rundir.py): handed to the
+    split, so that this module knows no run folder."""
+    def node_log(self, index: int) -> Path: ...
+    def guard_log(self, index: int) -> Path: ...
+    def rank_log(self, rank: int) -> Path: ...
+    @property
+    def results_path(self) -> Path: ...
+
+
+class LogSplit:
+    """One streaming pass over every node log, resumable (the local backend's logs are
+    split while the lab runs): rank logs, results.jsonl, and what each node's log
+    showed (a NodeLogReader per node, `finish`). Memory stays flat at any log size.
+
+    `on_result(record)` sees every result record as it is written. `guard_ranks`:
+    local direct-mode nodes whose guard wrote each rank's log itself as the output came
+    ({node: its ranks}); those are only read for results and errors, not split out of
+    the node log again: a GB-sized log costs about one read."""
+
+    def __init__(self, target: SplitTarget, indices: list[int], on_result: Callable[[dict], None],
+                 guard_ranks: dict[int, tuple[int, ...]] | None = None):
+        self.target, self.indices, self.on_result = target, indices, on_result
+        self.guard_ranks = {i: r for i, r in (guard_ranks or {}).items() if i in indices and r}
+        self.open_logs: dict[int, Any] = {}
+        kept = {target.rank_log(r) for ranks in self.guard_ranks.values() for r in ranks}
+        for old in target.rank_log(0).parent.glob("rank-*.log"):
+            if old not in kept:
+                old.unlink()
+        self.results = open(target.results_path, "w")
+        self.readers = {i: NodeLogReader(on_result=self._result_line) if i in self.guard_ranks
+                        else NodeLogReader(self._write, self._result_line) for i in indices}
+        self.offsets: dict[Path, int] = {}
+
+    def _rank_file(self, rank: int):
+        f = self.open_logs.get(rank)
+        if f is None:
+            if len(self.open_logs) >= OPEN_RANK_LOGS:
+                self.open_logs.pop(next(iter(self.open_logs))).close()
+            f = self.open_logs[rank] = open(self.target.rank_log(rank), "ab")
+        return f
+
+    def _write(self, rank: int, data: bytes) -> None:
+        """A rank's bytes as the node log held them, prefixes removed: straight to its log."""
+        self._rank_file(rank).write(data)
+
+    def _result_line(self, rank: int, line: str) -> None:
+        """A line holding the result marker, decoded (undecodable bytes as U+FFFD)."""
+        for record in parse_results([line], rank=rank):
+            self.results.write(json.dumps(record, sort_keys=True) + "\n")
+            self.on_result(record)
+
+    def advance(self, budget: int | None) -> bool:
+        """Feed every node log from where the last call stopped; with a budget, only
+        complete lines and at most about `budget` bytes per node. True when every
+        log was read up to its end (its last line may still be being written)."""
+        caught_up = True
+        for index in self.indices:
+            reader = self.readers[index]
+            if index in self.guard_ranks:
+                sources = [(self.target.guard_log(index), reader.feed_stream)]
+                sources += [(self.target.rank_log(rank), partial(reader.feed_rank_stream, rank))
+                            for rank in self.guard_ranks[index]]
+            else:
+                sources = [(self.target.node_log(index), reader.feed_stream)]
+            for path, feed in sources:
+                if not path.is_file():
+                    continue
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    fed = feed(f, budget)
+                self.offsets[path] = self.offsets.get(path, 0) + fed
+                if budget is not None and fed >= budget:
+                    caught_up = False
+        # what was split so far is on disk while the lab runs (and after labctl is killed)
+        for f in self.open_logs.values():
+            f.flush()
+        self.results.flush()
+        return caught_up
+
+    def close(self) -> None:
+        """Close every file (a split given up on); what was written stays."""
+        for f in [*self.open_logs.values(), self.results]:
+            try:
+                f.close()
+            except OSError:
+                pass
+        self.open_logs.clear()
+
+    def finish(self) -> dict[int, "NodeLogReader"]:
+        """Read the rest of every node log; what each showed, by node."""
+        try:
+            self.advance(None)
+            for index in self.indices:
+                if not self.target.node_log(index).is_file():
+                    self.target.node_log(index).write_text("")
+                self.readers[index].close()
+        finally:
+            self.close()
+        return self.readers

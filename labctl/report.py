@@ -18,7 +18,9 @@ from typing import Any, Callable
 
 from workloads._protocol import DATA, WORKLOAD_DONE
 
-from .blame import FirstFailure, where as _where
+from .outcome import NodeState, RunState
+from .record import RunRecord, where as _where
+from .verdict import as_seen_now
 from .errors import LabError
 from .faults import parse as parse_fault
 from .rundir import RunDir
@@ -121,10 +123,10 @@ def skipped(results: list[dict]) -> list[dict]:
 
 def as_dict(run: RunDir) -> dict[str, Any]:
     results = run.results()
-    status = dict(run.meta)
-    state = run.effective_state()
-    if state != status.get("state"):      # as the Markdown report: abandoned, not running
-        status["recorded_state"], status["state"] = status.get("state"), state
+    status = run.record.to_dict()
+    state = seen_now(run)
+    if state.value != status.get("state"):      # as the Markdown report: abandoned, not running
+        status["recorded_state"], status["state"] = status.get("state"), state.value
     data = {
         "status": status,
         "ranks": rank_rows(results),
@@ -152,19 +154,25 @@ def _hook_sections(results: list[dict], verb: str) -> list[str]:
     return parts
 
 
+def seen_now(run: RunDir) -> RunState:
+    """The run's state as it stands now (verdict.as_seen_now: abandoned when its labctl
+    is gone)."""
+    return as_seen_now(run.record, run.controller_gone())
+
+
 def markdown(run: RunDir) -> str:
-    m, results = run.meta, run.results()
-    state = run.effective_state()
+    m, results = run.record, run.results()
+    state = seen_now(run)
     parts = [
-        f"# Lab {m.get('lab')}: {state.upper()}",
+        f"# Lab {m.lab}: {state.value.upper()}",
         "",
-        f"run `{m.get('run_id')}` · backend {m.get('backend')} · launcher {m.get('launcher')} · "
-        f"{m.get('dist_backend')} · {m.get('nodes')} node(s) x {m.get('nproc_per_node')} "
-        f"process(es) = world size {m.get('world_size')}"
-        + (f" · {m['seconds']:.1f} s" if isinstance(m.get("seconds"), (int, float)) else ""),
+        f"run `{m.run_id}` · backend {m.backend} · launcher {m.launcher} · "
+        f"{m.dist_backend} · {m.nodes} node(s) x {m.nproc_per_node} "
+        f"process(es) = world size {m.world_size}"
+        + (f" · {m.seconds:.1f} s" if isinstance(m.seconds, (int, float)) else ""),
     ]
-    if m.get("message"):
-        parts += ["", f"**{m['message']}**"]
+    if m.message:
+        parts += ["", f"**{m.message}**"]
 
     parts += _hook_sections(results, "head")
 
@@ -191,11 +199,10 @@ def markdown(run: RunDir) -> str:
                         ((r.get("workload"), r.get("name"), r.get("rank"), r.get("detail", ""),
                           run.rank_log(r["rank"]) if isinstance(r.get("rank"), int) else "")
                          for r in failed[:50]))]
-    codes = m.get("rank_exit_codes") or {}
-    errors = m.get("rank_errors") or {}
-    bad_nodes = [n for n in m.get("node_outcomes", []) if n.get("state") != "succeeded"]
-    if m.get("first_failure"):
-        first = FirstFailure.from_dict(m["first_failure"])
+    codes, errors = m.rank_exit_codes, m.rank_errors
+    bad_nodes = [n for n in m.node_outcomes if n.state is not NodeState.SUCCEEDED]
+    first = m.first_failure
+    if first is not None:
         log = run.rank_log(first.rank) if isinstance(first.rank, int) else (
             run.node_log(first.node) if isinstance(first.node, int) else run.path)
         parts += ["", f"**First failure: {first.describe()}** — log: {log}"]
@@ -207,42 +214,42 @@ def markdown(run: RunDir) -> str:
         if first.peer_error:
             parts.append(f"- what the others saw: rank {first.peer_rank}: "
                          f"`{first.peer_error.get('exception')}`")
-    if m.get("faults"):
+    if m.faults:
         parts += ["", "## Faults and what the nodes did", "", fault_timeline(m)]
     if codes or bad_nodes:
         parts += ["", "## Failed processes", ""]
-        killed = {str(f["target"]): f["fault"] for f in m.get("faults") or []
-                  if f["phase"] == "begin" and f.get("ok") and _kills_a_rank(f["fault"])}
+        killed = {f.target: f.fault for f in m.faults if f.began and _kills_a_rank(f.fault)}
         for rank, code in codes.items():
             why = " (stopped by its launcher after another failure)" if code in (-15, -9) else ""
             if rank in killed and code == -9:
                 why = f" (killed by fault {killed[rank]})"
-            err = errors.get(str(rank))
+            err = errors.get(rank)
             cause = f" — `{err['exception']}`{_where(err)}" if err else ""
             parts.append(f"- rank {rank} exited with code {code}{why}{cause}: "
                          f"{run.rank_log(int(rank))}")
         for n in bad_nodes:
-            how = n["state"] + (f" by {n['signal']}" if n.get("signal") else "")
-            how += f", exit code {n['exit_code']}" if n.get("exit_code") is not None else ""
-            how += f" ({n['reason']})" if n.get("reason") else ""
-            parts.append(f"- node {n['index']} ({n['hostname']}): {how}: {run.node_log(n['index'])}")
-    if m.get("ranks_without_output") and m.get("state") != "passed":
-        parts.append(f"- no output from rank(s) {_ranks_text(m['ranks_without_output'])}")
-    if m.get("stacks"):
+            how = n.state.value + (f" by {n.signal}" if n.signal else "")
+            how += f", exit code {n.exit_code}" if n.exit_code is not None else ""
+            how += f" ({n.reason})" if n.reason else ""
+            parts.append(f"- node {n.index} ({n.hostname}): {how}: {run.node_log(n.index)}")
+    if m.ranks_without_output and not m.ok:
+        parts.append(f"- no output from rank(s) {_ranks_text(m.ranks_without_output)}")
+    if m.stacks:
         parts += ["", "## Where each rank was (its stack when labctl asked)", "",
-                  stacks_table(m["stacks"], run, m.get("rank_exit_codes") or {})]
-    leftovers = m.get("leftovers") or []
+                  stacks_table({str(r): w for r, w in m.stacks.items()}, run,
+                               {str(r): c for r, c in m.rank_exit_codes.items()})]
+    leftovers = m.leftovers or []
     if leftovers:
         parts += ["", "## Processes killed after the ranks ended", "",
                   "A rank started these and left them behind (a real node would keep them "
                   "running); labctl killed them with their node.", "",
                   table(("node", "pid", "command"),
-                        ((x.get("node"), x.get("pid"), x.get("command")) for x in leftovers[:50]))]
-    for note in m.get("notes") or []:
+                        ((x.node, x.pid, x.command) for x in leftovers[:50]))]
+    for note in m.notes:
         parts.append(f"- note: {note}")
-    if (m.get("trace") or {}).get("ops"):
-        parts.append(f"- communication timeline: {run.path / m['trace']['file']} "
-                     f"({m['trace']['ops']} ops; `labctl trace {run.path}`; open in ui.perfetto.dev)")
+    if m.trace is not None and m.trace.ops:
+        parts.append(f"- communication timeline: {run.path / m.trace.file} "
+                     f"({m.trace.ops} ops; `labctl trace {run.path}`; open in ui.perfetto.dev)")
         from .trace import NO_TIMELINE, TIMELINE_FILE
         picture = run.path / TIMELINE_FILE
         parts.append(f"- timeline picture: {picture}" if picture.is_file() else f"- {NO_TIMELINE}")
@@ -254,26 +261,26 @@ def markdown(run: RunDir) -> str:
     return "\n".join(parts)
 
 
-def fault_timeline(meta: dict) -> str:
+def fault_timeline(m: RunRecord) -> str:
     """Injected faults and each node's end on one clock (seconds after labctl started the lab)."""
     rows = []
-    for f in meta.get("faults") or []:
-        lasts = parse_fault(f["fault"]).duration is not None
-        what = f"fault {f['fault']}" + (" begins" if f["phase"] == "begin" and lasts else
-                                        " ends" if f["phase"] == "end" else "")
-        detail = f["did"] + (f" ({f['note']})" if f.get("note") else "")
-        rows.append((f["lab_s"], 0, what, detail))
-    for n in meta.get("node_outcomes") or []:
-        if n.get("exited_s") is None:
+    for f in m.faults:
+        lasts = parse_fault(f.fault).duration is not None
+        what = f"fault {f.fault}" + (" begins" if f.phase == "begin" and lasts else
+                                     " ends" if f.phase == "end" else "")
+        detail = f.did + (f" ({f.note})" if f.note else "")
+        rows.append((f.lab_s, 0, what, detail))
+    for n in m.node_outcomes:
+        if n.exited_s is None:
             continue
-        how = n["state"] + (f" by {n['signal']}" if n.get("signal") else "")
-        how += f", exit code {n['exit_code']}" if n.get("exit_code") not in (None, 0) else ""
-        rows.append((n["exited_s"], 1, f"node {n['index']} ended", how + (f" ({n['reason']})" if
-                                                                           n.get("reason") else "")))
+        how = n.state.value + (f" by {n.signal}" if n.signal else "")
+        how += f", exit code {n.exit_code}" if n.exit_code not in (None, 0) else ""
+        rows.append((n.exited_s, 1, f"node {n.index} ended", how + (f" ({n.reason})" if n.reason else "")))
     rows.sort(key=lambda r: (r[0], r[1]))
-    first = (meta.get("faults") or [{}])[0]
-    clock = first["lab_s"] - first["fired_s"] if "fired_s" in first else None
-    since = "every rank had joined" if first.get("clock") == "join" else "every node was running"
+    first = m.faults[0] if m.faults else None
+    clock = first.lab_s - first.fired_s if first is not None else None
+    since = "every rank had joined" if first is not None and first.clock == "join" else \
+        "every node was running"
     caption = ("Seconds after labctl started the lab" + (f"; {since} at {clock:.1f} s "
                "(the faults' T counts from there)" if clock is not None else "") + ".\n\n")
     return caption + table(("t (s)", "event", "detail"), ((f"{t:.1f}", what, d) for t, _, what, d in rows))

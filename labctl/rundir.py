@@ -1,4 +1,7 @@
-"""The run folder: everything a run leaves behind, whatever its outcome.
+"""The run folder: everything a run leaves behind, whatever its outcome. Storage only:
+paths, files written whole, the run record (status.json) in and out. What a run's logs
+mean is labctl/logs.py and blame.py, how it ended labctl/verdict.py, and the finish that
+writes it all down labctl/finish.py.
 
     runs/<run_id>/
       spec.yaml            the resolved lab spec
@@ -12,34 +15,34 @@
       results.jsonl        one JSON result per line (workload, name, rank, ok, ...)
       events/              backend events (Kubernetes), when there are any
       faults.jsonl         every injected fault that fired, when, and what was done
-      status.json          the outcome, machine-readable
+      stacks/rank-<r>.txt  each rank's stack, when labctl asked for them (a hang)
+      trace.json           every rank's ops (Chrome trace events), when traced
+      status.json          the run record (labctl/record.py), machine-readable
       report.md            the report printed at the end of `labctl up`
+      report.html          the run's page (labctl/html)
 """
 from __future__ import annotations
 
 import datetime as _dt
-import enum
 import errno
 import json
 import os
 import socket
 import sys
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
-
-from . import atomicfile, blame, logs, procs
+from . import atomicfile, procs
 from .errors import LabError
-from .outcome import NodeOutcome, RunState
-from .plan import TORCHRUN_LOGS_SUBDIR, LaunchPlan
+from .plan import LaunchPlan
+from .record import Controller, FiredFault, RecordDamaged, RunRecord
 from .spec import LabSpec, dump, from_dict, out_refusal
 
-__all__ = ["RunDir", "NodeOutcome", "StorageError"]
-OPEN_RANK_LOGS = 256             # rank logs kept open at once while splitting
+__all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
 # A run folder on a disk with less free space than this is refused before the start
 # (docs/failures.md); while the lab runs, under FULL_BYTES free counts as full.
 MIN_FREE_BYTES = 1 << 20
@@ -49,31 +52,6 @@ FULL_BYTES = 256 << 10
 RESERVE_NAME = ".labctl-reserve"
 RESERVE_BYTES = 64 << 10
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENOENT, errno.EIO, errno.EACCES)
-
-
-class FinishStep(str, enum.Enum):
-    """The steps of a run folder's finish, in order (their values sort that way), and
-    what is missing when a signal cuts the finish short at or before each."""
-    SPLIT = "splitting the node logs into ranks/ and results.jsonl"
-    TRACE = "merging the trace"
-    REPORT = "writing the report"
-
-    def at_or_after(self, step: "FinishStep") -> bool:
-        order = list(FinishStep)
-        return order.index(self) >= order.index(step)
-
-    def missing(self, run: Path, written: set[str]) -> str | None:
-        """What a cut at or before this step leaves out of the folder at `run`, given the
-        files this finish has `written` (None: nothing; a cut may come between two files)."""
-        if self is FinishStep.SPLIT:
-            return "ranks/ and results.jsonl are incomplete (the node logs in nodes/ are whole)"
-        if self is FinishStep.TRACE:
-            return None if "trace.json" in written else \
-                f"no trace.json (`labctl trace {run}` writes it)"
-        absent = [name for name in ("report.md", "report.html") if name not in written]
-        how = {"report.md": f"`labctl report {run}` prints it",
-               "report.html": f"`labctl report {run} --format html` writes it"}
-        return "; ".join(f"no {name} ({how[name]})" for name in absent) or None
 
 
 class StorageError(LabError):
@@ -91,51 +69,6 @@ def storage_cause(exc: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
-# status.json's fields that code reads, and the JSON type each must have when present
-_STATUS_TYPES: dict[str, type | tuple[type, ...]] = {
-    "state": str, "run_id": str, "lab": str, "backend": str, "launcher": str,
-    "message": str, "nodes": int, "nproc_per_node": int, "world_size": int,
-    "node_outcomes": list, "rank_exit_codes": dict, "rank_errors": dict, "failed_ranks": list,
-    "ranks_without_output": list, "first_failure": dict, "faults": list, "leftovers": list,
-    "notes": list, "stacks": dict, "checks": dict, "failed_checks": list, "controller": dict,
-    "local": dict, "seconds": (int, float), "workdir": str, "unfinished": list,
-}
-_STATUS_ITEMS: dict[str, type] = {"node_outcomes": dict, "faults": dict, "leftovers": dict,
-                                  "failed_checks": dict, "notes": str, "unfinished": str}
-_JSON_NAMES = {str: "a string", int: "a number", float: "a number", list: "a list",
-               dict: "an object", bool: "true/false"}
-
-
-def status_damage(meta: Any) -> str | None:
-    """What is wrong with a status.json's content (None: readable), in a few words."""
-    if not isinstance(meta, dict):
-        return f"expected a JSON object, found {_JSON_NAMES.get(type(meta), type(meta).__name__)}"
-    for key, kind in _STATUS_TYPES.items():
-        value = meta.get(key)
-        if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
-            pass
-        else:
-            want = _JSON_NAMES.get(kind if isinstance(kind, type) else kind[0], str(kind))
-            return f"'{key}' should be {want}, found {_JSON_NAMES.get(type(value), type(value).__name__)}"
-        item = _STATUS_ITEMS.get(key)
-        if item and value is not None and not all(isinstance(x, item) for x in value):
-            return f"'{key}' should hold only {_JSON_NAMES[item].split(' ', 1)[1]}s"
-    if "state" in meta and meta["state"] not in {s.value for s in RunState}:
-        return f"unknown state {meta['state'][:40]!r} (one of: {', '.join(RunState)})"
-    for n in meta.get("node_outcomes") or []:
-        if not isinstance(n.get("index"), int) or not isinstance(n.get("state"), str):
-            return "a node outcome without its index or state"
-    first = meta.get("first_failure") or {}
-    errors = [first.get("error"), first.get("peer_error"), *(meta.get("rank_errors") or {}).values()]
-    if not all(e is None or isinstance(e, dict) and isinstance(e.get("exception"), str)
-               for e in errors):
-        return "an error record without its exception"
-    for f in meta.get("faults") or []:
-        if not all(k in f for k in ("fault", "kind", "target", "phase", "did", "lab_s")):
-            return "a fault record without its fault, kind, target, phase, did or lab_s"
-    return None
-
-
 def _free_bytes(path: Path) -> tuple[int, bool]:
     """(bytes a normal user may still write, read-only?) of the filesystem holding `path`."""
     st = os.statvfs(path)
@@ -150,7 +83,8 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _now() -> str:
+def now() -> str:
+    """The time as status.json writes it (UTC, seconds)."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -165,18 +99,38 @@ def folder_path(run_id: str, out: str | os.PathLike | None = None,
     return Path(out) if out else Path(root) / run_id
 
 
+def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
+    """A results.jsonl one record at a time (none when it is missing); a garbled line is
+    skipped with one warning. Also for a folder whose status.json cannot be read."""
+    if not f.is_file():
+        return
+    with open(f, errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                result = json.loads(line)
+                if not isinstance(result, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                warn(f"{f}:{number}: skipped a garbled result line ({exc})")
+                continue
+            yield result
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    """A node as plan.json has it: what the run folder's readers need of the plan."""
+    index: int
+    hostname: str
+    ranks: tuple[int, ...]          # its processes' global ranks, when the plan fixes them (direct)
+
+
 @dataclass
 class RunDir:
     path: Path
-    meta: dict[str, Any] = field(default_factory=dict)
-    _split: "LogSplit | None" = field(default=None, repr=False)
+    record: RunRecord
     _identity: tuple[int, int] | None = field(default=None, repr=False)   # (st_dev, st_ino)
-    # Local direct-mode node guards wrote every rank log themselves, so LogSplit only reads
-    # them for results (set by the backend that starts them); status.json keeps it as
-    # `rank_logs_by_guards`, for a folder opened again.
-    rank_logs_by_guards: bool = False
-    finishing: "FinishStep | None" = field(default=None, repr=False)   # the finish's step under way
-    written: set[str] = field(default_factory=set, repr=False)    # files this finish wrote whole
 
     # ---- creating -------------------------------------------------------
     @classmethod
@@ -212,14 +166,12 @@ class RunDir:
         (path / "plan.json").write_text(plan.to_json())
         (path / RESERVE_NAME).write_bytes(b"\0" * RESERVE_BYTES)
         st = os.stat(path)
-        run = cls(path, _identity=(st.st_dev, st.st_ino))
-        run.meta = {
-            "run_id": plan.run_id, "lab": plan.spec.name, "backend": plan.spec.backend,
-            "launcher": plan.spec.launcher, "dist_backend": plan.spec.dist_backend,
-            "nodes": plan.spec.nodes, "nproc_per_node": plan.spec.nproc_per_node,
-            "world_size": plan.spec.world_size, "state": "running", "started": _now(),
-        }
-        run.write_status()
+        spec = plan.spec
+        record = RunRecord(plan.run_id, spec.name, spec.backend, spec.launcher, spec.dist_backend,
+                           spec.nodes, spec.nproc_per_node, spec.world_size, started=now())
+        run = cls(path, record, _identity=(st.st_dev, st.st_ino))
+        run.__dict__["spec"] = spec
+        run.save()
         return run
 
     @classmethod
@@ -230,25 +182,34 @@ class RunDir:
             raise FileNotFoundError(f"{path}: not a run folder (no status.json); "
                                     "runs live under runs/<lab>-<stamp>/")
         try:
-            meta = json.loads((path / "status.json").read_bytes())
-        except (ValueError, RecursionError) as exc:
-            raise FolderRefused(f"{path}/status.json: unreadable ({str(exc)[:200]}); "
-                                "the run folder is damaged") from None
-        damage = status_damage(meta)
-        if damage:
-            raise FolderRefused(f"{path}/status.json: {damage}; the run folder is damaged")
-        by_guards = meta.pop("rank_logs_by_guards", False) is True
-        return cls(path, meta, rank_logs_by_guards=by_guards)
+            record = RunRecord.from_json((path / "status.json").read_bytes())
+        except RecordDamaged as exc:
+            raise FolderRefused(f"{path}/status.json: {exc}; the run folder is damaged") from None
+        return cls(path, record)
 
     # ---- reading --------------------------------------------------------
-    @property
+    @cached_property
     def spec(self) -> LabSpec:
+        """The lab as it ran (spec.yaml), read once."""
         return from_dict(yaml.safe_load((self.path / "spec.yaml").read_text()) or {},
                          source=str(self.path / "spec.yaml"))
 
+    @cached_property
+    def planned_nodes(self) -> list[PlannedNode]:
+        """plan.json's nodes (index, hostname, ranks), read once."""
+        nodes = json.loads((self.path / "plan.json").read_text()).get("nodes", [])
+        return [PlannedNode(n["index"], n.get("hostname") or "",
+                            tuple(p["rank"] for p in n.get("processes", []) if p.get("rank") is not None))
+                for n in nodes]
+
     @property
-    def plan(self) -> dict[str, Any]:
-        return json.loads((self.path / "plan.json").read_text())
+    def status(self) -> dict[str, Any]:
+        """status.json's object: the record as it is written (for readers of JSON)."""
+        return self.record.to_dict()
+
+    @property
+    def hostnames(self) -> dict[int, str]:
+        return {n.index: n.hostname for n in self.planned_nodes}
 
     def node_log(self, index: int) -> Path:
         return self.path / "nodes" / f"node-{index}.log"
@@ -260,9 +221,13 @@ class RunDir:
     def rank_log(self, rank: int) -> Path:
         return self.path / "ranks" / f"rank-{rank}.log"
 
+    @property
+    def results_path(self) -> Path:
+        return self.path / "results.jsonl"
+
     def workdir(self, index: int) -> Path:
         """A local node's working directory, or the invoking one when the spec says so."""
-        if self.meta.get("workdir") == "invoking":
+        if self.record.workdir == "invoking":
             return Path.cwd()
         path = self.path / "work" / f"node-{index}"
         path.mkdir(parents=True, exist_ok=True)
@@ -270,43 +235,27 @@ class RunDir:
 
     def iter_results(self, warn=_warn) -> Iterator[dict[str, Any]]:
         """results.jsonl one record at a time; a garbled line is skipped with one warning."""
-        f = self.path / "results.jsonl"
-        if not f.is_file():
-            return
-        with open(f, errors="replace") as lines:
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    if not isinstance(record, dict):
-                        raise ValueError("not a JSON object")
-                except ValueError as exc:
-                    warn(f"{f}:{number}: skipped a garbled result line ({exc})")
-                    continue
-                yield record
+        return read_results(self.results_path, warn)
 
     def results(self) -> list[dict[str, Any]]:
         return list(self.iter_results())
 
     # ---- the controller ---------------------------------------------------
     def controller_gone(self) -> bool:
-        """A run still marked running whose labctl (on this machine) no longer exists."""
-        if self.meta.get("state") != RunState.RUNNING.value:
+        """A run still marked running whose labctl (on this machine) no longer exists:
+        gone, ended (a zombie has), or its pid now names another process."""
+        ctl = self.record.controller
+        if self.record.ended or ctl is None or ctl.host != socket.gethostname() or not ctl.pid:
             return False
-        ctl = self.meta.get("controller") or {}
-        if ctl.get("host") != socket.gethostname() or not ctl.get("pid"):
-            return False
-        # gone, ended (a zombie has), or the pid now names another process
-        start = ctl.get("start_ticks")
-        return not isinstance(start, int) or not procs.still_running(procs.Identity(ctl["pid"], start))
+        return not isinstance(ctl.start_ticks, int) or \
+            not procs.still_running(procs.Identity(ctl.pid, ctl.start_ticks))
 
-    def effective_state(self) -> str:
-        """The state as it is now: a run marked running whose labctl is gone is abandoned."""
-        state = self.meta.get("state", "?")
-        if self.controller_gone():
-            return "abandoned"
-        return state
+    def note_controller(self) -> None:
+        """Who runs this lab: lets `report`/`down` tell a live run from an abandoned one."""
+        me = procs.identity()
+        self.record.controller = Controller(os.getpid(), socket.gethostname(),
+                                            me.start_ticks if me else None)
+        self.save()
 
     # ---- the folder's health (checked at every poll while the lab runs) -----
     def check_storage(self) -> None:
@@ -347,21 +296,12 @@ class RunDir:
         except OSError:
             pass
 
-    def write_damaged(self, outcomes: list[NodeOutcome], message: str) -> None:
-        """The end of a run whose folder failed: status.json (state error) where it can
-        be written, nothing split or added; never raises."""
-        self.release_reserve()
-        self.meta.update({"state": RunState.ERROR.value, "ok": False, "finished": _now(),
-                          "message": message, "node_outcomes": [n.to_dict() for n in outcomes]})
-        try:
-            self.write_status()
-        except OSError:
-            pass
-        if self._split is not None:
-            self._split.close()
-            self._split = None
-
     # ---- writing --------------------------------------------------------
+    def save(self) -> None:
+        """status.json from the record, replaced atomically: a failed or cut write leaves
+        the previous one and no status.json.tmp."""
+        atomicfile.write_text(self.path / "status.json", self.record.to_json())
+
     def write_node_log(self, index: int, text: str) -> None:
         self.node_log(index).write_text(text)
 
@@ -370,291 +310,19 @@ class RunDir:
         target.write_text(text)
         return target
 
-    def write_status(self) -> None:
-        """status.json, replaced atomically; a failed or cut write leaves no status.json.tmp."""
-        meta = {**self.meta, "rank_logs_by_guards": True} if self.rank_logs_by_guards else self.meta
-        text = json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n"
-        atomicfile.write_text(self.path / "status.json", text)
-
-    def record_fault(self, record: dict[str, Any]) -> None:
+    def record_fault(self, fired: FiredFault) -> None:
         """One fired fault event: appended to faults.jsonl at once (it survives a crash of
-        labctl) and kept in status.json for the report."""
+        labctl) and kept in the record for the report."""
         with open(self.path / "faults.jsonl", "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
-        self.meta.setdefault("faults", []).append(record)
-        self.write_status()
+            f.write(json.dumps(fired.to_dict(), sort_keys=True) + "\n")
+        self.record.faults.append(fired)
+        self.save()
 
-    def note_controller(self) -> None:
-        """Who runs this lab: lets `report`/`down` tell a live run from an abandoned one."""
-        me = procs.identity()
-        self.meta["controller"] = {"pid": os.getpid(), "host": socket.gethostname(),
-                                   "start_ticks": me.start_ticks if me else None}
-        self.write_status()
-
-    def follow_logs(self, indices: list[int], budget: int = 8 << 20) -> bool:
-        """Split what the nodes wrote so far (at most `budget` bytes per node): the end
-        of a run then only has the last bit left. For backends whose node logs grow
-        in place during the run (local). False while some node's log is further ahead."""
-        self.check_storage()
-        try:
-            if self._split is None:
-                self._split = LogSplit(self, indices)
-            return self._split.advance(budget)
-        except OSError as exc:
-            raise self.storage_error(exc) from None
-
-    def split_logs(self, indices: list[int]) -> blame.Findings:
-        """Every node log (the rest of it, when followed) split into rank logs and
-        results.jsonl, plus what each rank's and agent's last exception was."""
-        split = self._split if self._split is not None else LogSplit(self, indices)
-        self._split = None
-        return split.finish()
-
-    def _write_stacks(self, dumps: dict[int, list[str]]) -> dict[str, dict]:
-        """stacks/rank-<r>.txt for every rank that printed a stack dump; where each was."""
+    def write_stacks(self, dumps: dict[int, list[str]]) -> None:
+        """stacks/rank-<r>.txt for every rank that printed a stack dump."""
         if not dumps:
-            return {}
+            return
         folder = self.path / "stacks"
         folder.mkdir(exist_ok=True)
-        where = {}
         for rank, lines in sorted(dumps.items()):
-            (folder / f"rank-{rank}.txt").write_text("\n".join(lines) + "\n")
-            where[str(rank)] = logs.where_stuck(lines)
-        return where
-
-    def finalize(self, outcomes: list[NodeOutcome], state: str | RunState,
-                 message: str = "", progress=lambda line: None) -> None:
-        """Split node logs per rank, gather results, decide the run's state; write all down.
-        `self.finishing` names the step under way (a signal may cut it short: lab.py then
-        writes down what was not done, `write_cut_short`)."""
-        state = RunState(state)
-        world = self.meta["world_size"]
-        self.finishing, self.written = FinishStep.SPLIT, set()
-        progress(f"finishing the run folder: {self.finishing.value}")
-        found = self.split_logs([n.index for n in outcomes])
-        found.world = world
-        for node in outcomes:                   # the workers' error files, where they are here
-            log_dir = self.path / TORCHRUN_LOGS_SUBDIR / f"node-{node.index}"
-            files, notes = blame.read_error_files(log_dir, node.index)
-            found.add_error_files(files)
-            if notes:
-                self.meta.setdefault("notes", []).extend(notes)
-            _drop_tee_copies(log_dir)
-        for rank in range(world):               # a silent rank still has its (empty) log
-            if not self.rank_log(rank).exists():
-                self.rank_log(rank).touch()
-        failed_ranks = found.failed_ranks
-        stacks = self._write_stacks(found.stacks)
-        silent = sorted(set(range(world)) - found.ranks)
-        spec = self.spec
-        state, why = blame.run_state(state, outcomes, found, spec.nodes, spec.fewest_nodes,
-                                     bool(spec.workloads))
-        first = None
-        fired = [f for f in self.meta.get("faults") or [] if f.get("phase") == "begin" and f.get("ok")]
-        blame.blame_nodes(outcomes, fired, found)
-        if state is not RunState.PASSED:
-            first = blame.first_failure(outcomes, found)
-            if fired and state is not RunState.INTERRUPTED:
-                first = blame.fault_cause(first, outcomes, found, fired)
-        message_given = message
-
-        def record(first: blame.FirstFailure | None) -> None:
-            self.meta.update({
-                "state": state.value,
-                "first_failure": first.to_dict() if first else None,
-                "ok": state is RunState.PASSED,
-                "finished": _now(),
-                "message": message_given or why or (first.describe() if first else ""),
-                "node_outcomes": [n.to_dict() for n in outcomes],
-                "rank_exit_codes": {str(k): v for k, v in sorted(found.exit_codes.items())},
-                "rank_errors": {str(k): v for k, v in sorted(found.errors.items())
-                                if k in failed_ranks or (first and first.rank == k)},
-                "failed_ranks": failed_ranks,
-                "ranks_without_output": silent,
-                **({"stacks": stacks} if stacks else {}),
-                "checks": {"total": found.total, "failed": found.failed_count,
-                           "skipped": found.skipped},
-                "failed_checks": [
-                    {k: r.get(k) for k in ("workload", "name", "rank", "detail")} for r in found.failed
-                ],
-            })
-
-        record(first)
-        if self.spec.trace:                     # the outcome is down before the (slow) merge
-            self.write_status()
-            self.finishing = FinishStep.TRACE
-            progress(f"finishing the run folder: {self.finishing.value}")
-        comm = self.merge_trace(failed=state is not RunState.PASSED)
-        if comm is not None:                    # the stuck/mismatched collective (issue 21)
-            if first is None:                   # a hang: nobody failed, the deadline came
-                first = blame.FirstFailure(comm.get("rank"), hang=True)
-            first.collective = comm
-            record(first)
-        self.release_reserve()
-        self.write_status()
-        self.finishing = None
-
-    def write_cut_short(self, outcomes: list[NodeOutcome], signal: str, state: RunState,
-                        message: str) -> None:
-        """A second signal cut the run folder's finish short (`self.finishing`, the step
-        under way): status.json says so, truthfully: state interrupted, what is missing
-        and how to get it, and how the lab itself had ended (`state`, `message`). Never
-        raises; leaves no temporary file (every writer here is atomic)."""
-        step = self.finishing or FinishStep.REPORT
-        missing = [m for s in FinishStep if s.at_or_after(step)
-                   and (s is not FinishStep.TRACE or self._traced()) and (m := s.missing(self.path, self.written))]
-        if self._split is not None:
-            self._split.close()
-            self._split = None
-        if self.meta.get("state") not in (None, RunState.RUNNING.value):   # decided from the logs
-            state, message = RunState(self.meta["state"]), self.meta.get("message") or ""
-        lab = f"the lab itself had {state.value}" if state is not RunState.INTERRUPTED else \
-            "the lab itself had been interrupted"
-        self.meta.update({
-            "state": RunState.INTERRUPTED.value, "ok": False, "finished": _now(),
-            "signal": signal, "unfinished": missing,
-            "message": (f"{signal} cut the run folder's finish short while {step.value}: "
-                        + "; ".join(missing)
-                        + f"; {lab}" + (f" ({message})" if message else "")),
-        })
-        self.meta.setdefault("node_outcomes", [n.to_dict() for n in outcomes])
-        self.release_reserve()
-        try:
-            self.write_status()
-        except OSError:
-            pass
-        self.finishing = None
-
-    def _traced(self) -> bool:
-        try:
-            return bool(self.spec.trace)
-        except Exception:       # noqa: BLE001 - a damaged spec.yaml: say nothing of a trace
-            return False
-
-    def merge_trace(self, failed: bool = False) -> dict | None:
-        """trace.json from the rank logs when the lab recorded ops (labctl/trace.py); the
-        stuck or mismatched collective when the run failed. A merge problem is a note, never
-        a lost run."""
-        from . import trace
-
-        try:
-            if not self.spec.trace:             # the Flight Recorder ring the ranks dumped at a hang
-                return trace.flight_recorder(self.path, self.meta.get("world_size")) if failed else None
-            hostnames = {n["index"]: n.get("hostname") for n in self.plan.get("nodes", [])}
-            summary = trace.merge(self.path, world=self.meta.get("world_size"), hostnames=hostnames)
-            self.written.add(trace.TRACE_FILE)
-        except Exception as exc:        # noqa: BLE001 - the run's results matter more
-            self.meta.setdefault("notes", []).append(f"trace: merge failed: {exc}")
-            return None
-        self.meta["trace"] = {"file": trace.TRACE_FILE, "ops": summary.ops,
-                              "missing_ranks": summary.missing_ranks,
-                              "bad_records": len(summary.problems) + summary.more_problems}
-        return summary.diagnosis() if failed else None
-
-
-def _drop_tee_copies(log_dir: Path) -> None:
-    """torchrun's --tee also writes each worker's stdout and stderr under its --log-dir;
-    the node log and ranks/ hold the same bytes, so once the run is read the copies go
-    (a chatty lab would otherwise keep its output twice). The error files stay."""
-    for copy in log_dir.glob("*/attempt_*/*/std*.log"):
-        try:
-            copy.unlink()
-        except OSError:
-            pass
-
-
-class LogSplit:
-    """One streaming pass over every node log, resumable: rank logs, results.jsonl,
-    and the last exception of each rank and agent. Memory stays flat at any log size."""
-
-    def __init__(self, run: RunDir, indices: list[int]):
-        self.run, self.indices = run, indices
-        self.open_logs: dict[int, Any] = {}
-        self.found = blame.Findings(nproc_per_node=run.meta.get("nproc_per_node"))
-        # Local direct-mode nodes: the guard wrote each rank's log itself as the output
-        # came (and its own lines apart), so those are only read for results and errors,
-        # not split out of the node log again: a GB-sized log costs about one read.
-        self.guard_ranks: dict[int, list[int]] = {}
-        if run.rank_logs_by_guards:
-            for node in run.plan["nodes"]:
-                ranks = [p["rank"] for p in node["processes"] if p.get("rank") is not None]
-                if node["index"] in indices and ranks:
-                    self.guard_ranks[node["index"]] = ranks
-        kept = {run.rank_log(r) for ranks in self.guard_ranks.values() for r in ranks}
-        for old in (run.path / "ranks").glob("rank-*.log"):
-            if old not in kept:
-                old.unlink()
-        self.results = open(run.path / "results.jsonl", "w")
-        self.readers = {i: logs.NodeLogReader(on_result=self._result_line) if i in self.guard_ranks
-                        else logs.NodeLogReader(self._write, self._result_line) for i in indices}
-        self.offsets: dict[Path, int] = {}
-
-    def _rank_file(self, rank: int):
-        f = self.open_logs.get(rank)
-        if f is None:
-            if len(self.open_logs) >= OPEN_RANK_LOGS:
-                self.open_logs.pop(next(iter(self.open_logs))).close()
-            f = self.open_logs[rank] = open(self.run.rank_log(rank), "ab")
-        return f
-
-    def _write(self, rank: int, data: bytes) -> None:
-        """A rank's bytes as the node log held them, prefixes removed: straight to its log."""
-        self._rank_file(rank).write(data)
-
-    def _result_line(self, rank: int, line: str) -> None:
-        """A line holding the result marker, decoded (undecodable bytes as U+FFFD)."""
-        for record in logs.parse_results([line], rank=rank):
-            self.results.write(json.dumps(record, sort_keys=True) + "\n")
-            self.found.add_result(record)
-
-    def advance(self, budget: int | None) -> bool:
-        """Feed every node log from where the last call stopped; with a budget, only
-        complete lines and at most about `budget` bytes per node. True when every
-        log was read up to its end (its last line may still be being written)."""
-        caught_up = True
-        for index in self.indices:
-            reader = self.readers[index]
-            if index in self.guard_ranks:
-                sources = [(self.run.guard_log(index), reader.feed_stream)]
-                sources += [(self.run.rank_log(rank), partial(reader.feed_rank_stream, rank))
-                            for rank in self.guard_ranks[index]]
-            else:
-                sources = [(self.run.node_log(index), reader.feed_stream)]
-            for path, feed in sources:
-                if not path.is_file():
-                    continue
-                with open(path, "rb") as f:
-                    f.seek(self.offsets.get(path, 0))
-                    fed = feed(f, budget)
-                self.offsets[path] = self.offsets.get(path, 0) + fed
-                if budget is not None and fed >= budget:
-                    caught_up = False
-        # what was split so far is on disk while the lab runs (and after labctl is killed)
-        for f in self.open_logs.values():
-            f.flush()
-        self.results.flush()
-        return caught_up
-
-    def close(self) -> None:
-        """Close every file (a split given up on); what was written stays."""
-        for f in [*self.open_logs.values(), self.results]:
-            try:
-                f.close()
-            except OSError:
-                pass
-        self.open_logs.clear()
-
-    def finish(self) -> blame.Findings:
-        try:
-            self.advance(None)
-            for index in self.indices:
-                if not self.run.node_log(index).is_file():
-                    self.run.node_log(index).write_text("")
-                reader = self.readers[index]
-                reader.close()
-                self.found.add_node(index, reader)
-        finally:
-            for f in self.open_logs.values():
-                f.close()
-            self.results.close()
-        return self.found
+            atomicfile.write_text(folder / f"rank-{rank}.txt", "\n".join(lines) + "\n")

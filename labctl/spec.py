@@ -168,7 +168,7 @@ class LabSpec:
     last_call_timeout: int = 30
     pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
     debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
-    trace: bool = False                # record every collective/p2p op (LAB_TRACE=1; docs/trace.md)
+    trace: bool = True                 # record every op torch issues (LAB_TRACE=1; docs/trace.md)
     faults: tuple[Fault, ...] = ()     # injected faults, parsed at load (labctl/faults.py)
     # Where the faults' T counts from: every node started ("start"), or every rank's
     # init_process_group returned ("join": ranks say so, LAB_FAULT_CLOCK=join).
@@ -472,8 +472,8 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
         kw["debug"] = data["debug"]
     if "trace" in data and data["trace"] is not None:
         if not isinstance(data["trace"], bool):
-            raise bad("trace", data["trace"], "true or false (true: record every collective and p2p "
-                      "op into the run's trace.json; docs/trace.md)")
+            raise bad("trace", data["trace"], "true or false (true, the default: record every "
+                      "collective and p2p op into the run's trace.json; docs/trace.md)")
         kw["trace"] = data["trace"]
 
     if "backend" in data:               # one of the registry's: checked by backends.check_spec
@@ -989,7 +989,8 @@ join_timeout: 120        # whole seconds the c10d rendezvous waits for every nod
 # pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout, a
                          # script's too when it gives none; LAB_PG_TIMEOUT); torch's default: 30 min (gloo)
 # debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
-# trace: true            # every collective/p2p op of every rank into trace.json (docs/trace.md)
+# trace: false           # default true: every collective/p2p op of every rank into trace.json
+                         # (docs/trace.md; costs about 1-3 %, "What it costs")
 # faults:                # docs/failures.md; T, D: seconds after every node started
 #                        # (fault_clock: join: after every rank's init_process_group returned)
 #   - kill-rank:1@5      # SIGKILL worker rank 1

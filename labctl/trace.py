@@ -1,18 +1,22 @@
-"""Every rank's communication on one timeline (issue 21; docs/trace.md). Standard library only.
+"""Every rank's communication on one timeline (issues 21 and 30; docs/trace.md). Standard
+library only.
 
-The ranks write marked lines into their log stream (workloads/_trace.py): B when a
-rank enters an op, E when it completed, G per process group, M who the rank is,
-C its clock offset against rank 0. labctl already collects those logs on every
-backend into ranks/rank-<R>.log; `merge()` reads them all at once, streamed
-(heapq.merge by start time: only ops in flight and collectives some rank has not
-reached yet are held), and writes:
+The ranks write marked lines into their log stream (workloads/_trace.py): an H header
+(the rank's time origin), S call sites, B when a rank entered an op, E when it completed,
+X both at once, G per process group, M who the rank is, C its clock offset against rank 0,
+T "alive at". labctl already collects those logs on every backend into
+ranks/rank-<R>.log; `merge()` reads them all at once, streamed (heapq.merge: only ops in
+flight and collectives some rank has not reached yet are held), and writes:
 
-- trace.json: Chrome trace events (Perfetto, chrome://tracing): a process per node,
-  a thread per rank, an `X` slice per op, `s`/`f` flows from each send to its recv,
-  clock offsets in `metadata`;
-- a `Summary`: per (pg, op) totals, the worst stragglers, bad records, and per
-  process group where the ranks stopped (`Stuck`), which the report names at a
-  hang or a failure.
+- trace.json: Chrome trace events (Perfetto, chrome://tracing): a process per node, a
+  thread per rank (tid = rank) and, for ops that overlap the rank's others (async ops,
+  DDP buckets, isend/irecv), a few more threads per rank (tid = rank + lane * LANE_TID), so
+  no two `X` slices of one thread partly overlap; `s`/`f` flows from each send to its
+  recv; times in µs since the run's first op (`metadata.t0_unix_ns`), so ts >= 0 and no
+  double loses a digit; an op that never ended is drawn to the end of the trace, marked
+  `unfinished`;
+- a `Summary`: per (pg, op) totals, the worst stragglers, bad records, and per process
+  group where the ranks stopped (`Stuck`), which the report names at a hang or a failure.
 """
 from __future__ import annotations
 
@@ -38,6 +42,13 @@ MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may ne
 MAX_LINE = 1 << 20                  # a log line is read this far: no record the ranks write is longer
 MAX_PENDING_OPS = 100_000           # ops begun and not yet ended that the merge holds, all ranks
 MIN_PENDING_PER_RANK = 10_000       # (about 400 B each), shared out, but at least this many a rank
+MAX_LANES = 16                      # threads per rank for overlapping ops; past that: async events
+LANE_TID = 1_000_000                # a lane's thread id: rank + lane * LANE_TID
+MAX_UNFINISHED_DRAWN = 10_000       # ops never ended drawn to the trace's end; the rest: instants
+MAX_SITES = 200_000                 # call sites held per rank (the ranks renumber past 20,000)
+MAX_INT = 1 << 62                   # no count, rank, size or time a rank writes is larger
+CPP_OPS_NOTE = 10_000               # this many ops issued from C++: say what tracing them costs
+CPP_OP_COST = "about 20-80 µs of CPU each"   # benchmarks/trace.py, CPU table (docs/trace.md)
 
 
 def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
@@ -74,6 +85,8 @@ class Op:
     caller: str
     start: int
     end: int | None                 # None: never completed (hang, crash, async never waited)
+    api: str | None = None          # the torch.distributed function called (all_gather_object ...)
+    via: str | None = None          # "c++": issued by torch's C++ (DDP's Reducer, functional collectives)
 
     @property
     def label(self) -> str:
@@ -86,6 +99,22 @@ class Op:
         return f"{self.label} {self.dtype or ''}".strip()
 
 
+@dataclass(slots=True)
+class _Site:
+    """What a rank's S line says about one call site (shared by its ops)."""
+    op: str
+    pg: str
+    p2p: bool
+    nbytes: int
+    dtype: str | None
+    shape: list[int] | None
+    peer: int | None
+    root: int | None
+    caller: str
+    api: str | None
+    via: str | None
+
+
 @dataclass
 class RankInfo:
     rank: int
@@ -95,6 +124,7 @@ class RankInfo:
     rtt_ns: int | None = None
     clock_error: str | None = None
     records: int = 0
+    ops: int = 0                    # op records (B/X) seen
 
 
 @dataclass
@@ -114,6 +144,7 @@ class OpTotal:
     total_ns: int = 0
     slowest_ns: int = 0
     slowest_rank: int | None = None
+    unfinished: int = 0
 
 
 @dataclass
@@ -136,6 +167,7 @@ class Stuck:
     last: dict[int, str]            # rank -> its last collective entered ("#5 all_reduce [1000]")
     mismatch: str | None = None
     culprit: int | None = None      # the rank that called something else, or never came
+    silent: list[int] = field(default_factory=list)   # missing ranks without a single trace record
 
     def describe(self) -> str:
         parts = []
@@ -143,22 +175,29 @@ class Stuck:
             parts.append(self.mismatch)
         if self.missing:
             who = ", ".join(f"rank {r}" for r in self.missing)
-            was = "; ".join(f"rank {r}: {self.last[r]}" if r in self.last else f"rank {r}: none"
-                            for r in self.missing)
+            was = "; ".join(self._last_of(r) for r in self.missing)
             inside = ", ".join(map(str, self.waiting))
             verb = "ranks {} wait" if len(self.waiting) > 1 else "rank {} waits"
             parts.append(f"{verb.format(inside)} in {self.op} (collective #{self.seq} of {self.pg}) "
-                         f"which {who} never entered (last entered: {was})" if self.waiting else
+                         f"which {who} never entered ({was})" if self.waiting else
                          f"{who} never entered collective #{self.seq} of {self.pg}")
         if not parts:
             parts.append(f"rank {', '.join(map(str, self.waiting))} never left {self.op} "
                          f"(collective #{self.seq} of {self.pg})")
         return "; ".join(parts)
 
+    def _last_of(self, rank: int) -> str:
+        if rank in self.last:
+            return f"last entered: rank {rank}: {self.last[rank]}"
+        if rank in self.silent:     # not "none": its records may have died with it
+            return f"rank {rank} left no op record: it ended or was killed before writing one"
+        return f"last entered: rank {rank}: none"
+
     def to_dict(self) -> dict[str, Any]:
         return {"pg": self.pg, "seq": self.seq, "op": self.op, "waiting": self.waiting,
                 "missing": self.missing, "last": {str(r): v for r, v in sorted(self.last.items())},
-                "mismatch": self.mismatch, "rank": self.culprit, "text": self.describe()}
+                "mismatch": self.mismatch, "rank": self.culprit, "no_records": self.silent,
+                "text": self.describe()}
 
 
 @dataclass
@@ -176,10 +215,23 @@ class Summary:
     ops: int = 0
     flows: int = 0
     unfinished: int = 0
+    t0_ns: int | None = None        # the run's first op, on rank 0's clock: ts 0 in trace.json
+    end_ns: int | None = None       # the last moment any rank was known alive: where unfinished ops end
+    lanes: dict[int, int] = field(default_factory=dict)   # rank -> threads its ops needed
+    cpp_ops: int = 0                # ops torch's C++ issued (functional collectives, DDP's Reducer)
 
     @property
     def empty(self) -> bool:
         return self.ops == 0
+
+    @property
+    def cost_note(self) -> str | None:
+        """Many ops issued from C++ (DTensor, functional collectives in a loop): the case
+        where tracing costs more than the rest, said with its measured cost."""
+        if self.cpp_ops < CPP_OPS_NOTE:
+            return None
+        return (f"{self.cpp_ops} ops were issued by torch's C++ (functional collectives, DTensor, DDP) and "
+                f"traced at {CPP_OP_COST} (docs/trace.md, \"What it costs\"); --no-trace turns tracing off")
 
     def problem(self, file: str, line: int, text: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -199,6 +251,39 @@ class Summary:
 
 # ---------------------------------------------------------------- reading one rank
 
+class _Bad(Exception):
+    """A record that cannot be used; its text names the field."""
+
+
+def _int(value: Any, what: str, low: int = 0) -> int:
+    """A whole number in [low, MAX_INT]: JSON's 1e309 (inf), 1.5, true and "7" are not."""
+    if type(value) is not int or not low <= value <= MAX_INT:
+        raise _Bad(f"trace record with an unusable {what}: {str(value)[:40]}")
+    return value
+
+
+def _opt_int(value: Any, what: str, low: int = 0) -> int | None:
+    return None if value is None else _int(value, what, low)
+
+
+def _str(value: Any, what: str) -> str:
+    if type(value) is not str or len(value) > 4096:
+        raise _Bad(f"trace record with an unusable {what}: {str(value)[:40]}")
+    return sys.intern(value)
+
+
+def _opt_str(value: Any, what: str) -> str | None:
+    return None if value is None else _str(value, what)
+
+
+def _shape(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if type(value) is not list or len(value) > 64:
+        raise _Bad(f"trace record with an unusable shape: {str(value)[:40]}")
+    return [_int(x, "shape") for x in value]
+
+
 class _RankReader:
     """Ops of one rank log, in the order they completed; never-completed ones at the end."""
 
@@ -208,6 +293,35 @@ class _RankReader:
         self.info = summary.ranks.setdefault(rank, RankInfo(rank))
         self.groups: dict[str, list[int]] = {}
         self.last: dict[str, Op] = {}               # pg -> last collective entered
+        self.sites: dict[int, _Site] = {}
+        self.base = 0                               # the rank's time origin (H line); 0 for old records
+        self.alive = 0                              # latest time seen (rank 0's clock)
+
+    def first_start(self) -> int | None:
+        """The start of this rank's first op on rank 0's clock (None: no op), reading no
+        further than that op: where the trace's time 0 is."""
+        base, offset = 0, 0
+        with open(self.path, "rb") as f:
+            for raw, whole in _lines(f):
+                at = raw.find(_MARKER_BYTES)
+                if at < 0 or not whole:
+                    continue
+                payload = raw[at + len(_MARKER_BYTES):].strip()
+                try:
+                    if payload[:1] == b"{":
+                        rec = json.loads(payload)
+                        kind = rec.get("k")
+                        if kind == "H":
+                            base = _int(rec["t0"], "t0")
+                        elif kind == "C" and "offset_ns" in rec:
+                            offset = _int(rec["offset_ns"], "clock offset", -MAX_INT)
+                        elif kind == "B":
+                            return _int(rec["t"], "time") + offset
+                    elif payload[:1] in (b"B", b"X"):
+                        return base + _int(int(payload.split()[4]), "time") + offset
+                except (ValueError, KeyError, TypeError, IndexError, AttributeError, _Bad):
+                    continue
+        return None
 
     def __iter__(self) -> Iterator[Op]:
         pending: OrderedDict[Any, Op] = OrderedDict()   # begun, not yet ended, oldest first
@@ -222,21 +336,29 @@ class _RankReader:
                     self.summary.problem(name, number, f"a line of more than {MAX_LINE >> 20} MiB "
                                          "holds a trace record: skipped")
                     continue
-                payload = raw[at + len(_MARKER_BYTES):]
+                payload = raw[at + len(_MARKER_BYTES):].strip()
                 try:
-                    rec = json.loads(payload)
-                    kind = rec["k"]
-                except (ValueError, KeyError, TypeError):
+                    if payload[:1] == b"{":
+                        rec = json.loads(payload)
+                        kind = rec["k"]
+                    else:
+                        rec = payload.split()
+                        kind = rec[0].decode()
+                except (ValueError, KeyError, TypeError, IndexError):
                     self.summary.problem(name, number, "garbled or truncated trace record: "
                                          + payload[:60].decode(errors="replace").strip())
                     continue
                 self.info.records += 1
                 try:
-                    if kind == "B":
-                        op = self._op(rec)
-                        pending[rec["i"]] = op
+                    if kind == "B" or kind == "X":
+                        op, ident = self._begin(rec)
+                        self.info.ops += 1
                         if op.seq is not None:
                             self.last[op.pg] = op
+                        if op.end is not None:
+                            yield op
+                            continue
+                        pending[ident] = op
                         if len(pending) > self.max_pending:
                             # isends never waited on, say: holding them all would cost the
                             # merge memory without bound. The oldest is shown unfinished
@@ -249,29 +371,100 @@ class _RankReader:
                             let_go = max(let_go or 0, ident if isinstance(ident, int) else 0)
                             yield oldest
                     elif kind == "E":
-                        op = pending.pop(rec["i"], None)
+                        ident, end, peer = self._end(rec)
+                        op = pending.pop(ident, None)
                         if op is None:
-                            if not (isinstance(rec["i"], int) and let_go and rec["i"] <= let_go):
-                                self.summary.problem(name, number, f"end of op {rec['i']} that never began")
+                            if not (isinstance(ident, int) and let_go and ident <= let_go):
+                                self.summary.problem(name, number, f"end of op {ident} that never began")
                             continue
-                        op.end = int(rec["t"]) + self.info.offset_ns
-                        if op.peer is None and isinstance(rec.get("peer"), int):
-                            op.peer = rec["peer"]
+                        op.end = max(end, op.start)
+                        if op.peer is None and peer is not None:
+                            op.peer = peer
                         yield op
-                    elif kind == "G":
-                        self.groups[rec["pg"]] = [int(r) for r in rec["ranks"]]
-                    elif kind == "M":
-                        self.info.node, self.info.host = rec.get("node"), rec.get("host")
-                    elif kind == "C":
-                        if "error" in rec:
-                            self.info.clock_error = str(rec["error"])
-                        else:
-                            self.info.offset_ns = int(rec["offset_ns"])
-                            self.info.rtt_ns = int(rec.get("rtt_ns", 0))
-                except (KeyError, TypeError, ValueError) as exc:
+                    else:
+                        self._other(kind, rec)
+                except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
                     self.summary.problem(name, number, f"trace record without a usable {exc}")
+                except _Bad as exc:
+                    self.summary.problem(name, number, str(exc))
         for op in pending.values():
             yield self._unfinished(op)
+
+    def _time(self, value: Any) -> int:
+        """A record's time on rank 0's clock (ns)."""
+        t = self.base + _int(value, "time") + self.info.offset_ns
+        if t > self.alive:
+            self.alive = t
+        return t
+
+    def _begin(self, rec: Any) -> tuple[Op, Any]:
+        if isinstance(rec, dict):                   # the first recorder's lines: everything inline
+            return self._op(rec), rec["i"]
+        try:
+            if len(rec) != (6 if rec[0] == b"X" else 5):
+                raise ValueError
+            ident, site_id, seq, times = int(rec[1]), int(rec[2]), int(rec[3]), [int(x) for x in rec[4:]]
+        except ValueError:
+            raise _Bad("garbled or truncated trace record: "
+                       + b" ".join(rec).decode(errors="replace")[:60]) from None
+        site = self.sites.get(site_id)
+        if site is None:
+            raise _Bad(f"op of call site {site_id}, which no S line described")
+        start = self._time(times[0])
+        end = max(self._time(times[1]), start) if len(times) == 2 else None
+        seq = _int(seq, "sequence number")
+        return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p else seq,
+                  p2p=seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
+                  dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
+                  api=site.api, via=site.via), ident
+
+    def _end(self, rec: Any) -> tuple[Any, int, int | None]:
+        if isinstance(rec, dict):
+            peer = rec.get("peer")
+            return rec["i"], self._time(rec["t"]), peer if type(peer) is int else None
+        try:
+            if len(rec) not in (3, 4):
+                raise ValueError
+            ident, t, peer = int(rec[1]), int(rec[2]), int(rec[3]) if len(rec) == 4 else None
+        except ValueError:
+            raise _Bad("garbled or truncated trace record: "
+                       + b" ".join(rec).decode(errors="replace")[:60]) from None
+        return ident, self._time(t), _opt_int(peer, "peer")
+
+    def _other(self, kind: str, rec: Any) -> None:
+        if not isinstance(rec, dict):
+            raise _Bad(f"garbled or truncated trace record: {kind}")
+        if kind == "S":
+            if len(self.sites) >= MAX_SITES:           # the rank renumbers its sites: the oldest go
+                del self.sites[next(iter(self.sites))]
+            peer_or_root = _opt_int(rec.get("peer"), "peer"), _opt_int(rec.get("root"), "root")
+            p2p = rec.get("kind") == "p"
+            self.sites[_int(rec["s"], "site")] = _Site(
+                op=_str(rec["op"], "op"), pg=_str(rec["pg"], "pg"), p2p=p2p, nbytes=_int(rec["bytes"], "bytes"),
+                dtype=_opt_str(rec.get("dtype"), "dtype"), shape=_shape(rec.get("shape")),
+                peer=peer_or_root[0], root=peer_or_root[1], caller=_str(rec.get("caller", "?"), "caller"),
+                api=_opt_str(rec.get("api"), "api"), via=_opt_str(rec.get("via"), "via"))
+        elif kind == "H":
+            self.base = _int(rec["t0"], "t0")
+        elif kind == "G":
+            ranks = rec["ranks"]
+            if type(ranks) is not list:
+                raise _Bad(f"trace record with unusable ranks: {str(ranks)[:40]}")
+            self.groups[_str(rec["pg"], "pg")] = [_int(r, "rank") for r in ranks]
+        elif kind == "M":
+            node, host = rec.get("node"), rec.get("host")
+            self.info.node = _int(node, "node") if node is not None else None
+            self.info.host = _opt_str(host, "host")
+        elif kind == "C":
+            if "error" in rec:
+                self.info.clock_error = str(rec["error"])[:200]
+            else:
+                self.info.offset_ns = _int(rec["offset_ns"], "clock offset", -MAX_INT)
+                self.info.rtt_ns = _int(rec.get("rtt_ns", 0), "round trip")
+        elif kind == "T":
+            self._time(rec["t"])
+        else:
+            raise _Bad(f"trace record of an unknown kind: {str(kind)[:20]}")
 
     def _unfinished(self, op: Op) -> Op:
         """An op that never ended: a p2p one is named (the first 50)."""
@@ -287,12 +480,15 @@ class _RankReader:
         return op
 
     def _op(self, rec: dict) -> Op:
-        dtype = rec.get("dtype")
-        return Op(rank=self.rank, op=sys.intern(str(rec["op"])), pg=sys.intern(str(rec["pg"])),
-                  seq=rec.get("seq"), p2p=rec.get("p2p"), peer=rec.get("peer"), root=rec.get("root"),
-                  shape=rec.get("shape"), dtype=sys.intern(dtype) if isinstance(dtype, str) else dtype,
-                  nbytes=int(rec.get("bytes", 0)), caller=sys.intern(str(rec.get("caller", "?"))),
-                  start=int(rec["t"]) + self.info.offset_ns, end=None)
+        """An op of the first recorder's B line (every field inline, absolute time)."""
+        dtype, peer, root = rec.get("dtype"), rec.get("peer"), rec.get("root")
+        start = _int(rec["t"], "time") + self.info.offset_ns
+        self.alive = max(self.alive, start)
+        return Op(rank=self.rank, op=_str(rec["op"], "op"), pg=_str(rec["pg"], "pg"),
+                  seq=_opt_int(rec.get("seq"), "sequence number"), p2p=_opt_int(rec.get("p2p"), "p2p number"),
+                  peer=_opt_int(peer, "peer"), root=_opt_int(root, "root"), shape=_shape(rec.get("shape")),
+                  dtype=_opt_str(dtype, "dtype"), nbytes=_int(rec.get("bytes", 0), "bytes"),
+                  caller=_str(rec.get("caller", "?"), "caller"), start=start, end=None)
 
 
 # ---------------------------------------------------------------- one rank's ops, as it recorded them
@@ -309,61 +505,69 @@ class RankOp:
     end: int | None                 # None: never completed (hang, crash, async op never waited on)
 
 
+class _OwnClock(_RankReader):
+    """A rank's ops with its times as the rank took them: its clock offset to rank 0
+    (the C record) is not applied."""
+
+    def _other(self, kind: str, rec: Any) -> None:
+        if kind != "C":
+            super()._other(kind, rec)
+
+
 def rank_ops(path: str | Path) -> list[RankOp]:
-    """Every op one rank log records, in the order the rank began them. Records that
-    cannot be read are skipped (merge() names them)."""
-    began: list[dict] = []
-    ended: dict[Any, dict] = {}
-    with open(path, "rb") as f:
-        for raw, whole in _lines(f):
-            at = raw.find(_MARKER_BYTES)
-            if at < 0 or not whole:
-                continue
-            try:
-                rec = json.loads(raw[at + len(_MARKER_BYTES):])
-                kind = rec["k"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            if kind == "B" and "op" in rec and "t" in rec:
-                began.append(rec)
-            elif kind == "E" and "i" in rec:
-                ended[rec["i"]] = rec
-    ops = []
-    for rec in began:
-        end = ended.get(rec.get("i"), {})
-        peer = rec.get("peer", end.get("peer"))
-        try:
-            ops.append(RankOp(op=str(rec["op"]), peer=peer if isinstance(peer, int) else None,
-                              nbytes=int(rec.get("bytes", 0)), caller=str(rec.get("caller", "?")),
-                              begin=int(rec["t"]), end=int(end["t"]) if "t" in end else None))
-        except (TypeError, ValueError):
-            continue
+    """Every op one rank log records, in the order the rank began them, read as the merge
+    reads them (both record formats). Records that cannot be read are skipped (merge()
+    names them)."""
+    reader = _OwnClock(Path(path), 0, Summary(path=Path(path)), max_pending=MAX_INT)
+    ops = [RankOp(op=o.op, peer=o.peer, nbytes=o.nbytes, caller=o.caller, begin=o.start, end=o.end)
+           for o in reader]
     ops.sort(key=lambda o: o.begin)
     return ops
 
-
-# ---------------------------------------------------------------- the merge
 
 def _flow_id(pg: str, src: int, dst: int, k: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{pg}:{src}>{dst}#{k}".encode(), digest_size=6).digest(), "big")
 
 
 def _us(ns: int) -> float:
-    return round(ns / 1000.0, 3)
+    """ns since t0 as µs: whole ns, so ts + dur lands exactly where the end is."""
+    return ns / 1000.0
+
+
+class _Lanes:
+    """Threads for one rank's ops so that no two slices of a thread partly overlap: lane 0
+    (tid = rank) first, then the lowest lane free since the op began; past MAX_LANES, None
+    (the op is drawn as an async event)."""
+
+    def __init__(self) -> None:
+        self.free_at: list[int] = []                # lane -> when its last slice ends
+
+    def place(self, start: int, end: int) -> int | None:
+        for lane, free in enumerate(self.free_at):
+            if free <= start:
+                self.free_at[lane] = end
+                return lane
+        if len(self.free_at) < MAX_LANES:
+            self.free_at.append(end)
+            return len(self.free_at) - 1
+        return None
 
 
 class _Merge:
-    def __init__(self, summary: Summary, out, hostnames: dict[int, str]):
-        self.s, self.out, self.hostnames = summary, out, hostnames
+    def __init__(self, summary: Summary, out, hostnames: dict[int, str], t0: int):
+        self.s, self.out, self.hostnames, self.t0 = summary, out, hostnames, t0
         self.first = True
         self.named_nodes: set[int] = set()
-        self.named_ranks: set[int] = set()
+        self.named_threads: set[tuple[int, int]] = set()
+        self.lanes: dict[int, _Lanes] = {}
         self.sent: dict[tuple[str, int, int], int] = {}      # (pg, src, dst) -> sends so far
         self.received: dict[tuple[str, int, int], int] = {}
         # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
         self.open: dict[tuple[str, int], dict[int, tuple[int, Op]]] = {}
         self.worst: list[tuple[int, int, Straggler]] = []     # min-heap of the worst ten
         self.tiebreak = 0
+        self.unfinished: list[tuple[int, int, Op]] = []       # drawn at the end; heap of the latest
+        self.async_ids = 0
 
     def event(self, ev: dict) -> None:
         self.out.write(("" if self.first else ",\n") + json.dumps(ev, separators=(",", ":")))
@@ -373,7 +577,8 @@ class _Merge:
         info = self.s.ranks.get(rank)
         return info.node if info and isinstance(info.node, int) else 0
 
-    def name(self, rank: int) -> None:
+    def thread(self, rank: int, lane: int) -> int:
+        """The tid of a rank's lane, named the first time."""
         node = self.node_of(rank)
         if node not in self.named_nodes:
             self.named_nodes.add(node)
@@ -382,53 +587,104 @@ class _Merge:
             self.event({"ph": "M", "name": "process_name", "pid": node,
                         "args": {"name": f"node {node} ({host})"}})
             self.event({"ph": "M", "name": "process_sort_index", "pid": node, "args": {"sort_index": node}})
-        if rank not in self.named_ranks:
-            self.named_ranks.add(rank)
-            self.event({"ph": "M", "name": "thread_name", "pid": node, "tid": rank,
-                        "args": {"name": f"rank {rank}"}})
-            self.event({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": rank,
-                        "args": {"sort_index": rank}})
+        tid = rank + lane * LANE_TID
+        if (rank, lane) not in self.named_threads:
+            self.named_threads.add((rank, lane))
+            self.event({"ph": "M", "name": "thread_name", "pid": node, "tid": tid,
+                        "args": {"name": f"rank {rank}" if lane == 0 else f"rank {rank} (overlapping {lane})"}})
+            self.event({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": tid,
+                        "args": {"sort_index": rank * (MAX_LANES + 1) + lane}})
+            self.s.lanes[rank] = max(self.s.lanes.get(rank, 0), lane + 1)
+        return tid
 
     def add(self, op: Op, groups: dict[str, list[int]]) -> None:
         s = self.s
         s.ops += 1
-        self.name(op.rank)
-        node = self.node_of(op.rank)
-        dur = (op.end - op.start) if op.end is not None else 0
-        args: dict[str, Any] = {"rank": op.rank, "pg": op.pg, "seq": op.seq if op.seq is not None else None,
-                                "bytes": op.nbytes, "dtype": op.dtype, "shape": op.shape,
-                                "caller": op.caller}
+        if op.via is not None:
+            s.cpp_ops += 1
+        if op.end is None:
+            s.unfinished += 1
+            item = (op.start, self.tiebreak, op)
+            self.tiebreak += 1
+            if len(self.unfinished) < MAX_UNFINISHED_DRAWN:
+                heapq.heappush(self.unfinished, item)
+            else:                                   # keep the latest: the op a rank hangs in is one
+                self.draw_instant(heapq.heappushpop(self.unfinished, item)[2])
+        else:
+            self.draw(op, op.end)
+        total = s.totals.setdefault((op.pg, op.op), OpTotal())
+        total.count += 1
+        total.nbytes += op.nbytes
+        if op.end is None:
+            total.unfinished += 1
+        else:
+            dur = op.end - op.start
+            total.total_ns += dur
+            if dur > total.slowest_ns:
+                total.slowest_ns, total.slowest_rank = dur, op.rank
+        if op.seq is not None:
+            self.collective(op, groups.get(op.pg))
+
+    def args(self, op: Op) -> dict[str, Any]:
+        args: dict[str, Any] = {"rank": op.rank, "pg": op.pg, "seq": op.seq, "bytes": op.nbytes,
+                                "dtype": op.dtype, "shape": op.shape, "caller": op.caller}
         if op.p2p is not None:
             args["p2p_seq"] = op.p2p
         if op.peer is not None:
             args["peer"] = op.peer
         if op.root is not None:
             args["root"] = op.root
+        if op.api is not None and op.api != op.op:
+            args["api"] = op.api
+        if op.via is not None:
+            args["via"] = op.via
+        return args
+
+    def draw(self, op: Op, end: int) -> None:
+        """The op's slice, on the first lane of its rank free since it began, and its end
+        of a send->recv flow."""
+        start = max(op.start - self.t0, 0)
+        stop = max(end - self.t0, start)
+        lanes = self.lanes.setdefault(op.rank, _Lanes())
+        lane = lanes.place(start, stop)
+        args = self.args(op)
         if op.end is None:
             args["unfinished"] = True
-            s.unfinished += 1
-        self.event({"ph": "X", "name": op.op, "cat": op.pg, "pid": node, "tid": op.rank,
-                    "ts": _us(op.start), "dur": _us(max(dur, 0)), "args": args})
-        total = s.totals.setdefault((op.pg, op.op), OpTotal())
-        total.count += 1
-        total.nbytes += op.nbytes
-        total.total_ns += max(dur, 0)
-        if dur > total.slowest_ns:
-            total.slowest_ns, total.slowest_rank = dur, op.rank
+        node = self.node_of(op.rank)
+        if lane is None:                            # more overlapping ops than lanes: an async pair
+            self.async_ids += 1
+            tid = self.thread(op.rank, 0)
+            common = {"name": op.op, "cat": op.pg, "pid": node, "tid": tid, "id2": {"local": self.async_ids}}
+            self.event({**common, "ph": "b", "ts": _us(start), "args": args})
+            self.event({**common, "ph": "e", "ts": _us(stop)})
+            return
+        tid = self.thread(op.rank, lane)
+        self.event({"ph": "X", "name": op.op, "cat": op.pg, "pid": node, "tid": tid,
+                    "ts": _us(start), "dur": _us(stop - start), "args": args})
         if op.peer is not None and op.op in ("send", "isend"):
             key = (op.pg, op.rank, op.peer)
             k = self.sent[key] = self.sent.get(key, 0) + 1
             self.event({"ph": "s", "id": _flow_id(op.pg, op.rank, op.peer, k), "name": "p2p",
-                        "cat": "p2p", "pid": node, "tid": op.rank, "ts": _us(op.start)})
-            s.flows += 1
+                        "cat": "p2p", "pid": node, "tid": tid, "ts": _us(start)})
+            self.s.flows += 1
         elif op.peer is not None and op.op in ("recv", "irecv"):
             key = (op.pg, op.peer, op.rank)
             k = self.received[key] = self.received.get(key, 0) + 1
-            ts = op.end if op.end is not None else op.start
             self.event({"ph": "f", "bp": "e", "id": _flow_id(op.pg, op.peer, op.rank, k), "name": "p2p",
-                        "cat": "p2p", "pid": node, "tid": op.rank, "ts": _us(ts)})
-        if op.seq is not None:
-            self.collective(op, groups.get(op.pg))
+                        "cat": "p2p", "pid": node, "tid": tid, "ts": _us(stop)})
+
+    def draw_instant(self, op: Op) -> None:
+        """An unfinished op past MAX_UNFINISHED_DRAWN: an instant where it began."""
+        args = self.args(op)
+        args["unfinished"] = True
+        self.event({"ph": "i", "s": "t", "name": op.op, "cat": op.pg, "pid": self.node_of(op.rank),
+                    "tid": self.thread(op.rank, 0), "ts": _us(max(op.start - self.t0, 0)), "args": args})
+
+    def finish(self, end: int) -> None:
+        """Every unfinished op, to the end of the trace (earliest first: the lanes fill in order)."""
+        for _, _, op in sorted(self.unfinished, key=lambda x: (x[0], x[1])):
+            self.draw(op, max(end, op.start))
+        self.unfinished = []
 
     def collective(self, op: Op, members: list[int] | None) -> None:
         key = (op.pg, op.seq)
@@ -477,6 +733,8 @@ def _mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
             f"collective #{seq} of {pg}")
 
 
+
+
 def rank_logs(run_path: Path) -> dict[int, Path]:
     found = {}
     for path in (run_path / "ranks").glob("rank-*.log"):
@@ -494,10 +752,13 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
     logs = rank_logs(run_path)
     per_rank = max(MIN_PENDING_PER_RANK, MAX_PENDING_OPS // max(1, len(logs)))
     readers = [_RankReader(path, rank, summary, per_rank) for rank, path in sorted(logs.items())]
+    firsts = [t for t in (r.first_start() for r in readers) if t is not None]
+    t0 = min(firsts) if firsts else 0
+    summary.t0_ns = t0 if firsts else None
     groups: dict[str, list[int]] = {}
     with atomicfile.atomic_open(summary.path) as f:       # cut short: no trace.json, no .tmp
         f.write('{"traceEvents":[\n')
-        m = _Merge(summary, f, hostnames or {})
+        m = _Merge(summary, f, hostnames or {}, t0)
 
         def tagged(reader: _RankReader) -> Iterator[tuple[int, Op, _RankReader]]:
             for op in reader:
@@ -510,12 +771,16 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         for reader in readers:
             for pg, members in reader.groups.items():
                 groups.setdefault(pg, members)
+        end = max([r.alive for r in readers] + [t0])
+        summary.end_ns = end if firsts else None
+        m.finish(end)
         summary.stragglers = [s for _, _, s in sorted(m.worst, key=lambda x: (-x[0], x[1]))]
-        summary.stuck, extra = _stuck_from_readers(readers, groups)
-        summary.mismatches.extend(x for x in extra if x not in summary.mismatches)
         expected = range(world) if world is not None else sorted(logs)
         summary.missing_ranks = [r for r in expected if summary.ranks.get(r) is None
                                  or summary.ranks[r].records == 0]
+        silent = [r for r in expected if summary.ranks.get(r) is None or summary.ranks[r].ops == 0]
+        summary.stuck, extra = _stuck_from_readers(readers, groups, silent)
+        summary.mismatches.extend(x for x in extra if x not in summary.mismatches)
         f.write("\n],\n")
         f.write('"displayTimeUnit":"ms",\n"metadata":' + json.dumps(_metadata(summary), sort_keys=True)
                 + "}\n")
@@ -530,8 +795,14 @@ def _metadata(s: Summary) -> dict[str, Any]:
                                      "clock_offset_ms": round(info.offset_ns / 1e6, 6),
                                      "rtt_ms": None if info.rtt_ns is None else round(info.rtt_ns / 1e6, 6)}
     return {"source": "labctl trace (workloads/_trace.py records, labctl/trace.py merge)",
+            "time": "ts and dur in µs since t0_unix_ns (the run's first op, on rank 0's clock)",
+            "t0_unix_ns": s.t0_ns,
+            "end_us": None if s.end_ns is None or s.t0_ns is None else _us(s.end_ns - s.t0_ns),
+            "threads": f"tid = rank + lane * {LANE_TID}: lane 0 is the rank's own, lanes 1.. hold the "
+                       "ops that overlap it (async ops, DDP buckets, isend/irecv)",
+            "lanes_by_rank": {str(r): n for r, n in sorted(s.lanes.items())},
             "clock": "every rank's wall clock plus its offset against rank 0, measured at init "
-                     f"(NTP estimate over send/recv, best of {CLOCK_ROUNDS} round trips: off by at most "
+                     f"(NTP estimate over the store, best of {CLOCK_ROUNDS} round trips: off by at most "
                      "half its round trip, clock_rtt_ms_by_rank)",
             "clock_offsets_by_node": nodes,
             "clock_offsets_ms_by_rank": {str(r): round(i.offset_ns / 1e6, 6) for r, i in sorted(s.ranks.items())
@@ -544,21 +815,22 @@ def _metadata(s: Summary) -> dict[str, Any]:
                                                            if s.more_problems else [])}
 
 
-def _stuck_from_readers(readers: list[_RankReader], groups: dict[str, list[int]]
+def _stuck_from_readers(readers: list[_RankReader], groups: dict[str, list[int]], silent: list[int]
                         ) -> tuple[list[Stuck], list[str]]:
     last: dict[str, dict[int, Op]] = {}
     for reader in readers:
         for pg, op in reader.last.items():
             last.setdefault(pg, {})[reader.rank] = op
-    return _stuck(last, groups)
+    return _stuck(last, groups, silent=silent)
 
 
-def _stuck(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False
-           ) -> tuple[list[Stuck], list[str]]:
+def _stuck(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False,
+           silent: list[int] | None = None) -> tuple[list[Stuck], list[str]]:
     """Per process group with an op some rank never completed: the furthest collective,
     who is inside it, who never entered it, and a mismatch at that sequence number.
     `only_clear`: name a group only for a missing rank or a mismatch (Flight Recorder
-    entries on gloo never say whether an op completed)."""
+    entries on gloo never say whether an op completed). `silent`: ranks that wrote no op
+    record at all (said so, not "last entered: none")."""
     found, mismatches = [], []
     for pg, by_rank in sorted(last.items()):
         if all(op.end is not None for op in by_rank.values()):
@@ -578,7 +850,7 @@ def _stuck(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_cl
         culprit = _odd_ranks(inside)[0] if mismatch else (missing[0] if missing else None)
         found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing, culprit=culprit,
                            last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},
-                           mismatch=mismatch))
+                           mismatch=mismatch, silent=[r for r in missing if r in (silent or [])]))
     return found, mismatches
 
 
@@ -671,8 +943,10 @@ def text(summary: Summary) -> str:
         lines.append("warning: no trace records from "
                      + ", ".join(f"rank {r}" for r in summary.missing_ranks))
     if summary.empty:
-        lines.append("no trace records in any rank log (was the lab run with `trace: true` / --trace?)")
+        lines.append("no trace records in any rank log (was the lab run with `trace: false` / --no-trace?)")
         return "\n".join(lines)
+    if summary.cost_note:
+        lines.append(f"note: {summary.cost_note}")
     lines += [f"{summary.ops} ops, {summary.flows} send→recv flows; timeline: {summary.path} "
               "(open it in https://ui.perfetto.dev or chrome://tracing)", "",
               "## Per process group and op", "",
@@ -715,7 +989,9 @@ def _slices(trace_path: Path, limit: int) -> tuple[list[tuple[int, str, float, f
                 continue
             try:
                 ev = json.loads(raw.rstrip().rstrip(b","))
-                found.append((int(ev["tid"]), str(ev["name"]), float(ev["ts"]), float(ev["dur"])))
+                rank = (ev.get("args") or {}).get("rank")
+                rank = rank if type(rank) is int else int(ev["tid"]) % LANE_TID
+                found.append((rank, str(ev["name"]), float(ev["ts"]), float(ev["dur"])))
             except (ValueError, KeyError, TypeError):
                 continue            # a damaged line: the picture goes on without it
     return found, total

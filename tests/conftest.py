@@ -47,3 +47,37 @@ def write_script(tmp_path):
         path.write_text(body)
         return path
     return write
+
+
+def decided(result, rundir):
+    """What a driver's result comes to before any log is read: labctl/verdict.py decides
+    the state from what the driver saw (`result.seen`), as the finish does. The driver
+    tests assert the lifecycle's rules through it."""
+    from types import SimpleNamespace
+
+    from labctl import verdict
+
+    spec = rundir.spec
+    evidence = verdict.Evidence(result.seen, spec.nodes, spec.fewest_nodes, False)
+    record = verdict.decide(rundir.record, evidence, str(rundir.path))
+    return SimpleNamespace(state=record.state, message=record.message, signal=record.signal,
+                           outcomes=record.node_outcomes, notes=result.notes, kept=result.kept,
+                           error=result.error, seen=result.seen)
+
+
+def finalize(run, outcomes, state, message: str = "") -> None:
+    """Finish a run folder (labctl/finish.py) as if the driver had seen `outcomes` and
+    ended the lifecycle in `state` (passed: every node ended; failed: the backend saw the
+    lab fail; timeout, interrupted, error; running: watched, still running)."""
+    from labctl import finish
+    from labctl.outcome import RunState
+    from labctl.verdict import Ending, Seen
+
+    state = RunState(state)
+    ending = {RunState.PASSED: Ending.ALL_ENDED, RunState.FAILED: Ending.BACKEND_FAILURE,
+              RunState.TIMEOUT: Ending.DEADLINE, RunState.INTERRUPTED: Ending.SIGNAL,
+              RunState.ERROR: Ending.ERROR, RunState.RUNNING: Ending.WATCHED}[state]
+    outcomes = list(outcomes)
+    going = [o.index for o in outcomes if not o.state.ended] if state is RunState.RUNNING else []
+    finish.finish(run, Seen(ending, outcomes, message, still_running=going,
+                            why_still_running="still running"), lambda line: None)

@@ -188,7 +188,7 @@ def test_the_engine_is_asked_only_after_its_events_and_no_poll_starts_the_compos
     monkeypatch.setattr(backend, "ASK_AT_LEAST_S", 3600.0)
     spec = _spec(tmp_path, PASS, timeout=300)
     run = lab.up(spec, out=str(tmp_path / "run"), progress=lambda line: None)
-    assert run.meta["state"] == "passed", run.meta.get("message")
+    assert run.status["state"] == "passed", run.status.get("message")
     assert "rank 1 done" in run.rank_log(1).read_text()
     lines = calls.read_text().splitlines()
     compose = []
@@ -204,7 +204,7 @@ def test_the_engine_is_asked_only_after_its_events_and_no_poll_starts_the_compos
     assert 1 <= len(inspects) <= 10, lines
     logs = [line for line in lines if line.startswith("logs ")]
     assert len([x for x in logs if "--tail 1" not in x]) == 2 and len(logs) == 4, logs
-    assert _left_of(run.meta["run_id"]) == ("", "")
+    assert _left_of(run.status["run_id"]) == ("", "")
 
 
 def test_joins_are_counted_per_container_where_two_replicas_rank_0_may_share_a_pid(monkeypatch):

@@ -39,7 +39,9 @@ from labctl.backends.k8s import api as k8s_api, backend
 from labctl.errors import LabError
 from labctl.plan import plan
 from labctl.backends.k8s import render
+from labctl.record import Controller
 from labctl.rundir import RunDir
+from conftest import decided, finalize
 
 REPO = Path(__file__).resolve().parent.parent
 NS = "labs"
@@ -460,6 +462,7 @@ def up(state, p, rundir, timeout=None):
                         lines.append, grace=0.05)
     if result.error is not None:
         raise result.error
+    result = decided(result, rundir)
     return (result.outcomes, result.state.value, result.message), lines
 
 
@@ -494,10 +497,10 @@ def test_a_passing_lab_is_created_in_order_watched_collected_and_deleted(tmp_pat
     assert [o.state for o in outcomes] == ["succeeded"] * 3
     assert [o.exited_s for o in outcomes] == [10.0, 11.0, 12.0]
     # the run folder knows where it ran, and the real finalize agrees it passed
-    assert RunDir.open(rundir.path).meta["k8s"]["namespace"] == NS
+    assert RunDir.open(rundir.path).status["k8s"]["namespace"] == NS
     assert (rundir.path / "rendered" / "k8s.yaml").read_text() == render.text(p)
-    rundir.finalize(outcomes, status, message)
-    assert rundir.meta["state"] == "passed" and rundir.meta["checks"]["total"] == 12
+    finalize(rundir, outcomes, status, message)
+    assert rundir.status["state"] == "passed" and rundir.status["checks"]["total"] == 12
 
 
 def test_a_script_lab_creates_its_configmap_first(tmp_path, monkeypatch):
@@ -581,8 +584,8 @@ def test_an_unschedulable_pod_is_shown_within_a_poll_and_fails_at_schedule_timeo
     events = (rundir.path / "events" / "pod-lab-1-x1z.log").read_text()
     assert "FailedScheduling" in events, "events are saved before the delete"
     assert all(not objs for objs in state.objects.values())
-    rundir.finalize(outcomes, status, why)
-    assert "cannot be scheduled" in rundir.meta["message"]
+    finalize(rundir, outcomes, status, why)
+    assert "cannot be scheduled" in rundir.status["message"]
 
 
 def test_a_job_waiting_for_kueue_runs_once_admitted(tmp_path):
@@ -605,7 +608,7 @@ def test_a_job_never_admitted_fails_at_schedule_timeout_naming_the_queue(tmp_pat
 
 def test_down_deletes_exactly_its_own_run(tmp_path):
     p, rundir = setup_run(tmp_path)
-    rundir.meta["k8s"] = {"namespace": NS, "context": "fake-context"}
+    rundir.record.backend_state = {"namespace": NS, "context": "fake-context"}
     state = FakeState()
     for run_id in (p.run_id, "lab-someone-else"):
         for obj in render.render(plan(p.spec, p.placement, run_id)):
@@ -627,9 +630,9 @@ def _dead_controller_run(tmp_path, state: FakeState):
     """What `labctl up` left when it was killed -9 while the pods ran: a folder at
     'running' whose labctl is gone, and the lab's objects in the cluster."""
     p, rundir = setup_run(tmp_path)
-    rundir.meta["k8s"] = {"namespace": NS, "context": "fake-context"}
-    rundir.meta["controller"] = {"pid": 2 ** 22 + 1, "host": os.uname().nodename, "start_ticks": 1}
-    rundir.write_status()
+    rundir.record.backend_state = {"namespace": NS, "context": "fake-context"}
+    rundir.record.controller = Controller(2 ** 22 + 1, os.uname().nodename, 1)
+    rundir.save()
     kubectl_apply(state, p)
     state.tick(), state.tick()                         # pods running, logs written so far
     return p, RunDir.open(rundir.path)
@@ -670,7 +673,7 @@ def test_down_deletes_nothing_when_the_logs_cannot_be_saved(tmp_path):
     assert err.value.exit_code == 1 and "\n" not in str(err.value)
     assert not [c for c in state.calls if c[0] == "delete"]
     assert {kind: sorted(objs) for kind, objs in state.objects.items()} == before
-    assert RunDir.open(rundir.path).meta["state"] == "running"      # not written down as done
+    assert RunDir.open(rundir.path).status["state"] == "running"      # not written down as done
 
 
 # ---- labctl collect: labs that kubectl applied ---------------------------------------
@@ -723,15 +726,15 @@ def test_collect_of_a_finished_job_writes_the_run_folder_of_up(tmp_path):
                        backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert summary == f"deleted 3 object(s) in namespace {NS}: job/lab, service/lab, networkpolicy/lab"
     assert all(not objs for objs in state.objects.values())
-    assert RunDir.open(run.path).meta["state"] == "passed"
+    assert RunDir.open(run.path).status["state"] == "passed"
 
 
 def test_collect_delete_removes_the_lab_only_after_the_folder_is_written(tmp_path):
     state = FakeState(exit_codes={1: 2})
     applied(tmp_path, state, ticks=4)
     run, lines = collect(state, tmp_path, delete=True)
-    assert run.meta["state"] == "failed"     # the fake ranks all passed: the pod exit code decides
-    assert [n["state"] for n in run.meta["node_outcomes"]] == ["succeeded", "failed"]
+    assert run.status["state"] == "failed"     # the fake ranks all passed: the pod exit code decides
+    assert [n["state"] for n in run.status["node_outcomes"]] == ["succeeded", "failed"]
     first_delete = next(i for i, c in enumerate(state.calls) if c[0] == "delete")
     assert [c for c in state.calls[first_delete:] if c[0] in ("log", "events")] == []
     assert lines[-1].startswith(f"deleted 3 object(s) in namespace {NS}: job/lab")
@@ -742,9 +745,9 @@ def test_collect_waits_for_a_running_job_to_end(tmp_path):
     state = FakeState()
     applied(tmp_path, state)                            # pods pending: collect waits
     run, lines = collect(state, tmp_path)
-    assert run.meta["state"] == "passed"
+    assert run.status["state"] == "passed"
     assert any("node-0: running" in l for l in lines)
-    assert [n["exited_s"] for n in run.meta["node_outcomes"]] == [10.0, 11.0]
+    assert [n["exited_s"] for n in run.status["node_outcomes"]] == [10.0, 11.0]
 
 
 def test_collect_no_wait_of_a_running_job_takes_what_is_there_and_says_running(tmp_path):
@@ -765,16 +768,16 @@ def test_collect_stops_waiting_at_the_timeout_and_says_so(tmp_path):
     state = FakeState(exit_codes={0: None, 1: None})
     applied(tmp_path, state)
     run, _ = collect(state, tmp_path, timeout=0.3)
-    assert run.meta["state"] == "running"
-    assert "not ended within --timeout 0.3s" in run.meta["message"]
+    assert run.status["state"] == "running"
+    assert "not ended within --timeout 0.3s" in run.status["message"]
 
 
 def test_ctrl_c_during_collect_stops_the_waiting_not_the_lab(tmp_path):
     state = FakeState(exit_codes={0: None, 1: None}, interrupt_at_poll=4)
     applied(tmp_path, state)
     run, lines = collect(state, tmp_path)
-    assert run.meta["state"] == "running" and run.meta["signal"] == "SIGINT"
-    assert "SIGINT stopped the waiting" in run.meta["message"]
+    assert run.status["state"] == "running" and run.status["signal"] == "SIGINT"
+    assert "SIGINT stopped the waiting" in run.status["message"]
     assert run.node_log(0).read_text() and (run.path / "events" / "job-lab.log").is_file()
     assert not [c for c in state.calls if c[0] == "delete"]
 
@@ -788,7 +791,7 @@ def test_collect_again_goes_into_a_folder_of_its_own(tmp_path, monkeypatch):
     second = lab.collect("k8s", "lab-applied", progress=lambda line: None,
                          backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert (first.path, second.path) == (Path("runs/lab-applied"), Path("runs/lab-applied.2"))
-    assert second.meta["state"] == "passed"
+    assert second.status["state"] == "passed"
 
 
 def test_collect_of_a_job_whose_pods_are_gone_says_what_was_lost_and_why(tmp_path):
@@ -960,8 +963,8 @@ def test_a_log_that_is_not_utf8_arrives_byte_for_byte_in_the_node_and_rank_logs(
     (outcomes, status, message), _ = up(state, p, rundir)
     assert (status, message) == ("passed", "")
     assert rundir.node_log(0).read_bytes() == served_bytes[0]
-    rundir.finalize(outcomes, status, message)
-    assert rundir.meta["state"] == "passed" and rundir.meta["checks"]["total"] == 8
+    finalize(rundir, outcomes, status, message)
+    assert rundir.status["state"] == "passed" and rundir.status["checks"]["total"] == 8
     assert b"latin-1 \xe9t\xe9, a lone \xff, half a euro \xe2\x82 and NUL \x00\n" in rundir.rank_log(0).read_bytes()
     assert b"\xfe\xfe not UTF-8 at all\n" in rundir.rank_log(1).read_bytes()
 
@@ -1069,15 +1072,15 @@ def test_an_api_that_times_out_past_the_deadline_ends_the_lab_in_one_line_and_ke
     assert took < 10, f"{took:.1f}s: the cleanup after a lasting failure tries each call once"
     assert not [c for c in state.calls if c[0] == "delete"] and state.objects["Job"], "nothing deleted"
     run = RunDir.open(tmp_path / "run")
-    assert run.meta["state"] == "error" and run.meta["logs_uncollected"] is True
-    assert "collecting the logs failed: Kubernetes API: GET pods in namespace labs" in run.meta["message"]
+    assert run.status["state"] == "error" and run.status["logs_uncollected"] is True
+    assert "collecting the logs failed: Kubernetes API: GET pods in namespace labs" in run.status["message"]
     state.outage = None                                    # the control plane is back
     summary = lab.down(run, progress=lambda line: None,
                        backend=backend.K8sBackend(cluster=fake_cluster(state)))
     assert summary.startswith(f"saved the logs into {run.path}")
     assert run.node_log(0).read_bytes() and run.node_log(1).read_bytes()
     assert all(not objs for objs in state.objects.values())
-    after = RunDir.open(run.path).meta
+    after = RunDir.open(run.path).status
     assert after["state"] == "error" and after["message"].endswith("`labctl down` saved the logs afterwards")
 
 
@@ -1096,8 +1099,8 @@ def test_a_log_cut_every_time_keeps_the_lab_and_says_so(tmp_path):
     state = FakeState()
     state.log_cuts["lab-0-x0z"] = [100] * 10_000
     lines: list[str] = []
-    result = driver.run(p, backend.K8sBackend(lines.append, cluster=fake_cluster(state)), rundir,
-                        lines.append, grace=0.05)
+    result = decided(driver.run(p, backend.K8sBackend(lines.append, cluster=fake_cluster(state)),
+                                rundir, lines.append, grace=0.05), rundir)
     assert result.state.value == "error" and result.kept
     assert re.match(r"collecting the logs failed: could not read the log of pod lab-0-x0z: Kubernetes "
                     r"API: GET pods/lab-0-x0z/log in namespace labs: cut after \d+ bytes: connection "
@@ -1142,7 +1145,7 @@ def test_collect_rides_out_a_flaky_api_and_says_a_dead_one_in_one_line(tmp_path)
     state.on_poll[2] = lambda: state.fail("list_namespaced_pod", api_error(503, "Service Unavailable"),
                                           refused(), api_error(429, "Too Many Requests"))
     run, _ = collect(state, tmp_path)
-    assert run.meta["state"] == "passed"
+    assert run.status["state"] == "passed"
     assert len(state.tries["list_namespaced_pod"]) == len([c for c in state.calls if c[:2] == ("list", "Pod")]) + 3
 
     state = FakeState(exit_codes={0: None, 1: None})

@@ -24,6 +24,7 @@ from labctl.backends.k8s import jobset as render
 from labctl.rundir import RunDir
 from test_backend_k8s import (NS, FakeBatchV1Api, FakeCoreV1Api, FakeNetworkingV1Api, FakeState,  # noqa: F401
                               api_error, created_kinds, fast_polls, served, up)
+from conftest import finalize
 
 JOBSET = {"kind": "jobset"}
 
@@ -215,8 +216,8 @@ def test_a_jobset_lab_is_created_watched_collected_and_deleted(tmp_path):
     assert [o.hostname for o in outcomes] == ["lab-node-0-0", "lab-node-0-1", "lab-node-0-2"]
     assert [o.exited_s for o in outcomes] == [10.0, 11.0, 12.0]      # from the node Job's start
     assert (rundir.path / "rendered" / "k8s.yaml").read_text() == render.text(p)
-    rundir.finalize(outcomes, status, message)
-    assert rundir.meta["state"] == "passed" and rundir.meta["checks"]["total"] == 12
+    finalize(rundir, outcomes, status, message)
+    assert rundir.status["state"] == "passed" and rundir.status["checks"]["total"] == 12
 
 
 def test_a_failing_node_fails_the_jobset_lab_with_logs_kept(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from labctl import lab, logs, spec
 from labctl.errors import LabError
 
-from conftest import assert_nothing_left
+from conftest import assert_nothing_left, finalize
 
 pytestmark = pytest.mark.slow
 QUIET = lambda line: None  # noqa: E731
@@ -27,7 +27,7 @@ def ranks_in(run, workload):
 @pytest.mark.parametrize("nodes, nproc", [(1, 4), (4, 1), (3, 1)])
 def test_topologies_pass(tmp_path, nodes, nproc):
     run = run_lab(tmp_path, nodes=nodes, nproc_per_node=nproc, workloads=["env", "p2p", "collectives"])
-    assert run.meta["state"] == "passed", run.meta
+    assert run.status["state"] == "passed", run.status
     world = nodes * nproc
     for workload in ("env", "p2p", "collectives"):
         assert ranks_in(run, workload) == list(range(world))
@@ -35,7 +35,7 @@ def test_topologies_pass(tmp_path, nodes, nproc):
     assert {int(e["WORLD_SIZE"]) for e in envs.values()} == {world}
     assert sorted({e["GROUP_RANK"] for e in envs.values()}) == list(range(nodes))
     assert all((run.path / "ranks" / f"rank-{r}.log").stat().st_size > 0 for r in range(world))
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 def test_direct_launcher_sets_rank_per_worker(tmp_path):
@@ -43,17 +43,17 @@ def test_direct_launcher_sets_rank_per_worker(tmp_path):
     the run folder's shared/, and plan.json names it."""
     run = run_lab(tmp_path, launcher="direct", init_method="file", workloads=[
         "env", "p2p", "collectives", "ddp", {"name": "elastic", "options": {"steps": 4, "checkpoint_every": 2}}])
-    assert run.meta["state"] == "passed", run.meta
+    assert run.status["state"] == "passed", run.status
     envs = {r["rank"]: r for r in run.results() if r["name"] == "env"}
     assert sorted(envs) == [0, 1, 2, 3]
     assert [envs[r]["LOCAL_RANK"] for r in range(4)] == [0, 1, 0, 1]
     plan = json.loads((run.path / "plan.json").read_text())
     assert [p["env"]["RANK"] for n in plan["nodes"] for p in n["processes"]] == ["0", "1", "2", "3"]
-    shared, run_id = (tmp_path / "run" / "shared").resolve(), run.meta["run_id"]
+    shared, run_id = (tmp_path / "run" / "shared").resolve(), run.status["run_id"]
     assert {n["env"]["LAB_SHARED_DIR"] for n in plan["nodes"]} == {str(shared)}
     assert {n["env"]["LAB_INIT_METHOD"] for n in plan["nodes"]} == {f"file://{shared}/{run_id}.init"}
     assert (shared / run_id / "elastic" / "checkpoint.pt").is_file(), "the workload wrote there too"
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 FAIL_ON_RANK = """
@@ -75,13 +75,13 @@ def test_a_failing_rank_fails_the_lab_names_it_and_leaves_nothing(tmp_path, writ
     script = write_script(FAIL_ON_RANK)
     run = run_lab(tmp_path, script=str(script), script_args=["--lr", "0.1"], launcher=launcher,
                   env={"FAIL_RANK": "2"})
-    assert run.meta["state"] == "failed"
-    assert run.meta["first_failure"]["rank"] == 2
-    assert 2 in run.meta["failed_ranks"]
+    assert run.status["state"] == "failed"
+    assert run.status["first_failure"]["rank"] == 2
+    assert 2 in run.status["failed_ranks"]
     assert "giving up" in (run.path / "ranks" / "rank-2.log").read_text()
     assert "args ['--lr', '0.1']" in (run.path / "ranks" / "rank-0.log").read_text()
     assert (run.path / "nodes" / "node-1.log").stat().st_size > 0
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 LEAVE_BESIDE_A_FAILING_RANK = """
@@ -117,8 +117,8 @@ def test_ranks_that_left_early_are_named_on_every_node_beside_failing_ranks(tmp_
     since no node had all its ranks exit 0)."""
     run = run_lab(tmp_path, script=str(write_script(LEAVE_BESIDE_A_FAILING_RANK)), launcher=launcher,
                   nodes=2, nproc_per_node=2, timeout=120)
-    first = run.meta["first_failure"]
-    assert run.meta["state"] == "failed" and first.get("left_early") is True, first
+    first = run.status["first_failure"]
+    assert run.status["state"] == "failed" and first.get("left_early") is True, first
     assert sorted(first["ranks"]) == [1, 3] and first["exit_code"] == 0, first
     node = {r: next(i for i in (0, 1) if r in _ranks_of_node(run, i)) for r in (0, 1, 2, 3)}
     assert node[0] == node[1] and node[2] == node[3] != node[1], "each leaver beside a failing rank"
@@ -128,10 +128,10 @@ def test_ranks_that_left_early_are_named_on_every_node_beside_failing_ranks(tmp_
     said = " and ".join(f"rank {r} on node {node[r]}" for r in first["ranks"]) + \
         " exited 0 while the others were still in a collective (left the group early)"
     assert launcher == "direct" or first["ranks"] == [1, 3]
-    assert run.meta["message"] == said
+    assert run.status["message"] == said
     assert said in (run.path / "report.md").read_text()
-    assert {0, 2} <= set(run.meta["failed_ranks"]) and not {1, 3} & set(run.meta["failed_ranks"])
-    assert_nothing_left(run.meta["run_id"])
+    assert {0, 2} <= set(run.status["failed_ranks"]) and not {1, 3} & set(run.status["failed_ranks"])
+    assert_nothing_left(run.status["run_id"])
 
 
 def _ranks_of_node(run, index: int) -> set[int]:
@@ -154,13 +154,13 @@ def test_pg_timeout_acts_on_a_script_that_does_not_read_it(tmp_path, write_scrip
     script wrapper gives init_process_group the lab's timeout when the script gives none."""
     run = run_lab(tmp_path, script=str(write_script(PG_TIMEOUT_SEEN)), nodes=1, nproc_per_node=2,
                   pg_timeout=4.5, timeout=120)
-    assert run.meta["state"] == "passed", run.meta
+    assert run.status["state"] == "passed", run.status
     assert "pg timeout 0:00:04.500000" in run.rank_log(1).read_text()
     rank0 = run.rank_log(0).read_text()
     assert "pg timeout 0:00:07" in rank0
     said = "labctl: pg_timeout 4.5 s is not applied: the script passes its own timeout (0:00:07) to init_process_group"
     assert rank0.count(said) == 1 and said not in run.rank_log(1).read_text()
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 MIXED_OUTPUT = """
@@ -196,16 +196,16 @@ def test_direct_mode_rank_logs_from_the_guards_equal_the_node_log_split(tmp_path
 
     run = run_lab(tmp_path, script=str(write_script(MIXED_OUTPUT)), launcher="direct",
                   nodes=2, nproc_per_node=2)
-    assert run.rank_logs_by_guards is True
+    assert run.record.rank_logs_by_guards is True
     assert json.loads((run.path / "status.json").read_text())["rank_logs_by_guards"] is True
-    assert RunDir.open(run.path).rank_logs_by_guards is True, "kept for a folder opened again"
-    assert run.meta["state"] == "failed" and run.meta["first_failure"]["rank"] in (2, 3)
-    assert "rank 2 gives up" in run.meta["rank_errors"]["2"]["exception"]
-    assert run.meta["rank_exit_codes"]["3"] == 5
+    assert RunDir.open(run.path).record.rank_logs_by_guards is True, "kept for a folder opened again"
+    assert run.status["state"] == "failed" and run.status["first_failure"]["rank"] in (2, 3)
+    assert "rank 2 gives up" in run.status["rank_errors"]["2"]["exception"]
+    assert run.status["rank_exit_codes"]["3"] == 5
     assert run.rank_log(3).read_bytes().endswith(b"a last line with no end")   # as printed
     split = RunDir.open(shutil.copytree(run.path, tmp_path / "split"))
-    split.rank_logs_by_guards = False              # the node-log split of other backends
-    split.finalize([NodeOutcome(**n) for n in run.meta["node_outcomes"]], "failed")
+    split.record.rank_logs_by_guards = False              # the node-log split of other backends
+    finalize(split, [NodeOutcome(**n) for n in run.status["node_outcomes"]], "failed")
     for rank in range(4):
         guard_written = run.rank_log(rank).read_bytes()
         assert guard_written.count(b"\n") > 2500 and b"\r" in guard_written
@@ -216,19 +216,19 @@ def test_direct_mode_rank_logs_from_the_guards_equal_the_node_log_split(tmp_path
     assert sorted(run.results(), key=json.dumps) == sorted(split.results(), key=json.dumps)
     assert len(run.results()) == 8                  # 4 ranks x (one result + one unparsable)
     for key in ("state", "first_failure", "checks", "rank_exit_codes", "rank_errors", "failed_ranks"):
-        assert run.meta[key] == split.meta[key], key
+        assert run.status[key] == split.status[key], key
     assert "rank 3 exited with code 5" in (run.path / "nodes" / "node-1.guard.txt").read_text()
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 def test_ranks_repeated_by_replicas_are_split_from_the_node_logs_once(tmp_path):
     run = run_lab(tmp_path, launcher="direct", replicas=2, nodes=1, nproc_per_node=2, workloads=["env"])
-    assert run.meta["state"] == "passed", run.meta
-    assert not run.rank_logs_by_guards               # rank 0 of each replica: one rank log
+    assert run.status["state"] == "passed", run.status
+    assert not run.record.rank_logs_by_guards               # rank 0 of each replica: one rank log
     assert "rank_logs_by_guards" not in json.loads((run.path / "status.json").read_text())
     envs = [r for r in run.results() if r["name"] == "env"]
     assert sorted((e["replica"], e["rank"]) for e in envs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 def test_missing_script_is_a_clear_error(tmp_path):

@@ -20,7 +20,7 @@ def up_bench(tmp_path, nodes: int, nproc: int, options: dict) -> tuple[RunDir, s
     out = tmp_path / "run"
     done = labctl("up", "-f", str(lab), "--out", str(out), "-q", timeout=180)
     run = RunDir.open(out)
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return run, done.stdout
 

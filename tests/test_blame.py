@@ -6,19 +6,22 @@ first failure comes from those files, the printed failure summary only as a fall
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import shutil
 
 import pytest
 
 from labctl.blame import Findings, first_failure, read_error_files
+from labctl.record import FiredFault
 from labctl.outcome import NodeOutcome, NodeState, RunState
 from labctl.plan import local_placement, plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 from workloads._record import recorded
 
-from conftest import assert_nothing_left
+from conftest import assert_nothing_left, finalize
 
 RUN_ID = "lab-test"
 CLOSED = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:4242"
@@ -71,7 +74,7 @@ def test_the_error_files_name_the_first_failure_when_the_summary_is_cut_or_misle
     _raise(monkeypatch, _error_file(run, 0, 0), 0, 0, RuntimeError(CLOSED.split(": ", 1)[1]))
     run.write_node_log(0, "[rank0]:step 1\n[rank1]:step 1\n" + NODE0_SUMMARY)
     run.write_node_log(1, NODE1_CUT)
-    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0),
+    finalize(run, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0),
                   NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=31.0)], RunState.FAILED)
     status = json.loads((run.path / "status.json").read_text())
     first = status["first_failure"]
@@ -83,7 +86,7 @@ def test_the_error_files_name_the_first_failure_when_the_summary_is_cut_or_misle
     assert status["rank_exit_codes"] == {"0": 1}, "only what the summary printed"
     # the same folder without the error files: the printed summary decides, as before
     shutil.rmtree(run.path / "torchrun")
-    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0),
+    finalize(run, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0),
                   NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=31.0)], RunState.FAILED)
     assert json.loads((run.path / "status.json").read_text())["first_failure"]["rank"] == 0
 
@@ -125,7 +128,7 @@ def test_garbled_or_truncated_error_files_are_left_out_with_a_note(tmp_path, mon
     assert "attempt_0/0/error.json" in notes[0] and "attempt_0/2/error.json" in notes[1]
     # the run folder's end: no traceback, the notes in status.json, rank 1 named
     run.write_node_log(0, "")
-    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=3.0)], RunState.FAILED)
+    finalize(run, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=3.0)], RunState.FAILED)
     status = json.loads((run.path / "status.json").read_text())
     assert status["first_failure"]["rank"] == 1 and status["notes"] == notes
 
@@ -163,7 +166,7 @@ def test_a_raising_rank_is_named_from_its_error_file_in_a_real_torchrun_lab(tmp_
                  out=str(tmp_path / "run"), progress=lambda line: None)
     expected = {"exception": "ValueError: rank 3 cannot go on", "file": str(script), "line": 5,
                 "function": "<module>"}
-    meta = run.meta
+    meta = run.status
     assert meta["state"] == "failed"
     # c10d's rendezvous decides which node holds ranks 2 and 3
     node = next(i for i in (0, 1) if "[rank3]:" in run.node_log(i).read_text())
@@ -182,8 +185,8 @@ def test_a_raising_rank_is_named_from_its_error_file_in_a_real_torchrun_lab(tmp_
     copy = RunDir.open(shutil.copytree(run.path, tmp_path / "cut"))
     text = copy.node_log(node).read_text()
     copy.write_node_log(node, text[:text.index("Traceback")])
-    copy.finalize([NodeOutcome(**n) for n in meta["node_outcomes"]], "failed")
-    assert copy.meta["first_failure"]["error"] == expected and copy.meta["first_failure"]["rank"] == 3
+    finalize(copy, [NodeOutcome(**n) for n in meta["node_outcomes"]], "failed")
+    assert copy.status["first_failure"]["error"] == expected and copy.status["first_failure"]["rank"] == 3
     assert_nothing_left(meta["run_id"])
 
 
@@ -214,22 +217,22 @@ def test_a_rank_s_failure_is_told_in_its_own_words_or_none_never_its_launcher_s(
     run.write_node_log(0, reset + _agent_failed(0, 1))
     aborted = "".join(f"[rank1]:{line}\n" for line in ABORT.splitlines())
     run.write_node_log(1, aborted + _agent_failed(1, -6, "(SIGABRT)"))
-    run.finalize(outcomes, RunState.FAILED)
-    first = run.meta["first_failure"]
+    finalize(run, outcomes, RunState.FAILED)
+    first = run.status["first_failure"]
     assert first == {"rank": 1, "node": 1, "exit_code": -6, "error": {"exception": GLOO_MISMATCH},
                      "signal": "SIGABRT"}
-    assert run.meta["message"] == f"rank 1 on node 1 was killed by SIGABRT: {GLOO_MISMATCH}"
+    assert run.status["message"] == f"rank 1 on node 1 was killed by SIGABRT: {GLOO_MISMATCH}"
     run.write_node_log(1, _agent_failed(1, -9, "(SIGKILL)"))
-    run.finalize(outcomes, RunState.FAILED)
-    assert run.meta["first_failure"] == {"rank": 1, "node": 1, "exit_code": -9, "signal": "SIGKILL"}
-    assert run.meta["message"] == "rank 1 on node 1 was killed by SIGKILL"
+    finalize(run, outcomes, RunState.FAILED)
+    assert run.status["first_failure"] == {"rank": 1, "node": 1, "exit_code": -9, "signal": "SIGKILL"}
+    assert run.status["message"] == "rank 1 on node 1 was killed by SIGKILL"
     # a node that failed with no rank to blame (its rendezvous): the agent's own error
     run.write_node_log(0, "Traceback (most recent call last):\n"
                           '  File "/venv/torch/distributed/elastic/rendezvous/api.py", line 9, in join\n'
                           "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out\n")
     run.write_node_log(1, "")
-    run.finalize(outcomes, RunState.FAILED)
-    assert run.meta["message"].startswith("the launcher on node 0 exited with code 1: "
+    finalize(run, outcomes, RunState.FAILED)
+    assert run.status["message"].startswith("the launcher on node 0 exited with code 1: "
                                           "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError")
 
 
@@ -316,12 +319,11 @@ def test_a_kill_fault_keeps_what_the_peers_saw_when_the_killed_rank_is_named_fir
                 NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=11.5)]
     first = first_failure(outcomes, found)
     assert (first.rank, first.signal, first.error) == (1, "SIGKILL", None), "the culprit behind the reset"
-    fired = [{"fault": "kill-rank:1@2", "kind": "kill-rank", "target": 1, "phase": "begin", "ok": True,
-              "lab_s": 11.1, "took_s": 0.01, "did": "SIGKILL"}]
+    fired = [FiredFault("kill-rank:1@2", "kill-rank", 1, "begin", "SIGKILL", 11.1, ok=True, took_s=0.01)]
     cause = fault_cause(first, outcomes, found, fired).to_dict()
     assert (cause["fault"], cause["rank"], cause["peer_rank"], cause["peer_error"]) == ("kill-rank:1@2", 1, 0, reset)
     # a whole node killed: none of its ranks is a peer
-    fired = [{**fired[0], "fault": "kill-node:1@2", "kind": "kill-node"}]
+    fired = [dataclasses.replace(fired[0], fault="kill-node:1@2", kind="kill-node")]
     found.errors[1] = {"exception": "RuntimeError: half a line before the kill"}
     cause = fault_cause(first, outcomes, found, fired).to_dict()
     assert (cause["node"], cause["peer_rank"], cause["peer_error"]) == (1, 0, reset)

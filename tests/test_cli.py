@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import assert_nothing_left, labctl
+from conftest import assert_nothing_left, labctl, finalize
 
 
 def one_line_error(done, code):
@@ -115,6 +115,15 @@ def test_default_lab_passes_and_its_run_folder_answers_logs_and_report(tmp_path)
     for workload in ("env", "p2p", "collectives", "ddp"):
         assert {r["rank"] for r in results if r["workload"] == workload} == {0, 1, 2, 3}
     assert all({"workload", "name", "rank", "ok"} <= set(r) for r in results)
+    # tracing is on by default: every rank's ops, DDP's gradient all-reduces (issued by its
+    # C++ Reducer) among them, in a trace.json that viewers draw right (docs/trace.md)
+    import chrome_trace
+    assert chrome_trace.check(run / "trace.json") == []
+    events = json.loads((run / "trace.json").read_text())["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X"]
+    assert {e["args"]["rank"] for e in ops} == {0, 1, 2, 3} and status["trace"]["ops"] == len(ops)
+    assert any(e["args"].get("via") == "c++" and e["name"] == "all_reduce" for e in ops)
+    assert "- communication timeline: run/trace.json" in done.stdout
 
     rank1 = labctl("logs", str(run), "--rank", "1")
     assert rank1.returncode == 0 and "@@labctl-result" in rank1.stdout
@@ -364,7 +373,7 @@ def test_a_reader_that_goes_away_ends_labctl_quietly(tmp_path):
     run = RunDir.create(plan(lab, local_placement(lab, 29500), "lab-pipe"), out=tmp_path / "run")
     for node in (0, 1):                       # 2 x 8 MiB: far more than a pipe holds
         run.write_node_log(node, "".join(f"[rank{node}]:line {i} {'x' * 90}\n" for i in range(80_000)))
-    run.finalize([NodeOutcome(0, "lab-0", 0, "succeeded"), NodeOutcome(1, "lab-1", 0, "succeeded")], "failed")
+    finalize(run, [NodeOutcome(0, "lab-0", 0, "succeeded"), NodeOutcome(1, "lab-1", 0, "succeeded")], "failed")
     for args in (["logs", str(run.path)], ["logs", str(run.path), "--node", "1"],
                  ["logs", str(run.path), "--rank", "0"], ["render", "k8s", "--nodes", "600"]):
         done = _reader_goes_away(*args)

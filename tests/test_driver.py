@@ -18,6 +18,8 @@ from labctl.plan import local_placement, plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 
+from conftest import decided
+
 
 class ScriptedBackend(Backend):
     """Nodes follow a script: {node: [state at poll 1, at poll 2, ...]} (last one sticks)."""
@@ -83,7 +85,7 @@ def _run(tmp_path, grace=0.05, timeout=600, fields=None, **backend_kw):
     b = ScriptedBackend(**backend_kw)
     p = plan(spec, b.placement(spec), "lab-test")
     rundir = RunDir.create(p, out=tmp_path / "run")
-    return driver.run(p, b, rundir, lambda line: None, grace=grace), b, rundir
+    return decided(driver.run(p, b, rundir, lambda line: None, grace=grace), rundir), b, rundir
 
 
 def test_all_nodes_succeeding_passes_and_every_verb_runs_once_in_order(tmp_path):
@@ -178,7 +180,8 @@ def test_a_backend_failure_ends_the_run_as_failed_with_its_message(tmp_path):
     spec = from_dict({"nodes": 2, "nproc_per_node": 1})
     b = Stuck()
     p = plan(spec, b.placement(spec), "lab-stuck")
-    result = driver.run(p, b, RunDir.create(p, out=tmp_path / "r"), lambda line: None)
+    rundir = RunDir.create(p, out=tmp_path / "r")
+    result = decided(driver.run(p, b, rundir, lambda line: None), rundir)
     assert result.state is RunState.FAILED and "cannot be scheduled" in result.message
 
 
@@ -205,7 +208,7 @@ def _collecting(tmp_path, **kw):
     p = plan(spec, b.placement(spec), "lab-test")
     rundir = RunDir.create(p, out=tmp_path / "run")
     lines: list[str] = []
-    return driver.run(p, b, rundir, lines.append, grace=0.05), b, lines
+    return decided(driver.run(p, b, rundir, lines.append, grace=0.05), rundir), b, lines
 
 
 def test_one_signal_during_the_collection_lets_it_finish_and_the_outcome_stands(tmp_path):
@@ -235,7 +238,8 @@ def test_a_signal_during_the_collection_of_an_interrupted_run_cuts_it_short(tmp_
     b = Interrupted(signals=1)
     b.script = {i: ["running"] for i in range(3)}
     p = plan(spec, b.placement(spec), "lab-test")
-    result = driver.run(p, b, RunDir.create(p, out=tmp_path / "run"), lambda line: None)
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    result = decided(driver.run(p, b, rundir, lambda line: None), rundir)
     assert result.state is RunState.INTERRUPTED and result.signal == "SIGTERM" and result.kept
     assert "delete" not in b.calls and "interrupted (SIGINT) while collecting" in result.message
 
@@ -315,7 +319,7 @@ def test_faults_fire_on_the_clock_retry_until_their_target_exists_and_end_before
     assert faults[1]["did"] == "could not: no network to cut"
     assert faults[3]["note"] == "ended early: the lab ended"
     assert b.calls.index("heal stop-node:2@0+600") < b.calls.index("stop [1, 2]")
-    assert rundir.meta["faults"] == faults
+    assert rundir.status["faults"] == faults
 
 
 # ---- follow: runs labctl did not start (labctl collect) --------------------------
@@ -325,7 +329,8 @@ def _follow(tmp_path, wait=True, timeout=5.0, **backend_kw):
     p = plan(spec, b.placement(spec), "lab-test")
     b.plan = p                                   # what attach_by_id binds
     rundir = RunDir.create(p, out=tmp_path / "run")
-    return driver.follow(p, b, rundir, lambda line: None, timeout=timeout, wait=wait), b, rundir
+    return decided(driver.follow(p, b, rundir, lambda line: None, timeout=timeout, wait=wait),
+                   rundir), b, rundir
 
 
 def test_follow_waits_for_every_node_and_never_stops_or_deletes(tmp_path):
@@ -379,7 +384,8 @@ def test_run_and_follow_classify_what_the_backend_raises_the_same_way(tmp_path, 
         b = Raising(exc)
         p = plan(spec, b.placement(spec), "lab-test")
         b.plan = p
-        results.append(go(p, b, RunDir.create(p, out=tmp_path / name)))
+        rundir = RunDir.create(p, out=tmp_path / name)
+        results.append(decided(go(p, b, rundir), rundir))
         assert b.calls[-1] == ("delete" if name == "run" else "collect"), name
     for result in results:
         assert (result.state, result.message, result.signal) == (state, message, None)

@@ -74,7 +74,7 @@ def test_a_master_addr_that_does_not_resolve_fails_the_dns_check_fast(tmp_path):
     run = lab.preflight(spec, out=str(tmp_path / "pf"), progress=lambda line: None,
                         backend=NodeZeroNowhere())
     took = time.monotonic() - started
-    assert run.meta["state"] == "failed"
+    assert run.status["state"] == "failed"
     results = [json.loads(line) for line in (Path(run.path) / "results.jsonl").read_text().splitlines()]
     dns = {r["node"]: r for r in results if r.get("name") == "dns"}
     assert set(dns) == {0, 1} and not any(r["ok"] for r in dns.values()), dns
@@ -85,4 +85,4 @@ def test_a_master_addr_that_does_not_resolve_fails_the_dns_check_fast(tmp_path):
     report = (Path(run.path) / "report.md").read_text()
     assert "| node 1 -> node 0 | dns | FAIL | MASTER_ADDR lab-nowhere-0 does not resolve" in report
     assert took < 150, f"took {took:.0f} s: the failure must not wait for a deadline"
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])

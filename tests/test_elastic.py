@@ -36,7 +36,7 @@ def test_a_crashed_worker_is_restarted_and_every_rank_resumes_from_the_checkpoin
                   timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = RunDir.open(tmp_path / "run")
-    assert run.meta["state"] == "passed"
+    assert run.status["state"] == "passed"
     rows = attempts(run.results())
     crashed = [r for r in rows if r["ended"].startswith("crashed")]
     assert [(r["attempt"], r["rank"]) for r in crashed] == [(0, 1)]
@@ -49,9 +49,9 @@ def test_a_crashed_worker_is_restarted_and_every_rank_resumes_from_the_checkpoin
     assert all(r["ok"] for r in checks(run, "matches-uninterrupted-run") + checks(run, "all-steps-completed"))
     report = (run.path / "report.md").read_text()
     assert "## Elastic: attempts per rank" in report and f"resumed at step {RESUMED}" in report
-    assert all(o["state"] == "succeeded" for o in run.meta["node_outcomes"]), \
+    assert all(o["state"] == "succeeded" for o in run.status["node_outcomes"]), \
         "a node whose workers restarted is not a failed node"
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 @pytest.mark.slow
@@ -62,8 +62,8 @@ def test_with_min_nodes_1_node_0_goes_on_alone_when_node_1_dies(tmp_path):
               "last_call_timeout": 10, "timeout": 300, "workloads": [{"name": "elastic", "options": {**OPTIONS, "crash_node": 1}}]}
     lines: list[str] = []
     run = lab.up(backends.from_dict(fields), out=str(tmp_path / "run"), progress=lines.append)
-    assert run.meta["state"] == "passed", (run.meta, lines[-5:])
-    node0, node1 = run.meta["node_outcomes"]
+    assert run.status["state"] == "passed", (run.status, lines[-5:])
+    node0, node1 = run.status["node_outcomes"]
     assert node0["state"] == "succeeded"
     assert (node1["state"], node1.get("signal")) == ("killed", "SIGKILL"), "recorded as it happened"
     assert "went on without it" in node1["reason"]
@@ -79,7 +79,7 @@ def test_with_min_nodes_1_node_0_goes_on_alone_when_node_1_dies(tmp_path):
     report = markdown(run)
     assert "world size 2 -> 1" in report and "PASSED" in report
     assert json.loads((run.path / "status.json").read_text())["ok"] is True
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 @pytest.mark.parametrize("fields, hint", [

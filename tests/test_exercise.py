@@ -45,7 +45,7 @@ def shared(tmp_path_factory):
     run, grades = ex.check(spec, entries, progress=lambda line: None)
     by_file = {g.file.name: g for g in grades}
     yield run, by_file
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 @pytest.mark.slow
@@ -123,9 +123,9 @@ def test_src_sending_to_every_rank_is_not_a_tree(shared):
 @pytest.mark.slow
 def test_a_shared_lab_keeps_to_one_run_and_leaves_nothing(shared):
     run, _ = shared
-    assert run.meta["world_size"] == 4
+    assert run.status["world_size"] == 4
     assert run.spec.trace and run.spec.script.endswith("ring_allreduce.py")
-    assert_nothing_left(run.meta["run_id"])
+    assert_nothing_left(run.status["run_id"])
 
 
 # ---------------------------------------------------------------- labs that stop early, as a learner sees them

@@ -32,8 +32,10 @@ from labctl import spec as specmod
 from labctl.backends.k8s import backend
 from labctl.plan import plan
 from labctl.backends.k8s import render as k8s
-from labctl.rundir import NodeOutcome, RunDir
+from labctl.outcome import NodeOutcome
+from labctl.rundir import RunDir
 from test_render_k8s import pod_command, pod_environment
+from conftest import finalize
 
 IMAGE = os.environ.get("LABCTL_TEST_IMAGE", "labctl-cpu:latest")
 LAB_TIMEOUT_S = 300
@@ -186,7 +188,7 @@ def run_rendered_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
             outcomes.append(NodeOutcome(n, f"{job['metadata']['name']}-{i}", code,
                                         "pending" if code is None else "succeeded" if code == 0 else "failed"))
         state = "passed" if len(codes) == len(pods) else "timeout"
-        rundir.finalize(outcomes, state, "" if state == "passed" else "containers did not finish")
+        finalize(rundir, outcomes, state, "" if state == "passed" else "containers did not finish")
         return rundir
     finally:
         for name in started:
@@ -222,7 +224,7 @@ def _collect_as_kubectl_applied(tmp_path: Path, objects: list[dict], pods, codes
 
 
 def _assert_passed(rundir: RunDir, world_size: int) -> None:
-    meta = rundir.meta
+    meta = rundir.status
     detail = f"{meta.get('message')}; first failure {meta.get('first_failure')}; logs in {rundir.path}"
     assert meta["state"] == "passed", detail
     assert meta["checks"]["failed"] == 0 and meta["checks"]["total"] > 0, detail
@@ -234,10 +236,10 @@ def _assert_passed(rundir: RunDir, world_size: int) -> None:
 def test_rendered_default_lab_runs_as_pods(tmp_path):
     rundir = run_rendered_lab(tmp_path, "lab-k8s-pods-default")
     _assert_passed(rundir, 4)
-    assert rundir.meta["collected"]["by"] == "labctl collect"     # the pods went through collect
+    assert rundir.status["collected"]["by"] == "labctl collect"     # the pods went through collect
     assert len(list((rundir.path / "events").iterdir())) == 3
     # every node found node 0 by its pod DNS name and only node 0 hosted the store
-    assert all(n["state"] == "succeeded" for n in rundir.meta["node_outcomes"])
+    assert all(n["state"] == "succeeded" for n in rundir.status["node_outcomes"])
 
 
 @pytest.mark.docker
@@ -257,7 +259,7 @@ def test_rendered_two_replicas_run_as_pods_around_the_store_pod(tmp_path):
     pairs = sorted((r["replica"], r["rank"]) for r in rundir.results()
                    if r.get("name") == "cross-replica-all_reduce" and r["ok"])
     assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert len(rundir.meta["node_outcomes"]) == 4
+    assert len(rundir.status["node_outcomes"]) == 4
 
 
 # ---- the JobSet render (k8s: {kind: jobset}) ----------------------------------------------
@@ -317,7 +319,7 @@ def run_rendered_jobset_lab(tmp_path: Path, run_id: str, **fields) -> RunDir:
         outcomes.append(NodeOutcome(n, f"{job['metadata']['name']}-{i}", code,
                                     "pending" if code is None else "succeeded" if code == 0 else "failed"))
     state = "passed" if len(codes) == len(pods) else "timeout"
-    rundir.finalize(outcomes, state, "" if state == "passed" else "containers did not finish")
+    finalize(rundir, outcomes, state, "" if state == "passed" else "containers did not finish")
     return rundir
 
 
@@ -350,8 +352,8 @@ def test_rendered_jobsets_run_as_pods_under_jobset_dns_names(tmp_path):
     two = run_rendered_jobset_lab(tmp_path, "lab-k8s-js-2", nodes=2, nproc_per_node=2,
                                   workloads=["env", "collectives"])
     _assert_passed(two, 4)
-    assert two.meta["collected"]["by"] == "labctl collect"
-    assert [n["hostname"] for n in two.meta["node_outcomes"]] == ["lab-node-0-0", "lab-node-0-1"]
+    assert two.status["collected"]["by"] == "labctl collect"
+    assert [n["hostname"] for n in two.status["node_outcomes"]] == ["lab-node-0-0", "lab-node-0-1"]
     # each rank saw its pod's JobSet hostname; the rendezvous endpoint lab-node-0-0.lab
     # resolves only through the subdomain's DNS alias, so passing at all proves that form
     hosts = {r["rank"]: r["hostname"] for r in two.results() if r.get("name") == "env"}
@@ -362,5 +364,5 @@ def test_rendered_jobsets_run_as_pods_under_jobset_dns_names(tmp_path):
     pairs = sorted((r["replica"], r["rank"]) for r in replicas.results()
                    if r.get("name") == "cross-replica-all_reduce" and r["ok"])
     assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert [n["hostname"] for n in replicas.meta["node_outcomes"]] == [
+    assert [n["hostname"] for n in replicas.status["node_outcomes"]] == [
         "lab-r0-0-0", "lab-r0-0-1", "lab-r1-0-0", "lab-r1-0-1"]

@@ -15,14 +15,14 @@ import signal
 
 import pytest
 
-from labctl import lab, report, rundir, trace
+from labctl import blame, lab, report, rundir, trace
 from labctl.errors import Interrupted
 from labctl.outcome import RunState
 from labctl.spec import from_dict
 from test_driver import ScriptedBackend
 
 STEPS = {          # a step of the finish -> (object, attribute) wrapped to signal inside it
-    "splitting the node logs into ranks/ and results.jsonl": (rundir.RunDir, "split_logs"),
+    "splitting the node logs into ranks/ and results.jsonl": (blame.LogReading, "finish"),
     "merging the trace": (trace, "merge"),
     "writing the report": (report, "markdown"),
 }
@@ -110,13 +110,13 @@ def test_a_signal_cutting_labctl_downs_finish_short_deletes_nothing(tmp_path, mo
     """`labctl down` of an abandoned run finishes its folder under the same protection;
     cut short, it deletes nothing (`labctl down` again cleans up)."""
     run = _up(tmp_path, [])
-    run.meta.update({"state": "running"})
-    del run.meta["controller"]              # its labctl is gone (here: never known)
-    run.write_status()
+    run.record.state = RunState.RUNNING
+    run.record.controller = None              # its labctl is gone (here: never known)
+    run.save()
 
     class Alive(ScriptedBackend):
         def attach(self, rundir):
-            self.plan = lab.make_plan(rundir.spec, run_id=rundir.meta["run_id"], backend=self)
+            self.plan = lab.make_plan(rundir.spec, run_id=rundir.record.run_id, backend=self)
 
         def alive(self):
             return True

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from labctl import backends, driver, lab
+from labctl import backends, driver, finish, lab
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 
@@ -96,7 +96,7 @@ def _run_k8s(tmp_path, spec, progress, exit_codes):
         result = driver.run(the_plan, backend, run, progress, grace=GRACE)
     finally:
         k8s.POLL_S = k8s_poll
-    run.finalize(result.outcomes, result.state, result.message)
+    finish.finish(run, result.seen, progress)
     assert all(not objs for objs in state.objects.values()), "objects of the run left behind"
     return run
 
@@ -124,7 +124,7 @@ def test_lifecycle(tmp_path, monkeypatch, backend, scenario):
         run = {"local": _run_local, "compose": _run_compose,
                "subprocess": _run_local}[backend](tmp_path, spec, progress)
     took = time.monotonic() - t0
-    m = run.meta
+    m = run.status
     assert m["state"] == expected, (m.get("message"), progress.lines[-5:])
     assert m["finished"]
     outcomes = {n["index"]: n for n in m["node_outcomes"]}

@@ -204,9 +204,9 @@ def test_the_early_leaver_is_named_when_labctl_stops_its_agent_at_the_exit_barri
     run = lab.up(spec.from_dict({"script": str(write_script(LEAVE_EARLY)), "nodes": 2,
                                  "nproc_per_node": 1, "timeout": 120}),
                  out=str(tmp_path / "run"), progress=lambda line: None)
-    first = run.meta["first_failure"]
-    stopped = [n for n in run.meta["node_outcomes"] if n["state"] == "stopped"]
-    assert first.get("left_early") is True and first["rank"] == 1, (first, run.meta["node_outcomes"])
+    first = run.status["first_failure"]
+    stopped = [n for n in run.status["node_outcomes"] if n["state"] == "stopped"]
+    assert first.get("left_early") is True and first["rank"] == 1, (first, run.status["node_outcomes"])
     assert [n["index"] for n in stopped] == [first["node"]]
     assert "had no workers left" in run.node_log(first["node"]).read_text()
 

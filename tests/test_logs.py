@@ -181,22 +181,23 @@ def _run_folder(tmp_path, name: str, data: bytes):
 
 
 def _split(tmp_path, data: bytes, how: str, monkeypatch) -> tuple:
-    """The run folder's split of one node log (rundir.LogSplit, rank logs on disk): the
+    """The run folder's split of one node log (blame.LogReading over logs.LogSplit, rank
+    logs on disk): the
     rank logs' BYTES, results.jsonl and what the pass found. `how`: "per line" (the fast
     skip off: every line goes the line-by-line way), "bytes" (as a run ends: whole
     chunks), "stream" (chunks cut anywhere)."""
-    from labctl.rundir import LogSplit
+    from labctl.blame import LogReading
 
     run = _run_folder(tmp_path, how, data)
     with monkeypatch.context() as patch:
         if how == "stream":
             patch.setattr(logs, "READ_CHUNK", 777)
-        split = LogSplit(run, [0])
+        reading = LogReading.of(run, [0])
         if how == "per line":
-            split.readers[0]._one_rank_chunk = lambda chunk: False
-            split.readers[0]._plain_run = lambda rank, run: False
-        found = split.finish()
-    return _written(run), found, split.readers[0].agent_tail
+            reading.split.readers[0]._one_rank_chunk = lambda chunk: False
+            reading.split.readers[0]._plain_run = lambda rank, run: False
+        found = reading.finish()
+    return _written(run), found, reading.split.readers[0].agent_tail
 
 
 def _written(run) -> tuple:
@@ -240,14 +241,15 @@ def test_following_a_log_as_it_grows_equals_one_pass(seed, tmp_path, monkeypatch
     and is fed a budget at a time; what comes out is what one pass at the end gives."""
     import random
 
-    from labctl.rundir import LogSplit
+    from labctl.blame import LogReading
 
     rnd = random.Random(seed)
     data = _mixed_log(seed)
     one_pass = _split(tmp_path, data, "per line", monkeypatch)
     monkeypatch.setattr(logs, "READ_CHUNK", 500)
     run = _run_folder(tmp_path, "follow", b"")
-    split = LogSplit(run, [0])
+    reading = LogReading.of(run, [0])
+    split = reading.split
     written = 0
     while written < len(data):
         step = rnd.randrange(1, 3000)
@@ -255,7 +257,7 @@ def test_following_a_log_as_it_grows_equals_one_pass(seed, tmp_path, monkeypatch
             f.write(data[written:written + step])
         written += step
         split.advance(rnd.randrange(1, 5000))
-    found = split.finish()
+    found = reading.finish()
     assert split.offsets[run.node_log(0)] == len(data)
     assert (_written(run), found, split.readers[0].agent_tail) == one_pass
 

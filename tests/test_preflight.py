@@ -180,7 +180,8 @@ def test_a_node_that_reported_no_check_is_named_in_the_table_and_the_last_line(t
     (run.path / "results.jsonl").write_text(json.dumps(
         {"workload": "preflight", "name": "join", "rank": 0, "node": 0, "peer": 0, "ok": False,
          "value": "1 rank(s) missing", "detail": "rank(s) 1 never reached node 0's store"}) + "\n")
-    run.meta["state"] = "failed"
+    from labctl.outcome import RunState
+    run.record.state = RunState.FAILED
     passed, section = cli._preflight_table(run)
     assert not passed and f"- node 1: no check reported (never started, or died first): {run.node_log(1)}" in section
     assert cli._preflight_failure(run).startswith("preflight failed: join (node 0); no check reported (node 1); ")

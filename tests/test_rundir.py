@@ -7,6 +7,7 @@ from labctl.outcome import NodeOutcome, NodeState, RunState
 from labctl.plan import local_placement, plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
+from conftest import finalize
 
 PEER_RESET = ("[rank0]:[rank0]: Traceback (most recent call last):\n"
               '[rank0]:[rank0]:   File "/tmp/train.py", line 5, in <module>\n'
@@ -35,7 +36,7 @@ def _finalize(tmp_path, node1: NodeOutcome, node1_log: str) -> dict:
     run = _rundir(tmp_path)
     run.write_node_log(0, PEER_RESET)
     run.write_node_log(1, node1_log)
-    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0), node1], RunState.FAILED)
+    finalize(run, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=30.0), node1], RunState.FAILED)
     return json.loads((run.path / "status.json").read_text())["first_failure"]
 
 
@@ -53,8 +54,9 @@ def test_a_stopped_node_that_never_finished_is_not_blamed(tmp_path):
 
 
 def _fault(kind, target, lab_s, text):
-    return {"fault": text, "kind": kind, "target": target, "phase": "begin", "ok": True,
-            "lab_s": lab_s, "took_s": 0.1, "did": "SIGKILL"}
+    from labctl.record import FiredFault
+
+    return FiredFault(text, kind, target, "begin", "SIGKILL", lab_s, ok=True, took_s=0.1)
 
 
 def test_a_kill_fault_is_the_root_cause_only_when_it_came_before_the_failure():
@@ -87,7 +89,7 @@ def test_the_node_log_split_keeps_an_over_long_unended_line_as_printed(tmp_path)
     with open(run.node_log(0), "wb") as f:
         f.write(b"[rank0]:" + printed)
     run.write_node_log(1, "[rank1]:a line\n[rank1]:no end")
-    run.finalize([NodeOutcome(0, "lab-0", 0, NodeState.SUCCEEDED),
+    finalize(run, [NodeOutcome(0, "lab-0", 0, NodeState.SUCCEEDED),
                   NodeOutcome(1, "lab-1", 0, NodeState.SUCCEEDED)], RunState.PASSED)
     assert run.rank_log(0).read_bytes() == printed
     assert run.rank_log(1).read_bytes() == b"a line\nno end"
@@ -136,7 +138,7 @@ def test_bytes_that_are_not_utf8_stay_in_the_rank_log_and_reach_the_report_as_re
         f.write(b"".join(b"[rank0]:" + line + b"\n" for line in printed.split(b"\n")[:-1])
                 + b"labctl: rank 0 exited with code 1 at 100.0\n")
     run.write_node_log(1, "[rank1]:fine\n")
-    run.finalize([NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=1.0),
+    finalize(run, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=1.0),
                   NodeOutcome(1, "lab-1", 0, NodeState.SUCCEEDED)], RunState.FAILED)
     assert run.rank_log(0).read_bytes() == printed
     status = json.loads((run.path / "status.json").read_bytes().decode("utf-8"))

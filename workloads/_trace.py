@@ -1,33 +1,44 @@
-"""Per-rank communication recorder (issue 21): every collective and p2p op of every
-process group, as marked lines in the log stream.
+"""Per-rank communication recorder (issues 21 and 30): every op that torch issues on a
+process group, recorded where torch issues it, as marked lines in the log stream.
 
-`install()` (called by the workloads runner and by `workloads._script` before the
-user's code runs, only when LAB_TRACE=1) wraps torch.distributed's collective and
-p2p functions. Each op writes two lines to stdout (buffered, see FLUSH_S):
+Where it records. Every collective and p2p op of every ProcessGroup, on every backend,
+runs through one of torch's c10d dispatcher ops (`torch.ops.c10d.allreduce_`, `send`,
+...): ProcessGroup's C++ methods call them. They are reached two ways, and each op is
+recorded where it enters (docs/trace.md, "How it records", has the measurements):
 
-    @@labctl-trace {"k":"B","i":7,"op":"all_reduce","pg":"default_pg","seq":4,...,"t":<ns>}
-    @@labctl-trace {"k":"E","i":7,"t":<ns>}
+1. From Python, through ProcessGroup's methods (`group.allreduce(...)`): every
+   torch.distributed function (all_reduce, isend, batch_isend_irecv, all_gather_object,
+   FSDP2's all_gather_single ...) and a script calling a group's methods itself ends there.
+   The methods are replaced on the class by a lean recording wrapper (a few µs per op),
+   which enters the op with autograd's dispatch key excluded for that call only, so that
+   (2) does not see it a second time.
+2. From C++: DDP's Reducer (a gradient bucket's all-reduce, the unused-parameter map's),
+   DDP's `_broadcast_coalesced` and `_verify_params_across_processes`, functional
+   collectives (`torch.distributed._functional_collectives`), DTensor. A Python kernel at
+   the c10d ops' Autograd key (they have none there: torch's autograd fallback runs)
+   records the op and redispatches below autograd: the same C++ kernel, on the same
+   tensors. About 20 µs per op; a few ops per training step take this path.
 
-B when the rank enters the op (written *before* it, so a rank that hangs or dies in
-it has said which op it was in), E when the op completed (async ops: when `wait()`
-returned). Times are this rank's wall clock (time.time_ns). A "G" line names each
-process group (name, global ranks) the first time it is used, an "M" line says who
-this rank is, a "C" line its clock offset against rank 0 measured right after
-init_process_group (NTP-style, over the original send/recv, not recorded).
+Nothing a script can see is replaced: its functions, hooks and Work objects are torch's
+own (a DDP comm hook, `isinstance(work, dist.Work)`, `pickle.dumps(dist.all_reduce)` work
+as untraced), and not a bit of what is computed changes. Completion: when `wait()`
+returns, `is_completed()` first says True, or the future from `get_future()` completes
+(Work's methods, replaced on the class: they end the op's record and call torch's own);
+an op issued from C++ ends when its future completes (gloo gives send/recv and
+reduce_scatter_tensor works no future: those stay unfinished).
 
-Why the log stream: it is the one channel every backend collects (local files,
-`docker compose logs`, `kubectl logs`), and lines written before a crash survive it
-(lines wait at most FLUSH_S in memory; a rank SIGKILLed loses those). Memory per rank is
-bounded by MAX_PENDING lines waiting plus the ops in flight (async works not yet waited).
-Nothing is wrapped when tracing is off.
+The lines go to a file descriptor duplicated from stdout when the recorder is installed,
+before the script runs, so a script that replaces sys.stdout (ranks != 0 silenced with
+`open(os.devnull, "w")`) or points it at its own file loses none (`open_channel`).
 
-Fields and where they come from: op = the torch.distributed function called; pg =
-"default_pg" for the world group, else the group's description/name; seq = this
-recorder's per-group count of collectives (1, 2, ...; p2p ops count apart in
-`p2p`), the same order torch's Flight Recorder numbers `collective_seq_id`;
-peer = the other global rank of a p2p op (recv from any source: the sender, known
-at the end), root = src/dst of rooted collectives; shape/dtype/bytes from the
-op's input tensor(s); caller = the first frame outside torch and this module.
+Record lines (`@@labctl-trace ` then; docs/trace.md lists every field):
+    {"k":"H","v":2,"t0":<ns>,"pid":..}     header: times below are ns after t0
+    {"k":"M",...} who the rank is; {"k":"G",...} a process group; {"k":"C",...} clock offset
+    {"k":"S","s":3,"op":"all_reduce","pg":"default_pg","kind":"c",...}   a call site
+    B <id> <site> <seq> <t>               op <id> entered at t
+    E <id> <t> [<peer>]                   op <id> completed at t
+    X <id> <site> <seq> <t> <end>          both, when one flush holds both
+    {"k":"T","t":<ns>}                      the rank was alive then (at a dump, at exit)
 """
 from __future__ import annotations
 
@@ -40,87 +51,107 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
-from ._protocol import CLOCK_ROUNDS, FR_MARKER, TRACE_MARKER as MARKER
-from ._protocol import Env
+from ._protocol import CLOCK_ROUNDS, FR_MARKER, TRACE_MARKER as MARKER, Env
 
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
+CLOCK_WAIT_S = 60                   # a rank that never comes to the clock exchange: go on without
+RECORD_VERSION = 2
+PIPE_CHUNK = 4096                   # PIPE_BUF: a write this long to a pipe is never split
 
 _installed = False
-_local = threading.local()
-_groups: dict[int, str] = {}               # id(pg) -> name (G line written)
-_torch_dir = ""
 _here = os.path.abspath(__file__)
-
-# op -> (index and keyword of the tensor that says the op's size, kind, peer/root keyword and index)
-_P2P = {"send": "dst", "recv": "src", "isend": "dst", "irecv": "src"}
-_COLLECTIVES: dict[str, tuple[int, str, str | None, int | None]] = {
-    "all_reduce": (0, "tensor", None, None),
-    "broadcast": (0, "tensor", "src", 1),
-    "reduce": (0, "tensor", "dst", 1),
-    "all_gather": (1, "tensor", None, None),
-    "all_gather_into_tensor": (1, "input_tensor", None, None),
-    "reduce_scatter": (0, "output", None, None),
-    "reduce_scatter_tensor": (1, "input", None, None),
-    "all_to_all": (1, "input_tensor_list", None, None),
-    "all_to_all_single": (1, "input", None, None),
-    "gather": (0, "tensor", "dst", 2),
-    "scatter": (0, "tensor", "src", 2),
-    "barrier": (-1, "", None, None),
-    "monitored_barrier": (-1, "", None, None),
-    # torch's own C++ ops that DDP calls through torch.distributed (see _install_ddp)
-    "_broadcast_coalesced": (1, "tensors", "src", 3),
-    "_verify_params_across_processes": (-1, "", None, None),
-}
-_GROUP_INDEX = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2,
-                "all_gather_into_tensor": 2, "reduce_scatter": 3, "reduce_scatter_tensor": 3,
-                "all_to_all": 2, "all_to_all_single": 4, "gather": 3, "scatter": 3, "barrier": 0,
-                "monitored_barrier": 0, "send": 2, "recv": 2, "isend": 2, "irecv": 2,
-                "_broadcast_coalesced": 0, "_verify_params_across_processes": 0}
+_t0 = time.time_ns()                # record times are ns after this (the H line)
 
 
 def enabled() -> bool:
     return os.environ.get(Env.TRACE, "") not in ("", "0", "false", "False")
 
 
-# What an op does before and after it is kept to a few attribute reads and one deque
-# append of a tuple: right after a large op the CPU's caches hold the tensor, not the
-# interpreter's data, and every Python step then costs ~10x its warm time (measured: the
-# old recorder, which built each JSON line in the op's thread, cost ~50 µs per 1 MiB
-# all_reduce with 2 ranks on 2 cores, 7 µs warm). The lines are put together later, by a
-# daemon thread that writes everything pending every FLUSH_S (one write and one flush: a
-# flush per op cost more than the rest). The B line of an op a rank hangs in still
-# reaches the log within FLUSH_S, because gloo's (and NCCL's) wait releases the GIL. Also
-# flushed: when MAX_PENDING records wait (by the op's own thread: memory stays bounded,
-# nothing is dropped), when an op raises, at a Flight Recorder dump, at exit.
+# ---------------------------------------------------------------- the channel
+
+_fd: int | None = None
+
+
+def open_channel() -> None:
+    """Duplicate stdout's file descriptor for the lab's lines (trace records, Flight
+    Recorder dumps), once, before the user's code runs: what a script later does to
+    sys.stdout/sys.stderr, or to fd 1, does not reach them."""
+    global _fd
+    if _fd is not None:
+        return
+    for source in (1, 2):
+        try:
+            _fd = os.dup(source)            # not inheritable (PEP 446): no child gets it
+            return
+        except OSError:
+            continue
+
+
+def _emit(text: str) -> None:
+    """Write whole lines to the channel, in pieces of at most PIPE_CHUNK bytes cut at line
+    ends (a pipe writes those in one piece: a print from another thread cannot land inside
+    a record). Tracing must never break the rank: errors are swallowed."""
+    if _fd is None:
+        open_channel()
+        if _fd is None:
+            return
+    data = text.encode("utf-8", "replace")
+    try:
+        while data:
+            if len(data) <= PIPE_CHUNK:
+                piece, data = data, b""
+            else:
+                cut = data.rfind(b"\n", 0, PIPE_CHUNK) + 1 or PIPE_CHUNK
+                piece, data = data[:cut], data[cut:]
+            while piece:
+                piece = piece[os.write(_fd, piece):]
+    except (OSError, ValueError):
+        pass
+
+
+# ---------------------------------------------------------------- records waiting to be written
+
+# What an op does is kept to a few attribute reads and one deque append of a tuple: right
+# after a large op the CPU's caches hold the tensor, not the interpreter's data, and every
+# Python step then costs several times its warm time. The lines are put together by a
+# daemon thread that writes everything pending every FLUSH_S (one write for all). The B
+# line of an op a rank hangs in still reaches the log within FLUSH_S (gloo's and NCCL's
+# waits release the GIL). Also written: when MAX_PENDING records wait (by the op's own
+# thread: memory stays bounded, nothing is dropped), when an op raises, at a Flight
+# Recorder dump, at exit.
 FLUSH_S = 0.15
-MAX_PENDING = 4096                  # records; a B record is a tuple of ~8 small objects, its line ~200-400 bytes
+MAX_PENDING = 4096
+MAX_SITES = 20_000                  # call sites remembered; past that they are numbered afresh
 _pending: "collections.deque[Any]" = collections.deque()
 _flush_lock = threading.RLock()      # reentrant: the SIGTERM handler may interrupt a flush
 _flusher_started = False
 _flusher_ended = False               # at exit: a record made later (another exit handler's op) is written at once
+_header_written = False
 
 
 def flush() -> None:
-    """Write every pending record, in order, with one write and one flush."""
+    """Write every pending record, in order, with one write (in pipe-sized pieces)."""
     with _flush_lock:
         n = len(_pending)
         if not n:
             return
         pop = _pending.popleft
-        text = "".join([_line(pop()) for _ in range(n)])
-        try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        except (OSError, ValueError, RuntimeError):
-            pass                    # stdout closed (or a reentrant write): tracing must never break the rank
+        text = _lines([pop() for _ in range(n)])
+        if text:
+            _emit(text)
 
 
 def _flusher(stop: threading.Event) -> None:
     while not stop.wait(FLUSH_S):   # releases the GIL while it waits
+        if _polled:
+            _poll()
         flush()
+        if len(_waiting) > 1000:
+            _sweep_waiting()
 
 
 def _start_flusher() -> None:
@@ -136,14 +167,15 @@ def _start_flusher() -> None:
 
 def _end_flusher(thread: threading.Thread, stop: threading.Event) -> None:
     """At exit, before the interpreter finalizes: end the flusher thread, then write what
-    is pending. A daemon thread that wakes once finalization began is ended by
-    pthread_exit wherever it stands; measured on compose 2x1 (gloo, torch 2.13): 3 runs in
-    24 aborted at exit with "terminate called without an active exception", 0 in 45 after."""
+    is pending and a T line (the rank was alive until then). A daemon thread that wakes
+    once finalization began is ended by pthread_exit wherever it stands; measured on
+    compose 2x1 (gloo, torch 2.13): 3 runs in 24 aborted at exit with "terminate called
+    without an active exception", 0 in 45 after."""
     global _flusher_ended
     stop.set()
     thread.join(timeout=2 * FLUSH_S + 1)      # at once when it has ended (a forked child's copy)
     _flusher_ended = True
-    flush()
+    tick()
 
 
 def _forked() -> None:
@@ -165,433 +197,955 @@ def _write(record: dict[str, Any]) -> None:
     _push(json.dumps(record, separators=(",", ":")))
 
 
-def _line(item: Any) -> str:
-    """One pending record as its marked line: a str is a line already; a B record is
-    (id, head, seq, dtype, shape, bytes, where, file, line, t); an E record (id, t, extra)."""
-    if type(item) is str:
-        return MARKER + item + "\n"
-    if len(item) == 3:
-        ident, t, extra = item
-        more = "".join(f',"{k}":{int(v)}' for k, v in extra.items()) if extra else ""
-        return f'{MARKER}{{"k":"E","i":{ident},"t":{t}{more}}}\n'
-    ident, head, seq, dtype, shape, nbytes, where, path, lineno, t = item
-    if dtype is None:
-        sizes = f',"bytes":{nbytes}'
-    else:
-        sizes = f',"shape":{_shape_json(shape)},"dtype":{_dtype_json(dtype)},"bytes":{nbytes}'
-    return f'{MARKER}{{"k":"B","i":{ident}{head}{seq}{sizes}{where},"caller":{_caller_json(path, lineno)},"t":{t}}}\n'
+def tick() -> None:
+    """A T line (this rank was alive now: at a dump, at exit) when tracing is on, then
+    flush. The merge draws an op that never ended up to the last moment any rank was known
+    alive."""
+    if _installed:
+        _pending.append(json.dumps({"k": "T", "t": time.time_ns() - _t0}))
+    flush()
 
 
-_callers: dict[tuple[str, int], str] = {}    # (file, line) -> its JSON string: one per call site
-_dtypes: dict[Any, str] = {}
-_shapes: dict[tuple, str] = {}
+# ---------------------------------------------------------------- turning records into lines
+
+_sites: dict[tuple, int] = {}        # what repeats between ops of one call site -> its number
+_site_ids = itertools.count(1)
+_jsons: dict[Any, str] = {}          # dtype / shape / caller -> its JSON text
 
 
-def _caller_json(path: str | None, lineno: int) -> str:
-    if path is None:
-        return '"?"'
-    key = (path, lineno)
-    text = _callers.get(key)
-    if text is None:
-        text = _callers[key] = json.dumps(f"{path}:{lineno}")
-    return text
-
-
-def _dtype_json(dtype: Any) -> str:
-    text = _dtypes.get(dtype)
-    if text is None:
-        name = str(dtype)
-        text = _dtypes[dtype] = json.dumps(name[6:] if name.startswith("torch.") else name)
-    return text
-
-
-def _shape_json(shape: Any) -> str:
-    dims = tuple(shape)
-    text = _shapes.get(dims)
-    if text is None:
-        text = _shapes[dims] = "[" + ",".join(str(int(x)) for x in dims) + "]"
-    return text
-
-
-_skip: dict[Any, bool] = {}                  # code object -> inside torch or this module
-
-
-def _caller() -> tuple[str | None, int]:
-    """The first frame outside torch and this module: (file, line)."""
-    frame = sys._getframe(3)
-    while frame is not None:
-        code = frame.f_code
-        skip = _skip.get(code)
-        if skip is None:
-            name = code.co_filename
-            skip = _skip[code] = name.startswith(_torch_dir) or name == _here
-        if not skip:
-            return code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None, 0
-
-
-def _tensors(value: Any) -> list:
-    if isinstance(value, (list, tuple)):
-        return [v for v in value if hasattr(v, "element_size")]
-    return [value] if hasattr(value, "element_size") else []
-
-
-def _world_group(dist: Any) -> Any:
-    """The world group or None; c10d's own `_world` when there is one (torch's
-    is_initialized + _get_default_group cost ~1 µs per op: five property calls)."""
-    world = getattr(dist.distributed_c10d, "_world", None)
-    if world is not None:
-        return getattr(world, "default_pg", None)
-    return dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
-
-
-def _group_name(dist: Any, pg: Any, world: Any) -> str:
-    """default_pg, the group's description, or pg<its c10d name>; a G line the first time."""
-    name = _groups.get(id(pg))
-    if name is None:
-        if pg is world:
-            name = "default_pg"
+def _lines(items: list) -> str:
+    """The marked lines of pending records. A B record is (id, route, seq, dtype, shape,
+    bytes, peer/root, code, line, name, api, t); an E record (id, t) or (id, t, peer).
+    An op begun and ended within one batch becomes one X line. The first batch starts
+    with the H line."""
+    global _header_written
+    out = []
+    if not _header_written:
+        _header_written = True
+        out.append(f'{MARKER}{{"k":"H","v":{RECORD_VERSION},"t0":{_t0},"pid":{os.getpid()}}}\n')
+    ended: dict[int, Any] = {}
+    for item in items:
+        if type(item) is tuple and len(item) <= 3:
+            ended[item[0]] = item
+    merged: set[int] = set()
+    t0 = _t0
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            out.append(f"{MARKER}{item}\n")
+        elif len(item) <= 3:
+            if item[0] in merged:
+                continue
+            more = f" {item[2]}" if len(item) == 3 and item[2] is not None else ""
+            out.append(f"{MARKER}E {item[0]} {item[1] - t0}{more}\n")
         else:
-            desc = getattr(pg, "group_desc", "") or ""
-            name = desc if desc and desc != "undefined" else f"pg{getattr(pg, 'group_name', id(pg))}"
-        ranks = dist.get_process_group_ranks(pg)        # raises for a group this rank is not in
-        _groups[id(pg)] = name
-        _write({"k": "G", "pg": name, "ranks": ranks})
-    return name
+            ident = item[0]
+            site = _site(item, out)
+            end = ended.get(ident)
+            if end is not None and len(end) == 2:
+                merged.add(ident)
+                out.append(f"{MARKER}X {ident} {site} {item[2]} {item[11] - t0} {end[1] - t0}\n")
+            else:
+                out.append(f"{MARKER}B {ident} {site} {item[2]} {item[11] - t0}\n")
+    return "".join(out)
 
 
-def _arg(args: tuple, kwargs: dict, index: int | None, key: str | None) -> Any:
-    if key and key in kwargs:
-        return kwargs[key]
-    if index is not None and 0 <= index < len(args):
-        return args[index]
-    return None
+def _site(item: tuple, out: list) -> int:
+    """The number of a B record's call site (an S line the first time)."""
+    _, route, _, dtype, shape, nbytes, where, code, lasti, name, api, _ = item
+    key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api)   # id: a code object's hash is not cached
+    site = _sites.get(key)
+    if site is None:
+        if len(_sites) >= MAX_SITES:
+            _sites.clear()
+        site = _sites[key] = next(_site_ids)
+        if api in _ONE_OP_APIS:
+            name = api                      # send() posts an isend and waits; all_gather_into_tensor calls all_gather_single
+        if nbytes is None:
+            nbytes = dtype.itemsize * _numel(shape)
+        record: dict[str, Any] = {"k": "S", "s": site, "op": name or route.op, "pg": route.pg,
+                                  "kind": "p" if route.p2p else "c", "bytes": int(nbytes)}
+        if dtype is not None:
+            record["dtype"] = _dtype_name(dtype)
+            record["shape"] = [int(x) for x in shape]
+        if where is not None:
+            record["peer" if route.p2p else "root"] = int(where)
+        record["caller"] = f"{code.co_filename}:{_line_of(code, lasti)}" if code is not None else "?"
+        if api:
+            record["api"] = api
+        if route.via_cpp:
+            record["via"] = "c++"
+        out.append(MARKER + json.dumps(record, separators=(",", ":")) + "\n")
+    return site
 
 
-_ids = itertools.count(1)
+def _numel(shape: Any) -> int:
+    n = 1
+    for x in shape:
+        n *= int(x)
+    return n
+
+
+_line_tables: dict[Any, list] = {}
+
+
+def _line_of(code: Any, lasti: int) -> int:
+    """The source line of instruction offset `lasti` in `code` (co_lines, once per code)."""
+    table = _line_tables.get(code)
+    if table is None:
+        table = _line_tables[code] = [(start, end, line) for start, end, line in code.co_lines()]
+    for start, end, line in table:
+        if start <= lasti < end:
+            return line if line is not None else code.co_firstlineno
+    return code.co_firstlineno
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = str(dtype)
+    return name[6:] if name.startswith("torch.") else name
+
+
+# ---------------------------------------------------------------- process groups and call sites
+
+class _Route:
+    """How ops of one kind on one process group are recorded: the group's name in the
+    trace, its counter (collectives and p2p ops are numbered apart, per group), its global
+    ranks (a group rank -> the global rank). Routes are found by the group's id; `group` is
+    a weak reference (a script's destroyed group is freed as untraced), checked on every
+    use, so a new group that reuses a freed one's id gets a route of its own."""
+    __slots__ = ("rid", "op", "pg", "p2p", "counter", "ranks", "group", "via_cpp")
+
+    def __init__(self, rid: int, op: str, pg: str, p2p: bool, counter: Any, ranks: list[int],
+                 group: Any, via_cpp: bool):
+        self.rid, self.op, self.pg, self.p2p, self.counter = rid, op, pg, p2p, counter
+        self.ranks, self.group, self.via_cpp = ranks, _ref(group), via_cpp
+
+
+def _ref(obj: Any) -> Any:
+    """A weak reference, or (an object that takes none) a callable that returns it."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+_route_ids = itertools.count(1)
+_routes: dict[tuple[str, int, bool], _Route] = {}
 _counters: dict[tuple[str, bool], Any] = {}      # (pg name, p2p) -> itertools.count: next() is atomic
-# (op, id(group)) -> (the B line's fixed start, the group's counter, the group: kept so
-# that its id is not reused while it is cached)
-_routes: dict[tuple[str, int], tuple[str, Any, Any]] = {}
+_groups: dict[int, tuple[Any, str, list[int]]] = {}  # id(group) -> (its ref, name, global ranks); G line written
+_P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_p2p_ops"})
+# torch.distributed functions that issue exactly one op: the op is named after the one the
+# script called (else after the innermost public function on the way: all_gather for
+# all_gather_object's, isend for batch_isend_irecv's)
+_ONE_OP_APIS = frozenset({
+    "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+    "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
+    "gather", "scatter", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+    "all_reduce_coalesced", "all_gather_coalesced"})
 
 
-def _route(dist: Any, op: str, group: Any) -> tuple[str, Any, Any] | None:
-    """How an op on `group` (None: the world) is recorded; None: it is not (no process
-    group yet, or this rank is not in the group: torch says so itself)."""
-    world = _world_group(dist)
-    if world is None:
-        return None
-    pg = world if group is None else group
-    route = _routes.get((op, id(pg)))
-    if route is None:
+def _route(op: str, group: Any, via_cpp: bool) -> _Route | None:
+    """The route of `op` on `group`; None when it cannot be recorded (no process group
+    known to torch.distributed yet, a group this rank is not in)."""
+    route = _routes.get((op, id(group), via_cpp))
+    if route is not None and route.group() is group:
+        return route
+    named = _groups.get(id(group))
+    if named is None or named[0]() is not group:
         try:
-            name = _group_name(dist, pg, world)
-        except Exception:          # noqa: BLE001 - not a member, not a group
+            named = _name_group(group)
+        except Exception:          # noqa: BLE001 - not a group torch.distributed knows
             return None
-        p2p = op in _P2P
-        counter = _counters.setdefault((name, p2p), itertools.count(1))
-        head = f',"op":"{op}","pg":{json.dumps(name)},"{"p2p" if p2p else "seq"}":'
-        route = _routes[(op, id(pg))] = (head, counter, pg)
+    _, name, ranks = named
+    p2p = op in _P2P_OPS
+    counter = _counters.setdefault((name, p2p), itertools.count(1))
+    route = _routes[(op, id(group), via_cpp)] = _Route(next(_route_ids), op, name, p2p, counter, ranks,
+                                                       group, via_cpp)
     return route
 
 
-def _group_of(op: str, args: tuple, kwargs: dict) -> Any:
-    group = _arg(args, kwargs, _GROUP_INDEX.get(op), "group")
-    return group if group is None or hasattr(group, "rank") else None
+def _name_group(group: Any) -> tuple[Any, str, list[int]]:
+    """default_pg, the group's description, or pg<its c10d name> (Flight Recorder's
+    numbering); a G line the first time."""
+    import torch.distributed as dist
 
-
-def _begin(dist: Any, op: str, args: tuple, kwargs: dict, entered: int = 0,
-           route: tuple | None = None, group: Any = None) -> int | None:
-    """Push the op's B record (`entered`: the time the rank entered it, else now); its id,
-    or None when the op is not recorded. Only what must be read now is read now (ids,
-    the tensor's dtype, shape and bytes, the caller's file and line); the line is put
-    together by the flusher."""
-    if route is None:                   # else the caller resolved the group and its route
-        group = _group_of(op, args, kwargs)
-        route = _route(dist, op, group)
-        if route is None:
-            return None
-    head, counter, _ = route
-    seq = next(counter)
-    ident = next(_ids)
-    p2p = op in _P2P
-    if p2p:
-        tensor_index, tensor_key, peer_key, peer_index = 0, "tensor", _P2P[op], 1
+    c10d = dist.distributed_c10d
+    world = getattr(getattr(c10d, "_world", None), "default_pg", None)
+    if group is world:
+        name = "default_pg"
     else:
-        tensor_index, tensor_key, peer_key, peer_index = _COLLECTIVES[op]
-    dtype = shape = None
-    nbytes = 0
-    if tensor_index >= 0:
-        value = _arg(args, kwargs, tensor_index, tensor_key)
-        if hasattr(value, "element_size"):
-            dtype, shape, nbytes = value.dtype, value.shape, value.nbytes
-        else:
-            tensors = _tensors(value)
-            if tensors:
-                dtype, shape, nbytes = tensors[0].dtype, tensors[0].shape, sum(t.nbytes for t in tensors)
-    where = ""
-    if peer_key:
-        peer = _arg(args, kwargs, peer_index, peer_key)
-        if peer is None:
-            local = _arg(args, kwargs, None, "group_" + peer_key)
-            if local is not None and group is not None:
-                peer = dist.get_global_rank(group, local)
-        if peer is not None:
-            where = f',"{"peer" if p2p else "root"}":{int(peer)}'
-    path, lineno = _caller()
-    _push((ident, head, seq, dtype, shape, nbytes, where, path, lineno, entered or time.time_ns()))
-    return ident
+        desc = getattr(group, "group_desc", "") or ""
+        name = desc if desc and desc != "undefined" else f"pg{getattr(group, 'group_name', id(group))}"
+    ranks = [int(r) for r in dist.get_process_group_ranks(group)]
+    named = _groups[id(group)] = (_ref(group), name, ranks)
+    _write({"k": "G", "pg": name, "ranks": ranks})
+    return named
 
 
-def _end(ident: int, extra: dict[str, Any] | None = None) -> None:
-    _push((ident, time.time_ns(), extra))
+_torch_dir = ""
+_c10d_file = ""
+_USER, _PLAIN = 1, 0
+_frames: dict[Any, Any] = {}         # code -> _USER, _PLAIN, or the torch.distributed function's name
+_names: dict[Any, Any] = {}          # code of the direct caller -> the op's name (isend ...) or None
+_WRAPPERS = frozenset({"wrapper", "_wrapper", "inner", "decorator", "decorate_context", "_fn"})
+_PUBLIC: frozenset[str] = frozenset()
 
 
-class TracedWork:
-    """The Work an async op returned; `wait()` ends the op's slice. Everything else
-    is the real Work's."""
-
-    def __init__(self, work: Any, ident: int):
-        self._work, self._ident, self._done = work, ident, False
-
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = self._work.wait(*args, **kwargs)
-        except BaseException:
-            flush()
-            raise
-        self._finish()
-        return result
-
-    def is_completed(self) -> bool:
-        done = self._work.is_completed()
-        if done:
-            self._finish()
-        return done
-
-    def get_future(self) -> Any:
-        """The real Work's future, chained so that the op's slice ends when it completes
-        (a DDP comm hook never calls wait(); the callback runs on the backend's thread)."""
-        def done(future: Any) -> Any:
-            self._finish()
-            return future.value()
-
-        return self._work.get_future().then(done)
-
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            _end(self._ident)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._work, name)
+_STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
-def _wrap(dist: Any, op: str, original: Any) -> Any:
-    """The recording wrapper of one op: the B record (time: when the rank entered), the
-    op as called, the E record (or a TracedWork for an async op's handle)."""
+def _shim(path: str) -> bool:
+    """The standard library's or typing_extensions' code (a `@deprecated` wrapper around a
+    torch function): not the script's line."""
+    if path.startswith(_STDLIB) and "-packages" + os.sep not in path:
+        return True
+    return path.endswith(os.sep + "typing_extensions.py")
+
+
+def _classify(code: Any) -> Any:
+    path = code.co_filename
+    if path == _here or _shim(path) or path.startswith("<frozen"):
+        kind = _PLAIN
+    elif not path.startswith(_torch_dir):
+        kind = _USER
+    elif os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
+            and code.co_name not in _WRAPPERS:
+        kind = code.co_name             # a public torch.distributed function (all_gather_object ...)
+    else:
+        kind = _PLAIN
+    _frames[code] = kind
+    return kind
+
+
+def _where(frame: Any) -> tuple[Any, int, str | None]:
+    """(code, instruction offset) of the first frame outside torch and this module (the
+    script's or the workload's call), and the outermost public torch.distributed function
+    on the way (all_gather_object for the all_gather it makes; None when called directly).
+    The offset, not the line: `f_lineno` scans the code's line table, 17 µs at the end of a
+    3,000-line module; the flusher turns the offset into a line (`_line_of`)."""
+    api = None
+    get = _frames.get
+    while frame is not None:
+        code = frame.f_code
+        kind = get(code)
+        if kind is None:
+            kind = _classify(code)
+        if kind is _USER:
+            return code, frame.f_lasti, api
+        if kind is not _PLAIN:
+            api = kind
+        frame = frame.f_back
+    return None, 0, api
+
+
+def _op_name(code: Any) -> str | None:
+    """The name the direct caller gives the op: the torch.distributed function that called
+    the group's method (isend and send both call `group.send`), else None."""
+    name = _names.get(code, False)
+    if name is False:
+        name = _names[code] = code.co_name if code.co_filename == _c10d_file \
+            and code.co_name in _PUBLIC else None
+    return name
+
+
+def _tensor_info(value: Any) -> tuple[Any, Any, int | None]:
+    """(dtype, shape, bytes) of an op's input: a tensor, or a list (of lists) of them:
+    the first tensor's dtype and shape, every tensor's bytes. Bytes None: one tensor's,
+    worked out from dtype and shape by the flusher."""
+    if isinstance(value, _tensor_class):
+        return value.dtype, value.shape, None
+    if type(value) is list and len(value) == 1 and isinstance(value[0], _tensor_class):
+        return value[0].dtype, value[0].shape, None          # group.allreduce([tensor], opts)
+    if isinstance(value, (list, tuple)):
+        flat = []
+        for v in value:
+            if isinstance(v, (list, tuple)):
+                flat.extend(v)
+            else:
+                flat.append(v)
+        tensors = [v for v in flat if isinstance(v, _tensor_class)]
+        if tensors:
+            return tensors[0].dtype, tensors[0].shape, sum(t.nbytes for t in tensors)
+    return None, None, 0
+
+
+_ids = itertools.count(1)
+_local = threading.local()
+
+
+# ---------------------------------------------------------------- 1. ops issued from Python
+
+# ProcessGroup's methods that issue an op: name in the trace, index and keyword of the
+# input whose size is recorded, kind of the int that follows (peer or root; group rank).
+# A method that is not here (one a later torch adds) is not wrapped: its op still reaches
+# the Autograd kernel and is recorded there (2.), at that path's cost.
+PG_METHODS: dict[str, tuple[str, int, str | None]] = {
+    "allreduce": ("all_reduce", 0, None),
+    "allreduce_coalesced": ("all_reduce_coalesced", 0, None),
+    "broadcast": ("broadcast", 0, "root"),
+    "reduce": ("reduce", 0, "root"),
+    "allgather": ("all_gather", 1, None),
+    "_allgather_base": ("all_gather_into_tensor", 1, None),
+    "all_gather_single": ("all_gather_into_tensor", 1, None),
+    "allgather_coalesced": ("all_gather_coalesced", 1, None),
+    "allgather_into_tensor_coalesced": ("all_gather_into_tensor_coalesced", 1, None),
+    "all_gather_single_coalesced": ("all_gather_into_tensor_coalesced", 1, None),
+    "reduce_scatter": ("reduce_scatter", 1, None),
+    "_reduce_scatter_base": ("reduce_scatter_tensor", 1, None),
+    "reduce_scatter_single": ("reduce_scatter_tensor", 1, None),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor_coalesced", 1, None),
+    "reduce_scatter_single_coalesced": ("reduce_scatter_tensor_coalesced", 1, None),
+    "alltoall": ("all_to_all", 1, None),
+    "alltoall_base": ("all_to_all_single", 1, None),
+    "all_to_all_single": ("all_to_all_single", 1, None),
+    "gather": ("gather", 1, "root"),
+    "scatter": ("scatter", 0, "root"),       # what each rank receives: the root alone has inputs
+    "barrier": ("barrier", -1, None),
+    "monitored_barrier": ("monitored_barrier", -1, None),
+    "send": ("send", 0, "peer"),
+    "recv": ("recv", 0, "peer"),
+    "recv_anysource": ("recv", 0, None),
+}
+_excluded = None                      # torch._C._dispatch_tls_is_dispatch_key_excluded
+_exclude = None                       # torch._C._dispatch_tls_set_dispatch_key_excluded
+_AUTOGRAD = None                      # DispatchKey.AutogradFunctionality
+
+
+def _where_int(args: tuple, kwargs: dict, kind: str | None) -> int | None:
+    """A root (broadcast/reduce/gather/scatter: opts.rootRank or the int argument) or a
+    peer (send/recv: the int argument), as a group rank."""
+    if kind == "peer":
+        value = args[1] if len(args) > 1 else kwargs.get("dstRank", kwargs.get("srcRank"))
+        return value if type(value) is int else None
+    for value in args[1:]:
+        root = getattr(value, "rootRank", None)
+        if root is not None:
+            return int(root)
+        if type(value) is int:
+            return value
+    root = kwargs.get("root")
+    if root is None and "opts" in kwargs:
+        root = getattr(kwargs["opts"], "rootRank", None)
+    return int(root) if root is not None else None
+
+
+def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | None) -> Any:
+    """The recording wrapper of one ProcessGroup method. Every step is inline and cheap:
+    it runs once per op, right after the last op left the caches cold (docs/trace.md,
+    "What it costs")."""
     time_ns = time.time_ns
+    getframe = sys._getframe
+    pending, waiting, ids, names = _pending, _waiting, _ids, _names
+    tensor_class = _tensor_class
+    anysource = method == "recv_anysource"
+    returns_work = method != "monitored_barrier"
+    routes: dict[int, _Route] = {}          # id(group) -> route
 
-    def traced(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_local, "depth", 0):
-            return original(*args, **kwargs)
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
         entered = time_ns()
-        group = _group_of(op, args, kwargs)
-        route = _route(dist, op, group)
-        ident = _begin(dist, op, args, kwargs, entered, route, group) if route is not None else None
-        _local.depth = 1
+        route = routes.get(id(self))
+        if route is None or route.group() is not self:
+            route = _route(op, self, False)
+            if route is None:               # a group torch.distributed does not know: not recorded
+                return original(self, *args, **kwargs)
+            routes[id(self)] = route
+        grad = False
+        if index >= 0:
+            value = args[index] if len(args) > index else _input_kwarg(method, kwargs)
+            first = value[0] if type(value) is list and len(value) == 1 else value
+            if isinstance(first, tensor_class):
+                dtype, shape, nbytes, grad = first.dtype, first.shape, None, first.requires_grad
+            else:
+                dtype, shape, nbytes = _tensor_info(value)
+                grad = value is not None and _needs_grad(value)
+        else:
+            value, dtype, shape, nbytes = None, None, None, 0
+        where = _where_int(args, kwargs, kind) if kind else None
+        if where is not None and 0 <= where < len(route.ranks):
+            where = route.ranks[where]
+        caller = getframe(1)
+        name = names.get(caller.f_code, False)
+        if name is False:
+            name = _op_name(caller.f_code)
+        code, lasti, api = _where(caller)
+        ident = next(ids)
+        pending.append((ident, route, next(route.counter), dtype, shape, nbytes, where, code, lasti,
+                        name, api, entered))
+        if len(pending) >= MAX_PENDING or _flusher_ended:
+            flush()
+        if grad and _is_grad_enabled():
+            _warn_on_backprop(value, f"c10d::{method}")
+        excluded = _excluded(_AUTOGRAD)
+        if not excluded:
+            _exclude(_AUTOGRAD, True)
         try:
-            result = original(*args, **kwargs)
+            work = original(self, *args, **kwargs)
         except BaseException:
             flush()                 # the B line of the op that failed, before the rank ends
             raise
         finally:
-            _local.depth = 0
-        if ident is None:
-            return result
-        if result is not None and hasattr(result, "wait") and not isinstance(result, int):
-            return TracedWork(result, ident)
-        extra = None
-        if op == "recv" and isinstance(result, int) and _arg(args, kwargs, 1, "src") is None \
-                and kwargs.get("group_src") is None:
-            extra = {"peer": result}        # recv from any source: the sender, known now
-        _end(ident, extra)
+            if not excluded:
+                _exclude(_AUTOGRAD, False)
+        if _coalescing and getattr(_local, "coalescing", None) is not None:
+            _local.coalescing.append(ident)       # ends with the work _end_coalescing returns
+        elif not returns_work or work is None:
+            pending.append((ident, time_ns()))
+        else:
+            waiting[id(work)] = (weakref.ref(work), ident, route if anysource else None)
+        return work
+
+    traced.__name__, traced.__qualname__ = original.__name__, getattr(original, "__qualname__", original.__name__)
+    traced.__doc__, traced.__wrapped__ = original.__doc__, original
+    return traced
+
+
+_INPUT_KEYS = {"allgather": "input_tensors", "_allgather_base": "input", "all_gather_single": "input",
+               "reduce_scatter": "input_tensors", "_reduce_scatter_base": "inputTensor",
+               "reduce_scatter_single": "inputTensor", "alltoall": "input", "alltoall_base": "input",
+               "all_to_all_single": "input", "gather": "input_tensors", "scatter": "output_tensors"}
+
+
+def _input_kwarg(method: str, kwargs: dict) -> Any:
+    key = _INPUT_KEYS.get(method)
+    if key is not None:
+        return kwargs.get(key)
+    return kwargs.get("tensors", kwargs.get("tensor"))
+
+
+def _kick() -> None:
+    if not _flusher_started:
+        _start_flusher()
+    if len(_pending) >= MAX_PENDING or _flusher_ended:
+        flush()
+
+
+_tensor_class: Any = ()               # torch.Tensor, once installed
+_is_grad_enabled: Any = None          # torch.is_grad_enabled, once installed
+_coalescing = 0                       # groups between _start_coalescing and _end_coalescing
+
+
+def _needs_grad(value: Any) -> bool:
+    if type(value) is list:
+        for v in value:
+            if v.requires_grad if isinstance(v, _tensor_class) else _needs_grad(v):
+                return True
+        return False
+    return getattr(value, "requires_grad", False) is True
+
+
+def _warn_on_backprop(value: Any, op: str) -> None:
+    """What torch's autograd fallback does for a c10d op on a tensor that requires grad
+    (the op is entered below autograd when traced): warn when backward reaches it."""
+    import warnings
+
+    def warn(grad: Any) -> None:
+        warnings.warn(f"{op}: an autograd kernel was not registered to the Autograd key(s) but we are "
+                      "trying to backprop through it. This may lead to silently incorrect behavior.",
+                      UserWarning, stacklevel=2)
+
+    tensors = value if isinstance(value, (list, tuple)) else [value]
+    for t in tensors:
+        if isinstance(t, (list, tuple)):
+            _warn_on_backprop(t, op)
+        elif getattr(t, "requires_grad", False):
+            t.register_hook(warn)
+
+
+def _start_coalescing(original: Any) -> Any:
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        global _coalescing
+        result = original(self, *args, **kwargs)
+        _local.coalescing = []
+        _coalescing += 1
         return result
 
-    traced.__wrapped__ = original
-    traced.__name__ = original.__name__
-    traced.__doc__ = original.__doc__
+    traced.__name__, traced.__doc__, traced.__wrapped__ = original.__name__, original.__doc__, original
     return traced
 
 
-def _wrap_batch(dist: Any, original: Any) -> Any:
-    """batch_isend_irecv: one isend/irecv record per P2POp, each ended by its work's wait()."""
-    def traced(p2p_op_list: list) -> Any:
-        if getattr(_local, "depth", 0):
-            return original(p2p_op_list)
-        records = []
-        for p in p2p_op_list:
-            fn = getattr(p.op, "__wrapped__", p.op)
-            name = "isend" if fn is _originals.get("isend") else "irecv"
-            records.append(_begin(dist, name, (p.tensor, p.peer, p.group), {}))
-        _local.depth = 1
+def _end_coalescing(original: Any) -> Any:
+    """The ops issued between _start_coalescing and here end when this work does."""
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        global _coalescing
+        idents = getattr(_local, "coalescing", None) or []
+        if getattr(_local, "coalescing", None) is not None:
+            _local.coalescing = None
+            _coalescing = max(0, _coalescing - 1)
+        work = original(self, *args, **kwargs)
+        if idents:
+            if work is None:
+                now = time.time_ns()
+                for ident in idents:
+                    _pending.append((ident, now))
+            else:
+                _waiting[id(work)] = (weakref.ref(work), tuple(idents), None)
+        return work
+
+    traced.__name__, traced.__doc__, traced.__wrapped__ = original.__name__, original.__doc__, original
+    return traced
+
+
+# ---------------------------------------------------------------- completion (Work's methods)
+
+# id(work) -> (weak reference to it, op id or ids, route of a recv from any source). Weak:
+# a work nobody waits on is freed as untraced (its tensors with it); the flusher sweeps
+# entries whose work is gone.
+_waiting: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def _sweep_waiting() -> None:
+    for key, entry in list(_waiting.items()):
+        if entry[0]() is None:
+            _waiting.pop(key, None)
+
+
+def _ended(work: Any) -> None:
+    entry = _waiting.pop(id(work), None)
+    if entry is None:
+        return
+    ref, idents, anysource = entry
+    if ref() is not work:               # a freed work's id, reused
+        return
+    now = time.time_ns()
+    if type(idents) is int:
+        if anysource is None:
+            _pending.append((idents, now))
+        else:
+            try:
+                source = work._source_rank()
+                peer = anysource.ranks[source] if 0 <= source < len(anysource.ranks) else source
+            except Exception:          # noqa: BLE001 - the end matters more than the sender
+                peer = None
+            _pending.append((idents, now, peer))
+    else:
+        for ident in idents:
+            _pending.append((ident, now))
+
+
+def _wrap_wait(original: Any) -> Any:
+    waiting, pending, time_ns = _waiting, _pending, time.time_ns
+
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            works = original(p2p_op_list)
+            result = original(self, *args, **kwargs)
+        except BaseException:
+            flush()
+            raise
+        if waiting:
+            entry = waiting.get(id(self))
+            if entry is not None and type(entry[1]) is int and entry[2] is None and entry[0]() is self:
+                del waiting[id(self)]               # the common case, inline: one op, its end now
+                pending.append((entry[1], time_ns()))
+            elif entry is not None:
+                _ended(self)
+        return result
+
+    wait.__name__, wait.__doc__, wait.__wrapped__ = original.__name__, original.__doc__, original
+    return wait
+
+
+def _wrap_is_completed(original: Any) -> Any:
+    def is_completed(self: Any) -> Any:
+        done = original(self)
+        if done and _waiting:
+            _ended(self)
+        return done
+
+    is_completed.__name__, is_completed.__doc__ = original.__name__, original.__doc__
+    is_completed.__wrapped__ = original
+    return is_completed
+
+
+def _wrap_get_future(original: Any) -> Any:
+    """The work's own future; the op ends when it completes (a DDP comm hook returns it
+    and never waits; the callback runs on the backend's thread)."""
+    def get_future(self: Any) -> Any:
+        future = original(self)
+        entry = _waiting.pop(id(self), None) if _waiting else None
+        if entry is not None and entry[0]() is self:
+            idents = entry[1] if type(entry[1]) is tuple else (entry[1],)
+
+            def done(_: Any) -> None:          # the work itself may be gone by then
+                now = time.time_ns()
+                for ident in idents:
+                    _pending.append((ident, now))
+            try:
+                future.add_done_callback(done)
+            except Exception:          # noqa: BLE001 - the future is the script's; tracing must not break it
+                _waiting[id(self)] = entry
+        return future
+
+    get_future.__name__, get_future.__doc__, get_future.__wrapped__ = original.__name__, original.__doc__, original
+    return get_future
+
+
+# ---------------------------------------------------------------- 2. ops issued from C++
+
+# c10d op -> the name in the trace (the rest: the op's name without its trailing "_")
+OP_NAMES = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce_coalesced",
+            "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
+            "allgather_coalesced": "all_gather_coalesced",
+            "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+            "_reduce_scatter_base": "reduce_scatter_tensor", "alltoall": "all_to_all",
+            "alltoall_base": "all_to_all_single", "recv_any_source": "recv"}
+_libraries: dict[str, Any] = {}      # torch.library.Library per namespace (kept alive: they hold the kernels)
+
+
+def c10d_ops() -> dict[str, Any]:
+    """Every c10d dispatcher op that takes a ProcessGroup, from torch's own registry
+    (name -> OpOverload): the ops every ProcessGroup method, on every backend, ends in."""
+    return {name: op for name, op in _ops("c10d", "CPU").items()
+            if any("ProcessGroup" in str(a.type) for a in op._schema.arguments)}
+
+
+def functional_ops() -> dict[str, Any]:
+    """Every functional collective op (`torch.ops._c10d_functional`), from torch's registry."""
+    return _ops("_c10d_functional", "CompositeExplicitAutograd")
+
+
+def _ops(namespace: str, key: str) -> dict[str, Any]:
+    import torch
+
+    found = {}
+    for full in sorted(torch._C._dispatch_get_registrations_for_dispatch_key(key)):
+        if not full.startswith(namespace + "::"):
+            continue
+        name, _, overload = full[len(namespace) + 2:].partition(".")
+        try:
+            found[full[len(namespace) + 2:]] = getattr(getattr(getattr(torch.ops, namespace), name),
+                                                       overload or "default")
+        except (AttributeError, RuntimeError):
+            continue
+    return found
+
+
+class _Shape:
+    """Where an op's group, input and peer/root are among its schema's arguments."""
+    __slots__ = ("name", "group", "input", "where", "where_kind")
+
+    def __init__(self, op: Any, name: str, group_arg: str):
+        args = op._schema.arguments
+        names = [a.name for a in args]
+        self.name = name
+        self.group = next(i for i, a in enumerate(args) if group_arg == a.name or group_arg in str(a.type))
+        tensors = [i for i, a in enumerate(args) if "Tensor" in str(a.type) and not a.kwarg_only]
+        inputs = [i for i in tensors if "input" in names[i]]
+        self.input = inputs[0] if inputs else (tensors[0] if tensors else -1)
+        if name in ("barrier", "monitored_barrier"):
+            self.input = -1                 # a placeholder tensor, not data
+        elif name == "scatter":
+            self.input = 0                  # what each rank receives: the root alone has inputs
+        self.where, self.where_kind = None, None
+        for key, kind in (("dst", "peer"), ("src", "peer"), ("root_rank", "root")):
+            if key in names:
+                self.where, self.where_kind = names.index(key), kind
+        if self.where_kind == "peer" and name == "broadcast":
+            self.where_kind = "root"
+
+
+def _c10d_kernel(full_name: str, op: Any) -> Any:
+    """The Autograd-key kernel of one c10d op (torch has none there: its autograd fallback
+    runs): record the op, run it below autograd, end the record when its work's future
+    completes (or at once when it returns no work: it has completed)."""
+    import torch
+
+    base = full_name.rstrip("_")
+    shape = _Shape(op, OP_NAMES.get(base, base), "ProcessGroup")
+    after = torch._C._after_autograd_keyset
+    redispatch = op._handle.redispatch_boxed
+    unbox_group = torch._C._distributed_c10d.ProcessGroup.unbox
+    work_class = torch._C._distributed_c10d.Work
+    get_future = work_class.__dict__["get_future"]
+    get_future = getattr(get_future, "__wrapped__", get_future)     # torch's own
+    script_object = torch.ScriptObject
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        try:
+            ident = _record_cpp(shape, args, unbox_group(args[shape.group]), _caller_frame())
+        except Exception:          # noqa: BLE001 - recording must never stop the op
+            ident = None
+        try:
+            out = redispatch(keyset & after, *args)
+        except BaseException:
+            flush()
+            raise
+        if ident is not None:
+            work = out[-1] if isinstance(out, tuple) and out else out
+            if isinstance(work, script_object):
+                work = work_class.unbox(work)
+                try:
+                    future = get_future(work)
+                except Exception:          # noqa: BLE001 - gloo's send/recv, reduce_scatter: no future
+                    _polled[ident] = work
+                    if len(_polled) > MAX_POLLED:
+                        _polled.popitem(last=False)
+                else:
+                    future.add_done_callback(lambda _, i=ident: _pending.append((i, time.time_ns())))
+            else:
+                _pending.append((ident, time.time_ns()))    # returned nothing: it has completed
+            issued = getattr(_local, "issued", None)
+            if issued is not None:                          # a functional collective's (see there)
+                issued.append(ident)
+        return out
+
+    kernel.__name__ = f"labctl_trace_{base}"
+    return kernel
+
+
+def _functional_kernel(full_name: str, original: Any) -> Any:
+    """The backend-key kernel (CPU, CUDA) of one functional collective, around torch's own
+    (`original`). torch reaches it through its autograd fallback, which excludes autograd's
+    dispatch keys, so the c10d op torch's kernel issues would pass (2)'s kernel by: this
+    lets autograd's key back in for that call only, and the c10d op is recorded there, as
+    every other (with its work's future for the end). Autograd still sees the functional
+    op exactly as before: this runs below it."""
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        excluded = _excluded(_AUTOGRAD)
+        if excluded:
+            _exclude(_AUTOGRAD, False)
+        _local.issued = issued = []
+        try:
+            out = original.call_boxed(keyset, *args, **kwargs)
         finally:
-            _local.depth = 0
-        if not works:
-            for r in records:
-                if r is not None:
-                    _end(r)
-            return works
-        if len(works) != len(records):         # coalesced into one work (nccl): ends them all
-            return [_MultiWork(w, [r for r in records if r is not None]) for w in works]
-        return [TracedWork(w, r) if r is not None else w for w, r in zip(works, records)]
+            _local.issued = None
+            if excluded:
+                _exclude(_AUTOGRAD, True)
+        polled = [i for i in issued if i in _polled]
+        if polled:                          # no future: the op ends when its output is waited on
+            for t in (out if isinstance(out, (list, tuple)) else [out]):
+                cdata = getattr(t, "_cdata", None)
+                if cdata is not None:
+                    _outputs[cdata] = polled
+            while len(_outputs) > MAX_POLLED:
+                _outputs.popitem(last=False)
+        return out
 
-    traced.__wrapped__ = original
-    return traced
-
-
-class _MultiWork(TracedWork):
-    def __init__(self, work: Any, idents: list[int]):
-        super().__init__(work, 0)
-        self._idents = idents
-
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            for i in self._idents:
-                _end(i)
+    kernel.__name__ = f"labctl_trace_{full_name.split('.')[0]}"
+    return kernel
 
 
-_originals: dict[str, Any] = {}
+# output tensor (its TensorImpl's address) -> ids of the ops (without a future) it comes from
+_outputs: "collections.OrderedDict[int, list]" = collections.OrderedDict()
+
+
+def _wait_tensor_kernel(op: Any) -> Any:
+    """wait_tensor at ADInplaceOrView (below its autograd, which torch registers in Python;
+    above the blocking wait, which `redispatch` runs with the GIL released): ends the ops
+    its tensor came from that have no future to say so."""
+    import torch
+
+    after = torch._C._after_ADInplaceOrView_keyset
+    redispatch = op._handle.redispatch_boxed
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        out = redispatch(keyset & after, *args)
+        if _outputs:
+            try:
+                idents = _outputs.pop(args[0]._cdata, None)
+            except Exception:          # noqa: BLE001 - never stop the wait
+                idents = None
+            for ident in idents or ():
+                if _polled.pop(ident, None) is not None:
+                    _pending.append((ident, time.time_ns()))
+        return out
+
+    return kernel
+
+
+# op id -> its Work, for works that have no future (gloo's send/recv, reduce_scatter_tensor):
+# the flusher asks them `is_completed()` each round, so their end is at most FLUSH_S late
+_polled: "collections.OrderedDict[int, Any]" = collections.OrderedDict()
+MAX_POLLED = 10_000
+_is_completed: Any = None             # torch's own Work.is_completed
+
+
+def _poll() -> None:
+    for ident, work in list(_polled.items()):
+        try:
+            done = _is_completed(work)
+        except Exception:          # noqa: BLE001 - a failed work: it never completed
+            done = None
+        if done is None or done:
+            _polled.pop(ident, None)
+            if done:
+                _pending.append((ident, time.time_ns()))
+
+
+def _caller_frame() -> Any:
+    """The innermost Python frame below the kernel's caller (None: a thread with no
+    Python frame, e.g. CUDA's autograd threads)."""
+    try:
+        return sys._getframe(2)
+    except ValueError:
+        return None
+
+
+def _record_cpp(shape: _Shape, args: tuple, group: Any, frame: Any) -> int | None:
+    entered = time.time_ns()
+    value = args[shape.input] if shape.input >= 0 else None
+    if value is not None:
+        first = value
+        while isinstance(first, (list, tuple)) and first:
+            first = first[0]
+        if getattr(getattr(first, "device", None), "type", None) == "meta" or \
+                type(first).__name__ == "FakeTensor":
+            return None                   # tracing a program (torch.compile), not running it
+    route = _route(shape.name, group, True)
+    if route is None:
+        return None
+    dtype, shape_, nbytes = _tensor_info(value) if value is not None else (None, None, 0)
+    where = args[shape.where] if shape.where is not None else None
+    if type(where) is int and 0 <= where < len(route.ranks):
+        where = route.ranks[where]
+    elif type(where) is not int:
+        where = None
+    code, lasti, api = _where(frame)
+    ident = next(_ids)
+    _pending.append((ident, route, next(route.counter), dtype, shape_, nbytes, where, code, lasti,
+                     None, api, entered))
+    _kick()
+    return ident
+
+
+# ---------------------------------------------------------------- who the rank is, its clock
+
+_inits = itertools.count(1)
+
+
+def init_process_group(*args: Any, **kwargs: Any) -> Any:
+    """torch's init_process_group, then an M line (who this rank is) and a C line (its
+    clock against rank 0's). A module-level function: `pickle` finds it by its name."""
+    result = _original_init(*args, **kwargs)
+    try:
+        _after_init()
+    except Exception as exc:        # noqa: BLE001 - the lab goes on without the rank's details
+        _write({"k": "C", "error": str(exc)[:200]})
+    flush()
+    return result
+
+
+_original_init: Any = None
+
+
+def _after_init() -> None:
+    import torch.distributed as dist
+
+    _write({"k": "M", "rank": dist.get_rank(), "world": dist.get_world_size(),
+            "node": int(os.environ.get("GROUP_RANK") or os.environ.get("NODE_RANK") or 0),
+            "local_rank": int(os.environ.get("LOCAL_RANK") or 0), "backend": str(dist.get_backend()),
+            "host": socket.gethostname(), "pid": os.getpid(), "t": time.time_ns() - _t0})
+    try:
+        _measure_clock(dist)
+    except Exception as exc:        # noqa: BLE001 - the lab goes on without an offset
+        _write({"k": "C", "error": str(exc)[:200]})
 
 
 def _measure_clock(dist: Any) -> None:
-    """Offset of this rank's wall clock against rank 0's (NTP estimate, best of a few
-    round trips over the original send/recv, never recorded): rank 0's time minus the
-    midpoint of the round trip."""
-    import torch
+    """Offset of this rank's wall clock against rank 0's, over the store (no collective,
+    no p2p op: nothing in the trace or Flight Recorder, no NCCL communicator): an NTP
+    estimate, best of CLOCK_ROUNDS round trips, rank 0's time minus the midpoint of the
+    round trip. Rank 0 answers each rank in turn."""
+    from datetime import timedelta
 
-    send, recv = _originals["send"], _originals["recv"]
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", torch.cuda.current_device()) \
-        if dist.get_backend() == "nccl" else torch.device("cpu")
-    buf = torch.zeros(1, dtype=torch.float64, device=device)
+    if world == 1:
+        _write({"k": "C", "offset_ns": 0, "rtt_ns": 0})
+        return
+    store = dist.PrefixStore(f"labctl-clock/{next(_inits)}/", dist.distributed_c10d._get_default_store())
+    patience = timedelta(seconds=CLOCK_WAIT_S)
     if rank == 0:
         for peer in range(1, world):
-            for _ in range(CLOCK_ROUNDS):
-                recv(buf, src=peer)
-                buf.fill_(time.time_ns() / 1e9)
-                send(buf, dst=peer)
+            for i in range(CLOCK_ROUNDS):
+                try:
+                    store.wait([f"{peer}/{i}/ping"], patience)
+                except Exception:      # noqa: BLE001 - a rank that never came: the next one
+                    break
+                store.set(f"{peer}/{i}/pong", str(time.time_ns()))
         _write({"k": "C", "offset_ns": 0, "rtt_ns": 0})
         return
     best = None
-    for _ in range(CLOCK_ROUNDS):
+    for i in range(CLOCK_ROUNDS):
         t0 = time.time_ns()
-        send(buf, dst=0)
-        recv(buf, src=0)
-        t1 = float(buf.item()) * 1e9
+        store.set(f"{rank}/{i}/ping", "1")
+        store.wait([f"{rank}/{i}/pong"], patience)
+        t1 = int(store.get(f"{rank}/{i}/pong"))
         t2 = time.time_ns()
         sample = (t2 - t0, t1 - (t0 + t2) / 2)
         best = sample if best is None or sample[0] < best[0] else best
     _write({"k": "C", "offset_ns": int(best[1]), "rtt_ns": int(best[0])})
 
 
-def _wrap_init(dist: Any, original: Any) -> Any:
-    def traced(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        _write({"k": "M", "rank": dist.get_rank(), "world": dist.get_world_size(),
-                "node": int(os.environ.get("GROUP_RANK") or os.environ.get("NODE_RANK") or 0),
-                "local_rank": int(os.environ.get("LOCAL_RANK") or 0),
-                "host": socket.gethostname(), "pid": os.getpid()})
-        _local.depth = 1            # send() calls isend() inside: not recorded either
-        try:
-            _measure_clock(dist)
-        except Exception as exc:    # noqa: BLE001 - the lab goes on without an offset
-            _write({"k": "C", "error": str(exc)[:200]})
-        finally:
-            _local.depth = 0
-        return result
-
-    traced.__wrapped__ = original
-    return traced
-
+# ---------------------------------------------------------------- installing it
 
 def install() -> bool:
-    """Wrap torch.distributed's ops when LAB_TRACE says so (idempotent). True: installed."""
-    global _installed, _torch_dir
+    """Record every op torch issues on a process group, when LAB_TRACE says so
+    (idempotent). True: installed."""
+    global _installed, _torch_dir, _c10d_file, _PUBLIC, _excluded, _exclude, _AUTOGRAD
+    global _original_init, _tensor_class, _is_grad_enabled, _is_completed
     if _installed or not enabled():
         return _installed
+    open_channel()
     import torch
     import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
 
     if not dist.is_available():
         return False
+    c10d = dist.distributed_c10d
+    C = torch._C
     _torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    for op in list(_P2P) + list(_COLLECTIVES):
-        original = getattr(c10d, op, None) or getattr(dist, op, None)
-        if original is None:
-            continue
-        _originals[op] = original
-        traced = _wrap(dist, op, original)
-        setattr(c10d, op, traced)
-        if getattr(dist, op, None) is original:
-            setattr(dist, op, traced)
-    batch = getattr(c10d, "batch_isend_irecv", None)
-    if batch is not None:
-        traced = _wrap_batch(dist, batch)
-        setattr(c10d, "batch_isend_irecv", traced)
-        setattr(dist, "batch_isend_irecv", traced)
-    init = c10d.init_process_group
-    traced_init = _wrap_init(dist, init)
-    c10d.init_process_group = traced_init
-    dist.init_process_group = traced_init
-    _install_ddp()
+    _c10d_file = os.path.abspath(c10d.__file__)
+    _PUBLIC = frozenset(n for n in getattr(c10d, "__all__", ()) if not n[0].isupper())
+    _excluded, _exclude = C._dispatch_tls_is_dispatch_key_excluded, C._dispatch_tls_set_dispatch_key_excluded
+    _AUTOGRAD = C.DispatchKey.AutogradFunctionality
+    _tensor_class, _is_grad_enabled = torch.Tensor, torch.is_grad_enabled
+
+    group_class = C._distributed_c10d.ProcessGroup
+    for method, (op, index, kind) in PG_METHODS.items():
+        original = group_class.__dict__.get(method)
+        if original is not None:
+            setattr(group_class, method, _wrap_method(method, original, op, index, kind))
+    for method, wrap in (("_start_coalescing", _start_coalescing), ("_end_coalescing", _end_coalescing)):
+        original = group_class.__dict__.get(method)
+        if original is not None:
+            setattr(group_class, method, wrap(original))
+    work_class = C._distributed_c10d.Work
+    _is_completed = work_class.__dict__["is_completed"]
+    for method, wrap in (("wait", _wrap_wait), ("is_completed", _wrap_is_completed),
+                         ("get_future", _wrap_get_future)):
+        original = work_class.__dict__.get(method)
+        if original is not None:
+            setattr(work_class, method, wrap(original))
+
+    _install_kernels(torch)
+
+    _original_init = c10d.init_process_group
+    init_process_group.__doc__ = _original_init.__doc__
+    init_process_group.__wrapped__ = _original_init
+    c10d.init_process_group = dist.init_process_group = init_process_group
     _installed = True
+    _start_flusher()
     return True
 
 
-def _install_ddp() -> None:
-    """DDP all-reduces gradients in C++ (its Reducer), past torch.distributed's functions.
-    With tracing on, a DDP module the user gave no comm hook gets torch's own
-    `default_hooks.allreduce_hook` at its first forward: the same all-reduce per bucket
-    (divide by the world size, sum; DDP's built-in one sums, then divides: the last bits
-    of a gradient may differ), issued through dist.all_reduce and so recorded, caller
-    the line that called backward(). A hook the user registers is left alone (its
-    torch.distributed calls are recorded as any)."""
-    try:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        from torch.nn.parallel import DistributedDataParallel
-    except Exception:              # noqa: BLE001 - no DDP in this torch: nothing to record
-        return
-    ddp = DistributedDataParallel
-    register, builtin, forward = ddp.register_comm_hook, ddp._register_builtin_comm_hook, ddp.forward
-
-    def register_comm_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._labctl_hooked = True
-        return register(self, *args, **kwargs)
-
-    def register_builtin_comm_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._labctl_hooked = True
-        return builtin(self, *args, **kwargs)
-
-    def traced_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not getattr(self, "_labctl_hooked", False):
-            self._labctl_hooked = True
+def _install_kernels(torch: Any) -> None:
+    """(2): a kernel at the Autograd key of every c10d op, and one around torch's own at the
+    backend keys of every functional collective."""
+    c10d = _libraries["c10d"] = torch.library.Library("c10d", "IMPL")
+    for full_name, op in c10d_ops().items():
+        c10d.impl(full_name, _c10d_kernel(full_name, op), "Autograd", with_keyset=True)
+    functional = _libraries["_c10d_functional"] = torch.library.Library("_c10d_functional", "IMPL")
+    computed = torch._C._dispatch_get_computed_kernel_for_dispatch_key
+    for full_name, op in functional_ops().items():
+        if full_name == "wait_tensor":
+            functional.impl(full_name, _wait_tensor_kernel(op), "ADInplaceOrView", with_keyset=True)
+        if full_name.split(".")[0] in ("wait_tensor", "_wrap_tensor_autograd"):
+            continue                        # they issue nothing
+        for key in ("CPU", "CUDA"):
             try:
-                register(self, self.process_group, default_hooks.allreduce_hook)
-            except Exception:      # noqa: BLE001 - DDP refused: its built-in all-reduce, unrecorded
-                pass
-        return forward(self, *args, **kwargs)
-
-    for name, fn, original in (("register_comm_hook", register_comm_hook, register),
-                               ("_register_builtin_comm_hook", register_builtin_comm_hook, builtin),
-                               ("forward", traced_forward, forward)):
-        fn.__wrapped__, fn.__name__, fn.__doc__ = original, original.__name__, original.__doc__
-        setattr(ddp, name, fn)
+                original = computed(f"_c10d_functional::{full_name}", key)
+            except RuntimeError:
+                continue
+            functional.impl(full_name, _functional_kernel(full_name, original), key, with_keyset=True)
 
 
 # ---------------------------------------------------------------- Flight Recorder, tracing on or off
@@ -609,6 +1163,7 @@ def install_flight_recorder() -> bool:
     subprocess a rank starts would inherit the blocked mask. The FIFO involves no signal and
     no mask; the thread's read releases the GIL, and so does gloo's wait, so it answers
     during a hang. True: the dump thread runs."""
+    open_channel()
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER)
     if os.environ.get("TORCH_FR_BUFFER_SIZE") == "0" or not hasattr(os, "mkfifo"):
         return False
@@ -649,7 +1204,10 @@ def install_flight_recorder() -> bool:
 
 
 _last_dump = threading.Lock()
+_dump_done = threading.Event()
+_dump_thread: int | None = None     # the thread writing the dump, while it does
 _dump_owner = os.getpid()
+DUMP_WAIT_S = 10.0                  # a second caller waits this long for the first one's dump
 
 
 def ended_badly(exc: BaseException) -> bool:
@@ -662,16 +1220,28 @@ def dump_at_the_end() -> None:
     labctl because another rank failed) writes its pending trace lines and its Flight
     Recorder entries, once: the report then names the collective each rank was in and
     who never entered it, tracing on or off, before any deadline."""
-    if os.getpid() != _dump_owner or not _last_dump.acquire(blocking=False):
+    global _dump_thread
+    if os.getpid() != _dump_owner:
         return                          # a forked child (a DataLoader worker) is no rank
+    if not _last_dump.acquire(blocking=False):
+        # A SIGTERM reaches both the main thread's handler and the wakeup-fd thread: the
+        # one that came second waits for the first one's dump before it lets the process
+        # die (else a rank sleeping in Python could die with its dump half written).
+        if _dump_thread != threading.get_ident():
+            _dump_done.wait(DUMP_WAIT_S)
+        return
+    _dump_thread = threading.get_ident()
     try:
-        flush()
+        tick()                          # pending trace lines, and a T line
         dump_flight_recorder()
     except BaseException as exc:        # noqa: BLE001 - the rank is ending anyway
         try:
             _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
         except BaseException:           # noqa: BLE001 - e.g. a reentrant write from the handler
             pass
+    finally:
+        _dump_thread = None
+        _dump_done.set()
 
 
 def _dump_on_sigterm() -> None:
@@ -764,18 +1334,14 @@ def _fr_waiter(fd: int) -> None:
         except OSError:
             return
         try:
-            flush()                         # the trace lines first, if tracing is on
+            tick()                          # the trace lines first (and a T line), if tracing is on
             dump_flight_recorder()
         except BaseException as exc:        # noqa: BLE001 - a failed dump must not end the thread
             _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
 
 
 def _emit_fr(record: dict[str, Any]) -> None:
-    try:
-        sys.stdout.write(FR_MARKER + json.dumps(record, separators=(",", ":")) + "\n")
-        sys.stdout.flush()
-    except (OSError, ValueError, RuntimeError):     # RuntimeError: a reentrant write (SIGTERM handler)
-        pass
+    _emit(FR_MARKER + json.dumps(record, separators=(",", ":")) + "\n")
 
 
 def _fr_pg(entry: dict) -> str:

@@ -116,8 +116,7 @@ class BoundRun:
 
     @classmethod
     def of_folder(cls, rundir: RunDir, how: Bound = Bound.ATTACHED) -> "BoundRun":
-        return cls(rundir.meta["run_id"], rundir.spec,
-                   {n["index"]: n["hostname"] for n in rundir.plan["nodes"]}, how, rundir)
+        return cls(rundir.record.run_id, rundir.spec, rundir.hostnames, how, rundir)
 
 
 class Backend(abc.ABC):

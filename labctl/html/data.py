@@ -1,8 +1,8 @@
 """`page_data(run folder) -> dict`: everything the run's page shows, read in one place.
 
 The page's script reads only this dict (the JSON island), so how a run is stored
-(status.json today, a typed record tomorrow) is known here and nowhere else in the
-page. Every read is guarded: a damaged or missing file becomes a line in `problems`
+(the run record, labctl/record.py, as status.json) is known here and nowhere else in
+the page. Every read is guarded: a damaged or missing file becomes a line in `problems`
 and the rest of the page is still made, never a traceback.
 """
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any, Callable
 import yaml
 
 from .. import report
-from ..blame import FirstFailure
-from ..rundir import RunDir
+from ..record import FirstFailure, RunRecord
+from ..rundir import RunDir, read_results
+from ..verdict import as_seen_now
 from .timeline import read as read_trace, stragglers, totals
 from workloads._protocol import Env
 
@@ -48,12 +49,15 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     """The JSON island of `run_path`'s report.html (docs/report.md has its shape)."""
     path = Path(run_path)
     problems = _Problems()
-    status = problems.guard("status.json", lambda: _json_object(path / "status.json"), {}) or {}
+    raw = problems.guard("status.json", lambda: _json_object(path / "status.json"), {}) or {}
+    record = problems.guard("status.json", lambda: RunRecord.from_dict(raw), None) if raw else None
+    status = record.to_dict() if record is not None else raw
     plan = problems.guard("plan.json", lambda: _json_object(path / "plan.json"), {}) or {}
     spec = problems.guard("spec.yaml", lambda: _yaml_object(path / "spec.yaml"), {}) or {}
     results = problems.guard("results.jsonl", lambda: _results(path, problems), []) or []
-    state = problems.guard("the run's state", lambda: RunDir(path, status).effective_state(),
-                           status.get("state", "?"))
+    state = problems.guard("the run's state", lambda: as_seen_now(
+        record, RunDir(path, record).controller_gone()).value, None) if record is not None else None
+    state = state or status.get("state", "?")
     world = status.get("world_size") if isinstance(status.get("world_size"), int) else None
     trace_path = path / "trace.json"
     timeline = problems.guard("trace.json", lambda: read_trace(trace_path), None) \
@@ -111,7 +115,7 @@ def _results(path: Path, problems: _Problems) -> list[dict]:
         problems.append("results.jsonl is missing: no checks or data to show")
         return []
     garbled: list[str] = []
-    results = list(RunDir(path).iter_results(warn=garbled.append))
+    results = list(read_results(path / "results.jsonl", warn=garbled.append))
     if garbled:
         problems.extend(garbled[:10])
         if len(garbled) > 10:

@@ -391,9 +391,8 @@ def compare(run_a, run_b, fmt: str = "md") -> str:
 
 
 def _layout(run) -> str:
-    m = run.meta
-    return (f"{m.get('backend')}, {m.get('dist_backend')}, {m.get('nodes')} node(s) x "
-            f"{m.get('nproc_per_node')} process(es)")
+    m = run.record
+    return f"{m.backend}, {m.dist_backend}, {m.nodes} node(s) x {m.nproc_per_node} process(es)"
 
 
 # ---- plots -----------------------------------------------------------------
@@ -447,7 +446,7 @@ def write_plots(run) -> list[Path]:
             ax.set_yscale("log")
         ax.set_xlabel("size (bytes)")
         ax.set_ylabel(label)
-        ax.set_title(f"{run.meta.get('lab', 'lab')}: {label} vs size ({_layout(run)}, n = {n})",
+        ax.set_title(f"{run.record.lab}: {label} vs size ({_layout(run)}, n = {n})",
                      fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)

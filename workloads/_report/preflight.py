@@ -78,7 +78,7 @@ def as_json(results: list[dict]) -> dict[str, Any]:
 def silent_nodes(run) -> list[int]:
     """Nodes of the preflight lab (a RunDir) from which no check came back."""
     heard = {r.get("node") for r in run.results() if r.get("workload") == "preflight"}
-    return [n["index"] for n in run.plan["nodes"] if n["index"] not in heard]
+    return [n.index for n in run.planned_nodes if n.index not in heard]
 
 
 def run_table(run) -> str:

@@ -734,7 +734,7 @@ class ComposeBackend(Backend):
         return the_plan
 
     def attach(self, rundir: RunDir) -> None:
-        self._bind(BoundRun.of_folder(rundir), _Project(rundir.meta["run_id"], None, os.getcwd()))
+        self._bind(BoundRun.of_folder(rundir), _Project(rundir.record.run_id, None, os.getcwd()))
 
     def alive(self) -> bool:
         containers, networks = _labelled(self.run_id)

@@ -576,9 +576,9 @@ class K8sBackend(Backend):
         if _is_jobset(plan.spec):
             require_jobset_crd(cluster)     # again: `up` with an injected backend skips preflight
         cluster.deadline = time.monotonic() + plan.spec.timeout
-        rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
-                              "selector": k8s_render.run_selector(plan.run_id)}
-        rundir.write_status()
+        rundir.record.backend_state = {"namespace": cluster.namespace, "context": cluster.context,
+                                       "selector": k8s_render.run_selector(plan.run_id)}
+        rundir.save()
         for obj in manifests:
             _create(cluster, obj)
             self.created.append(obj["kind"])
@@ -733,15 +733,15 @@ class K8sBackend(Backend):
         return the_plan
 
     def attach(self, rundir: RunDir) -> None:
-        where = rundir.meta.get("k8s") or {}
+        where = rundir.record.backend_state or {}
         context = self.options.context or (
             where.get("context") if where.get("context") != "in-cluster" else None)
         cluster = self._connect(context, self.options.namespace or where.get("namespace"))
         self._bind(BoundRun.of_folder(rundir))
         if not where:                       # a folder `labctl collect` made: say where it ran
-            rundir.meta["k8s"] = {"namespace": cluster.namespace, "context": cluster.context,
-                                  "selector": k8s_render.run_selector(self.run_id)}
-            rundir.write_status()
+            rundir.record.backend_state = {"namespace": cluster.namespace, "context": cluster.context,
+                                           "selector": k8s_render.run_selector(self.run_id)}
+            rundir.save()
 
     def alive(self) -> bool:
         return bool(_objects(self.api, self.run_id, self.kind))

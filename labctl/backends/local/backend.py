@@ -29,6 +29,7 @@ from ...faults import Fault, NotYet
 from ...logs import JoinReader
 from ...outcome import NodeOutcome, NodeState, from_exit_code
 from ...plan import LOCAL_SHARED_SUBDIR, LaunchPlan, Placement, local_placement, ports_needed
+from ...record import Leftover
 from ...rundir import RunDir
 from ...spec import LabSpec
 from ..base import Backend, Bound, BoundRun, PreflightError
@@ -192,8 +193,8 @@ class LocalBackend(Backend):
         self.bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
         self.folder = rundir
         read_end, self.lifeline_w = os.pipe()        # the write end never leaves labctl
-        rundir.meta["local"] = {"controller_pid": os.getpid(), "host": socket.gethostname(),
-                                "guards": {}}
+        rundir.record.backend_state = {"controller_pid": os.getpid(), "host": socket.gethostname(),
+                                       "guards": {}}
         try:
             # services (the replica store) first: they must be up before any node dials them
             for i, svc in enumerate(plan.services):
@@ -205,17 +206,17 @@ class LocalBackend(Backend):
                 Path(plan.placement.shared_dir).mkdir(parents=True, exist_ok=True)
             ranks = [p.rank for node in plan.nodes for p in node.processes if p.rank is not None]
             # direct mode, each rank once (replicas repeat ranks: their logs are split as usual)
-            rundir.rank_logs_by_guards = bool(ranks) and len(ranks) == len(set(ranks))
+            rundir.record.rank_logs_by_guards = bool(ranks) and len(ranks) == len(set(ranks))
             for node in plan.nodes:
                 which = ["--node", str(node.index)]
-                if rundir.rank_logs_by_guards:
+                if rundir.record.rank_logs_by_guards:
                     which += ["--rank-logs", str((rundir.path / "ranks").resolve()),
                               "--own-log", str(rundir.guard_log(node.index).resolve())]
                 self.guards[node.index] = self._guard(
                     rundir, read_end, which,
                     rundir.path / "nodes" / f"node-{node.index}", rundir.workdir(node.index))
-                rundir.meta["local"]["guards"][str(node.index)] = self.guards[node.index].pid
-            rundir.write_status()
+                rundir.record.backend_state["guards"][str(node.index)] = self.guards[node.index].pid
+            rundir.save()
         except OSError as exc:      # the run folder failed under us: say which and why
             if exc.errno in (errno.EADDRINUSE, errno.E2BIG, errno.ENOEXEC):
                 raise
@@ -259,7 +260,7 @@ class LocalBackend(Backend):
     def joined(self) -> int:
         """The join lines in the node logs (direct mode: the rank logs the guards write)."""
         folder = self.folder.path
-        logs = folder.glob("ranks/rank-*.log") if self.folder.rank_logs_by_guards \
+        logs = folder.glob("ranks/rank-*.log") if self.folder.record.rank_logs_by_guards \
             else folder.glob("nodes/node-*.log")
         return self.joins.read(sorted(logs))
 
@@ -291,8 +292,9 @@ class LocalBackend(Backend):
                 status = json.loads(self._status_file(index).read_text())
             except (OSError, ValueError):
                 continue
-            leftovers += [{"node": index, **item} for item in status.get("leftovers", [])]
-        rundir.meta["leftovers"] = leftovers
+            leftovers += [Leftover(index, item.get("pid"), item.get("command"))
+                          for item in status.get("leftovers", [])]
+        rundir.record.leftovers = leftovers
         return self.poll()
 
     def delete(self) -> str:
@@ -317,8 +319,9 @@ class LocalBackend(Backend):
             self.lifeline_w = None
         escaped = kill_processes(processes_of_run(self.run.run_id))
         if escaped:
-            self.folder.meta.setdefault("leftovers", []).extend(
-                {"node": None, **item} for item in escaped)
+            record = self.folder.record
+            record.leftovers = (record.leftovers or []) + [
+                Leftover(None, item["pid"], item["command"]) for item in escaped]
             return f"killed {len(escaped)} process(es) of the run that outlived their node"
         return ""
 

@@ -1,0 +1,194 @@
+"""How a run ended: decided here, and only here.
+
+`decide` takes what was known of a run when its folder was finished (`Evidence`: what
+the driver saw, what the logs showed, the faults that fired, the stuck collective, or
+that the finish itself failed or was cut short) and returns the run record with its
+state, message and first failure. Every other place asks the record (torch elastic's
+`_monitor_workers` returns one RunResult; TorchX has one AppStatus). `as_seen_now` is
+the one reading of a record at a later time (a run whose labctl died is abandoned).
+
+The rules, in order:
+
+1. the finish failed (the run folder could not be written) -> error; a second signal
+   cut the finish short -> interrupted, saying what is missing;
+2. the log collection was cut short -> interrupted; it failed -> error (logs kept);
+3. how the lifecycle ended: a signal -> interrupted, the deadline -> timeout, the
+   backend saw the lab fail -> failed, the backend broke -> error; a run watched only
+   (`labctl collect`, `labctl down`) that still runs -> running (or failed when
+   `collect --delete` removed it, abandoned when `down` stopped it);
+4. a run that otherwise passed failed when a node that could not be spared did not
+   succeed (an elastic lab goes on without some: `outcome.spared`), a check failed, a
+   rank exited non-zero, or some rank never finished its workloads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+
+from . import blame
+from .outcome import NodeOutcome, NodeState, RunState, spared
+from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
+
+
+class Ending(enum.Enum):
+    """Why the driver's lifecycle ended (labctl/driver.py sets it; this module reads it)."""
+    ALL_ENDED = "every node ended"
+    NODE_FAILED = "a node failed and the grace after it ran out"
+    DEADLINE = "the lab's deadline passed"
+    SIGNAL = "a signal stopped the lab"
+    BACKEND_FAILURE = "the backend saw the lab fail"
+    ERROR = "the backend could not run the lab"
+    WATCHED = "the watching ended"          # a run labctl did not start: it may still run
+
+
+class Collection(enum.Enum):
+    COLLECTED = "every log collected"
+    CUT = "a second signal cut the collection short"
+    FAILED = "the collection failed"
+
+
+@dataclass
+class Seen:
+    """What the driver (or `labctl collect`, `labctl down`) saw of the run."""
+    ending: Ending
+    outcomes: list[NodeOutcome]
+    message: str = ""                 # the backend's or the driver's own words
+    signal: str | None = None         # the signal that stopped the lab (or the watching)
+    collection: Collection = Collection.COLLECTED
+    collection_failure: str = ""      # why the collection failed
+    cut_by: str | None = None         # the signal that cut the collection short
+    still_running: list[int] = field(default_factory=list)   # watched only: nodes not ended
+    why_still_running: str = ""
+    removed_before_end: bool = False  # `labctl collect --delete` removed it while it ran
+    abandoned: bool = False           # `labctl down` finished a run whose labctl was gone
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A second signal cut the run folder's finish short at `step`: what is missing."""
+    signal: str
+    step: str
+    missing: tuple[str, ...]
+
+
+@dataclass
+class Evidence:
+    """Everything known when the run folder is finished; `found` None: the logs were not
+    read (the folder failed, or the finish was cut before they were)."""
+    seen: Seen
+    spec_nodes: int
+    fewest_nodes: int
+    has_workloads: bool
+    faults: list[FiredFault] = field(default_factory=list)
+    found: blame.Findings | None = None
+    diagnosis: dict | None = None     # where the collectives stopped (labctl/trace.py)
+    storage_failure: str = ""         # the run folder could not be written: why
+    cut: Cut | None = None
+    previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
+
+
+def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
+    """The record with the run's state, message, first failure and what the logs showed
+    filled in from `ev` (a new record; `record` is not changed). `folder` names the run
+    folder in the messages that tell how to save or finish it."""
+    out = dataclasses.replace(record, node_outcomes=[dataclasses.replace(o) for o in ev.seen.outcomes],
+                              notes=list(record.notes), unfinished=[])
+    seen, outcomes = ev.seen, out.node_outcomes
+    gone = spared(outcomes, ev.spec_nodes, ev.fewest_nodes)
+    for o in outcomes:
+        if o.index in gone and not o.reason:
+            o.reason = f"the lab went on without it, min_nodes {ev.fewest_nodes} of {ev.spec_nodes}"
+    out.signal = record.signal or seen.signal or seen.cut_by
+    if ev.found is not None:
+        _what_the_logs_showed(out, ev)
+
+    state, message = _state(ev, outcomes, gone, folder)
+    first = None
+    if ev.found is not None:
+        fired = [f for f in ev.faults if f.began]
+        blame.blame_nodes(outcomes, fired, ev.found)
+        if state is not RunState.PASSED and not ev.storage_failure:
+            first = blame.first_failure(outcomes, ev.found)
+            if fired and state is not RunState.INTERRUPTED:
+                first = blame.fault_cause(first, outcomes, ev.found, fired)
+        if ev.diagnosis is not None and state is not RunState.PASSED:
+            if first is None:                  # a hang: nobody failed, the deadline came
+                first = FirstFailure(ev.diagnosis.get("rank"), hang=True)
+            first.collective = ev.diagnosis
+        failed_ranks = ev.found.failed_ranks
+        out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
+                           if k in failed_ranks or (first is not None and first.rank == k)}
+    if ev.cut is not None:
+        lab = ("the lab itself had been interrupted" if state is RunState.INTERRUPTED
+               else f"the lab itself had {state.value}")
+        reason = message or (first.describe() if first else "")
+        message = (f"{ev.cut.signal} cut the run folder's finish short while {ev.cut.step}: "
+                   + "; ".join(ev.cut.missing) + f"; {lab}" + (f" ({reason})" if reason else ""))
+        state, out.signal, out.unfinished = RunState.INTERRUPTED, ev.cut.signal, list(ev.cut.missing)
+    out.state = state
+    out.first_failure = first
+    out.message = message or (first.describe() if first else "")
+    return out
+
+
+def _state(ev: Evidence, outcomes: list[NodeOutcome], gone: set[int], folder: str) -> tuple[RunState, str]:
+    """The run's state and the message that says why, by the rules of the module docstring."""
+    seen = ev.seen
+    if ev.storage_failure:
+        return RunState.ERROR, ev.storage_failure
+    if ev.previous is not None:               # `down`: the logs are saved now, the state stands
+        return ev.previous, seen.message
+    before = f" (before that: {seen.message})" if seen.message else ""
+    if seen.collection is Collection.CUT:     # never a pass: not every log was seen
+        return RunState.INTERRUPTED, (f"interrupted ({seen.cut_by}) while collecting the logs: they "
+                                      f"are incomplete and the lab was kept; `labctl down {folder}` "
+                                      "saves them" + before)
+    if seen.collection is Collection.FAILED:
+        return RunState.ERROR, (f"collecting the logs failed: {seen.collection_failure}; nothing was "
+                                f"deleted; `labctl down {folder}` saves them, then removes the lab"
+                                + before)
+    if seen.abandoned:
+        return RunState.ABANDONED, seen.message
+    state = {Ending.SIGNAL: RunState.INTERRUPTED, Ending.DEADLINE: RunState.TIMEOUT,
+             Ending.BACKEND_FAILURE: RunState.FAILED, Ending.ERROR: RunState.ERROR}.get(
+        seen.ending, RunState.PASSED)
+    message = seen.message
+    if seen.ending is Ending.WATCHED and seen.still_running and state is RunState.PASSED:
+        if seen.removed_before_end:
+            return RunState.FAILED, "removed by `labctl collect --delete` before it ended"
+        state = RunState.RUNNING
+        message = (f"node(s) {', '.join(map(str, seen.still_running))} still running "
+                   f"({seen.why_still_running}): collected what they wrote so far")
+    if state is RunState.PASSED and any(o.state is not NodeState.SUCCEEDED and o.index not in gone
+                                        for o in outcomes):
+        state = RunState.FAILED
+    found = ev.found
+    if state is RunState.PASSED and found is not None:
+        if found.failed_count or found.exit_codes:
+            return RunState.FAILED, message
+        world = found.world
+        if gone and len(found.finished_world) == 1:
+            world = next(iter(found.finished_world))    # the world the lab went on with
+        if ev.has_workloads and found.finished != set(range(world or 0)):
+            return RunState.FAILED, message or "some ranks never finished their workloads"
+    return state, message
+
+
+def _what_the_logs_showed(out: RunRecord, ev: Evidence) -> None:
+    found = ev.found
+    world = out.world_size
+    out.rank_exit_codes = dict(sorted(found.exit_codes.items()))
+    out.failed_ranks = found.failed_ranks
+    out.ranks_without_output = sorted(set(range(world)) - found.ranks)
+    out.checks = Checks(found.total, found.failed_count, found.skipped)
+    out.failed_checks = [FailedCheck(*(r.get(k) for k in ("workload", "name", "rank", "detail")))
+                         for r in found.failed]
+
+
+def as_seen_now(record: RunRecord, controller_gone: bool) -> RunState:
+    """The state of a recorded run as it stands now: one marked running whose labctl
+    is gone (`RunDir.controller_gone`) is abandoned."""
+    if record.state is RunState.RUNNING and controller_gone:
+        return RunState.ABANDONED
+    return record.state

@@ -1,0 +1,76 @@
+"""labctl/record.py: the typed run record, and status.json in and out.
+
+tests/golden/status/*.json were written by labctl before the record existed (commit
+876aa0b: a passing lab, a failing rank, a traced hang at the deadline, a kill-node
+fault, a Ctrl-C); the record reads each and writes it back byte for byte.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from labctl.outcome import NodeOutcome, NodeState, RunState
+from labctl.record import (Checks, Collected, Controller, FailedCheck, FiredFault, FirstFailure,
+                           Leftover, RecordDamaged, RunRecord, TraceSummary)
+
+GOLDEN = Path(__file__).parent / "golden" / "status"
+
+
+@pytest.mark.parametrize("name", ["passed", "failed", "hang", "fault", "interrupted"])
+def test_status_json_of_older_runs_reads_and_writes_back_byte_for_byte(name):
+    text = (GOLDEN / f"{name}.json").read_text()
+    record = RunRecord.from_json(text)
+    assert record.state is RunState(json.loads(text)["state"])
+    assert record.to_json() == text
+
+
+def test_the_golden_records_are_typed_all_the_way_down():
+    hang = RunRecord.from_json((GOLDEN / "hang.json").read_text())
+    assert isinstance(hang.first_failure, FirstFailure) and hang.first_failure.hang
+    assert "all_reduce" in hang.first_failure.collective["text"]
+    assert isinstance(hang.trace, TraceSummary) and hang.trace.ops > 0
+    assert all(isinstance(o, NodeOutcome) and o.state is NodeState.STOPPED for o in hang.node_outcomes)
+    assert set(hang.stacks) == {0, 1}, "ranks are ints in the record, strings only in JSON"
+    fault = RunRecord.from_json((GOLDEN / "fault.json").read_text())
+    assert [f.phase for f in fault.faults] == ["begin"] and fault.faults[0].began
+    assert fault.first_failure.fault == "kill-node:1@1"
+    failed = RunRecord.from_json((GOLDEN / "failed.json").read_text())
+    assert failed.rank_errors[1]["exception"] == "ValueError: rank 1 gives up"
+    assert isinstance(failed.checks, Checks) and failed.controller.pid > 0
+
+
+def test_every_field_survives_json():
+    record = RunRecord(
+        "lab-1", "lab", "k8s", "torchrun", "gloo", 2, 2, 4, RunState.FAILED, "2026-11-25T10:00:00+00:00",
+        workdir=None, controller=Controller(12, "host", 345),
+        backend_state={"namespace": "labs", "context": "kind"}, collected=Collected(wait=False),
+        leftovers=[Leftover(1, 99, "sleep 100")], seconds=12.5, seconds_watched=3.0, signal="SIGTERM",
+        notes=["a note"], logs_uncollected=True,
+        faults=[FiredFault("kill-rank:1@2", "kill-rank", 1, "begin", "SIGKILL to rank 1", 2.1,
+                           note="late")],
+        trace=TraceSummary("trace.json", 10, [3], 1),
+        first_failure=FirstFailure(1, 0, -9, signal="SIGKILL", error={"exception": "boom"}),
+        finished="2026-11-25T10:00:12+00:00", message="rank 1 ...",
+        node_outcomes=[NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 11.0, None, "why")],
+        rank_exit_codes={1: -9}, rank_errors={1: {"exception": "boom"}}, failed_ranks=[1],
+        ranks_without_output=[3], stacks={0: {"file": "a.py", "line": 3}}, checks=Checks(5, 1, 0),
+        failed_checks=[FailedCheck("ddp", "loss", 1, "nan")], finalize_seconds=0.5,
+        unfinished=["no trace.json"], rank_logs_by_guards=True, extra={"from_the_future": 1})
+    again = RunRecord.from_json(record.to_json())
+    assert again == record
+    assert again.to_dict()["k8s"] == {"namespace": "labs", "context": "kind"}, \
+        "the backend's own notes sit under its name, as ever"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[1, 2]", "expected a JSON object, found a list"),
+    ('{"state": "weird"}', "unknown state 'weird'"),
+    ('{"state": "passed", "node_outcomes": [{"index": 0}]}', "a node outcome without its index"),
+    ('{"state": "failed", "rank_errors": {"x": {"exception": "e"}}}', "keyed by rank numbers"),
+    ("{not json", "unreadable"),
+])
+def test_a_damaged_status_json_is_one_line_not_a_traceback(text, why):
+    with pytest.raises(RecordDamaged, match=why):
+        RunRecord.from_json(text)

@@ -1,0 +1,176 @@
+"""labctl/verdict.py: how a run ends is decided in one function, and only there.
+
+The rules one by one on hand-made evidence; the driver's side of them (what it saw)
+is tests/test_driver.py, the logs' side tests/test_blame.py and test_rundir.py, and
+real labs end through the same function everywhere else.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from labctl import verdict
+from labctl.blame import Findings
+from labctl.outcome import NodeOutcome, NodeState, RunState
+from labctl.record import FiredFault, RunRecord
+from labctl.verdict import Collection, Cut, Ending, Evidence, Seen
+
+LABCTL = Path(__file__).resolve().parents[1] / "labctl"
+
+
+def _record() -> RunRecord:
+    return RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 2, 1, 2)
+
+
+def _ok(i: int) -> NodeOutcome:
+    return NodeOutcome(i, f"lab-{i}", 0, NodeState.SUCCEEDED, 5.0)
+
+
+def _found(**kw) -> Findings:
+    found = Findings(world=2, ranks={0, 1}, finished={0, 1}, total=4, **kw)
+    return found
+
+
+def _decide(seen: Seen, found: Findings | None = None, workloads: bool = True, fewest: int = 2,
+            **more) -> RunRecord:
+    return verdict.decide(_record(), Evidence(seen, 2, fewest, workloads, found=found, **more), "runs/x")
+
+
+def test_every_node_succeeded_and_every_rank_finished_passes():
+    rec = _decide(Seen(Ending.ALL_ENDED, [_ok(0), _ok(1)]), _found())
+    assert (rec.state, rec.message, rec.first_failure) == (RunState.PASSED, "", None)
+    assert rec.ok and rec.checks.total == 4 and rec.ranks_without_output == []
+
+
+@pytest.mark.parametrize("ending, state", [
+    (Ending.SIGNAL, RunState.INTERRUPTED), (Ending.DEADLINE, RunState.TIMEOUT),
+    (Ending.BACKEND_FAILURE, RunState.FAILED), (Ending.ERROR, RunState.ERROR)])
+def test_how_the_lifecycle_ended_decides_first(ending, state):
+    rec = _decide(Seen(ending, [_ok(0), _ok(1)], "the driver's words", signal="SIGINT"), _found())
+    assert (rec.state, rec.message) == (state, "the driver's words")
+
+
+def test_a_node_that_did_not_succeed_fails_the_run_unless_an_elastic_lab_spares_it():
+    lost = NodeOutcome(1, "lab-1", -9, NodeState.KILLED, 3.0, "SIGKILL")
+    rec = _decide(Seen(Ending.NODE_FAILED, [_ok(0), lost]), _found())
+    assert rec.state is RunState.FAILED and rec.first_failure is not None
+    spared = _decide(Seen(Ending.ALL_ENDED, [_ok(0), lost]), _found(), fewest=1)
+    assert spared.state is RunState.PASSED
+    assert spared.node_outcomes[1].reason == "the lab went on without it, min_nodes 1 of 2"
+
+
+def test_the_logs_fail_a_run_the_nodes_passed():
+    both = [_ok(0), _ok(1)]
+    failed_check = _found(failed=[{"workload": "p2p", "name": "x", "rank": 1}], failed_count=1)
+    rec = _decide(Seen(Ending.ALL_ENDED, both), failed_check)
+    assert rec.state is RunState.FAILED and rec.first_failure.check == "p2p/x"
+    unfinished = _found()
+    unfinished.finished = {0}
+    rec = _decide(Seen(Ending.ALL_ENDED, both), unfinished)
+    assert (rec.state, rec.message) == (RunState.FAILED, "some ranks never finished their workloads")
+    assert _decide(Seen(Ending.ALL_ENDED, both), unfinished, workloads=False).state is RunState.PASSED
+
+
+def test_the_collection_cut_short_or_failed_is_never_a_pass():
+    both = [_ok(0), _ok(1)]
+    cut = _decide(Seen(Ending.ALL_ENDED, both, collection=Collection.CUT, cut_by="SIGINT"))
+    assert cut.state is RunState.INTERRUPTED and cut.signal == "SIGINT"
+    assert cut.message.startswith("interrupted (SIGINT) while collecting the logs") and "labctl down runs/x" in cut.message
+    broke = _decide(Seen(Ending.ALL_ENDED, both, collection=Collection.FAILED, collection_failure="boom"))
+    assert broke.state is RunState.ERROR and broke.message.startswith("collecting the logs failed: boom")
+
+
+def test_a_watched_run_still_running_or_removed_or_abandoned():
+    going = [_ok(0), NodeOutcome(1, "lab-1")]
+    seen = Seen(Ending.WATCHED, going, still_running=[1], why_still_running="--no-wait")
+    rec = _decide(seen)
+    assert rec.state is RunState.RUNNING and rec.message.startswith("node(s) 1 still running (--no-wait)")
+    seen.removed_before_end = True
+    assert _decide(seen).state is RunState.FAILED
+    gone = _decide(Seen(Ending.WATCHED, going, "its labctl is gone", abandoned=True))
+    assert (gone.state, gone.message) == (RunState.ABANDONED, "its labctl is gone")
+    kept = _decide(Seen(Ending.WATCHED, going, "was interrupted"), previous=RunState.INTERRUPTED)
+    assert kept.state is RunState.INTERRUPTED, "a state labctl decided before stands"
+
+
+def test_the_finish_failing_or_cut_short():
+    both = [_ok(0), _ok(1)]
+    damaged = _decide(Seen(Ending.ALL_ENDED, both), storage_failure="run folder 'x': no space")
+    assert (damaged.state, damaged.message) == (RunState.ERROR, "run folder 'x': no space")
+    cut = _decide(Seen(Ending.ALL_ENDED, both), _found(),
+                  cut=Cut("SIGTERM", "merging the trace", ("no trace.json",)))
+    assert cut.state is RunState.INTERRUPTED and cut.signal == "SIGTERM"
+    assert cut.message == ("SIGTERM cut the run folder's finish short while merging the trace: "
+                           "no trace.json; the lab itself had passed")
+    assert cut.unfinished == ["no trace.json"]
+
+
+def test_a_kill_fault_is_named_as_the_cause():
+    killed = NodeOutcome(1, "lab-1", -9, NodeState.KILLED, 3.0, "SIGKILL")
+    fired = [FiredFault("kill-node:1@2", "kill-node", 1, "begin", "docker kill", 2.5)]
+    rec = verdict.decide(_record(), Evidence(Seen(Ending.NODE_FAILED, [_ok(0), killed]), 2, 2, True,
+                                             fired, _found()))
+    assert rec.first_failure.fault == "kill-node:1@2"
+    assert rec.node_outcomes[1].reason == "killed by fault kill-node:1@2"
+
+
+def test_as_seen_now_reads_a_dead_controllers_run_as_abandoned():
+    rec = _record()
+    assert verdict.as_seen_now(rec, controller_gone=True) is RunState.ABANDONED
+    assert verdict.as_seen_now(rec, controller_gone=False) is RunState.RUNNING
+
+
+# ---- one place decides -----------------------------------------------------------------
+def run_state_assignments(source: str, filename: str = "<src>") -> list[str]:
+    """Where `source` gives a run a state: RunState members or RunState(...) used other
+    than in a comparison, or a `state` attribute set to something that is not a NodeState
+    member (a node's state is the backends' and the driver's to say)."""
+    tree = ast.parse(source, filename)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+
+    def in_compare(node: ast.AST) -> bool:
+        while node in parents:
+            node = parents[node]
+            if isinstance(node, ast.Compare):
+                return True
+            if isinstance(node, (ast.stmt, ast.Lambda)):
+                return False
+        return False
+
+    for node in ast.walk(tree):
+        run_state = (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                     and node.value.id == "RunState")
+        made = (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "RunState")
+        if (run_state or made) and not in_compare(node):
+            found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if isinstance(t, ast.Attribute) and t.attr == "state":
+                        value = ast.unparse(node.value)
+                        if "NodeState." not in value:
+                            found.append(f"{filename}:{node.lineno}: {ast.unparse(t)} = {value}")
+    return found
+
+
+def test_no_module_but_verdict_decides_a_runs_state():
+    # the checker itself finds what it must
+    assert run_state_assignments("rec.state = RunState.PASSED\nx = dataclasses.replace(r, state=RunState('failed'))\n") \
+        == ["<src>:1: rec.state = RunState.PASSED", "<src>:1: RunState.PASSED", "<src>:2: RunState('failed')"]
+    assert run_state_assignments("o.state, o.reason = NodeState.STOPPED, 'x'\nif r.state is RunState.PASSED: pass\n") == []
+    allowed = {"verdict.py", "outcome.py"}         # the one place, and the enum's definition
+    found = []
+    for path in sorted(LABCTL.rglob("*.py")):
+        if path.name in allowed:
+            continue
+        hits = run_state_assignments(path.read_text(), str(path.relative_to(LABCTL.parent)))
+        if path.name == "record.py":                # the field's default, and reading status.json
+            hits = [h for h in hits if h.split(": ", 1)[1] not in (
+                "RunState.RUNNING", "RunState(d.get('state', 'running'))")]
+        found += hits
+    assert found == [], "only labctl/verdict.py decides how a run ends:\n" + "\n".join(found)
