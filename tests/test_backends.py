@@ -2,7 +2,6 @@
 imports, typed options that are the CLI's flags, and the verbs every backend must have."""
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import import_graph
 from conftest import REPO
 from labctl import backends, cli
 from labctl.backends.base import Backend, BackendOptions, OptionRefused, option
@@ -19,32 +19,7 @@ BACKEND_PACKAGES = ("local", "compose", "k8s")
 
 
 def _imports() -> dict[str, set[str]]:
-    """labctl's modules -> the labctl modules each imports (every import statement, lazy
-    ones and those for type checkers too), as the import-circles tool reads them."""
-    files = {}
-    for f in (REPO / "labctl").rglob("*.py"):
-        parts = f.relative_to(REPO).with_suffix("").parts
-        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
-    graph: dict[str, set[str]] = {}
-    for name, f in files.items():
-        package = name if f.name == "__init__.py" else name.rpartition(".")[0]
-        found = set()
-        for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
-                head = ".".join(base + ([node.module] if node.module else []))
-                targets = [head] + [f"{head}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                continue
-            for target in targets:
-                while target and target not in files:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    found.add(target)
-        graph[name] = found
-    return graph
+    return import_graph.imports(REPO, ("labctl",))
 
 
 def test_nothing_below_a_backend_imports_it_and_no_backend_imports_another():

@@ -1,0 +1,72 @@
+"""Layers point down only (docs/architecture.md, "Layers"): no import circle in labctl
+and workloads, lazy imports included; labctl knows workloads only through
+workloads._protocol (the marker lines, LAB_* names, records) and finds the rest by name;
+workloads reach up into labctl only from the torch-free report hooks; and the floors
+table in docs/architecture.md is the one the imports give."""
+from __future__ import annotations
+
+import re
+
+import import_graph
+from conftest import REPO
+
+DOC = REPO / "docs" / "architecture.md"
+TABLE_START = "<!-- floors: tests/test_layers.py -->"
+TABLE_END = "<!-- /floors -->"
+
+
+def test_no_import_circle_in_labctl_and_workloads():
+    graph = import_graph.imports(REPO)
+    import_graph.floors(graph)          # raises on the first circle, naming it
+    assert "labctl.cli" in graph and "workloads._trace" in graph
+
+
+def test_a_circle_is_found_and_named():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    try:
+        import_graph.floors(graph)
+    except ValueError as exc:
+        assert "a -> b -> c -> a" in str(exc) or "b -> c -> a -> b" in str(exc) or "c -> a -> b -> c" in str(exc)
+    else:
+        raise AssertionError("a circle was not found")
+    assert import_graph.floors({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == {"a": 2, "b": 1, "c": 3}
+
+
+def test_labctl_knows_workloads_only_through_the_protocol():
+    graph = import_graph.imports(REPO)
+    reached = {(m, t) for m, targets in graph.items() if m.startswith("labctl")
+               for t in targets if t.startswith("workloads")}
+    assert reached, "labctl reads the marker lines and LAB_* names from workloads._protocol"
+    assert {(m, t) for m, t in reached if not t.startswith("workloads._protocol")} == set()
+
+
+def test_workloads_reach_labctl_only_from_their_torch_free_report_hooks():
+    graph = import_graph.imports(REPO)
+    up = {m for m, targets in graph.items() if m.startswith("workloads")
+          for t in targets if t.startswith("labctl")}
+    assert {m for m in up if not m.startswith("workloads._report")} == set()
+    # and the protocol itself stands on nothing: labctl and every rank import it
+    assert {t for m in graph if m.startswith("workloads._protocol") for t in graph[m]
+            if not t.startswith("workloads._protocol")} == set()
+
+
+def _documented() -> dict[str, int]:
+    text = DOC.read_text()
+    assert TABLE_START in text and TABLE_END in text, f"{DOC.name} has no floors table"
+    table = text[text.index(TABLE_START):text.index(TABLE_END)]
+    floors = {}
+    for number, names in re.findall(r"^\| (\d+) \| (.+?) \|$", table, re.M):
+        for name in names.split(","):
+            floors["labctl." + name.strip().strip("`")] = int(number)
+    return floors
+
+
+def test_the_floors_table_in_architecture_md_is_the_one_the_imports_give():
+    computed = {m: f for m, f in import_graph.floors(import_graph.imports(REPO, ("labctl",))).items()
+                if m != "labctl"}
+    documented = _documented()
+    by_floor: dict[int, list[str]] = {}
+    for module, floor in sorted(computed.items()):
+        by_floor.setdefault(floor, []).append(module.removeprefix("labctl."))
+    want = "\n".join(f"| {f} | " + ", ".join(f"`{m}`" for m in mods) + " |" for f, mods in sorted(by_floor.items()))
+    assert documented == computed, "docs/architecture.md's floors table should read:\n" + want
