@@ -32,7 +32,7 @@ from . import backends
 from .backends.base import BackendOptions
 from .rundir import RunDir
 from .spec import LabSpec, SpecError
-from .tables import table
+from .tables import human_bytes, table
 
 DEFAULT_TIMEOUT_S = 300.0           # the whole lab, unless the flags or the lab file say otherwise
 MAX_FILE_BYTES = 1 << 20            # a learner's file is read (parsed) before the lab starts
@@ -422,13 +422,13 @@ def _traffic(g: Grade, world: int, calls: list[Call], called: dict) -> None:
     if over_total:
         g.findings.append(Finding(Check.TRAFFIC, world, (
             f"traffic at world size {world}: the ranks sent {overall:.1f}x the optimum "
-            f"({_bytes(all_sent)} where {_bytes(total)} would do over {len({c.case for c in calls})} "
+            f"({human_bytes(all_sent)} where {human_bytes(total)} would do over {len({c.case for c in calls})} "
             f"cases; {ex.optimum}): {_traffic_hint(ex)}")))
     elif worst is not None:
         ratio, _, _, c, mine, most = worst
         g.findings.append(Finding(Check.TRAFFIC, world, (
             f"traffic at world size {world}: rank {c.rank} sent {ratio:.1f}x the most one rank needs "
-            f"in {c.label} ({_bytes(mine)} where {_bytes(most)} would do; {ex.optimum}): "
+            f"in {c.label} ({human_bytes(mine)} where {human_bytes(most)} would do; {ex.optimum}): "
             f"{_traffic_hint(ex)}")))
 
 
@@ -455,7 +455,7 @@ def _gradient_traffic(g: Grade, world: int, calls: list[Call], called: dict) -> 
         worst = max(worst, mine / max(1, c.size * c.itemsize))
     ratio = handed / gradients if gradients else 0.0
     ok = worst <= 1.0 + 1e-9
-    text = f"{ratio:.2f}x" + (f", p2p {_bytes(p2p)}" if p2p else "")
+    text = f"{ratio:.2f}x" + (f", p2p {human_bytes(p2p)}" if p2p else "")
     g.cells[(Check.TRAFFIC, world)] = Cell(ok, text if ok else f"FAIL {text}")
     if not ok:
         g.findings.append(Finding(Check.TRAFFIC, world, (
@@ -583,15 +583,7 @@ def _lab_failure(run: RunDir) -> str:
 def _time_text(r: dict) -> str:
     ms, ref = float(r.get("ms", 0)), float(r.get("reference_ms", 0))
     ratio = f", {ms / ref:.2f}x" if ref > 0 else ""
-    return f"{ms:.1f} ms ({r.get('reference')} {ref:.1f} ms{ratio}; {_bytes(r.get('bytes', 0))})"
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    return f"{ms:.1f} ms ({r.get('reference')} {ref:.1f} ms{ratio}; {human_bytes(r.get('bytes', 0))})"
 
 
 # ---------------------------------------------------------------- what `check` prints

@@ -12,3 +12,12 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
         cells = ["" if c is None else str(c).replace("|", "\\|").replace("\n", " ") for c in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def human_bytes(n: float) -> str:
+    """A byte count as people read it: 512 B, 4.0 KiB, 1.5 MiB, 2.0 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)

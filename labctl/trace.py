@@ -32,7 +32,7 @@ from typing import Any, Iterator
 from workloads._protocol import CLOCK_ROUNDS, FR_MARKER, TRACE_MARKER as MARKER
 
 from . import atomicfile
-from .tables import table
+from .tables import human_bytes, table
 
 _MARKER_BYTES = MARKER.encode()
 TRACE_FILE = "trace.json"
@@ -924,14 +924,6 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def text(summary: Summary) -> str:
     """What `labctl trace RUN` prints."""
     lines: list[str] = []
@@ -951,7 +943,7 @@ def text(summary: Summary) -> str:
               "(open it in https://ui.perfetto.dev or chrome://tracing)", "",
               "## Per process group and op", "",
               table(("pg", "op", "count", "bytes", "total ms", "slowest ms", "slowest on"),
-                    ((pg, op, t.count, _bytes(t.nbytes), _ms(t.total_ns), _ms(t.slowest_ns),
+                    ((pg, op, t.count, human_bytes(t.nbytes), _ms(t.total_ns), _ms(t.slowest_ns),
                       f"rank {t.slowest_rank}" if t.slowest_rank is not None else "")
                      for (pg, op), t in sorted(summary.totals.items())))]
     if summary.stragglers:

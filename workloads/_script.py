@@ -22,7 +22,7 @@ import runpy
 import sys
 from typing import Callable
 
-from . import _common, _stacks, _trace
+from . import _common, _settle, _stacks, _trace
 from ._record import recorded
 from ._protocol import Env
 
@@ -129,6 +129,7 @@ def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m workloads._script SCRIPT [ARGS...]")
     script = sys.argv[1]
+    _settle.install()       # first registered, last to run: torch's threads settle before finalization
     _stacks.install()
     host_tcp_stores_under_torchrun()
     say_when_joined()
