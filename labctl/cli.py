@@ -666,8 +666,9 @@ def stacks(run, **options) -> None:
 
 @main.command("trace")
 @click.argument("run", type=click.Path())
+@click.option("--png", is_flag=True, help="also draw trace-timeline.png (needs matplotlib: the plot extra)")
 @friendly
-def trace_cmd(run) -> None:
+def trace_cmd(run, png) -> None:
     """Every rank's collectives and p2p ops: (re)write trace.json and print per-op totals,
     the stragglers and, after a hang, the stuck collective (docs/trace.md)."""
     from . import trace
@@ -677,6 +678,10 @@ def trace_cmd(run) -> None:
     click.echo(trace.text(summary))
     if summary.empty:
         sys.exit(1)
+    if png:
+        picture = trace.write_timeline(r.path)     # LabError (no matplotlib): one line, exit 1
+        if picture is not None:
+            click.echo(f"timeline picture: {picture}")
 
 
 @main.group()

@@ -49,15 +49,6 @@ def write_files(run: RunDir, note: Callable[[str], None] = lambda line: None) ->
                 written += module.write_files(run)
             except LabError as exc:
                 note(f"note: {exc}")
-    from . import trace
-
-    try:                            # the communication timeline, when the run was traced
-        picture = trace.write_timeline(run.path)
-    except LabError as exc:
-        note(f"note: {exc}")
-    else:
-        if picture is not None:
-            written.append(picture)
     return written
 
 
@@ -250,9 +241,10 @@ def markdown(run: RunDir) -> str:
     if m.trace is not None and m.trace.ops:
         parts.append(f"- communication timeline: {run.path / m.trace.file} "
                      f"({m.trace.ops} ops; `labctl trace {run.path}`; open in ui.perfetto.dev)")
-        from .trace import NO_TIMELINE, TIMELINE_FILE
+        from .trace import TIMELINE_FILE
         picture = run.path / TIMELINE_FILE
-        parts.append(f"- timeline picture: {picture}" if picture.is_file() else f"- {NO_TIMELINE}")
+        if picture.is_file():           # `labctl trace RUN --png` draws it
+            parts.append(f"- timeline picture: {picture}")
     parts += ["", f"Logs: {run.path}/nodes/ (per node), {run.path}/ranks/ (per rank); "
               f"results: {run.path}/results.jsonl"]
     if (run.path / PAGE_FILE).is_file():
