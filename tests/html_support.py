@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -56,9 +57,23 @@ class Page:
 
     def load(self, timeout_ms: float = 60_000) -> "Page":
         self.page.goto(self.url)
-        self.page.wait_for_function("window.labctlReport && window.labctlReport.ready === true",
-                                    timeout=timeout_ms)
+        self.wait_until("window.labctlReport && window.labctlReport.ready === true",
+                        timeout_s=timeout_ms / 1000)
         return self
+
+    def wait_until(self, expression: str, arg: Any = None, timeout_s: float = 60) -> Any:
+        """Until `expression` (or `arg => ...`) is truthy in the page, looked at every 20 ms
+        from here. Not Playwright's wait_for_function: past its first look it evaluates the
+        string with eval inside the page, which the page's own CSP (no 'unsafe-eval')
+        refuses, so a page not ready at once failed the test (seen in CI)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = self.page.evaluate(expression, arg)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not true in the page after {timeout_s:.0f} s: {expression}")
+            self.page.wait_for_timeout(20)
 
     def js(self, expression: str, arg: Any = None) -> Any:
         return self.page.evaluate(expression, arg)

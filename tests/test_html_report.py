@@ -425,15 +425,15 @@ def test_a_traced_script_s_timeline_holds_every_slice_and_zooms(script_lab, chro
     box = page.page.locator("#timeline-canvas").bounding_box()
     page.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + 40)
     page.page.mouse.wheel(0, -600)
-    page.page.wait_for_function(f"{tl}.visibleRange()[1] - {tl}.visibleRange()[0] < {(full[1] - full[0]) * 0.9}")
+    page.wait_until(f"{tl}.visibleRange()[1] - {tl}.visibleRange()[0] < {(full[1] - full[0]) * 0.9}")
     zoomed = page.js(f"{tl}.visibleRange()")
     assert full[0] < zoomed[0] < zoomed[1] < full[1]
     page.page.click("#tl-fit")
-    page.page.wait_for_function(f"{tl}.visibleRange()[0] === {full[0]} && {tl}.visibleRange()[1] === {full[1]}")
+    page.wait_until(f"{tl}.visibleRange()[0] === {full[0]} && {tl}.visibleRange()[1] === {full[1]}")
     # hover over rank 0's broadcast: the op's fields; a click pins them
     (i, *_) = page.js(f"{tl}.findSlices('broadcast', 0)")   # the script's own (DDP's come later)
     page.js(f"{tl}.showSlices([{i}])")
-    page.page.wait_for_function(f"{tl}.slicePosition({i}) !== null")
+    page.wait_until(f"{tl}.slicePosition({i}) !== null")
     pos = page.js(f"{tl}.slicePosition({i})")
     box = page.page.locator("#timeline-canvas").bounding_box()      # showSlices scrolled it into view
     page.page.mouse.move(box["x"] + pos["x"], box["y"] + pos["y"])
@@ -447,7 +447,7 @@ def test_a_traced_script_s_timeline_holds_every_slice_and_zooms(script_lab, chro
     row = next(i for i, text in enumerate(rows) if text.startswith("default_pg#2all_reducerank 3"))
     assert page.js(f"window.labctlReport.data.stragglers[{row}].late_ms") >= 900
     page.page.click(f"#stragglers-table tbody tr:nth-child({row + 1})")
-    page.page.wait_for_function(f"document.getElementById('tl-selected').dataset.slice !== undefined")
+    page.wait_until(f"document.getElementById('tl-selected').dataset.slice !== undefined")
     shown = page.js(f"{tl}.visibleRange()")
     slices = page.js(f"window.labctlReport.data.stragglers[{row}].slices")
     starts = page.js(f"{json.dumps(slices)}.map(i => window.labctlReport.data.timeline.slices.ts[i])")
@@ -478,7 +478,7 @@ def test_a_100000_op_trace_stays_small_and_its_timeline_whole(tmp_path, chromium
     assert {(int(r), op): n for r, ops in held.items() for op, n in ops.items()} == counts
     before = page.js("window.labctlReport.timeline.visibleRange()")
     page.js("window.labctlReport.timeline.zoom(0.01)")
-    page.page.wait_for_function("r => window.labctlReport.timeline.visibleRange()[1] !== r[1]", arg=before)
+    page.wait_until("r => window.labctlReport.timeline.visibleRange()[1] !== r[1]", arg=before)
     assert page.js("window.labctlReport.timeline.lastDraw().rectangles") > 0
 
 
