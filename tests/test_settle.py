@@ -4,9 +4,11 @@ plain `python` run of the same script aborts, "terminate called without an activ
 exception")."""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -88,6 +90,39 @@ def test_settling_gives_up_after_its_limit_when_a_torch_thread_keeps_running(mon
     assert _settle.settle(limit_s=0.05) is True
 
 
-def test_only_threads_torch_named_count(tmp_path):
-    """This process has no pt_* thread until torch starts one (a gloo group does)."""
-    assert _settle.torch_threads_running() is False
+def _spinning_thread(name: bytes, stop: threading.Event) -> threading.Thread:
+    """A thread that names itself `name` (its /proc comm) and keeps a CPU busy without the
+    GIL (hashlib lets it go for large inputs) until `stop`."""
+    named = threading.Event()
+
+    def spin() -> None:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "wb") as f:
+            f.write(name)
+        named.set()
+        data = b"x" * (8 << 20)
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    assert named.wait(30)
+    return thread
+
+
+def _seen_running(tries: int = 200) -> bool:
+    return any(_settle.torch_threads_running() for _ in range(tries))
+
+
+def test_only_threads_torch_named_count():
+    """A busy thread named like torch's (`pt_...`) is seen running; one named otherwise is not."""
+    stop = threading.Event()
+    other = _spinning_thread(b"not_torch_spin", stop)
+    try:
+        assert not _seen_running()
+        torchlike = _spinning_thread(b"pt_test_spin", stop)
+        assert _seen_running()
+    finally:
+        stop.set()
+    other.join(30)
+    torchlike.join(30)
+    assert _settle.settle(limit_s=30)       # the OS thread ends a moment after join() returns
