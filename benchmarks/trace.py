@@ -9,16 +9,15 @@ average) when it ran.
 
 1. bench all_reduce busbw, traced/untraced, at 1 MiB and 64 MiB: the lab's own `bench`
    workload (1 node x 2 processes, busbw from the median op time; bar >= 0.97).
-2. a loop of 20,000 all_reduces of 4 KiB, timed inside the script (bar <= 1.05x), and a
-   DDP training step, the median of 30 steps of a 3-layer MLP in 1 MiB buckets (bar <=
+2. a loop of 20,000 all_reduces of 4 KiB, timed inside the script (bar <= 1.05x), a loop
+   of 20,000 one-element isend/irecv pairs (bar <= 1.10x), and a DDP training step, the median of 30 steps of a 3-layer MLP in 1 MiB buckets (bar <=
    1.03x): one `--script` lab per run.
-3. the recorder's CPU time per op: one rank, process CPU time (every thread: the flusher's
-   too) per 1-float op, traced minus untraced: an op issued from Python (dist.all_reduce)
+3. the recorder's CPU time per op: one rank, process CPU time (every thread) per 1-float op, traced minus untraced: an op issued from Python (dist.all_reduce)
    and one issued by torch's C++ (a functional all_reduce, waited on).
 4. the candidate mechanisms, µs per 1-float all_reduce on one rank (the fastest batch of
    300, arms interleaved): what the choice in docs/trace.md rests on.
 5. records and merge: N small all_reduces per rank through `labctl up`: run time, records'
-   size in the rank logs, trace.json size, merge time and peak memory (flat: streamed).
+   size in the record files, trace.json size, merge time and peak memory (flat: streamed).
 
     python benchmarks/trace.py                   # everything, 5 pairs
     python benchmarks/trace.py --pairs 7 --only cost
@@ -106,6 +105,17 @@ for _ in range({ops}):
     dist.all_reduce(t)
 dist.barrier()
 loop = time.perf_counter() - started
+one, peer = torch.ones(1), 1 - rank                  # one-element isend/irecv pairs
+for _ in range(500):
+    for w in (dist.isend(one, peer), dist.irecv(torch.empty(1), peer)):
+        w.wait()
+dist.barrier()
+started = time.perf_counter()
+for _ in range({ops}):
+    for w in (dist.isend(one, peer), dist.irecv(torch.empty(1), peer)):
+        w.wait()
+dist.barrier()
+p2p = time.perf_counter() - started
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
                             torch.nn.ReLU(), torch.nn.Linear(1024, 10))
@@ -124,7 +134,7 @@ for i in range({steps} + 5):
 step = torch.tensor([statistics.median(steps)], dtype=torch.float64)
 dist.all_reduce(step, op=dist.ReduceOp.MAX)
 if rank == 0:
-    print("TRACECOST " + json.dumps({{"loop_s": loop, "step_s": float(step.item())}}), flush=True)
+    print("TRACECOST " + json.dumps({{"loop_s": loop, "p2p_s": p2p, "step_s": float(step.item())}}), flush=True)
 dist.destroy_process_group()
 """
 
@@ -142,6 +152,7 @@ def cost_table(tmp: Path, n: int, ops: int, steps: int) -> str:
     results = pairs(once, n)
     rows = []
     for key, what, bar in (("loop_s", f"{ops} all_reduces of 4 KiB, s", "<= 1.05"),
+                           ("p2p_s", f"{ops} one-element isend/irecv pairs, s", "<= 1.10"),
                            ("step_s", "DDP step (median of 30), ms", "<= 1.03")):
         scale = 1000 if key == "step_s" else 1
         ratios = [on[key] / off[key] for on, off, _ in results]
@@ -186,7 +197,8 @@ def cpu_table(n: int, ops: int = 3000) -> str:
             with open(Path(tmp) / "out.log", "w") as f:     # the records go to a file, as a node log's
                 done = subprocess.run([sys.executable, "-c", CPU_WORKER.format(ops=ops)], stdout=f,
                                       stderr=subprocess.PIPE, text=True, timeout=900, cwd=REPO,
-                                      env={**os.environ, "PYTHONPATH": str(REPO), "LAB_TRACE": str(int(traced))})
+                                      env={**os.environ, "PYTHONPATH": str(REPO), "LAB_TRACE": str(int(traced)),
+                                           "LAB_TRACE_DIR": tmp})   # the local backend's sink
         return [float(x) for x in done.stderr.split()[-2:]]
 
     results = pairs(once, n)
@@ -206,10 +218,22 @@ def cpu_table(n: int, ops: int = 3000) -> str:
 CANDIDATE = """
 import os, sys, tempfile, time
 arm = sys.argv[1]
-if arm in ("recorder", "recorder-kernel-only"):
+if arm.startswith("recorder"):
     os.environ["LAB_TRACE"] = "1"
+    if arm != "recorder-stream":
+        os.environ["LAB_TRACE_DIR"] = tempfile.mkdtemp()
     from workloads import _trace
     _trace.install()
+    if arm == "recorder-append":           # the file sink's lines through write(2) on an O_APPEND file
+        class Append:
+            def __init__(self):
+                self.fd = os.open(os.path.join(os.environ["LAB_TRACE_DIR"], "append.rec"),
+                                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            def write(self, data):
+                os.write(self.fd, data)
+            def flush(self):
+                pass
+        _trace._sink = Append()
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
 t = torch.ones(1)
@@ -243,7 +267,11 @@ print(best, file=sys.stderr, flush=True)
 os._exit(0)
 """
 ARMS = {"untraced": "torch.distributed as is",
-        "recorder": "this recorder, an op issued from Python (ProcessGroup method wrapper + Work.wait)",
+        "recorder": "this recorder, an op issued from Python (ProcessGroup method wrapper + Work.wait), "
+                    "records into a memory-mapped file (the local backend's sink)",
+        "recorder-stream": "the same, records waiting in memory for a thread that writes them to the log "
+                           "every 0.15 s (the containers' sink)",
+        "recorder-append": "the same, each record written with write(2) to an O_APPEND file",
         "recorder-kernel-only": "this recorder's Autograd-key kernel for every op (+ future callback)",
         "bare-kernel": "a Python kernel at the c10d op's Autograd key, redispatch only",
         "future-callback": "Work.get_future().add_done_callback per op (completion on gloo)",
@@ -259,6 +287,7 @@ def candidates_table(rounds: int = 3) -> str:
             for arm in ARMS:
                 env = {**os.environ, "PYTHONPATH": str(REPO), "LAB_TRACE": "0",
                        "TORCH_FR_BUFFER_SIZE": "2000" if arm == "fr-2000" else "0"}
+                env.pop("LAB_TRACE_DIR", None)
                 with open(Path(tmp) / "out.log", "w") as f:
                     done = subprocess.run([sys.executable, "-c", CANDIDATE, arm], stdout=f, stderr=subprocess.PIPE,
                                           text=True, timeout=900, cwd=REPO, env=env)
@@ -304,15 +333,14 @@ def merge_table(tmp: Path, ops: int, nproc: int = 2) -> str:
         if not traced:
             rows.append((n, "off", f"{seconds:.1f}", "", "", "", ""))
             continue
-        record_bytes = sum(sum(len(x) for x in p.open("rb") if b"@@labctl-trace " in x)
-                           for p in (run / "ranks").glob("rank-*.log"))
+        record_bytes = sum(p.stat().st_size for p in (run / "records").glob("*.rec"))
         merged = subprocess.run([sys.executable, "-c", MERGE, str(run), str(nproc)], capture_output=True,
                                 text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
         m = json.loads(merged.stdout)
         rows.append((n, "on", f"{seconds:.1f}", f"{record_bytes / 1e6:.1f}",
                      f"{(run / 'trace.json').stat().st_size / 1e6:.1f}", f"{m['seconds']:.2f}",
                      f"{m['peak_kib'] / 1024:.1f} ({m['base_kib'] / 1024:.1f})"))
-    return table(("ops per rank", "trace", "labctl up s", "records MB (rank logs)", "trace.json MB",
+    return table(("ops per rank", "trace", "labctl up s", "records MB (record files)", "trace.json MB",
                   "merge s", "merge peak RSS MiB (after imports)"), rows) + f"\n\n(load {load()})"
 
 

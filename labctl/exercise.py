@@ -264,9 +264,9 @@ def _call_ops(run: RunDir, calls: list[Call]) -> dict[tuple[int, int, int, int],
     for c in calls:
         windows.setdefault(c.rank, []).append(c)
     found: dict[tuple[int, int, int, int], list[Any]] = {}
+    sources = trace.record_sources(run.path)
     for rank, mine in windows.items():
-        log = run.rank_log(rank)
-        ops = trace.rank_ops(log) if log.is_file() else []
+        ops = trace.rank_ops(sources.get(rank, []))
         starts = [o.begin for o in ops]
         for c in mine:
             lo, hi = bisect.bisect_left(starts, c.begin_ns), bisect.bisect_right(starts, c.end_ns)

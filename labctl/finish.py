@@ -64,12 +64,13 @@ class _Finish:
         self.written: set[str] = set()
         self.found: blame.Findings | None = None
         self.diagnosis: dict | None = None
+        self.ended_in: dict[int, str] = {}     # rank -> where its trace records end
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
         return Evidence(self.seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads),
                         list(self.run.record.faults), self.found, self.diagnosis,
-                        previous=self.previous, **more)
+                        ended_in=self.ended_in, previous=self.previous, **more)
 
     def decide(self, **more) -> None:
         self.run.record = verdict.decide(self.run.record, self.evidence(**more), str(self.run.path))
@@ -104,7 +105,7 @@ class _Finish:
             run.save()
             self.at(FinishStep.TRACE)
         self.diagnosis = self.merge_trace(traced, failed=not rec.ok)
-        if self.diagnosis is not None:          # the stuck/mismatched collective
+        if self.diagnosis is not None or self.ended_in:   # the stuck/mismatched collective, a rank's last op
             self.decide()
         run.record.finalize_seconds = round(time.monotonic() - t0, 3)
         run.release_reserve()
@@ -119,6 +120,7 @@ class _Finish:
         from . import trace
 
         run = self.run
+        trace.trim_record_files(run.path)       # the ranks are gone: their files' unwritten tails go
         try:
             if not traced:
                 return trace.flight_recorder(run.path, run.record.world_size) if failed else None
@@ -131,6 +133,12 @@ class _Finish:
                                         len(summary.problems) + summary.more_problems)
         if summary.cost_note:
             run.record.notes.append(f"trace: {summary.cost_note}")
+        if not run.record.ok:
+            self.ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in}
+        if summary.raised_count:
+            first = summary.raised[0] if summary.raised else ""
+            run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "
+                                    f"and are not counted as collectives ({first}; `labctl trace` lists them)")
         if not failed:
             return None
         # the trace names the stuck op; when it cannot (no rank left an op record), the

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from workloads._protocol import EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE, Env
+from workloads._protocol import EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE, RECORDS_SUBDIR, Env
 
 from .spec import LabSpec
 
@@ -38,6 +38,7 @@ LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the 
 # <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
 TORCHRUN_LOGS_SUBDIR = "torchrun"
 SCRIPT_MOUNT = "/lab/script"        # where container backends mount a user's script
+RECORDS_MOUNT = "/lab/records"      # where compose mounts the run folder's records/ (LAB_TRACE_DIR)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
         python=(sys.executable,),
         # gloo binds to what the hostname resolves to; nodes that share one host
         # must use loopback instead.
-        env={"GLOO_SOCKET_IFNAME": "lo", **({Env.SHARED_DIR: shared} if shared else {})},
+        env={"GLOO_SOCKET_IFNAME": "lo", **({Env.SHARED_DIR: shared} if shared else {}),
+             **({Env.TRACE_DIR: local_records_dir(run_folder)} if run_folder is not None else {})},
         script_path=script_path if script_path is not None else spec.script,
         replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
         store_addr="127.0.0.1" if many else None,
@@ -157,6 +159,13 @@ def local_shared_dir(run_folder: str | os.PathLike) -> str:
     """The directory local nodes share: the run folder's `shared/` (kept with the run),
     absolute (every node works in a directory of its own)."""
     return str((Path(run_folder) / LOCAL_SHARED_SUBDIR).resolve())
+
+
+def local_records_dir(run_folder: str | os.PathLike) -> str:
+    """The run folder's `records/`, absolute: local ranks write their trace and Flight
+    Recorder records there into memory-mapped files that outlive any death of the rank
+    (workloads/_trace.py), and labctl reads them from there (labctl/trace.py)."""
+    return str((Path(run_folder) / RECORDS_SUBDIR).resolve())
 
 
 def local_torchrun_log_dir(run_folder: str | os.PathLike) -> str:

@@ -59,6 +59,9 @@ class FirstFailure:
     peer_rank: int | None = None
     after_fault: str | None = None       # a freeze or cut-off that came before it
     collective: dict | None = None       # where the collectives stopped (labctl/trace.py)
+    # where the failed rank's trace records end, when its error names no line of its own
+    # (a signal, os._exit): "in all_reduce [1] (collective #3 of default_pg) at job.py:9"
+    last_op: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.fault:
@@ -72,7 +75,7 @@ class FirstFailure:
         else:
             keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal")
             always = {"rank", "node", "exit_code"}
-        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective")
+        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op")
                 if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
 
     @classmethod
@@ -103,6 +106,8 @@ class FirstFailure:
             text += f" exited with code {self.exit_code}"
         if self.error:
             text += f": {self.error['exception']}{where(self.error)}"
+        if self.last_op:
+            text += f" ({'it was ' if self.last_op.startswith('in ') else ''}{self.last_op})"
         if self.after_fault:
             text += f" (after fault {self.after_fault})"
         return text

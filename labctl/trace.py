@@ -23,13 +23,16 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
-import sys
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from workloads._protocol import CLOCK_ROUNDS, FR_MARKER, TRACE_MARKER as MARKER
+from workloads._protocol import (CLOCK_ROUNDS, FR_MARKER, RECORD_FILE_SUFFIX, RECORDS_SUBDIR,
+                                 TRACE_MARKER as MARKER)
+from workloads._protocol import records
+from workloads._protocol.records import MAX_INT, BadRecord
 
 from . import atomicfile
 from .tables import human_bytes, table
@@ -46,7 +49,6 @@ MAX_LANES = 16                      # threads per rank for overlapping ops; past
 LANE_TID = 1_000_000                # a lane's thread id: rank + lane * LANE_TID
 MAX_UNFINISHED_DRAWN = 10_000       # ops never ended drawn to the trace's end; the rest: instants
 MAX_SITES = 200_000                 # call sites held per rank (the ranks renumber past 20,000)
-MAX_INT = 1 << 62                   # no count, rank, size or time a rank writes is larger
 CPP_OPS_NOTE = 10_000               # this many ops issued from C++: say what tracing them costs
 CPP_OP_COST = "about 20-80 µs of CPU each"   # benchmarks/trace.py, CPU table (docs/trace.md)
 
@@ -68,6 +70,59 @@ def _lines(f: Any) -> Iterator[tuple[bytes, bool]]:
         yield line, False
 
 
+class _Capped:
+    """A record file read up to `size` bytes: what the rank wrote, not the zeros of its
+    mapped segment past that."""
+
+    def __init__(self, f: Any, size: int):
+        self.f, self.left = f, size
+
+    def readline(self, limit: int) -> bytes:
+        if self.left <= 0:
+            return b""
+        line = self.f.readline(min(limit, self.left))
+        self.left -= len(line)
+        return line
+
+
+def written_size(path: Path) -> int:
+    """The bytes a rank wrote into a record file: up to its last non-zero byte (a mapped
+    segment is zeros past what was written; a rank that died mid-write leaves a torn last
+    line, which the readers name)."""
+    chunk = 1 << 16
+    with open(path, "rb") as f:
+        end = f.seek(0, 2)
+        while end > 0:
+            start = max(0, end - chunk)
+            f.seek(start)
+            data = f.read(end - start).rstrip(b"\0")
+            if data:
+                return start + len(data)
+            end = start
+    return 0
+
+
+def _source_lines(path: Path) -> Iterator[tuple[bytes, bool]]:
+    """The lines of a rank log, or of a record file up to what was written."""
+    with open(path, "rb") as f:
+        if path.suffix == RECORD_FILE_SUFFIX:
+            yield from _lines(_Capped(f, written_size(path)))
+        else:
+            yield from _lines(f)
+
+
+def trim_record_files(run_path: str | Path) -> None:
+    """Cut every record file of a run to what its rank wrote (their mapped segments are
+    zeros past that): done once the ranks are gone, at the finish."""
+    for path in (Path(run_path) / RECORDS_SUBDIR).glob(f"*{RECORD_FILE_SUFFIX}"):
+        try:
+            size = written_size(path)
+            if size < path.stat().st_size:
+                os.truncate(path, size)
+        except OSError:
+            continue
+
+
 @dataclass(slots=True)
 class Op:
     """One op of one rank, times in ns on rank 0's clock (the rank's offset applied).
@@ -87,6 +142,7 @@ class Op:
     end: int | None                 # None: never completed (hang, crash, async never waited)
     api: str | None = None          # the torch.distributed function called (all_gather_object ...)
     via: str | None = None          # "c++": issued by torch's C++ (DDP's Reducer, functional collectives)
+    raised: str | None = None       # the exception it raised before torch issued it (never a collective)
 
     @property
     def label(self) -> str:
@@ -99,22 +155,6 @@ class Op:
         return f"{self.label} {self.dtype or ''}".strip()
 
 
-@dataclass(slots=True)
-class _Site:
-    """What a rank's S line says about one call site (shared by its ops)."""
-    op: str
-    pg: str
-    p2p: bool
-    nbytes: int
-    dtype: str | None
-    shape: list[int] | None
-    peer: int | None
-    root: int | None
-    caller: str
-    api: str | None
-    via: str | None
-
-
 @dataclass
 class RankInfo:
     rank: int
@@ -125,6 +165,7 @@ class RankInfo:
     clock_error: str | None = None
     records: int = 0
     ops: int = 0                    # op records (B/X) seen
+    ended_in: str | None = None     # where its records end: the op it never left, or its last op
 
 
 @dataclass
@@ -219,6 +260,9 @@ class Summary:
     end_ns: int | None = None       # the last moment any rank was known alive: where unfinished ops end
     lanes: dict[int, int] = field(default_factory=dict)   # rank -> threads its ops needed
     cpp_ops: int = 0                # ops torch's C++ issued (functional collectives, DDP's Reducer)
+    raised: list[str] = field(default_factory=list)   # "rank 0's broadcast at x.py:5 raised ValueError: ..."
+    raised_count: int = 0
+    torn: list[int] = field(default_factory=list)     # ranks whose last record was cut by their death
 
     @property
     def empty(self) -> bool:
@@ -251,220 +295,198 @@ class Summary:
 
 # ---------------------------------------------------------------- reading one rank
 
-class _Bad(Exception):
-    """A record that cannot be used; its text names the field."""
-
-
-def _int(value: Any, what: str, low: int = 0) -> int:
-    """A whole number in [low, MAX_INT]: JSON's 1e309 (inf), 1.5, true and "7" are not."""
-    if type(value) is not int or not low <= value <= MAX_INT:
-        raise _Bad(f"trace record with an unusable {what}: {str(value)[:40]}")
-    return value
-
-
-def _opt_int(value: Any, what: str, low: int = 0) -> int | None:
-    return None if value is None else _int(value, what, low)
-
-
-def _str(value: Any, what: str) -> str:
-    if type(value) is not str or len(value) > 4096:
-        raise _Bad(f"trace record with an unusable {what}: {str(value)[:40]}")
-    return sys.intern(value)
-
-
-def _opt_str(value: Any, what: str) -> str | None:
-    return None if value is None else _str(value, what)
-
-
-def _shape(value: Any) -> list[int] | None:
-    if value is None:
-        return None
-    if type(value) is not list or len(value) > 64:
-        raise _Bad(f"trace record with an unusable shape: {str(value)[:40]}")
-    return [_int(x, "shape") for x in value]
-
-
 class _RankReader:
-    """Ops of one rank log, in the order they completed; never-completed ones at the end."""
+    """Ops of one rank, in the order they completed; never-completed ones at the end. A
+    rank's records come from its record files (one process after another, in the order
+    they started: an elastic restart, a forked child) and from its log (records a rank
+    sent through its log stream)."""
 
-    def __init__(self, path: Path, rank: int, summary: Summary, max_pending: int = MAX_PENDING_OPS):
-        self.path, self.rank, self.summary = path, rank, summary
+    def __init__(self, paths: Path | list[Path], rank: int, summary: Summary,
+                 max_pending: int = MAX_PENDING_OPS):
+        self.paths = [paths] if isinstance(paths, Path) else list(paths)
+        self.rank, self.summary = rank, summary
         self.max_pending = max_pending              # ops begun and not yet ended, held at most
         self.info = summary.ranks.setdefault(rank, RankInfo(rank))
         self.groups: dict[str, list[int]] = {}
         self.last: dict[str, Op] = {}               # pg -> last collective entered
-        self.sites: dict[int, _Site] = {}
+        self.sites: dict[int, records.Site] = {}
         self.base = 0                               # the rank's time origin (H line); 0 for old records
         self.alive = 0                              # latest time seen (rank 0's clock)
+        self.last_op: Op | None = None              # the last op it began
+
+    @property
+    def path(self) -> Path:
+        return self.paths[0]
 
     def first_start(self) -> int | None:
         """The start of this rank's first op on rank 0's clock (None: no op), reading no
         further than that op: where the trace's time 0 is."""
         base, offset = 0, 0
-        with open(self.path, "rb") as f:
-            for raw, whole in _lines(f):
+        for path in self.paths:
+            for raw, whole in _source_lines(path):
                 at = raw.find(_MARKER_BYTES)
                 if at < 0 or not whole:
                     continue
-                payload = raw[at + len(_MARKER_BYTES):].strip()
                 try:
-                    if payload[:1] == b"{":
-                        rec = json.loads(payload)
-                        kind = rec.get("k")
-                        if kind == "H":
-                            base = _int(rec["t0"], "t0")
-                        elif kind == "C" and "offset_ns" in rec:
-                            offset = _int(rec["offset_ns"], "clock offset", -MAX_INT)
-                        elif kind == "B":
-                            return _int(rec["t"], "time") + offset
-                    elif payload[:1] in (b"B", b"X"):
-                        return base + _int(int(payload.split()[4]), "time") + offset
-                except (ValueError, KeyError, TypeError, IndexError, AttributeError, _Bad):
+                    rec = records.decode(raw[at + len(_MARKER_BYTES):])
+                except BadRecord:
                     continue
+                if isinstance(rec, records.Header):
+                    base = rec.t0
+                elif isinstance(rec, records.Clock) and rec.error is None:
+                    offset = rec.offset_ns
+                elif isinstance(rec, records.Begin):
+                    return base + rec.t + offset
+                elif isinstance(rec, records.OldOp):
+                    return rec.t + offset
         return None
 
     def __iter__(self) -> Iterator[Op]:
         pending: OrderedDict[Any, Op] = OrderedDict()   # begun, not yet ended, oldest first
+        before: dict[Any, Op | None] = {}               # a pending collective -> the pg's last before it
         let_go: int | None = None   # ops up to this id were given up on unended (MAX_PENDING_OPS)
-        name = str(self.path)
-        with open(self.path, "rb") as f:
-            for number, (raw, whole) in enumerate(_lines(f), 1):
+        for source, path in enumerate(self.paths):
+            name = str(path)
+            self.sites = {}                             # call sites are numbered per process
+            lines = enumerate(_source_lines(path), 1)
+            for number, (raw, whole) in lines:
                 at = raw.find(_MARKER_BYTES)
                 if at < 0:
+                    continue
+                if b"\0" in raw:
+                    self.summary.torn.append(self.rank)
+                    self.summary.problem(name, number, f"rank {self.rank}'s last record was cut short "
+                                         "(the rank died while writing it): skipped")
                     continue
                 if not whole:
                     self.summary.problem(name, number, f"a line of more than {MAX_LINE >> 20} MiB "
                                          "holds a trace record: skipped")
                     continue
-                payload = raw[at + len(_MARKER_BYTES):].strip()
                 try:
-                    if payload[:1] == b"{":
-                        rec = json.loads(payload)
-                        kind = rec["k"]
-                    else:
-                        rec = payload.split()
-                        kind = rec[0].decode()
-                except (ValueError, KeyError, TypeError, IndexError):
-                    self.summary.problem(name, number, "garbled or truncated trace record: "
-                                         + payload[:60].decode(errors="replace").strip())
+                    rec = records.decode(raw[at + len(_MARKER_BYTES):])
+                except BadRecord as exc:
+                    if str(exc).startswith("garbled"):
+                        self.summary.problem(name, number, str(exc))
+                        continue
+                    self.info.records += 1
+                    self.summary.problem(name, number, str(exc))
                     continue
                 self.info.records += 1
                 try:
-                    if kind == "B" or kind == "X":
+                    if isinstance(rec, (records.Begin, records.OldOp)):
                         op, ident = self._begin(rec)
+                        key = (source, ident)
                         self.info.ops += 1
+                        self.last_op = op
                         if op.seq is not None:
+                            before[key] = self.last.get(op.pg)
                             self.last[op.pg] = op
                         if op.end is not None:
+                            before.pop(key, None)
                             yield op
                             continue
-                        pending[ident] = op
+                        pending[key] = op
                         if len(pending) > self.max_pending:
                             # isends never waited on, say: holding them all would cost the
                             # merge memory without bound. The oldest is shown unfinished
                             # (not named as stuck: its end may still come).
-                            ident, oldest = pending.popitem(last=False)
+                            old, oldest = pending.popitem(last=False)
+                            before.pop(old, None)
                             if let_go is None:
                                 self.summary.problem(name, number, f"more than {self.max_pending} ops of "
                                                      f"rank {self.rank} begun and not ended (async ops "
                                                      "never waited on?): the oldest are shown unfinished")
-                            let_go = max(let_go or 0, ident if isinstance(ident, int) else 0)
+                            let_go = max(let_go or 0, old[1] if isinstance(old[1], int) else 0)
                             yield oldest
-                    elif kind == "E":
-                        ident, end, peer = self._end(rec)
-                        op = pending.pop(ident, None)
+                    elif isinstance(rec, (records.End, records.OldEnd)):
+                        ident = rec.ident
+                        op = pending.pop((source, ident), None)
+                        before.pop((source, ident), None)
                         if op is None:
                             if not (isinstance(ident, int) and let_go and ident <= let_go):
                                 self.summary.problem(name, number, f"end of op {ident} that never began")
                             continue
-                        op.end = max(end, op.start)
-                        if op.peer is None and peer is not None:
-                            op.peer = peer
+                        op.end = max(self._time(rec.t) if isinstance(rec, records.End)
+                                     else self._abs_time(rec.t), op.start)
+                        if op.peer is None and rec.peer is not None:
+                            op.peer = rec.peer
+                        yield op
+                    elif isinstance(rec, records.Raised):
+                        op = pending.pop((source, rec.ident), None)
+                        if op is None:
+                            self.summary.problem(name, number, f"op {rec.ident} raised but never began")
+                            continue
+                        if op.seq is not None:      # never issued: the pg's last collective is the one before
+                            previous = before.pop((source, rec.ident), None)
+                            if self.last.get(op.pg) is op:
+                                if previous is None:
+                                    del self.last[op.pg]
+                                else:
+                                    self.last[op.pg] = previous
+                        op.end = max(self._time(rec.t), op.start)
+                        op.raised = rec.error
+                        op.seq = None
                         yield op
                     else:
-                        self._other(kind, rec)
-                except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+                        self._other(rec)
+                except OverflowError as exc:
                     self.summary.problem(name, number, f"trace record without a usable {exc}")
-                except _Bad as exc:
+                except BadRecord as exc:
                     self.summary.problem(name, number, str(exc))
+        self.info.ended_in = _ended_in(list(pending.values()), self.last_op)
         for op in pending.values():
             yield self._unfinished(op)
 
-    def _time(self, value: Any) -> int:
-        """A record's time on rank 0's clock (ns)."""
-        t = self.base + _int(value, "time") + self.info.offset_ns
+    def _time(self, t: int) -> int:
+        """A record's time (ns after the process's t0) on rank 0's clock (ns)."""
+        t = self.base + t + self.info.offset_ns
         if t > self.alive:
             self.alive = t
         return t
 
-    def _begin(self, rec: Any) -> tuple[Op, Any]:
-        if isinstance(rec, dict):                   # the first recorder's lines: everything inline
-            return self._op(rec), rec["i"]
-        try:
-            if len(rec) != (6 if rec[0] == b"X" else 5):
-                raise ValueError
-            ident, site_id, seq, times = int(rec[1]), int(rec[2]), int(rec[3]), [int(x) for x in rec[4:]]
-        except ValueError:
-            raise _Bad("garbled or truncated trace record: "
-                       + b" ".join(rec).decode(errors="replace")[:60]) from None
-        site = self.sites.get(site_id)
+    def _abs_time(self, t: int) -> int:
+        """The first recorder's absolute times, on rank 0's clock."""
+        t = t + self.info.offset_ns
+        self.alive = max(self.alive, t)
+        return t
+
+    def _begin(self, rec: records.Begin | records.OldOp) -> tuple[Op, Any]:
+        if isinstance(rec, records.OldOp):          # the first recorder's lines: everything inline
+            return Op(rank=self.rank, op=rec.op, pg=rec.pg, seq=rec.seq, p2p=rec.p2p, peer=rec.peer,
+                      root=rec.root, shape=rec.shape, dtype=rec.dtype, nbytes=rec.nbytes, caller=rec.caller,
+                      start=self._abs_time(rec.t), end=None), rec.ident
+        site = self.sites.get(rec.site)
         if site is None:
-            raise _Bad(f"op of call site {site_id}, which no S line described")
-        start = self._time(times[0])
-        end = max(self._time(times[1]), start) if len(times) == 2 else None
-        seq = _int(seq, "sequence number")
-        return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p else seq,
-                  p2p=seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
+            raise BadRecord(f"op of call site {rec.site}, which no S line described")
+        start = self._time(rec.t)
+        end = max(self._time(rec.end), start) if rec.end is not None else None
+        return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p else rec.seq,
+                  p2p=rec.seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
                   dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
-                  api=site.api, via=site.via), ident
+                  api=site.api, via=site.via), rec.ident
 
-    def _end(self, rec: Any) -> tuple[Any, int, int | None]:
-        if isinstance(rec, dict):
-            peer = rec.get("peer")
-            return rec["i"], self._time(rec["t"]), peer if type(peer) is int else None
-        try:
-            if len(rec) not in (3, 4):
-                raise ValueError
-            ident, t, peer = int(rec[1]), int(rec[2]), int(rec[3]) if len(rec) == 4 else None
-        except ValueError:
-            raise _Bad("garbled or truncated trace record: "
-                       + b" ".join(rec).decode(errors="replace")[:60]) from None
-        return ident, self._time(t), _opt_int(peer, "peer")
-
-    def _other(self, kind: str, rec: Any) -> None:
-        if not isinstance(rec, dict):
-            raise _Bad(f"garbled or truncated trace record: {kind}")
-        if kind == "S":
+    def _other(self, rec: records.Record) -> None:
+        if isinstance(rec, records.Site):
             if len(self.sites) >= MAX_SITES:           # the rank renumbers its sites: the oldest go
                 del self.sites[next(iter(self.sites))]
-            peer_or_root = _opt_int(rec.get("peer"), "peer"), _opt_int(rec.get("root"), "root")
-            p2p = rec.get("kind") == "p"
-            self.sites[_int(rec["s"], "site")] = _Site(
-                op=_str(rec["op"], "op"), pg=_str(rec["pg"], "pg"), p2p=p2p, nbytes=_int(rec["bytes"], "bytes"),
-                dtype=_opt_str(rec.get("dtype"), "dtype"), shape=_shape(rec.get("shape")),
-                peer=peer_or_root[0], root=peer_or_root[1], caller=_str(rec.get("caller", "?"), "caller"),
-                api=_opt_str(rec.get("api"), "api"), via=_opt_str(rec.get("via"), "via"))
-        elif kind == "H":
-            self.base = _int(rec["t0"], "t0")
-        elif kind == "G":
-            ranks = rec["ranks"]
-            if type(ranks) is not list:
-                raise _Bad(f"trace record with unusable ranks: {str(ranks)[:40]}")
-            self.groups[_str(rec["pg"], "pg")] = [_int(r, "rank") for r in ranks]
-        elif kind == "M":
-            node, host = rec.get("node"), rec.get("host")
-            self.info.node = _int(node, "node") if node is not None else None
-            self.info.host = _opt_str(host, "host")
-        elif kind == "C":
-            if "error" in rec:
-                self.info.clock_error = str(rec["error"])[:200]
-            else:
-                self.info.offset_ns = _int(rec["offset_ns"], "clock offset", -MAX_INT)
-                self.info.rtt_ns = _int(rec.get("rtt_ns", 0), "round trip")
-        elif kind == "T":
-            self._time(rec["t"])
+            self.sites[rec.ident] = rec
+        elif isinstance(rec, records.Header):
+            self.base = rec.t0
+        elif isinstance(rec, records.Group):
+            self.groups[rec.pg] = rec.ranks
+        elif isinstance(rec, records.Who):
+            self.info.node = rec.node
+            self.info.host = rec.host
+        elif isinstance(rec, records.Clock):
+            self._clock(rec)
+        elif isinstance(rec, records.Alive):
+            self._time(rec.t)
+
+    def _clock(self, rec: records.Clock) -> None:
+        if rec.error is not None:
+            self.info.clock_error = rec.error
         else:
-            raise _Bad(f"trace record of an unknown kind: {str(kind)[:20]}")
+            self.info.offset_ns, self.info.rtt_ns = rec.offset_ns, rec.rtt_ns
 
     def _unfinished(self, op: Op) -> Op:
         """An op that never ended: a p2p one is named (the first 50)."""
@@ -479,16 +501,20 @@ class _RankReader:
             self.summary.stuck_p2p.append(f"{said} {where}")
         return op
 
-    def _op(self, rec: dict) -> Op:
-        """An op of the first recorder's B line (every field inline, absolute time)."""
-        dtype, peer, root = rec.get("dtype"), rec.get("peer"), rec.get("root")
-        start = _int(rec["t"], "time") + self.info.offset_ns
-        self.alive = max(self.alive, start)
-        return Op(rank=self.rank, op=_str(rec["op"], "op"), pg=_str(rec["pg"], "pg"),
-                  seq=_opt_int(rec.get("seq"), "sequence number"), p2p=_opt_int(rec.get("p2p"), "p2p number"),
-                  peer=_opt_int(peer, "peer"), root=_opt_int(root, "root"), shape=_shape(rec.get("shape")),
-                  dtype=_opt_str(dtype, "dtype"), nbytes=_int(rec.get("bytes", 0), "bytes"),
-                  caller=_str(rec.get("caller", "?"), "caller"), start=start, end=None)
+
+def _where_op(op: Op) -> str:
+    number = f"collective #{op.seq} of {op.pg}" if op.seq is not None else f"p2p #{op.p2p} of {op.pg}"
+    return f"{op.label} ({number}) at {op.caller}"
+
+
+def _ended_in(unfinished: list[Op], last: Op | None) -> str | None:
+    """Where a rank's records end, said for a rank that died without a traceback: the op
+    it was inside (the latest begun of those it never left), else the last op it began."""
+    if unfinished:
+        return "in " + _where_op(max(unfinished, key=lambda o: o.start))
+    if last is not None:
+        return "after " + _where_op(last) if last.raised is None else None
+    return None
 
 
 # ---------------------------------------------------------------- one rank's ops, as it recorded them
@@ -509,18 +535,19 @@ class _OwnClock(_RankReader):
     """A rank's ops with its times as the rank took them: its clock offset to rank 0
     (the C record) is not applied."""
 
-    def _other(self, kind: str, rec: Any) -> None:
-        if kind != "C":
-            super()._other(kind, rec)
+    def _clock(self, rec: records.Clock) -> None:
+        """Not applied: the rank's own clock."""
 
 
-def rank_ops(path: str | Path) -> list[RankOp]:
-    """Every op one rank log records, in the order the rank began them, read as the merge
-    reads them (both record formats). Records that cannot be read are skipped (merge()
-    names them)."""
-    reader = _OwnClock(Path(path), 0, Summary(path=Path(path)), max_pending=MAX_INT)
+def rank_ops(paths: str | Path | list[Path]) -> list[RankOp]:
+    """Every op one rank recorded (its record files and log: `record_sources`), in the order
+    the rank began them, read as the merge reads them (both record formats); an op that
+    raised before torch issued it is not one. Records that cannot be read are skipped
+    (merge() names them)."""
+    paths = [Path(p) for p in paths] if isinstance(paths, list) else [Path(paths)]
+    reader = _OwnClock(paths, 0, Summary(path=paths[0] if paths else None), max_pending=MAX_INT)
     ops = [RankOp(op=o.op, peer=o.peer, nbytes=o.nbytes, caller=o.caller, begin=o.start, end=o.end)
-           for o in reader]
+           for o in reader if o.raised is None]
     ops.sort(key=lambda o: o.begin)
     return ops
 
@@ -599,6 +626,16 @@ class _Merge:
 
     def add(self, op: Op, groups: dict[str, list[int]]) -> None:
         s = self.s
+        if op.raised is not None:               # never issued: an error instant, no slice, no count
+            s.raised_count += 1
+            if len(s.raised) < MAX_PROBLEMS:
+                s.raised.append(f"rank {op.rank}'s {op.op} at {op.caller} raised {op.raised}")
+            args = self.args(op)
+            args["raised"] = op.raised
+            self.event({"ph": "i", "s": "t", "name": f"{op.op} raised", "cat": op.pg,
+                        "pid": self.node_of(op.rank), "tid": self.thread(op.rank, 0),
+                        "ts": _us(max(op.start - self.t0, 0)), "args": args})
+            return
         s.ops += 1
         if op.via is not None:
             s.cpp_ops += 1
@@ -744,14 +781,35 @@ def rank_logs(run_path: Path) -> dict[int, Path]:
     return found
 
 
+def record_files(run_path: Path) -> dict[int, list[Path]]:
+    """Each rank's record files (workloads/_trace.py's file sink: the local backend), in
+    the order its processes started and their segments were written (the names say so)."""
+    found: dict[int, list[Path]] = {}
+    for path in sorted((run_path / RECORDS_SUBDIR).glob(f"rank-*{RECORD_FILE_SUFFIX}")):
+        number = path.name.split(".", 1)[0].split("-", 1)[1]
+        if number.isdigit():
+            found.setdefault(int(number), []).append(path)
+    return found
+
+
+def record_sources(run_path: str | Path) -> dict[int, list[Path]]:
+    """Where each rank's records are: its record files, then its log (a rank that had no
+    record folder sent them through its log stream: containers)."""
+    run_path = Path(run_path)
+    sources = record_files(run_path)
+    for rank, log in rank_logs(run_path).items():
+        sources.setdefault(rank, []).append(log)
+    return sources
+
+
 def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, str] | None = None,
           out: str | Path | None = None) -> Summary:
     """Read every rank's trace records (streamed) and write trace.json; return what was seen."""
     run_path = Path(run_path)
     summary = Summary(path=Path(out) if out else run_path / TRACE_FILE)
-    logs = rank_logs(run_path)
+    logs = record_sources(run_path)
     per_rank = max(MIN_PENDING_PER_RANK, MAX_PENDING_OPS // max(1, len(logs)))
-    readers = [_RankReader(path, rank, summary, per_rank) for rank, path in sorted(logs.items())]
+    readers = [_RankReader(paths, rank, summary, per_rank) for rank, paths in sorted(logs.items())]
     firsts = [t for t in (r.first_start() for r in readers) if t is not None]
     t0 = min(firsts) if firsts else 0
     summary.t0_ns = t0 if firsts else None
@@ -810,6 +868,7 @@ def _metadata(s: Summary) -> dict[str, Any]:
             "clock_rtt_ms_by_rank": {str(r): round((i.rtt_ns or 0) / 1e6, 6) for r, i in sorted(s.ranks.items())
                                      if i.records},
             "ops": s.ops, "flows": s.flows, "unfinished_ops": s.unfinished,
+            "raised_ops": s.raised_count, "raised": s.raised,
             "missing_ranks": s.missing_ranks,
             "bad_records": [str(p) for p in s.problems] + ([f"... and {s.more_problems} more"]
                                                            if s.more_problems else [])}
@@ -865,27 +924,25 @@ def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str,
     counts as the one it is in. None: no rank dumped, or nothing to name."""
     last: dict[str, dict[int, Op]] = {}
     dumped: set[int] = set()
-    for rank, path in sorted(rank_logs(Path(run_path)).items()):
+    for rank, paths in sorted(record_sources(Path(run_path)).items()):
         current: dict[str, Op] = {}
         final: dict[str, Op] = {}
-        with open(path, "rb") as f:
-            for raw, whole in _lines(f):
+        for path in paths:
+            for raw, whole in _source_lines(path):
                 at = raw.find(_FR_MARKER_BYTES)
                 if at < 0 or not whole:
                     continue
                 try:
-                    rec = json.loads(raw[at + len(_FR_MARKER_BYTES):])
-                    if "done" in rec:
-                        final, current = current, {}
-                        continue
-                    if "seq" not in rec:
-                        continue
-                    op = Op(rank=rank, op=str(rec["op"]), pg=str(rec["pg"]), seq=int(rec["seq"]),
-                            p2p=None, peer=None, root=None, shape=list(rec.get("shape") or []),
-                            dtype=_fr_dtype(rec.get("dtype")), nbytes=0, caller="?",
-                            start=int(rec.get("t") or 0), end=None)
-                except (ValueError, KeyError, TypeError):
+                    rec = records.decode_fr(raw[at + len(_FR_MARKER_BYTES):])
+                except BadRecord:
                     continue                  # a dump cut short by the stop: the last whole one counts
+                if isinstance(rec, records.FrDone):
+                    final, current = current, {}
+                    continue
+                if not isinstance(rec, records.FrEntry):
+                    continue
+                op = Op(rank=rank, op=rec.op, pg=rec.pg, seq=rec.seq, p2p=None, peer=None, root=None,
+                        shape=rec.shape, dtype=rec.dtype, nbytes=0, caller="?", start=rec.t, end=None)
                 if op.pg not in current or op.seq >= current[op.pg].seq:
                     current[op.pg] = op
         if final:
@@ -908,14 +965,6 @@ def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str,
         text += f" (no Flight Recorder dump from rank {', '.join(map(str, silent))})"
     return {"rank": culprit, "source": "flight recorder", "stuck": [s.to_dict() for s in stuck],
             "mismatches": mismatches[:5], "no_dump": silent, "text": text}
-
-
-_FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-              "Long": "int64", "Int": "int32", "Byte": "uint8", "Char": "int8", "Bool": "bool"}
-
-
-def _fr_dtype(name: Any) -> str | None:
-    return _FR_DTYPES.get(name, name) if isinstance(name, str) else None
 
 
 # ---------------------------------------------------------------- reading it
@@ -956,6 +1005,11 @@ def text(summary: Summary) -> str:
         lines += [f"- {s.describe()}" for s in summary.stuck]
         lines += [f"- {m}" for m in summary.mismatches if not any(m == s.mismatch for s in summary.stuck)]
         lines += [f"- {p}" for p in summary.stuck_p2p]
+    if summary.raised:
+        lines += ["", "## Ops that raised before torch issued them (not counted as collectives)", ""]
+        lines += [f"- {r}" for r in summary.raised]
+        if summary.raised_count > len(summary.raised):
+            lines.append(f"- ... and {summary.raised_count - len(summary.raised)} more")
     return "\n".join(lines)
 
 

@@ -83,6 +83,7 @@ class Evidence:
     faults: list[FiredFault] = field(default_factory=list)
     found: blame.Findings | None = None
     diagnosis: dict | None = None     # where the collectives stopped (labctl/trace.py)
+    ended_in: dict[int, str] = field(default_factory=dict)   # rank -> where its trace records end
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -116,6 +117,9 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             if first is None:                  # a hang: nobody failed, the deadline came
                 first = FirstFailure(ev.diagnosis.get("rank"), hang=True)
             first.collective = ev.diagnosis
+        if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
+                and not (first.error and first.error.get("file")):
+            first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}

@@ -524,26 +524,24 @@ def test_a_failing_rank_names_its_own_line_not_the_recorder(tmp_path):
     _well_formed(out)
 
 
-DIES_UNFLUSHED = """
-import os, signal, time, torch, torch.distributed as dist
-from workloads import _trace
+DIES_RIGHT_AFTER = """
+import os, signal, torch, torch.distributed as dist
 dist.init_process_group("gloo")
-_trace.FLUSH_S = 3600                 # the flusher's next round: after this run
-time.sleep(2 * 0.15 + 0.2)
 t = torch.ones(4)
 dist.all_reduce(t)
 if dist.get_rank() == 2:
-    os.kill(os.getpid(), signal.SIGKILL)   # its record of #1 was never written
+    os.kill(os.getpid(), signal.SIGKILL)   # right after #1: a flusher would not have run yet
 dist.all_reduce(t)
 """
 
 
-def test_a_rank_that_dies_before_its_first_flush_is_not_said_to_have_entered_nothing(tmp_path):
-    """Rank 2 is killed after collective #1 before its record was written. The others
-    wait in #2: the report must not say rank 2's last collective was "none" (it was in
-    #1): it says rank 2 left no op record."""
+def test_a_rank_killed_right_after_an_op_is_said_to_have_entered_it(tmp_path):
+    """Rank 2 is killed right after collective #1. The others wait in #2: the report says
+    rank 2's last collective was #1 (its records are written before the op, into a file
+    that outlives it; with a flusher thread they died with it and the report could only
+    say it "left no op record")."""
     script = tmp_path / "dies.py"
-    script.write_text(DIES_UNFLUSHED)
+    script.write_text(DIES_RIGHT_AFTER)
     out = tmp_path / "run"
     done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "3", "--timeout", "300",
                   "--trace", "--out", str(out), timeout=600)
@@ -551,9 +549,8 @@ def test_a_rank_that_dies_before_its_first_flush_is_not_said_to_have_entered_not
     comm = json.loads((out / "status.json").read_text())["first_failure"]["collective"]
     text = comm["text"]
     assert "last entered: none" not in text and "last entered: rank 2: none" not in text, text
-    assert "which rank 2 never entered (rank 2 left no op record: it ended or was killed before " \
-           "writing one)" in text, text
-    assert comm["stuck"][0]["no_records"] == [2]
+    assert "which rank 2 never entered (last entered: rank 2: #1 all_reduce [4])" in text, text
+    assert comm["stuck"][0]["no_records"] == []
     _well_formed(out)
 
 

@@ -54,12 +54,12 @@ import time
 import weakref
 from typing import Any
 
-from ._protocol import CLOCK_ROUNDS, FR_MARKER, TRACE_MARKER as MARKER, Env
+from ._protocol import CLOCK_ROUNDS, Env, records
 
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
 FR_KEEP = 8                         # newest entries per process group written at a dump
-CLOCK_WAIT_S = 60                   # a rank that never comes to the clock exchange: go on without
-RECORD_VERSION = 2
+CLOCK_WAIT_S = 60                   # the clock exchange's bound, in all: ranks that never come are gone without
+RECORD_VERSION = records.VERSION
 PIPE_CHUNK = 4096                   # PIPE_BUF: a write this long to a pipe is never split
 
 _installed = False
@@ -71,130 +71,275 @@ def enabled() -> bool:
     return os.environ.get(Env.TRACE, "") not in ("", "0", "false", "False")
 
 
-# ---------------------------------------------------------------- the channel
+# ---------------------------------------------------------------- where the records go: a sink
+#
+# Every marked line this module writes (trace records, Flight Recorder entries, T lines)
+# goes to one sink per process, as bytes, at the moment the record is made: an op's B line
+# before torch is called (write-ahead), its E line when it completes.
+#
+# _FileSink (LAB_TRACE_DIR set: labctl reads that folder itself, the local backend): the
+#   lines go into a file mapped into memory (MAP_SHARED). Writing one is a copy into
+#   memory, no system call; the kernel keeps the pages when the process dies however it
+#   dies (SIGKILL, SIGABRT, os._exit, the OOM killer), so nothing that was issued is lost.
+#   The file's descriptor is closed as soon as it is mapped: a script that closes or reuses
+#   descriptors (os.closerange) cannot touch the mapping. No thread.
+# _StreamSink (no such folder: containers, whose log stream is all labctl gets): the lines
+#   wait in memory and a daemon thread writes them every FLUSH_S to the log stream, through
+#   a descriptor duplicated from stdout that is checked before every write (the same file
+#   it was: a script that closed it and opened its own file under the number gets nothing).
+#
+# Segment files: rank-<RANK>.<t0>.<pid>.<n>.rec, SEGMENT bytes each (sparse until
+# written); labctl reads them in name order (labctl/trace.py: record_sources) and trims
+# their unwritten tail at the finish.
 
-_fd: int | None = None
+SEGMENT = 8 << 20
+FLUSH_S = 0.15
+MAX_PENDING = 4096                  # stream sink: lines waiting past this are written by the op's thread
+MAX_SITES = 20_000                  # call sites remembered; past that they are numbered afresh
+_BEGIN, _END, _END_FROM = records.BEGIN, records.END, records.END_FROM    # the codec's op lines
+
+
+PARK_FD = 1000                      # the recorder's own descriptors are moved at or above this
+
+
+def _park(fd: int) -> int:
+    """`fd` moved to a high number (close-on-exec, as before): a script that closes
+    descriptors (os.closerange(3, 256)) leaves it alone, and a number it closed is not the
+    next one its open() takes, so nothing of the recorder's can land in its files."""
+    try:
+        import fcntl
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        floor = PARK_FD if soft < 0 else min(PARK_FD, soft // 2)
+        if fd >= floor:
+            return fd
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor)
+    except (OSError, ValueError, ImportError):
+        return fd
+    os.close(fd)
+    return high
+
+
+def _channel_identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class _FileSink:
+    """Lines into memory-mapped segment files in `folder`; durable at once."""
+    __slots__ = ("folder", "stem", "mm", "pos", "segment", "lock", "failed")
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        rank = os.environ.get("RANK", "")
+        who = f"rank-{int(rank)}" if rank.isdigit() else "proc"
+        self.stem = os.path.join(folder, f"{who}.{_t0:019d}.{os.getpid()}")
+        self.mm: Any = None
+        self.pos = self.segment = 0
+        self.lock = threading.RLock()   # reentrant: a signal handler may write amid a write
+        self.failed = False
+        self._map()
+
+    def _map(self) -> None:
+        import mmap
+        os.makedirs(self.folder, exist_ok=True)
+        fd = os.open(f"{self.stem}.{self.segment:04d}.rec", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.ftruncate(fd, SEGMENT)
+            mm = mmap.mmap(fd, SEGMENT, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)                # the mapping outlives it: nothing a script can close
+        self.mm, self.pos = mm, 0
+
+    def write(self, data: bytes) -> None:
+        n = len(data)
+        with self.lock:
+            if self.failed:
+                return
+            pos = self.pos
+            end = pos + n
+            if end > SEGMENT:
+                if n > SEGMENT:
+                    return              # no record is this long
+                self.segment += 1
+                try:
+                    self._map()
+                except OSError:         # disk full, folder gone: the rank goes on untraced
+                    self.failed = True
+                    return
+                pos, end = 0, n
+            self.pos = end              # reserved before it is filled: a reentrant write goes after
+            self.mm[pos:end] = data
+
+    def flush(self) -> None:
+        """Nothing waits: every line is in the file when write() returns."""
+
+
+class _StreamSink:
+    """Lines to the log stream, written by a daemon thread every FLUSH_S (and at once when
+    an op raises, at a dump, at exit, or when MAX_PENDING wait)."""
+    __slots__ = ("pending", "lock", "fd", "identity", "thread", "stop", "ended", "owner")
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+        self.lock = threading.RLock()
+        self.fd, self.identity = None, None
+        for source in (1, 2):
+            try:
+                fd = _park(os.dup(source))      # not inheritable (PEP 446): no child gets it
+            except OSError:
+                continue
+            self.fd, self.identity = fd, _channel_identity(fd)
+            break
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+        self.ended = False              # at exit: later lines are written at once
+        self.owner = os.getpid()
+
+    def write(self, data: bytes) -> None:
+        self.pending.append(data)       # list.append is atomic: no lock on the op's path
+        if self.thread is None and not self.ended:
+            self._start()
+        if len(self.pending) >= MAX_PENDING or self.ended:
+            self.flush()
+
+    def _start(self) -> None:
+        with self.lock:
+            if self.thread is not None or os.getpid() != self.owner:
+                return
+            self.thread = threading.Thread(target=self._run, name="labctl-trace-flush", daemon=True)
+            atexit.register(self.end)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(FLUSH_S):     # releases the GIL while it waits
+            _poll()
+            self.flush()
+
+    def end(self) -> None:
+        """At exit, before the interpreter finalizes: end the thread, then write what waits.
+        (A daemon thread that wakes once finalization began is ended by pthread_exit
+        wherever it stands: 3 runs in 24 aborted at exit on compose before this.)"""
+        self.stop.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=2 * FLUSH_S + 1)
+        self.ended = True
+        self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            n = len(self.pending)
+            if not n:
+                return
+            data = b"".join(self.pending[:n])
+            del self.pending[:n]
+            self._emit(data)
+
+    def _emit(self, data: bytes) -> None:
+        """Whole lines, in pieces of at most PIPE_CHUNK bytes cut at line ends (a pipe
+        writes those in one piece: a print from another thread cannot land inside one),
+        to the descriptor only while it is still the file it was duplicated from."""
+        if self.fd is None or _channel_identity(self.fd) != self.identity:
+            if not self._reopen():
+                return
+        try:
+            while data:
+                if len(data) <= PIPE_CHUNK:
+                    piece, data = data, b""
+                else:
+                    cut = data.rfind(b"\n", 0, PIPE_CHUNK) + 1 or PIPE_CHUNK
+                    piece, data = data[:cut], data[cut:]
+                while piece:
+                    piece = piece[os.write(self.fd, piece):]
+        except (OSError, ValueError):
+            pass
+
+    def _reopen(self) -> bool:
+        """The script closed (or reused) the descriptor: take stdout or stderr again if
+        either is still the stream it was, else stay silent (never write into its files)."""
+        self.fd = None
+        for source in (1, 2):
+            if self.identity is not None and _channel_identity(source) == self.identity:
+                try:
+                    self.fd = _park(os.dup(source))
+                    return True
+                except OSError:
+                    continue
+        return False
+
+
+_sink: Any = None
+_sink_lock = threading.Lock()
+
+
+def _new_sink() -> Any:
+    """The process's sink, made on its first line (a forked child makes its own)."""
+    global _sink
+    with _sink_lock:
+        if _sink is None:
+            folder = os.environ.get(Env.TRACE_DIR)
+            sink: Any = None
+            if folder:
+                try:
+                    sink = _FileSink(folder)
+                except OSError:
+                    sink = None
+            sink = sink or _StreamSink()
+            sink.write(records.HEADER % (RECORD_VERSION, _t0, os.getpid()))
+            _sink = sink
+    return _sink
+
+
+def _out(data: bytes) -> None:
+    """Write marked lines (bytes, each ending in a newline) to this process's sink."""
+    (_sink or _new_sink()).write(data)
 
 
 def open_channel() -> None:
-    """Duplicate stdout's file descriptor for the lab's lines (trace records, Flight
-    Recorder dumps), once, before the user's code runs: what a script later does to
-    sys.stdout/sys.stderr, or to fd 1, does not reach them."""
-    global _fd
-    if _fd is not None:
-        return
-    for source in (1, 2):
-        try:
-            _fd = os.dup(source)            # not inheritable (PEP 446): no child gets it
-            return
-        except OSError:
-            continue
-
-
-def _emit(text: str) -> None:
-    """Write whole lines to the channel, in pieces of at most PIPE_CHUNK bytes cut at line
-    ends (a pipe writes those in one piece: a print from another thread cannot land inside
-    a record). Tracing must never break the rank: errors are swallowed."""
-    if _fd is None:
-        open_channel()
-        if _fd is None:
-            return
-    data = text.encode("utf-8", "replace")
-    try:
-        while data:
-            if len(data) <= PIPE_CHUNK:
-                piece, data = data, b""
-            else:
-                cut = data.rfind(b"\n", 0, PIPE_CHUNK) + 1 or PIPE_CHUNK
-                piece, data = data[:cut], data[cut:]
-            while piece:
-                piece = piece[os.write(_fd, piece):]
-    except (OSError, ValueError):
-        pass
-
-
-# ---------------------------------------------------------------- records waiting to be written
-
-# What an op does is kept to a few attribute reads and one deque append of a tuple: right
-# after a large op the CPU's caches hold the tensor, not the interpreter's data, and every
-# Python step then costs several times its warm time. The lines are put together by a
-# daemon thread that writes everything pending every FLUSH_S (one write for all). The B
-# line of an op a rank hangs in still reaches the log within FLUSH_S (gloo's and NCCL's
-# waits release the GIL). Also written: when MAX_PENDING records wait (by the op's own
-# thread: memory stays bounded, nothing is dropped), when an op raises, at a Flight
-# Recorder dump, at exit.
-FLUSH_S = 0.15
-MAX_PENDING = 4096
-MAX_SITES = 20_000                  # call sites remembered; past that they are numbered afresh
-_pending: "collections.deque[Any]" = collections.deque()
-_flush_lock = threading.RLock()      # reentrant: the SIGTERM handler may interrupt a flush
-_flusher_started = False
-_flusher_ended = False               # at exit: a record made later (another exit handler's op) is written at once
-_header_written = False
+    """Make this process's sink now, before the user's code runs: a stream sink's
+    descriptor is duplicated from stdout while it is still the log stream (what a script
+    later does to sys.stdout, or to fd 1, does not reach it)."""
+    if _sink is None:
+        _new_sink()
 
 
 def flush() -> None:
-    """Write every pending record, in order, with one write (in pipe-sized pieces)."""
-    with _flush_lock:
-        n = len(_pending)
-        if not n:
-            return
-        pop = _pending.popleft
-        text = _lines([pop() for _ in range(n)])
-        if text:
-            _emit(text)
-
-
-def _flusher(stop: threading.Event) -> None:
-    while not stop.wait(FLUSH_S):   # releases the GIL while it waits
-        if _polled:
-            _poll()
-        flush()
-        if len(_waiting) > 1000:
-            _sweep_waiting()
-
-
-def _start_flusher() -> None:
-    global _flusher_started
-    if not _flusher_started:
-        _flusher_started = True
-        stop = threading.Event()
-        thread = threading.Thread(target=_flusher, args=(stop,), name="labctl-trace-flush", daemon=True)
-        atexit.register(_end_flusher, thread, stop)
-        os.register_at_fork(after_in_child=_forked)
-        thread.start()
-
-
-def _end_flusher(thread: threading.Thread, stop: threading.Event) -> None:
-    """At exit, before the interpreter finalizes: end the flusher thread, then write what
-    is pending and a T line (the rank was alive until then). A daemon thread that wakes
-    once finalization began is ended by pthread_exit wherever it stands; measured on
-    compose 2x1 (gloo, torch 2.13): 3 runs in 24 aborted at exit with "terminate called
-    without an active exception", 0 in 45 after."""
-    global _flusher_ended
-    stop.set()
-    thread.join(timeout=2 * FLUSH_S + 1)      # at once when it has ended (a forked child's copy)
-    _flusher_ended = True
-    tick()
-
-
-def _forked() -> None:
-    """A forked child has no flusher thread: its lines go out at once, not the parent's."""
-    global _flusher_started
-    _pending.clear()
-    _flusher_started = False
-
-
-def _push(item: Any) -> None:
-    _pending.append(item)
-    if not _flusher_started:
-        _start_flusher()
-    if len(_pending) >= MAX_PENDING or _flusher_ended:
-        flush()
+    """Write what waits (a stream sink's lines; a file sink has none waiting)."""
+    if _sink is not None:
+        _sink.flush()
 
 
 def _write(record: dict[str, Any]) -> None:
-    _push(json.dumps(record, separators=(",", ":")))
+    _out(records.trace_line(record))
+
+
+def _end(ident: int, when: int) -> None:
+    """Op `ident` completed at `when` (time_ns)."""
+    (_sink or _new_sink()).write(_END % (ident, when - _t0))
+
+
+def _end_from(ident: int, when: int, peer: int | None) -> None:
+    """A recv from any source completed: its sender with it."""
+    if peer is None:
+        _end(ident, when)
+    else:
+        (_sink or _new_sink()).write(_END_FROM % (ident, when - _t0, peer))
+
+
+def _raised(ident: int, route: Any, seq: int, exc: BaseException) -> None:
+    """Op `ident` raised before it was issued (an invalid root, a closed group): an R line
+    with the exception, and its number handed back (torch's own count does not count it:
+    the next op of the group gets the same number, as in Flight Recorder)."""
+    count = route.count
+    if count.issued == seq:             # no other op of the group was numbered since
+        count.counter = itertools.count(seq)
+        count.issued = seq - 1
+    text = f"{type(exc).__name__}: {exc}"[:300]
+    _write({"k": "R", "i": ident, "t": time.time_ns() - _t0, "error": text})
 
 
 def tick() -> None:
@@ -202,81 +347,77 @@ def tick() -> None:
     flush. The merge draws an op that never ended up to the last moment any rank was known
     alive."""
     if _installed:
-        _pending.append(json.dumps({"k": "T", "t": time.time_ns() - _t0}))
+        _write({"k": "T", "t": time.time_ns() - _t0})
     flush()
 
 
-# ---------------------------------------------------------------- turning records into lines
+def _at_exit() -> None:
+    """The last T line; a stream sink's thread is ended and its lines written."""
+    if _sink is None or os.getpid() != _owner:
+        return                          # a forked child that recorded nothing writes nothing
+    _poll()
+    tick()
+    if isinstance(_sink, _StreamSink):
+        _sink.end()
+
+
+_owner = os.getpid()
+
+
+def _forked() -> None:
+    """A forked child starts with no recorder state of its parent: no sink (it would write
+    into the parent's file), no call sites (its file describes its own), no works."""
+    global _sink, _sink_lock, _t0, _owner
+    _sink, _sink_lock = None, threading.Lock()
+    _t0, _owner = time.time_ns(), os.getpid()
+    _sites.clear()
+    _waiting.clear()
+    _polled.clear()
+    _outputs.clear()
+
+
+# ---------------------------------------------------------------- call sites
 
 _sites: dict[tuple, int] = {}        # what repeats between ops of one call site -> its number
 _site_ids = itertools.count(1)
-_jsons: dict[Any, str] = {}          # dtype / shape / caller -> its JSON text
 
 
-def _lines(items: list) -> str:
-    """The marked lines of pending records. A B record is (id, route, seq, dtype, shape,
-    bytes, peer/root, code, line, name, api, t); an E record (id, t) or (id, t, peer).
-    An op begun and ended within one batch becomes one X line. The first batch starts
-    with the H line."""
-    global _header_written
-    out = []
-    if not _header_written:
-        _header_written = True
-        out.append(f'{MARKER}{{"k":"H","v":{RECORD_VERSION},"t0":{_t0},"pid":{os.getpid()}}}\n')
-    ended: dict[int, Any] = {}
-    for item in items:
-        if type(item) is tuple and len(item) <= 3:
-            ended[item[0]] = item
-    merged: set[int] = set()
-    t0 = _t0
-    for item in items:
-        kind = type(item)
-        if kind is str:
-            out.append(f"{MARKER}{item}\n")
-        elif len(item) <= 3:
-            if item[0] in merged:
-                continue
-            more = f" {item[2]}" if len(item) == 3 and item[2] is not None else ""
-            out.append(f"{MARKER}E {item[0]} {item[1] - t0}{more}\n")
-        else:
-            ident = item[0]
-            site = _site(item, out)
-            end = ended.get(ident)
-            if end is not None and len(end) == 2:
-                merged.add(ident)
-                out.append(f"{MARKER}X {ident} {site} {item[2]} {item[11] - t0} {end[1] - t0}\n")
-            else:
-                out.append(f"{MARKER}B {ident} {site} {item[2]} {item[11] - t0}\n")
-    return "".join(out)
-
-
-def _site(item: tuple, out: list) -> int:
-    """The number of a B record's call site (an S line the first time)."""
-    _, route, _, dtype, shape, nbytes, where, code, lasti, name, api, _ = item
+def _site(route: Any, dtype: Any, shape: Any, nbytes: Any, where: Any, code: Any, lasti: int,
+          name: Any, api: Any) -> int:
+    """The number of a call site, with its S line the first time it is seen."""
     key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api)   # id: a code object's hash is not cached
     site = _sites.get(key)
-    if site is None:
-        if len(_sites) >= MAX_SITES:
-            _sites.clear()
-        site = _sites[key] = next(_site_ids)
-        if api in _ONE_OP_APIS:
-            name = api                      # send() posts an isend and waits; all_gather_into_tensor calls all_gather_single
-        if nbytes is None:
-            nbytes = dtype.itemsize * _numel(shape)
-        record: dict[str, Any] = {"k": "S", "s": site, "op": name or route.op, "pg": route.pg,
-                                  "kind": "p" if route.p2p else "c", "bytes": int(nbytes)}
-        if dtype is not None:
-            record["dtype"] = _dtype_name(dtype)
-            record["shape"] = [int(x) for x in shape]
-        if where is not None:
-            record["peer" if route.p2p else "root"] = int(where)
-        record["caller"] = f"{code.co_filename}:{_line_of(code, lasti)}" if code is not None else "?"
-        if api:
-            record["api"] = api
-        if route.via_cpp:
-            record["via"] = "c++"
-        out.append(MARKER + json.dumps(record, separators=(",", ":")) + "\n")
+    if site is not None:
+        return site
+    if len(_sites) >= MAX_SITES:
+        _sites.clear()
+    site = _sites[key] = next(_site_ids)
+    if api in _ONE_OP_APIS:
+        name = api                      # send() posts an isend and waits; all_gather_into_tensor calls all_gather_single
+    if nbytes is None:
+        nbytes = dtype.itemsize * _numel(shape)
+    record: dict[str, Any] = {"k": "S", "s": site, "op": name or route.op, "pg": route.pg,
+                              "kind": "p" if route.p2p else "c", "bytes": int(nbytes)}
+    if dtype is not None:
+        record["dtype"] = _dtype_name(dtype)
+        record["shape"] = [int(x) for x in shape]
+    if where is not None:
+        record["peer" if route.p2p else "root"] = int(where)
+    record["caller"] = f"{code.co_filename}:{_line_of(code, lasti)}" if code is not None else "?"
+    if api:
+        record["api"] = api
+    if route.via_cpp:
+        record["via"] = "c++"
+    _write(record)
     return site
+
+
+def _begin(ident: int, route: Any, seq: int, dtype: Any, shape: Any, nbytes: Any, where: Any,
+           code: Any, lasti: int, name: Any, api: Any, entered: int) -> None:
+    """Op `ident`'s B line, written before torch is called: a rank that hangs or dies in
+    the op has said which op it was in."""
+    site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api)
+    (_sink or _new_sink()).write(_BEGIN % (ident, site, seq, entered - _t0))
 
 
 def _numel(shape: Any) -> int:
@@ -313,12 +454,26 @@ class _Route:
     ranks (a group rank -> the global rank). Routes are found by the group's id; `group` is
     a weak reference (a script's destroyed group is freed as untraced), checked on every
     use, so a new group that reuses a freed one's id gets a route of its own."""
-    __slots__ = ("rid", "op", "pg", "p2p", "counter", "ranks", "group", "via_cpp")
+    __slots__ = ("rid", "op", "pg", "p2p", "count", "ranks", "group", "via_cpp")
 
-    def __init__(self, rid: int, op: str, pg: str, p2p: bool, counter: Any, ranks: list[int],
+    def __init__(self, rid: int, op: str, pg: str, p2p: bool, count: "_Count", ranks: list[int],
                  group: Any, via_cpp: bool):
-        self.rid, self.op, self.pg, self.p2p, self.counter = rid, op, pg, p2p, counter
+        self.rid, self.op, self.pg, self.p2p, self.count = rid, op, pg, p2p, count
         self.ranks, self.group, self.via_cpp = ranks, _ref(group), via_cpp
+
+
+class _Count:
+    """A group's collective (or p2p) numbers: `counter` hands them out (next() is atomic),
+    `issued` is the last one handed out, so that an op that raised before it was issued
+    gives its number back (the next op gets it, as in torch's own count)."""
+    __slots__ = ("counter", "issued")
+
+    def __init__(self) -> None:
+        self.counter, self.issued = itertools.count(1), 0
+
+    def next(self) -> int:
+        seq = self.issued = next(self.counter)
+        return seq
 
 
 def _ref(obj: Any) -> Any:
@@ -331,7 +486,7 @@ def _ref(obj: Any) -> Any:
 
 _route_ids = itertools.count(1)
 _routes: dict[tuple[str, int, bool], _Route] = {}
-_counters: dict[tuple[str, bool], Any] = {}      # (pg name, p2p) -> itertools.count: next() is atomic
+_counters: dict[tuple[str, bool], _Count] = {}   # (pg name, p2p) -> its numbers
 _groups: dict[int, tuple[Any, str, list[int]]] = {}  # id(group) -> (its ref, name, global ranks); G line written
 _P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "batch_p2p_ops"})
 # torch.distributed functions that issue exactly one op: the op is named after the one the
@@ -358,8 +513,10 @@ def _route(op: str, group: Any, via_cpp: bool) -> _Route | None:
             return None
     _, name, ranks = named
     p2p = op in _P2P_OPS
-    counter = _counters.setdefault((name, p2p), itertools.count(1))
-    route = _routes[(op, id(group), via_cpp)] = _Route(next(_route_ids), op, name, p2p, counter, ranks,
+    count = _counters.get((name, p2p))
+    if count is None:
+        count = _counters[(name, p2p)] = _Count()
+    route = _routes[(op, id(group), via_cpp)] = _Route(next(_route_ids), op, name, p2p, count, ranks,
                                                        group, via_cpp)
     return route
 
@@ -535,7 +692,7 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
     "What it costs")."""
     time_ns = time.time_ns
     getframe = sys._getframe
-    pending, waiting, ids, names = _pending, _waiting, _ids, _names
+    waiting, ids, names, begin, polled = _waiting, _ids, _names, _begin, _polled
     tensor_class = _tensor_class
     anysource = method == "recv_anysource"
     returns_work = method != "monitored_barrier"
@@ -569,10 +726,10 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
             name = _op_name(caller.f_code)
         code, lasti, api = _where(caller)
         ident = next(ids)
-        pending.append((ident, route, next(route.counter), dtype, shape, nbytes, where, code, lasti,
-                        name, api, entered))
-        if len(pending) >= MAX_PENDING or _flusher_ended:
-            flush()
+        seq = route.count.next()
+        if polled:
+            _poll()                         # works without a future that completed meanwhile
+        begin(ident, route, seq, dtype, shape, nbytes, where, code, lasti, name, api, entered)
         if grad and _is_grad_enabled():
             _warn_on_backprop(value, f"c10d::{method}")
         excluded = _excluded(_AUTOGRAD)
@@ -580,8 +737,9 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
             _exclude(_AUTOGRAD, True)
         try:
             work = original(self, *args, **kwargs)
-        except BaseException:
-            flush()                 # the B line of the op that failed, before the rank ends
+        except BaseException as exc:
+            _raised(ident, route, seq, exc)     # raised, not issued: not a collective of the group
+            flush()
             raise
         finally:
             if not excluded:
@@ -589,7 +747,7 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
         if _coalescing and getattr(_local, "coalescing", None) is not None:
             _local.coalescing.append(ident)       # ends with the work _end_coalescing returns
         elif not returns_work or work is None:
-            pending.append((ident, time_ns()))
+            _end(ident, time_ns())
         else:
             waiting[id(work)] = (weakref.ref(work), ident, route if anysource else None)
         return work
@@ -610,13 +768,6 @@ def _input_kwarg(method: str, kwargs: dict) -> Any:
     if key is not None:
         return kwargs.get(key)
     return kwargs.get("tensors", kwargs.get("tensor"))
-
-
-def _kick() -> None:
-    if not _flusher_started:
-        _start_flusher()
-    if len(_pending) >= MAX_PENDING or _flusher_ended:
-        flush()
 
 
 _tensor_class: Any = ()               # torch.Tensor, once installed
@@ -676,7 +827,7 @@ def _end_coalescing(original: Any) -> Any:
             if work is None:
                 now = time.time_ns()
                 for ident in idents:
-                    _pending.append((ident, now))
+                    _end(ident, now)
             else:
                 _waiting[id(work)] = (weakref.ref(work), tuple(idents), None)
         return work
@@ -709,21 +860,21 @@ def _ended(work: Any) -> None:
     now = time.time_ns()
     if type(idents) is int:
         if anysource is None:
-            _pending.append((idents, now))
+            _end(idents, now)
         else:
             try:
                 source = work._source_rank()
                 peer = anysource.ranks[source] if 0 <= source < len(anysource.ranks) else source
             except Exception:          # noqa: BLE001 - the end matters more than the sender
                 peer = None
-            _pending.append((idents, now, peer))
+            _end_from(idents, now, peer)
     else:
         for ident in idents:
-            _pending.append((ident, now))
+            _end(ident, now)
 
 
 def _wrap_wait(original: Any) -> Any:
-    waiting, pending, time_ns = _waiting, _pending, time.time_ns
+    waiting, end, time_ns = _waiting, _end, time.time_ns
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -735,7 +886,7 @@ def _wrap_wait(original: Any) -> Any:
             entry = waiting.get(id(self))
             if entry is not None and type(entry[1]) is int and entry[2] is None and entry[0]() is self:
                 del waiting[id(self)]               # the common case, inline: one op, its end now
-                pending.append((entry[1], time_ns()))
+                end(entry[1], time_ns())
             elif entry is not None:
                 _ended(self)
         return result
@@ -768,7 +919,7 @@ def _wrap_get_future(original: Any) -> Any:
             def done(_: Any) -> None:          # the work itself may be gone by then
                 now = time.time_ns()
                 for ident in idents:
-                    _pending.append((ident, now))
+                    _end(ident, now)
             try:
                 future.add_done_callback(done)
             except Exception:          # noqa: BLE001 - the future is the script's; tracing must not break it
@@ -861,15 +1012,18 @@ def _c10d_kernel(full_name: str, op: Any) -> Any:
 
     def kernel(keyset: Any, *args: Any) -> Any:
         try:
-            ident = _record_cpp(shape, args, unbox_group(args[shape.group]), _caller_frame())
+            recorded = _record_cpp(shape, args, unbox_group(args[shape.group]), _caller_frame())
         except Exception:          # noqa: BLE001 - recording must never stop the op
-            ident = None
+            recorded = None
         try:
             out = redispatch(keyset & after, *args)
-        except BaseException:
+        except BaseException as exc:
+            if recorded is not None:
+                _raised(*recorded, exc)
             flush()
             raise
-        if ident is not None:
+        if recorded is not None:
+            ident = recorded[0]
             work = out[-1] if isinstance(out, tuple) and out else out
             if isinstance(work, script_object):
                 work = work_class.unbox(work)
@@ -880,9 +1034,9 @@ def _c10d_kernel(full_name: str, op: Any) -> Any:
                     if len(_polled) > MAX_POLLED:
                         _polled.popitem(last=False)
                 else:
-                    future.add_done_callback(lambda _, i=ident: _pending.append((i, time.time_ns())))
+                    future.add_done_callback(lambda _, i=ident: _end(i, time.time_ns()))
             else:
-                _pending.append((ident, time.time_ns()))    # returned nothing: it has completed
+                _end(ident, time.time_ns())                 # returned nothing: it has completed
             issued = getattr(_local, "issued", None)
             if issued is not None:                          # a functional collective's (see there)
                 issued.append(ident)
@@ -929,12 +1083,14 @@ _outputs: "collections.OrderedDict[int, list]" = collections.OrderedDict()
 
 
 def _wait_tensor_kernel(op: Any) -> Any:
-    """wait_tensor at ADInplaceOrView (below its autograd, which torch registers in Python;
-    above the blocking wait, which `redispatch` runs with the GIL released): ends the ops
-    its tensor came from that have no future to say so."""
+    """wait_tensor at BackendSelect (the last key before torch's own kernel; every way of
+    waiting reaches it: `wait_tensor`, `.wait()`, and an AsyncCollectiveTensor used in
+    arithmetic, whose __torch_dispatch__ runs below ADInplaceOrView), redispatched so that
+    torch's blocking wait runs with the GIL released as before: ends the ops its tensor
+    came from that have no future to say so."""
     import torch
 
-    after = torch._C._after_ADInplaceOrView_keyset
+    after = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
     redispatch = op._handle.redispatch_boxed
 
     def kernel(keyset: Any, *args: Any) -> Any:
@@ -946,7 +1102,7 @@ def _wait_tensor_kernel(op: Any) -> Any:
                 idents = None
             for ident in idents or ():
                 if _polled.pop(ident, None) is not None:
-                    _pending.append((ident, time.time_ns()))
+                    _end(ident, time.time_ns())
         return out
 
     return kernel
@@ -968,7 +1124,7 @@ def _poll() -> None:
         if done is None or done:
             _polled.pop(ident, None)
             if done:
-                _pending.append((ident, time.time_ns()))
+                _end(ident, time.time_ns())
 
 
 def _caller_frame() -> Any:
@@ -980,7 +1136,7 @@ def _caller_frame() -> Any:
         return None
 
 
-def _record_cpp(shape: _Shape, args: tuple, group: Any, frame: Any) -> int | None:
+def _record_cpp(shape: _Shape, args: tuple, group: Any, frame: Any) -> tuple[int, _Route, int] | None:
     entered = time.time_ns()
     value = args[shape.input] if shape.input >= 0 else None
     if value is not None:
@@ -1001,10 +1157,11 @@ def _record_cpp(shape: _Shape, args: tuple, group: Any, frame: Any) -> int | Non
         where = None
     code, lasti, api = _where(frame)
     ident = next(_ids)
-    _pending.append((ident, route, next(route.counter), dtype, shape_, nbytes, where, code, lasti,
-                     None, api, entered))
-    _kick()
-    return ident
+    seq = route.count.next()
+    if _polled:
+        _poll()
+    _begin(ident, route, seq, dtype, shape_, nbytes, where, code, lasti, None, api, entered)
+    return ident, route, seq
 
 
 # ---------------------------------------------------------------- who the rank is, its clock
@@ -1044,35 +1201,53 @@ def _measure_clock(dist: Any) -> None:
     """Offset of this rank's wall clock against rank 0's, over the store (no collective,
     no p2p op: nothing in the trace or Flight Recorder, no NCCL communicator): an NTP
     estimate, best of CLOCK_ROUNDS round trips, rank 0's time minus the midpoint of the
-    round trip. Rank 0 answers each rank in turn."""
+    round trip. Each rank pushes its pings onto one queue in the store and rank 0 answers
+    them in the order they arrive, so no rank waits for another's turn; every wait is
+    bounded, and a rank that never comes costs rank 0 one bounded wait in all."""
     from datetime import timedelta
 
     rank, world = dist.get_rank(), dist.get_world_size()
     if world == 1:
         _write({"k": "C", "offset_ns": 0, "rtt_ns": 0})
         return
-    store = dist.PrefixStore(f"labctl-clock/{next(_inits)}/", dist.distributed_c10d._get_default_store())
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"labctl-clock/{restart}/{next(_inits)}/",
+                             dist.distributed_c10d._get_default_store())
     patience = timedelta(seconds=CLOCK_WAIT_S)
     if rank == 0:
-        for peer in range(1, world):
-            for i in range(CLOCK_ROUNDS):
-                try:
-                    store.wait([f"{peer}/{i}/ping"], patience)
-                except Exception:      # noqa: BLE001 - a rank that never came: the next one
-                    break
-                store.set(f"{peer}/{i}/pong", str(time.time_ns()))
+        _answer_clock(store, world)
         _write({"k": "C", "offset_ns": 0, "rtt_ns": 0})
         return
     best = None
     for i in range(CLOCK_ROUNDS):
         t0 = time.time_ns()
-        store.set(f"{rank}/{i}/ping", "1")
+        store.queue_push("ping", f"{rank}/{i}")
         store.wait([f"{rank}/{i}/pong"], patience)
         t1 = int(store.get(f"{rank}/{i}/pong"))
         t2 = time.time_ns()
         sample = (t2 - t0, t1 - (t0 + t2) / 2)
         best = sample if best is None or sample[0] < best[0] else best
     _write({"k": "C", "offset_ns": int(best[1]), "rtt_ns": int(best[0])})
+
+
+def _answer_clock(store: Any, world: int) -> None:
+    """Rank 0: stamp every ping as it comes off the queue, until every rank's rounds are
+    answered or CLOCK_WAIT_S has passed in all."""
+    from datetime import timedelta
+
+    queue = store.clone()               # its own connection: a blocking pop holds it
+    deadline = time.monotonic() + CLOCK_WAIT_S
+    for _ in range((world - 1) * CLOCK_ROUNDS):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        queue.set_timeout(timedelta(seconds=left))
+        try:
+            ping = queue.queue_pop("ping", True)
+        except Exception:          # noqa: BLE001 - the ranks that never came: go on without them
+            return
+        now = time.time_ns()
+        queue.set(f"{ping.decode(errors='replace')}/pong", str(now))
 
 
 # ---------------------------------------------------------------- installing it
@@ -1123,7 +1298,7 @@ def install() -> bool:
     init_process_group.__wrapped__ = _original_init
     c10d.init_process_group = dist.init_process_group = init_process_group
     _installed = True
-    _start_flusher()
+    atexit.register(_at_exit)
     return True
 
 
@@ -1137,7 +1312,7 @@ def _install_kernels(torch: Any) -> None:
     computed = torch._C._dispatch_get_computed_kernel_for_dispatch_key
     for full_name, op in functional_ops().items():
         if full_name == "wait_tensor":
-            functional.impl(full_name, _wait_tensor_kernel(op), "ADInplaceOrView", with_keyset=True)
+            functional.impl(full_name, _wait_tensor_kernel(op), "BackendSelect", with_keyset=True)
         if full_name.split(".")[0] in ("wait_tensor", "_wrap_tensor_autograd"):
             continue                        # they issue nothing
         for key in ("CPU", "CUDA"):
@@ -1178,7 +1353,7 @@ def install_flight_recorder() -> bool:
         except FileNotFoundError:
             pass
         os.mkfifo(path, 0o600)
-        fd = os.open(path, os.O_RDWR)       # O_RDWR: never EOF; close-on-exec (PEP 446)
+        fd = _park(os.open(path, os.O_RDWR))    # O_RDWR: never EOF; close-on-exec (PEP 446)
     except OSError:
         return False
     owner = os.getpid()
@@ -1240,6 +1415,7 @@ def dump_at_the_end() -> None:
         except BaseException:           # noqa: BLE001 - e.g. a reentrant write from the handler
             pass
     finally:
+        flush()                         # a stream sink's lines, before the rank dies
         _dump_thread = None
         _dump_done.set()
 
@@ -1255,7 +1431,7 @@ def _dump_on_sigterm() -> None:
     if threading.current_thread() is not threading.main_thread() \
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd = (_park(fd) for fd in os.pipe())
     os.set_blocking(write_fd, False)
     try:
         previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -1338,10 +1514,11 @@ def _fr_waiter(fd: int) -> None:
             dump_flight_recorder()
         except BaseException as exc:        # noqa: BLE001 - a failed dump must not end the thread
             _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
+        flush()
 
 
 def _emit_fr(record: dict[str, Any]) -> None:
-    _emit(FR_MARKER + json.dumps(record, separators=(",", ":")) + "\n")
+    _out(records.fr_line(record))
 
 
 def _fr_pg(entry: dict) -> str:
@@ -1411,3 +1588,6 @@ def _with_pg_config(dist: Any, raw: bytes) -> bytes:
         fixed[str(name)] = {"name": str(name), "desc": desc, "ranks": str(ranks)}
     dump["pg_config"] = fixed or config
     return pickle.dumps(dump)
+
+
+os.register_at_fork(after_in_child=_forked)     # a forked child starts with no recorder state

@@ -36,11 +36,18 @@ class Env:
     SHARED_DIR = "LAB_SHARED_DIR"      # a directory every node sees (file:// init, checkpoints)
     PG_TIMEOUT = "LAB_PG_TIMEOUT"      # seconds a collective waits for its peers
     TRACE = "LAB_TRACE"                # "1": record every op (workloads/_trace.py)
+    TRACE_DIR = "LAB_TRACE_DIR"        # a folder labctl reads itself: the ranks' record files go there
     FAULT_CLOCK = "LAB_FAULT_CLOCK"    # "join": each rank says when it joined (JOINED_MARKER)
     FR_DUMP_DIR = "LAB_FR_DUMP_DIR"    # where ranks dump Flight Recorder pickles at a hang
     EXERCISE = "LAB_EXERCISE"          # `labctl exercise check`: the runner's config, JSON
     LINKS = "LAB_LINKS"                # the lab's configured links (labctl/links.py), JSON
 
+
+# The run folder's subfolder where local ranks write their record files (LAB_TRACE_DIR):
+# rank-<RANK>.<t0 ns, 19 digits>.<pid>.<segment, 4 digits>.rec, each the marked lines below,
+# NUL-padded past the last one written (workloads/_trace.py, _FileSink).
+RECORDS_SUBDIR = "records"
+RECORD_FILE_SUFFIX = ".rec"
 
 # ---- marked lines in a rank's output ---------------------------------------------------
 MARKER_PREFIX = "@@labctl-"                 # every marked line starts so

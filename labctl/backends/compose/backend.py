@@ -26,7 +26,8 @@ from ...errors import LabError
 from ...faults import Fault, NotYet
 from ...logs import joins_in
 from ...outcome import NodeOutcome, NodeState, from_exit_code
-from ...plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
+from ...plan import (LaunchPlan, Placement, container_placement, container_shared_dir, local_records_dir,
+                     plan as make_plan)
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import DEFAULT_CUDA_IMAGE, LabSpec
@@ -507,7 +508,12 @@ class ComposeBackend(Backend):
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
         self.started_at = _dt.datetime.now(_dt.timezone.utc)   # exit times on the driver's clock
-        compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan))
+        # the run folder's records/, mounted in every node: the ranks' record files outlive
+        # any death of a rank, as on the local backend (the lab's user writes there, not root)
+        records = local_records_dir(rundir.path)
+        os.makedirs(records, exist_ok=True)
+        os.chmod(records, 0o1777)
+        compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan, records))
         self._bind(BoundRun.of_plan(plan, Bound.STARTED, rundir),
                    _Project(plan.run_id, compose_file, os.getcwd()))
         up = self.project("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")

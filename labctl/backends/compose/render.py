@@ -37,7 +37,9 @@ from typing import Any
 
 
 from ...links import node_shaping
-from ...plan import LaunchPlan, NodeLaunch, node_command
+from workloads._protocol import Env
+
+from ...plan import RECORDS_MOUNT, LaunchPlan, NodeLaunch, node_command
 from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
 from ...spec import quantity
 
@@ -140,9 +142,11 @@ def _labels(plan: LaunchPlan, **extra: str) -> dict[str, str]:
     }
 
 
-def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
+def _service(plan: LaunchPlan, index: int, records_dir: str | None = None) -> dict[str, Any]:
     spec, node = plan.spec, plan.nodes[index]
     argv, env = node_command(node)
+    if records_dir:
+        env = {**env, Env.TRACE_DIR: RECORDS_MOUNT}
     labels = {"labctl.dev/node": str(node.index)}
     if spec.replicas > 1:
         labels["labctl.dev/replica"] = str(node.replica)
@@ -185,6 +189,8 @@ def _service(plan: LaunchPlan, index: int) -> dict[str, Any]:
                         "target": plan.placement.script_path, "read_only": True})
     if plan.placement.shared_dir:
         volumes.append({"type": "volume", "source": SHARED_VOLUME, "target": plan.placement.shared_dir})
+    if records_dir:
+        volumes.append({"type": "bind", "source": records_dir, "target": RECORDS_MOUNT})
     service["volumes"] = volumes
     return service
 
@@ -208,10 +214,13 @@ def _helper(plan: LaunchPlan, svc: NodeLaunch) -> dict[str, Any]:
     }
 
 
-def render(plan: LaunchPlan) -> dict[str, Any]:
-    """The compose document as plain data (keys in a fixed, readable order)."""
+def render(plan: LaunchPlan, records_dir: str | None = None) -> dict[str, Any]:
+    """The compose document as plain data (keys in a fixed, readable order). With
+    `records_dir` (`labctl up`: the run folder's records/ on this machine), every node
+    mounts it and its ranks write their record files there, which outlive any death of a
+    rank; without (a rendered file to run by hand), the records travel in the log stream."""
     services = {svc.hostname: _helper(plan, svc) for svc in plan.services}
-    services.update({node.hostname: _service(plan, node.index) for node in plan.nodes})
+    services.update({node.hostname: _service(plan, node.index, records_dir) for node in plan.nodes})
     doc: dict[str, Any] = {
         "name": project_name(plan.run_id),
         "services": services,
@@ -228,7 +237,7 @@ def render(plan: LaunchPlan) -> dict[str, Any]:
     return _escaped(doc)
 
 
-def text(plan: LaunchPlan) -> str:
+def text(plan: LaunchPlan, records_dir: str | None = None) -> str:
     shape = f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node}"
     if plan.spec.replicas > 1:
         shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
@@ -237,7 +246,7 @@ def text(plan: LaunchPlan) -> str:
               "# Run: docker compose -f compose.yaml up -d\n"
               f"# Then: labctl collect --backend compose --run-id {plan.run_id}"
               "  (logs, results, report; --delete removes the lab)\n")
-    return header + dump_yaml(render(plan))
+    return header + dump_yaml(render(plan, records_dir))
 
 
 def files(plan: LaunchPlan) -> dict[str, str]:

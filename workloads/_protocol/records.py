@@ -1,0 +1,334 @@
+"""The rank's trace and Flight Recorder records, one codec (issue 36): what the recorder
+writes (workloads/_trace.py) and what labctl's one reader takes (labctl/trace.py), spelled
+here once. Standard library only.
+
+A record is one marked line, `@@labctl-trace ` or `@@labctl-fr ` and a payload. Ops use a
+compact text form (they are most of the lines); everything else is a JSON object with a
+kind `k`. Times are ns after the process's header time `t0` (the H record). Every line read
+back is untrusted input: `decode` checks every field once (whole numbers in range, strings
+of bounded length, shapes of whole numbers) and raises BadRecord with a sentence naming
+the field; nothing else parses a payload.
+
+    {"k":"H","v":2,"t0":..,"pid":..}      Header        this process's time origin
+    {"k":"M",...}                         Who           rank, world, node, local_rank, backend, host, pid, t
+    {"k":"C","offset_ns":..,"rtt_ns":..}  Clock         the clock against rank 0's (or "error")
+    {"k":"G","pg":..,"ranks":[..]}        Group         a process group's global ranks
+    {"k":"S","s":..,"op":..,...}          Site          what repeats between ops of one call site
+    B <id> <site> <seq> <t>               Begin         written before torch is called
+    E <id> <t> [<peer>]                   End           completed (peer: a recv from any source)
+    X <id> <site> <seq> <t> <end>         Begin, ended  (the earlier recorder's; still read)
+    {"k":"R","i":..,"t":..,"error":..}    Raised        raised before torch issued it
+    {"k":"T","t":..}                      Alive         the process was alive then
+    @@labctl-fr {"rank","pg","seq","op","shape","dtype","t"}   FrEntry  (Flight Recorder, at a dump)
+    @@labctl-fr {"rank","done"}                                FrDone   (the dump's end)
+    @@labctl-fr {"error"}                                      FrError
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, Union
+
+from . import FR_MARKER, TRACE_MARKER
+
+VERSION = 2
+MAX_INT = 1 << 62                   # no count, rank, size or time a rank writes is larger
+MAX_TEXT = 4096                     # no string a rank writes is longer (a caller's path, an error)
+MAX_DIMS = 64
+MAX_RANKS = 1 << 20
+
+TRACE = TRACE_MARKER.encode()
+FR = FR_MARKER.encode()
+
+# The writer's forms of the op records (bytes %-formatting: the cheapest on the op's path).
+BEGIN = TRACE + b"B %d %d %d %d\n"          # ident, site, seq, t
+END = TRACE + b"E %d %d\n"                  # ident, t
+END_FROM = TRACE + b"E %d %d %d\n"          # ident, t, the sender of a recv from any source
+HEADER = TRACE + b'{"k":"H","v":%d,"t0":%d,"pid":%d}\n'     # VERSION, t0, pid
+
+
+def trace_line(record: dict[str, Any]) -> bytes:
+    """A JSON trace record (every kind but the op lines) as its marked line."""
+    return TRACE + json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+def fr_line(record: dict[str, Any]) -> bytes:
+    return FR + json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+# ---------------------------------------------------------------- what a reader gets
+
+class BadRecord(Exception):
+    """A record that cannot be used; its text names what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    t0: int
+    pid: int | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Who:
+    rank: int | None
+    node: int | None
+    host: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    offset_ns: int = 0
+    rtt_ns: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    pg: str
+    ranks: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    ident: int
+    op: str
+    pg: str
+    p2p: bool
+    nbytes: int
+    dtype: str | None
+    shape: list[int] | None
+    peer: int | None
+    root: int | None
+    caller: str
+    api: str | None
+    via: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    ident: int
+    site: int
+    seq: int
+    t: int
+    end: int | None = None          # an X line: begun and ended
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    ident: int
+    t: int
+    peer: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    ident: int
+    t: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Alive:
+    t: int
+
+
+@dataclass(frozen=True, slots=True)
+class OldOp:
+    """The first recorder's B line: every field inline, absolute time, no site."""
+    ident: Any
+    op: str
+    pg: str
+    seq: int | None
+    p2p: int | None
+    peer: int | None
+    root: int | None
+    shape: list[int] | None
+    dtype: str | None
+    nbytes: int
+    caller: str
+    t: int
+
+
+@dataclass(frozen=True, slots=True)
+class OldEnd:
+    ident: Any
+    t: int
+    peer: int | None
+
+
+Record = Union[Header, Who, Clock, Group, Site, Begin, End, Raised, Alive, OldOp, OldEnd]
+
+
+@dataclass(frozen=True, slots=True)
+class FrEntry:
+    rank: int | None
+    pg: str
+    seq: int
+    op: str
+    shape: list[int]
+    dtype: str | None
+    t: int
+
+
+@dataclass(frozen=True, slots=True)
+class FrDone:
+    rank: int | None
+    entries: int
+
+
+@dataclass(frozen=True, slots=True)
+class FrError:
+    error: str
+
+
+FrRecord = Union[FrEntry, FrDone, FrError]
+
+
+# ---------------------------------------------------------------- checks, once
+
+def whole(value: Any, what: str, low: int = 0) -> int:
+    """A whole number in [low, MAX_INT]: JSON's 1e309 (inf), 1.5, true and "7" are not."""
+    if type(value) is not int or not low <= value <= MAX_INT:
+        raise BadRecord(f"trace record with an unusable {what}: {str(value)[:40]}")
+    return value
+
+
+def opt_whole(value: Any, what: str, low: int = 0) -> int | None:
+    return None if value is None else whole(value, what, low)
+
+
+def text(value: Any, what: str) -> str:
+    if type(value) is not str or len(value) > MAX_TEXT:
+        raise BadRecord(f"trace record with an unusable {what}: {str(value)[:40]}")
+    return sys.intern(value)
+
+
+def opt_text(value: Any, what: str) -> str | None:
+    return None if value is None else text(value, what)
+
+
+def shape(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if type(value) is not list or len(value) > MAX_DIMS:
+        raise BadRecord(f"trace record with an unusable shape: {str(value)[:40]}")
+    return [whole(x, "shape") for x in value]
+
+
+def _garbled(payload: bytes) -> BadRecord:
+    return BadRecord("garbled or truncated trace record: " + payload[:60].decode(errors="replace").strip())
+
+
+def decode(payload: bytes) -> Record:
+    """One trace record's payload (what follows the marker), checked."""
+    payload = payload.strip()
+    if payload[:1] != b"{":
+        return _decode_op(payload)
+    try:
+        rec = json.loads(payload)
+        kind = rec["k"]
+    except (ValueError, KeyError, TypeError):
+        raise _garbled(payload) from None
+    if not isinstance(rec, dict):
+        raise _garbled(payload)
+    try:
+        return _decode_json(kind, rec)
+    except BadRecord:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+        raise BadRecord(f"trace record without a usable {exc}") from None
+
+
+def _decode_op(payload: bytes) -> Record:
+    fields = payload.split()
+    try:
+        kind = fields[0]
+        if kind in (b"B", b"X"):
+            if len(fields) != (6 if kind == b"X" else 5):
+                raise ValueError
+            ident, site, seq, t = (int(x) for x in fields[1:5])
+            end = int(fields[5]) if kind == b"X" else None
+            return Begin(whole(ident, "op id"), whole(site, "site"), whole(seq, "sequence number"),
+                         whole(t, "time"), None if end is None else whole(end, "time"))
+        if kind == b"E":
+            if len(fields) not in (3, 4):
+                raise ValueError
+            peer = int(fields[3]) if len(fields) == 4 else None
+            return End(whole(int(fields[1]), "op id"), whole(int(fields[2]), "time"), opt_whole(peer, "peer"))
+    except (ValueError, IndexError):
+        raise _garbled(payload) from None
+    raise _garbled(payload)
+
+
+def _decode_json(kind: Any, rec: dict) -> Record:
+    if kind == "S":
+        return Site(ident=whole(rec["s"], "site"), op=text(rec["op"], "op"), pg=text(rec["pg"], "pg"),
+                    p2p=rec.get("kind") == "p", nbytes=whole(rec["bytes"], "bytes"),
+                    dtype=opt_text(rec.get("dtype"), "dtype"), shape=shape(rec.get("shape")),
+                    peer=opt_whole(rec.get("peer"), "peer"), root=opt_whole(rec.get("root"), "root"),
+                    caller=text(rec.get("caller", "?"), "caller"), api=opt_text(rec.get("api"), "api"),
+                    via=opt_text(rec.get("via"), "via"))
+    if kind == "H":
+        return Header(whole(rec["t0"], "t0"), opt_whole(rec.get("pid"), "pid"),
+                      whole(rec.get("v", 1), "version"))
+    if kind == "G":
+        ranks = rec["ranks"]
+        if type(ranks) is not list or len(ranks) > MAX_RANKS:
+            raise BadRecord(f"trace record with unusable ranks: {str(ranks)[:40]}")
+        return Group(text(rec["pg"], "pg"), [whole(r, "rank") for r in ranks])
+    if kind == "M":
+        return Who(opt_whole(rec.get("rank"), "rank"), opt_whole(rec.get("node"), "node"),
+                   opt_text(rec.get("host"), "host"))
+    if kind == "C":
+        if "error" in rec:
+            return Clock(error=str(rec["error"])[:200])
+        return Clock(whole(rec["offset_ns"], "clock offset", -MAX_INT), whole(rec.get("rtt_ns", 0), "round trip"))
+    if kind == "T":
+        return Alive(whole(rec["t"], "time"))
+    if kind == "R":
+        return Raised(whole(rec["i"], "op id"), whole(rec["t"], "time"), text(rec.get("error", "?"), "error")[:300])
+    if kind == "B":                      # the first recorder: everything inline
+        return OldOp(ident=rec["i"], op=text(rec["op"], "op"), pg=text(rec["pg"], "pg"),
+                     seq=opt_whole(rec.get("seq"), "sequence number"), p2p=opt_whole(rec.get("p2p"), "p2p number"),
+                     peer=opt_whole(rec.get("peer"), "peer"), root=opt_whole(rec.get("root"), "root"),
+                     shape=shape(rec.get("shape")), dtype=opt_text(rec.get("dtype"), "dtype"),
+                     nbytes=whole(rec.get("bytes", 0), "bytes"), caller=text(rec.get("caller", "?"), "caller"),
+                     t=whole(rec["t"], "time"))
+    if kind == "E":
+        peer = rec.get("peer")
+        return OldEnd(rec["i"], whole(rec["t"], "time"), peer if type(peer) is int else None)
+    raise BadRecord(f"trace record of an unknown kind: {str(kind)[:20]}")
+
+
+def decode_fr(payload: bytes) -> FrRecord:
+    """One Flight Recorder record's payload, checked."""
+    try:
+        rec = json.loads(payload)
+    except ValueError:
+        raise BadRecord("garbled or truncated Flight Recorder record") from None
+    if not isinstance(rec, dict):
+        raise BadRecord("garbled or truncated Flight Recorder record")
+    try:
+        if "done" in rec:
+            return FrDone(opt_whole(rec.get("rank"), "rank"), whole(rec["done"], "count"))
+        if "error" in rec and "seq" not in rec:
+            return FrError(str(rec["error"])[:200])
+        entry_shape = rec.get("shape") or []
+        return FrEntry(rank=opt_whole(rec.get("rank"), "rank"), pg=text(str(rec["pg"]), "pg"),
+                       seq=whole(rec["seq"], "sequence number"), op=text(str(rec["op"]), "op"),
+                       shape=shape(entry_shape) or [], dtype=_fr_dtype(rec.get("dtype")),
+                       t=whole(rec.get("t") or 0, "time"))
+    except BadRecord:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRecord(f"Flight Recorder record without a usable {exc}") from None
+
+
+_FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+              "Long": "int64", "Int": "int32", "Byte": "uint8", "Char": "int8", "Bool": "bool"}
+
+
+def _fr_dtype(name: Any) -> str | None:
+    return _FR_DTYPES.get(name, name) if isinstance(name, str) else None
