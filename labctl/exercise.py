@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 from workloads._protocol.exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV, EXERCISES, P2P_OPS, RECORD_CALL,
                                   RECORD_DEADLINE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, SENDS, WORKLOAD,
-                                  Call, Config, Exercise, describe_cases, traffic, worlds)
+                                  Call, Config, Exercise, describe_cases, least_received, traffic, worlds)
 
 from . import backends
 from .backends.base import BackendOptions
@@ -248,33 +248,37 @@ class _Stop:
 def grade(run: RunDir, entries: list[Entry]) -> list[Grade]:
     """Each entry's grade, from the run folder of the lab `lab_spec` made of them."""
     records = [r for r in run.iter_results(warn=lambda line: None) if r.get("workload") == WORKLOAD]
-    ops = _call_ops(run, [Call.from_record(r) for r in records if r.get("name") == RECORD_CALL])
+    ops, traced = _call_ops(run, [Call.from_record(r) for r in records if r.get("name") == RECORD_CALL])
     largest = run.record.world_size
-    return [_grade_one(run, i, e, records, ops, worlds(largest) if largest else [])
+    return [_grade_one(run, i, e, records, ops, traced, worlds(largest) if largest else [])
             for i, e in enumerate(entries)]
 
 
-def _call_ops(run: RunDir, calls: list[Call]) -> dict[tuple[int, int, int, int], list[Any]]:
+def _call_ops(run: RunDir, calls: list[Call]) -> tuple[dict[tuple[int, int, int, int], list[Any]], set[int]]:
     """The trace ops each call made, (entry, world, case, rank) -> ops: every op its
-    rank began inside the call's window on its own clock. The one place that reads the
-    trace (labctl/trace.py's reader of rank records)."""
+    rank began inside the call's window on its own clock; and the ranks whose log holds
+    any op at all (without one, a rank's sends are unknown, not zero). The one place
+    that reads the trace (labctl/trace.py's reader of rank records)."""
     from . import trace
 
     windows: dict[int, list[Call]] = {}
     for c in calls:
         windows.setdefault(c.rank, []).append(c)
     found: dict[tuple[int, int, int, int], list[Any]] = {}
+    traced: set[int] = set()
     for rank, mine in windows.items():
         log = run.rank_log(rank)
         ops = trace.rank_ops(log) if log.is_file() else []
+        if ops:
+            traced.add(rank)
         starts = [o.begin for o in ops]
         for c in mine:
             lo, hi = bisect.bisect_left(starts, c.begin_ns), bisect.bisect_right(starts, c.end_ns)
             found[(c.entry, c.world, c.case, rank)] = ops[lo:hi]
-    return found
+    return found, traced
 
 
-def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict,
+def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict, traced: set[int],
                all_worlds: list[int]) -> Grade:
     ex = e.exercise
     g = Grade(ex, e.file, all_worlds)
@@ -296,6 +300,7 @@ def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict
         called = {(c.case, c.rank): ops.get((c.entry, c.world, c.case, c.rank), []) for c in here}
         _only_p2p(g, world, here, called)
         _traffic(g, world, here, called)
+        _arrived(g, world, here, called, traced)
         _waits(g, world, here, called)
         g.cells[(Check.DEADLINE, world)] = Cell(True, "pass")
         g.cells[(Check.TIME, world)] = Cell(None, "")
@@ -438,6 +443,100 @@ def _traffic_hint(ex: Exercise) -> str:
                               "the data passes it on",
             "naive_allreduce": "does a rank send more than its tensor (or rank 0 more than n-1 sums)?",
             }.get(ex.name, "do you send a block more than once, or to yourself?")
+
+
+# what a learner's file may call that does the work below torch.distributed's functions
+# (the trace records those): a process group's backend and its methods, functional collectives
+BELOW_TORCH = {"_get_backend": "a process group's backend, below torch.distributed",
+               "_functional_collectives": "torch's functional collectives",
+               "_c10d_functional": "torch's functional collectives", "c10d": "torch.ops.c10d"}
+COLLECTIVES = frozenset({
+    "all_reduce", "allreduce", "allreduce_coalesced", "all_reduce_coalesced", "all_gather", "allgather",
+    "all_gather_into_tensor", "_allgather_base", "allgather_into_tensor_coalesced", "all_gather_object",
+    "allgather_coalesced", "all_to_all", "alltoall", "all_to_all_single", "alltoall_base", "broadcast",
+    "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced", "gather", "scatter", "gather_object", "scatter_object_list"})
+ARRIVED_FACTOR = 2          # right values with under 1/2 of what a rank must receive: not by p2p
+
+
+def _arrived(g: Grade, world: int, calls: list[Call], called: dict, traced: set[int]) -> None:
+    """Right values need the bytes only the other ranks hold: a rank that got them with
+    nothing (or far less than that) sent to it by any send the trace saw got them some
+    other way — a collective below torch.distributed's functions, which the recorder
+    cannot see (docs/exercises.md). A rank without any trace record is unknown, not 0."""
+    if not g.exercise.only_p2p or not set(range(world)) <= traced:
+        return
+    if (seen := g.cells.get((Check.ONLY_P2P, world))) is not None and seen.ok is False:
+        return          # a collective the trace saw did the work, and `only p2p` named it
+    got: dict[tuple[int, int], float] = {}
+    for (case, _), ops in called.items():
+        for o in ops:
+            if o.op in SENDS and o.peer is not None:
+                got[(case, o.peer)] = got.get((case, o.peer), 0.0) + o.nbytes
+    nothing: list[Call] = []
+    little: list[tuple[Call, float, float]] = []
+    for c in sorted(calls, key=lambda c: (c.case, c.rank)):
+        need = least_received(g.exercise.name, world, c.rank, c.size, c.itemsize, c.root)
+        if not c.ok or not need:
+            continue
+        mine = got.get((c.case, c.rank), 0.0)
+        if mine == 0:
+            nothing.append(c)
+        elif mine * ARRIVED_FACTOR < need:
+            little.append((c, mine, need))
+    if not nothing and not little:
+        return
+    g.cells[(Check.ONLY_P2P, world)] = Cell(False, "FAIL")
+    traffic_cell = g.cells.get((Check.TRAFFIC, world))
+    if traffic_cell is not None and traffic_cell.ok:
+        g.cells[(Check.TRAFFIC, world)] = Cell(False, f"FAIL {traffic_cell.text}")
+    if nothing:
+        ranks = sorted({c.rank for c in nothing})
+        cases = len({c.case for c in nothing})
+        head = "values arrived without any send you issued: a collective did the work"
+        detail = (f"world size {world}: {_ranks(ranks)} got right values with 0 bytes sent to "
+                  f"{'it' if len(ranks) == 1 else 'them'} in {cases} of {len({c.case for c in calls})} "
+                  f"cases, e.g. {nothing[0].label}")
+    else:
+        c, mine, need = little[0]
+        head = "values arrived with far fewer bytes than any send/recv schedule needs: a collective did the work"
+        detail = (f"world size {world}: {len(little)} right call{'s' if len(little) != 1 else ''}, e.g. rank "
+                  f"{c.rank} in {c.label} was "
+                  f"sent {human_bytes(mine)} where its values need at least {human_bytes(need)} from the others")
+    seen = _below_torch(g.file)
+    text = f"{head} ({detail}{'; ' + seen if seen else ''})"
+    if not any(f.check is Check.ONLY_P2P and f.text.startswith("values arrived ") for f in g.findings):
+        g.findings.append(Finding(Check.ONLY_P2P, world, text + (
+            ". The trace records torch.distributed's own functions only: build the exchange from "
+            "send/recv/isend/irecv"), text))
+
+
+def _below_torch(file: Path) -> str:
+    """What the learner's source calls that could do the work unseen: `x.py:9 calls
+    _get_backend (a process group's backend, ...)`, or a collective by name; "" if none."""
+    try:
+        tree = ast.parse(file.read_bytes()[:MAX_FILE_BYTES], filename=str(file))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom)
+                                                     and node.module else [])
+            names = [part for n in names for part in n.split(".")]
+        for name in names:
+            if (name in BELOW_TORCH or name in COLLECTIVES) and name not in found:
+                found[name] = getattr(node, "lineno", 0)
+    if not found:
+        return ""
+    said = []
+    for name, line in sorted(found.items(), key=lambda x: x[1])[:MAX_NAMED]:
+        what = f" ({BELOW_TORCH[name]}, which the trace does not see)" if name in BELOW_TORCH else ""
+        said.append(f"{file.name}:{line} calls {name}{what}")
+    return "; ".join(said)
 
 
 def _gradient_traffic(g: Grade, world: int, calls: list[Call], called: dict) -> None:

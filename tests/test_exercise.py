@@ -12,6 +12,7 @@ import ast
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,7 +21,7 @@ from docker_support import require_compose, require_image
 from labctl import exercise as ex
 from labctl.rendered import RUN_LABEL
 from labctl.spec import SpecError
-from workloads._protocol.exercises import EXERCISES, Config, traffic, worlds
+from workloads._protocol.exercises import EXERCISES, Call, Config, traffic, worlds
 
 HERE = Path(__file__).resolve().parent / "exercises"
 REFERENCES = {"ring_allreduce": "ring_allreduce.py", "naive_allreduce": "naive_allreduce.py",
@@ -177,6 +178,56 @@ def test_a_function_that_never_returns_on_one_rank_is_one_line(tmp_path):
                            "(time.sleep(3600)); ranks 0, 1, 3 had returned")
     assert status["seconds"] < 150
     assert_nothing_left(status["run_id"])
+
+
+# ---------------------------------------------------------------- hostile files and the lab's end decide first
+
+@pytest.mark.slow
+def test_a_collective_below_torch_s_functions_fails_values_arrived_without_a_send(tmp_path):
+    """gloo's own all-to-all on the process group's backend object: the trace sees no op,
+    so the bytes sent are 0 while every value is right, which no send/recv schedule can do."""
+    done, status = _check_cli(tmp_path, "all_to_all", "all_to_all_backend.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: all_to_all (all_to_all_backend.py): values arrived without any send you "
+                           "issued: a collective did the work (world size 4: ranks 0, 1, 2, 3 got right "
+                           "values with 0 bytes sent to them in 12 of 12 cases"), last
+    assert "all_to_all_backend.py:8 calls _get_backend (a process group's backend" in last
+    assert "| values | pass | pass | pass |" in done.stdout
+    assert "| only p2p | FAIL | FAIL | FAIL |" in done.stdout
+    assert "| traffic | FAIL 0.00x | FAIL 0.00x | FAIL 0.00x |" in done.stdout
+    assert "passed" not in done.stdout
+    assert_nothing_left(status["run_id"])
+
+
+def test_right_values_with_far_fewer_bytes_than_they_need_are_not_p2p():
+    """The rule on hand-made calls: what each rank must receive (the others' data) against
+    the sends to it that the trace saw; a rank without any trace record is unknown."""
+    def op(kind, peer, nbytes):
+        return SimpleNamespace(op=kind, peer=peer, nbytes=nbytes, caller="x.py:3", begin=0, end=1)
+
+    def call(rank, ok=True):
+        return Call(0, "all_to_all", 2, rank, 0, "int64 arange, 12 elements", ok, "", 0, 1, 12, 8)
+
+    def grade(called, traced=frozenset({0, 1}), calls=None):
+        g = ex.Grade(EXERCISES["all_to_all"], HERE / "all_to_all.py", [2])
+        ex._arrived(g, 2, calls or [call(0), call(1)], called, set(traced))
+        return g
+
+    both = {(0, 0): [op("isend", 1, 96), op("irecv", 1, 96)], (0, 1): [op("isend", 0, 96), op("irecv", 0, 96)]}
+    assert grade(both).findings == []                                   # the optimum: S each way
+    quarter = {(0, 0): [op("isend", 1, 24)], (0, 1): [op("isend", 0, 96)]}
+    (said,) = grade(quarter).findings
+    assert said.text.startswith("values arrived with far fewer bytes than any send/recv schedule needs: a "
+                                "collective did the work (world size 2: 1 right call, e.g. rank 1 "
+                                "in int64 arange, 12 elements was sent 24 B where its values need at least 96 B")
+    assert grade(quarter).cells[(ex.Check.ONLY_P2P, 2)].ok is False
+    assert grade({}, traced={0}).findings == []                         # rank 1's trace is missing
+    assert grade({}, calls=[call(0, ok=False), call(1, ok=False)]).findings == []   # wrong values: values' to say
+    (nothing,) = grade({}).findings
+    assert nothing.short.startswith("values arrived without any send you issued: a collective did the work "
+                                    "(world size 2: ranks 0, 1 got right values with 0 bytes sent to them in 1 "
+                                    "of 1 cases")
 
 
 # ---------------------------------------------------------------- compose
