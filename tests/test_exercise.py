@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import pytest
 
-from conftest import REPO, assert_nothing_left, labctl
+from conftest import LABCTL, REPO, assert_nothing_left, labctl
 from docker_support import require_compose, require_image
 from labctl import exercise as ex
 from labctl.rendered import RUN_LABEL
@@ -197,6 +201,107 @@ def test_a_collective_below_torch_s_functions_fails_values_arrived_without_a_sen
     assert "| only p2p | FAIL | FAIL | FAIL |" in done.stdout
     assert "| traffic | FAIL 0.00x | FAIL 0.00x | FAIL 0.00x |" in done.stdout
     assert "passed" not in done.stdout
+    assert status["state"] == "failed" and status["message"].startswith("all_to_all (all_to_all_backend.py): "
+                                                                          "values arrived without any send")
+    assert [c["name"] for c in status["failed_checks"]] == ["only p2p"]
+    assert "# Lab lab: FAILED" in (tmp_path / "run" / "report.md").read_text()
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_a_thread_left_running_fails_as_the_lab_s_timeout_and_is_named(tmp_path):
+    """Every call right and in time, but a thread that is not a daemon keeps each rank
+    alive: the lab's timeout ends it, and that decides before any check passes."""
+    done, status = _check_cli(tmp_path, "all_to_all", "leaks_a_thread.py", "--timeout", "25")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: all_to_all (leaks_a_thread.py): the lab's timeout (25 s, --timeout) came after every call "
+        "had returned: ranks 0, 1, 2, 3 did not end (108 threads your function started still ran); "
+        f"run folder {tmp_path / 'run'}")
+    assert "## all_to_all (leaks_a_thread.py): FAILED: deadline" in done.stdout
+    assert "target time.sleep; the first left by world size 4, int64 arange, 1 element" in done.stdout
+    assert "daemon=True" in done.stdout and "passed" not in done.stdout
+    assert status["state"] == "timeout" and [c["name"] for c in status["failed_checks"]] == ["deadline"]
+    assert_nothing_left(status["run_id"])
+
+
+def _wait_for_a_call(proc: subprocess.Popen, out: Path) -> None:
+    """Until rank 0's log holds a call's record: the ranks run the learner's function."""
+    log = out / "ranks" / "rank-0.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if log.is_file() and '"name": "call"' in log.read_text(errors="replace"):
+            return
+        assert proc.poll() is None, f"labctl ended (exit {proc.returncode}) before any call"
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("no call recorded within 120 s")
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_run_exits_130_and_says_interrupted_not_a_failed_check(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*LABCTL, "exercise", "check", "ring_allreduce", str(HERE / "never_returns.py"),
+                             "-q", "--no-time", "--deadline", "120", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    _wait_for_a_call(proc, out)          # rank 2 sleeps in its first call, the others wait for it
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.strip().splitlines()[-1] == (f"error: ring_allreduce (never_returns.py): interrupted (SIGINT): "
+                                               f"not graded; run folder {out}")
+    assert "## ring_allreduce (never_returns.py): interrupted (SIGINT)" in stdout
+    assert "FAILED" not in stdout + stderr and "Traceback" not in stderr
+    status = json.loads((out / "status.json").read_text())
+    assert (status["state"], status["signal"]) == ("interrupted", "SIGINT")
+    assert_nothing_left(status["run_id"])
+
+
+def _signal_at(lines: list[str], sig: int = signal.SIGINT) -> Callable[[str], None]:
+    """A progress callback that sends this process `sig` once per progress line that
+    starts with one of `lines` (in order): a signal at a known step, no timing."""
+    left = list(lines)
+
+    def progress(line: str) -> None:
+        if left and line.startswith(left[0]):
+            left.pop(0)
+            os.kill(os.getpid(), sig)
+    return progress
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when, state, code", [
+    ("one in the finish", "passed", 0),
+    ("two in the finish", "interrupted", 130),
+    ("one in the finish, one while grading", "interrupted", 130),
+])
+def test_ctrl_c_during_the_finish_gives_one_answer_on_the_terminal_the_exit_and_status_json(
+        tmp_path, monkeypatch, when, state, code):
+    """The finish notes a first signal and finishes; a second cuts the step under way short
+    (the finish's, or the grade's): `answer` (the last line, the exit code) and
+    status.json then say the same, whichever step it was."""
+    entry = ex.entry("all_to_all", str(HERE / "all_to_all.py"))
+    spec = ex.lab_spec([entry], None, {"out": str(tmp_path / "run")}, ex.settings(time=False))
+    steps = {"one in the finish": ["finishing the run folder: splitting"],
+             "two in the finish": ["finishing the run folder: splitting", "finishing the run folder: writing"],
+             "one in the finish, one while grading": ["finishing the run folder: splitting", "grading"]}[when]
+    progress = _signal_at(steps)
+    real_grade = ex.grade
+
+    def grade(run, entries):             # a progress line at the grade's start: its step
+        progress("grading")
+        return real_grade(run, entries)
+    monkeypatch.setattr(ex, "grade", grade)
+    with ex.held_signals() as signals:
+        run, grades = ex.check(spec, [entry], progress=progress, signals=signals)
+        said = ex.answer(run, grades)
+    status = json.loads((run.path / "status.json").read_text())
+    assert (status["state"], said.code, said.passed) == (state, code, code == 0), (status["message"], said)
+    if code:
+        assert said.line.startswith("all_to_all (all_to_all.py): interrupted (SIGINT)") and status["signal"] == "SIGINT"
+    else:
+        assert said.line == "passed: all_to_all (all_to_all.py) on world sizes 4, 3, 2"
+        assert any("SIGINT arrived while the run folder was being finished" in n for n in status["notes"])
     assert_nothing_left(status["run_id"])
 
 

@@ -36,6 +36,8 @@ RECORD_DEADLINE = "deadline"        # a call did not return in time (the rank ex
 RECORD_RAISED = "raised"            # the function raised (the rank exits right after)
 RECORD_LOAD = "load"                # the file could not be imported, or has no such function
 RECORD_DONE = "done"                # this rank ran every world it belongs to
+RECORD_THREADS = "threads"          # threads the function left running at the rank's end (not a check:
+                                    # the lab's end judges them; a non-daemon one keeps the rank alive)
 
 
 @dataclass(frozen=True)
