@@ -435,8 +435,10 @@ def _lab_end(g: Grade, run: RunDir, records: list[dict]) -> None:
         said = _timeout_text(run, records)
         g.findings.insert(0, Finding(Check.DEADLINE, None, said[0], said[1]))
         return
-    if rec.state is not RunState.ERROR and any(r.get("ok") is False for r in records):
-        return          # a runner's record says why (wrong values, a raise, a deadline), in some grade
+    explained = (any(r.get("ok") is False for r in records)
+                 or any(c.workload == WORKLOAD for c in rec.failed_checks))
+    if rec.state is not RunState.ERROR and explained:
+        return          # a runner's record (wrong values, a raise, a deadline) or a grade says why
     why = rec.message or (rec.first_failure.describe() if rec.first_failure else rec.state.value)
     said = (f"the lab {rec.state.value} although no call failed a check: {why}" if not g.findings
             else f"the lab ended in {rec.state.value}: {why}")
