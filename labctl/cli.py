@@ -729,8 +729,9 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
     """Run FILE's function for exercise NAME on the lab (the flags of `labctl up`; default
     2 x 2 local ranks) for world sizes 4, 3 and 2, and print its grade.
 
-    Exit 0 when every check passed, 1 when one failed (or the lab did), 2 for bad input
-    (no such file, no such function, a lab an exercise cannot use)."""
+    Exit 0 when every check passed, 1 when one failed (or the lab did, or hit its
+    --timeout), 2 for bad input (no such file, no such function, a lab an exercise cannot
+    use), 130/143/129 when Ctrl-C, SIGTERM or SIGHUP stopped it: as status.json says."""
     from . import exercise as ex
 
     name = exercise_name
@@ -739,14 +740,20 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
     backend_flags = {k: flags.pop(k) for k in list(flags) if k in flag_names}
     settings = ex.settings(deadline, seed, time_it)
     spec = ex.lab_spec([entry], spec_file, _overrides(flags), settings)
-    run, grades = ex.check(spec, [entry], progress=_progress(quiet),
-                           options=_options_for(spec.backend, backend_flags))
-    click.echo(ex.text(grades, run))
-    failed = [g for g in grades if not g.passed]
-    if failed:
-        fail(f"{name} ({Path(file).name}): {failed[0].headline()}; run folder {run.path}")
-    click.echo(f"passed: {name} ({Path(file).name}) on world sizes "
-               f"{', '.join(map(str, grades[0].worlds))}")
+    with ex.held_signals() as signals:      # until the answer is out: it is status.json's
+        run, grades = ex.check(spec, [entry], progress=_progress(quiet),
+                               options=_options_for(spec.backend, backend_flags), signals=signals)
+        said = ex.answer(run, grades)
+        try:
+            click.echo(ex.text(grades, run))
+            if said.passed:
+                click.echo(said.line)
+            else:
+                click.echo(f"error: {said.line}", err=True)
+        except OSError:
+            pass                            # the terminal is gone (SIGHUP); the grade is in status.json
+    if not said.passed:
+        sys.exit(said.code)
 
 
 _SIZE = re.compile(r"^\s*([0-9]+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)

@@ -12,6 +12,10 @@ things it holds:
 - the trace (`_call_ops`, the one place that reads it): the ops each call made inside
   its window — bytes sent, collectives called, isend/irecv never waited on;
 - the hang diagnosis (status.json, labctl/trace.py): who waits in which send/recv for whom.
+
+How the lab ended comes before any check (an interrupted lab is not graded, the lab's
+timeout or a failed rank is the grade's first line), and the run's verdict judges the
+grade (labctl/verdict.py `judge`): status.json, the last line and the exit code agree.
 """
 from __future__ import annotations
 
@@ -25,11 +29,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from workloads._protocol.exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV, EXERCISES, P2P_OPS, RECORD_CALL,
-                                  RECORD_DEADLINE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, SENDS, WORKLOAD,
-                                  Call, Config, Exercise, describe_cases, traffic, worlds)
+                                  RECORD_DEADLINE, RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_THREADS,
+                                  RECORD_TIME, SENDS, WORKLOAD, Call, Config, Exercise, describe_cases,
+                                  least_received, traffic, worlds)
 
-from . import backends
+from . import backends, verdict
 from .backends.base import BackendOptions
+from .errors import Interrupted
+from .outcome import INTERRUPT_EXIT, RunState, signal_name
+from .record import FailedCheck, RunRecord
 from .rundir import RunDir
 from .spec import LabSpec, SpecError
 from .tables import human_bytes, table
@@ -172,14 +180,90 @@ def settings(deadline: float | None = None, seed: int | None = None, time: bool 
                     DEFAULT_SEED if seed is None else seed, time)
 
 
-def check(spec: LabSpec, entries: list[Entry], progress: Callable[[str], None] = print,
-          runs_root: str = "runs",
-          options: BackendOptions | None = None) -> tuple[RunDir, list["Grade"]]:
-    """Run `lab_spec`'s lab to its end; the run folder and each entry's grade."""
-    from . import lab
+def held_signals():
+    """The signal regime `check` runs in, held by its caller until the grade is printed:
+    a signal after the lab (while grading, saving, printing) is then noted, never a
+    KeyboardInterrupt that would say something status.json does not (labctl/driver.py)."""
+    from . import driver
 
-    run = lab.up(spec, progress=progress, runs_root=runs_root, options=options)
-    return run, grade(run, entries)
+    return driver.signals_raise()
+
+
+def check(spec: LabSpec, entries: list[Entry], progress: Callable[[str], None] = print,
+          runs_root: str = "runs", options: BackendOptions | None = None,
+          signals: Any = None) -> tuple[RunDir, list["Grade"]]:
+    """Run `lab_spec`'s lab to its end, grade it, and have the run's verdict judge the
+    grade (labctl/verdict.py `judge`): status.json then says what `answer` says. The run
+    folder and each entry's grade. `signals`: a regime from `held_signals()`."""
+    from . import driver, lab
+
+    with driver.signals_raise(signals) as held:
+        run = lab.up(spec, progress=progress, runs_root=runs_root, options=options, signals=held)
+        before, deferred = run.record.state, len(held.deferred)
+        try:
+            with held.protect("grading the exercise", "the grade short (status.json then says interrupted)"):
+                grades = grade(run, entries)
+                notes = tuple(f"{signal_name(s)} arrived while the exercise was being graded; it was graded "
+                              "first, and the outcome is the grade's" for s in held.deferred[deferred:][:1])
+                run.record = verdict.judge(run.record, _verdict_grade(grades, notes))
+                _write_down(run, progress, changed=run.record.state is not before)
+        except Interrupted as exc:
+            progress(f"{exc.signal}: grading the exercise cut short; status.json says so")
+            grades = [Grade(e.exercise, e.file, [], interrupted=exc.signal) for e in entries]
+            run.record = verdict.judge(run.record, verdict.Grade(cut_by=exc.signal))
+            _write_down(run, progress, changed=False)
+    return run, grades
+
+
+def _verdict_grade(grades: list["Grade"], notes: tuple[str, ...] = ()) -> verdict.Grade:
+    """The grades as the verdict reads them: each failed check of each (the lab's own end
+    is the record's already; an interrupted lab is not graded)."""
+    failed: list[FailedCheck] = []
+    message = ""
+    for g in grades:
+        if g.passed or g.interrupted:
+            continue
+        message = message or f"{g.exercise.name} ({g.file.name}): {g.headline()}"
+        failed += [FailedCheck(WORKLOAD, f.check.value, None, f.text) for f in g.findings]
+    return verdict.Grade(tuple(failed), message, notes=notes)
+
+
+def _write_down(run: RunDir, progress: Callable[[str], None], changed: bool) -> None:
+    """status.json with the judged record; the reports again when the grade changed the
+    run's state (they were written at the finish, before the grade)."""
+    try:
+        run.save()
+        if changed:
+            from . import finish
+
+            finish.write_reports(run, progress)
+    except OSError as exc:
+        raise run.storage_error(exc) from None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How `check` ends: the last line and the exit code, from the judged record, so that
+    the terminal, the exit code and status.json say one thing (README "Exit codes")."""
+    passed: bool
+    line: str
+    code: int
+
+
+def answer(run: RunDir, grades: list["Grade"]) -> Answer:
+    rec = run.record
+    failed = [g for g in grades if not g.passed]
+    if rec.ok and not failed and grades:
+        g = grades[0]
+        return Answer(True, f"passed: {g.exercise.name} ({g.file.name}) on world sizes "
+                            f"{', '.join(map(str, g.worlds))}", 0)
+    what = f"{failed[0].exercise.name} ({failed[0].file.name}): " if failed else ""
+    if rec.state is RunState.INTERRUPTED:
+        sig = rec.signal or "SIGINT"
+        why = failed[0].headline() if failed and failed[0].interrupted else f"interrupted ({sig})"
+        return Answer(False, f"{what}{why}; run folder {run.path}", INTERRUPT_EXIT.get(sig, 130))
+    why = failed[0].headline() if failed else (rec.message or rec.state.value)
+    return Answer(False, f"{what}{why}; run folder {run.path}", 1)
 
 
 # ---------------------------------------------------------------- grading
@@ -214,14 +298,18 @@ class Grade:
     worlds: list[int]
     cells: dict[tuple[Check, int], Cell] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    interrupted: str | None = None  # the signal that stopped the lab (or the grade): not graded
 
     @property
     def passed(self) -> bool:
         graded = [c for c in self.cells.values() if c.ok is not None]
-        return bool(graded) and all(c.ok for c in graded) and not self.findings
+        return bool(graded) and all(c.ok for c in graded) and not self.findings and not self.interrupted
 
     def headline(self) -> str:
-        """Why it failed, in one line: what ended the lab early, else the checks that failed."""
+        """Why it failed, in one line: a signal, what ended the lab early, else the checks
+        that failed."""
+        if self.interrupted:
+            return f"interrupted ({self.interrupted}): not graded"
         stopped = next((f for f in self.findings if f.short), None)
         return stopped.short if stopped else "failed " + ", ".join(self.failed_checks())
 
@@ -246,35 +334,52 @@ class _Stop:
 
 
 def grade(run: RunDir, entries: list[Entry]) -> list[Grade]:
-    """Each entry's grade, from the run folder of the lab `lab_spec` made of them."""
-    records = [r for r in run.iter_results(warn=lambda line: None) if r.get("workload") == WORKLOAD]
-    ops = _call_ops(run, [Call.from_record(r) for r in records if r.get("name") == RECORD_CALL])
+    """Each entry's grade, from the run folder of the lab `lab_spec` made of them. How the
+    lab ended (status.json) comes first: an interrupted lab is not graded, a lab past its
+    timeout or failed says so before any check."""
     largest = run.record.world_size
-    return [_grade_one(run, i, e, records, ops, worlds(largest) if largest else [])
-            for i, e in enumerate(entries)]
+    all_worlds = worlds(largest) if largest else []
+    if run.record.state is RunState.INTERRUPTED:
+        sig = run.record.signal or "SIGINT"
+        return [_interrupted(Grade(e.exercise, e.file, all_worlds, interrupted=sig), run) for e in entries]
+    records = [r for r in run.iter_results(warn=lambda line: None) if r.get("workload") == WORKLOAD]
+    ops, traced = _call_ops(run, [Call.from_record(r) for r in records if r.get("name") == RECORD_CALL])
+    return [_grade_one(run, i, e, records, ops, traced, all_worlds) for i, e in enumerate(entries)]
 
 
-def _call_ops(run: RunDir, calls: list[Call]) -> dict[tuple[int, int, int, int], list[Any]]:
+def _interrupted(g: Grade, run: RunDir) -> Grade:
+    rec = run.record
+    why = rec.message or f"the lab was stopped by {g.interrupted}"
+    g.findings.append(Finding(Check.VALUES, None, f"{why}: not graded (the calls that ran are in "
+                                                  f"{run.path / 'results.jsonl'})"))
+    return g
+
+
+def _call_ops(run: RunDir, calls: list[Call]) -> tuple[dict[tuple[int, int, int, int], list[Any]], set[int]]:
     """The trace ops each call made, (entry, world, case, rank) -> ops: every op its
-    rank began inside the call's window on its own clock. The one place that reads the
-    trace (labctl/trace.py's reader of rank records)."""
+    rank began inside the call's window on its own clock; and the ranks whose log holds
+    any op at all (without one, a rank's sends are unknown, not zero). The one place
+    that reads the trace (labctl/trace.py's reader of rank records)."""
     from . import trace
 
     windows: dict[int, list[Call]] = {}
     for c in calls:
         windows.setdefault(c.rank, []).append(c)
     found: dict[tuple[int, int, int, int], list[Any]] = {}
+    traced: set[int] = set()
     sources = trace.record_sources(run.path)
     for rank, mine in windows.items():
         ops = trace.rank_ops(sources.get(rank, []))
+        if ops:
+            traced.add(rank)
         starts = [o.begin for o in ops]
         for c in mine:
             lo, hi = bisect.bisect_left(starts, c.begin_ns), bisect.bisect_right(starts, c.end_ns)
             found[(c.entry, c.world, c.case, rank)] = ops[lo:hi]
-    return found
+    return found, traced
 
 
-def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict,
+def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict, traced: set[int],
                all_worlds: list[int]) -> Grade:
     ex = e.exercise
     g = Grade(ex, e.file, all_worlds)
@@ -285,7 +390,8 @@ def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict
         g.findings.append(Finding(Check.VALUES, None, said, said))
         return g
     calls = [Call.from_record(r) for r in mine if r.get("name") == RECORD_CALL]
-    stop = _stop(mine)
+    timed_out = run.record.state is RunState.TIMEOUT
+    stop = _stop(mine, lost_peers=not timed_out)      # at the timeout, a lost peer is labctl's stop
     for world in all_worlds:
         here = [c for c in calls if c.world == world]
         if not here:
@@ -296,6 +402,7 @@ def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict
         called = {(c.case, c.rank): ops.get((c.entry, c.world, c.case, c.rank), []) for c in here}
         _only_p2p(g, world, here, called)
         _traffic(g, world, here, called)
+        _arrived(g, world, here, called, traced)
         _waits(g, world, here, called)
         g.cells[(Check.DEADLINE, world)] = Cell(True, "pass")
         g.cells[(Check.TIME, world)] = Cell(None, "")
@@ -304,26 +411,83 @@ def _grade_one(run: RunDir, index: int, e: Entry, records: list[dict], ops: dict
             g.cells[(Check.TIME, r["world"])] = Cell(None, _time_text(r))
     if stop is not None:
         _stopped(g, run, stop, calls)
-    elif not calls:
+    elif not calls and not timed_out:
         said = _lab_failure(run)
         g.findings.append(Finding(Check.VALUES, None, said, said))
     stop_world = stop.record.get("world") if stop else None
     later = [w for w in all_worlds if w != stop_world and not any(c.world == w for c in calls)]
     if later and (calls or stop):
-        why = f" (the lab stopped at world size {stop_world})" if stop else ""
+        why = (f" (the lab stopped at world size {stop_world})" if stop
+               else " (the lab's timeout came first)" if timed_out else "")
         g.findings.append(Finding(Check.VALUES, None, f"world size {', '.join(map(str, later))}: not run{why}"))
+    _lab_end(g, run, records)
     return g
 
 
-def _stop(records: list[dict]) -> _Stop | None:
+def _lab_end(g: Grade, run: RunDir, records: list[dict]) -> None:
+    """How the lab ended decides before any check: the lab's timeout (a rank that did not
+    end: often a thread the function left running), a failed rank or a broken backend
+    that no record of the runner explains. Put first: it is the grade's headline."""
+    rec = run.record
+    if rec.state is RunState.PASSED:
+        return
+    if rec.state is RunState.TIMEOUT:
+        said = _timeout_text(run, records)
+        g.findings.insert(0, Finding(Check.DEADLINE, None, said[0], said[1]))
+        return
+    explained = (any(r.get("ok") is False for r in records)
+                 or any(c.workload == WORKLOAD for c in rec.failed_checks))
+    if rec.state is not RunState.ERROR and explained:
+        return          # a runner's record (wrong values, a raise, a deadline) or a grade says why
+    why = rec.message or (rec.first_failure.describe() if rec.first_failure else rec.state.value)
+    said = (f"the lab {rec.state.value} although no call failed a check: {why}" if not g.findings
+            else f"the lab ended in {rec.state.value}: {why}")
+    g.findings.insert(0, Finding(Check.VALUES, None, said, said))
+
+
+def _timeout_text(run: RunDir, records: list[dict]) -> tuple[str, str]:
+    """(the whole text, its short form) for a lab its timeout ended: the ranks that had
+    made every call and still did not end, and the threads they left running."""
+    rec = run.record
+    world = rec.world_size or 0
+    done = {int(r.get("rank", -1)) for r in records if r.get("name") == RECORD_DONE}
+    threads = sorted((r for r in records if r.get("name") == RECORD_THREADS), key=lambda r: int(r.get("rank", 0)))
+    timeout = f"the lab's timeout ({_seconds(run)})"
+    if world and done >= set(range(world)):
+        short = f"{timeout} came after every call had returned: {_ranks(sorted(done))} did not end"
+        if not threads:
+            return short + " (is something your file started still running?)", short
+        first = threads[0]
+        count = sum(int(r.get("count", 0)) for r in threads)
+        target = f", target {first['target']}" if first.get("target") else ""
+        names = ", ".join(first.get("names") or [])
+        text = (f"{short}: your function left {count} thread{'s' if count != 1 else ''} running on "
+                f"{_ranks([int(r.get('rank', -1)) for r in threads])} (rank {first.get('rank')}: {names}"
+                f"{target}; the first left by world size {first.get('world')}, {first.get('label')}). A process "
+                "does not end while a thread that is not a daemon runs: join every thread you start before "
+                "you return (or start it with daemon=True)")
+        return text, short + f" ({count} thread{'s' if count != 1 else ''} your function started still ran)"
+    running = [r for r in range(world) if r not in done]
+    short = f"{timeout} came while {_ranks(running)} had calls left"
+    return short + ": give the lab more time (--timeout), or look at the stacks in the run folder", short
+
+
+def _seconds(run: RunDir) -> str:
+    try:
+        return f"{run.spec.timeout:g} s, --timeout"
+    except Exception:       # noqa: BLE001 - a damaged spec.yaml: the record's words
+        return run.record.message or "--timeout"
+
+
+def _stop(records: list[dict], lost_peers: bool = True) -> _Stop | None:
     """The first reason a rank ended early: the earliest call (largest world first) that
     raised in the learner's code or passed the deadline (at the same call a raise first:
-    the others may have waited for the rank that raised), else an error of the
+    the others may have waited for the rank that raised), else (`lost_peers`) an error of the
     communication (a peer went away, e.g. killed)."""
     own = [(RECORD_RAISED, r) for r in records if r.get("name") == RECORD_RAISED
            and not r.get("comm") and not r.get("in_runner")]
     late = [(RECORD_DEADLINE, r) for r in records if r.get("name") == RECORD_DEADLINE]
-    comm = [("comm", r) for r in records if r.get("name") == RECORD_RAISED]
+    comm = [("comm", r) for r in records if r.get("name") == RECORD_RAISED] if lost_peers else []
 
     def order(item: tuple[str, dict]) -> tuple:
         kind, r = item
@@ -438,6 +602,100 @@ def _traffic_hint(ex: Exercise) -> str:
                               "the data passes it on",
             "naive_allreduce": "does a rank send more than its tensor (or rank 0 more than n-1 sums)?",
             }.get(ex.name, "do you send a block more than once, or to yourself?")
+
+
+# what a learner's file may call that does the work below torch.distributed's functions
+# (the trace records those): a process group's backend and its methods, functional collectives
+BELOW_TORCH = {"_get_backend": "a process group's backend, below torch.distributed",
+               "_functional_collectives": "torch's functional collectives",
+               "_c10d_functional": "torch's functional collectives", "c10d": "torch.ops.c10d"}
+COLLECTIVES = frozenset({
+    "all_reduce", "allreduce", "allreduce_coalesced", "all_reduce_coalesced", "all_gather", "allgather",
+    "all_gather_into_tensor", "_allgather_base", "allgather_into_tensor_coalesced", "all_gather_object",
+    "allgather_coalesced", "all_to_all", "alltoall", "all_to_all_single", "alltoall_base", "broadcast",
+    "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+    "reduce_scatter_tensor_coalesced", "gather", "scatter", "gather_object", "scatter_object_list"})
+ARRIVED_FACTOR = 2          # right values with under 1/2 of what a rank must receive: not by p2p
+
+
+def _arrived(g: Grade, world: int, calls: list[Call], called: dict, traced: set[int]) -> None:
+    """Right values need the bytes only the other ranks hold: a rank that got them with
+    nothing (or far less than that) sent to it by any send the trace saw got them some
+    other way — a collective below torch.distributed's functions, which the recorder
+    cannot see (docs/exercises.md). A rank without any trace record is unknown, not 0."""
+    if not g.exercise.only_p2p or not set(range(world)) <= traced:
+        return
+    if (seen := g.cells.get((Check.ONLY_P2P, world))) is not None and seen.ok is False:
+        return          # a collective the trace saw did the work, and `only p2p` named it
+    got: dict[tuple[int, int], float] = {}
+    for (case, _), ops in called.items():
+        for o in ops:
+            if o.op in SENDS and o.peer is not None:
+                got[(case, o.peer)] = got.get((case, o.peer), 0.0) + o.nbytes
+    nothing: list[Call] = []
+    little: list[tuple[Call, float, float]] = []
+    for c in sorted(calls, key=lambda c: (c.case, c.rank)):
+        need = least_received(g.exercise.name, world, c.rank, c.size, c.itemsize, c.root)
+        if not c.ok or not need:
+            continue
+        mine = got.get((c.case, c.rank), 0.0)
+        if mine == 0:
+            nothing.append(c)
+        elif mine * ARRIVED_FACTOR < need:
+            little.append((c, mine, need))
+    if not nothing and not little:
+        return
+    g.cells[(Check.ONLY_P2P, world)] = Cell(False, "FAIL")
+    traffic_cell = g.cells.get((Check.TRAFFIC, world))
+    if traffic_cell is not None and traffic_cell.ok:
+        g.cells[(Check.TRAFFIC, world)] = Cell(False, f"FAIL {traffic_cell.text}")
+    if nothing:
+        ranks = sorted({c.rank for c in nothing})
+        cases = len({c.case for c in nothing})
+        head = "values arrived without any send you issued: a collective did the work"
+        detail = (f"world size {world}: {_ranks(ranks)} got right values with 0 bytes sent to "
+                  f"{'it' if len(ranks) == 1 else 'them'} in {cases} of {len({c.case for c in calls})} "
+                  f"cases, e.g. {nothing[0].label}")
+    else:
+        c, mine, need = little[0]
+        head = "values arrived with far fewer bytes than any send/recv schedule needs: a collective did the work"
+        detail = (f"world size {world}: {len(little)} right call{'s' if len(little) != 1 else ''}, e.g. rank "
+                  f"{c.rank} in {c.label} was "
+                  f"sent {human_bytes(mine)} where its values need at least {human_bytes(need)} from the others")
+    seen = _below_torch(g.file)
+    text = f"{head} ({detail}{'; ' + seen if seen else ''})"
+    if not any(f.check is Check.ONLY_P2P and f.text.startswith("values arrived ") for f in g.findings):
+        g.findings.append(Finding(Check.ONLY_P2P, world, text + (
+            ". The trace records torch.distributed's own functions only: build the exchange from "
+            "send/recv/isend/irecv"), text))
+
+
+def _below_torch(file: Path) -> str:
+    """What the learner's source calls that could do the work unseen: `x.py:9 calls
+    _get_backend (a process group's backend, ...)`, or a collective by name; "" if none."""
+    try:
+        tree = ast.parse(file.read_bytes()[:MAX_FILE_BYTES], filename=str(file))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom)
+                                                     and node.module else [])
+            names = [part for n in names for part in n.split(".")]
+        for name in names:
+            if (name in BELOW_TORCH or name in COLLECTIVES) and name not in found:
+                found[name] = getattr(node, "lineno", 0)
+    if not found:
+        return ""
+    said = []
+    for name, line in sorted(found.items(), key=lambda x: x[1])[:MAX_NAMED]:
+        what = f" ({BELOW_TORCH[name]}, which the trace does not see)" if name in BELOW_TORCH else ""
+        said.append(f"{file.name}:{line} calls {name}{what}")
+    return "; ".join(said)
 
 
 def _gradient_traffic(g: Grade, world: int, calls: list[Call], called: dict) -> None:
@@ -598,8 +856,9 @@ def text(grades: Iterable[Grade], run: RunDir) -> str:
             if all(c is None or c.text in ("", "—") for c in cells):
                 continue
             rows.append([check.value] + [c.text if c else "" for c in cells])
-        verdict = "passed" if g.passed else "FAILED: " + ", ".join(g.failed_checks())
-        out += [f"## {g.exercise.name} ({g.file.name}): {verdict}", ""]
+        said = ("passed" if g.passed else f"interrupted ({g.interrupted})" if g.interrupted
+                else "FAILED: " + ", ".join(g.failed_checks()))
+        out += [f"## {g.exercise.name} ({g.file.name}): {said}", ""]
         if rows:
             out += [table(heads, rows), ""]
         out += [f"- {f.text}" for f in g.findings]

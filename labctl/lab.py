@@ -43,7 +43,7 @@ def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None 
 
 def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
        runs_root: str = "runs", backend: Backend | None = None,
-       options: BackendOptions | None = None) -> RunDir:
+       options: BackendOptions | None = None, signals: driver._Signals | None = None) -> RunDir:
     """Run the lab to its end and return the finalized run folder.
 
     The folder is written whatever happens: a failing rank, the deadline,
@@ -51,6 +51,8 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     everything stopped and a finished status.json. Preflight refusals
     (exit 2) happen before the folder exists. `backend`: an instance to use
     instead of a new one of `spec.backend` (tests place nodes differently).
+    `signals`: a regime the caller installed (`driver.signals_raise()`) and keeps after
+    the run (`labctl exercise check` grades the run under it).
     """
     backend = backend or backends.create(spec.backend, progress, options)
     the_plan = make_plan(spec, backend=backend, out=out, runs_root=runs_root)
@@ -64,7 +66,7 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     progress(f"run {the_plan.run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
              f"{spec.launcher}, {spec.dist_backend}, backend {spec.backend} -> {run.path}")
     t0 = time.monotonic()
-    with driver.signals_raise() as signals:        # one regime from the start to the report
+    with driver.signals_raise(signals) as signals:  # one regime from the start to the report
         result = driver.run(the_plan, backend, run, progress, signals=signals)
         run.record.seconds = round(time.monotonic() - t0, 3)
         finish.write_down(run, result, progress, signals)

@@ -18,7 +18,12 @@ The rules, in order:
    `collect --delete` removed it, abandoned when `down` stopped it);
 4. a run that otherwise passed failed when a node that could not be spared did not
    succeed (an elastic lab goes on without some: `outcome.spared`), a check failed, a
-   rank exited non-zero, or some rank never finished its workloads.
+   rank exited non-zero, or some rank never finished its workloads;
+5. a grade labctl makes of a finished run (`labctl exercise check`: bytes sent,
+   collectives called, from the trace; `judge`) comes last: a run that passed fails
+   when the grade failed, a second signal that cut the grade short -> interrupted, and
+   every other state stands (a deadline, a signal or a failed rank is never graded
+   into a pass).
 """
 from __future__ import annotations
 
@@ -188,6 +193,36 @@ def _what_the_logs_showed(out: RunRecord, ev: Evidence) -> None:
     out.checks = Checks(found.total, found.failed_count, found.skipped)
     out.failed_checks = [FailedCheck(*(r.get(k) for k in ("workload", "name", "rank", "detail")))
                          for r in found.failed]
+
+
+@dataclass(frozen=True)
+class Grade:
+    """What labctl graded of a finished run (`labctl exercise check`), the checks that
+    failed (as results.jsonl's), and a second signal that cut the grading short."""
+    failed: tuple[FailedCheck, ...] = ()
+    message: str = ""                 # the grade's one line, when it failed
+    cut_by: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def judge(record: RunRecord, grade: Grade) -> RunRecord:
+    """The record once `grade` is known (rule 5 of the module docstring); a new record.
+    The grade's failed checks join the record's whatever the state, so status.json
+    names them."""
+    out = dataclasses.replace(record, notes=[*record.notes, *grade.notes],
+                              failed_checks=[*record.failed_checks, *grade.failed])
+    if grade.failed:
+        before = record.checks or Checks()
+        out.checks = Checks(before.total + len(grade.failed), before.failed + len(grade.failed), before.skipped)
+    if grade.cut_by is not None:
+        lab = ("the lab itself had been interrupted" if record.state is RunState.INTERRUPTED
+               else f"the lab itself had {record.state.value}")
+        out.state, out.signal = RunState.INTERRUPTED, record.signal or grade.cut_by
+        out.message = f"{grade.cut_by} cut the exercise's grade short; {lab}" + (
+            f" ({record.message})" if record.message else "")
+    elif record.state is RunState.PASSED and grade.failed:
+        out.state, out.message = RunState.FAILED, grade.message
+    return out
 
 
 def as_seen_now(record: RunRecord, controller_gone: bool) -> RunState:

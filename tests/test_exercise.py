@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
 
 import pytest
 
-from conftest import REPO, assert_nothing_left, labctl
+from conftest import LABCTL, REPO, assert_nothing_left, labctl
 from docker_support import require_compose, require_image
 from labctl import exercise as ex
 from labctl.rendered import RUN_LABEL
 from labctl.spec import SpecError
-from workloads._protocol.exercises import EXERCISES, Config, traffic, worlds
+from workloads._protocol.exercises import EXERCISES, Call, Config, traffic, worlds
 
 HERE = Path(__file__).resolve().parent / "exercises"
 REFERENCES = {"ring_allreduce": "ring_allreduce.py", "naive_allreduce": "naive_allreduce.py",
@@ -177,6 +182,157 @@ def test_a_function_that_never_returns_on_one_rank_is_one_line(tmp_path):
                            "(time.sleep(3600)); ranks 0, 1, 3 had returned")
     assert status["seconds"] < 150
     assert_nothing_left(status["run_id"])
+
+
+# ---------------------------------------------------------------- hostile files and the lab's end decide first
+
+@pytest.mark.slow
+def test_a_collective_below_torch_s_functions_fails_values_arrived_without_a_send(tmp_path):
+    """gloo's own all-to-all on the process group's backend object: the trace sees no op,
+    so the bytes sent are 0 while every value is right, which no send/recv schedule can do."""
+    done, status = _check_cli(tmp_path, "all_to_all", "all_to_all_backend.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: all_to_all (all_to_all_backend.py): values arrived without any send you "
+                           "issued: a collective did the work (world size 4: ranks 0, 1, 2, 3 got right "
+                           "values with 0 bytes sent to them in 12 of 12 cases"), last
+    assert "all_to_all_backend.py:8 calls _get_backend (a process group's backend" in last
+    assert "| values | pass | pass | pass |" in done.stdout
+    assert "| only p2p | FAIL | FAIL | FAIL |" in done.stdout
+    assert "| traffic | FAIL 0.00x | FAIL 0.00x | FAIL 0.00x |" in done.stdout
+    assert "passed" not in done.stdout
+    assert status["state"] == "failed" and status["message"].startswith("all_to_all (all_to_all_backend.py): "
+                                                                          "values arrived without any send")
+    assert [c["name"] for c in status["failed_checks"]] == ["only p2p"]
+    assert "# Lab lab: FAILED" in (tmp_path / "run" / "report.md").read_text()
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_a_thread_left_running_fails_as_the_lab_s_timeout_and_is_named(tmp_path):
+    """Every call right and in time, but a thread that is not a daemon keeps each rank
+    alive: the lab's timeout ends it, and that decides before any check passes."""
+    done, status = _check_cli(tmp_path, "all_to_all", "leaks_a_thread.py", "--timeout", "25")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: all_to_all (leaks_a_thread.py): the lab's timeout (25 s, --timeout) came after every call "
+        "had returned: ranks 0, 1, 2, 3 did not end (108 threads your function started still ran); "
+        f"run folder {tmp_path / 'run'}")
+    assert "## all_to_all (leaks_a_thread.py): FAILED: deadline" in done.stdout
+    assert "target time.sleep; the first left by world size 4, int64 arange, 1 element" in done.stdout
+    assert "daemon=True" in done.stdout and "passed" not in done.stdout
+    assert status["state"] == "timeout" and [c["name"] for c in status["failed_checks"]] == ["deadline"]
+    assert_nothing_left(status["run_id"])
+
+
+def _wait_for_a_call(proc: subprocess.Popen, out: Path) -> None:
+    """Until rank 0's log holds a call's record: the ranks run the learner's function."""
+    log = out / "ranks" / "rank-0.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if log.is_file() and '"name": "call"' in log.read_text(errors="replace"):
+            return
+        assert proc.poll() is None, f"labctl ended (exit {proc.returncode}) before any call"
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("no call recorded within 120 s")
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_run_exits_130_and_says_interrupted_not_a_failed_check(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*LABCTL, "exercise", "check", "ring_allreduce", str(HERE / "never_returns.py"),
+                             "-q", "--no-time", "--deadline", "120", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    _wait_for_a_call(proc, out)          # rank 2 sleeps in its first call, the others wait for it
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.strip().splitlines()[-1] == (f"error: ring_allreduce (never_returns.py): interrupted (SIGINT): "
+                                               f"not graded; run folder {out}")
+    assert "## ring_allreduce (never_returns.py): interrupted (SIGINT)" in stdout
+    assert "FAILED" not in stdout + stderr and "Traceback" not in stderr
+    status = json.loads((out / "status.json").read_text())
+    assert (status["state"], status["signal"]) == ("interrupted", "SIGINT")
+    assert_nothing_left(status["run_id"])
+
+
+def _signal_at(lines: list[str], sig: int = signal.SIGINT) -> Callable[[str], None]:
+    """A progress callback that sends this process `sig` once per progress line that
+    starts with one of `lines` (in order): a signal at a known step, no timing."""
+    left = list(lines)
+
+    def progress(line: str) -> None:
+        if left and line.startswith(left[0]):
+            left.pop(0)
+            os.kill(os.getpid(), sig)
+    return progress
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when, state, code", [
+    ("one in the finish", "passed", 0),
+    ("two in the finish", "interrupted", 130),
+    ("one in the finish, one while grading", "interrupted", 130),
+])
+def test_ctrl_c_during_the_finish_gives_one_answer_on_the_terminal_the_exit_and_status_json(
+        tmp_path, monkeypatch, when, state, code):
+    """The finish notes a first signal and finishes; a second cuts the step under way short
+    (the finish's, or the grade's): `answer` (the last line, the exit code) and
+    status.json then say the same, whichever step it was."""
+    entry = ex.entry("all_to_all", str(HERE / "all_to_all.py"))
+    spec = ex.lab_spec([entry], None, {"out": str(tmp_path / "run")}, ex.settings(time=False))
+    steps = {"one in the finish": ["finishing the run folder: splitting"],
+             "two in the finish": ["finishing the run folder: splitting", "finishing the run folder: writing"],
+             "one in the finish, one while grading": ["finishing the run folder: splitting", "grading"]}[when]
+    progress = _signal_at(steps)
+    real_grade = ex.grade
+
+    def grade(run, entries):             # a progress line at the grade's start: its step
+        progress("grading")
+        return real_grade(run, entries)
+    monkeypatch.setattr(ex, "grade", grade)
+    with ex.held_signals() as signals:
+        run, grades = ex.check(spec, [entry], progress=progress, signals=signals)
+        said = ex.answer(run, grades)
+    status = json.loads((run.path / "status.json").read_text())
+    assert (status["state"], said.code, said.passed) == (state, code, code == 0), (status["message"], said)
+    if code:
+        assert said.line.startswith("all_to_all (all_to_all.py): interrupted (SIGINT)") and status["signal"] == "SIGINT"
+    else:
+        assert said.line == "passed: all_to_all (all_to_all.py) on world sizes 4, 3, 2"
+        assert any("SIGINT arrived while the run folder was being finished" in n for n in status["notes"])
+    assert_nothing_left(status["run_id"])
+
+
+def test_right_values_with_far_fewer_bytes_than_they_need_are_not_p2p():
+    """The rule on hand-made calls: what each rank must receive (the others' data) against
+    the sends to it that the trace saw; a rank without any trace record is unknown."""
+    def op(kind, peer, nbytes):
+        return SimpleNamespace(op=kind, peer=peer, nbytes=nbytes, caller="x.py:3", begin=0, end=1)
+
+    def call(rank, ok=True):
+        return Call(0, "all_to_all", 2, rank, 0, "int64 arange, 12 elements", ok, "", 0, 1, 12, 8)
+
+    def grade(called, traced=frozenset({0, 1}), calls=None):
+        g = ex.Grade(EXERCISES["all_to_all"], HERE / "all_to_all.py", [2])
+        ex._arrived(g, 2, calls or [call(0), call(1)], called, set(traced))
+        return g
+
+    both = {(0, 0): [op("isend", 1, 96), op("irecv", 1, 96)], (0, 1): [op("isend", 0, 96), op("irecv", 0, 96)]}
+    assert grade(both).findings == []                                   # the optimum: S each way
+    quarter = {(0, 0): [op("isend", 1, 24)], (0, 1): [op("isend", 0, 96)]}
+    (said,) = grade(quarter).findings
+    assert said.text.startswith("values arrived with far fewer bytes than any send/recv schedule needs: a "
+                                "collective did the work (world size 2: 1 right call, e.g. rank 1 "
+                                "in int64 arange, 12 elements was sent 24 B where its values need at least 96 B")
+    assert grade(quarter).cells[(ex.Check.ONLY_P2P, 2)].ok is False
+    assert grade({}, traced={0}).findings == []                         # rank 1's trace is missing
+    assert grade({}, calls=[call(0, ok=False), call(1, ok=False)]).findings == []   # wrong values: values' to say
+    (nothing,) = grade({}).findings
+    assert nothing.short.startswith("values arrived without any send you issued: a collective did the work "
+                                    "(world size 2: ranks 0, 1 got right values with 0 bytes sent to them in 1 "
+                                    "of 1 cases")
 
 
 # ---------------------------------------------------------------- compose

@@ -14,7 +14,7 @@ import pytest
 from labctl import verdict
 from labctl.blame import Findings
 from labctl.outcome import NodeOutcome, NodeState, RunState
-from labctl.record import FiredFault, RunRecord
+from labctl.record import FailedCheck, FiredFault, RunRecord
 from labctl.verdict import Collection, Cut, Ending, Evidence, Seen
 
 LABCTL = Path(__file__).resolve().parents[1] / "labctl"
@@ -114,6 +114,28 @@ def test_a_kill_fault_is_named_as_the_cause():
                                              fired, _found()))
     assert rec.first_failure.fault == "kill-node:1@2"
     assert rec.node_outcomes[1].reason == "killed by fault kill-node:1@2"
+
+
+def test_a_grade_made_after_the_finish_fails_only_a_passed_run():
+    """Rule 5 (`labctl exercise check`): the lab's end decides first; a grade never turns
+    a deadline, a signal or a failed rank into a pass, and fails a run that passed."""
+    both = [_ok(0), _ok(1)]
+    passed = _decide(Seen(Ending.ALL_ENDED, both), _found())
+    bad = verdict.Grade((FailedCheck("exercise", "only p2p", None, "values arrived ..."),), "x.py: values arrived")
+    rec = verdict.judge(passed, bad)
+    assert (rec.state, rec.message) == (RunState.FAILED, "x.py: values arrived")
+    assert rec.checks.failed == 1 and rec.checks.total == 5 and rec.failed_checks[-1].name == "only p2p"
+    assert passed.state is RunState.PASSED, "judge makes a new record"
+    assert verdict.judge(passed, verdict.Grade()).state is RunState.PASSED
+    for ending, state in ((Ending.DEADLINE, RunState.TIMEOUT), (Ending.SIGNAL, RunState.INTERRUPTED),
+                          (Ending.BACKEND_FAILURE, RunState.FAILED)):
+        ended = _decide(Seen(ending, both, "the driver's words"), _found())
+        for grade in (bad, verdict.Grade()):
+            assert verdict.judge(ended, grade).state is state
+            assert verdict.judge(ended, grade).message == "the driver's words"
+    cut = verdict.judge(passed, verdict.Grade(cut_by="SIGINT"))
+    assert (cut.state, cut.signal) == (RunState.INTERRUPTED, "SIGINT")
+    assert cut.message == "SIGINT cut the exercise's grade short; the lab itself had passed"
 
 
 def test_as_seen_now_reads_a_dead_controllers_run_as_abandoned():

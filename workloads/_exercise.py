@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 from . import _common, _trace
 from ._protocol import one_line
 from ._protocol.exercises import (ENV, EXERCISES, FLOAT_ATOL, FLOAT_RTOL, RECORD_CALL, RECORD_DEADLINE,
-                        RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_TIME, TIME_ELEMENTS,
+                        RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_THREADS, RECORD_TIME, TIME_ELEMENTS,
                         TIME_REPEATS, WORKLOAD, Case, Config, cases, worlds)
 
 EXIT_DEADLINE = 3
@@ -57,6 +57,7 @@ class Runner:
         self.files = files
         self.entry = 0                  # which of Config.exercises runs now: every record says so
         self.watchdog = Watchdog(files)
+        self.left: dict[threading.Thread, dict[str, Any]] = {}   # threads a call left running: which call
 
     # ------------------------------------------------------------ inputs
 
@@ -87,6 +88,7 @@ class Runner:
         dist.barrier()                  # every rank enters together: the deadline means the same
         what = {"entry": self.entry, "exercise": exercise, "world": world, "case": case.index,
                 "label": case.label}
+        before = set(threading.enumerate())
         begin = time.time_ns()
         with self.watchdog.armed(deadline, what):
             try:
@@ -95,7 +97,26 @@ class Runner:
                     self.torch.cuda.synchronize(self.device)
             except (Exception, SystemExit) as exc:      # noqa: BLE001 - the learner's, for labctl
                 self.raised(exc, what)
-        return begin, time.time_ns()
+        end = time.time_ns()
+        for t in set(threading.enumerate()) - before:
+            self.left.setdefault(t, what)
+        return begin, end
+
+    def threads_left(self) -> None:
+        """A record of the threads the learner's calls started that still run, not daemon:
+        the process cannot end while one does, so the lab's deadline will come. Not a
+        check (a thread that ends soon is no fault): labctl names them if the lab then
+        does not end."""
+        alive = [(t, what) for t, what in self.left.items() if t.is_alive() and not t.daemon]
+        if not alive:
+            return
+        t, what = alive[0]
+        target = getattr(t, "_target", None)        # threading's own, kept while the thread runs
+        _common.emit({"workload": WORKLOAD, "name": RECORD_THREADS, "rank": self.rank, "ok": True,
+                      "count": len(alive), "names": [x.name for x, _ in alive[:3]],
+                      "target": _qualname(target) if target is not None else None,
+                      "entry": what.get("entry"), "exercise": what.get("exercise"),
+                      "world": what.get("world"), "label": what.get("label")})
 
     def raised(self, exc: BaseException, what: dict[str, Any]) -> None:
         comm = _comm_error(exc)
@@ -350,6 +371,7 @@ class Runner:
             except Exception as exc:    # noqa: BLE001 - the runner's own op failed: a peer is gone
                 self.raised(exc, {**what, "in_runner": True})
         _common.emit({"workload": WORKLOAD, "name": RECORD_DONE, "rank": self.rank, "ok": True})
+        self.threads_left()
 
 
 # ---------------------------------------------------------------- the deadline
@@ -458,6 +480,12 @@ def _comm_error(exc: BaseException) -> bool:
 def _exception_line(exc: BaseException) -> str:
     text = one_line(str(exc), 300)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _qualname(fn: Any) -> str:
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return f"{module}.{name}" if module and module != "builtins" else str(name)
 
 
 def _num(x: Any) -> str:

@@ -36,6 +36,8 @@ RECORD_DEADLINE = "deadline"        # a call did not return in time (the rank ex
 RECORD_RAISED = "raised"            # the function raised (the rank exits right after)
 RECORD_LOAD = "load"                # the file could not be imported, or has no such function
 RECORD_DONE = "done"                # this rank ran every world it belongs to
+RECORD_THREADS = "threads"          # threads the function left running at the rank's end (not a check:
+                                    # the lab's end judges them; a non-daemon one keeps the rank alive)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,23 @@ def traffic(exercise: str, world: int, rank: int, size: int, itemsize: int) -> T
     return None
 
 
+def least_received(exercise: str, world: int, rank: int, size: int, itemsize: int,
+                   root: int | None = None) -> float | None:
+    """The bytes `rank` must receive in one call, by whatever p2p schedule: the data it
+    lacks, which only the other ranks hold (its own result depends on their inputs; a
+    relay or a reduction on the way does not shrink it). Right values with less than
+    this arrived some other way (a collective the trace does not see). None: not graded
+    so (average_gradients, where collectives are the point)."""
+    n, s = world, size * itemsize
+    if exercise in ("ring_allreduce", "naive_allreduce", "reduce_scatter"):
+        return float(s)                 # the others' sum (of its block): S bytes it cannot make
+    if exercise == "tree_broadcast":
+        return 0.0 if rank == root else float(s)
+    if exercise in ("ring_allgather", "all_to_all"):
+        return float((n - 1) * s)       # n - 1 blocks held by n - 1 other ranks
+    return None
+
+
 @dataclass
 class Call:
     """One RECORD_CALL as labctl reads it back (results.jsonl)."""
@@ -190,6 +209,7 @@ class Call:
     end_ns: int
     size: int
     itemsize: int
+    root: int | None = None         # a broadcast's src
 
     @classmethod
     def from_record(cls, r: dict) -> "Call":
@@ -197,4 +217,5 @@ class Call:
                    case=int(r["case"]), label=str(r.get("label", "")), ok=bool(r["ok"]),
                    detail=str(r.get("detail", "")), begin_ns=int(r["begin_ns"]),
                    end_ns=int(r["end_ns"]), size=int(r.get("size", 0)),
-                   itemsize=int(r.get("itemsize", 0)))
+                   itemsize=int(r.get("itemsize", 0)),
+                   root=int(r["root"]) if r.get("root") is not None else None)
