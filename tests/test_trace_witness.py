@@ -300,3 +300,36 @@ def test_the_clock_exchange_costs_one_bounded_wait_for_ranks_that_never_come(mon
     thread.join(timeout=60)
     assert len(answered) == _protocol.CLOCK_ROUNDS
     assert 2.5 < took < 3 + 30, took           # one bounded wait, not one per absent rank
+
+
+# ---------------------------------------------------------------- a forked child
+
+FORKS = """
+import os, sys
+from workloads import _trace
+_trace.open_channel()
+_trace._write({"k": "M", "rank": 0, "who": "parent before"})
+pid = os.fork()
+if pid == 0:
+    _trace._write({"k": "M", "rank": 0, "who": "child"})
+    os._exit(0)
+os.waitpid(pid, 0)
+_trace._write({"k": "M", "rank": 0, "who": "parent after"})
+print(pid)
+"""
+
+
+def test_a_forked_child_starts_with_no_recorder_state_and_writes_into_a_file_of_its_own(tmp_path):
+    """The child's records never land in the parent's mapped file (MAP_SHARED: they would)
+    and start with a header of their own. (Whether such a child of a gloo rank then exits,
+    hangs or aborts in torch's teardown is undefined: docs/trace.md, "A forked child".)"""
+    done = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, "LAB_TRACE_DIR": str(tmp_path), "RANK": "0"})
+    assert done.returncode == 0, done.stderr
+    child = done.stdout.split()[-1]
+    said = {p.name.split(".")[2]: [line for line, _ in trace._source_lines(p)] for p in tmp_path.glob("*.rec")}
+    assert len(said) == 2 and child in said, said           # rank-0.<t0>.<pid>.0000.rec, one per process
+    parent = next(pid for pid in said if pid != child)
+    who = {pid: [json.loads(x.split(b" ", 1)[1]).get("who") for x in lines] for pid, lines in said.items()}
+    assert who[parent] == [None, "parent before", "parent after"], said[parent]     # H, then its own
+    assert who[child] == [None, "child"], said[child]

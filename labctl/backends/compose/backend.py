@@ -512,7 +512,7 @@ class ComposeBackend(Backend):
         # any death of a rank, as on the local backend (the lab's user writes there, not root)
         records = local_records_dir(rundir.path)
         os.makedirs(records, exist_ok=True)
-        os.chmod(records, 0o1777)
+        os.chmod(records, 0o777)       # no sticky bit: whoever runs labctl may remove what the ranks wrote
         compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan, records))
         self._bind(BoundRun.of_plan(plan, Bound.STARTED, rundir),
                    _Project(plan.run_id, compose_file, os.getcwd()))
