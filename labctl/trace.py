@@ -102,13 +102,19 @@ def written_size(path: Path) -> int:
     return 0
 
 
+TORN = b"\0"                         # marks a record file's last line that has no end: torn
+
+
 def _source_lines(path: Path) -> Iterator[tuple[bytes, bool]]:
-    """The lines of a rank log, or of a record file up to what was written."""
+    """The lines of a rank log, or of a record file up to what was written. Every record
+    a rank writes ends in a newline: a record file's last line without one was cut short
+    by the rank's death, and is handed on with TORN at its end for the reader to name."""
     with open(path, "rb") as f:
-        if path.suffix == RECORD_FILE_SUFFIX:
-            yield from _lines(_Capped(f, written_size(path)))
-        else:
+        if path.suffix != RECORD_FILE_SUFFIX:
             yield from _lines(f)
+            return
+        for line, whole in _lines(_Capped(f, written_size(path))):
+            yield (line + TORN if whole and not line.endswith(b"\n") else line), whole
 
 
 def trim_record_files(run_path: str | Path) -> None:
@@ -353,7 +359,7 @@ class _RankReader:
                 at = raw.find(_MARKER_BYTES)
                 if at < 0:
                     continue
-                if b"\0" in raw:
+                if TORN in raw:
                     self.summary.torn.append(self.rank)
                     self.summary.problem(name, number, f"rank {self.rank}'s last record was cut short "
                                          "(the rank died while writing it): skipped")
@@ -793,12 +799,14 @@ def record_files(run_path: Path) -> dict[int, list[Path]]:
 
 
 def record_sources(run_path: str | Path) -> dict[int, list[Path]]:
-    """Where each rank's records are: its record files, then its log (a rank that had no
-    record folder sent them through its log stream: containers)."""
+    """Where each rank's records are: its record files when it has any (then its log is
+    its output and nothing else: a line there that looks like a record is something the
+    script printed, and the log is not read again), else its log (a rank without a record
+    folder sent them through its log stream: Kubernetes, a rendered compose file)."""
     run_path = Path(run_path)
     sources = record_files(run_path)
     for rank, log in rank_logs(run_path).items():
-        sources.setdefault(rank, []).append(log)
+        sources.setdefault(rank, [log])
     return sources
 
 

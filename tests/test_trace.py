@@ -439,18 +439,42 @@ def test_records_reach_the_lab_whatever_a_script_does_to_stdout(users_runs):
     assert (data / "rank0-stdout.txt").read_text() == "rank 0 starts\nrank 0 done\n"
 
 
-def test_a_broken_record_is_named_and_the_trace_still_written(users_runs):
-    """A record with bytes 1e309 (JSON's infinity): named, skipped; the merge goes on, at
-    the end of the run and in `labctl trace` (it ended in a traceback and no trace.json)."""
+def test_a_record_a_script_prints_is_its_output_not_a_record(users_runs):
+    """Rank 0 prints a line that looks like a record (bytes 1e309, JSON's infinity) to its
+    stdout. Its records are in its record file, so that line is its output: in its log,
+    not in the trace, not a bad record (before, the log was the records' channel and a
+    script could forge one); `labctl trace` reads the folder back the same."""
     runs, _ = users_runs
     out, _ = runs[True]
     _, meta = _events(out)
-    assert meta["bad_records"] == [f"{out / 'ranks' / 'rank-0.log'}:{_record_line(out, 0, '1e309')}: "
-                                   "trace record with an unusable bytes: inf"]
+    assert _record_line(out, 0, "1e309") > 0
+    assert meta["bad_records"] == [], meta["bad_records"]
     shown = labctl("trace", str(out), timeout=120)
     assert shown.returncode == 0 and "Traceback" not in shown.stdout + shown.stderr
-    assert "trace record with an unusable bytes: inf" in shown.stdout
+    assert "1e309" not in shown.stdout and "unusable" not in shown.stdout
     _well_formed(out)
+
+
+def test_a_bad_record_in_a_record_file_is_named_with_its_file_and_line_and_a_torn_one_as_torn(tmp_path):
+    """A record file is read as the merge reads a log: a bad record named by file and line,
+    the rest merged; the zeros past what a rank wrote are not lines; a last record cut
+    short by the rank's death (zeros inside it) is named as torn."""
+    run = tmp_path / "run"
+    (run / "records").mkdir(parents=True)
+    site = {"k": "S", "s": 1, "op": "all_reduce", "pg": "default_pg", "kind": "c", "bytes": 4,
+            "dtype": "float32", "shape": [1], "caller": "job.py:3"}
+    body = (_lines({"k": "H", "v": 2, "t0": 1_000_000, "pid": 7}, site) + "@@labctl-trace B 1 1 1 10\n"
+            + "@@labctl-trace E 1 20\n" + _lines({**site, "s": 2, "bytes": 1e309}) + "@@labctl-trace B 2 1 2 30\n")
+    (run / "records" / "rank-0.0000000000001000000.7.0000.rec").write_bytes(
+        body.encode() + b"@@labctl-trace E 2 4\0\0" + b"\0" * 4096)
+    summary = trace.merge(run, world=1)
+    problems = [str(p) for p in summary.problems]
+    name = run / "records" / "rank-0.0000000000001000000.7.0000.rec"
+    assert problems == [f"{name}:5: trace record with an unusable bytes: inf",
+                        f"{name}:7: rank 0's last record was cut short (the rank died while writing it): skipped"]
+    assert summary.ops == 2 and summary.unfinished == 1 and summary.torn == [0]
+    trace.trim_record_files(run)
+    assert name.read_bytes().endswith(b"@@labctl-trace E 2 4"), "cut to what was written"
 
 
 def _record_line(out: Path, rank: int, needle: str) -> int:
