@@ -20,6 +20,13 @@ from typing import Any, Mapping, TypedDict
 
 from .outcome import NodeOutcome, NodeState, RunState
 
+# The largest lab labctl runs (labctl/spec.py's MAX_WORLD, MAX_TOTAL_NODES,
+# MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
+# read against them, since a loop over a damaged status.json's world of 10^30 never ends.
+MAX_WORLD = 65_536
+MAX_TOTAL_NODES = 4_096
+MAX_NPROC_PER_NODE = 1_024
+
 
 class RecordDamaged(ValueError):
     """A status.json whose content is not a run record (one line saying what is wrong)."""

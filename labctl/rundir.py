@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from . import atomicfile, procs
+from . import atomicfile, procs, results as _results
 from .errors import LabError
 from .plan import LaunchPlan
 from .record import Controller, FiredFault, RecordDamaged, RunRecord
@@ -100,8 +100,9 @@ def folder_path(run_id: str, out: str | os.PathLike | None = None,
 
 
 def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
-    """A results.jsonl one record at a time (none when it is missing); a garbled line is
-    skipped with one warning. Also for a folder whose status.json cannot be read."""
+    """A results.jsonl one record at a time (none when it is missing); a garbled line, or
+    a record whose known fields have the wrong type (labctl/results.py), is skipped with
+    one warning. Also for a folder whose status.json cannot be read."""
     if not f.is_file():
         return
     with open(f, errors="replace") as lines:
@@ -112,8 +113,12 @@ def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
                 result = json.loads(line)
                 if not isinstance(result, dict):
                     raise ValueError("not a JSON object")
-            except ValueError as exc:
-                warn(f"{f}:{number}: skipped a garbled result line ({exc})")
+            except (ValueError, RecursionError) as exc:
+                warn(f"{f}:{number}: skipped a garbled result line ({str(exc)[:200]})")
+                continue
+            damage = _results.damage(result)
+            if damage:
+                warn(f"{f}:{number}: skipped {_results.who(result)}: {damage}")
                 continue
             yield result
 

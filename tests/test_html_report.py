@@ -501,6 +501,51 @@ def test_a_damaged_folder_s_page_opens_and_names_the_damage(tmp_path, chromium):
                for n in ops.values()) == island(run)["timeline"]["total"] > 0
 
 
+FORGES = """
+import json
+held = {"shape": [2], "dtype": "float32", "numel": 2, "values": [1.0, 2.0]}
+good = {"workload": "collectives", "name": "data", "ok": True, "call": "good-call", "op": "all_reduce",
+        "before": held, "after": held}
+print("@@labctl-result " + json.dumps(good), flush=True)
+print('@@labctl-result {"workload": "collectives", "name": "data", "ok": true, "call": "forged", "group": 5}',
+      flush=True)
+"""
+
+
+def test_one_forged_record_costs_itself_not_the_page(tmp_path, chromium):
+    """Issue 38: a script printing `"group": 5` in a data record made the page only "This
+    page could not draw itself: TypeError: r.group.join is not a function". The record is
+    now left out and named (page_data), and a view the script still cannot draw (data made
+    by hand, past the Python check) is a note in its place: every other section is drawn."""
+    script = tmp_path / "forges.py"
+    script.write_text(FORGES)
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "2", "--timeout", "60",
+                  "--out", str(out), timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    page = open_page(chromium, out)
+    _clean(page)
+    assert {"outcome", "topology", "data-collectives", "checks", "logs"} <= _sections(page)
+    assert page.js("[...document.querySelectorAll('figure.ba')].map(f => f.dataset.call)") == ["good-call"]
+    problems = page.js("[...document.querySelectorAll('#problems li')].map(li => li.textContent)")
+    assert sum("'group' should be a list of rank numbers" in p for p in problems) == 2, problems  # each rank's
+    # the page's script survives what the Python side did not stop
+    data = html.page_data(out)
+    (section,) = data["workloads"]
+    section["views"].insert(1, {"kind": "before_after", "id": "bad", "call": "bad", "title": "bad",
+                                "ranks": [{"rank": 0, "group": 5, "before": None, "after": None}]})
+    data["checks"] = {"per_workload": [{"workload": "x", "seconds": "slow"}]}
+    html.write(out, data)
+    page = open_page(chromium, out)
+    _clean(page)
+    assert {"outcome", "topology", "data-collectives", "checks", "logs"} <= _sections(page)
+    assert page.js("[...document.querySelectorAll('figure.ba')].map(f => f.dataset.call)") == ["good-call"]
+    problems = page.js("[...document.querySelectorAll('#problems li.draw-error')].map(li => li.textContent)")
+    assert len(problems) == 2 and "workload collectives's view bad could not be drawn: TypeError" in problems[0] \
+        and 'the section "Checks" could not be drawn' in problems[1], problems
+    assert page.js("document.querySelectorAll('main .draw-error').length") == 4    # 2 in place, 2 named
+
+
 def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):
     """c10d's rendezvous, not the node's index, decides which node gets ranks 0-1: without
     the env workload the node logs' `[rankN]:` prefixes say it (here node 0 ran 2 and 3)."""

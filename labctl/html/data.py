@@ -119,7 +119,8 @@ def _results(path: Path, problems: _Problems) -> list[dict]:
     if garbled:
         problems.extend(garbled[:10])
         if len(garbled) > 10:
-            problems.append(f"... and {len(garbled) - 10} more garbled result lines")
+            problems.append(f"... and {len(garbled) - 10} more result lines skipped (garbled or with "
+                            "a field of the wrong type)")
     return results
 
 

@@ -14,6 +14,18 @@
     "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d", "#499894", "#f1ce63", "#a0cbe8", "#bab0ac"];
 
   // ------------------------------------------------------------------ helpers
+  // What could not be drawn (data the page did not expect): named in the problems box,
+  // the rest of the page drawn all the same.
+  const drawErrors = [];
+  function drawn(id, title, build) {
+    try {
+      return build();
+    } catch (err) {
+      drawErrors.push(`the section "${title}" could not be drawn: ${err}`);
+      return h("section", { id }, h("h2", { text: title }),
+        h("p", { class: "bad draw-error", text: `This section could not be drawn: ${err}` }));
+    }
+  }
   function h(tag, attrs, ...kids) {
     const node = document.createElement(tag);
     setAttrs(node, attrs);
@@ -208,12 +220,24 @@
   function workloads() {
     const frag = [];
     for (const w of D.workloads || []) {
-      const sec = section(`data-${w.workload}`, `The data moving: ${w.workload}`);
-      sec.setAttribute("data-workload", w.workload);
-      for (const v of w.views) sec.appendChild(view(v));
-      frag.push(sec);
+      frag.push(drawn(`data-${w.workload}`, `The data moving: ${w.workload}`, () => {
+        const sec = section(`data-${w.workload}`, `The data moving: ${w.workload}`);
+        sec.setAttribute("data-workload", w.workload);
+        for (const v of w.views) sec.appendChild(drawnView(v, w.workload));
+        return sec;
+      }));
     }
     return frag;
+  }
+  // A figure that cannot draw itself costs itself: a note in its place, named above.
+  function drawnView(v, workload) {
+    try {
+      return view(v);
+    } catch (err) {
+      const what = `workload ${workload}'s view ${(v && (v.id || v.title || v.kind)) || "?"}`;
+      drawErrors.push(`${what} could not be drawn: ${err}`);
+      return h("p", { class: "bad draw-error", text: `(${what} could not be drawn: ${err})` });
+    }
   }
   function view(v) {
     switch (v.kind) {
@@ -895,14 +919,26 @@
   }
   try {
     // a hang's diagnosis first: it is what a person opening that page came for
-    const sections = [outcome(), hangSection(), topology(), ...workloads(), timelineSection(), totalsSection(), checksSection(), logsSection()].filter(Boolean);
+    const sections = [drawn("outcome", "Outcome", outcome), drawn("hang", "Where the ranks stopped", hangSection),
+      drawn("topology", "Where every rank runs", topology), ...workloads(),
+      drawn("timeline", "Timeline", timelineSection), drawn("totals", "Per-op totals", totalsSection),
+      drawn("checks", "Checks", checksSection), drawn("logs", "Logs and files", logsSection)].filter(Boolean);
+    if (drawErrors.length) {
+      let box = sections[0].querySelector("#problems");
+      if (!box) {
+        box = h("div", { class: "problems", id: "problems" },
+          h("b", { text: "What is missing or damaged in this run folder (the rest of the page is drawn from what is there):" }),
+          h("ul", {}));
+        sections[0].appendChild(box);
+      }
+      drawErrors.forEach((e) => box.querySelector("ul").appendChild(h("li", { class: "draw-error", text: e })));
+    }
     app.appendChild(sections[0]);
     app.appendChild(nav(sections.slice(1)));
     sections.slice(1).forEach((sec) => app.appendChild(sec));
     document.title = `Lab ${(D.run || {}).lab || "?"}: ${String((D.run || {}).state || "?").toUpperCase()} — labctl`;
     if (api.timeline) {
-      const tl = api.timeline;
-      tl.fit();
+      try { api.timeline.fit(); } catch (err) { drawErrors.push(`the timeline could not be drawn: ${err}`); }
     }
   } catch (err) {
     app.appendChild(h("pre", { class: "bad", text: "This page could not draw itself: " + err + "\nThe data is in the element #run-data." }));
