@@ -39,7 +39,7 @@ import yaml
 from . import atomicfile, procs, results as _results
 from .errors import LabError
 from .plan import LaunchPlan
-from .record import Controller, FiredFault, RecordDamaged, RunRecord
+from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .spec import LabSpec, dump, from_dict, out_refusal
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
@@ -187,7 +187,7 @@ class RunDir:
             raise FileNotFoundError(f"{path}: not a run folder (no status.json); "
                                     "runs live under runs/<lab>-<stamp>/")
         try:
-            record = RunRecord.from_json((path / "status.json").read_bytes())
+            record = RunRecord.read(path / "status.json")
         except RecordDamaged as exc:
             raise FolderRefused(f"{path}/status.json: {exc}; the run folder is damaged") from None
         return cls(path, record)
@@ -202,7 +202,7 @@ class RunDir:
     @cached_property
     def planned_nodes(self) -> list[PlannedNode]:
         """plan.json's nodes (index, hostname, ranks), read once."""
-        nodes = json.loads((self.path / "plan.json").read_text()).get("nodes", [])
+        nodes = json.loads(read_bounded(self.path / "plan.json", "plan.json")).get("nodes", [])
         return [PlannedNode(n["index"], n.get("hostname") or "",
                             tuple(p["rank"] for p in n.get("processes", []) if p.get("rank") is not None))
                 for n in nodes]

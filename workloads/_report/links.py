@@ -43,8 +43,16 @@ def _mine(results: list[dict], name: str) -> list[dict]:
 
 
 def environment(results: list[dict]) -> dict[str, Any]:
+    """The links_env record, when its nodes are a lab's (at most MAX_TOTAL_NODES, keyed by
+    node number): the tables loop over them twice, and a record may say anything."""
     envs = sorted(_mine(results, "links_env"), key=lambda r: r.get("rank", 0))
-    return envs[0] if envs else {}
+    env = envs[0] if envs else {}
+    nodes = env.get("nodes")
+    if nodes is not None and not (isinstance(nodes, dict) and len(nodes) <= MAX_TOTAL_NODES and all(
+            isinstance(k, str) and k.isdigit() and int(k) < MAX_TOTAL_NODES and isinstance(v, dict)
+            for k, v in nodes.items())):
+        return {}
+    return env
 
 
 def configured(env: dict[str, Any]) -> linkmod.Links | None:
