@@ -41,6 +41,7 @@ from .errors import LabError
 from .plan import LaunchPlan
 from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .spec import LabSpec, dump, from_dict, out_refusal
+from workloads._protocol import visible
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
 # A run folder on a disk with less free space than this is refused before the start
@@ -89,7 +90,7 @@ def now() -> str:
 
 
 def _warn(text: str) -> None:
-    print(f"warning: {text}", file=sys.stderr)
+    print(f"warning: {visible(text)}", file=sys.stderr)     # a result line's text: shown, not obeyed
 
 
 def folder_path(run_id: str, out: str | os.PathLike | None = None,
