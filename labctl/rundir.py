@@ -166,11 +166,11 @@ class RunDir:
 
     @classmethod
     def _write_new(cls, path: Path, plan: LaunchPlan) -> "RunDir":
+        cls._claim(path)
         for sub in ("nodes", "ranks", "rendered"):
             (path / sub).mkdir(parents=True, exist_ok=True)
         (path / "spec.yaml").write_text(dump(plan.spec))
         (path / "plan.json").write_text(plan.to_json())
-        (path / RESERVE_NAME).write_bytes(b"\0" * RESERVE_BYTES)
         st = os.stat(path)
         spec = plan.spec
         record = RunRecord(plan.run_id, spec.name, spec.backend, spec.launcher, spec.dist_backend,
@@ -179,6 +179,25 @@ class RunDir:
         run.__dict__["spec"] = spec
         run.save()
         return run
+
+    @staticmethod
+    def _claim(path: Path) -> None:
+        """Make the folder ours, atomically: the reserve file created with O_EXCL is the
+        claim, so of two labctls given the same --out at the same instant (both saw it
+        empty) one wins and the other is refused, having written and deleted nothing of
+        the winner's. Refused too when the folder filled between the look and the claim."""
+        path.mkdir(parents=True, exist_ok=True)
+        claim = path / RESERVE_NAME
+        try:
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise FolderRefused(f"run folder '{path}' was just taken by another labctl run "
+                                "(the same --out at the same time); choose another --out") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)
+        if set(os.listdir(path)) != {RESERVE_NAME}:      # another run's, whole, since the look
+            claim.unlink()                               # ours alone: nothing of theirs
+            raise FolderRefused(f"run folder '{path}' exists and is not empty; choose another --out")
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "RunDir":
