@@ -328,11 +328,59 @@ def test_the_default_lab_s_page_shows_every_rank_s_data_as_recorded(default_lab,
     agree = page.js("[...document.querySelectorAll('#ddp-compare tbody tr')].map(r => r.textContent)")
     assert len(agree) == 2 and all("yesyes" in row for row in agree), agree
     _shot(page, "report-default.png", until="#family-broadcast")
-    # `labctl report --format html` writes the same page again and prints its path
+    # `labctl report --format html` writes the same page again and prints its path; its
+    # island holds what the ranks recorded (it compared the island with itself)
+    written = island(run)["workloads"]
     (run / "report.html").unlink()
     done = labctl("report", str(run), "--format", "html", timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == str(run / "report.html"), done.stderr
-    assert island(run)["workloads"] == island(run)["workloads"] and (run / "report.html").stat().st_size > 50_000
+    again = island(run)["workloads"]
+    assert again == written and (run / "report.html").stat().st_size > 50_000
+    assert _island_values(again) == _recorded_values(results)
+
+
+def _island_values(workloads: list[dict]) -> dict:
+    """(workload, call, rank, phase) -> the values the island carries for the page."""
+    out = {}
+    for section in workloads:
+        for v in section["views"]:
+            for fig in v.get("views", []) if v["kind"] == "group" else [v]:
+                if fig["kind"] == "before_after":
+                    for r in fig["ranks"]:
+                        out[(section["workload"], fig["call"], r["rank"], "before")] = flat(r["before"])
+                        out[(section["workload"], fig["call"], r["rank"], "after")] = flat(r["after"])
+                elif fig["kind"] == "messages":
+                    for m in fig["messages"]:
+                        out[(section["workload"], fig["id"], m["src"], f"sent to {m['dst']} hop {m['hop']}")] = \
+                            flat(m["sent"])
+                        out[(section["workload"], fig["id"], m["dst"], f"got from {m['src']} hop {m['hop']}")] = \
+                            flat(m["received"])
+                elif fig["kind"] == "lines":
+                    for series in fig["series"]:
+                        out[(section["workload"], fig["id"], series["name"])] = [p[1] for p in series["points"]]
+    return out
+
+
+def _recorded_values(results: list[dict]) -> dict:
+    """The same keys from results.jsonl's data records: what the ranks recorded."""
+    out = {}
+    for r in results:
+        if r["name"] != DATA:
+            continue
+        if r["workload"] == "collectives":
+            out[("collectives", r["call"], r["rank"], "before")] = flat(r["before"])
+            out[("collectives", r["call"], r["rank"], "after")] = flat(r["after"])
+        elif r["workload"] == "p2p":
+            way = (f"sent to {r['peer']} hop {r.get('hop')}" if r["op"] in ("send", "isend")
+                   else f"got from {r['peer']} hop {r.get('hop')}")
+            out[("p2p", r["call"], r["rank"], way)] = flat(r["tensor"])
+        elif r["workload"] == "ddp" and r["op"] == "train":
+            chart = f"ddp-loss-{r['run']}"
+            out[("ddp", chart, f"rank {r['rank']} (its slice)")] = r["local_loss"]
+            out[("ddp", chart, "mean over ranks")] = r["mean_loss"]
+            if r.get("reference_loss"):
+                out[("ddp", chart, "one process, whole batch")] = r["reference_loss"]
+    return out
 
 
 @pytest.mark.slow
