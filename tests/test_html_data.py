@@ -76,3 +76,90 @@ def test_a_record_with_a_wrong_type_in_a_known_field_is_left_out_and_named(tmp_p
 def test_a_page_whose_records_are_all_good_names_no_problem(tmp_path):
     run = write_folder(tmp_path / "run", world=2, nodes=1, results=_good())
     assert html.page_data(run)["problems"] == []
+
+
+# ---------------------------------------------------------------- each section's reading
+
+TRACEBACK = ["Traceback (most recent call last):", '  File "/t/train.py", line 9, in <module>',
+             "    step()", "    ~~~~^^", "ValueError: lr -0.1"]
+
+
+def test_the_quote_is_the_last_traceback_from_header_to_exception(tmp_path):
+    from labctl.html import data as datamod
+
+    log = tmp_path / "rank-1.log"
+    log.write_text("\n".join(["[rank1]: " + x for x in ["Traceback (most recent call last):", "old: 1", *TRACEBACK,
+                                                        "after the exception"]]) + "\n")
+    assert datamod.last_traceback(log) == TRACEBACK
+    long = ["Traceback (most recent call last):", *[f'  File "/t/a.py", line {i}, in f' for i in range(100)],
+            "RuntimeError: deep"]
+    log.write_text("\n".join(long) + "\n")
+    quote = datamod.last_traceback(log)
+    assert len(quote) == datamod.MAX_QUOTE_LINES and quote[0] == long[0] and quote[-1] == "RuntimeError: deep"
+    assert quote[1] == f"  ... ({len(long) - datamod.MAX_QUOTE_LINES} lines left out)"
+    log.write_text("no traceback here\n")
+    assert datamod.last_traceback(log) is None
+
+
+def test_the_failure_box_quotes_the_failing_rank_s_log_and_a_passed_run_has_none(tmp_path):
+    run = write_folder(tmp_path / "run", world=2, nodes=1, state="failed", message="rank 1 ...",
+                       first_failure={"rank": 1, "node": 0, "exit_code": 1,
+                                      "error": {"exception": "ValueError: lr -0.1", "file": str(tmp_path / "t.py"),
+                                                "line": 2}})
+    (tmp_path / "t.py").write_text("import x\nraise ValueError('lr -0.1')\n")
+    (run / "ranks" / "rank-1.log").write_text("\n".join(TRACEBACK) + "\n")
+    failure = html.page_data(run)["failure"]
+    assert failure["text"] == f"rank 1 on node 0 exited with code 1: ValueError: lr -0.1 at {tmp_path / 't.py'}:2"
+    assert failure["quote"] == TRACEBACK and failure["quote_rank"] == 1
+    assert failure["code"] == "raise ValueError('lr -0.1')"
+    assert html.page_data(write_folder(tmp_path / "ok", world=2, nodes=1))["failure"] is None
+    timeout = write_folder(tmp_path / "timeout", world=2, nodes=1, state="timeout", message="")
+    assert html.page_data(timeout)["failure"] == {"text": "the run ended timeout", "rank": None, "quote": None}
+
+
+def test_missing_rank_logs_are_named_twenty_at_most_and_the_list_is_cut(tmp_path):
+    run = write_folder(tmp_path / "run", world=300, nodes=1, state="failed")
+    for r in range(1, 300):
+        (run / "ranks" / f"rank-{r}.log").unlink()
+    data = html.page_data(run)
+    (said,) = [p for p in data["problems"] if p.startswith("rank logs missing")]
+    assert said.startswith("rank logs missing: ranks/rank-1.log, ranks/rank-2.log") and said.endswith(" and 279 more")
+    assert len(data["logs"]["ranks"]) == 256 and data["logs"]["ranks"][0]["bytes"] == 0
+    assert data["logs"]["ranks"][1]["bytes"] is None
+
+
+def test_the_facts_say_the_state_as_seen_now_and_the_script_with_its_arguments(tmp_path):
+    run = write_folder(tmp_path / "run", world=2, nodes=1, state="running",
+                       controller={"pid": 2 ** 22 + 12345, "host": __import__("socket").gethostname(),
+                                   "start_ticks": 1})
+    (run / "spec.yaml").write_text("name: lab\nscript: /t/train.py\nscript_args: [--lr, 3]\ntrace: true\n")
+    facts = html.page_data(run)["run"]
+    assert facts["state"] == "abandoned" and facts["recorded_state"] == "running"
+    assert facts["script"] == {"path": "/t/train.py", "args": ["--lr", "3"]} and facts["trace"] is True
+    assert facts["init_method"] == "env://" and facts["replicas"] == 1
+
+
+def test_a_hang_s_stacks_put_the_main_thread_first_and_are_cut_past_the_bound(tmp_path):
+    from labctl.html import data as datamod
+
+    run = write_folder(tmp_path / "run", world=2, nodes=1, state="timeout", checks={"total": 0},
+                       stacks={"0": {"file": "/t/a.py", "line": 3, "function": "f", "call": "barrier"}})
+    (run / "stacks").mkdir()
+    (run / "stacks" / "rank-0.txt").write_text("Thread 0x1 (most recent call first):\n  File \"x\", line 1 in w\n\n"
+                                               "Current thread 0x2 (most recent call first):\n  File \"/t/a.py\", line 3 in f\n")
+    (run / "stacks" / "rank-1.txt").write_text("Current thread 0x3:\n" + "  x\n" * datamod.MAX_STACK_CHARS)
+    hang = html.page_data(run)["hang"]
+    assert [s["rank"] for s in hang["stacks"]] == [0, 1] and hang["collective"] is None
+    zero, one = hang["stacks"]
+    assert [t["name"] for t in zero["threads"]] == ["Current thread 0x2 (most recent call first)",
+                                                    "Thread 0x1 (most recent call first)"]
+    assert zero["where"]["call"] == "barrier" and not zero["cut"] and one["cut"]
+    assert html.page_data(write_folder(tmp_path / "ok", world=2, nodes=1))["hang"] is None
+
+
+def test_a_missing_results_file_and_a_missing_trace_of_a_traced_lab_are_named(tmp_path):
+    run = write_folder(tmp_path / "run", world=2, nodes=1, trace=True)
+    (run / "results.jsonl").unlink()
+    problems = html.page_data(run)["problems"]
+    assert "results.jsonl is missing: no checks or data to show" in problems
+    assert "trace.json is missing: the lab was traced but no timeline was written" in problems
