@@ -163,3 +163,22 @@ def test_a_missing_results_file_and_a_missing_trace_of_a_traced_lab_are_named(tm
     problems = html.page_data(run)["problems"]
     assert "results.jsonl is missing: no checks or data to show" in problems
     assert "trace.json is missing: the lab was traced but no timeline was written" in problems
+
+
+def test_a_links_run_s_page_has_the_pair_matrix_the_topology_and_the_slow_node(tmp_path):
+    """Issue 38: a links run's pair matrix and slow node were in report.md only."""
+    from test_links_workload import records
+
+    run = write_folder(tmp_path / "run", world=3, nodes=3, results=records())
+    (section,) = html.page_data(run)["workloads"]
+    assert section["workload"] == "links"
+    views = {v["id"]: v for v in section["views"]}
+    assert list(views) == ["links-topology", "links-matrix", "links-directions", "links-verdict"]
+    assert views["links-topology"]["rows"] == [[0, "lab-0", "unshaped"], [1, "lab-1", "unshaped"],
+                                               [2, "lab-2", "100 Mbit/s"]]
+    matrix = views["links-matrix"]
+    assert matrix["kind"] == "matrix" and matrix["labels"] == ["node 0", "node 1", "node 2"]
+    assert matrix["texts"][0] == ["—", "20,000", "95"] and matrix["cells"][0][0] is None
+    assert sorted(map(tuple, matrix["marked"])) == [(0, 2), (1, 2), (2, 0), (2, 1)]     # the slow pairs
+    assert "Node 2 is slow: every pair it is in is slow (its link is configured at 100 Mbit/s)" \
+        in views["links-verdict"]["text"] and "**" not in views["links-verdict"]["text"]

@@ -594,6 +594,22 @@ def test_one_forged_record_costs_itself_not_the_page(tmp_path, chromium):
     assert page.js("document.querySelectorAll('main .draw-error').length") == 4    # 2 in place, 2 named
 
 
+def test_a_links_run_s_page_draws_the_pair_matrix_with_the_slow_pairs_ringed(tmp_path, chromium):
+    from test_links_workload import records
+
+    run = write_folder(tmp_path / "run", world=3, nodes=3, results=records())
+    html.write(run)
+    page = open_page(chromium, run)
+    _clean(page)
+    assert "data-links" in _sections(page)
+    cells = page.js("""[...document.querySelectorAll('#links-matrix td')].map(t =>
+        [+t.dataset.src, +t.dataset.dst, t.textContent, t.classList.contains('slow')])""")
+    assert [c[2] for c in cells] == ["—", "20,000", "95", "20,000", "—", "95", "95", "95", "—"]
+    assert sorted((a, b) for a, b, _, slow in cells if slow) == [(0, 2), (1, 2), (2, 0), (2, 1)]
+    assert "Node 2 is slow" in page.js("document.getElementById('links-verdict').textContent")
+    assert page.js("document.querySelectorAll('#links-topology tbody tr').length") == 3
+
+
 def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):
     """c10d's rendezvous, not the node's index, decides which node gets ranks 0-1: without
     the env workload the node logs' `[rankN]:` prefixes say it (here node 0 ran 2 and 3)."""

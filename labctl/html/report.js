@@ -251,6 +251,7 @@
       case "before_after": return beforeAfter(v);
       case "messages": return messagesView(v);
       case "lines": return linesView(v);
+      case "matrix": return matrixView(v);
       default: return h("p", { class: "muted", text: `(a view of kind ${v.kind} this page cannot draw)` });
     }
   }
@@ -337,6 +338,28 @@
   function arrowDefs(id) {
     return s("defs", {}, s("marker", { id: `arrow-${id}`, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
       s("path", { d: "M0,0 L10,5 L0,10 z", fill: "context-stroke" })));
+  }
+
+  // A square heat map (row sends to column): each cell shaded by its share of the largest,
+  // the marked ones (slow pairs) ringed.
+  function matrixView(v) {
+    const top = Math.max(0, ...v.cells.flat().filter((x) => typeof x === "number" && isFinite(x)));
+    const marked = new Set(v.marked.map(([i, j]) => `${i},${j}`));
+    return h("div", { class: "view-table matrix", id: v.id || null },
+      h("h3", { text: v.title }), v.caption ? h("p", { class: "caption", text: v.caption }) : null,
+      h("table", {},
+        h("thead", {}, h("tr", {}, h("th", { text: "from \\ to" }), v.labels.map((l) => h("th", { text: l })))),
+        h("tbody", {}, v.labels.map((label, i) => h("tr", {}, h("th", { text: label }),
+          v.labels.map((_, j) => {
+            const value = v.cells[i][j];
+            const share = typeof value === "number" && top > 0 ? value / top : null;
+            return h("td", {
+              class: "num" + (marked.has(`${i},${j}`) ? " bad slow" : ""), "data-src": i, "data-dst": j,
+              style: share === null ? null : `background: rgba(36, 87, 197, ${(0.08 + 0.6 * share).toFixed(3)})`,
+              title: share === null ? null : `${Math.round(100 * share)} % of the fastest pair`,
+              text: String(v.texts[i][j] === null || v.texts[i][j] === undefined ? "" : v.texts[i][j]),
+            });
+          }))))));
   }
 
   // A line chart in SVG (log or linear axes), for loss curves and bench sweeps.
