@@ -382,3 +382,51 @@ def test_a_reader_that_goes_away_ends_labctl_quietly(tmp_path):
         assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr
         assert done.returncode in (0, 141), (args, done.returncode)
     assert _reader_goes_away("logs", str(run.path)).returncode == 141, "a write failed: as cat"
+
+
+def test_a_signal_stops_labctl_down_with_one_line_of_what_was_done_and_left(tmp_path):
+    """Issue 38: `labctl down` stopped by SIGTERM exited 143 with no line. Here it waits for
+    a live labctl (held with SIGSTOP so that it cannot stop its lab) when SIGTERM comes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import LABCTL, REPO
+
+    script = tmp_path / "hang.py"
+    script.write_text("import time\nprint('hanging', flush=True)\ntime.sleep(600)\n")
+    out = tmp_path / "run"
+    up = subprocess.Popen([*LABCTL, "up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "1",
+                           "--timeout", "300", "--out", str(out)], cwd=REPO, text=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    down = None
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "nodes" / "node-0.log").is_file() and "hanging" in (out / "nodes" / "node-0.log").read_text()):
+            assert time.monotonic() < deadline and up.poll() is None, "the lab never ran"
+            time.sleep(0.1)
+        os.kill(up.pid, signal.SIGSTOP)
+        down = subprocess.Popen([*LABCTL, "down", "--force", str(out)], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        said = ""
+        while "asking its labctl" not in said:          # its first line: it waits for that labctl now
+            line = down.stderr.readline()
+            assert line, "labctl down ended before it asked"
+            said += line
+        down.send_signal(signal.SIGTERM)
+        stdout, rest = down.communicate(timeout=60)
+        assert down.returncode == 143 and stdout == ""
+        (line,) = rest.splitlines()
+        assert line == (f"error: interrupted (SIGTERM) while waiting for its labctl (pid {up.pid}) to stop the "
+                        "lab: its labctl was asked to stop the lab (SIGTERM); nothing was saved or deleted here; "
+                        "left: the lab, until its labctl has stopped it and written the folder; "
+                        f"`labctl down --force {out}` again finishes it"), line
+    finally:
+        os.kill(up.pid, signal.SIGCONT)
+        up.wait(timeout=120)                 # it got the SIGTERM: it stops its lab and writes the folder
+        if down is not None and down.poll() is None:
+            down.kill()
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted"
+    assert_nothing_left(status["run_id"])
