@@ -182,3 +182,57 @@ def test_a_links_run_s_page_has_the_pair_matrix_the_topology_and_the_slow_node(t
     assert sorted(map(tuple, matrix["marked"])) == [(0, 2), (1, 2), (2, 0), (2, 1)]     # the slow pairs
     assert "Node 2 is slow: every pair it is in is slow (its link is configured at 100 Mbit/s)" \
         in views["links-verdict"]["text"] and "**" not in views["links-verdict"]["text"]
+
+
+# ---------------------------------------------------------------- trace.json, damaged
+
+def _traced(tmp_path: Path) -> tuple[Path, bytes]:
+    from html_support import synthetic_trace
+
+    run = write_folder(tmp_path / "run", world=4, nodes=2, trace=True)
+    synthetic_trace(run / "trace.json", 50, world=4, nodes=2)
+    return run, (run / "trace.json").read_bytes()
+
+
+def test_a_trace_cut_after_its_events_or_in_its_end_is_said_to_be_cut(tmp_path):
+    """Issue 38: a trace.json cut after its last event (its metadata lost: the missing ranks,
+    the clocks) drew with no word on the page."""
+    run, whole = _traced(tmp_path)
+    assert [p for p in html.page_data(run)["problems"] if "trace" in p] == []
+    lines = whole.split(b"\n")
+    end = lines.index(b"],")
+    for cut in (b"\n".join(lines[:end + 1]) + b"\n",          # after `],`
+                whole[:-20],                                    # in the metadata line
+                whole[:-2]):                                    # without the file's last brace
+        (run / "trace.json").write_bytes(cut)
+        data = html.page_data(run)
+        said = [p for p in data["problems"] if "trace" in p]
+        assert len(said) == 1 and said[0].startswith("trace.json is cut short at line ") \
+            and "after its events" in said[0], said
+        assert data["timeline"]["total"] == 50                  # every event is still drawn
+    array = b"\n".join([b"[", *lines[1:end], b"]"]) + b"\n"   # the array form: `]` ends it
+    (run / "trace.json").write_bytes(array)
+    assert [p for p in html.page_data(run)["problems"] if "trace" in p] == []
+    (run / "trace.json").write_bytes(array[:-2])
+    assert any("cut short" in p for p in html.page_data(run)["problems"])
+
+
+def test_an_event_at_an_absurd_or_non_finite_time_is_skipped_and_named(tmp_path):
+    """Issue 38: `ts: 1e308` made the page's timeline NaN (its range 1e308 µs)."""
+    run, whole = _traced(tmp_path)
+    lines = whole.split(b"\n")
+    bad = []
+    for value in (b"1e308", b"NaN", b"-Infinity"):
+        i = next(k for k, line in enumerate(lines) if line.startswith(b'{"ph":"X"') and k not in bad)
+        lines[i] = lines[i].replace(b'"ts":', b'"ts":' + value + b',"was":', 1)
+        bad.append(i)
+    i = next(k for k, line in enumerate(lines) if line.startswith(b'{"ph":"X"') and k not in bad)
+    lines[i] = lines[i].replace(b'"dur":', b'"dur":1e300,"was":', 1)
+    (run / "trace.json").write_bytes(b"\n".join(lines))
+    data = html.page_data(run)
+    (said,) = [p for p in data["problems"] if "trace" in p]
+    assert said.startswith("trace.json: 4 event(s) with a time that is not finite or past 1e+17 µs skipped") \
+        and "ts 1e+308" in said, said
+    timeline = data["timeline"]
+    assert timeline["total"] == 46 and timeline["end_us"] < 1e6
+    assert all(abs(t) < 1e6 for t in timeline["slices"]["ts"])

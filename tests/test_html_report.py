@@ -610,6 +610,44 @@ def test_a_links_run_s_page_draws_the_pair_matrix_with_the_slow_pairs_ringed(tmp
     assert page.js("document.querySelectorAll('#links-topology tbody tr').length") == 3
 
 
+def test_a_hang_without_stacks_has_no_stacks_heading(tmp_path, chromium):
+    """Issue 38: a failure page without stacks showed the stacks' heading over nothing."""
+    stuck = {"pg": "default_pg", "seq": 3, "op": "all_reduce", "waiting": [0], "missing": [1],
+             "last": {"0": "#3 all_reduce", "1": "#2 all_reduce"}, "text": "rank 1 never entered it"}
+    run = write_folder(tmp_path / "run", world=2, nodes=1, state="timeout",
+                       first_failure={"rank": None, "node": None, "exit_code": None, "hang": True,
+                                      "collective": {"text": "rank 1 never entered all_reduce #3", "stuck": [stuck]}})
+    html.write(run)
+    page = open_page(chromium, run)
+    _clean(page)
+    assert page.js("document.querySelectorAll('#hang .stuck').length") == 1
+    assert page.js("document.getElementById('stacks')") is None
+    assert "stack" not in page.js("[...document.querySelectorAll('#hang h3')].map(x => x.textContent).join()")
+
+
+def test_the_timeline_zooms_and_pans_within_the_trace_only(tmp_path, chromium):
+    """Issue 38: zooming out went on past the trace's range into empty time."""
+    synthetic_run(tmp_path / "run", 400, world=4, nodes=2)
+    html.write(tmp_path / "run")
+    page = open_page(chromium, tmp_path / "run")
+    _clean(page)
+    tl = "window.labctlReport.timeline"
+    full = page.js(f"{tl}.visibleRange()")
+    assert full[0] == 0
+    for _ in range(5):
+        page.js(f"{tl}.zoom(4)")
+    assert page.js(f"{tl}.visibleRange()") == full                 # all of it, no more
+    page.js(f"{tl}.zoom(0.1)")
+    page.js(f"{tl}.setRange(-1e9, -1e9 + ({full[1]} / 10))")      # panned far before the start
+    start, end = page.js(f"{tl}.visibleRange()")
+    assert start == 0 and abs((end - start) - full[1] / 10) < 1e-6
+    page.js(f"{tl}.setRange({full[1]} * 5, {full[1]} * 5.1)")      # far past the end
+    start, end = page.js(f"{tl}.visibleRange()")
+    assert abs(end - full[1]) < 1e-6 and start > 0
+    page.js(f"{tl}.setRange(NaN, Infinity)")
+    assert page.js(f"{tl}.visibleRange()") == full
+
+
 def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):
     """c10d's rendezvous, not the node's index, decides which node gets ranks 0-1: without
     the env workload the node logs' `[rankN]:` prefixes say it (here node 0 ran 2 and 3)."""

@@ -609,10 +609,14 @@
     X(t) { const w = this.width - this.labelW - 8; return this.labelW + ((t - this.t0) / (this.t1 - this.t0)) * w; }
     Tof(x) { const w = this.width - this.labelW - 8; return this.t0 + ((x - this.labelW) / w) * (this.t1 - this.t0); }
     setRange(a, b) {
+      // clamped to the trace: never wider than all of it, never panned past either end
+      // (it zoomed out without end into empty time before)
       const full = this.endUs * 1.02, minSpan = 0.5;
-      if (b - a < minSpan) { const c = (a + b) / 2; a = c - minSpan / 2; b = c + minSpan / 2; }
-      if (b - a > full * 1.5) { a = -full * 0.25; b = full * 1.25; }
-      this.t0 = a; this.t1 = b;
+      if (!isFinite(a) || !isFinite(b)) { a = 0; b = full; }
+      let span = Math.min(Math.max(b - a, minSpan), full);
+      const c = (a + b) / 2;
+      a = Math.min(Math.max(c - span / 2, 0), full - span);
+      this.t0 = a; this.t1 = a + span;
       this.schedule();
     }
     zoom(f, at) {
@@ -854,11 +858,12 @@
       left.appendChild(h("p", { class: "muted", text: "No stuck collective was named (stacks only)." }));
     }
     if (c && c.p2p && c.p2p.length) left.appendChild(h("ul", { id: "stuck-p2p" }, c.p2p.map((p) => h("li", { text: p }))));
-    const right = h("div", { class: "hang-right", id: "stacks" },
-      h("h3", { text: "Each rank's stack (the main thread first; its innermost frame in your code marked)" }));
-    for (const st of g.stacks) right.appendChild(stackBox(st));
-    if (g.more_stacks) right.appendChild(h("p", { class: "muted", text: `... and ${g.more_stacks} more ranks' stacks in stacks/` }));
-    sec.appendChild(h("div", { class: "hang-grid" }, left, right));
+    // each rank's stack, when labctl took them (none: no heading over nothing)
+    const right = g.stacks && g.stacks.length ? h("div", { class: "hang-right", id: "stacks" },
+      h("h3", { text: "Each rank's stack (the main thread first; its innermost frame in your code marked)" }),
+      g.stacks.map(stackBox),
+      g.more_stacks ? h("p", { class: "muted", text: `... and ${g.more_stacks} more ranks' stacks in stacks/` }) : null) : null;
+    sec.appendChild(h("div", { class: "hang-grid" + (right ? "" : " no-stacks") }, left, right));
     return sec;
   }
   function stuckBox(st) {
