@@ -172,3 +172,13 @@ def test_the_stacks_table_says_where_each_rank_was_and_whether_it_had_exited(tmp
     lines = text.splitlines()
     assert lines[2] == f"| 0 | exited -9 | (no frame in user code) |  | {run.path}/stacks/rank-0.txt |"
     assert lines[3] == f"| 1 | running when asked | /t/a.py:3 in f | barrier | {run.path}/stacks/rank-1.txt |"
+
+
+def test_a_page_that_is_a_folder_is_named_as_the_page_not_its_tmp(tmp_path):
+    """Issue 38: `labctl report RUN --format html` with report.html a folder said
+    `'.../report.html.tmp': Is a directory`."""
+    run = write_folder(tmp_path / "run", world=2, nodes=1)
+    (run / "report.html").mkdir()
+    done = labctl("report", str(run), "--format", "html", timeout=120)
+    assert done.returncode == 1 and done.stderr == f"error: '{run}/report.html': Is a directory\n", done.stderr
+    assert not list(run.glob("*.tmp"))
