@@ -192,13 +192,15 @@ def live_controller(run: RunDir) -> int | None:
     return int(ctl.pid)
 
 
-def _stop_controller(run: RunDir, pid: int, progress: Progress) -> None:
-    """SIGTERM to the live labctl: it stops its lab and writes the folder itself."""
+def _stop_controller(run: RunDir, pid: int, progress: Progress, asked: Callable[[], None] = lambda: None) -> None:
+    """SIGTERM to the live labctl: it stops its lab and writes the folder itself (`asked`:
+    called once the signal is sent)."""
     progress(f"run {run.record.run_id}: asking its labctl (pid {pid}) to stop it (SIGTERM)")
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
+    asked()
     end = time.monotonic() + CONTROLLER_EXIT_S
     while time.monotonic() < end and not run.controller_gone():
         time.sleep(0.1)
@@ -267,11 +269,13 @@ def _down(run: RunDir, discard_logs: bool, progress: Progress, force: bool,
                               f"stop it there (Ctrl-C, or kill -INT {pid}), or use "
                               "`labctl down --force` to stop it from here")
     if pid is not None:
-        step.now(f"waiting for its labctl (pid {pid}) to stop the lab",
-                 f"its labctl was asked to stop the lab (SIGTERM); nothing was saved or deleted here",
-                 "the lab, until its labctl has stopped it and written the folder")
         step.force = True
-        _stop_controller(run, pid, progress)
+        step.now(f"asking its labctl (pid {pid}) to stop the lab", "nothing was asked, saved or deleted",
+                 "the lab and its labctl, running")
+        _stop_controller(run, pid, progress, asked=lambda: step.now(
+            f"waiting for its labctl (pid {pid}) to stop the lab",
+            "its labctl was asked to stop the lab (SIGTERM); nothing was saved or deleted here",
+            "the lab, until its labctl has stopped it and written the folder"))
         step.force = False
     backend = backend or backends.create(run.record.backend, progress, options)
     backend.attach(run)

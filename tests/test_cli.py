@@ -409,20 +409,22 @@ def test_a_signal_stops_labctl_down_with_one_line_of_what_was_done_and_left(tmp_
         os.kill(up.pid, signal.SIGSTOP)
         down = subprocess.Popen([*LABCTL, "down", "--force", str(out)], cwd=REPO, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        said = ""
-        while "asking its labctl" not in said:          # its first line: it waits for that labctl now
-            line = down.stderr.readline()
-            assert line, "labctl down ended before it asked"
-            said += line
+        # the event: the held labctl has down's SIGTERM pending (it cannot act on it yet)
+        while not _pending(up.pid, signal.SIGTERM):
+            assert time.monotonic() < deadline and down.poll() is None, "labctl down never asked its labctl"
+            time.sleep(0.05)
         down.send_signal(signal.SIGTERM)
         stdout, rest = down.communicate(timeout=60)
         assert down.returncode == 143 and stdout == ""
-        (line,) = rest.splitlines()
+        progress, line = rest.splitlines()        # its progress line, then the one error line
+        assert progress.endswith(f"asking its labctl (pid {up.pid}) to stop it (SIGTERM)")
         assert line == (f"error: interrupted (SIGTERM) while waiting for its labctl (pid {up.pid}) to stop the "
                         "lab: its labctl was asked to stop the lab (SIGTERM); nothing was saved or deleted here; "
                         "left: the lab, until its labctl has stopped it and written the folder; "
                         f"`labctl down --force {out}` again finishes it"), line
     finally:
+        if not _pending(up.pid, signal.SIGTERM):
+            up.terminate()                   # the test failed before down asked it: it stops all the same
         os.kill(up.pid, signal.SIGCONT)
         up.wait(timeout=120)                 # it got the SIGTERM: it stops its lab and writes the folder
         if down is not None and down.poll() is None:
@@ -430,3 +432,13 @@ def test_a_signal_stops_labctl_down_with_one_line_of_what_was_done_and_left(tmp_
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "interrupted"
     assert_nothing_left(status["run_id"])
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether `signum` waits to be delivered to process `pid` (/proc: SigPnd, ShdPnd)."""
+    try:
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    except OSError:
+        return False
+    mask = 1 << (signum - 1)
+    return any(int(fields.get(k, "0").strip(), 16) & mask for k in ("SigPnd", "ShdPnd"))
