@@ -21,7 +21,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     try:
         with open(tmp, mode, **kwargs) as f:
             yield f
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:      # the error names the file asked for, not its .tmp
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
         try:
             tmp.unlink()

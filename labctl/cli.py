@@ -21,7 +21,7 @@ import click
 from . import backends as backend_registry
 from . import spec as specmod
 from .errors import Interrupted, LabError
-from workloads._protocol import one_line
+from workloads._protocol import one_line, visible
 
 EXIT_SPEC = 2
 
@@ -140,8 +140,15 @@ class Choice(click.Choice):
 
 
 def fail(message: str, code: int = 1) -> None:
-    click.echo(f"error: {message}", err=True)
+    say(f"error: {message}", err=True)
     sys.exit(code)
+
+
+def say(text: str, err: bool = False, nl: bool = True) -> None:
+    """Print text that may hold a rank's (an exception, a check's detail, a report): its
+    control characters shown, not obeyed (workloads._protocol.visible); `labctl logs`
+    alone prints what ranks wrote as they wrote it."""
+    click.echo(visible(text, keep="\n\t"), err=err, nl=nl)
 
 
 def exit_for(exc: BaseException) -> tuple[str, int] | None:
@@ -392,7 +399,7 @@ def _spec_and_options(spec_file, script_args, flags, notes: bool = True):
 
 
 def _progress(quiet: bool):
-    return (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    return (lambda line: None) if quiet else (lambda line: say(line, err=True))
 
 
 def _failure_line(run, what: str = "lab") -> str:
@@ -449,7 +456,7 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
                                 progress=progress, options=options)
         passed, section = _preflight_table(checked)
         if not passed:
-            click.echo(section)
+            say(section)
             fail(f"{_preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
         progress(f"preflight passed in {checked.record.seconds or 0:.1f} s ({checked.path})")
     run = lab.up(spec, progress=progress, options=options)
@@ -462,7 +469,7 @@ def _report_and_exit(run) -> None:
     from .outcome import INTERRUPT_EXIT
 
     try:
-        click.echo(report.markdown(run))
+        say(report.markdown(run))
     except OSError:
         pass                          # the terminal is gone (SIGHUP); the report is in the folder
     if not run.record.ok:
@@ -492,7 +499,7 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     spec, options = _spec_and_options(spec_file, script_args, flags, notes=False)
     run = lab.preflight(spec, out=spec.out, progress=_progress(quiet), options=options)
     passed, section = _preflight_table(run)
-    click.echo(section)
+    say(section)
     if not passed:
         fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.record.signal or "", 1))
     click.echo(f"preflight passed in {run.record.seconds or 0:.1f} s; report: {run.path / 'report.md'}")
@@ -532,7 +539,7 @@ def collect(backend_name, run_id, out, no_wait, timeout, delete, **options) -> N
 
     options = _options_for(backend_name, options)
     run = lab.collect(backend_name, run_id, out=out, wait=not no_wait, timeout=timeout,
-                      delete=delete, progress=lambda line: click.echo(line, err=True), options=options)
+                      delete=delete, progress=lambda line: say(line, err=True), options=options)
     _report_and_exit(run)
 
 
@@ -605,7 +612,7 @@ def report(run, fmt) -> None:
         data = html.page_data(folder)
         page = html.write(folder, data)
         for problem in data["problems"]:
-            click.echo(f"note: {problem}", err=True)
+            say(f"note: {problem}", err=True)
         click.echo(str(page))
         return
     r = _open_run(run)
@@ -614,8 +621,8 @@ def report(run, fmt) -> None:
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         fail(f"{r.path}/status.json is damaged ({type(exc).__name__}: {str(exc)[:120]}); "
              "no report can be made from it", EXIT_SPEC)
-    click.echo(text, nl=False)
-    for path in reportmod.write_files(r, lambda line: click.echo(line, err=True)):
+    say(text, nl=False)
+    for path in reportmod.write_files(r, lambda line: say(line, err=True)):
         click.echo(f"plot: {path}", err=True)
 
 
@@ -639,8 +646,8 @@ def down(run, discard_logs, force, **options) -> None:
 
     r = _open_run(run)
     options = _options_for(r.record.backend, options)
-    click.echo(lab.down(r, discard_logs=discard_logs, force=force,
-                        progress=lambda line: click.echo(line, err=True), options=options))
+    say(lab.down(r, discard_logs=discard_logs, force=force,
+                 progress=lambda line: say(line, err=True), options=options))
 
 
 @main.command()
@@ -657,11 +664,11 @@ def stacks(run, **options) -> None:
 
     r = _open_run(run)
     options = _options_for(r.record.backend, options)
-    where = lab.stacks(r, progress=lambda line: click.echo(line, err=True), options=options)
+    where = lab.stacks(r, progress=lambda line: say(line, err=True), options=options)
     if not where:
         fail(f"no rank printed a stack (ranks started before labctl could ask, or not Python?); "
              f"see {r.path / 'nodes'}")
-    click.echo(report.stacks_table(where, r))
+    say(report.stacks_table(where, r))
 
 
 @main.command("trace")
@@ -675,7 +682,7 @@ def trace_cmd(run, png) -> None:
 
     r = _open_run(run)
     summary = trace.merge(r.path, world=r.record.world_size, hostnames=r.hostnames)
-    click.echo(trace.text(summary))
+    say(trace.text(summary))
     if summary.empty:
         sys.exit(1)
     if png:
@@ -745,11 +752,11 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
                                options=_options_for(spec.backend, backend_flags), signals=signals)
         said = ex.answer(run, grades)
         try:
-            click.echo(ex.text(grades, run))
+            say(ex.text(grades, run))
             if said.passed:
-                click.echo(said.line)
+                say(said.line)
             else:
-                click.echo(f"error: {said.line}", err=True)
+                say(f"error: {said.line}", err=True)
         except OSError:
             pass                            # the terminal is gone (SIGHUP); the grade is in status.json
     if not said.passed:
@@ -792,7 +799,7 @@ def predict(run, world_size, sizes, fmt) -> None:
     """
     from . import report
 
-    click.echo(report.predict(_open_run(run), world_size, list(sizes) or None, fmt), nl=False)
+    say(report.predict(_open_run(run), world_size, list(sizes) or None, fmt), nl=False)
 
 
 @main.command()
@@ -804,7 +811,7 @@ def compare(run_a, run_b, fmt) -> None:
     """Compare the measurements of two runs (bench: B/A ratio per operation and size)."""
     from . import report
 
-    click.echo(report.compare(_open_run(run_a), _open_run(run_b), fmt), nl=False)
+    say(report.compare(_open_run(run_a), _open_run(run_b), fmt), nl=False)
 
 
 if __name__ == "__main__":

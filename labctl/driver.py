@@ -269,6 +269,7 @@ class Session:
         self.reading: LogReading | None = None     # live logs: split as they grow
         self.signals = signals or _Signals()
         self.own_signals = signals is None        # else the caller installed them and keeps them
+        self.fault_notes: list[str] = []          # faults that never fired, and why (status.json notes)
 
     def elapsed(self) -> float:
         return round(self.clock() - self.t0, 3)
@@ -427,16 +428,44 @@ class Session:
         self.say(f"[{now - t0:6.1f}s] fault {fault.text} ({phase}): {did}")
 
     def end_faults(self) -> None:
-        """End the faults still active: a frozen or cut-off node cannot be stopped. Say
-        so when the join clock never started (its faults never fired)."""
+        """End the faults still active: a frozen or cut-off node cannot be stopped. Say, in
+        a note each (status.json, the report), which faults never fired and why: the lab
+        ended before their time, their target never came, or the clock never started."""
         faults, spec = self.faults, self.plan.spec
         if faults.started_at is None and faults.events and spec.fault_clock == "join":
             never = ", ".join(sorted({e[2].text for e in faults.events}))
             self.say(f"the fault clock never started (fault_clock: join): not every rank said it "
                      f"joined its process group; not fired: {never}")
+        self.fault_notes += self.unfired()
+        for note in self.fault_notes:
+            self.say(f"note: {note}")
         for fault in list(self.faults.active):
             self.fire(fault.at + (fault.duration or 0), fault, "end",
                       note="ended early: the lab ended")
+
+    def unfired(self) -> list[str]:
+        """One line per fault whose begin never fired (a fault used to go silently)."""
+        faults, now = self.faults, self.clock()
+        lab_s = now - self.t0
+        notes = []
+        for at, fault, phase in faults.waiting:
+            if phase == "begin":
+                notes.append(f"fault {fault.text} never fired: it was due at {at:g} s, but its target "
+                             f"never appeared (the lab ended at {lab_s:.1f} s)")
+        for at, _, fault, phase in faults.events:
+            if phase != "begin":
+                continue
+            if faults.started_at is None:
+                why = ("not every rank said it joined its process group" if self.plan.spec.fault_clock == "join"
+                       else "not every node started")
+                notes.append(f"fault {fault.text} never fired: the fault clock never started ({why}; "
+                             f"the lab ended at {lab_s:.1f} s)")
+            else:
+                clock = now - faults.started_at
+                notes.append(f"fault {fault.text} never fired: it was scheduled at {at:g} s on the fault "
+                             f"clock, and the lab ended at {clock:.1f} s on it ({lab_s:.1f} s after labctl "
+                             "started the lab)")
+        return notes
 
     # -- run: a lab started here -------------------------------------------------------
 
@@ -537,7 +566,7 @@ class Session:
 
     def run_result(self, finished: _Finished) -> RunResult:
         """What was seen, with how the cleanup went (the state is verdict.decide's)."""
-        notes = finished.notes
+        notes = self.fault_notes + finished.notes
         collection = (Collection.CUT if finished.cut_by is not None else
                       Collection.FAILED if finished.failure else Collection.COLLECTED)
         if collection is Collection.COLLECTED and self.signals.deferred and self.interrupted_by is None:

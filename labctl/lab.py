@@ -11,8 +11,8 @@ from typing import Callable
 
 from . import backends, driver, finish
 from .backends.base import Backend, BackendOptions
-from .errors import LabError
-from .outcome import NodeState
+from .errors import Interrupted, LabError
+from .outcome import INTERRUPT_EXIT, NodeState
 from .plan import LaunchPlan, new_run_id, plan
 from .record import Collected
 from .rundir import RunDir, folder_path
@@ -194,13 +194,15 @@ def live_controller(run: RunDir) -> int | None:
     return int(ctl.pid)
 
 
-def _stop_controller(run: RunDir, pid: int, progress: Progress) -> None:
-    """SIGTERM to the live labctl: it stops its lab and writes the folder itself."""
+def _stop_controller(run: RunDir, pid: int, progress: Progress, asked: Callable[[], None] = lambda: None) -> None:
+    """SIGTERM to the live labctl: it stops its lab and writes the folder itself (`asked`:
+    called once the signal is sent)."""
     progress(f"run {run.record.run_id}: asking its labctl (pid {pid}) to stop it (SIGTERM)")
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
+    asked()
     end = time.monotonic() + CONTROLLER_EXIT_S
     while time.monotonic() < end and not run.controller_gone():
         time.sleep(0.1)
@@ -224,31 +226,79 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     is alive is refused (that labctl stops it on Ctrl-C); `force` asks that
     labctl to stop (SIGTERM) and then cleans up what is left. `backend`: an instance of
     the run's backend to use instead of a new one (tests: one on a fake cluster).
+    SIGINT, SIGTERM or SIGHUP stop it with one line (`DownInterrupted`): what was done,
+    what is left; it once died silently with 143.
     """
+    step = _DownStep(run)
+    with driver.signals_raise() as signals:
+        try:
+            return _down(run, discard_logs, progress, force, options, backend, signals, step)
+        except Interrupted as exc:
+            raise step.interrupted(exc.signal) from None
+
+
+class DownInterrupted(LabError):
+    """`labctl down` stopped by a signal: one line, the signal's exit status (130, 143, 129)."""
+
+
+@dataclasses.dataclass
+class _DownStep:
+    """Where `labctl down` is, for the one line a signal gets: what is done, what is left."""
+    run: RunDir
+    doing: str = "looking at the run"
+    done: str = "nothing was saved, stopped or deleted"
+    left: str = "the run as it was"
+
+    def now(self, doing: str, done: str, left: str) -> None:
+        self.doing, self.done, self.left = doing, done, left
+
+    force: bool = False
+
+    def interrupted(self, sig: str) -> LabError:
+        flag = " --force" if self.force else ""
+        again = f"`labctl down{flag} {self.run.path}` again finishes it" if self.left != "nothing" else ""
+        error = DownInterrupted(f"interrupted ({sig}) while {self.doing}: {self.done}; left: {self.left}"
+                                + (f"; {again}" if again else ""))
+        error.exit_code = INTERRUPT_EXIT.get(sig, 130)
+        return error
+
+
+def _down(run: RunDir, discard_logs: bool, progress: Progress, force: bool,
+          options: BackendOptions | None, backend: Backend | None, signals, step: _DownStep) -> str:
     pid = live_controller(run)
     if pid is not None and not force:
         raise ControllerAlive(f"run {run.record.run_id} is still run by labctl pid {pid}; "
                               f"stop it there (Ctrl-C, or kill -INT {pid}), or use "
                               "`labctl down --force` to stop it from here")
     if pid is not None:
-        _stop_controller(run, pid, progress)
+        step.force = True
+        step.now(f"asking its labctl (pid {pid}) to stop the lab", "nothing was asked, saved or deleted",
+                 "the lab and its labctl, running")
+        _stop_controller(run, pid, progress, asked=lambda: step.now(
+            f"waiting for its labctl (pid {pid}) to stop the lab",
+            "its labctl was asked to stop the lab (SIGTERM); nothing was saved or deleted here",
+            "the lab, until its labctl has stopped it and written the folder"))
+        step.force = False
     backend = backend or backends.create(run.record.backend, progress, options)
     backend.attach(run)
     finished = run.record.ended and not run.record.logs_uncollected
     if not backend.alive():
         note = ""
         if not finished:
+            step.now("writing down the run (nothing of it runs)", "nothing was deleted",
+                     "the run folder's status.json and report, not yet finished")
             try:
-                _finalize_abandoned(run, backend, progress, save=False)
+                _finalize_abandoned(run, backend, progress, save=False, signals=signals)
             except OSError as exc:          # a full or read-only folder: still clean up
                 note = f" (the run folder could not be written: {run.storage_error(exc)})"
-        return backend.delete() + note
+        return _delete(backend, signals, step, note)
     if finished:                  # its logs are in the folder already (e.g. `labctl collect`)
-        return backend.delete()
+        return _delete(backend, signals, step)
     if discard_logs:
-        return backend.delete() + " (logs discarded: --discard-logs)"
+        return _delete(backend, signals, step, " (logs discarded: --discard-logs)")
+    step.now("saving the logs", "nothing was deleted", "the lab (still running) and its logs, not saved")
     try:
-        _finalize_abandoned(run, backend, progress, save=True)
+        _finalize_abandoned(run, backend, progress, save=True, signals=signals, step=step)
     except OSError as exc:
         exc = run.storage_error(exc)
         raise LabError(f"could not save the logs of run {run.record.run_id} ({exc}); "
@@ -256,11 +306,28 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     except LabError as exc:
         raise LabError(f"could not save the logs of run {run.record.run_id} ({exc}); "
                        "nothing was deleted (use --discard-logs to delete anyway)") from None
-    done = backend.delete()
+    step.now("deleting the lab", f"the logs were saved into {run.path}", "the lab, not yet deleted")
+    if signals.deferred:            # a signal during the protected finish: stop before deleting
+        raise Interrupted(signals.deferred[0])
+    done = _delete(backend, signals, step)
     return f"saved the logs into {run.path} (report: {run.path / 'report.md'}); {done}"
 
 
-def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save: bool) -> None:
+def _delete(backend: Backend, signals, step: _DownStep, note: str = "") -> str:
+    """backend.delete() with signals deferred (a half-deleted lab helps nobody); a signal
+    that came meanwhile is said once it is done."""
+    if signals.deferred:
+        raise Interrupted(signals.deferred[0])
+    signals.raising = False
+    done = backend.delete() + note
+    if signals.deferred:
+        step.now("deleting the lab", f"{step.done}; {done}" if "saved" in step.done else done, "nothing")
+        raise Interrupted(signals.deferred[0])
+    return done
+
+
+def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save: bool,
+                        signals=None, step: _DownStep | None = None) -> None:
     """Collect what exists of a run nobody finished, and write it down as abandoned
     (a run whose labctl ended without every log keeps its state and node outcomes)."""
     rec = run.record
@@ -268,6 +335,9 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
     outcomes = (list(rec.node_outcomes) if uncollected else []) or backend.poll()
     if save:
         backend.collect(run, strict=True)
+        if step is not None:
+            step.now("finishing the run folder", f"the logs were saved into {run.path}; nothing was deleted",
+                     "the lab, not deleted; the run folder's status.json and report, unfinished")
     for o in outcomes:
         if not o.state.ended:
             o.state, o.reason = NodeState.STOPPED, "still running when `labctl down` stopped it"
@@ -281,9 +351,10 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
                     "nodes wrote and stopped them" if not rec.ended else rec.message,
                     abandoned=True)
         previous = None
-    with driver.signals_raise() as signals:     # the finish is protected as `up`'s is
-        signals.raising = False
+    with driver.signals_raise(signals) as signals:     # the finish is protected as `up`'s is
+        raising, signals.raising = signals.raising, False
         finish.finish(run, seen, progress, signals, previous=previous)
+        signals.raising = raising
 
 
 def stacks(run: RunDir, progress: Progress = print,

@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, TypedDict
 
 from .outcome import NodeOutcome, NodeState, RunState
+
+# The largest lab labctl runs (labctl/spec.py's MAX_WORLD, MAX_TOTAL_NODES,
+# MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
+# read against them, since a loop over a damaged status.json's world of 10^30 never ends.
+MAX_WORLD = 65_536
+MAX_TOTAL_NODES = 4_096
+MAX_NPROC_PER_NODE = 1_024
+# status.json (and plan.json) are read no further than this: the largest lab's record
+# (65,536 ranks' exit codes and errors) is a few tens of MB, its plan under 10 MB.
+MAX_RECORD_BYTES = 64 << 20
 
 
 class RecordDamaged(ValueError):
@@ -371,12 +382,29 @@ class RunRecord:
         return rec
 
     @classmethod
+    def read(cls, path: "os.PathLike[str] | str") -> "RunRecord":
+        """status.json at `path`, read no further than MAX_RECORD_BYTES (RecordDamaged
+        past it: a damaged or hostile file, not a run record)."""
+        return cls.from_json(read_bounded(path, "status.json"))
+
+    @classmethod
     def from_json(cls, text: str | bytes) -> "RunRecord":
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise RecordDamaged(f"unreadable ({str(exc)[:200]})") from None
         return cls.from_dict(data)
+
+
+def read_bounded(path: "os.PathLike[str] | str", what: str, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """A run folder's JSON file, at most `limit` bytes of it (RecordDamaged past that)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise RecordDamaged(f"larger than {size}, the most a {what} may be "
+                            "(docs/limits.md)")
+    return data
 
 
 def _put(d: dict[str, Any], key: str, value: Any) -> None:
@@ -392,7 +420,7 @@ def _node_outcome(n: Mapping[str, Any]) -> NodeOutcome:
 # status.json's fields that code reads, and the JSON type each must have when present
 _STATUS_TYPES: dict[str, type | tuple[type, ...]] = {
     "state": str, "run_id": str, "lab": str, "backend": str, "launcher": str,
-    "message": str, "nodes": int, "nproc_per_node": int, "world_size": int,
+    "message": str,
     "node_outcomes": list, "rank_exit_codes": dict, "rank_errors": dict, "failed_ranks": list,
     "ranks_without_output": list, "first_failure": dict, "faults": list, "leftovers": list,
     "notes": list, "stacks": dict, "checks": dict, "failed_checks": list, "controller": dict,
@@ -432,10 +460,48 @@ def status_damage(meta: Any) -> str | None:
     for f in meta.get("faults") or []:
         if not all(k in f for k in FiredFault.REQUIRED):
             return "a fault record without its fault, kind, target, phase, did or lab_s"
-    for k in _IDENTITY[5:]:
-        if k in meta and not isinstance(meta[k], int):
-            return f"'{k}' should be a number"
+    for k, most in _SIZES.items():
+        if k in meta and not (_whole(meta[k]) and 1 <= meta[k] <= most):
+            return f"'{k}' should be a whole number from 1 to {most:,} (docs/limits.md), found {_shown(meta[k])}"
     for k in ("rank_exit_codes", "rank_errors", "stacks"):
-        if not all(str(x).lstrip("-").isdigit() for x in meta.get(k) or {}):
-            return f"'{k}' should be keyed by rank numbers"
+        if not all(str(x).isdigit() and int(str(x)) < MAX_WORLD for x in meta.get(k) or {}):
+            return f"'{k}' should be keyed by rank numbers (0 to {MAX_WORLD - 1:,})"
+        if len(meta.get(k) or {}) > MAX_WORLD:
+            return f"'{k}' should hold at most {MAX_WORLD:,} ranks"
+    for k in ("failed_ranks", "ranks_without_output"):
+        if not all(_rank(x) for x in meta.get(k) or []) or len(meta.get(k) or []) > MAX_WORLD:
+            return f"'{k}' should hold at most {MAX_WORLD:,} rank numbers (0 to {MAX_WORLD - 1:,})"
+    outcomes = meta.get("node_outcomes") or []
+    if len(outcomes) > MAX_TOTAL_NODES or not all(0 <= n["index"] < MAX_TOTAL_NODES for n in outcomes):
+        return f"'node_outcomes' should hold at most {MAX_TOTAL_NODES:,} nodes (0 to {MAX_TOTAL_NODES - 1:,})"
+    for k in ("rank", "symptom_rank", "peer_rank"):
+        if first.get(k) is not None and not _rank(first[k]):
+            return f"'first_failure.{k}' should be a rank number (0 to {MAX_WORLD - 1:,}), found {_shown(first[k])}"
+    if first.get("node") is not None and not (_whole(first["node"]) and 0 <= first["node"] < MAX_TOTAL_NODES):
+        return f"'first_failure.node' should be a node number (0 to {MAX_TOTAL_NODES - 1:,})"
+    for k in ("ranks", "nodes"):
+        if first.get(k) is not None and not (isinstance(first[k], list) and len(first[k]) <= MAX_WORLD
+                                             and all(_whole(x) and 0 <= x < MAX_WORLD for x in first[k])):
+            return f"'first_failure.{k}' should be a list of at most {MAX_WORLD:,} numbers"
+    checks = meta.get("checks") or {}
+    if not all(_whole(checks.get(k, 0)) and checks.get(k, 0) >= 0 for k in ("total", "failed", "skipped")):
+        return "'checks' should count with whole numbers"
     return None
+
+
+# the sizes a run folder's readers loop over: bounded as a lab is (labctl/spec.py)
+_SIZES = {"nodes": MAX_TOTAL_NODES, "nproc_per_node": MAX_NPROC_PER_NODE, "world_size": MAX_WORLD}
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rank(value: Any) -> bool:
+    return _whole(value) and 0 <= value < MAX_WORLD
+
+
+def _shown(value: Any) -> str:
+    """A value in an error line, never longer than a few words (a 10^30 or a 50 MB string)."""
+    text = json.dumps(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 24 else text[:20] + "..."

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from workloads._protocol import DATA, WORKLOAD_DONE
+from workloads._protocol import DATA, WORKLOAD_DONE, visible
 
 from .outcome import NodeState, RunState
 from .record import RunRecord, where as _where
@@ -250,7 +250,9 @@ def markdown(run: RunDir) -> str:
     if (run.path / PAGE_FILE).is_file():
         parts.append(f"Page: {run.path / PAGE_FILE} (open it in a browser; it needs no network)")
     parts.append("")
-    return "\n".join(parts)
+    # a rank's text (its exception, a check's detail, a hook's table of its records) is
+    # shown, not obeyed, wherever report.md is read: a terminal, `cat`, a Markdown viewer
+    return visible("\n".join(parts), keep="\n\t")
 
 
 def fault_timeline(m: RunRecord) -> str:

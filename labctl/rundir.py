@@ -36,11 +36,12 @@ from typing import Any, Iterator
 
 import yaml
 
-from . import atomicfile, procs
+from . import atomicfile, procs, results as _results
 from .errors import LabError
 from .plan import LaunchPlan
-from .record import Controller, FiredFault, RecordDamaged, RunRecord
+from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .spec import LabSpec, dump, from_dict, out_refusal
+from workloads._protocol import visible
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
 # A run folder on a disk with less free space than this is refused before the start
@@ -89,7 +90,7 @@ def now() -> str:
 
 
 def _warn(text: str) -> None:
-    print(f"warning: {text}", file=sys.stderr)
+    print(f"warning: {visible(text)}", file=sys.stderr)     # a result line's text: shown, not obeyed
 
 
 def folder_path(run_id: str, out: str | os.PathLike | None = None,
@@ -100,8 +101,9 @@ def folder_path(run_id: str, out: str | os.PathLike | None = None,
 
 
 def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
-    """A results.jsonl one record at a time (none when it is missing); a garbled line is
-    skipped with one warning. Also for a folder whose status.json cannot be read."""
+    """A results.jsonl one record at a time (none when it is missing); a garbled line, or
+    a record whose known fields have the wrong type (labctl/results.py), is skipped with
+    one warning. Also for a folder whose status.json cannot be read."""
     if not f.is_file():
         return
     with open(f, errors="replace") as lines:
@@ -112,8 +114,12 @@ def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
                 result = json.loads(line)
                 if not isinstance(result, dict):
                     raise ValueError("not a JSON object")
-            except ValueError as exc:
-                warn(f"{f}:{number}: skipped a garbled result line ({exc})")
+            except (ValueError, RecursionError) as exc:
+                warn(f"{f}:{number}: skipped a garbled result line ({str(exc)[:200]})")
+                continue
+            damage = _results.damage(result)
+            if damage:
+                warn(f"{f}:{number}: skipped {_results.who(result)}: {damage}")
                 continue
             yield result
 
@@ -160,11 +166,11 @@ class RunDir:
 
     @classmethod
     def _write_new(cls, path: Path, plan: LaunchPlan) -> "RunDir":
+        cls._claim(path)
         for sub in ("nodes", "ranks", "rendered"):
             (path / sub).mkdir(parents=True, exist_ok=True)
         (path / "spec.yaml").write_text(dump(plan.spec))
         (path / "plan.json").write_text(plan.to_json())
-        (path / RESERVE_NAME).write_bytes(b"\0" * RESERVE_BYTES)
         st = os.stat(path)
         spec = plan.spec
         record = RunRecord(plan.run_id, spec.name, spec.backend, spec.launcher, spec.dist_backend,
@@ -174,6 +180,25 @@ class RunDir:
         run.save()
         return run
 
+    @staticmethod
+    def _claim(path: Path) -> None:
+        """Make the folder ours, atomically: the reserve file created with O_EXCL is the
+        claim, so of two labctls given the same --out at the same instant (both saw it
+        empty) one wins and the other is refused, having written and deleted nothing of
+        the winner's. Refused too when the folder filled between the look and the claim."""
+        path.mkdir(parents=True, exist_ok=True)
+        claim = path / RESERVE_NAME
+        try:
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise FolderRefused(f"run folder '{path}' was just taken by another labctl run "
+                                "(the same --out at the same time); choose another --out") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)
+        if set(os.listdir(path)) != {RESERVE_NAME}:      # another run's, whole, since the look
+            claim.unlink()                               # ours alone: nothing of theirs
+            raise FolderRefused(f"run folder '{path}' exists and is not empty; choose another --out")
+
     @classmethod
     def open(cls, path: str | os.PathLike) -> "RunDir":
         """An existing run folder; a damaged status.json is one clear error (exit 2)."""
@@ -182,7 +207,7 @@ class RunDir:
             raise FileNotFoundError(f"{path}: not a run folder (no status.json); "
                                     "runs live under runs/<lab>-<stamp>/")
         try:
-            record = RunRecord.from_json((path / "status.json").read_bytes())
+            record = RunRecord.read(path / "status.json")
         except RecordDamaged as exc:
             raise FolderRefused(f"{path}/status.json: {exc}; the run folder is damaged") from None
         return cls(path, record)
@@ -197,7 +222,7 @@ class RunDir:
     @cached_property
     def planned_nodes(self) -> list[PlannedNode]:
         """plan.json's nodes (index, hostname, ranks), read once."""
-        nodes = json.loads((self.path / "plan.json").read_text()).get("nodes", [])
+        nodes = json.loads(read_bounded(self.path / "plan.json", "plan.json")).get("nodes", [])
         return [PlannedNode(n["index"], n.get("hostname") or "",
                             tuple(p["rank"] for p in n.get("processes", []) if p.get("rank") is not None))
                 for n in nodes]

@@ -676,6 +676,53 @@ def test_down_deletes_nothing_when_the_logs_cannot_be_saved(tmp_path):
     assert RunDir.open(rundir.path).status["state"] == "running"      # not written down as done
 
 
+def test_down_stopped_by_a_signal_while_saving_the_logs_says_so_and_deletes_nothing(tmp_path):
+    """Issue 38: an interrupted `labctl down` exited 143 with no line. Ctrl-C while it reads
+    the pods' logs: one line (what was done, what is left), 130, nothing deleted."""
+    import signal
+
+    state = FakeState(exit_codes={0: None, 1: None})
+    p, rundir = _dead_controller_run(tmp_path, state)
+    core = FakeCoreV1Api(state)
+
+    def interrupted_log(name, namespace, container, **_kw):
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("the signal should have stopped the read")
+    core.read_namespaced_pod_log = interrupted_log
+    cluster = backend.Cluster(core, FakeBatchV1Api(state), FakeNetworkingV1Api(state), NS, "fake-context")
+    before = {kind: sorted(objs) for kind, objs in state.objects.items()}
+    with pytest.raises(LabError) as err:
+        lab.down(rundir, progress=lambda line: None, backend=backend.K8sBackend(cluster=cluster))
+    assert str(err.value) == ("interrupted (SIGINT) while saving the logs: nothing was deleted; left: the lab "
+                              f"(still running) and its logs, not saved; `labctl down {rundir.path}` again "
+                              "finishes it")
+    assert err.value.exit_code == 130
+    assert {kind: sorted(objs) for kind, objs in state.objects.items()} == before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler      # its handler is gone
+
+
+def test_down_stopped_by_a_signal_while_deleting_finishes_deleting_and_says_so(tmp_path):
+    import signal
+
+    state = FakeState(exit_codes={0: None, 1: None})
+    p, rundir = _dead_controller_run(tmp_path, state)
+    k8s_backend = backend.K8sBackend(cluster=fake_cluster(state))
+    delete = k8s_backend.delete
+
+    def delete_interrupted():
+        os.kill(os.getpid(), signal.SIGTERM)            # deferred: a half-deleted lab helps nobody
+        return delete()
+    k8s_backend.delete = delete_interrupted
+    with pytest.raises(LabError) as err:
+        lab.down(rundir, progress=lambda line: None, backend=k8s_backend)
+    text = str(err.value)
+    assert text.startswith(f"interrupted (SIGTERM) while deleting the lab: the logs were saved into {rundir.path}; "
+                           f"deleted 3 object(s) in namespace {NS}") and text.endswith("; left: nothing"), text
+    assert err.value.exit_code == 143
+    assert all(not objs for objs in state.objects.values())
+    assert RunDir.open(rundir.path).status["state"] == "abandoned"
+
+
 # ---- labctl collect: labs that kubectl applied ---------------------------------------
 def kubectl_apply(state: FakeState, p) -> None:
     """`kubectl apply -f` of `labctl render k8s`: the rendered objects, as rendered."""

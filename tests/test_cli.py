@@ -382,3 +382,63 @@ def test_a_reader_that_goes_away_ends_labctl_quietly(tmp_path):
         assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr
         assert done.returncode in (0, 141), (args, done.returncode)
     assert _reader_goes_away("logs", str(run.path)).returncode == 141, "a write failed: as cat"
+
+
+def test_a_signal_stops_labctl_down_with_one_line_of_what_was_done_and_left(tmp_path):
+    """Issue 38: `labctl down` stopped by SIGTERM exited 143 with no line. Here it waits for
+    a live labctl (held with SIGSTOP so that it cannot stop its lab) when SIGTERM comes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import LABCTL, REPO
+
+    script = tmp_path / "hang.py"
+    script.write_text("import time\nprint('hanging', flush=True)\ntime.sleep(600)\n")
+    out = tmp_path / "run"
+    up = subprocess.Popen([*LABCTL, "up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "1",
+                           "--timeout", "300", "--out", str(out)], cwd=REPO, text=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    down = None
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "nodes" / "node-0.log").is_file() and "hanging" in (out / "nodes" / "node-0.log").read_text()):
+            assert time.monotonic() < deadline and up.poll() is None, "the lab never ran"
+            time.sleep(0.1)
+        os.kill(up.pid, signal.SIGSTOP)
+        down = subprocess.Popen([*LABCTL, "down", "--force", str(out)], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # the event: the held labctl has down's SIGTERM pending (it cannot act on it yet)
+        while not _pending(up.pid, signal.SIGTERM):
+            assert time.monotonic() < deadline and down.poll() is None, "labctl down never asked its labctl"
+            time.sleep(0.05)
+        down.send_signal(signal.SIGTERM)
+        stdout, rest = down.communicate(timeout=60)
+        assert down.returncode == 143 and stdout == ""
+        progress, line = rest.splitlines()        # its progress line, then the one error line
+        assert progress.endswith(f"asking its labctl (pid {up.pid}) to stop it (SIGTERM)")
+        assert line == (f"error: interrupted (SIGTERM) while waiting for its labctl (pid {up.pid}) to stop the "
+                        "lab: its labctl was asked to stop the lab (SIGTERM); nothing was saved or deleted here; "
+                        "left: the lab, until its labctl has stopped it and written the folder; "
+                        f"`labctl down --force {out}` again finishes it"), line
+    finally:
+        if not _pending(up.pid, signal.SIGTERM):
+            up.terminate()                   # the test failed before down asked it: it stops all the same
+        os.kill(up.pid, signal.SIGCONT)
+        up.wait(timeout=120)                 # it got the SIGTERM: it stops its lab and writes the folder
+        if down is not None and down.poll() is None:
+            down.kill()
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted"
+    assert_nothing_left(status["run_id"])
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether `signum` waits to be delivered to process `pid` (/proc: SigPnd, ShdPnd)."""
+    try:
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    except OSError:
+        return False
+    mask = 1 << (signum - 1)
+    return any(int(fields.get(k, "0").strip(), 16) & mask for k in ("SigPnd", "ShdPnd"))

@@ -156,6 +156,29 @@ def test_a_join_clock_that_never_starts_says_which_faults_never_fired(tmp_path, 
     assert done.returncode == 0 and status["state"] == "passed" and fired == []
     assert ("the fault clock never started (fault_clock: join): not every rank said it joined "
             "its process group; not fired: kill-node:1@1") in done.stderr
+    note = ("fault kill-node:1@1 never fired: the fault clock never started (not every rank said it joined "
+            "its process group; the lab ended at ")
+    assert any(n.startswith(note) for n in status["notes"]), status["notes"]       # and it is written down
+    assert f"- note: {note}" in done.stdout
+
+
+def test_a_fault_scheduled_after_the_lab_ends_is_said_never_to_have_fired(tmp_path, write_script):
+    """Issue 38: a fault due after the lab had ended never fired, and nothing said so: the
+    run passed as if the lab had been through it."""
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(write_script("print('quick', flush=True)\n")), "--nodes", "1",
+                  "--nproc-per-node", "2", "--fault", "kill-rank:1@50", "--fault", "stop-node:0@55+2",
+                  "--timeout", "60", "--out", str(out), timeout=200)
+    status = json.loads((out / "status.json").read_text())
+    assert done.returncode == 0 and status["state"] == "passed" and not (out / "faults.jsonl").exists()
+    said = [n for n in status["notes"] if "never fired" in n]
+    assert len(said) == 2, status["notes"]
+    for note, text, at in zip(said, ("kill-rank:1@50", "stop-node:0@55+2"), (50, 55)):
+        found = re.fullmatch(rf"fault {re.escape(text)} never fired: it was scheduled at {at} s on the fault "
+                             r"clock, and the lab ended at ([0-9.]+) s on it \(([0-9.]+) s after labctl started "
+                             r"the lab\)", note)
+        assert found and float(found.group(1)) < at and float(found.group(2)) < 60, note
+        assert f"- note: {note}" in done.stdout and (out / "report.md").read_text().count(note) == 1
 
 
 @pytest.mark.slow

@@ -328,11 +328,59 @@ def test_the_default_lab_s_page_shows_every_rank_s_data_as_recorded(default_lab,
     agree = page.js("[...document.querySelectorAll('#ddp-compare tbody tr')].map(r => r.textContent)")
     assert len(agree) == 2 and all("yesyes" in row for row in agree), agree
     _shot(page, "report-default.png", until="#family-broadcast")
-    # `labctl report --format html` writes the same page again and prints its path
+    # `labctl report --format html` writes the same page again and prints its path; its
+    # island holds what the ranks recorded (it compared the island with itself)
+    written = island(run)["workloads"]
     (run / "report.html").unlink()
     done = labctl("report", str(run), "--format", "html", timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == str(run / "report.html"), done.stderr
-    assert island(run)["workloads"] == island(run)["workloads"] and (run / "report.html").stat().st_size > 50_000
+    again = island(run)["workloads"]
+    assert again == written and (run / "report.html").stat().st_size > 50_000
+    assert _island_values(again) == _recorded_values(results)
+
+
+def _island_values(workloads: list[dict]) -> dict:
+    """(workload, call, rank, phase) -> the values the island carries for the page."""
+    out = {}
+    for section in workloads:
+        for v in section["views"]:
+            for fig in v.get("views", []) if v["kind"] == "group" else [v]:
+                if fig["kind"] == "before_after":
+                    for r in fig["ranks"]:
+                        out[(section["workload"], fig["call"], r["rank"], "before")] = flat(r["before"])
+                        out[(section["workload"], fig["call"], r["rank"], "after")] = flat(r["after"])
+                elif fig["kind"] == "messages":
+                    for m in fig["messages"]:
+                        out[(section["workload"], fig["id"], m["src"], f"sent to {m['dst']} hop {m['hop']}")] = \
+                            flat(m["sent"])
+                        out[(section["workload"], fig["id"], m["dst"], f"got from {m['src']} hop {m['hop']}")] = \
+                            flat(m["received"])
+                elif fig["kind"] == "lines":
+                    for series in fig["series"]:
+                        out[(section["workload"], fig["id"], series["name"])] = [p[1] for p in series["points"]]
+    return out
+
+
+def _recorded_values(results: list[dict]) -> dict:
+    """The same keys from results.jsonl's data records: what the ranks recorded."""
+    out = {}
+    for r in results:
+        if r["name"] != DATA:
+            continue
+        if r["workload"] == "collectives":
+            out[("collectives", r["call"], r["rank"], "before")] = flat(r["before"])
+            out[("collectives", r["call"], r["rank"], "after")] = flat(r["after"])
+        elif r["workload"] == "p2p":
+            way = (f"sent to {r['peer']} hop {r.get('hop')}" if r["op"] in ("send", "isend")
+                   else f"got from {r['peer']} hop {r.get('hop')}")
+            out[("p2p", r["call"], r["rank"], way)] = flat(r["tensor"])
+        elif r["workload"] == "ddp" and r["op"] == "train":
+            chart = f"ddp-loss-{r['run']}"
+            out[("ddp", chart, f"rank {r['rank']} (its slice)")] = r["local_loss"]
+            out[("ddp", chart, "mean over ranks")] = r["mean_loss"]
+            if r.get("reference_loss"):
+                out[("ddp", chart, "one process, whole batch")] = r["reference_loss"]
+    return out
 
 
 @pytest.mark.slow
@@ -499,6 +547,105 @@ def test_a_damaged_folder_s_page_opens_and_names_the_damage(tmp_path, chromium):
     assert {"outcome", "topology", "data-collectives", "data-p2p", "timeline"} <= _sections(page)
     assert sum(n for ops in page.js("window.labctlReport.timeline.countsByRankOp()").values()
                for n in ops.values()) == island(run)["timeline"]["total"] > 0
+
+
+FORGES = """
+import json
+held = {"shape": [2], "dtype": "float32", "numel": 2, "values": [1.0, 2.0]}
+good = {"workload": "collectives", "name": "data", "ok": True, "call": "good-call", "op": "all_reduce",
+        "before": held, "after": held}
+print("@@labctl-result " + json.dumps(good), flush=True)
+print('@@labctl-result {"workload": "collectives", "name": "data", "ok": true, "call": "forged", "group": 5}',
+      flush=True)
+"""
+
+
+def test_one_forged_record_costs_itself_not_the_page(tmp_path, chromium):
+    """Issue 38: a script printing `"group": 5` in a data record made the page only "This
+    page could not draw itself: TypeError: r.group.join is not a function". The record is
+    now left out and named (page_data), and a view the script still cannot draw (data made
+    by hand, past the Python check) is a note in its place: every other section is drawn."""
+    script = tmp_path / "forges.py"
+    script.write_text(FORGES)
+    out = tmp_path / "run"
+    done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "2", "--timeout", "60",
+                  "--out", str(out), timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    page = open_page(chromium, out)
+    _clean(page)
+    assert {"outcome", "topology", "data-collectives", "checks", "logs"} <= _sections(page)
+    assert page.js("[...document.querySelectorAll('figure.ba')].map(f => f.dataset.call)") == ["good-call"]
+    problems = page.js("[...document.querySelectorAll('#problems li')].map(li => li.textContent)")
+    assert sum("'group' should be a list of rank numbers" in p for p in problems) == 2, problems  # each rank's
+    # the page's script survives what the Python side did not stop
+    data = html.page_data(out)
+    (section,) = data["workloads"]
+    section["views"].insert(1, {"kind": "before_after", "id": "bad", "call": "bad", "title": "bad",
+                                "ranks": [{"rank": 0, "group": 5, "before": None, "after": None}]})
+    data["checks"] = {"per_workload": [{"workload": "x", "seconds": "slow"}]}
+    html.write(out, data)
+    page = open_page(chromium, out)
+    _clean(page)
+    assert {"outcome", "topology", "data-collectives", "checks", "logs"} <= _sections(page)
+    assert page.js("[...document.querySelectorAll('figure.ba')].map(f => f.dataset.call)") == ["good-call"]
+    problems = page.js("[...document.querySelectorAll('#problems li.draw-error')].map(li => li.textContent)")
+    assert len(problems) == 2 and "workload collectives's view bad could not be drawn: TypeError" in problems[0] \
+        and 'the section "Checks" could not be drawn' in problems[1], problems
+    assert page.js("document.querySelectorAll('main .draw-error').length") == 4    # 2 in place, 2 named
+
+
+def test_a_links_run_s_page_draws_the_pair_matrix_with_the_slow_pairs_ringed(tmp_path, chromium):
+    from test_links_workload import records
+
+    run = write_folder(tmp_path / "run", world=3, nodes=3, results=records())
+    html.write(run)
+    page = open_page(chromium, run)
+    _clean(page)
+    assert "data-links" in _sections(page)
+    cells = page.js("""[...document.querySelectorAll('#links-matrix td')].map(t =>
+        [+t.dataset.src, +t.dataset.dst, t.textContent, t.classList.contains('slow')])""")
+    assert [c[2] for c in cells] == ["—", "20,000", "95", "20,000", "—", "95", "95", "95", "—"]
+    assert sorted((a, b) for a, b, _, slow in cells if slow) == [(0, 2), (1, 2), (2, 0), (2, 1)]
+    assert "Node 2 is slow" in page.js("document.getElementById('links-verdict').textContent")
+    assert page.js("document.querySelectorAll('#links-topology tbody tr').length") == 3
+
+
+def test_a_hang_without_stacks_has_no_stacks_heading(tmp_path, chromium):
+    """Issue 38: a failure page without stacks showed the stacks' heading over nothing."""
+    stuck = {"pg": "default_pg", "seq": 3, "op": "all_reduce", "waiting": [0], "missing": [1],
+             "last": {"0": "#3 all_reduce", "1": "#2 all_reduce"}, "text": "rank 1 never entered it"}
+    run = write_folder(tmp_path / "run", world=2, nodes=1, state="timeout",
+                       first_failure={"rank": None, "node": None, "exit_code": None, "hang": True,
+                                      "collective": {"text": "rank 1 never entered all_reduce #3", "stuck": [stuck]}})
+    html.write(run)
+    page = open_page(chromium, run)
+    _clean(page)
+    assert page.js("document.querySelectorAll('#hang .stuck').length") == 1
+    assert page.js("document.getElementById('stacks')") is None
+    assert "stack" not in page.js("[...document.querySelectorAll('#hang h3')].map(x => x.textContent).join()")
+
+
+def test_the_timeline_zooms_and_pans_within_the_trace_only(tmp_path, chromium):
+    """Issue 38: zooming out went on past the trace's range into empty time."""
+    synthetic_run(tmp_path / "run", 400, world=4, nodes=2)
+    html.write(tmp_path / "run")
+    page = open_page(chromium, tmp_path / "run")
+    _clean(page)
+    tl = "window.labctlReport.timeline"
+    full = page.js(f"{tl}.visibleRange()")
+    assert full[0] == 0
+    for _ in range(5):
+        page.js(f"{tl}.zoom(4)")
+    assert page.js(f"{tl}.visibleRange()") == full                 # all of it, no more
+    page.js(f"{tl}.zoom(0.1)")
+    page.js(f"{tl}.setRange(-1e9, -1e9 + ({full[1]} / 10))")      # panned far before the start
+    start, end = page.js(f"{tl}.visibleRange()")
+    assert start == 0 and abs((end - start) - full[1] / 10) < 1e-6
+    page.js(f"{tl}.setRange({full[1]} * 5, {full[1]} * 5.1)")      # far past the end
+    start, end = page.js(f"{tl}.visibleRange()")
+    assert abs(end - full[1]) < 1e-6 and start > 0
+    page.js(f"{tl}.setRange(NaN, Infinity)")
+    assert page.js(f"{tl}.visibleRange()") == full
 
 
 def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):

@@ -127,9 +127,12 @@ def test_a_signal_cutting_labctl_downs_finish_short_deletes_nothing(tmp_path, mo
     backend = Alive(script={i: ["succeeded"] for i in range(2)})
     monkeypatch.setattr(lab.backends, "create", lambda *a, **k: backend)
     _signalling(monkeypatch, "writing the report", 2)
-    with pytest.raises(Interrupted):
+    with pytest.raises(lab.DownInterrupted) as err:          # one line: what was done, what is left
         lab.down(run, progress=lambda line: None)
-    assert "delete" not in backend.calls
+    assert str(err.value) == (f"interrupted (SIGINT) while finishing the run folder: the logs were saved into "
+                              f"{run.path}; nothing was deleted; left: the lab, not deleted; the run folder's "
+                              f"status.json and report, unfinished; `labctl down {run.path}` again finishes it")
+    assert err.value.exit_code == 130 and "delete" not in backend.calls
     status = json.loads((run.path / "status.json").read_text())
     assert status["state"] == "interrupted" and status["unfinished"]
     assert RunState(status["state"]) is RunState.INTERRUPTED and _leftovers(run.path) == []

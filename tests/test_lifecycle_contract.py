@@ -52,22 +52,44 @@ GRACE = 3.0
 
 
 class Interrupter:
-    """Progress sink that presses Ctrl-C once every node has been seen running and,
-    where the logs are live (local), once every node has printed "hanging"."""
+    """Progress sink that presses Ctrl-C once every node has been seen running and has
+    printed "hanging" (`printed(lines)`: the event, asked until it is true; a backend
+    whose fake nodes print nothing says True at once), never after a fixed wait."""
 
-    def __init__(self, armed: bool, live_logs=()):
-        self.armed, self.lines, self.live_logs = armed, [], list(live_logs)
+    def __init__(self, armed: bool, printed=lambda lines: True):
+        self.armed, self.lines, self.printed = armed, [], printed
 
     def __call__(self, line: str) -> None:
         self.lines.append(line)
         if self.armed and line.startswith("[") and line.count("running") == 2:
             self.armed = False
-            time.sleep(2)                       # let both nodes print before the "user" presses
             waited = time.monotonic() + 120     # a loaded machine imports torch slowly
-            while time.monotonic() < waited and not all(
-                    p.is_file() and "hanging" in p.read_text() for p in self.live_logs):
+            while not self.printed(self.lines):
+                if time.monotonic() > waited:
+                    pytest.fail("the nodes never printed 'hanging' in 120 s: " + " | ".join(self.lines[-5:]))
                 time.sleep(0.2)
             raise KeyboardInterrupt
+
+
+def _live_logs_say(logs, word: str):
+    """Every node's live log (local backends write them as the ranks print) holds `word`."""
+    return lambda lines: all(p.is_file() and word in p.read_text() for p in logs)
+
+
+def _containers_say(word: str):
+    """Every container of the run (its id from the progress line `run <id>: ...`) printed
+    `word` (docker logs): compose's node logs are collected only at the end."""
+    import subprocess
+
+    from labctl.rendered import RUN_LABEL
+
+    def said(lines) -> bool:
+        run_id = next((x.split()[1].rstrip(":") for x in lines if x.startswith("run ")), None)
+        ids = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"label={RUN_LABEL}={run_id}"],
+                             capture_output=True, text=True).stdout.split()
+        logs = [subprocess.run(["docker", "logs", c], capture_output=True, text=True) for c in ids]
+        return len(ids) == 2 and all(word in done.stdout + done.stderr for done in logs)
+    return said
 
 
 def _run_local(tmp_path, spec, progress):
@@ -114,9 +136,10 @@ def test_lifecycle(tmp_path, monkeypatch, backend, scenario):
     monkeypatch.setattr(driver, "FAILURE_GRACE_S", GRACE)
     spec = from_dict({"name": "lc", "backend": backend, "nodes": 2, "nproc_per_node": 1,
                       "launcher": "direct", "script": str(path), **fields})
-    live = ([tmp_path / "run" / "nodes" / f"node-{i}.log" for i in (0, 1)]
-            if backend in ("local", "subprocess") else [])
-    progress = Interrupter(armed=scenario == "interrupt", live_logs=live)
+    live = [tmp_path / "run" / "nodes" / f"node-{i}.log" for i in (0, 1)]
+    printed = {"local": _live_logs_say(live, "hanging"), "subprocess": _live_logs_say(live, "hanging"),
+               "compose": _containers_say("hanging")}.get(backend, lambda lines: True)
+    progress = Interrupter(armed=scenario == "interrupt", printed=printed)
     t0 = time.monotonic()
     if backend == "k8s":
         run = _run_k8s(tmp_path, spec, progress, k8s_codes)

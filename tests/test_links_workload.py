@@ -136,3 +136,14 @@ def test_a_local_lab_measures_every_pair_both_ways(tmp_path):
                                         "--format", "json"], capture_output=True, text=True,
                                        timeout=60).stdout)
     assert len(report["links"]["directions"]) == 6 and report["links"]["rounds"] == env["rounds"]
+    # the run's page has the links section too (it was in report.md only): the matrix of
+    # what was measured, each direction as recorded
+    from labctl import html
+
+    (section,) = [w for w in html.page_data(out)["workloads"] if w["workload"] == "links"]
+    views = {v["id"]: v for v in section["views"]}
+    matrix = views["links-matrix"]
+    assert matrix["labels"] == ["node 0", "node 1", "node 2"]
+    assert {(a, b): matrix["cells"][a][b] for a in range(3) for b in range(3) if a != b} == \
+        {(r["src_node"], r["dst_node"]): r["p2p_Bps"] for r in pairs}
+    assert len(views["links-directions"]["rows"]) == 6 and views["links-verdict"]["text"].startswith("Reference: ")

@@ -74,3 +74,45 @@ def test_every_field_survives_json():
 def test_a_damaged_status_json_is_one_line_not_a_traceback(text, why):
     with pytest.raises(RecordDamaged, match=why):
         RunRecord.from_json(text)
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"world_size": 1000000000000000000000000000000}', r"'world_size' should be a whole number from 1 to 65,536"),
+    ('{"world_size": 1e30}', r"'world_size' should be a whole number from 1 to 65,536 .*found 1e\+30"),
+    ('{"world_size": 1000000}', r"'world_size' should be a whole number from 1 to 65,536"),
+    ('{"nodes": 0}', r"'nodes' should be a whole number from 1 to 4,096"),
+    ('{"nproc_per_node": 1025}', r"'nproc_per_node' should be a whole number from 1 to 1,024"),
+    ('{"state": "failed", "rank_exit_codes": {"99999999999": 1}}', "keyed by rank numbers"),
+    ('{"state": "failed", "rank_exit_codes": {"-1": 1}}', "keyed by rank numbers"),
+    ('{"state": "failed", "failed_ranks": [1e30]}', "'failed_ranks' should hold at most 65,536 rank numbers"),
+    ('{"state": "failed", "ranks_without_output": [70000]}', "'ranks_without_output' should hold"),
+    ('{"state": "failed", "node_outcomes": [{"index": 5000, "state": "failed"}]}', "'node_outcomes' should hold"),
+    ('{"state": "failed", "first_failure": {"rank": 100000}}', "'first_failure.rank' should be a rank number"),
+    ('{"state": "failed", "first_failure": {"node": -1}}', "'first_failure.node' should be a node number"),
+    ('{"state": "failed", "first_failure": {"ranks": [1, "x"]}}', "'first_failure.ranks' should be a list"),
+    ('{"state": "failed", "checks": {"total": 1e30}}', "'checks' should count with whole numbers"),
+])
+def test_a_size_in_status_json_past_a_lab_s_bounds_is_damage_not_a_loop(text, why):
+    """Issue 38: `"world_size": 10^30` made `labctl report --format html` loop for ever
+    (10^6: 8.4 s, "999976 more" missing logs). Every size read from the folder is
+    bounded as a lab's is (docs/limits.md)."""
+    with pytest.raises(RecordDamaged, match=why):
+        RunRecord.from_json(text)
+
+
+def test_the_record_s_bounds_are_the_lab_s():
+    from labctl import record, spec
+
+    assert (record.MAX_WORLD, record.MAX_TOTAL_NODES, record.MAX_NPROC_PER_NODE) == \
+        (spec.MAX_WORLD, spec.MAX_TOTAL_NODES, spec.MAX_NPROC_PER_NODE)
+
+
+def test_a_status_json_larger_than_the_bound_is_not_read_past_it(tmp_path, monkeypatch):
+    from labctl import record
+
+    path = tmp_path / "status.json"
+    path.write_text('{"state": "passed", "notes": ["' + "x" * 5000 + '"]}')
+    monkeypatch.setattr(record, "MAX_RECORD_BYTES", 4096)
+    with pytest.raises(RecordDamaged, match="larger than 4 KiB, the most a status.json may be"):
+        record.read_bounded(path, "status.json", record.MAX_RECORD_BYTES)
+    assert RunRecord.read(path).state is RunState.PASSED     # the default bound: 64 MiB

@@ -148,3 +148,80 @@ def test_bytes_that_are_not_utf8_stay_in_the_rank_log_and_reach_the_report_as_re
     text = report.markdown(run)
     assert "ValueError: caf\ufffd" in text and "| w | caf\ufffd | 0 | \ufffd |" in text
     text.encode("utf-8")                          # strict: no byte smuggled in as a surrogate
+
+
+# ---------------------------------------------------------------- the same --out at once
+
+def test_two_runs_that_both_saw_the_folder_free_claim_it_once(tmp_path, monkeypatch):
+    """Issue 38: two labs given the same --out at the same instant both started (1 in 13
+    tries) and killed each other. Both looks (the folder free) are made before either
+    writes; one claims the folder, the other is refused (exit 2) and leaves it as it was."""
+    import threading
+
+    from labctl import rundir
+    from labctl.rundir import FolderRefused
+
+    looked = threading.Barrier(2, timeout=30)
+    real = rundir._existing
+
+    def both_looked(path):                      # after the look, before the folder is made
+        looked.wait()
+        return real(path)
+
+    monkeypatch.setattr(rundir, "_existing", both_looked)
+    spec = from_dict({"nodes": 1, "nproc_per_node": 1})
+    out = tmp_path / "same"
+    made, refused = [], []
+
+    def up(run_id):
+        try:
+            made.append(RunDir.create(plan(spec, local_placement(spec, 29500), run_id), out=out))
+        except FolderRefused as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=up, args=(f"lab-{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and len(refused) == 1, (made, refused)
+    assert refused[0].startswith(f"run folder '{out}' ") and refused[0].endswith("choose another --out")
+    assert json.loads((out / "status.json").read_text())["run_id"] == made[0].record.run_id
+    assert (out / rundir.RESERVE_NAME).stat().st_size == rundir.RESERVE_BYTES
+
+
+def test_a_claim_on_a_folder_another_run_filled_since_the_look_deletes_nothing(tmp_path):
+    from labctl import rundir
+    from labctl.rundir import FolderRefused
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "status.json").write_text("theirs")          # a whole run came and went (reserve released)
+    try:
+        RunDir._claim(out)
+    except FolderRefused as exc:
+        assert "exists and is not empty" in str(exc)
+    else:
+        raise AssertionError("claimed a folder that holds another run")
+    assert sorted(p.name for p in out.iterdir()) == ["status.json"]
+    assert (out / "status.json").read_text() == "theirs" and not (out / rundir.RESERVE_NAME).exists()
+
+
+def test_two_real_labs_with_the_same_out_started_together_one_runs(tmp_path):
+    """Two `labctl up --out SAME` started at once, a few times: one runs to its end, the
+    other says one line and exits 2; the winner's folder is whole."""
+    import subprocess
+
+    from conftest import LABCTL, REPO
+
+    lab = ["up", "--workload", "env", "--nodes", "1", "--nproc-per-node", "1", "--timeout", "60"]
+    for attempt in range(4):
+        out = tmp_path / f"same-{attempt}"
+        procs = [subprocess.Popen([*LABCTL, *lab, "--out", str(out)], cwd=REPO, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        done = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+        assert sorted(code for code, _, _ in done) == [0, 2], done
+        (loser,) = [err for code, _, err in done if code == 2]
+        assert loser.count("\n") == 1 and loser.startswith("error: ") and "choose another --out" in loser, loser
+        status = json.loads((out / "status.json").read_text())
+        assert status["state"] == "passed" and (out / "report.md").is_file() and (out / "ranks" / "rank-0.log").is_file()

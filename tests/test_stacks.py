@@ -23,6 +23,7 @@ def sleep_forever():
     time.sleep(600)
 if dist.get_rank() == 1:
     sleep_forever()
+print("at the barrier", flush=True)
 dist.barrier()
 """
 DUMP = """\
@@ -79,6 +80,19 @@ def test_the_deadline_takes_every_ranks_stack_before_stopping(tmp_path, write_sc
     assert_nothing_left(status["run_id"])
 
 
+def _wait_for_lines(out, lines: tuple[str, ...], seconds: float = 120) -> None:
+    """Until the run's node logs hold each of `lines` (the ranks printed them), polled; a
+    loaded machine imports torch slowly, so the deadline is generous."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = "".join(p.read_text(errors="replace") for p in (out / "nodes").glob("*.log")) \
+            if (out / "nodes").is_dir() else ""
+        if all(line in text for line in lines):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the ranks never printed {lines} in {seconds:.0f} s")
+
+
 @pytest.mark.slow
 def test_labctl_stacks_asks_a_live_lab_without_stopping_it(tmp_path, write_script):
     script = write_script(HANG)
@@ -87,12 +101,7 @@ def test_labctl_stacks_asks_a_live_lab_without_stopping_it(tmp_path, write_scrip
                              "--nproc-per-node", "1", "--out", str(out)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if out.exists() and any("sleeping" in p.read_text() for p in (out / "nodes").glob("*.log")):
-                break
-            time.sleep(0.3)
-        time.sleep(2)                                  # rank 0 reaches its barrier
+        _wait_for_lines(out, ("sleeping", "at the barrier"))     # rank 1 sleeps, rank 0 is at its barrier
         run_id = json.loads((out / "status.json").read_text())["run_id"]
         before = sorted(processes_of_run(run_id))
         done = labctl("stacks", str(out), timeout=120)

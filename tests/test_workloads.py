@@ -211,18 +211,30 @@ def test_a_wrong_value_is_a_recorded_failure_not_an_exception():
     assert "got [23], expected [24]" in records[1]["detail"]
 
 
-def test_expected_reductions_and_known_backend_gaps():
+def test_expected_reductions_and_known_backend_gaps(monkeypatch):
+    """The rule on both sides of each gap, whatever torch is installed: gloo has AVG and the
+    list-form reduce_scatter from torch 2.8, NCCL has ncclAvg from 2.10. (It only asked the
+    installed torch 2.13, where every answer is None: a function that always said None
+    passed.)"""
     import torch
-    from torch.torch_version import TorchVersion
 
     assert [collectives.expected_reduction(op, 4) for op in ("SUM", "PRODUCT", "MIN", "MAX", "AVG")] \
         == [10, 24, 1, 4, 2.5]
-    # Since torch 2.8 gloo supports AVG and reduce_scatter: nothing is skipped by rule.
-    if TorchVersion(torch.__version__) < (2, 8):
-        assert "Cannot use ReduceOp.AVG with Gloo" in collectives.unsupported("gloo", "AVG")
-        return
-    for what in ("AVG", "reduce_scatter", "all_to_all_single"):
-        assert collectives.unsupported("gloo", what) is None, what
+    monkeypatch.setattr(torch, "__version__", "2.7.1")
+    assert "Cannot use ReduceOp.AVG with Gloo" in collectives.unsupported("gloo", "AVG")
+    assert "torch 2.7.1" in collectives.unsupported("gloo", "AVG")
+    assert "does not support reduce_scatter" in collectives.unsupported("gloo", "reduce_scatter")
+    assert collectives.unsupported("gloo", "SUM") is None
+    assert collectives.unsupported("gloo", "all_to_all_single") is None
+    for version in ("2.8.0", "2.13.0"):
+        monkeypatch.setattr(torch, "__version__", version)
+        for what in ("AVG", "reduce_scatter", "all_to_all_single"):
+            assert collectives.unsupported("gloo", what) is None, (version, what)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 9, 9))
+    assert "NCCL (2, 9, 9) has no ncclAvg" in collectives.unsupported("nccl", "AVG")
+    assert collectives.unsupported("nccl", "SUM") is None
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
+    assert collectives.unsupported("nccl", "AVG") is None
 
 
 def test_the_env_table_is_the_env_workloads_report_hook(tmp_path, monkeypatch):

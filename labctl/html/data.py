@@ -16,7 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from .. import report
-from ..record import FirstFailure, RunRecord
+from ..record import MAX_NPROC_PER_NODE, MAX_WORLD, FirstFailure, RunRecord, read_bounded
 from ..rundir import RunDir, read_results
 from ..verdict import as_seen_now
 from .timeline import read as read_trace, stragglers, totals
@@ -58,7 +58,8 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     state = problems.guard("the run's state", lambda: as_seen_now(
         record, RunDir(path, record).controller_gone()).value, None) if record is not None else None
     state = state or status.get("state", "?")
-    world = status.get("world_size") if isinstance(status.get("world_size"), int) else None
+    world = status.get("world_size")        # bounded as a lab's (a damaged 10^30 looped for ever)
+    world = world if isinstance(world, int) and 0 < world <= MAX_WORLD else None
     trace_path = path / "trace.json"
     timeline = problems.guard("trace.json", lambda: read_trace(trace_path), None) \
         if trace_path.is_file() else None
@@ -97,7 +98,7 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
 def _json_object(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError("missing")
-    value = json.loads(path.read_bytes())
+    value = json.loads(read_bounded(path, path.name))
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     return value
@@ -119,7 +120,8 @@ def _results(path: Path, problems: _Problems) -> list[dict]:
     if garbled:
         problems.extend(garbled[:10])
         if len(garbled) > 10:
-            problems.append(f"... and {len(garbled) - 10} more garbled result lines")
+            problems.append(f"... and {len(garbled) - 10} more result lines skipped (garbled or with "
+                            "a field of the wrong type)")
     return results
 
 
@@ -235,7 +237,8 @@ def ranks_in_node_logs(path: Path) -> dict[int, int]:
 def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[int, int],
               log_nodes: dict[int, int]) -> dict:
     """Nodes (hostname, address), the ranks in them, the store each replica meets at."""
-    nproc = status.get("nproc_per_node") if isinstance(status.get("nproc_per_node"), int) else None
+    nproc = status.get("nproc_per_node")
+    nproc = nproc if isinstance(nproc, int) and 0 < nproc <= MAX_NPROC_PER_NODE else None
     outcomes = {o.get("index"): o for o in status.get("node_outcomes") or [] if isinstance(o, dict)}
     exit_codes = status.get("rank_exit_codes") or {}
     failed = set(status.get("failed_ranks") or [])

@@ -14,6 +14,18 @@
     "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d", "#499894", "#f1ce63", "#a0cbe8", "#bab0ac"];
 
   // ------------------------------------------------------------------ helpers
+  // What could not be drawn (data the page did not expect): named in the problems box,
+  // the rest of the page drawn all the same.
+  const drawErrors = [];
+  function drawn(id, title, build) {
+    try {
+      return build();
+    } catch (err) {
+      drawErrors.push(`the section "${title}" could not be drawn: ${err}`);
+      return h("section", { id }, h("h2", { text: title }),
+        h("p", { class: "bad draw-error", text: `This section could not be drawn: ${err}` }));
+    }
+  }
   function h(tag, attrs, ...kids) {
     const node = document.createElement(tag);
     setAttrs(node, attrs);
@@ -208,12 +220,24 @@
   function workloads() {
     const frag = [];
     for (const w of D.workloads || []) {
-      const sec = section(`data-${w.workload}`, `The data moving: ${w.workload}`);
-      sec.setAttribute("data-workload", w.workload);
-      for (const v of w.views) sec.appendChild(view(v));
-      frag.push(sec);
+      frag.push(drawn(`data-${w.workload}`, `The data moving: ${w.workload}`, () => {
+        const sec = section(`data-${w.workload}`, `The data moving: ${w.workload}`);
+        sec.setAttribute("data-workload", w.workload);
+        for (const v of w.views) sec.appendChild(drawnView(v, w.workload));
+        return sec;
+      }));
     }
     return frag;
+  }
+  // A figure that cannot draw itself costs itself: a note in its place, named above.
+  function drawnView(v, workload) {
+    try {
+      return view(v);
+    } catch (err) {
+      const what = `workload ${workload}'s view ${(v && (v.id || v.title || v.kind)) || "?"}`;
+      drawErrors.push(`${what} could not be drawn: ${err}`);
+      return h("p", { class: "bad draw-error", text: `(${what} could not be drawn: ${err})` });
+    }
   }
   function view(v) {
     switch (v.kind) {
@@ -227,6 +251,7 @@
       case "before_after": return beforeAfter(v);
       case "messages": return messagesView(v);
       case "lines": return linesView(v);
+      case "matrix": return matrixView(v);
       default: return h("p", { class: "muted", text: `(a view of kind ${v.kind} this page cannot draw)` });
     }
   }
@@ -313,6 +338,28 @@
   function arrowDefs(id) {
     return s("defs", {}, s("marker", { id: `arrow-${id}`, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
       s("path", { d: "M0,0 L10,5 L0,10 z", fill: "context-stroke" })));
+  }
+
+  // A square heat map (row sends to column): each cell shaded by its share of the largest,
+  // the marked ones (slow pairs) ringed.
+  function matrixView(v) {
+    const top = Math.max(0, ...v.cells.flat().filter((x) => typeof x === "number" && isFinite(x)));
+    const marked = new Set(v.marked.map(([i, j]) => `${i},${j}`));
+    return h("div", { class: "view-table matrix", id: v.id || null },
+      h("h3", { text: v.title }), v.caption ? h("p", { class: "caption", text: v.caption }) : null,
+      h("table", {},
+        h("thead", {}, h("tr", {}, h("th", { text: "from \\ to" }), v.labels.map((l) => h("th", { text: l })))),
+        h("tbody", {}, v.labels.map((label, i) => h("tr", {}, h("th", { text: label }),
+          v.labels.map((_, j) => {
+            const value = v.cells[i][j];
+            const share = typeof value === "number" && top > 0 ? value / top : null;
+            return h("td", {
+              class: "num" + (marked.has(`${i},${j}`) ? " bad slow" : ""), "data-src": i, "data-dst": j,
+              style: share === null ? null : `background: rgba(36, 87, 197, ${(0.08 + 0.6 * share).toFixed(3)})`,
+              title: share === null ? null : `${Math.round(100 * share)} % of the fastest pair`,
+              text: String(v.texts[i][j] === null || v.texts[i][j] === undefined ? "" : v.texts[i][j]),
+            });
+          }))))));
   }
 
   // A line chart in SVG (log or linear axes), for loss curves and bench sweeps.
@@ -562,10 +609,14 @@
     X(t) { const w = this.width - this.labelW - 8; return this.labelW + ((t - this.t0) / (this.t1 - this.t0)) * w; }
     Tof(x) { const w = this.width - this.labelW - 8; return this.t0 + ((x - this.labelW) / w) * (this.t1 - this.t0); }
     setRange(a, b) {
+      // clamped to the trace: never wider than all of it, never panned past either end
+      // (it zoomed out without end into empty time before)
       const full = this.endUs * 1.02, minSpan = 0.5;
-      if (b - a < minSpan) { const c = (a + b) / 2; a = c - minSpan / 2; b = c + minSpan / 2; }
-      if (b - a > full * 1.5) { a = -full * 0.25; b = full * 1.25; }
-      this.t0 = a; this.t1 = b;
+      if (!isFinite(a) || !isFinite(b)) { a = 0; b = full; }
+      let span = Math.min(Math.max(b - a, minSpan), full);
+      const c = (a + b) / 2;
+      a = Math.min(Math.max(c - span / 2, 0), full - span);
+      this.t0 = a; this.t1 = a + span;
       this.schedule();
     }
     zoom(f, at) {
@@ -807,11 +858,12 @@
       left.appendChild(h("p", { class: "muted", text: "No stuck collective was named (stacks only)." }));
     }
     if (c && c.p2p && c.p2p.length) left.appendChild(h("ul", { id: "stuck-p2p" }, c.p2p.map((p) => h("li", { text: p }))));
-    const right = h("div", { class: "hang-right", id: "stacks" },
-      h("h3", { text: "Each rank's stack (the main thread first; its innermost frame in your code marked)" }));
-    for (const st of g.stacks) right.appendChild(stackBox(st));
-    if (g.more_stacks) right.appendChild(h("p", { class: "muted", text: `... and ${g.more_stacks} more ranks' stacks in stacks/` }));
-    sec.appendChild(h("div", { class: "hang-grid" }, left, right));
+    // each rank's stack, when labctl took them (none: no heading over nothing)
+    const right = g.stacks && g.stacks.length ? h("div", { class: "hang-right", id: "stacks" },
+      h("h3", { text: "Each rank's stack (the main thread first; its innermost frame in your code marked)" }),
+      g.stacks.map(stackBox),
+      g.more_stacks ? h("p", { class: "muted", text: `... and ${g.more_stacks} more ranks' stacks in stacks/` }) : null) : null;
+    sec.appendChild(h("div", { class: "hang-grid" + (right ? "" : " no-stacks") }, left, right));
     return sec;
   }
   function stuckBox(st) {
@@ -895,14 +947,26 @@
   }
   try {
     // a hang's diagnosis first: it is what a person opening that page came for
-    const sections = [outcome(), hangSection(), topology(), ...workloads(), timelineSection(), totalsSection(), checksSection(), logsSection()].filter(Boolean);
+    const sections = [drawn("outcome", "Outcome", outcome), drawn("hang", "Where the ranks stopped", hangSection),
+      drawn("topology", "Where every rank runs", topology), ...workloads(),
+      drawn("timeline", "Timeline", timelineSection), drawn("totals", "Per-op totals", totalsSection),
+      drawn("checks", "Checks", checksSection), drawn("logs", "Logs and files", logsSection)].filter(Boolean);
+    if (drawErrors.length) {
+      let box = sections[0].querySelector("#problems");
+      if (!box) {
+        box = h("div", { class: "problems", id: "problems" },
+          h("b", { text: "What is missing or damaged in this run folder (the rest of the page is drawn from what is there):" }),
+          h("ul", {}));
+        sections[0].appendChild(box);
+      }
+      drawErrors.forEach((e) => box.querySelector("ul").appendChild(h("li", { class: "draw-error", text: e })));
+    }
     app.appendChild(sections[0]);
     app.appendChild(nav(sections.slice(1)));
     sections.slice(1).forEach((sec) => app.appendChild(sec));
     document.title = `Lab ${(D.run || {}).lab || "?"}: ${String((D.run || {}).state || "?").toUpperCase()} — labctl`;
     if (api.timeline) {
-      const tl = api.timeline;
-      tl.fit();
+      try { api.timeline.fit(); } catch (err) { drawErrors.push(`the timeline could not be drawn: ${err}`); }
     }
   } catch (err) {
     app.appendChild(h("pre", { class: "bad", text: "This page could not draw itself: " + err + "\nThe data is in the element #run-data." }));

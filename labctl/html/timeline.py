@@ -18,6 +18,7 @@ AGG_BINS bins per lane (busy time and the op that filled most of each bin).
 from __future__ import annotations
 
 import json
+import math
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -31,6 +32,11 @@ WHOLE_FILE_LIMIT = 256 << 20
 MAX_LINE = 1 << 20
 MAX_INSTANTS = 10_000
 MAX_FLOWS = 50_000
+# A time past these is damage, not a trace: µs since the epoch are about 1.8e15, a run
+# lasts hours. `ts: 1e308` drew the whole timeline as NaN (1e308 - 0 overflows the page's
+# pixel arithmetic); such an event is skipped and counted.
+MAX_TS_US = 1e17                  # about 3,000 years after the epoch
+MAX_DUR_US = 1e15                 # about 31 years
 # args that have their own column; the rest of an event's args go to `extra` as JSON
 _COLUMNS = frozenset(("rank", "pg", "seq", "p2p_seq", "bytes", "dtype", "shape", "caller", "peer", "root",
                       "unfinished"))
@@ -72,6 +78,8 @@ class Timeline:
     open_async: dict[tuple, list] = field(default_factory=dict)
     dropped_instants: int = 0
     dropped_flows: int = 0
+    bad_times: int = 0                # events whose ts or dur is not finite or absurd: skipped
+    bad_example: str = ""
 
     # ---- building ----------------------------------------------------------
     def sid(self, text: Any) -> int:
@@ -148,6 +156,10 @@ class Timeline:
         pid, tid = ev.get("pid", 0), ev.get("tid", 0)
         name = str(ev.get("name", "?"))
         ts = _num(ev.get("ts"))
+        if ph != "M" and not (_sane(ev.get("ts"), MAX_TS_US) and _sane(ev.get("dur"), MAX_DUR_US)):
+            self.bad_times += 1
+            self.bad_example = self.bad_example or f"{name} with ts {ev.get('ts')!r:.30}, dur {ev.get('dur')!r:.30}"
+            return
         if ph == "M":
             args = ev.get("args") or {}
             if name == "process_name":
@@ -201,6 +213,9 @@ class Timeline:
 
     def finish(self) -> None:
         """Begun and never ended (B without E, b without e): unfinished, up to the trace's end."""
+        if self.bad_times:
+            self.problems.append(f"trace.json: {self.bad_times} event(s) with a time that is not finite or "
+                                 f"past {MAX_TS_US:.0e} µs skipped (e.g. {self.bad_example})")
         end = self.end_ts()
         for (pid, tid), stack in self.open_b.items():
             for begin in stack:
@@ -315,6 +330,14 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _sane(value: Any, most: float) -> bool:
+    """A time field absent, or a finite number of at most `most` µs in size."""
+    if value is None:
+        return True
+    number = _num(value)
+    return number is None or (math.isfinite(number) and abs(number) <= most)
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else -1
 
@@ -337,8 +360,9 @@ def _events_by_line(path: Path, timeline: Timeline) -> Iterator[Any]:
     with open(path, "rb") as f:
         number = 0
         last_bad: tuple[int, bytes] | None = None
-        ended = False
-        while True:
+        ended = False                   # the events' array was closed
+        head, tail = b"", []            # the first line, and the lines from the array's end on:
+        while True:                     # together they must be a whole JSON value
             raw = f.readline(MAX_LINE)
             if not raw:
                 break
@@ -349,13 +373,17 @@ def _events_by_line(path: Path, timeline: Timeline) -> Iterator[Any]:
                 timeline.problems.append(f"trace.json:{number}: a line of more than 1 MiB: skipped")
                 continue
             line = raw.strip().rstrip(b",")
+            if number == 1:
+                head = raw.strip()
+            elif (ended or line == b"]") and len(tail) < 64:
+                tail.append(raw.strip())
             if number == 1 or not line or line in (b"[", b"]", b"{", b"}"):
                 ended = ended or line in (b"]", b"}")
                 continue
             if line.startswith(b'"'):       # "displayTimeUnit":"ms", "metadata":{...}}
                 ended = True
                 if line.startswith(b'"metadata":'):
-                    timeline.metadata = _loads_object(line[len(b'"metadata":'):])
+                    timeline.metadata = _loads_object(line[len(b'"metadata":'):]) or {}
                 continue
             if last_bad is not None:        # a bad line followed by more: damage, not a cut
                 timeline.problems.append(f"trace.json:{last_bad[0]}: a garbled event was skipped: "
@@ -371,17 +399,33 @@ def _events_by_line(path: Path, timeline: Timeline) -> Iterator[Any]:
             at = last_bad[0] if last_bad else number
             timeline.problems.append(f"trace.json is cut short at line {at}: the events after it are "
                                      "missing (the timeline shows what came before)")
+        elif not _whole_end(head, tail):
+            # every event is there, but not the file's end: its metadata (missing ranks,
+            # the clock) is lost or partial, and so may be whatever came after
+            timeline.problems.append(f"trace.json is cut short at line {number}, after its events: "
+                                     "its end (the metadata: missing ranks, clock offsets) is missing")
 
 
-def _loads_object(text: bytes) -> dict:
-    """`{...}` or `{...}}` (the closing brace of the whole file on the same line)."""
+def _whole_end(head: bytes, tail: list[bytes]) -> bool:
+    """Whether the file's first line and its lines from the events' end on make one JSON
+    value (its events left out): a file cut after its events, or in its metadata, does not."""
+    try:
+        json.loads(head + b"\n" + b"\n".join(tail))
+        return True
+    except (ValueError, RecursionError):
+        return False
+
+
+def _loads_object(text: bytes) -> dict | None:
+    """`{...}` or `{...}}` (the closing brace of the whole file on the same line); None
+    when neither reads (a line cut short)."""
     for candidate in (text, text[:-1]):
         try:
             value = json.loads(candidate)
             return value if isinstance(value, dict) else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-    return {}
+    return None
 
 
 def read(path: Path) -> Timeline:

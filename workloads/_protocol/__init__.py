@@ -89,6 +89,24 @@ MAX_PIECE = 1 << 20
 # ---- one line ------------------------------------------------------------------------
 def one_line(text: object, limit: int | None = None) -> str:
     """`text` (a message, an exception) as one line: every run of whitespace one space, at
-    most `limit` characters; an exception with no message says its type's name."""
-    line = " ".join(str("" if text is None else text).split())[:limit]
+    most `limit` characters, control characters shown (`visible`); an exception with no
+    message says its type's name."""
+    line = visible(" ".join(str("" if text is None else text).split()))[:limit]
     return line or (type(text).__name__ if isinstance(text, BaseException) else "")
+
+
+# Control characters (C0, DEL, C1) and the bidi overrides and isolates, written out: a
+# rank's text (an exception, a check's detail, a record's name) reaches the reader's
+# terminal and report.md, where ESC [ 2 J clears the screen and U+202E reverses a line.
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_SHOWN = {**{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+          **{ord(c): f"\\u{ord(c):04x}" for c in _BIDI}}
+
+
+def visible(text: object, keep: str = "") -> str:
+    """`text` as a terminal or Markdown may show it: every control character written as
+    its escape (ESC as `\\x1b`, BEL as `\\x07`, U+202E as `\\u202e`), so a rank's text
+    cannot move the cursor, recolour, retitle or clear the reader's terminal. `keep`: the
+    ones to leave (a report keeps its own newlines). Logs (`labctl logs`) stay raw."""
+    table = _SHOWN if not keep else {k: v for k, v in _SHOWN.items() if chr(k) not in keep}
+    return str("" if text is None else text).translate(table)

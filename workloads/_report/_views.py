@@ -44,6 +44,15 @@ def lines(view_id: str, title: str, x: dict, y: dict, series: list[dict], captio
             "series": series, "ceiling": ceiling}
 
 
+def matrix(view_id: str, title: str, labels: list[str], cells: list[list[Any]], texts: list[list[str]],
+           caption: str = "", marked: list[list[int]] | None = None) -> dict:
+    """A square heat map: row i sends to column j; `cells` the numbers that shade each cell
+    (share of the largest; None: no value, e.g. the diagonal), `texts` what each cell
+    says, `marked` the [i, j] cells ringed as bad (a slow pair)."""
+    return {"kind": "matrix", "id": view_id, "title": title, "caption": caption, "labels": labels,
+            "cells": cells, "texts": texts, "marked": marked or []}
+
+
 def data_records(results: Iterable[dict], workload: str) -> list[dict]:
     """The workload's data records (what ranks held; workloads/_common.py `Context.show`)."""
     return [r for r in results if r.get("workload") == workload and r.get("name") == "data"]

@@ -184,12 +184,12 @@ def configured_Bps(results: list[dict]) -> float | None:
     collective of the sweep crosses every node's link, so the slowest one bounds it (a
     pingpong crosses only its own pair's)."""
     env = environment(results)
-    raw, nodes = env.get("links"), env.get("nodes")
-    if not raw or not nodes:
-        return None
     from labctl import links as linkmod
     from labctl.spec import MAX_TOTAL_NODES
 
+    raw, nodes = env.get("links"), env.get("nodes")
+    if not raw or not isinstance(nodes, int) or not 0 < nodes <= MAX_TOTAL_NODES:
+        return None     # a record's node count is looped over twice: a lab's at most
     try:     # node keys count over replicas: any node of the largest lab is one
         configured = linkmod.parse(json.loads(raw), MAX_TOTAL_NODES)
     except (ValueError, TypeError):

@@ -43,8 +43,16 @@ def _mine(results: list[dict], name: str) -> list[dict]:
 
 
 def environment(results: list[dict]) -> dict[str, Any]:
+    """The links_env record, when its nodes are a lab's (at most MAX_TOTAL_NODES, keyed by
+    node number): the tables loop over them twice, and a record may say anything."""
     envs = sorted(_mine(results, "links_env"), key=lambda r: r.get("rank", 0))
-    return envs[0] if envs else {}
+    env = envs[0] if envs else {}
+    nodes = env.get("nodes")
+    if nodes is not None and not (isinstance(nodes, dict) and len(nodes) <= MAX_TOTAL_NODES and all(
+            isinstance(k, str) and k.isdigit() and int(k) < MAX_TOTAL_NODES and isinstance(v, dict)
+            for k, v in nodes.items())):
+        return {}
+    return env
 
 
 def configured(env: dict[str, Any]) -> linkmod.Links | None:
@@ -168,6 +176,53 @@ def verdict_text(result: Verdict, links: linkmod.Links | None) -> str:
                if shaped is not None and not shaped.empty else "")
         text += f" **Node {node} is slow**: every pair it is in is slow{why}."
     return text
+
+
+def page(results: list[dict]) -> list[dict]:
+    """The links section of the run's page: what report.md says, as views (the configured
+    topology, the pair matrix as a heat map with the slow pairs ringed, every direction,
+    the verdict naming the slow pairs and nodes)."""
+    from . import _views
+
+    rows = directions(results)
+    env = environment(results)
+    if not rows and not env:
+        return []
+    links = configured(env)
+    nodes = sorted(int(n) for n in (env.get("nodes") or {}))
+    views: list[dict] = []
+    if links is not None:
+        views.append(_views.table(
+            "Topology: the configured links", ["node", "host", "its link (both directions)"],
+            ([n, (env["nodes"][str(n)] or {}).get("host"), linkmod.human(links.node(n))] for n in nodes),
+            "Each node hangs off one switch by its own link; a pair rule limits the traffic between "
+            "two nodes only (docs/network.md).", view_id="links-topology"))
+        if links.pairs:
+            views.append(_views.table("Pair rules", ["pair", "pair rule"], (
+                [f"{a}-{b}", linkmod.human(link)] for (a, b), link in sorted(links.pairs.items())),
+                view_id="links-pairs"))
+    if not rows:
+        views.append({"kind": "text", "id": "links-verdict",
+                      "text": "No pair was measured (one node: nothing to pair with)."})
+        return views
+    result = analysis(results)
+    by = {(r["src_node"], r["dst_node"]): r for r in rows}
+    slow = {p for pair in result.slow_pairs for p in (pair, pair[::-1])}
+    cells = [[None if a == b or (a, b) not in by else by[(a, b)]["p2p_Bps"] for b in nodes] for a in nodes]
+    texts = [["—" if a == b else _mbit(by[(a, b)]["p2p_Bps"]) if (a, b) in by else "" for b in nodes]
+             for a in nodes]
+    views.append(_views.matrix(
+        "links-matrix", "Bandwidth matrix, Mbit/s (row: sender, column: receiver)",
+        [f"node {n}" for n in nodes], cells, texts,
+        "Each cell is torch.distributed p2p from the row's node to the column's, shaded by its share "
+        "of the fastest pair; a slow pair is ringed.",
+        marked=[[i, j] for i, a in enumerate(nodes) for j, b in enumerate(nodes) if (a, b) in slow]))
+    views.append(_views.table(
+        "Every direction", ["from", "to", "p2p (Mbit/s)", "TCP (Mbit/s)", "one-way latency (us)",
+                            "configured (Mbit/s)", "p2p / configured", "slow"],
+        (_direction_row(r, result) for r in rows), view_id="links-directions"))
+    views.append({"kind": "text", "id": "links-verdict", "text": verdict_text(result, links).replace("**", "")})
+    return views
 
 
 def as_json(results: list[dict]) -> dict[str, Any]:
