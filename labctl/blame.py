@@ -156,7 +156,7 @@ class Findings:
         self.total += 1
         if record.get("skipped"):
             self.skipped += 1
-        if not record.get("ok", False):
+        if record.get("ok") is not True:        # "ok": "no" (a forged record) is no pass
             self.failed_count += 1
             if len(self.failed) < 50:
                 self.failed.append(record)

@@ -37,6 +37,7 @@ MAX_INT = 1 << 62                   # no count, rank, size or time a rank writes
 MAX_TEXT = 4096                     # no string a rank writes is longer (a caller's path, an error)
 MAX_DIMS = 64
 MAX_RANKS = 1 << 20
+MAX_SPAN_NS = 30 * 86_400 * 10**9   # a record's time after its process's t0: no lab runs 30 days
 
 TRACE = TRACE_MARKER.encode()
 FR = FR_MARKER.encode()
@@ -217,6 +218,14 @@ def shape(value: Any) -> list[int] | None:
     return [whole(x, "shape") for x in value]
 
 
+def when(value: Any) -> int:
+    """A time after the process's t0 (ns): whole, not before it, not 30 days after (an
+    absurd time would stretch every view of the trace)."""
+    if type(value) is not int or not 0 <= value <= MAX_SPAN_NS:
+        raise BadRecord(f"trace record with an unusable time: {str(value)[:40]}")
+    return value
+
+
 def _garbled(payload: bytes) -> BadRecord:
     return BadRecord("garbled or truncated trace record: " + payload[:60].decode(errors="replace").strip())
 
@@ -251,12 +260,12 @@ def _decode_op(payload: bytes) -> Record:
             ident, site, seq, t = (int(x) for x in fields[1:5])
             end = int(fields[5]) if kind == b"X" else None
             return Begin(whole(ident, "op id"), whole(site, "site"), whole(seq, "sequence number"),
-                         whole(t, "time"), None if end is None else whole(end, "time"))
+                         when(t), None if end is None else when(end))
         if kind == b"E":
             if len(fields) not in (3, 4):
                 raise ValueError
             peer = int(fields[3]) if len(fields) == 4 else None
-            return End(whole(int(fields[1]), "op id"), whole(int(fields[2]), "time"), opt_whole(peer, "peer"))
+            return End(whole(int(fields[1]), "op id"), when(int(fields[2])), opt_whole(peer, "peer"))
     except (ValueError, IndexError):
         raise _garbled(payload) from None
     raise _garbled(payload)
@@ -286,9 +295,9 @@ def _decode_json(kind: Any, rec: dict) -> Record:
             return Clock(error=str(rec["error"])[:200])
         return Clock(whole(rec["offset_ns"], "clock offset", -MAX_INT), whole(rec.get("rtt_ns", 0), "round trip"))
     if kind == "T":
-        return Alive(whole(rec["t"], "time"))
+        return Alive(when(rec["t"]))
     if kind == "R":
-        return Raised(whole(rec["i"], "op id"), whole(rec["t"], "time"), text(rec.get("error", "?"), "error")[:300])
+        return Raised(whole(rec["i"], "op id"), when(rec["t"]), text(rec.get("error", "?"), "error")[:300])
     if kind == "B":                      # the first recorder: everything inline
         return OldOp(ident=rec["i"], op=text(rec["op"], "op"), pg=text(rec["pg"], "pg"),
                      seq=opt_whole(rec.get("seq"), "sequence number"), p2p=opt_whole(rec.get("p2p"), "p2p number"),

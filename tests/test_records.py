@@ -1,0 +1,68 @@
+"""The rank records' one codec (workloads/_protocol/records.py, issue 36): what the recorder
+writes reads back as the same values, and every bad payload is one BadRecord naming what
+is wrong, never another exception."""
+from __future__ import annotations
+
+import pytest
+
+from workloads._protocol import records
+from workloads._protocol.records import BadRecord
+
+
+def _payload(line: bytes) -> bytes:
+    return line.split(b" ", 1)[1]
+
+
+def test_what_the_writer_writes_reads_back():
+    assert records.decode(_payload(records.BEGIN % (7, 3, 12, 5_000))) == records.Begin(7, 3, 12, 5_000)
+    assert records.decode(_payload(records.END % (7, 9_000))) == records.End(7, 9_000)
+    assert records.decode(_payload(records.END_FROM % (7, 9_000, 2))) == records.End(7, 9_000, 2)
+    assert records.decode(_payload(records.HEADER % (records.VERSION, 1_800_000_000_000_000_000, 42))) == \
+        records.Header(1_800_000_000_000_000_000, 42, records.VERSION)
+    site = {"k": "S", "s": 3, "op": "all_reduce", "pg": "default_pg", "kind": "c", "bytes": 4000,
+            "dtype": "float32", "shape": [1000], "caller": "job.py:9", "api": "all_gather_object"}
+    got = records.decode(_payload(records.trace_line(site)))
+    assert (got.ident, got.op, got.p2p, got.nbytes, got.shape, got.caller, got.api, got.via) == \
+        (3, "all_reduce", False, 4000, [1000], "job.py:9", "all_gather_object", None)
+    assert records.decode(_payload(records.trace_line({"k": "R", "i": 7, "t": 10, "error": "ValueError: x"}))) \
+        == records.Raised(7, 10, "ValueError: x")
+    assert records.decode(b'{"k":"G","pg":"pg1","ranks":[0,2]}') == records.Group("pg1", [0, 2])
+    assert records.decode(b'{"k":"C","offset_ns":-5,"rtt_ns":9}') == records.Clock(-5, 9)
+    assert records.decode(b'{"k":"C","error":"no store"}') == records.Clock(error="no store")
+    assert records.decode(b"X 1 2 3 4 5") == records.Begin(1, 2, 3, 4, 5)       # the earlier recorder's
+
+
+def test_flight_recorder_records_read_back():
+    entry = {"rank": 1, "pg": "default_pg", "seq": 4, "op": "allreduce", "shape": [7], "dtype": "Float", "t": 9}
+    assert records.decode_fr(_payload(records.fr_line(entry))) == \
+        records.FrEntry(1, "default_pg", 4, "allreduce", [7], "float32", 9)
+    assert records.decode_fr(b'{"rank": 1, "done": 3}') == records.FrDone(1, 3)
+    assert records.decode_fr(b'{"error": "boom"}') == records.FrError("boom")
+
+
+@pytest.mark.parametrize("payload, named", [
+    (b"B 1 2 3", "garbled or truncated trace record: B 1 2 3"),
+    (b"E x 2", "garbled or truncated trace record: E x 2"),
+    (b"Q 1", "garbled or truncated trace record: Q 1"),
+    (b'{"k":"S","s":1', "garbled or truncated trace record"),
+    (b"[1, 2]", "garbled or truncated trace record"),
+    (b'{"k":"Z"}', "trace record of an unknown kind: Z"),
+    (b'{"k":"S","s":1,"op":"x","pg":"p","bytes":1e309}', "trace record with an unusable bytes: inf"),
+    (b'{"k":"S","s":1,"op":"x","pg":"p","bytes":4,"shape":[1.5]}', "trace record with an unusable shape: 1.5"),
+    (b'{"k":"S","s":1,"op":5,"pg":"p","bytes":4}', "trace record with an unusable op: 5"),
+    (b'{"k":"S","s":1,"pg":"p","bytes":4}', "trace record without a usable 'op'"),
+    (b'{"k":"G","pg":"p","ranks":"0,1"}', "trace record with unusable ranks: 0,1"),
+    (b"B 1 2 3 99999999999999999", "trace record with an unusable time: 99999999999999999"),
+    (b'{"k":"T","t":-1}', "trace record with an unusable time: -1"),
+    (b'{"k":"R","i":1,"t":true}', "trace record with an unusable time: True"),
+])
+def test_every_bad_payload_is_one_bad_record_naming_what_is_wrong(payload, named):
+    with pytest.raises(BadRecord) as caught:
+        records.decode(payload)
+    assert str(caught.value).startswith(named), str(caught.value)
+
+
+def test_a_bad_flight_recorder_record_is_a_bad_record():
+    for payload in (b"{", b"[]", b'{"pg": "p"}', b'{"pg": "p", "seq": "4", "op": "x"}'):
+        with pytest.raises(BadRecord):
+            records.decode_fr(payload)
