@@ -94,6 +94,7 @@ RESERVED_ENV: Mapping[str, str] = {
     Env.INIT_METHOD: "use init_method (--init-method) instead",
     Env.PG_TIMEOUT: "use pg_timeout (--pg-timeout) instead",
     Env.TRACE: "use trace (--trace / --no-trace) instead",
+    Env.TRACE_DIR: "labctl sets it to the run folder's records/ (local, compose)",
     Env.FAULT_CLOCK: "use fault_clock (--fault-clock) instead",
     Env.LINKS: "use links (--link) instead",
     Env.SHARED_DIR: "use shared_volume instead (container backends; locally it is the run folder's shared/)",
