@@ -126,7 +126,7 @@ def test_predict_scales_a_two_node_fit_to_another_world_size(tmp_path):
                            "--size", "4KiB", "--size", "64MiB"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "## Predicted at world size 64 (fitted at n = 2" in done.stdout
-    assert "| all_reduce | ring (reduce-scatter, then all-gather) | 4096 |" in done.stdout
+    assert f"| all_reduce | {GLOO['all_reduce'].name} | 4096 |" in done.stdout
 
 
 def test_predict_refuses_a_run_without_a_sweep_and_bad_sizes(tmp_path):
