@@ -107,7 +107,7 @@ def test_without_a_link_there_is_no_model_column():
 
 def _run_folder(tmp_path, results) -> str:
     folder = tmp_path / "run"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "status.json").write_text(json.dumps({"run_id": "r", "lab": "lab", "state": "passed",
                                                     "backend": "compose", "world_size": 2}))
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
@@ -129,11 +129,46 @@ def test_predict_scales_a_two_node_fit_to_another_world_size(tmp_path):
     assert f"| all_reduce | {GLOO['all_reduce'].name} | 4096 |" in done.stdout
 
 
-def test_predict_refuses_a_run_without_a_sweep_and_bad_sizes(tmp_path):
-    folder = _run_folder(tmp_path, [{"workload": "env", "name": "env", "rank": 0, "ok": True}])
-    for args, says in ((["-n", "4"], "nothing to predict from"),
-                       (["-n", "4", "--size", "lots"], "--size: expected a size in bytes"),
-                       (["-n", "1"], "--world-size: expected an integer between 2")):
+def test_predict_replays_each_op_over_other_links(tmp_path):
+    """--link: a faster default halves a bandwidth-bound time; one slow node sets a ring's
+    pace; α and the links' efficiency stay the run's (fitted on its pingpong)."""
+    folder = _run_folder(tmp_path, bench_results(2, 200e-6, 12.5e6))
+    run = RunDir.open(folder)
+
+    def rows(**links):
+        data = json.loads(bench.predict(run, 4, [1 << 22], "json", **links))
+        return data, {r["op"]: r for r in data["rows"]}
+
+    data, base = rows()
+    assert data["fit"]["alpha_s"] == pytest.approx(200e-6, rel=1e-6) and data["fit"]["efficiency"] == pytest.approx(1)
+    assert "pingpong at n = 2" in data["fit"]["on"] and "every node: 100 Mbit/s" in data["links"]
+    ring = base["all_reduce"]
+    assert ring["model"] == "replay" and ring["messages"] == 48 and ring["bytes_per_rank_max"] == 6 << 20  # 2(n-1)/n S
+    assert ring["beta_term_us"] == pytest.approx(1.5 * (1 << 22) / 12.5e6 * 1e6, rel=1e-6)
+    _, fast = rows(links={"default": "200mbit"})
+    assert fast["all_reduce"]["beta_term_us"] == pytest.approx(ring["beta_term_us"] / 2, rel=1e-6)
+    _, slow = rows(links={"nodes": {3: "50mbit"}})
+    assert slow["all_reduce"]["beta_term_us"] == pytest.approx(2 * ring["beta_term_us"], rel=1e-6)
+    # the binomial broadcast: 0 -> {1, 2} at once (2 S / B), then 1 -> 3 at the slow node's rate
+    assert slow["broadcast"]["beta_term_us"] == pytest.approx(4 * (1 << 22) / 12.5e6 * 1e6, rel=1e-6)
+    _, pair = rows(links={"pairs": {"0-3": "50mbit"}})     # the pingpong's own pair
+    assert pair["pingpong"]["beta_term_us"] == pytest.approx(2 * base["pingpong"]["beta_term_us"], rel=1e-6)
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, "-n", "4", "--size", "4MiB",
+                           "--link", "3=50mbit", "--format", "csv"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f",{slow['broadcast']['time_us']}," in done.stdout
+
+
+def test_predict_refuses_a_run_without_a_sweep_and_bad_sizes_and_links(tmp_path):
+    empty = _run_folder(tmp_path / "a", [{"workload": "env", "name": "env", "rank": 0, "ok": True}])
+    swept = _run_folder(tmp_path / "b", bench_results(2, 200e-6, 12.5e6))
+    for folder, args, says in (
+            (empty, ["-n", "4"], "nothing to predict from"),
+            (empty, ["-n", "4", "--size", "lots"], "--size: expected a size in bytes"),
+            (empty, ["-n", "1"], "--world-size: expected an integer between 2"),
+            (swept, ["-n", "4", "--link", "2=fast"], "--link: links.nodes.2: expected a rate with its unit"),
+            (swept, ["-n", "4", "--link", "9=1gbit"], "--link: links.nodes: expected a node of this lab: 0 to 3"),
+            (swept, ["-n", "4", "--link", "x=1gbit"], "--link: expected [NODE=|A-B=]RATE")):
         done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, *args],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode in (1, 2) and says in done.stderr, done.stderr
