@@ -23,7 +23,7 @@ busbw tends to B); `gloo`, what gloo runs for torch 2.13 on CPU, read from gloo'
     all_gather      ring, each block in two halves                 n-1          (n-1)/n
     reduce_scatter  an all_reduce of the whole buffer, each rank keeps its block
                                                                    2(n-1)       2(n-1)/n
-    broadcast       binomial tree, a rank's sends all at once      ceil(log2 n) 1, 2, 3 at n = 2, 3, 4; 6 at 8
+    broadcast       binomial tree, a rank's sends all at once      floor(log2 n) 1, 2, 3 at n = 2, 3, 4; 6 at 8
     reduce          ring reduce-scatter, then every chunk to the root
                                                                    n            2(n-1)/n
     all_to_all      every send at once                             1            (n-1)/n

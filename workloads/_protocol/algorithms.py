@@ -383,8 +383,8 @@ def nccl_alltoall(n, size, itemsize=4, root=0):
 
 
 def double_binary_tree(n: int, size: int, itemsize: int = 4, root: int = 0) -> Schedule:
-    """NCCL's tree all-reduce on paper: two binary trees (heap order; the second one shifted
-    by one rank, so that most of one tree's leaves are the other's inner ranks), each
+    """NCCL's tree all-reduce on paper: two binary trees (heap order; the second one the
+    mirror image, so that one tree's inner ranks are the other's leaves), each
     carrying half of S in 512 KiB slices: a slice goes up to its parent once it arrived from
     every child, and down from the root to the leaves once the root has it."""
     b = _Builder()
@@ -394,7 +394,7 @@ def double_binary_tree(n: int, size: int, itemsize: int = 4, root: int = 0) -> S
     for tree, half in enumerate((size - size // 2, size // 2)):
         if half <= 0:
             continue
-        rank = lambda p: (p + tree) % n      # noqa: E731   position -> rank
+        rank = (lambda p: p) if tree == 0 else (lambda p: n - 1 - p)     # position -> rank
         up_last: dict[int, int] = {}
         down_last: dict[int, int] = {}
         for c, piece in enumerate(_slices(half)):
@@ -474,6 +474,12 @@ def binomial_factor(n: int) -> float:
     return max(has.values())
 
 
+def _tree_depth(n: int) -> float:
+    """Messages one after another in the binomial tree: virtual rank v is popcount(v) hops
+    from the root, and the largest popcount below n is floor(log2 n)."""
+    return float(n.bit_length() - 1) if n > 1 else 0.0
+
+
 def _ring2(n): return 2.0 * (n - 1)
 def _ring1(n): return float(n - 1)
 def _one(n): return 1.0 if n > 1 else 0.0
@@ -496,8 +502,8 @@ ALGORITHMS: dict[str, Algorithm] = {a.key: a for a in (
               "gloo/allgather.cc", "n-1", "(n-1)/n", _ring1, _rs_factor, gloo_allgather),
     Algorithm("gloo.binomial_broadcast", "broadcast",
               "binomial tree from the root, a rank's sends all at once",
-              "gloo/broadcast.cc", "ceil(log2 n)", "binomial (n=3: 2, 4: 3, 8: 6)",
-              lambda n: float(_ceil_log2(n)), binomial_factor, binomial_broadcast),
+              "gloo/broadcast.cc", "floor(log2 n)", "binomial (n=3: 2, 4: 3, 8: 6)",
+              _tree_depth, binomial_factor, binomial_broadcast),
     Algorithm("gloo.ring_reduce", "reduce", "ring reduce-scatter, then every chunk to the root at once",
               "gloo/reduce.cc", "n", "2(n-1)/n", lambda n: float(n), _ar_factor, gloo_reduce),
     Algorithm("gloo.alltoall", "all_to_all", "every send posted at once (the sender's link carries n-1 blocks)",
@@ -539,7 +545,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.key: a for a in (
               lambda n, rank, size, item: Traffic((n - 1) * size * item if rank == 0 else size * item,
                                                   2 * (n - 1) * size * item)),
     Algorithm("p2p.tree_broadcast", "broadcast", "binomial tree from any rank", "gloo/broadcast.cc's tree",
-              "ceil(log2 n)", "binomial", lambda n: float(_ceil_log2(n)), binomial_factor,
+              "floor(log2 n)", "binomial", _tree_depth, binomial_factor,
               lambda n, size, item=4, root=0: binomial_broadcast(n, size, item, root, "p2p.tree_broadcast"),
               "at most ceil(log2 n) x S from any rank, (n-1) x S in all",
               lambda n, rank, size, item: Traffic(_ceil_log2(n) * size * item if n > 1 else 0,
