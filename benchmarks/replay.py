@@ -98,10 +98,11 @@ def main() -> int:
         n = data[0]["world_size"]
         overrides = links_of(target)
         kind = "uniform" if "nodes" not in overrides else "slow node"
-        predicted = json.loads(bench.predict(fit_run, n, [MiB, 4 * MiB], "json", links=overrides))
+        sizes = sorted({r["size_bytes"] for r in data})       # 1 and 4 MiB, in whole elements per rank
+        predicted = json.loads(bench.predict(fit_run, n, sizes, "json", links=overrides))
         by = {(r["op"], r["size_bytes"]): r for r in predicted["rows"]}
         for r in data:
-            if r["size_bytes"] not in (MiB, 4 * MiB) or (r["op"], r["size_bytes"]) not in by:
+            if (r["op"], r["size_bytes"]) not in by:
                 continue
             p = by[(r["op"], r["size_bytes"])]["time_us"] / 1e3
             m = r["time_us_median"] / 1e3
@@ -111,7 +112,7 @@ def main() -> int:
             if kind == "uniform" and r["op"] in closed:
                 old_e = (closed[r["op"]].at(n, r["size_bytes"]).seconds * 1e3 - m) / m
                 old = f"{100 * old_e:+.1f} %"
-            rows.append([r["op"], n, kind, f"{r['size_bytes'] // MiB} MiB", f"{p:.1f}", f"{m:.1f}",
+            rows.append([r["op"], n, kind, f"{round(r['size_bytes'] / MiB)} MiB", f"{p:.1f}", f"{m:.1f}",
                          f"{100 * e:+.1f} %", old])
     rows.sort(key=lambda x: (OPS.index(x[0]), x[2], x[1], x[3]))
     print(table(["op", "n", "links", "size", "predicted (ms)", "measured (ms)", "error",

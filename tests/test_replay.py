@@ -97,12 +97,16 @@ SLOW_LAST = {
     "all_reduce": (2, 8 / 3, 3),        # every ring crosses the slow node: twice the uniform time
     "reduce_scatter": (2, 8 / 3, 3),
     "all_gather": (1, 4 / 3, 3 / 2),
-    # n = 3: 0 -> 1 and 0 -> 2 at once, 0 -> 2 capped at B/2, so 0 -> 1 gets the other half: both 2 s;
+    # n = 3: 0 -> 1 and 0 -> 2 at once through the root's full queue; 0 -> 2 also waits in
+    # the slow node's full queue (two queues: half the share, as TCP): 2B/3 and B/3; 0 -> 1
+    # ends at 1.5 s, 0 -> 2 has S/2 left at B/2 (1 s): 2.5 s (max-min alone would say 2);
     # n = 4: 0 -> 1, 0 -> 2 at B/2 each (2 s), then 1 -> 3 into the slow node (2 s)
-    "broadcast": (2, 2, 4),
+    "broadcast": (2, 2.5, 4),
+    # n = 3: the ring at B/2 (2/3 S: 4/3 s), then 1 and 2 send S/3 each into the root at once;
+    # 2's waits in its own full queue too: 2B/3 and B/3, then S/6 left at B/2: 5/6 s
     # n = 4: the ring at B/2 (3/4 S at B/2: 1.5 s), then 1, 2, 3 send S/4 each into the root at
-    # once: 3's capped at B/2, the root's link carries 3/4 S at B (0.75 s)
-    "reduce": (2, 2, 9 / 4),
+    # once, B/3 each (3's cable, at B/2, is not full): 0.75 s
+    "reduce": (2, 4 / 3 + 5 / 6, 9 / 4),
     "all_to_all": (1, 4 / 3, 3 / 2),    # the slow node sends (n - 1) S / n at B / 2
     "pingpong": (2, 2, 2),              # rank 0 <-> the last rank: the slow node's own pair
     "ring": (2, 2, 2),
@@ -134,6 +138,17 @@ def test_alpha_counts_the_messages_one_after_another(n):
     result = R.replay(GLOO["broadcast"].schedule(4, S), R.Network.uniform(4, B))
     assert [(result.schedule.messages[i].src, result.schedule.messages[i].dst) for i in result.critical] == \
         [(0, 1), (1, 3)]
+
+
+def test_flows_share_a_full_queue_as_tcp_does():
+    """Max-min, weighted by the full queues a flow waits in: 0 -> 1 and 0 -> 2 share the
+    root's cable; 0 -> 2 is also capped by node 2's slower cable."""
+    fan = A.Schedule("test", 3, S, (A.Message(0, 1, S), A.Message(0, 2, S)))
+    slow = R.Network.uniform(3, B).with_node(2, B / 2)
+    assert R.replay(fan, slow).end == [pytest.approx(1.5), pytest.approx(2.5)]
+    # a slow node that is not full (its cap above its fair share) changes nothing
+    mild = R.Network.uniform(3, B).with_node(2, 0.75 * B)
+    assert R.replay(fan, mild).end == [pytest.approx(2.0), pytest.approx(2.0)]
 
 
 def test_a_connection_sends_one_message_after_another_and_links_are_shared():

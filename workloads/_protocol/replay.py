@@ -224,8 +224,9 @@ def replay(schedule: Schedule, net: Network) -> Result:
 
 def _share(now: float, dirty: set, active: dict, flows: dict, caps: dict,
            schedule_done: Callable[[float, int, int], None]) -> None:
-    """Max-min fair rates for the flows that share a cap with a changed one (and, through
-    them, every flow of their component), then each one's new finish time."""
+    """New rates for the flows that share a cap with a changed one (and, through them, every
+    flow of their component): max-min fair, weighted as TCP shares a full queue; then each
+    one's new finish time."""
     seen_c, seen_f = set(), set()
     todo = list(dirty)
     while todo:
@@ -243,35 +244,53 @@ def _share(now: float, dirty: set, active: dict, flows: dict, caps: dict,
     for f in group:                                  # bytes sent at the old rate until now
         f.left = max(0.0, f.left - f.rate * (now - f.since))
         f.since = now
-    left = {c: caps[c] for c in seen_c}
-    users = {c: sum(1 for i in active.get(c, ()) if i in seen_f) for c in seen_c}
-    unfrozen = set(seen_f)
-    # progressive filling: the cap with the smallest fair share freezes its flows at it; a
-    # cap's share only grows as others freeze theirs, so a stale heap entry is pushed back
-    heap = [(left[c] / users[c], n, c) for n, c in enumerate(seen_c) if users[c] > 0]
-    heapq.heapify(heap)
-    tie = len(heap)
-    while unfrozen and heap:
-        share, _, worst = heapq.heappop(heap)
-        if users[worst] <= 0:
-            continue
-        now_share = left[worst] / users[worst]
-        if now_share > share * (1 + 1e-12) + 1e-300:
-            tie += 1
-            heapq.heappush(heap, (now_share, tie, worst))
-            continue
-        for i in [i for i in active[worst] if i in unfrozen]:
-            f = flows[i]
-            f.rate = max(now_share, 0.0)
-            unfrozen.discard(i)
-            for c in f.cons:
-                left[c] -= f.rate
-                users[c] -= 1
+    rates = _fill(seen_c, seen_f, active, flows, caps, None)
+    # TCP flows through a full drop-tail queue share it in inverse proportion to their round
+    # trip, and a flow's round trip grows by every full queue it crosses (each a shaped
+    # cable's 20 ms FIFO here): a flow that waits in two queues gets half the share of one
+    # that waits in one (Mathis et al.). So: which caps the max-min rates fill, then the
+    # same filling weighted 1 / (full caps on the flow's path).
+    full = {c for c in seen_c if sum(rates[i] for i in active.get(c, ()) if i in seen_f) >= caps[c] * (1 - 1e-9)}
+    crossing = {i: max(1, sum(1 for c in flows[i].cons if c in full)) for i in seen_f}
+    if len(set(crossing.values())) > 1:
+        rates = _fill(seen_c, seen_f, active, flows, caps, {i: 1.0 / k for i, k in crossing.items()})
+    for i in seen_f:
+        flows[i].rate = max(rates[i], 0.0)
     for f in group:
         f.version += 1
         finish = now + (f.left / f.rate if f.rate > 0 else math.inf)
         if math.isfinite(finish):
             schedule_done(finish, f.msg, f.version)
+
+
+def _fill(caps_in: set, flows_in: set, active: dict, flows: dict, caps: dict,
+          weight: dict | None) -> dict:
+    """(Weighted) max-min fair rates by progressive filling: the cap whose level (what is
+    left of it per unit of weight of its unfrozen flows) is lowest freezes its flows at that
+    level times their weight. A level only grows as other caps freeze flows, so a stale heap
+    entry is pushed back with its new level."""
+    w = (lambda i: 1.0) if weight is None else weight.__getitem__      # noqa: E731
+    left = {c: caps[c] for c in caps_in}
+    mass = {c: sum(w(i) for i in active.get(c, ()) if i in flows_in) for c in caps_in}
+    rates: dict[int, float] = {}
+    heap = [(left[c] / mass[c], n, c) for n, c in enumerate(caps_in) if mass[c] > 0]
+    heapq.heapify(heap)
+    tie = len(heap)
+    while len(rates) < len(flows_in) and heap:
+        level, _, worst = heapq.heappop(heap)
+        if mass[worst] <= 1e-300:
+            continue
+        now_level = left[worst] / mass[worst]
+        if now_level > level * (1 + 1e-12) + 1e-300:
+            tie += 1
+            heapq.heappush(heap, (now_level, tie, worst))
+            continue
+        for i in [i for i in active[worst] if i in flows_in and i not in rates]:
+            rates[i] = max(now_level, 0.0) * w(i)
+            for c in flows[i].cons:
+                left[c] -= rates[i]
+                mass[c] -= w(i)
+    return rates
 
 
 def _critical(msgs, start: Sequence[float], end: Sequence[float]) -> list[int]:
@@ -310,9 +329,13 @@ class Fit:
 
 def fit(points: Sequence[tuple[Schedule, float]], net: Network, source: str = "") -> Fit | None:
     """α and the efficiency e from (schedule, measured seconds) pairs on `net` (its rates as
-    configured, α unset): the replay's time is ~ T0 / e + k α (T0: the replay with no α at
-    e = 1; k: how much one α adds, from a second replay), fitted by least squares on
-    relative errors (weights 1/t^2). None without two points that tell α from e."""
+    configured, α unset). The replay's time is ~ T0 / e + k α (T0: the replay with no α at
+    e = 1; k: how much one α adds, from a second replay). e is fitted on the large messages
+    (the two largest sizes of a x4 sweep: a quarter of the largest and up), α on the small
+    ones (below that), each by least squares on relative errors with the other held, until
+    they settle. Small messages alone would say nothing true about the links: a shaper lets
+    a burst through faster than its rate (htb's bucket), so 16 KiB may cross a 100 Mbit/s
+    link at 200. None without two sizes."""
     rows = []
     probe = 1e-3
     bare_net = replace(net, alpha=0.0)
@@ -321,21 +344,24 @@ def fit(points: Sequence[tuple[Schedule, float]], net: Network, source: str = ""
             continue
         t0 = replay(schedule, bare_net).seconds
         k = (replay(schedule, replace(net, alpha=probe)).seconds - t0) / probe
-        rows.append((t0, k, seconds))
-    if len(rows) < 2:
+        rows.append((t0, k, seconds, schedule.size))
+    if len({size for *_, size in rows}) < 2 or not any(t0 > 0 for t0, *_ in rows):
         return None
-    # minimise sum ((x t0 + a k - t) / t)^2 over x = 1/e and a = α
-    s11 = sum((t0 / t) ** 2 for t0, k, t in rows)
-    s22 = sum((k / t) ** 2 for t0, k, t in rows)
-    s12 = sum(t0 * k / t ** 2 for t0, k, t in rows)
-    b1 = sum(t0 / t for t0, k, t in rows)
-    b2 = sum(k / t for t0, k, t in rows)
-    det = s11 * s22 - s12 * s12
-    x, a = ((b1 * s22 - b2 * s12) / det, (s11 * b2 - s12 * b1) / det) if det > 0 else (0.0, -1.0)
-    if a < 0:                                   # noise: no overhead left; through the bandwidth alone
-        a, x = 0.0, b1 / s11
+    largest = max(size for *_, size in rows)
+    large = [r for r in rows if r[3] * 4 >= largest and r[0] > 0]
+    small = [r for r in rows if r[3] * 4 < largest]
+    x, a = 1.0, 0.0
+    for _ in range(50):
+        # x = 1/e on the large messages, α held: minimise sum ((x t0 + a k - t) / t)^2
+        x_new = sum(t0 * (t - a * k) / t ** 2 for t0, k, t, _ in large) / sum((t0 / t) ** 2 for t0, k, t, _ in large)
+        kk = sum((k / t) ** 2 for t0, k, t, _ in small)
+        a_new = max(0.0, sum(k * (t - x_new * t0) / t ** 2 for t0, k, t, _ in small) / kk) if kk > 0 else 0.0
+        settled = abs(x_new - x) <= 1e-12 * x_new and abs(a_new - a) <= 1e-15 + 1e-12 * a_new
+        x, a = x_new, a_new
+        if settled:
+            break
     if x <= 0:
         return None
-    errors = [(x * t0 + a * k - t) / t for t0, k, t in rows]
+    errors = [(x * t0 + a * k - t) / t for t0, k, t, _ in rows]
     return Fit(a, 1.0 / x, len(rows), math.sqrt(sum(e * e for e in errors) / len(errors)),
                max(abs(e) for e in errors), source)
