@@ -263,7 +263,7 @@ def _fit_dict(f: cm.Fit, model: LinkModel | None) -> dict[str, Any]:
 
 
 def cost_model_section(results: list[dict]) -> str:
-    """α, B and the fit's error per op: what `labctl predict` scales to other world sizes."""
+    """α, B and the fit's error per op (the closed form; `labctl predict` replays instead)."""
     fitted, model = fits(results), link_model(results)
     name = model_name(results)
     head = [f"### Cost model: t = steps(n) α + factor(n) S / B, {name} algorithms "
@@ -275,7 +275,7 @@ def cost_model_section(results: list[dict]) -> str:
         f"Fitted per op on this sweep (n = {n}; least squares, weights 1/t). B / link: "
         "how much of the link the op's algorithm reaches"
         + (f" (link: {model.bandwidth_Bps / 1e9:.4f} GB/s, {model.source})" if model else "")
-        + ". `labctl predict RUN --world-size N` scales these to other world sizes.", "",
+        + ". `labctl predict RUN --world-size N` replays each op's own messages over the links instead.", "",
         _table(["op", "algorithm", "steps(n)", "factor(n)", "α (us)", "B (GB/s)", "B / link",
                 "fit error rms / max", "sizes"],
                ([op, f.algorithm.name, f.algorithm.steps_text, f.algorithm.factor_text,
