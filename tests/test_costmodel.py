@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from labctl.errors import LabError
 from labctl.rundir import RunDir
 from workloads import _costmodel as cm
 from workloads._benchmath import busbw_factor
@@ -173,3 +174,29 @@ def test_predict_refuses_a_run_without_a_sweep_and_bad_sizes_and_links(tmp_path)
                               capture_output=True, text=True, timeout=60)
         assert done.returncode in (1, 2) and says in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1
+
+
+def test_predict_reads_the_measured_pair_matrix_and_refuses_links_it_cannot_know(tmp_path):
+    """No `links:`: the links workload's pair matrix in the same run gives each node's cable
+    (its best measured pair) and a pair well below it as a pair cap; nothing measured at
+    all is one line."""
+    results = bench_results(3, 0.0, 12e6, links=None)
+    for a in range(3):
+        for b in range(3):
+            if a != b:
+                slow = {a, b} == {1, 2}
+                results.append({"workload": "links", "name": "pair", "rank": a, "ok": True, "src_node": a,
+                                "dst_node": b, "p2p_Bps": 4e6 if slow else 12e6})
+    for r in results:            # a ring over the slow pair, and a pingpong (0 <-> 2) that misses it
+        if r.get("name") == "pingpong":
+            results.append({**r, "name": "ring"})
+    folder = _run_folder(tmp_path / "m", results)
+    data = json.loads(bench.predict(RunDir.open(folder), 3, [1 << 22], "json"))
+    rows = {r["op"]: r for r in data["rows"]}
+    assert "pair matrix measured (6 directions; slow: 1->2, 2->1)" in data["links"]
+    assert data["fit"]["efficiency"] == pytest.approx(1.0, rel=1e-6)
+    assert rows["pingpong"]["beta_term_us"] == pytest.approx((1 << 22) / 12e6 * 1e6, rel=1e-6)
+    assert rows["ring"]["beta_term_us"] == pytest.approx((1 << 22) / 4e6 * 1e6, rel=1e-6)
+    bare = _run_folder(tmp_path / "u", bench_results(2, 1e-4, 12e6, links=None))
+    with pytest.raises(LabError, match="no link rate to replay over"):
+        bench.predict(RunDir.open(bare), 4, None, "md")
