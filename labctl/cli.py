@@ -788,18 +788,24 @@ class ByteSize(click.ParamType):
 @click.option("--size", "sizes", multiple=True, type=ByteSize(),
               help="Message size (repeatable; e.g. 4MiB). Default: the run's sizes.")
 @click.option("--format", "fmt", type=click.Choice(["md", "json", "csv"]), default="md")
+@click.option("--link", "link", multiple=True, metavar="[NODE=|A-B=]RATE[,LATENCY]",
+              help="Predict over other links: replaces the run's rule of the same scope "
+                   "(--link 1gbit: every node; --link 2=10mbit: node 2; --link 0-1=50mbit: a pair).")
 @friendly
-def predict(run, world_size, sizes, fmt) -> None:
-    """Expected time of each bench op at another world size, from the run's α–β fit.
+def predict(run, world_size, sizes, fmt, link) -> None:
+    """Expected time of each bench op at another world size, another size, other links.
 
-    Per op, α (latency) and B (bandwidth) are fitted on the run's sweep with the
-    model of the algorithm its backend runs (t = steps(n) α + factor(n) S / B;
-    docs/network.md), then evaluated at --world-size ranks: the time, its α and
-    β terms, and which dominates.
+    Each op's algorithm (the one its backend runs: gloo's, read from its source, or
+    NCCL's on paper) is replayed message by message over the lab's links (the run's
+    `links:`, its measured pair matrix, or --link), with a per-message overhead and
+    the links' efficiency fitted on the run's sweep (docs/network.md): the time, its
+    α and β terms, and which dominates.
     """
     from . import report
+    from .links import from_flags
 
-    say(report.predict(_open_run(run), world_size, list(sizes) or None, fmt), nl=False)
+    overrides = from_flags(link, specmod.SpecError) if link else None
+    say(report.predict(_open_run(run), world_size, list(sizes) or None, fmt, overrides), nl=False)
 
 
 @main.command()

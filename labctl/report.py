@@ -60,12 +60,14 @@ def compare(run_a: RunDir, run_b: RunDir, fmt: str = "md") -> str:
     raise LabError(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
                    "measurements (make some with: labctl up --workload bench)")
 
-def predict(run: RunDir, world_size: int, sizes: list[int] | None = None, fmt: str = "md") -> str:
+def predict(run: RunDir, world_size: int, sizes: list[int] | None = None, fmt: str = "md",
+            links: dict | None = None) -> str:
     """`labctl predict`: the first workload hook of the run that can scale its measurements
-    to another world size (bench: the α–β fit per op)."""
+    to another world size (bench: each op's messages replayed over the links; `links`: the
+    --link overrides, as the lab file's `links:` mapping)."""
     for name, module in hooks_for(run.results()):
         if hasattr(module, "predict"):
-            return module.predict(run, world_size, sizes, fmt)
+            return module.predict(run, world_size, sizes, fmt, **({"links": links} if links else {}))
     raise LabError(f"{run.path}: nothing to predict from: none of its workloads fits a cost "
                    "model (make a sweep with: labctl up --workload bench)")
 

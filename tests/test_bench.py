@@ -221,6 +221,98 @@ def test_write_plots_writes_two_pngs(tmp_path):
     assert bench.write_plots(fake_run(tmp_path / "none", [ENV])) == []
 
 
+# ---- nccl-tests' JSON -------------------------------------------------------------
+GOLDEN_NCCL = REPO / "tests" / "golden" / "nccl-tests" / "all_reduce_perf.json"
+
+
+def _timed(op, size, times_us, n=2, ranks=None):
+    row = _row(op, size, sorted(times_us)[len(times_us) // 2], n=n)
+    row.update(times_us=times_us, iters=len(times_us))
+    if ranks:
+        row["rank_times_us"] = ranks
+    return row
+
+
+def _swept() -> list[dict]:
+    env = {**ENV, "world_size": 2, "nodes": 2, "nproc_per_node": 1, "min_bytes": 4096, "max_bytes": 16384,
+           "factor": 4, "warmup_iters": 1, "iters": 2, "dtype": "float32", "start_time": "2026-11-26 10:00:00",
+           "ranks": [{"rank": 0, "hostname": "n0", "pid": 7, "device": -1},
+                     {"rank": 1, "hostname": "n1", "pid": 8, "device": -1}]}
+    return [env,
+            _timed("all_reduce", 4096, [100.0, 300.0], ranks=[[90.0, 300.0], [100.0, 250.0]]),
+            _timed("all_reduce", 16384, [400.0, 400.0], ranks=[[400.0, 390.0], [380.0, 400.0]]),
+            _timed("all_gather", 4096, [50.0, 70.0], ranks=[[50.0, 60.0], [40.0, 70.0]])]
+
+
+def _shape(value):
+    """Keys (in order) and value types, all the way down; a list by its first item."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else []
+    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else type(value).__name__
+
+
+def test_nccl_tests_json_has_nccl_tests_fields_in_their_order():
+    """The bench's file per op is nccl-tests' -J document (src/util.cu, version 3: a copy
+    of its shape in tests/golden/nccl-tests/, README.md there says where it came from)."""
+    golden = json.loads(GOLDEN_NCCL.read_text())
+    docs = bench.nccl_tests_documents(_swept(), "2026-11-26T10:00:00+00:00", "2026-11-26T10:00:05+00:00")
+    assert list(docs) == ["all_reduce_perf", "all_gather_perf"]
+    mine, theirs = _shape(docs["all_reduce_perf"]), _shape(golden)
+    assert list(mine) == list(theirs)
+    for key in theirs:
+        if key != "results":
+            assert mine[key] == theirs[key], key
+    # a result: nccl-tests times out-of-place, then in-place; the bench times one of them (the
+    # other is null, as nccl-tests writes a body it did not run), with its per-iteration block
+    want = list(theirs["results"][0])
+    in_place = docs["all_reduce_perf"]["results"][0]
+    assert list(in_place) == [k for k in want if k != "out_of_place_per_iter"]
+    assert in_place["out_of_place"] is None
+    assert _shape(in_place["in_place"]) == theirs["results"][0]["in_place"]
+    assert _shape(in_place["in_place_per_iter"]) == theirs["results"][0]["in_place_per_iter"]
+    out_of_place = docs["all_gather_perf"]["results"][0]
+    assert list(out_of_place) == [k for k in want if k != "in_place_per_iter"] and out_of_place["in_place"] is None
+    assert _shape(out_of_place["out_of_place_per_iter"]) == theirs["results"][0]["out_of_place_per_iter"]
+
+
+def test_nccl_tests_json_numbers_are_nccl_tests_own():
+    doc = bench.nccl_tests_documents(_swept())["all_reduce_perf"]
+    first, second = doc["results"]
+    per_iter = first["in_place_per_iter"]
+    # computeIterStats: mean, population stdev, p50 = sorted[n/2], p99 = sorted[ceil(n*.99)-1]
+    assert (per_iter["avg_us"], per_iter["p50_us"], per_iter["p99_us"]) == (200.0, 300.0, 300.0)
+    assert per_iter["stdev_us"] == pytest.approx(100.0) and per_iter["cv_pct"] == pytest.approx(50.0)
+    # the time is the mean (nccl-tests'), busbw = algbw x 2(n-1)/n
+    assert first["in_place"]["time"] == 200.0
+    assert first["in_place"]["alg_bw"] == pytest.approx(4096 / 200e-6 / 1e9)
+    assert first["in_place"]["bus_bw"] == pytest.approx(first["in_place"]["alg_bw"] * 1.0)
+    assert (first["size"], first["count"], first["type"], first["redop"], first["root"]) == (
+        4096, 1024, "float", "sum", "    -1")
+    gathered = bench.nccl_tests_documents(_swept())["all_gather_perf"]["results"][0]
+    assert (gathered["count"], gathered["redop"]) == (512, "none")          # per rank, as nccl-tests
+    # what tools/analyze_perf_json.py reads: per-process rows whose max is times_us
+    rows = per_iter["per_process_max_times_us"]
+    assert [max(r[i] for r in rows) for i in range(2)] == per_iter["times_us"]
+    assert doc["config"]["devices"][1] == {"rank": 1, "group": 0, "pid": 8, "hostname": "n1", "device": -1,
+                                           "device_hex": "", "device_info": "cpu"}
+    assert doc["args"][:3] == ["all_reduce_perf", "-b", "4096"] and "-J" in doc["args"]
+    assert doc["average_bus_bandwidth"]["bandwidth"] == pytest.approx(
+        (first["in_place"]["bus_bw"] + second["in_place"]["bus_bw"]) / 2)
+    assert doc["out_of_bounds"] == {"count": 0, "okay": True} and doc["nccl_version"] == 0
+
+
+def test_the_run_folder_gets_one_nccl_tests_file_per_op(tmp_path):
+    run = fake_run(tmp_path / "r", _swept(), started="2026-11-26T10:00:00+00:00", seconds=5.0)
+    paths = bench.write_files(run)
+    names = [p.name for p in paths]
+    assert names[:2] == ["bench-nccl-tests-all_reduce_perf.json", "bench-nccl-tests-all_gather_perf.json"]
+    doc = json.loads(paths[0].read_text())
+    assert doc["version"] == 3 and doc["end_time"] and doc["start_time"]
+    assert bench.write_nccl_tests(fake_run(tmp_path / "none", [ENV])) == []
+
+
 # ---- the TCP link helper ----------------------------------------------------------
 def test_link_send_for_counts_every_byte_on_loopback():
     server = _link.listen("127.0.0.1")

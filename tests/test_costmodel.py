@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from labctl.errors import LabError
 from labctl.rundir import RunDir
 from workloads import _costmodel as cm
 from workloads._benchmath import busbw_factor
@@ -107,7 +108,7 @@ def test_without_a_link_there_is_no_model_column():
 
 def _run_folder(tmp_path, results) -> str:
     folder = tmp_path / "run"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "status.json").write_text(json.dumps({"run_id": "r", "lab": "lab", "state": "passed",
                                                     "backend": "compose", "world_size": 2}))
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
@@ -126,15 +127,76 @@ def test_predict_scales_a_two_node_fit_to_another_world_size(tmp_path):
                            "--size", "4KiB", "--size", "64MiB"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "## Predicted at world size 64 (fitted at n = 2" in done.stdout
-    assert "| all_reduce | ring (reduce-scatter, then all-gather) | 4096 |" in done.stdout
+    assert f"| all_reduce | {GLOO['all_reduce'].name} | 4096 |" in done.stdout
 
 
-def test_predict_refuses_a_run_without_a_sweep_and_bad_sizes(tmp_path):
-    folder = _run_folder(tmp_path, [{"workload": "env", "name": "env", "rank": 0, "ok": True}])
-    for args, says in ((["-n", "4"], "nothing to predict from"),
-                       (["-n", "4", "--size", "lots"], "--size: expected a size in bytes"),
-                       (["-n", "1"], "--world-size: expected an integer between 2")):
+def test_predict_replays_each_op_over_other_links(tmp_path):
+    """--link: a faster default halves a bandwidth-bound time; one slow node sets a ring's
+    pace; α and the links' efficiency stay the run's (fitted on its pingpong)."""
+    folder = _run_folder(tmp_path, bench_results(2, 200e-6, 12.5e6))
+    run = RunDir.open(folder)
+
+    def rows(**links):
+        data = json.loads(bench.predict(run, 4, [1 << 22], "json", **links))
+        return data, {r["op"]: r for r in data["rows"]}
+
+    data, base = rows()
+    assert data["fit"]["alpha_s"] == pytest.approx(200e-6, rel=1e-6) and data["fit"]["efficiency"] == pytest.approx(1)
+    assert "pingpong at n = 2" in data["fit"]["on"] and "every node: 100 Mbit/s" in data["links"]
+    ring = base["all_reduce"]
+    assert ring["model"] == "replay" and ring["messages"] == 48 and ring["bytes_per_rank_max"] == 6 << 20  # 2(n-1)/n S
+    assert ring["beta_term_us"] == pytest.approx(1.5 * (1 << 22) / 12.5e6 * 1e6, rel=1e-6)
+    _, fast = rows(links={"default": "200mbit"})
+    assert fast["all_reduce"]["beta_term_us"] == pytest.approx(ring["beta_term_us"] / 2, rel=1e-6)
+    _, slow = rows(links={"nodes": {3: "50mbit"}})
+    assert slow["all_reduce"]["beta_term_us"] == pytest.approx(2 * ring["beta_term_us"], rel=1e-6)
+    # the binomial broadcast: 0 -> {1, 2} at once (2 S / B), then 1 -> 3 at the slow node's rate
+    assert slow["broadcast"]["beta_term_us"] == pytest.approx(4 * (1 << 22) / 12.5e6 * 1e6, rel=1e-6)
+    _, pair = rows(links={"pairs": {"0-3": "50mbit"}})     # the pingpong's own pair
+    assert pair["pingpong"]["beta_term_us"] == pytest.approx(2 * base["pingpong"]["beta_term_us"], rel=1e-6)
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, "-n", "4", "--size", "4MiB",
+                           "--link", "3=50mbit", "--format", "csv"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f",{slow['broadcast']['time_us']}," in done.stdout
+
+
+def test_predict_refuses_a_run_without_a_sweep_and_bad_sizes_and_links(tmp_path):
+    empty = _run_folder(tmp_path / "a", [{"workload": "env", "name": "env", "rank": 0, "ok": True}])
+    swept = _run_folder(tmp_path / "b", bench_results(2, 200e-6, 12.5e6))
+    for folder, args, says in (
+            (empty, ["-n", "4"], "nothing to predict from"),
+            (empty, ["-n", "4", "--size", "lots"], "--size: expected a size in bytes"),
+            (empty, ["-n", "1"], "--world-size: expected an integer between 2"),
+            (swept, ["-n", "4", "--link", "2=fast"], "--link: links.nodes.2: expected a rate with its unit"),
+            (swept, ["-n", "4", "--link", "9=1gbit"], "--link: links.nodes: expected a node of this lab: 0 to 3"),
+            (swept, ["-n", "4", "--link", "x=1gbit"], "--link: expected [NODE=|A-B=]RATE")):
         done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, *args],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode in (1, 2) and says in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1
+
+
+def test_predict_reads_the_measured_pair_matrix_and_refuses_links_it_cannot_know(tmp_path):
+    """No `links:`: the links workload's pair matrix in the same run gives each node's cable
+    (its best measured pair) and a pair well below it as a pair cap; nothing measured at
+    all is one line."""
+    results = bench_results(3, 0.0, 12e6, links=None)
+    for a in range(3):
+        for b in range(3):
+            if a != b:
+                slow = {a, b} == {1, 2}
+                results.append({"workload": "links", "name": "pair", "rank": a, "ok": True, "src_node": a,
+                                "dst_node": b, "p2p_Bps": 4e6 if slow else 12e6})
+    for r in results:            # a ring over the slow pair, and a pingpong (0 <-> 2) that misses it
+        if r.get("name") == "pingpong":
+            results.append({**r, "name": "ring"})
+    folder = _run_folder(tmp_path / "m", results)
+    data = json.loads(bench.predict(RunDir.open(folder), 3, [1 << 22], "json"))
+    rows = {r["op"]: r for r in data["rows"]}
+    assert "pair matrix measured (6 directions; slow: 1->2, 2->1)" in data["links"]
+    assert data["fit"]["efficiency"] == pytest.approx(1.0, rel=1e-6)
+    assert rows["pingpong"]["beta_term_us"] == pytest.approx((1 << 22) / 12e6 * 1e6, rel=1e-6)
+    assert rows["ring"]["beta_term_us"] == pytest.approx((1 << 22) / 4e6 * 1e6, rel=1e-6)
+    bare = _run_folder(tmp_path / "u", bench_results(2, 1e-4, 12e6, links=None))
+    with pytest.raises(LabError, match="no link rate to replay over"):
+        bench.predict(RunDir.open(bare), 4, None, "md")

@@ -2,7 +2,8 @@
 
 Shared by the `bench` workload (which runs inside every node, where only the
 `workloads` package is guaranteed) and `workloads._report.bench` (which re-exports them
-for reports and tests). Definitions follow nccl-tests' doc/PERFORMANCE.md:
+for reports and tests). Definitions follow nccl-tests' doc/PERFORMANCE.md; the ops and
+their busbw factors are declared with their algorithms in workloads/_protocol/algorithms.py:
 
 - time: one call of the operation; the slowest rank's time per iteration;
 - algbw = S / t, S the operation's size in bytes, GB/s = 1e9 bytes/s;
@@ -18,25 +19,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+from ._protocol.algorithms import BLOCKED, COLLECTIVES, OPS, P2P, busbw_factor  # noqa: F401  (declared once there)
+
 GB = 1e9
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
-P2P = ("pingpong", "ring")
-OPS = COLLECTIVES + P2P
-# Ops whose size S is split into n equal per-rank blocks.
-BLOCKED = ("all_gather", "reduce_scatter", "all_to_all")
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests' bus-bandwidth correction factor for `op` on `n` ranks."""
-    if n < 1:
-        raise ValueError(f"busbw_factor: expected n >= 1 ranks, given {n}")
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    if op in ("broadcast", "reduce") or op in P2P:
-        return 1.0
-    raise ValueError(f"busbw_factor: unknown op {op!r}; known: {', '.join(OPS)}")
 
 
 def algbw_GBps(size_bytes: float, seconds: float) -> float:

@@ -1,7 +1,9 @@
-"""The α–β (latency–bandwidth) cost model of each bench op, its fit and its predictions.
+"""The α–β (latency–bandwidth) closed form of each bench op, its fit and its predictions.
 
-Pure functions (no torch), shared by the bench report hook (workloads/_report/bench.py),
-`labctl predict` and benchmarks/netmodel.py.
+Pure functions (no torch), shared by the bench report hook (workloads/_report/bench.py)
+and benchmarks. `labctl predict` no longer scales these: it replays each algorithm's own
+messages over the lab's links (workloads/_protocol/replay.py); this closed form is the
+summary of the same algorithms on uniform links, what the report's "Cost model" table fits.
 
 A message of S bytes over n ranks costs
 
@@ -11,32 +13,24 @@ A message of S bytes over n ranks costs
 bandwidth of one rank's link; steps(n): messages that must follow one another;
 factor(n): bytes that cross the busiest link per byte of S.
 
-Two tables of algorithms. `nccl`: the algorithms nccl-tests' doc/PERFORMANCE.md
-reasons with (its busbw factor is exactly factor(n), so that busbw tends to B):
+The algorithms, their steps(n) and factor(n) are declared once, with their messages, in
+workloads/_protocol/algorithms.py (`MODELS` below reads them): `nccl`, the algorithms
+nccl-tests' doc/PERFORMANCE.md reasons with (factor(n) is exactly the busbw factor, so
+busbw tends to B); `gloo`, what gloo runs for torch 2.13 on CPU, read from gloo's source:
 
-    op              algorithm                          steps(n)   factor(n)
-    all_reduce      ring: reduce-scatter + all-gather  2(n-1)     2(n-1)/n
-    all_gather      ring                               n-1        (n-1)/n
-    reduce_scatter  ring                               n-1        (n-1)/n
-    all_to_all      pairwise exchange                  n-1        (n-1)/n
-    broadcast       pipelined ring from the root       n-1        1
-    reduce          pipelined ring to the root         n-1        1
-    pingpong        one message, one way               1          1
-    ring            one ring step                      1          1
-
-`gloo`: what gloo (torch 2.13) does on CPU, as measured on shaped compose labs of
-2, 3 and 4 nodes (docs/network.md; benchmarks/netmodel.py): all_reduce, all_gather,
-all_to_all and the p2p ops as above; but
-
+    op              gloo's algorithm                               steps(n)     factor(n)
+    all_reduce      ring, segments <= 1 MiB, two in flight         2(n-1)       2(n-1)/n
+    all_gather      ring, each block in two halves                 n-1          (n-1)/n
     reduce_scatter  an all_reduce of the whole buffer, each rank keeps its block
-                                                       2(n-1)     2(n-1)/n
-    broadcast       flat: the root sends the whole buffer to every rank
-                                                       1          n-1
-    reduce          ring reduce-scatter, then every block to the root
-                                                       n          2(n-1)/n
+                                                                   2(n-1)       2(n-1)/n
+    broadcast       binomial tree, a rank's sends all at once      floor(log2 n) 1, 2, 3 at n = 2, 3, 4; 6 at 8
+    reduce          ring reduce-scatter, then every chunk to the root
+                                                                   n            2(n-1)/n
+    all_to_all      every send at once                             1            (n-1)/n
+    pingpong, ring  one message                                    1            1
 
-so gloo's broadcast busbw falls as 1/(n-1) of the link and its reduce_scatter's
-stays at half of it, whatever the link.
+`tests/test_replay.py` checks that the replay of each algorithm's messages on uniform links
+gives these factors and steps.
 
 The fit is least squares on t = A + C * S with weights 1/t, then α = A / steps(n),
 B = factor(n) / C. Sizes span decades: unweighted, the largest sizes decide alone
@@ -49,69 +43,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
+from ._protocol import algorithms as registry
+from ._protocol.algorithms import Algorithm  # noqa: F401  (the registry's: op, name, steps, factor)
 
-@dataclass(frozen=True)
-class Algorithm:
-    op: str
-    name: str
-    steps_text: str
-    factor_text: str
-    steps: Callable[[int], float]
-    factor: Callable[[int], float]
-
-
-def _ring_steps(n: int) -> float:
-    return float(n - 1)
-
-
-def _two_ring_steps(n: int) -> float:
-    return 2.0 * (n - 1)
-
-
-def _one(n: int) -> float:
-    return 1.0
-
-
-def _all_reduce_factor(n: int) -> float:
-    return 2.0 * (n - 1) / n
-
-
-def _ring_factor(n: int) -> float:
-    return (n - 1) / n
-
-
-_COMMON = (
-    Algorithm("all_reduce", "ring (reduce-scatter, then all-gather)", "2(n-1)", "2(n-1)/n",
-              _two_ring_steps, _all_reduce_factor),
-    Algorithm("all_gather", "ring", "n-1", "(n-1)/n", _ring_steps, _ring_factor),
-    Algorithm("all_to_all", "pairwise exchange", "n-1", "(n-1)/n", _ring_steps, _ring_factor),
-    Algorithm("pingpong", "one message, one way", "1", "1", _one, _one),
-    Algorithm("ring", "one ring step (send right, receive left)", "1", "1", _one, _one),
-)
 MODELS: dict[str, dict[str, Algorithm]] = {
-    "nccl": {a.op: a for a in (
-        *_COMMON,
-        Algorithm("reduce_scatter", "ring", "n-1", "(n-1)/n", _ring_steps, _ring_factor),
-        Algorithm("broadcast", "pipelined ring from the root", "n-1", "1", _ring_steps, _one),
-        Algorithm("reduce", "pipelined ring to the root", "n-1", "1", _ring_steps, _one),
-    )},
-    "gloo": {a.op: a for a in (
-        *_COMMON,
-        Algorithm("reduce_scatter", "all_reduce of the whole buffer, each rank keeps its block",
-                  "2(n-1)", "2(n-1)/n", _two_ring_steps, _all_reduce_factor),
-        Algorithm("broadcast", "flat: the root sends the whole buffer to every rank", "1", "n-1",
-                  _one, lambda n: float(n - 1)),
-        Algorithm("reduce", "ring reduce-scatter, then every block to the root", "n", "2(n-1)/n",
-                  lambda n: float(n), _all_reduce_factor),
-    )},
-}
+    family: {op: registry.ALGORITHMS[key] for op, key in ops.items()}
+    for family, ops in registry.DEFAULTS.items()}
 
 
 def model_for(dist_backend: str | None) -> dict[str, Algorithm]:
-    """The algorithms of a run's backend: gloo's as measured, nccl-tests' for the rest."""
-    return MODELS["gloo"] if dist_backend == "gloo" else MODELS["nccl"]
+    """The algorithms of a run's backend: gloo's (read from its source), nccl-tests' for the rest."""
+    return MODELS[registry.family_for(dist_backend)]
 
 
 @dataclass(frozen=True)

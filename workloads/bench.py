@@ -16,8 +16,9 @@ Options (nccl-tests' flags in brackets; sizes in bytes):
     link_seconds   at most this long per link test   (default 1.0)
 
 Every timed iteration: barrier, time one call (CUDA synchronize for NCCL),
-then the slowest rank's time counts (an all_reduce MAX over ranks, done once
-for all iterations after the loop). Time = median (and p99) of those,
+then the slowest rank's time counts (every rank's times gathered once after the
+loop; each iteration's and each rank's are recorded too, `times_us` and
+`rank_times_us`, for the nccl-tests JSON). Time = median (and p99) of those,
 algbw = size / time, busbw = algbw x nccl-tests' factor (workloads/_benchmath).
 Before timing, every size runs once on known data and counts wrong elements
 over all ranks (nccl-tests' #wrong); a size with #wrong > 0 is a failed check.
@@ -48,6 +49,7 @@ DTYPES = {
 # Known data uses values 0..MODULUS-1, fewer when a sum over n ranks would leave the
 # range a dtype holds exactly (int8 127, bfloat16 256, float16 2048): answers stay exact.
 MODULUS = 11
+MAX_RANK_TIMES = 4096      # per-rank times per (op, size) are recorded up to this many values
 EXACT_MAX = {"torch.int8": 127, "torch.uint8": 255, "torch.bfloat16": 256, "torch.float16": 2048}
 
 
@@ -196,8 +198,10 @@ def _sync(ctx: _common.Context) -> None:
         torch.cuda.synchronize(ctx.device)
 
 
-def measure(ctx: _common.Context, case: Case, warmup_iters: int, iters: int) -> tuple[list[float], int]:
-    """The slowest rank's seconds per timed iteration, and #wrong summed over ranks."""
+def measure(ctx: _common.Context, case: Case, warmup_iters: int, iters: int,
+            per_rank: list | None = None) -> tuple[list[float], int]:
+    """The slowest rank's seconds per timed iteration, and #wrong summed over ranks;
+    `per_rank`, when given, gets every rank's own seconds per iteration (rank order)."""
     wrong = torch.tensor([case.wrong_elements()], dtype=torch.int64, device=ctx.device)
     dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
     for _ in range(warmup_iters):
@@ -211,9 +215,13 @@ def measure(ctx: _common.Context, case: Case, warmup_iters: int, iters: int) -> 
         case.call()
         _sync(ctx)
         times.append(time.perf_counter() - started)
-    slowest = torch.tensor(times, dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return slowest.cpu().tolist(), int(wrong.item())
+    mine = torch.tensor(times, dtype=torch.float64, device=ctx.device)
+    every = [torch.empty_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(every, mine)                       # each rank's times: the slowest, and per rank
+    rows = torch.stack(every)
+    if per_rank is not None:
+        per_rank.extend(rows.cpu().tolist())
+    return rows.max(dim=0).values.cpu().tolist(), int(wrong.item())
 
 
 def environment(ctx: _common.Context, dtype_name: str, options: dict) -> dict:
@@ -298,10 +306,13 @@ def run(ctx: _common.Context, ops=None, min_bytes: int = 1024, max_bytes: int = 
     torch_dtype = DTYPES[dtype]
     esize = torch.tensor([], dtype=torch_dtype).element_size()
     n = ctx.world_size
+    ranks = _all(ctx, {"rank": ctx.rank, "hostname": socket.gethostname(), "pid": os.getpid(),
+                       "device": ctx.device.index if ctx.device.type == "cuda" else -1}) if n > 1 else []
     if ctx.rank == 0:
         ctx.record("bench_env", True, **environment(ctx, dtype, {
             "ops": ops, "min_bytes": min_bytes, "max_bytes": max_bytes, "factor": factor,
-            "warmup_iters": warmup_iters, "iters": iters}))
+            "warmup_iters": warmup_iters, "iters": iters, "ranks": ranks,
+            "start_time": time.strftime("%Y-%m-%d %H:%M:%S")}))
     if n < 2:
         ctx.skip("bench", "needs at least 2 ranks to communicate (world size is 1)")
         return
@@ -320,11 +331,17 @@ def run(ctx: _common.Context, ops=None, min_bytes: int = 1024, max_bytes: int = 
                              f"({n} ranks x {esize} B)")
                 continue
             case = Case(ctx, op, count, torch_dtype)
-            times, wrong = measure(ctx, case, warmup_iters, iters)
+            per_rank: list = []
+            times, wrong = measure(ctx, case, warmup_iters, iters, per_rank)
             if ctx.rank == 0:
                 stats = bm.summarize(op, count, esize, n, times)
                 extra = {"peer": case.peer, "rtt_us_median": round(bm.percentile(times, 50) * 1e6, 3)} \
                     if op == "pingpong" else {}
+                # every iteration, as nccl-tests' -I 1 reports it (pingpong: round trips halved)
+                half = 2 if op == "pingpong" else 1
+                extra["times_us"] = [round(t * 1e6 / half, 3) for t in times]
+                if n * iters <= MAX_RANK_TIMES:
+                    extra["rank_times_us"] = [[round(t * 1e6 / half, 3) for t in row] for row in per_rank]
                 ctx.record(op, wrong == 0, count=count, dtype=dtype, wrong=wrong, world_size=n,
                            iters=iters, **stats, **extra,
                            **({"detail": f"{wrong} wrong elements over all ranks"} if wrong else {}))

@@ -10,10 +10,10 @@ emits (`RECORD_*`, `Call`'s fields).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from . import Env
+from .algorithms import ALGORITHMS, Traffic
 
 ENV = Env.EXERCISE                # the runner's Config, JSON; set by labctl for `exercise check`
 WORKLOAD = "exercise"               # the `workload` field of every result record the runner emits
@@ -47,8 +47,13 @@ class Exercise:
     signature: str
     summary: str
     reference: str                  # torch's collective the values (and the time) are compared with
-    optimum: str                    # the traffic the algorithm needs, in words
+    algorithm: str | None           # its algorithm in workloads/_protocol/algorithms.py (the optimum)
     only_p2p: bool = True           # collectives are mistakes (average_gradients: they are the point)
+
+    @property
+    def optimum(self) -> str:
+        """The traffic the algorithm needs, in words (declared with the algorithm)."""
+        return ALGORITHMS[self.algorithm].optimum if self.algorithm else "each gradient all-reduced once"
 
     @property
     def starter(self) -> Path:
@@ -58,25 +63,25 @@ class Exercise:
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     Exercise("ring_allreduce", "allreduce", "allreduce(send, recv)",
              "the tutorial's exercise: a ring all-reduce, chunked (reduce-scatter, then all-gather)",
-             "all_reduce", "2(n-1)/n x S per rank"),
+             "all_reduce", "p2p.ring_allreduce"),
     Exercise("naive_allreduce", "allreduce", "allreduce(send, recv)",
              "all-reduce through rank 0 (everyone sends to rank 0, it sends the sum back): the baseline",
-             "all_reduce", "rank 0: (n-1) x S, the others: S"),
+             "all_reduce", "p2p.naive_allreduce"),
     Exercise("tree_broadcast", "broadcast", "broadcast(tensor, src)",
              "binomial-tree broadcast from any rank: every rank that has the data passes it on",
-             "broadcast", "at most ceil(log2 n) x S from any rank, (n-1) x S in all"),
+             "broadcast", "p2p.tree_broadcast"),
     Exercise("ring_allgather", "all_gather", "all_gather(tensor_list, tensor)",
              "ring all-gather: n-1 steps, each rank passes on what it received last",
-             "all_gather", "(n-1) x S per rank (S: one rank's tensor)"),
+             "all_gather", "p2p.ring_allgather"),
     Exercise("reduce_scatter", "reduce_scatter", "reduce_scatter(output, input_list)",
              "reduce-scatter: rank r ends with the sum of every rank's input_list[r]",
-             "reduce_scatter", "(n-1) x S per rank (S: one output)"),
+             "reduce_scatter", "p2p.reduce_scatter"),
     Exercise("all_to_all", "all_to_all", "all_to_all(output_list, input_list)",
              "all-to-all from p2p: rank r's input_list[j] lands in rank j's output_list[r]",
-             "all_to_all", "(n-1) x S per rank (S: one block)"),
+             "all_to_all", "p2p.all_to_all"),
     Exercise("average_gradients", "average_gradients", "average_gradients(model)",
              "the seeds' gradient averaging for a data-parallel step: gradients equal DDP's",
-             "DistributedDataParallel", "each gradient all-reduced once", only_p2p=False),
+             "DistributedDataParallel", None, only_p2p=False),
 )}
 
 
@@ -154,27 +159,13 @@ def worlds(largest: int) -> list[int]:
     return sorted({largest, *(w for w in WORLDS if w <= largest)}, reverse=True)
 
 
-@dataclass(frozen=True)
-class Traffic:
-    """The bytes one call of the algorithm sends: `rank_most` from this rank at most (its
-    chunks rounded up), `total` from all ranks together."""
-    rank_most: float
-    total: float
-
-
 def traffic(exercise: str, world: int, rank: int, size: int, itemsize: int) -> Traffic | None:
     """What one call of the algorithm sends, for a case of `size` elements of `itemsize`
-    bytes (the S of Exercise.optimum). None: not graded by bytes sent (average_gradients)."""
-    n, s = world, size * itemsize
-    if exercise == "ring_allreduce":
-        return Traffic(2 * (n - 1) * math.ceil(size / n) * itemsize, 2 * (n - 1) * s)
-    if exercise == "naive_allreduce":
-        return Traffic((n - 1) * s if rank == 0 else s, 2 * (n - 1) * s)
-    if exercise == "tree_broadcast":
-        return Traffic(math.ceil(math.log2(n)) * s if n > 1 else 0, (n - 1) * s)
-    if exercise in ("ring_allgather", "reduce_scatter", "all_to_all"):
-        return Traffic((n - 1) * s, n * (n - 1) * s)
-    return None
+    bytes (the S of Exercise.optimum), as its algorithm declares it
+    (workloads/_protocol/algorithms.py). None: not graded by bytes sent (average_gradients)."""
+    ex = EXERCISES.get(exercise)
+    algo = ALGORITHMS[ex.algorithm] if ex is not None and ex.algorithm else None
+    return algo.traffic(world, rank, size, itemsize) if algo is not None and algo.traffic else None
 
 
 def least_received(exercise: str, world: int, rank: int, size: int, itemsize: int,

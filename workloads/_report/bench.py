@@ -77,7 +77,7 @@ def markdown(results: list[dict]) -> str:
     env, link, data = environment(results), link_GBps(results), rows(results)
     parts = ["## Bench (nccl-tests style)", ""]
     if env:
-        keys = [k for k in env if env[k] not in (None, "")]
+        keys = [k for k in env if env[k] not in (None, "") and k != "ranks"]      # ranks: in the JSON
         parts += [_table(["setting", "value"], ([k, json.dumps(env[k]) if isinstance(env[k], list)
                                                  else env[k]] for k in keys)), ""]
     measured = links(results)
@@ -263,7 +263,7 @@ def _fit_dict(f: cm.Fit, model: LinkModel | None) -> dict[str, Any]:
 
 
 def cost_model_section(results: list[dict]) -> str:
-    """α, B and the fit's error per op: what `labctl predict` scales to other world sizes."""
+    """α, B and the fit's error per op (the closed form; `labctl predict` replays instead)."""
     fitted, model = fits(results), link_model(results)
     name = model_name(results)
     head = [f"### Cost model: t = steps(n) α + factor(n) S / B, {name} algorithms "
@@ -275,7 +275,7 @@ def cost_model_section(results: list[dict]) -> str:
         f"Fitted per op on this sweep (n = {n}; least squares, weights 1/t). B / link: "
         "how much of the link the op's algorithm reaches"
         + (f" (link: {model.bandwidth_Bps / 1e9:.4f} GB/s, {model.source})" if model else "")
-        + ". `labctl predict RUN --world-size N` scales these to other world sizes.", "",
+        + ". `labctl predict RUN --world-size N` replays each op's own messages over the links instead.", "",
         _table(["op", "algorithm", "steps(n)", "factor(n)", "α (us)", "B (GB/s)", "B / link",
                 "fit error rms / max", "sizes"],
                ([op, f.algorithm.name, f.algorithm.steps_text, f.algorithm.factor_text,
@@ -286,42 +286,226 @@ def cost_model_section(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "md") -> str:
-    """`labctl predict`: each op's time at `world_size` ranks from the run's fitted α and B."""
+# ---- `labctl predict`: each op's own messages replayed over the links ------------------
+ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "double": 8,
+            "int32": 4, "int": 4, "int64": 8, "int8": 1, "uint8": 1}
+# What α and the links' efficiency are fitted on: the pingpong (one message each way, one
+# pair: the cleanest measure of a message's cost and a link's rate), else every op.
+CALIBRATE_ON = ("pingpong",)
+REPLAY_MAX_RANKS = 64           # above: the closed form (gloo's ring all-reduce of 64 ranks: 16k messages, ~1 s)
+SLOW_PAIR = 0.8                 # a measured pair below this x its nodes' rate is a pair cap of its own
+
+
+def _pairs_measured(results: list[dict]) -> dict[tuple[int, int], float]:
+    """The links workload's pair matrix in the same run: (src node, dst node) -> bytes/s."""
+    return {(r["src_node"], r["dst_node"]): float(r["p2p_Bps"]) for r in results
+            if r.get("workload") == "links" and r.get("name") == "pair" and r.get("p2p_Bps")}
+
+
+def _links_data(raw: Any) -> dict[str, Any]:
+    """A lab's `links:` value as {default, nodes, pairs} (keys as the file writes them)."""
+    if raw is None or raw == {}:
+        return {}
+    if not isinstance(raw, dict):
+        return {"default": raw}
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def links_for(results: list[dict], overrides: dict | None = None, nodes: int | None = None):
+    """The run's `links:` with `--link` overrides on top (each replaces the run's rule of
+    the same scope: the default, a node, a pair), parsed for a lab of `nodes` nodes; None
+    when neither says anything."""
+    from labctl import links as linkmod
+    from labctl.spec import MAX_TOTAL_NODES, SpecError
+
+    env = environment(results)
+    try:
+        data = _links_data(json.loads(env["links"])) if env.get("links") else {}
+    except (ValueError, TypeError):
+        data = {}
+    if overrides:
+        if "default" in overrides:
+            data["default"] = overrides["default"]
+        for section in ("nodes", "pairs"):
+            if overrides.get(section):
+                mine = {str(k): v for k, v in (data.get(section) or {}).items()}
+                data[section] = {**mine, **{str(k): v for k, v in overrides[section].items()}}
+    if not data:
+        return None
+    if overrides:
+        try:
+            linkmod.parse(overrides, nodes or MAX_TOTAL_NODES)
+        except ValueError as exc:
+            raise SpecError(f"--link: {exc}") from None
+    try:      # the run's own rules name nodes of the run; a smaller prediction leaves them out
+        return linkmod.parse(data, MAX_TOTAL_NODES)
+    except ValueError as exc:
+        if overrides:
+            raise SpecError(f"--link: {exc}") from None
+        return None
+
+
+def replay_network(results: list[dict], nodes: int, ranks_per_node: int, overrides: dict | None = None):
+    """The links the replay plays over, at their nominal rates (the fit scales them): a
+    node's cable from the lab's `links:` (with --link overrides), else from the pair matrix
+    the run measured (the links workload), else the slowest TCP link the bench measured;
+    pair rules, and measured pairs well below their nodes' rate, as pair caps; the
+    configured latencies. Returns (network, what it was made of)."""
+    import math
+
+    from workloads._protocol.replay import Network
+
+    links = links_for(results, overrides, nodes)
+    matrix = _pairs_measured(results)
+    tcp = link_GBps(results)
+    fallback = tcp * 1e9 if tcp else math.inf
+    said = []
+    egress, ingress = [], []
+    for i in range(nodes):
+        rate = links.node(i).rate_bps if links else None
+        if rate:
+            egress.append(rate / 8)
+            ingress.append(rate / 8)
+            continue
+        out = [v for (a, b), v in matrix.items() if a == i]
+        into = [v for (a, b), v in matrix.items() if b == i]
+        egress.append(max(out) if out else fallback)
+        ingress.append(max(into) if into else fallback)
+    pair: dict[tuple[int, int], float] = {}
+    latency: dict[tuple[int, int], float] = {}
+    for a in range(nodes):
+        for b in range(nodes):
+            if a == b or links is None:
+                continue
+            rule = links.pair(a, b).rate_bps
+            if rule:
+                pair[(a, b)] = rule / 8
+            delay = links.path(a, b).latency_us
+            if delay:
+                latency[(a, b)] = delay * 1e-6
+    if matrix:
+        nominal = {k: min(egress[k[0]], ingress[k[1]], pair.get(k, math.inf)) for k in matrix
+                   if max(k) < nodes}
+        ratios = sorted(matrix[k] / v for k, v in nominal.items() if math.isfinite(v) and v > 0)
+        typical = ratios[len(ratios) // 2] if ratios else 1.0
+        slow = {k: matrix[k] / typical for k, v in nominal.items()
+                if math.isfinite(v) and matrix[k] < SLOW_PAIR * typical * v}
+        pair.update(slow)
+        said.append(f"the pair matrix measured ({len(matrix)} directions"
+                    + (f"; slow: {', '.join(f'{a}->{b}' for a, b in sorted(slow))}" if slow else "") + ")")
+    if links is not None and links.has_rate:
+        said.insert(0, "links: " + "; ".join(links.describe(nodes)) + (" (with --link)" if overrides else ""))
+    elif tcp and not matrix:
+        said.append(f"the slowest TCP link measured ({tcp:.4f} GB/s)")
+    if not any(math.isfinite(x) for x in egress + ingress + list(pair.values())):
+        raise LabError("no link rate to replay over: the run's links are unshaped and it measured none "
+                       "(shape them with --link RATE, or keep the bench's link test: option link: true)")
+    return Network(nodes, tuple(egress), tuple(ingress), pair, latency, ranks_per_node), "; ".join(said)
+
+
+def _layout_of(results: list[dict]) -> tuple[int, int]:
+    """(world size, ranks per node) of the run's sweep."""
+    env, data = environment(results), rows(results)
+    world = int(data[0].get("world_size") or env.get("world_size") or 2) if data else int(env.get("world_size") or 2)
+    nproc = int(env.get("nproc_per_node") or 1)
+    return world, nproc if world % nproc == 0 else 1
+
+
+def replay_fit(results: list[dict], overrides: dict | None = None, ops: tuple[str, ...] | None = None):
+    """α and the links' efficiency, fitted on the run's own sweep by replaying it (the
+    pingpong's rows, else every op's): (fit, network at the run's size, family, itemsize)."""
+    from workloads._protocol import algorithms as registry
+    from workloads._protocol.replay import fit as replay_fit_
+
+    data = rows(results)
+    if not data:
+        raise LabError("no bench rows to fit (make some with: labctl up --workload bench)")
+    world, nproc = _layout_of(results)
+    net, _ = replay_network(results, -(-world // nproc), nproc, overrides=None)
+    family = registry.family_for(environment(results).get("dist_backend"))
+    itemsize = ITEMSIZE.get(str(data[0].get("dtype")), 4)
+    wanted = ops if ops is not None else CALIBRATE_ON
+    chosen = [r for r in data if r["op"] in wanted] if len({r["size_bytes"] for r in data
+                                                            if r["op"] in wanted}) >= 2 else []
+    chosen = chosen or data
+    points = [(registry.algorithm(family, r["op"]).schedule(r["world_size"] or world, r["size_bytes"], itemsize),
+               r["time_us_median"] / 1e6) for r in chosen if r.get("time_us_median")]
+    names = sorted({r["op"] for r in chosen}, key=OPS.index)
+    found = replay_fit_(points, net, f"{', '.join(names)} at n = {world}")
+    if found is None:
+        raise LabError("the run's sweep cannot be fitted (it needs two sizes or more of one op)")
+    return found, family, itemsize
+
+
+def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "md",
+            links: dict | None = None) -> str:
+    """`labctl predict`: each op at `world_size` ranks, its algorithm's own messages replayed
+    over the links (the run's, or with --link overrides), α and the links' efficiency fitted
+    on the run's sweep."""
+    import math
+    from dataclasses import replace
+
+    from workloads._protocol import algorithms as registry
+    from workloads._protocol.replay import alpha_beta
+
     results = run.results()
-    fitted = fits(results)
-    if not fitted:
+    data = rows(results)
+    if not data:
         raise LabError(f"{run.path}: no bench op with two sizes or more to fit "
                        "(make some with: labctl up --workload bench)")
+    fitted, family, itemsize = replay_fit(results)
+    world, nproc = _layout_of(results)
+    nproc = nproc if world_size % nproc == 0 else 1
+    base, described = replay_network(results, -(-world_size // nproc), nproc, links)
+    net = replace(base.scaled(fitted.efficiency), alpha=fitted.alpha_s)
+    link_Bps = net.slowest()
     out = []
-    for op, f in sorted(fitted.items(), key=lambda kv: OPS.index(kv[0])):
-        wanted = sizes_ or sorted({r["size_bytes"] for r in rows(results) if r["op"] == op})
+    for op in [op for op in OPS if any(r["op"] == op for r in data)]:
+        algo = registry.algorithm(family, op)
+        wanted = sizes_ or sorted({r["size_bytes"] for r in data if r["op"] == op})
         for size in wanted:
-            p = f.at(world_size, size)
-            out.append({"op": op, "algorithm": f.algorithm.name, "fitted_n": f.n, "n": world_size,
-                        "size_bytes": size, "time_us": round(p.seconds * 1e6, 3),
-                        "alpha_term_us": round(p.alpha_term_s * 1e6, 3),
-                        "beta_term_us": round(p.beta_term_s * 1e6, 3), "dominant": p.dominant,
-                        "busbw_GBps": round(p.busbw_Bps(busbw_factor(op, world_size)) / 1e9, 6),
-                        "alpha_s": f.alpha_s, "bandwidth_Bps": f.bandwidth_Bps})
+            if world_size <= REPLAY_MAX_RANKS:
+                alpha_term, beta_term, result = alpha_beta(algo.schedule(world_size, size, itemsize), net)
+                how, messages, critical = "replay", result.messages, len(result.critical)
+                most = max(result.schedule.sent())
+            else:
+                alpha_term = algo.steps(world_size) * fitted.alpha_s
+                beta_term = algo.factor(world_size) * size / link_Bps if math.isfinite(link_Bps) else 0.0
+                how, messages, critical, most = "closed form (too many ranks to replay)", None, None, None
+            seconds = alpha_term + beta_term
+            out.append({"op": op, "algorithm": algo.name, "algorithm_key": algo.key, "fitted_n": world,
+                        "n": world_size, "size_bytes": size, "time_us": round(seconds * 1e6, 3),
+                        "alpha_term_us": round(alpha_term * 1e6, 3), "beta_term_us": round(beta_term * 1e6, 3),
+                        "dominant": "latency (α)" if alpha_term > beta_term else "bandwidth (β)",
+                        "busbw_GBps": round(busbw_factor(op, world_size) * size / seconds / 1e9, 6)
+                        if seconds > 0 else None,
+                        "alpha_s": fitted.alpha_s, "efficiency": round(fitted.efficiency, 4),
+                        "bandwidth_Bps": link_Bps, "model": how, "messages": messages,
+                        "critical_path_messages": critical, "bytes_per_rank_max": most})
     if fmt == "json":
-        return json.dumps({"run": str(run.path), "world_size": world_size, "rows": out}, indent=2) + "\n"
+        return json.dumps({"run": str(run.path), "world_size": world_size, "links": described,
+                           "fit": {"alpha_s": fitted.alpha_s, "efficiency": fitted.efficiency,
+                                   "on": fitted.source, "rms_error": fitted.rms_error,
+                                   "max_error": fitted.max_error, "points": fitted.points},
+                           "rows": out}, indent=2) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
         writer = _csv.DictWriter(buf, fieldnames=list(out[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(out)
         return buf.getvalue()
-    n0 = out[0]["fitted_n"]
-    head = (f"## Predicted at world size {world_size} (fitted at n = {n0}: {run.path})\n\n"
-            f"t = steps(n) α + factor(n) S / B with each op's α and B fitted on the run, "
-            f"{model_name(results)} algorithms (workloads/_costmodel.py); the term that is larger "
-            "dominates.\n\n")
+    head = (f"## Predicted at world size {world_size} (fitted at n = {world}: {run.path})\n\n"
+            f"Each op's own messages ({family} algorithms, workloads/_protocol/algorithms.py) replayed over "
+            f"the links ({described or 'as measured'}; {nproc} rank(s) per node), every rate x "
+            f"{fitted.efficiency:.3f} and α = {fitted.alpha_s * 1e6:.0f} us per message, both fitted on the "
+            f"run's {fitted.source} (rms {100 * fitted.rms_error:.1f} %). β term: the replay without α and "
+            "latency; α term: what they add; the larger dominates.\n\n")
     return head + _table(
         ["op", "algorithm", "size (B)", "time (us)", "α term (us)", "β term (us)", "dominated by",
-         "busbw (GB/s)"],
+         "busbw (GB/s)", "messages"],
         ([r["op"], r["algorithm"], r["size_bytes"], _num(r["time_us"], 1), _num(r["alpha_term_us"], 1),
-          _num(r["beta_term_us"], 1), r["dominant"], _num(r["busbw_GBps"], 4)] for r in out)) + "\n"
+          _num(r["beta_term_us"], 1), r["dominant"], _num(r["busbw_GBps"], 4),
+          r["messages"] if r["messages"] is not None else ""] for r in out)) + "\n"
 
 
 # ---- comparing two runs ----------------------------------------------------
@@ -414,8 +598,165 @@ def check_options(options: dict, defaults: dict) -> None:
 
 
 def write_files(run) -> list[Path]:
-    """The plots, when the run has bench rows; a missing matplotlib is a note, not an error."""
-    return write_plots(run)
+    """The nccl-tests JSON files, then the plots, when the run has bench rows; a missing
+    matplotlib is a note, not an error (the JSON files are written before it is said)."""
+    written = write_nccl_tests(run)
+    return written + write_plots(run)
+
+
+# ---- nccl-tests' JSON (-J), one file per op --------------------------------------------
+# The schema nccl-tests 2.19 writes (src/util.cu, JSON_FILE_VERSION 3; a copy of its shape:
+# tests/golden/nccl-tests/all_reduce_perf.json). A file holds one program's run, so one op:
+# bench-nccl-tests-<program>.json in the run folder, read by nccl-tests' own tools
+# (tools/analyze_perf_json.py reads the per-iteration blocks).
+NCCL_TESTS_VERSION = 3
+NCCL_TESTS_FILE = "bench-nccl-tests-{program}.json"
+NCCL_TYPES = {"float32": "float", "float": "float", "float16": "half", "half": "half", "bfloat16": "bfloat16",
+              "float64": "double", "double": "double", "int32": "int32", "int": "int32", "int64": "int64",
+              "int8": "int8", "uint8": "uint8"}
+# What the bench times: torch's in-place call (all_reduce, broadcast, reduce write their input)
+# or out-of-place (separate output); nccl-tests times both and writes both, null where not run.
+IN_PLACE = ("all_reduce", "broadcast", "reduce")
+
+
+def _nccl_stats(times_us: list[float]) -> dict[str, Any]:
+    """nccl-tests' computeIterStats and writePerIterReport (src/util.cu), on microseconds."""
+    import math
+
+    xs = sorted(times_us)
+    n = len(xs)
+    avg = sum(xs) / n
+    stdev = math.sqrt(sum((x - avg) ** 2 for x in xs) / n)
+    at = lambda pct: xs[min(n - 1, (n * pct + 99) // 100 - 1)]     # noqa: E731  percentileIndex
+    return {"skipped_iterations": 0, "min_us": xs[0], "max_us": xs[-1], "avg_us": avg, "p50_us": xs[n // 2],
+            "p95_us": at(95), "p99_us": at(99), "stdev_us": stdev,
+            "cv_pct": stdev / avg * 100.0 if avg > 0 else 0.0, "times_us": list(times_us)}
+
+
+def _nccl_count(op: str, count: int, n: int) -> int:
+    """nccl-tests' `count` column: the op's parameter count (per rank for the gathers)."""
+    return count // n if op in ("all_gather", "reduce_scatter", "all_to_all") and n else count
+
+
+def _nccl_time(seconds: str) -> str:
+    """An ISO time (the run record's) as nccl-tests writes times: %Y-%m-%d %H:%M:%S."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(seconds).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError):
+        return seconds or ""
+
+
+def nccl_tests_documents(results: list[dict], started: str = "", ended: str = "") -> dict[str, dict]:
+    """Each op's measurements as nccl-tests' JSON document for its program (-J), keyed by
+    the program name. Times are nccl-tests': the mean over the timed iterations, from the
+    per-iteration times the bench records (the bench's own tables use the median)."""
+    env = environment(results)
+    raw = [r for r in _bench(results) if r.get("name") in OPS and "size_bytes" in r and r.get("rank", 0) == 0]
+    if not raw:
+        return {}
+    n = int(raw[0].get("world_size") or env.get("world_size") or 0)
+    nccl = env.get("nccl")
+    version = 0
+    if nccl:
+        x, y, z = (list(map(int, str(nccl).split(".")[:3])) + [0, 0, 0])[:3]
+        version = x * 10000 + y * 100 + z if (x, y) >= (2, 9) else x * 1000 + y * 100 + z
+    ranks = env.get("ranks") or [{"rank": r} for r in range(n)]
+    devices = [{"rank": int(d.get("rank", i)), "group": 0, "pid": int(d.get("pid") or 0),
+                "hostname": str(d.get("hostname") or (env.get("hostname") if i == 0 else "") or ""),
+                "device": int(d.get("device", -1) if d.get("device") is not None else -1),
+                "device_hex": "", "device_info": str(env.get("device") or "cpu")} for i, d in enumerate(ranks)]
+    env_lines = [f"{k}={env[k]}" for k in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME") if env.get(k) is not None]
+    env_lines += [f"LAB_DIST_BACKEND={env['dist_backend']}"] if env.get("dist_backend") else []
+    env_lines += [f"LAB_LINKS={env['links']}"] if env.get("links") else []
+    docs: dict[str, dict] = {}
+    for op in OPS:
+        mine = sorted((r for r in raw if r["name"] == op), key=lambda r: r["size_bytes"])
+        if not mine:
+            continue
+        program = registry_program(op)
+        dtype = str(mine[0].get("dtype") or env.get("dtype") or "float32")
+        args = [program, "-b", str(env.get("min_bytes", mine[0]["size_bytes"])),
+                "-e", str(env.get("max_bytes", mine[-1]["size_bytes"])), "-f", str(env.get("factor", 2)),
+                "-w", str(env.get("warmup_iters", 0)), "-n", str(mine[0].get("iters") or env.get("iters", 1)),
+                "-d", NCCL_TYPES.get(dtype, dtype), "-g", "1", "-I", "1"]
+        if op in ("all_reduce", "reduce_scatter", "reduce", "ring"):
+            args += ["-o", "sum"]
+        if op in ("broadcast", "reduce"):
+            args += ["-r", "0"]
+        args += ["-J", NCCL_TESTS_FILE.format(program=program)]
+        results_out, wrong, busbws = [], 0, []
+        for r in mine:
+            times = r.get("times_us") or [r["time_us_median"]]
+            stats = _nccl_stats(times)
+            size = int(r["size_bytes"])
+            avg_s = stats["avg_us"] / 1e6
+            algbw = size / avg_s / 1e9 if avg_s > 0 else 0.0
+            busbw = algbw * busbw_factor(op, n) if n else 0.0
+            busbws.append(busbw)
+            wrong += int(r.get("wrong") or 0)
+            body = {"time": stats["avg_us"], "alg_bw": algbw, "bus_bw": busbw, "nwrong": float(r.get("wrong") or 0)}
+            if r.get("rank_times_us"):
+                stats[PROCESS_TIMES_KEY] = r["rank_times_us"]
+            row: dict[str, Any] = {
+                "size": size, "count": _nccl_count(op, int(r.get("count") or 0), n),
+                "type": NCCL_TYPES.get(dtype, dtype),
+                "redop": "sum" if op in ("all_reduce", "reduce_scatter", "reduce", "ring") else "none",
+                "root": f"{0 if op in ('broadcast', 'reduce') else -1:6d}"}
+            if op in IN_PLACE:
+                row.update({"out_of_place": None, "in_place": body, "in_place_per_iter": stats})
+            else:
+                row.update({"out_of_place": body, "out_of_place_per_iter": stats, "in_place": None})
+            row.update({"actual_iterations": len(times), "experiment_name": ""})
+            results_out.append(row)
+        docs[program] = {
+            "version": NCCL_TESTS_VERSION, "start_time": _nccl_time(started) or str(env.get("start_time") or ""),
+            "args": args, "env": env_lines, "nccl_version": version,
+            "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": int(env.get("min_bytes", mine[0]["size_bytes"])),
+                       "maximum_bytes": int(env.get("max_bytes", mine[-1]["size_bytes"])),
+                       "step_factor": int(env.get("factor", 2)), "warmup_iters": int(env.get("warmup_iters", 0)),
+                       "iterations": int(mine[0].get("iters") or env.get("iters", 1)), "aggregated_iterations": 1,
+                       "validation": 1, "graph": 0, "blocking_collectives": False, "per_iter_timing": True,
+                       "per_iter_skip": 0, "parallel_init": False, "devices": devices},
+            "results": results_out,
+            "out_of_bounds": {"count": wrong, "okay": wrong == 0},
+            "average_bus_bandwidth": {"bandwidth": sum(busbws) / len(busbws), "okay": "unchecked"},
+            "errors": [],
+            "end_time": _nccl_time(ended),
+        }
+    return docs
+
+
+PROCESS_TIMES_KEY = "per_process_max_times_us"
+
+
+def registry_program(op: str) -> str:
+    from workloads._protocol.algorithms import NCCL_TESTS_PROGRAM
+
+    return NCCL_TESTS_PROGRAM[op]
+
+
+def write_nccl_tests(run) -> list[Path]:
+    """bench-nccl-tests-<program>.json per op in the run folder (nccl-tests' -J schema)."""
+    from datetime import datetime, timedelta
+
+    record = run.record
+    started = record.started or ""
+    ended = ""
+    try:
+        if started and record.seconds is not None:
+            ended = (datetime.fromisoformat(started) + timedelta(seconds=float(record.seconds))).isoformat()
+    except (TypeError, ValueError):
+        ended = ""
+    written = []
+    for program, doc in nccl_tests_documents(run.results(), started, ended).items():
+        target = Path(run.path) / NCCL_TESTS_FILE.format(program=program)
+        with atomic_open(target, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        written.append(target)
+    return written
 
 
 def write_plots(run) -> list[Path]:

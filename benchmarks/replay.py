@@ -1,0 +1,138 @@
+"""How well `labctl predict` replays: fit on 2 compose nodes, predict 3 and 4, measure them.
+
+Compose labs of N nodes x 1 process, every link shaped (tc, docs/network.md) well below
+what 2 shared cores push through a veth, so that the time is the links':
+
+- the fit: 2 nodes, every link at --link (100mbit), the bench from 16 KiB to 4 MiB;
+- the targets: 3 and 4 nodes with every link at --link ("uniform"), and 3 and 4 nodes
+  whose last node is at --slow (50mbit; "slow node"), the bench at 1 and 4 MiB.
+
+Each target is predicted from the fit alone (`labctl predict FIT --world-size N --link ...`
+with the target's links: workloads/_report/bench.py `predict`, the replay of each op's
+gloo messages), and compared with what it measured. Printed: per op, size and lab the
+predicted and measured times and the error, then per op the worst |error| at 3 and 4
+nodes and the median; the α–β closed form fitted per op on the same 2-node run (what
+`labctl predict` did before) beside it on the uniform labs.
+
+    python benchmarks/replay.py [--image labctl-cpu:latest] [--link 100mbit] [--slow 50mbit]
+    python benchmarks/replay.py --runs FIT,T3U,T4U,T3S,T4S        # reuse run folders
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+from _harness import labctl, table, write_lab
+
+from labctl.rundir import RunDir
+from workloads import _costmodel as cm
+from workloads._report import bench
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "pingpong", "ring")
+MiB = 1 << 20
+BAR_WORST, BAR_MEDIAN = 0.15, 0.10
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def run_lab(folder, name: str, nodes: int, links, options: dict, image: str | None) -> RunDir:
+    lab = write_lab(folder, name=name, backend="compose", nodes=nodes, nproc_per_node=1, links=links,
+                    timeout=1800, workloads=[{"name": "bench", "options": options}],
+                    **({"image": image} if image else {}))
+    out = folder / name
+    started = time.perf_counter()
+    done, _ = labctl("up", "-f", str(lab), "--out", str(out), "-q", timeout=1900)
+    if done.returncode != 0:
+        raise SystemExit(f"the {name} lab failed: {done.stderr.strip()[-800:]}")
+    print(f"<!-- {name}: {nodes} nodes, links {json.dumps(links)}: {time.perf_counter() - started:.0f} s, "
+          f"load {load()}, {out} -->", flush=True)
+    return RunDir.open(out)
+
+
+def links_of(run: RunDir) -> dict:
+    """The target lab's `links:` as --link overrides (what `labctl predict --link` takes)."""
+    raw = json.loads(bench.environment(run.results()).get("links") or "{}")
+    data = bench._links_data(raw)
+    return {k: ({int(n) if k == "nodes" else n: v for n, v in data[k].items()} if isinstance(data[k], dict)
+                else data[k]) for k in data}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--link", default="100mbit", help="every node's link")
+    parser.add_argument("--slow", default="50mbit", help="the slow node's link (the last node)")
+    parser.add_argument("--runs", help="FIT,T3U,T4U,T3S,T4S: run folders to read instead of running labs")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--image", help="the labs' image (default: labctl-cpu:latest)")
+    parser.add_argument("--out", help="where the run folders go (default: a fresh folder in /tmp)")
+    args = parser.parse_args()
+    print(f"<!-- load at start {load()} -->", flush=True)
+    if args.runs:
+        fit_run, *targets = [RunDir.open(p) for p in args.runs.split(",")]
+    else:
+        import tempfile
+        from pathlib import Path
+
+        folder = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="replay-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        sweep = {"min_bytes": 16 << 10, "max_bytes": 4 * MiB, "factor": 4, "iters": args.iters,
+                 "warmup_iters": 1, "link": False}
+        targets_opts = {**sweep, "min_bytes": MiB}
+        fit_run = run_lab(folder, "fit2", 2, args.link, sweep, args.image)
+        targets = [run_lab(folder, f"uniform{n}", n, args.link, targets_opts, args.image) for n in (3, 4)]
+        targets += [run_lab(folder, f"slow{n}", n, {"default": args.link, "nodes": {n - 1: args.slow}},
+                            targets_opts, args.image) for n in (3, 4)]
+    fit_results = fit_run.results()
+    fitted, family, _ = bench.replay_fit(fit_results)
+    closed = cm.fits(bench.rows(fit_results), cm.MODELS["gloo"])
+    print(f"\nFit on {fit_run.path} (n = 2): α = {fitted.alpha_s * 1e6:.0f} us per message, links x "
+          f"{fitted.efficiency:.3f}, on the {fitted.source} (rms {100 * fitted.rms_error:.1f} %)\n")
+    rows, errors = [], {}
+    for target in targets:
+        data = bench.rows(target.results())
+        n = data[0]["world_size"]
+        overrides = links_of(target)
+        kind = "uniform" if "nodes" not in overrides else "slow node"
+        sizes = sorted({r["size_bytes"] for r in data})       # 1 and 4 MiB, in whole elements per rank
+        predicted = json.loads(bench.predict(fit_run, n, sizes, "json", links=overrides))
+        by = {(r["op"], r["size_bytes"]): r for r in predicted["rows"]}
+        for r in data:
+            if (r["op"], r["size_bytes"]) not in by:
+                continue
+            p = by[(r["op"], r["size_bytes"])]["time_us"] / 1e3
+            m = r["time_us_median"] / 1e3
+            e = (p - m) / m
+            errors.setdefault(r["op"], []).append((n, kind, r["size_bytes"], e))
+            old = ""
+            if kind == "uniform" and r["op"] in closed:
+                old_e = (closed[r["op"]].at(n, r["size_bytes"]).seconds * 1e3 - m) / m
+                old = f"{100 * old_e:+.1f} %"
+            rows.append([r["op"], n, kind, f"{round(r['size_bytes'] / MiB)} MiB", f"{p:.1f}", f"{m:.1f}",
+                         f"{100 * e:+.1f} %", old])
+    rows.sort(key=lambda x: (OPS.index(x[0]), x[2], x[1], x[3]))
+    print(table(["op", "n", "links", "size", "predicted (ms)", "measured (ms)", "error",
+                 "α–β per-op fit (before)"], rows))
+    print("\nPer op, over n = 3 and 4, uniform and slow node, 1 and 4 MiB: the worst and the median |error|\n")
+    summary, everything = [], []
+    for op in OPS:
+        errs = [abs(e) for *_, e in errors.get(op, [])]
+        if not errs:
+            continue
+        everything += errs
+        summary.append([op, f"{100 * max(errs):.1f} %", f"{100 * statistics.median(errs):.1f} %",
+                        "yes" if max(errs) <= BAR_WORST else "no"])
+    print(table(["op", "worst |error|", "median |error|", f"within {100 * BAR_WORST:.0f} %"], summary))
+    med = statistics.median(everything) if everything else float("nan")
+    print(f"\nAll {len(everything)} predictions: median |error| {100 * med:.1f} % (bar {100 * BAR_MEDIAN:.0f} %), "
+          f"worst {100 * max(everything):.1f} % (bar {100 * BAR_WORST:.0f} % per op); load at end {load()}")
+    print(json.dumps({"runs": [str(fit_run.path)] + [str(t.path) for t in targets]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
