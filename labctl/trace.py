@@ -877,6 +877,13 @@ def _metadata(s: Summary) -> dict[str, Any]:
                                      if i.records},
             "ops": s.ops, "flows": s.flows, "unfinished_ops": s.unfinished,
             "raised_ops": s.raised_count, "raised": s.raised,
+            # the merge's own tables, so that no reader of trace.json recomputes them
+            # (the page: labctl/html/timeline.py)
+            "totals": [{"pg": pg, "op": op, "count": t.count, "bytes": t.nbytes, "unfinished": t.unfinished,
+                        "total_ms": round(t.total_ns / 1e6, 3), "slowest_ms": round(t.slowest_ns / 1e6, 3),
+                        "slowest_rank": t.slowest_rank} for (pg, op), t in sorted(s.totals.items())],
+            "stragglers": [{"pg": x.pg, "seq": x.seq, "op": x.op, "rank": x.rank,
+                            "late_ms": round(x.late_ns / 1e6, 3)} for x in s.stragglers],
             "missing_ranks": s.missing_ranks,
             "bad_records": [str(p) for p in s.problems] + ([f"... and {s.more_problems} more"]
                                                            if s.more_problems else [])}

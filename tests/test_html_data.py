@@ -236,3 +236,48 @@ def test_an_event_at_an_absurd_or_non_finite_time_is_skipped_and_named(tmp_path)
     timeline = data["timeline"]
     assert timeline["total"] == 46 and timeline["end_us"] < 1e6
     assert all(abs(t) < 1e6 for t in timeline["slices"]["ts"])
+
+
+def _rank_records(rank: int, starts: list[int], late: int = 0) -> str:
+    """One rank's records: an all_reduce per start (ms), rank `late` ms late at the 2nd."""
+    lines = [{"k": "H", "v": 2, "t0": 1_000_000_000, "pid": rank},
+             {"k": "G", "pg": "default_pg", "ranks": [0, 1]},
+             {"k": "S", "s": 1, "op": "all_reduce", "pg": "default_pg", "kind": "c", "bytes": 4,
+              "dtype": "float32", "shape": [1], "caller": "job.py:5"}]
+    out = "".join("@@labctl-trace " + json.dumps(x) + "\n" for x in lines)
+    for i, ms in enumerate(starts, 1):
+        begin = (ms + (late if i == 2 else 0)) * 1_000_000
+        out += f"@@labctl-trace B {i} 1 {i} {begin}\n@@labctl-trace E {i} {begin + 3_000_000 * rank + 1_000_000}\n"
+    return out
+
+
+def test_the_page_takes_the_merge_s_totals_and_stragglers_and_points_at_their_slices(tmp_path):
+    """The merge writes its per-op totals and worst stragglers into trace.json; the page
+    shows those (the numbers `labctl trace` prints), not a count of its own, and points
+    each row at its slices. A trace.json without them (another writer's) is still counted."""
+    from labctl import trace
+    from labctl.html import timeline
+
+    run = tmp_path / "run"
+    (run / "ranks").mkdir(parents=True)
+    (run / "ranks" / "rank-0.log").write_text(_rank_records(0, [10, 20, 30]))
+    (run / "ranks" / "rank-1.log").write_text(_rank_records(1, [10, 20, 30], late=7))
+    summary = trace.merge(run, world=2)
+    page = timeline.read(run / "trace.json")
+    totals = timeline.totals(page)
+    assert [(t["pg"], t["op"], t["count"], t["total_ms"], t["slowest_ms"], t["slowest_rank"]) for t in totals] == \
+        [("default_pg", "all_reduce", 6, round(sum(t.total_ns for t in summary.totals.values()) / 1e6, 3), 4.0, 1)]
+    slowest = totals[0]["slowest_slice"]
+    assert page.cols["dur"][slowest] == 4000.0 and page.lanes[page.cols["lane"][slowest]].rank == 1
+    found = timeline.stragglers(page)
+    assert [(s["seq"], s["rank"], s["late_ms"]) for s in found] == \
+        [(x.seq, x.rank, round(x.late_ns / 1e6, 3)) for x in summary.stragglers]
+    assert found[0]["seq"] == 2 and found[0]["rank"] == 1 and found[0]["late_ms"] == 7.0
+    assert len(found[0]["slices"]) == 2
+    data = json.loads((run / "trace.json").read_text())
+    data["metadata"]["totals"][0]["count"] = 999                     # the page shows the merge's numbers
+    del data["metadata"]["stragglers"]                               # and counts what is not there
+    (run / "trace.json").write_text(json.dumps(data))
+    page = timeline.read(run / "trace.json")
+    assert timeline.totals(page)[0]["count"] == 999
+    assert [(s["seq"], s["rank"]) for s in timeline.stragglers(page)][0] == (2, 1)

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..trace import STRAGGLERS
+
 MAX_SLICES = 300_000
 AGG_BINS = 2_000
-STRAGGLERS = 10
 WHOLE_FILE_LIMIT = 256 << 20
 MAX_LINE = 1 << 20
 MAX_INSTANTS = 10_000
@@ -455,9 +456,48 @@ def read(path: Path) -> Timeline:
     return timeline
 
 
+def _merged(t: Timeline, key: str, fields: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """labctl's merge's own table `key` from trace.json's metadata (totals, stragglers),
+    each row checked against `fields` (name -> a type check); None when the file has none
+    (a trace.json labctl did not write) or a row is not of that shape."""
+    rows = t.metadata.get(key) if isinstance(t.metadata, dict) else None
+    if not isinstance(rows, list) or len(rows) > 100_000:
+        return None
+    for row in rows:
+        if not isinstance(row, dict) or any(not ok(row.get(name)) for name, ok in fields.items()):
+            return None
+    return [{name: row.get(name) for name in fields} for row in rows]
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_count(v: Any) -> bool:
+    return type(v) is int and 0 <= v < 1 << 62
+
+
+def _is_ms(v: Any) -> bool:
+    return type(v) in (int, float) and 0 <= v < 1e12
+
+
+def _is_rank(v: Any) -> bool:
+    return v is None or _is_count(v)
+
+
+_TOTALS = {"pg": _is_str, "op": _is_str, "count": _is_count, "bytes": _is_count, "unfinished": _is_count,
+           "total_ms": _is_ms, "slowest_ms": _is_ms, "slowest_rank": _is_rank}
+_STRAGGLERS = {"pg": _is_str, "seq": _is_count, "op": _is_str, "rank": _is_count, "late_ms": _is_ms}
+
+
 def totals(t: Timeline) -> list[dict[str, Any]]:
-    """Per (process group, op): count, bytes, total and slowest ms and where: what `labctl
-    trace` prints, from the slices the page holds (all of them, detailed or not)."""
+    """Per (process group, op): count, bytes, total and slowest ms and where. labctl's merge
+    wrote them into trace.json (what `labctl trace` prints): taken as they are, each with
+    the page's slice of its slowest op to point at; a trace.json of another writer: counted
+    from the slices the page holds."""
+    merged = _merged(t, "totals", _TOTALS)
+    if merged is not None:
+        return _pointed_totals(t, merged)
     c = t.cols
     by: dict[tuple[str, str], dict[str, Any]] = {}
     for i in range(len(c["ts"])):
@@ -488,10 +528,40 @@ def totals(t: Timeline) -> list[dict[str, Any]]:
     return [by[k] for k in sorted(by)]
 
 
+def _pointed_totals(t: Timeline, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The merge's totals, each with the page's slice of its slowest op (that op's rank, pg
+    and name, the longest such slice the page holds)."""
+    c = t.cols
+    want = {(r["pg"], r["op"], r["slowest_rank"]): r for r in rows if r["slowest_rank"] is not None}
+    best: dict[tuple, tuple[int, int]] = {}
+    for i in range(len(c["ts"])):
+        if c["unfinished"][i]:
+            continue
+        key = (t.strings[c["cat"][i]] if c["cat"][i] >= 0 else "", t.strings[c["name"][i]], t.lanes[c["lane"][i]].rank)
+        if key in want and c["dur"][i] >= best.get(key, (-1, -1))[0]:
+            best[key] = (c["dur"][i], i)
+    for r in rows:
+        found = best.get((r["pg"], r["op"], r["slowest_rank"]))
+        r["slowest_slice"] = found[1] if found else None
+    return rows
+
+
 def stragglers(t: Timeline) -> list[dict[str, Any]]:
     """For each collective instance (process group, seq) that two or more ranks entered with
     the same op, the rank that entered last and how long after the first; the worst ten,
-    with the page's slice ids so the table can point at them."""
+    with the page's slice ids so the table can point at them. labctl's merge wrote them
+    into trace.json: taken as they are; a trace.json of another writer: found here."""
+    merged = _merged(t, "stragglers", _STRAGGLERS)
+    if merged is not None:
+        c = t.cols
+        by_instance: dict[tuple[str, int], list[int]] = {}
+        for i in range(len(c["ts"])):
+            if c["seq"][i] >= 0 and c["p2p"][i] < 0 and t.lanes[c["lane"][i]].track == "":
+                pg = t.strings[c["cat"][i]] if c["cat"][i] >= 0 else ""
+                by_instance.setdefault((pg, c["seq"][i]), []).append(i)
+        for s in merged:
+            s["slices"] = sorted(by_instance.get((s["pg"], s["seq"]), []), key=lambda i: c["ts"][i])
+        return merged[:STRAGGLERS]
     c = t.cols
     groups: dict[tuple[int, int], list[int]] = {}
     for i in range(len(c["ts"])):
