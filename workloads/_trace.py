@@ -472,7 +472,7 @@ class _Count:
         self.counter, self.issued = itertools.count(1), 0
 
     def next(self) -> int:
-        seq = self.issued = next(self.counter)
+        seq = self.issued = next(self.counter)         # (the ProcessGroup wrapper does this inline)
         return seq
 
 
@@ -692,7 +692,7 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
     "What it costs")."""
     time_ns = time.time_ns
     getframe = sys._getframe
-    waiting, ids, names, begin, polled = _waiting, _ids, _names, _begin, _polled
+    waiting, ids, names, polled, sites_get, begin_line = _waiting, _ids, _names, _polled, _sites.get, _BEGIN
     tensor_class = _tensor_class
     anysource = method == "recv_anysource"
     returns_work = method != "monitored_barrier"
@@ -726,10 +726,15 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
             name = _op_name(caller.f_code)
         code, lasti, api = _where(caller)
         ident = next(ids)
-        seq = route.count.next()
+        count = route.count
+        seq = count.issued = next(count.counter)
         if polled:
             _poll()                         # works without a future that completed meanwhile
-        begin(ident, route, seq, dtype, shape, nbytes, where, code, lasti, name, api, entered)
+        # _begin, inline (the op's path: every call counts twice in a ping-pong of p2p ops)
+        site = sites_get((route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api))
+        if site is None:
+            site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api)
+        (_sink or _new_sink()).write(begin_line % (ident, site, seq, entered - _t0))
         if grad and _is_grad_enabled():
             _warn_on_backprop(value, f"c10d::{method}")
         excluded = _excluded(_AUTOGRAD)
@@ -874,7 +879,7 @@ def _ended(work: Any) -> None:
 
 
 def _wrap_wait(original: Any) -> Any:
-    waiting, end, time_ns = _waiting, _end, time.time_ns
+    waiting, end_line, time_ns = _waiting, _END, time.time_ns
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -886,7 +891,7 @@ def _wrap_wait(original: Any) -> Any:
             entry = waiting.get(id(self))
             if entry is not None and type(entry[1]) is int and entry[2] is None and entry[0]() is self:
                 del waiting[id(self)]               # the common case, inline: one op, its end now
-                end(entry[1], time_ns())
+                (_sink or _new_sink()).write(end_line % (entry[1], time_ns() - _t0))
             elif entry is not None:
                 _ended(self)
         return result
