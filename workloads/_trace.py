@@ -130,7 +130,8 @@ def _channel_identity(fd: int) -> tuple[int, int] | None:
 
 
 class _FileSink:
-    """Lines into memory-mapped segment files in `folder`; durable at once."""
+    """Lines into memory-mapped segment files in `folder`; durable at once. Every write
+    takes the lock (any Python)."""
     __slots__ = ("folder", "stem", "mm", "pos", "segment", "lock", "failed")
 
     def __init__(self, folder: str):
@@ -138,45 +139,81 @@ class _FileSink:
         rank = os.environ.get("RANK", "")
         who = f"rank-{int(rank)}" if rank.isdigit() else "proc"
         self.stem = os.path.join(folder, f"{who}.{_t0:019d}.{os.getpid()}")
-        self.mm: Any = None
-        self.pos = self.segment = 0
+        self.segment = 0
         self.lock = threading.RLock()   # reentrant: a signal handler may write amid a write
         self.failed = False
-        self._map()
+        self.mm: Any = self._open(0)
+        self.pos = 0
 
-    def _map(self) -> None:
+    def _open(self, segment: int) -> Any:
         import mmap
         os.makedirs(self.folder, exist_ok=True)
-        fd = os.open(f"{self.stem}.{self.segment:04d}.rec", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(f"{self.stem}.{segment:04d}.rec", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, SEGMENT)
-            mm = mmap.mmap(fd, SEGMENT, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            return mmap.mmap(fd, SEGMENT, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)                # the mapping outlives it: nothing a script can close
-        self.mm, self.pos = mm, 0
 
     def write(self, data: bytes) -> None:
-        n = len(data)
         with self.lock:
-            if self.failed:
-                return
             pos = self.pos
-            end = pos + n
+            end = pos + len(data)
             if end > SEGMENT:
-                if n > SEGMENT:
-                    return              # no record is this long
-                self.segment += 1
-                try:
-                    self._map()
-                except OSError:         # disk full, folder gone: the rank goes on untraced
-                    self.failed = True
-                    return
-                pos, end = 0, n
+                self._next(data)
+                return
             self.pos = end              # reserved before it is filled: a reentrant write goes after
             self.mm[pos:end] = data
 
+    def _next(self, data: bytes) -> None:
+        """`data` does not fit: into a new segment (under the lock)."""
+        with self.lock:
+            n = len(data)
+            pos = self.pos
+            if pos + n <= SEGMENT:      # another thread moved on to a new segment meanwhile
+                self.pos = pos + n
+                self.mm[pos:pos + n] = data
+                return
+            if self.failed or n > SEGMENT:
+                return                  # no record is this long
+            self.segment += 1
+            try:
+                mm = self._open(self.segment)
+            except OSError:             # disk full, folder gone: the rank goes on untraced
+                self.failed = True
+                return
+            self.mm = mm                # these two stores run with no call between: no thread
+            self.pos = n                # and no signal handler can come in between them
+            mm[0:n] = data
+
     def flush(self) -> None:
         """Nothing waits: every line is in the file when write() returns."""
+
+
+class _GilFileSink(_FileSink):
+    """The same file, written without the lock where CPython's GIL makes the few steps of
+    a write one step for every other thread and signal handler: from 3.11 the interpreter
+    switches threads and runs signal handlers only at a call, a function's start or a
+    backward jump, and reserving the bytes (`pos`, `pos + n`, `self.pos = end`) and copying
+    them into the mapping (`mm[pos:end] = data`, in C) has none of those. The lock cost
+    0.6-0.75 µs of a 0.9 µs write (timeit), twice per op. A segment change still locks."""
+    __slots__ = ()
+
+    def write(self, data: bytes) -> None:
+        n = len(data)
+        pos = self.pos
+        end = pos + n
+        if end > SEGMENT:
+            self._next(data)
+            return
+        self.pos = end
+        self.mm[pos:end] = data
+
+
+def _gil_writes_are_atomic() -> bool:
+    """CPython 3.11 or later with its GIL on (not a free-threaded build)."""
+    gil = getattr(sys, "_is_gil_enabled", None)
+    return sys.implementation.name == "cpython" and sys.version_info >= (3, 11) and (gil is None or gil())
 
 
 class _StreamSink:
@@ -285,7 +322,7 @@ def _new_sink() -> Any:
             sink: Any = None
             if folder:
                 try:
-                    sink = _FileSink(folder)
+                    sink = (_GilFileSink if _gil_writes_are_atomic() else _FileSink)(folder)
                 except OSError:
                     sink = None
             sink = sink or _StreamSink()
