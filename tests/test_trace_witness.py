@@ -59,13 +59,17 @@ PASSING_RAISE_LINE = 14
 
 # rank 1 ends in os._exit(3) after 200 all_reduces, while rank 0 goes on to a barrier
 EXITS = """
-import os, torch, torch.distributed as dist
+import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(10)
 for _ in range(200):
     dist.all_reduce(t)                                                      # line 6
 if dist.get_rank() == 1:
+    while not os.path.exists("rank-0-in-barrier"):   # the others are in the barrier (an event)
+        time.sleep(0.05)
+    time.sleep(0.5)
     os._exit(3)
+open("rank-0-in-barrier", "w").close()
 dist.barrier()
 """
 
@@ -106,7 +110,7 @@ for i in range(1, 152):
 # the raised broadcast, then rank 0 gives up while rank 1 waits in a barrier: the trace
 # must say rank 0 never entered the barrier, not that it called broadcast there
 RAISED_THEN_GIVES_UP = """
-import time, torch, torch.distributed as dist
+import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 r = dist.get_rank()
 t = torch.ones(4)
@@ -116,8 +120,12 @@ try:
 except (ValueError, RuntimeError):
     pass
 if r == 0:
+    while not os.path.exists("rank-1-in-barrier"):   # rank 1 waits in the barrier (an event)
+        time.sleep(0.05)
+    time.sleep(0.5)
     raise RuntimeError("rank 0 gives up")
-dist.barrier()                                                              # line 13
+open("rank-1-in-barrier", "w").close()
+dist.barrier()
 """
 
 
