@@ -10,3 +10,4 @@ out = [None] * world
 if rank != 3:
     dist.all_gather_object(out, {"rank": rank})
 dist.barrier()
+dist.destroy_process_group()

@@ -14,3 +14,4 @@ else:
 for work in dist.batch_isend_irecv(ops):
     work.wait()
 print("done", rank)
+dist.destroy_process_group()

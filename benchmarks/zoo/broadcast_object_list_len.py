@@ -10,3 +10,4 @@ objs = [{"lr": 0.1}] if rank != 2 else [None, None]
 dist.all_reduce(torch.ones(4))
 dist.broadcast_object_list(objs, src=0)
 dist.all_reduce(torch.ones(4))
+dist.destroy_process_group()

@@ -12,3 +12,4 @@ dist.init_process_group("gloo")
 
 t = torch.ones(16)
 dist.all_reduce(t)
+dist.destroy_process_group()

@@ -13,3 +13,4 @@ t = torch.ones(64)
 for step in range(100000):
     dist.all_reduce(t)
     time.sleep(0.05)
+dist.destroy_process_group()

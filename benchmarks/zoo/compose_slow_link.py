@@ -10,3 +10,4 @@ rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.ones(1 << 18)
 for step in range(10):
     dist.all_reduce(t)
+dist.destroy_process_group()

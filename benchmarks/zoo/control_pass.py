@@ -9,3 +9,4 @@ rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.ones(16)
 for _ in range(3):
     dist.all_reduce(t)
+dist.destroy_process_group()

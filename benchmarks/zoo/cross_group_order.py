@@ -16,3 +16,4 @@ else:
     dist.all_reduce(t)
     if rank == 1:
         dist.all_reduce(t, group=sub)
+dist.destroy_process_group()

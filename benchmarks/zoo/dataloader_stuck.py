@@ -22,3 +22,4 @@ class Slow(Dataset):
 
 for batch in DataLoader(Slow(), batch_size=1):
     dist.all_reduce(batch)
+dist.destroy_process_group()

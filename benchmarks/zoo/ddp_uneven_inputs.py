@@ -16,3 +16,4 @@ for _ in range(batches):
     opt.step()
     opt.zero_grad()
 dist.barrier()
+dist.destroy_process_group()

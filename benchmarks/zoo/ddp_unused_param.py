@@ -21,3 +21,4 @@ class Net(torch.nn.Module):
 model = DDP(Net(), bucket_cap_mb=0.0001)
 for step in range(3):
     model(torch.randn(4, 8), skip=(rank == 1)).sum().backward()
+dist.destroy_process_group()

@@ -11,3 +11,4 @@ for step in range(4):
     if rank == 1 and step == 2:
         dist.barrier()
     dist.all_reduce(t)
+dist.destroy_process_group()

@@ -13,3 +13,4 @@ if rank != 2:
     t = funcol.all_reduce(t, "sum", dist.group.WORLD)
     print(t.sum().item())
 dist.barrier()
+dist.destroy_process_group()

@@ -11,3 +11,4 @@ for step in range(6):
     if rank == 3 and step == 3:
         break
     dist.all_reduce(t)
+dist.destroy_process_group()

@@ -18,3 +18,4 @@ for step in range(4):
     with lock:
         t += 1
     dist.all_reduce(t)
+dist.destroy_process_group()

@@ -12,3 +12,4 @@ for step in range(3):
     if rank == 0:
         loss = torch.tensor([0.5])
         dist.all_reduce(loss)         # only rank 0 logs the mean loss
+dist.destroy_process_group()

@@ -12,3 +12,4 @@ for step in range(5):
         continue                      # the bug: one all_reduce fewer on rank 3
     dist.all_reduce(t)
 dist.barrier()
+dist.destroy_process_group()

@@ -12,3 +12,4 @@ if rank < 2:
     pair = dist.new_group([0, 1])
     dist.all_reduce(t, group=pair)
 dist.all_reduce(t)
+dist.destroy_process_group()

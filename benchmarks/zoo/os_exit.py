@@ -13,3 +13,4 @@ for step in range(4):
     if rank == 2 and step == 2:
         os._exit(3)
     dist.all_reduce(t)
+dist.destroy_process_group()

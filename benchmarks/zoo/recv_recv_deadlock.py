@@ -10,3 +10,4 @@ t = torch.ones(16)
 peer = 1 - rank
 dist.recv(t, src=peer)
 dist.send(t, dst=peer)
+dist.destroy_process_group()

@@ -11,3 +11,4 @@ dist.all_reduce(t)
 src = 1 if rank == 2 else 0           # the bug: rank 2 reads another root
 dist.broadcast(t, src=src)
 dist.all_reduce(t)
+dist.destroy_process_group()

@@ -8,3 +8,4 @@ rank, world = dist.get_rank(), dist.get_world_size()
 
 t = torch.ones(1000 if rank == 0 else 12)
 dist.all_reduce(t)
+dist.destroy_process_group()

@@ -17,3 +17,4 @@ if rank == 1:
 else:
     time.sleep(4)
 dist.barrier()
+dist.destroy_process_group()

@@ -14,3 +14,4 @@ if rank == 1:
     store = dist.distributed_c10d._get_default_store()
     store.wait(["checkpoint-ready"], timedelta(hours=1))
 dist.all_reduce(t)
+dist.destroy_process_group()

@@ -13,3 +13,4 @@ for step in range(16):
     if rank == 2:
         time.sleep(0.3)
     dist.all_reduce(t)
+dist.destroy_process_group()

@@ -11,3 +11,4 @@ t = torch.ones(16)
 dist.all_reduce(t)
 if rank == 2:
     dist.all_reduce(t, group=sub)
+dist.destroy_process_group()

@@ -12,3 +12,4 @@ if rank == 0:
 else:
     dist.recv(t, src=0, tag=0)
 dist.barrier()
+dist.destroy_process_group()

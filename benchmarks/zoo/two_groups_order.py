@@ -14,3 +14,4 @@ if rank == 2:
 else:
     dist.all_reduce(t, group=g1)
     dist.all_reduce(t, group=g2)
+dist.destroy_process_group()

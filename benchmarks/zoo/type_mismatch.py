@@ -13,3 +13,4 @@ if rank == 2:
     dist.broadcast(t, src=0)
 else:
     dist.all_reduce(t)
+dist.destroy_process_group()

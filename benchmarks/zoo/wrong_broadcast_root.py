@@ -11,3 +11,4 @@ t = torch.ones(16)
 if rank in (2, 3):
     dist.broadcast(t, src=0, group=sub)      # meant: the group's first rank (global 2)
 dist.all_reduce(t)
+dist.destroy_process_group()

@@ -12,3 +12,4 @@ if rank == 0:
 elif rank == 1:
     dist.recv(t, src=0)
 dist.barrier()
+dist.destroy_process_group()
