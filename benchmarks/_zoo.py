@@ -222,8 +222,8 @@ def lab_answer(status: Mapping[str, Any], script: str, seconds: float | None = N
     collective = first.get("collective") or {}
     if not culprits and collective.get("ranks"):
         culprits = tuple(collective["ranks"])
-    op = first.get("op")
-    line = _caller_line(first.get("caller"), script)
+    op = first.get("op") or collective.get("op")
+    line = _caller_line(first.get("caller"), script) or _caller_line(collective.get("caller"), script)
     who = culprits[0] if len(culprits) == 1 else None
     stuck = [s for s in collective.get("stuck") or [] if isinstance(s, dict)]
     mine = next((s for s in stuck if who is not None and s.get("rank") == who), stuck[0] if stuck else None)

@@ -478,3 +478,39 @@ def _exited_zero_beside_failures(node: int, found: Findings) -> list[int]:
         return []
     base = listed[0].rank - listed[0].local_rank
     return sorted(set(range(base, base + found.nproc_per_node)) - {w.rank for w in listed})
+
+
+# the calls every rank of the world must make (new_group: unless use_local_synchronization)
+SETUP_CALLS = ("init_process_group", "new_group", "new_subgroups", "new_subgroups_by_enumeration",
+               "init_device_mesh")
+
+
+def setup_hang(where: dict[int, dict], world: int | None) -> dict | None:
+    """At a hang, from the ranks' stacks (logs.where_stuck: their innermost own frame and
+    the torch.distributed call it is in): ranks held in a call every rank must make
+    (init_process_group, new_group) wait for the ranks that are not in it, and those are to
+    blame, whatever the others' op records say after it (ranks that skipped a new_group
+    wait in the next collective for the ranks held in it). The diagnosis in the trace's
+    form (rank, ranks, op, caller, text; `source`: stacks). None: no rank is held so, or
+    every rank is."""
+    held = {r: w for r, w in where.items() if w.get("call") in SETUP_CALLS}
+    if not held or not world:
+        return None
+    others = sorted(set(range(world)) - set(held))
+    if not others:
+        return None
+    calls = [w["call"] for _, w in sorted(held.items())]
+    call = max(set(calls), key=calls.count)
+    first = held[min(held)]
+    waiting = ", ".join(map(str, sorted(held)))
+    elsewhere = "; ".join(f"rank {r} at {where[r]['file']}:{where[r]['line']}"
+                          + (f" in {where[r]['call']}" if where[r].get("call") else "")
+                          if where.get(r, {}).get("file") else f"rank {r}: no stack" for r in others)
+    text = (f"rank{'s' if len(held) > 1 else ''} {waiting} wait{'' if len(held) > 1 else 's'} in {call} "
+            f"(at {first['file']}:{first['line']}), which every rank must call; "
+            f"rank {', '.join(map(str, others))} never called it ({elsewhere})")
+    one = others[0] if len(others) == 1 else None
+    at = where.get(one, {}) if one is not None else {}
+    return {"rank": one, "ranks": others, "op": call,
+            "caller": f"{at['file']}:{at['line']}" if at.get("file") else None,
+            "source": "stacks", "stuck": [], "mismatches": [], "p2p": [], "text": text}

@@ -62,6 +62,10 @@ class FirstFailure:
     # where the failed rank's trace records end, when its error names no line of its own
     # (a signal, os._exit): "in all_reduce [1] (collective #3 of default_pg) at job.py:9"
     last_op: str | None = None
+    # the call the diagnosis names and where it was made: the script's torch.distributed
+    # function (all_gather_object, not the all_gather it issued) and "file:line"
+    op: str | None = None
+    caller: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.fault:
@@ -75,7 +79,7 @@ class FirstFailure:
         else:
             keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal")
             always = {"rank", "node", "exit_code"}
-        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op")
+        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op", "op", "caller")
                 if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
 
     @classmethod
@@ -181,6 +185,13 @@ class TraceSummary:
     ops: int
     missing_ranks: list[int] = field(default_factory=list)
     bad_records: int = 0
+    straggler: dict | None = None       # the rank that arrived last at most collectives (labctl/trace.py)
+    mismatch: dict | None = None        # a collective whose ranks' calls differed, though it completed
+
+    def to_dict(self) -> dict[str, Any]:
+        """status.json's `trace` (what a run without a straggler or a mismatch wrote before)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if v is not None or k not in ("straggler", "mismatch")}
 
 
 @dataclass(frozen=True)
@@ -306,7 +317,7 @@ class RunRecord:
         elif self.message:
             d["message"] = self.message
         if self.trace is not None:
-            d["trace"] = dataclasses.asdict(self.trace)
+            d["trace"] = self.trace.to_dict()
         _put(d, "finalize_seconds", self.finalize_seconds)
         if self.unfinished:
             d["unfinished"] = list(self.unfinished)
@@ -349,7 +360,9 @@ class RunRecord:
         if isinstance(d.get("trace"), dict):
             t = d["trace"]
             rec.trace = TraceSummary(t.get("file", "trace.json"), t.get("ops", 0),
-                                     list(t.get("missing_ranks") or []), t.get("bad_records", 0))
+                                     list(t.get("missing_ranks") or []), t.get("bad_records", 0),
+                                     t["straggler"] if isinstance(t.get("straggler"), dict) else None,
+                                     t["mismatch"] if isinstance(t.get("mismatch"), dict) else None)
         if d.get("first_failure"):
             rec.first_failure = FirstFailure.from_dict(d["first_failure"])
         rec.finished = d.get("finished")

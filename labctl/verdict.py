@@ -31,7 +31,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from . import blame
+from . import blame, logs
 from .outcome import NodeOutcome, NodeState, RunState, spared
 from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
 
@@ -89,6 +89,7 @@ class Evidence:
     found: blame.Findings | None = None
     diagnosis: dict | None = None     # where the collectives stopped (labctl/trace.py)
     ended_in: dict[int, str] = field(default_factory=dict)   # rank -> where its trace records end
+    ended_at: dict[int, dict] = field(default_factory=dict)  # ... as {"op", "caller", "inside"}
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -118,13 +119,21 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first = blame.first_failure(outcomes, ev.found)
             if fired and state is not RunState.INTERRUPTED:
                 first = blame.fault_cause(first, outcomes, ev.found, fired)
-        if ev.diagnosis is not None and state is not RunState.PASSED:
+        where = {r: logs.where_stuck(lines) for r, lines in ev.found.stacks.items()}
+        diagnosis = ev.diagnosis
+        if state is RunState.TIMEOUT and (first is None or first.hang):
+            # ranks held in a call every rank must make (new_group) wait for those elsewhere,
+            # whatever the records of the ops after it say
+            diagnosis = blame.setup_hang(where, out.world_size) or diagnosis
+        if diagnosis is not None and state is not RunState.PASSED:
             if first is None:                  # a hang: nobody failed, the deadline came
-                first = FirstFailure(ev.diagnosis.get("rank"), hang=True)
-            first.collective = ev.diagnosis
+                first = FirstFailure(diagnosis.get("rank"), hang=True)
+            first.collective = diagnosis
         if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
                 and not (first.error and first.error.get("file")):
             first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
+        if first is not None:
+            _name_the_call(first, ev.ended_at, where)
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -139,6 +148,31 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
     out.first_failure = first
     out.message = message or (first.describe() if first else "")
     return out
+
+
+def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[int, dict]) -> None:
+    """first_failure's `op` and `caller`: the call the culprit failed in and its line. The
+    op: the one its records end in when its error was raised on that op's line, else the
+    one the diagnosis names for it (the call it made where the others made another, or the
+    one they wait in that it never entered), else, for a rank that died without a line of
+    its own, where its records end. The line: its error's, else the diagnosis', else where
+    its records end (it died without a line), else where its stack was at the deadline."""
+    rank = first.rank
+    if rank is None or first.fault:
+        return
+    diagnosis = first.collective or {}
+    named = diagnosis.get("rank") == rank
+    ended = ended_at.get(rank) or {}
+    error = None if first.left_early else first.error
+    at = f"{error['file']}:{error['line']}" if error and error.get("file") else None
+    silent = at is None and not first.hang and not first.left_early
+    op = ended.get("op") if at is not None and ended.get("caller") == at else None
+    op = op or (diagnosis.get("op") if named else None) or (ended.get("op") if silent else None)
+    caller = at or (diagnosis.get("caller") if named else None) or (ended.get("caller") if silent else None)
+    stack = where.get(rank) or {}
+    if caller is None and stack.get("file") and not first.left_early:
+        caller = f"{stack['file']}:{stack['line']}"
+    first.op, first.caller = op, caller
 
 
 def _state(ev: Evidence, outcomes: list[NodeOutcome], gone: set[int], folder: str) -> tuple[RunState, str]:

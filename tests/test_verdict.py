@@ -196,3 +196,67 @@ def test_no_module_but_verdict_decides_a_runs_state():
                 "RunState.RUNNING", "RunState(d.get('state', 'running'))")]
         found += hits
     assert found == [], "only labctl/verdict.py decides how a run ends:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------- the call and line it names (issue 37)
+
+def _stack(*frames: tuple[str, int, str]) -> list[str]:
+    """A faulthandler dump, innermost frame first."""
+    return ["Current thread 0x00007f (most recent call first):"] + [
+        f'  File "{f}", line {n} in {fn}' for f, n, fn in frames]
+
+
+TORCH = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def test_first_failure_names_the_call_and_its_line():
+    """A hang: the diagnosis' culprit, call and line. A rank that died without a line of its
+    own (SIGKILL): where its records end. A rank whose error was raised on the line of the op
+    its records end in: that op (all_gather_object raised its IndexError after the gather)."""
+    hang = {"rank": 1, "ranks": [1], "op": "broadcast", "caller": "/x/job.py:8", "text": "rank 1 called ..."}
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=hang)
+    first = rec.first_failure
+    assert (first.rank, first.hang, first.op, first.caller) == (1, True, "broadcast", "/x/job.py:8")
+    assert first.to_dict()["op"] == "broadcast" and first.to_dict()["caller"] == "/x/job.py:8"
+    killed = NodeOutcome(0, "lab-0", -9, NodeState.KILLED, 3.0, "SIGKILL")
+    found = _found(exit_codes={1: -9}, root_causes={0: 1})
+    rec = _decide(Seen(Ending.NODE_FAILED, [killed, _ok(1)]), found,
+                  ended_in={1: "in barrier [] (collective #2 of default_pg) at /x/job.py:14"},
+                  ended_at={1: {"op": "barrier", "caller": "/x/job.py:14", "inside": True}})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "barrier", "/x/job.py:14"), first
+    raised = _found(exit_codes={1: 1}, errors={1: {"exception": "IndexError: x", "file": "/x/job.py", "line": 10}})
+    others = {"rank": 1, "ranks": [1], "op": "all_reduce", "caller": None, "text": "..."}
+    rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), raised,
+                  diagnosis=others, ended_at={1: {"op": "all_gather_object", "caller": "/x/job.py:10",
+                                                   "inside": False}})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "all_gather_object", "/x/job.py:10"), first
+    rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), raised,
+                  diagnosis=others, ended_at={1: {"op": "all_reduce", "caller": "/x/job.py:12", "inside": False}})
+    assert (rec.first_failure.op, rec.first_failure.caller) == ("all_reduce", "/x/job.py:10")
+
+
+def test_ranks_held_in_new_group_wait_for_the_ranks_elsewhere():
+    """Ranks 0 and 1 call new_group, which every rank must call; ranks 2 and 3 skipped it
+    and wait in the next all_reduce for ranks 0 and 1, which the op records alone would
+    blame. The stacks at the deadline say who holds whom."""
+    held = _stack((TORCH, 5000, "new_group"), ("/x/job.py", 12, "<module>"))
+    waits = _stack((TORCH, 3245, "all_reduce"), ("/x/job.py", 15, "<module>"))
+    found = _found(stacks={0: held, 1: held, 2: waits, 3: waits})
+    records = {"rank": 0, "ranks": [0, 1], "op": "all_reduce", "text": "ranks 2, 3 wait in all_reduce ..."}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, diagnosis=records),
+                         "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.hang, first.collective["ranks"], first.collective["op"]) == (None, True, [2, 3],
+                                                                                        "new_group")
+    assert first.collective["text"] == ("ranks 0, 1 wait in new_group (at /x/job.py:12), which every rank must call; "
+                                        "rank 2, 3 never called it (rank 2 at /x/job.py:15 in all_reduce; rank 3 at "
+                                        "/x/job.py:15 in all_reduce)")
+    sleeper = _stack(("/usr/lib/python3.11/time.py", 1, "sleep"), ("/x/job.py", 10, "<module>"))
+    joins = _stack((TORCH, 1700, "init_process_group"), ("/x/job.py", 11, "<module>"))
+    found = _found(stacks={0: joins, 1: sleeper})
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), found)
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "init_process_group", "/x/job.py:10"), first
