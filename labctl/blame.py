@@ -321,13 +321,17 @@ def _first_raised(failed: list[NodeOutcome], found: Findings) -> FirstFailure | 
     """torchrun: the rank whose error file is the earliest (each worker's own clock
     reading when its exception escaped, across nodes: better evidence than the order of
     torchrun's summary, which each agent prints for its own node alone). When that first
-    exception only says a peer hung up while some rank failed without raising (a signal,
-    os._exit, sys.exit: no error file), that rank hung up: the one an agent's summary
-    named, else a positive exit code first. None without error files (the summary decides)."""
+    exception only says a peer hung up while some rank failed without raising (a signal
+    other than SIGTERM, os._exit, sys.exit: no error file), that rank hung up: the one an
+    agent's summary named, else a positive exit code first. None without error files (the
+    summary decides)."""
     if not found.error_files:
         return None
     first, raised = min(found.error_files.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
-    silent = {r: c for r, c in found.exit_codes.items() if c != 0 and r not in found.error_files}
+    # a rank that died of SIGTERM was stopped (by its agent, after a peer failed), not the
+    # one that hung up: a rank that left early (exit 0) is looked for next (`_left_early`)
+    silent = {r: c for r, c in found.exit_codes.items() if c != 0 and r not in found.error_files
+              and c != -signal.SIGTERM}
     if silent and logs.peer_gone(raised.message):
         named = [found.root_causes[n.index] for n in failed if found.root_causes.get(n.index) in silent]
         rank = named[0] if named else min(silent, key=lambda r: (silent[r] <= 0, r))

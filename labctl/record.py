@@ -77,7 +77,7 @@ class FirstFailure:
         elif self.hang:
             keys, always = ("rank", "node", "exit_code", "hang"), {"rank", "node", "exit_code"}
         else:
-            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal")
+            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal", "peer_rank", "peer_error")
             always = {"rank", "node", "exit_code"}
         return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op", "op", "caller")
                 if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
@@ -99,6 +99,10 @@ class FirstFailure:
             return f"node {self.node} lost: {self.lost}"
         if self.hang and self.collective:
             return f"hang in a collective: {self.collective['text']}"
+        if self.peer_error is not None and self.collective:     # the odd call another rank died of
+            who = f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
+            return (f"{who} made the odd call of a mismatched collective: {self.collective['text']}; "
+                    f"rank {self.peer_rank} {self.peer_error['exception']}")
         text = f"rank {self.rank}" if self.rank is not None else "the launcher"
         if self.node is not None:
             text += f" on node {self.node}"

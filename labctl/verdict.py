@@ -132,6 +132,8 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
         if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
                 and not (first.error and first.error.get("file")):
             first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
+        if first is not None and diagnosis is not None:
+            first = _odd_call_behind(first, diagnosis, ev.found) or first
         if first is not None:
             _name_the_call(first, ev.ended_at, where)
         failed_ranks = ev.found.failed_ranks
@@ -148,6 +150,26 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
     out.first_failure = first
     out.message = message or (first.describe() if first else "")
     return out
+
+
+def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings) -> FirstFailure | None:
+    """A rank that died without a line of its own (gloo's size check aborts the rank that
+    receives more than it expected: SIGABRT) inside a collective whose ranks' calls
+    differed, where another rank made the odd call: that rank is the cause and the death
+    its symptom (`peer_rank`, `peer_error`). None: not so."""
+    culprit = diagnosis.get("rank")
+    if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early \
+            or (first.error or {}).get("file"):
+        return None
+    inside = any(st.get("mismatch") and culprit in (st.get("ranks") or []) and str(first.rank) in (st.get("calls") or {})
+                 for st in diagnosis.get("stuck") or [])
+    if not inside:
+        return None
+    said = (first.error or {}).get("exception")
+    how = f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
+    return FirstFailure(culprit, blame.node_of_rank(culprit, found), found.exit_codes.get(culprit),
+                        collective=diagnosis, peer_rank=first.rank,
+                        peer_error={"exception": f"{how}: {said}" if said else how})
 
 
 def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[int, dict]) -> None:

@@ -260,3 +260,33 @@ def test_ranks_held_in_new_group_wait_for_the_ranks_elsewhere():
     rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), found)
     first = rec.first_failure
     assert (first.rank, first.op, first.caller) == (1, "init_process_group", "/x/job.py:10"), first
+
+
+def test_a_rank_aborted_by_gloo_s_size_check_is_the_symptom_of_the_odd_call():
+    """Rank 2 all_reduced float64 where ranks 0 and 1 had float32: rank 1 received more than
+    it expected and gloo aborted it (SIGABRT, no line of its own). The cause is rank 2's
+    call; rank 1's death is said as what it led to. Where the aborted rank is the odd one
+    itself, it stays the first failure."""
+    abort = "gloo::EnforceNotMet: [enforce fail at pair.cc:456] op.preamble.length <= op.nbytes. 88 vs 44."
+    calls = {str(r): {"op": "all_reduce", "call": "all_reduce", "caller": f"/x/job.py:{11 if r == 2 else 12}"}
+             for r in range(3)}
+    mismatch = {"rank": 2, "ranks": [2], "op": "all_reduce", "caller": "/x/job.py:11",
+                "text": "rank 2 called all_reduce [64] float64 where rank 0 called all_reduce [64] float32, "
+                        "collective #2 of default_pg (the dtype differs)",
+                "stuck": [{"mismatch": "...", "ranks": [2], "calls": calls}]}
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={1: -6, 2: -15}, errors={1: {"exception": abort}},
+                     root_causes={0: 1}, node_ranks={0: [0, 1, 2]})
+    aborted = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
+                                  diagnosis=mismatch), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.peer_rank, first.op, first.caller) == (2, 1, "all_reduce", "/x/job.py:11"), first
+    assert first.describe() == ("rank 2 on node 0 made the odd call of a mismatched collective: " + mismatch["text"]
+                                + f"; rank 1 was killed by SIGABRT: {abort}")
+    assert first.to_dict()["peer_error"] == {"exception": f"was killed by SIGABRT: {abort}"}
+    itself = {**mismatch, "rank": 1, "ranks": [1]}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
+                                  diagnosis=itself), "runs/x")
+    assert (rec.first_failure.rank, rec.first_failure.signal, rec.first_failure.peer_rank) == (1, "SIGABRT", None)
