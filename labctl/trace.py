@@ -363,7 +363,9 @@ class Summary:
             return None
         culprit, ranks, op, caller, lead = self.blame()
         said = [s.describe() for s in self.stuck] or self.mismatches[:1]
+        left_in = self._left_in_a_mismatch()
         return {"rank": culprit, "ranks": ranks, "op": op, "caller": caller,
+                **({"mismatch": left_in} if left_in else {}),
                 "stuck": [s.to_dict() for s in self.stuck], "mismatches": self.mismatches[:5],
                 "p2p": self.stuck_p2p[:10], "text": "; ".join([*lead, *said, *self.stuck_p2p[:4]])}
 
@@ -372,7 +374,8 @@ class Summary:
         from a rank that sent to another one, which never received it, is waiting for a
         send to the wrong peer; else the stuck collectives' culprit (`_blame_stuck`); else a
         completed mismatch's odd rank; else the ranks in blocking p2p ops that never ended
-        (a deadlock: all of them)."""
+        (a deadlock: all of them). A collective of differing calls some rank never left
+        (`_left_in_a_mismatch`) comes before the stuck collectives: they came after it."""
         for op in self.blocked_p2p:
             if op.op not in ("recv", "irecv") or op.peer is None:
                 continue
@@ -383,6 +386,10 @@ class Summary:
                 return op.peer, [op.peer], "send", caller, [
                     f"rank {op.peer} sent to rank {dst} at {caller}, and rank {dst} never received it, while "
                     f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (a send to the wrong peer?)"]
+        left_in = self._left_in_a_mismatch()
+        if left_in:                     # a rank died or hangs inside it: what came after is its effect
+            return left_in["rank"], left_in["ranks"], left_in["op"], left_in["caller"], [
+                f"{left_in['text']}; rank {', '.join(map(str, left_in['unfinished']))} never left it"]
         if self.stuck:
             culprit, ranks, op, caller = _blame_stuck(self.stuck)
             if ranks:
@@ -397,6 +404,12 @@ class Summary:
         mine = next(op for op in blocked if op.rank == ranks[0])
         culprit = ranks[0] if len(ranks) == 1 else None
         return culprit, ranks, mine.call, mine.caller if culprit is not None else None, []
+
+    def _left_in_a_mismatch(self) -> dict[str, Any] | None:
+        """The first collective every member entered with calls that differ, an odd rank
+        among them, and a rank that never left it (gloo's size check aborted it there, or
+        it hangs there): the cause of whatever the other ranks then wait in."""
+        return next((m for m in self.mismatch_found if m["unfinished"] and m["rank"] is not None), None)
 
     def straggler(self) -> dict[str, Any] | None:
         """The rank that arrived last at most of its collectives (STRAGGLER_SHARE of at least
@@ -961,6 +974,7 @@ def _mismatch_found(pg: str, seq: int, seen: dict[int, Op]) -> dict[str, Any]:
     return {"pg": pg, "seq": seq, "ranks": odd or sorted(seen), "rank": odd[0] if len(odd) == 1 else None,
             "op": first.call if first else None, "caller": first.caller if first else None,
             "differs": _differs(seen), "calls": {str(r): o.where() for r, o in sorted(seen.items())},
+            "unfinished": sorted(r for r, o in seen.items() if o.end is None),
             "text": _mismatch_text(pg, seq, seen)}
 
 

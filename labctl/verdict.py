@@ -161,8 +161,9 @@ def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings
     if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early \
             or (first.error or {}).get("file"):
         return None
-    inside = any(st.get("mismatch") and culprit in (st.get("ranks") or []) and str(first.rank) in (st.get("calls") or {})
-                 for st in diagnosis.get("stuck") or [])
+    mismatches = [st for st in diagnosis.get("stuck") or [] if st.get("mismatch")] + \
+        ([diagnosis["mismatch"]] if isinstance(diagnosis.get("mismatch"), dict) else [])
+    inside = any(culprit in (m.get("ranks") or []) and str(first.rank) in (m.get("calls") or {}) for m in mismatches)
     if not inside:
         return None
     said = (first.error or {}).get("exception")

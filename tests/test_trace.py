@@ -1230,3 +1230,20 @@ def test_a_mismatch_that_completed_is_kept_for_a_run_that_passed(tmp_path):
     found = s.mismatch_found[0]
     assert (found["rank"], found["op"], found["caller"], found["differs"]) == (1, "all_reduce", "job.py:8", ["shape"])
     assert s.diagnosis()["rank"] == 1
+
+
+def test_a_mismatch_a_rank_never_left_comes_before_what_the_others_wait_in_next(tmp_path):
+    """Rank 1's all_to_all_single sends rank 0 more than it expects: gloo aborts rank 0
+    inside it, ranks 1 and 2 finish it and wait in the next all_reduce. The op records say
+    rank 0 never entered that all_reduce; the cause is rank 1's call, which rank 0 never left."""
+    def ranks_ops(r):
+        a2a = {"op": "all_to_all_single", "seq": 1, "shape": [4] if r == 1 else [3], "t": 1,
+               "end": None if r == 0 else 2, "caller": "job.py:12"}
+        return [a2a] + ([] if r == 0 else [{"op": "all_reduce", "seq": 2, "t": 3, "caller": "job.py:13"}])
+
+    d = _diagnosed(tmp_path, {r: ranks_ops(r) for r in range(3)}).diagnosis()
+    assert (d["rank"], d["op"], d["caller"]) == (1, "all_to_all_single", "job.py:12"), d
+    assert d["text"].startswith("rank 1 called all_to_all_single [4] where rank 0 called all_to_all_single [3], "
+                                "collective #1 of default_pg (the size differs); rank 0 never left it; ranks 1, 2 "
+                                "wait in all_reduce (collective #2 of default_pg) which rank 0 never entered")
+    assert d["mismatch"]["calls"]["0"]["shape"] == [3]
