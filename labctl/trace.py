@@ -409,7 +409,9 @@ class Summary:
         """The first collective every member entered with calls that differ, an odd rank
         among them, and a rank that never left it (gloo's size check aborted it there, or
         it hangs there): the cause of whatever the other ranks then wait in."""
-        return next((m for m in self.mismatch_found if m["unfinished"] and m["rank"] is not None), None)
+        stuck = {(st.pg, st.seq) for st in self.stuck}       # said there already
+        return next((m for m in self.mismatch_found if m["unfinished"] and m["rank"] is not None
+                     and (m["pg"], m["seq"]) not in stuck), None)
 
     def straggler(self) -> dict[str, Any] | None:
         """The rank that arrived last at most of its collectives (STRAGGLER_SHARE of at least
