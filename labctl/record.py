@@ -98,7 +98,10 @@ class FirstFailure:
         if self.lost:
             return f"node {self.node} lost: {self.lost}"
         if self.hang and self.collective:
-            return f"hang in a collective: {self.collective['text']}"
+            said = self.collective['text']
+            if self.rank is not None and self.caller and self.caller not in said:
+                said += f" (rank {self.rank} at {self.caller})"
+            return f"hang in a collective: {said}"
         if self.peer_error is not None and self.collective:     # the odd call another rank died of
             who = f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
             return (f"{who} made the odd call of a mismatched collective: {self.collective['text']}; "

@@ -218,6 +218,7 @@ def test_first_failure_names_the_call_and_its_line():
     first = rec.first_failure
     assert (first.rank, first.hang, first.op, first.caller) == (1, True, "broadcast", "/x/job.py:8")
     assert first.to_dict()["op"] == "broadcast" and first.to_dict()["caller"] == "/x/job.py:8"
+    assert first.describe() == "hang in a collective: rank 1 called ... (rank 1 at /x/job.py:8)"
     killed = NodeOutcome(0, "lab-0", -9, NodeState.KILLED, 3.0, "SIGKILL")
     found = _found(exit_codes={1: -9}, root_causes={0: 1})
     rec = _decide(Seen(Ending.NODE_FAILED, [killed, _ok(1)]), found,
