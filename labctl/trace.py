@@ -403,7 +403,7 @@ class Summary:
             return None, [], None, None, []
         mine = next(op for op in blocked if op.rank == ranks[0])
         culprit = ranks[0] if len(ranks) == 1 else None
-        return culprit, ranks, mine.call, mine.caller if culprit is not None else None, []
+        return culprit, ranks, mine.call, mine.caller, []
 
     def _left_in_a_mismatch(self) -> dict[str, Any] | None:
         """The first collective every member entered with calls that differ, an odd rank
@@ -1132,9 +1132,9 @@ def _blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None,
     """Who the stuck collectives wait for, across process groups: the rank the most ranks
     wait for (a rank that reduced in its subgroup first, while the three others wait for it
     in the world's collective, is the one; the rank it waits for in the subgroup is not).
-    Several as many: no one culprit, all of them named. With the culprit, its call (the one
-    it made that the others did not, or the one they wait in that it never entered) and its
-    line when it made the call. (culprit, ranks, op, caller)."""
+    Several as many: no one culprit, all of them named. With the culprit (or the first of
+    them), its call (the one it made that the others did not, or the one they wait in that
+    it never entered) and its line when it made the call. (culprit, ranks, op, caller)."""
     waited: dict[int, set[int]] = {}
     for st in stuck:
         for target in st.targets:
@@ -1151,7 +1151,7 @@ def _blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None,
     st = min((st for st in stuck if ranks[0] in st.targets), key=lambda st: st.started)
     call = st.calls.get(ranks[0])
     if call is not None:                # it called something else
-        return culprit, ranks, call["call"], call["caller"] if culprit is not None else None
+        return culprit, ranks, call["call"], call["caller"]
     return culprit, ranks, st.call or st.op, None
 
 

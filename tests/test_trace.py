@@ -1201,7 +1201,7 @@ def test_a_recv_from_a_rank_that_sent_to_another_blames_the_sender(tmp_path):
 def test_a_p2p_deadlock_names_every_rank_in_it(tmp_path):
     s = _diagnosed(tmp_path, {r: [{"op": "recv", "p2p": 1, "peer": 1 - r, "t": 1}] for r in (0, 1)})
     d = s.diagnosis()
-    assert (d["rank"], d["ranks"], d["op"]) == (None, [0, 1], "recv")
+    assert (d["rank"], d["ranks"], d["op"], d["caller"]) == (None, [0, 1], "recv", "job.py:11")
 
 
 def test_a_straggler_is_summed_up_per_rank(tmp_path):
