@@ -134,6 +134,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
         if first is not None and diagnosis is not None:
             first = _odd_call_behind(first, diagnosis, ev.found) or first
+            _the_leavers_waited_for(first, diagnosis)
         if first is not None:
             _name_the_call(first, ev.ended_at, where)
         failed_ranks = ev.found.failed_ranks
@@ -171,6 +172,25 @@ def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings
     return FirstFailure(culprit, blame.node_of_rank(culprit, found), found.exit_codes.get(culprit),
                         collective=diagnosis, peer_rank=first.rank,
                         peer_error={"exception": f"{how}: {said}" if said else how})
+
+
+def _the_leavers_waited_for(first: FirstFailure, diagnosis: dict) -> None:
+    """Of the ranks that left early, the ones the stuck collective waits for: ranks that
+    exited 0 after a world all_reduce while rank 2 waits in its subgroup's for rank 3 did
+    nothing wrong but rank 3."""
+    if not first.left_early:
+        return
+    leavers = first.ranks or ([first.rank] if first.rank is not None else [])
+    named = diagnosis.get("ranks") or ([diagnosis["rank"]] if diagnosis.get("rank") is not None else [])
+    kept = [r for r in leavers if r in named]
+    if not kept or len(kept) == len(leavers):
+        return
+    nodes = [first.nodes[leavers.index(r)] for r in kept] if first.nodes and len(first.nodes) == len(leavers) \
+        else None
+    first.rank = kept[0] if len(kept) == 1 else None
+    first.ranks = kept if len(kept) > 1 else None
+    first.node = nodes[0] if nodes else first.node
+    first.nodes = nodes if nodes and len(kept) > 1 and len(set(nodes)) > 1 else None
 
 
 def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[int, dict]) -> None:

@@ -291,3 +291,20 @@ def test_a_rank_aborted_by_gloo_s_size_check_is_the_symptom_of_the_odd_call():
                          Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
                                   diagnosis=itself), "runs/x")
     assert (rec.first_failure.rank, rec.first_failure.signal, rec.first_failure.peer_rank) == (1, "SIGABRT", None)
+
+
+def test_of_the_ranks_that_left_early_the_one_the_stuck_collective_waits_for_is_named():
+    """Ranks 0, 1 and 3 exited 0; rank 2 waits in its subgroup's all_reduce for rank 3: the
+    others left after a collective they had all finished, and are not to blame."""
+    closed = {"exception": "RuntimeError: [pair.cc:553] Connection closed by peer", "file": "/x/job.py", "line": 13}
+    found = Findings(world=4, ranks={0, 1, 2, 3}, exit_codes={2: 1}, errors={2: closed}, root_causes={0: 2},
+                     node_ranks={0: [0, 1, 2, 3]}, exits={0: [(0, 0), (1, 0), (3, 0), (2, 1)]},
+                     exit_times={0: (1.0, 0), 1: (1.0, 0), 3: (1.1, 0), 2: (2.0, 0)})
+    stuck = {"rank": 3, "ranks": [3], "op": "all_reduce", "caller": None,
+             "text": "rank 2 waits in all_reduce (collective #1 of pg1) which rank 3 never entered"}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "direct", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                  1, 1, False, found=found, diagnosis=stuck), "runs/x")
+    first = rec.first_failure
+    assert (first.left_early, first.rank, first.ranks, first.op) == (True, 3, None, "all_reduce"), first
+    assert first.describe().startswith("rank 3 on node 0 exited 0 while the others were still in a collective")
