@@ -41,6 +41,7 @@ class Frame:
     file: str
     line: int
     function: str
+    call: str | None = None         # the torch.distributed function raised in, below this frame
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class ErrorFile:
     def error(self) -> dict:
         """The `error` of status.json's first_failure and rank_errors (the log's shape)."""
         where = {} if self.frame is None else {
-            "file": self.frame.file, "line": self.frame.line, "function": self.frame.function}
+            "file": self.frame.file, "line": self.frame.line, "function": self.frame.function,
+            **({"call": self.frame.call} if self.frame.call else {})}
         return {"exception": self.message, **where}
 
 
@@ -120,7 +122,7 @@ def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
     for line in stack.splitlines():
         tracker.feed(line)
     error = tracker.error or {}
-    frame = Frame(error["file"], error["line"], error["function"]) if error.get("file") else None
+    frame = Frame(error["file"], error["line"], error["function"], error.get("call")) if error.get("file") else None
     return ErrorFile(node, local_rank, rank if isinstance(rank, int) else None,
                      code if isinstance(code, int) else None,
                      error.get("exception") or (text.splitlines() or [""])[0][:500], frame, timestamp)

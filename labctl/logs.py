@@ -253,7 +253,14 @@ class ErrorTracker:
             return {}
         own = [f for f in self.frames if _own(f[0])]
         file, line, func = (own or self.frames)[-1]
-        return {"file": file, "line": line, "function": func}
+        where = {"file": file, "line": line, "function": func}
+        if own:                           # raised inside a torch.distributed call: which one
+            inner = self.frames[self.frames.index(own[-1]) + 1:]
+            call = next((f[2] for f in inner if "torch/distributed/" in f[0] and f[2] not in _DIST_WRAPPERS),
+                        None)
+            if call is not None:
+                where["call"] = call
+        return where
 
 
 def _quoted(line: str) -> str:

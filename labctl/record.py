@@ -31,6 +31,7 @@ class ErrorQuote(TypedDict, total=False):
     file: str
     line: int
     function: str
+    call: str                   # the torch.distributed function it was raised in, if any
 
 
 def where(error: Mapping[str, Any]) -> str:

@@ -196,7 +196,8 @@ def _the_leavers_waited_for(first: FirstFailure, diagnosis: dict) -> None:
 def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[int, dict]) -> None:
     """first_failure's `op` and `caller`: the call the culprit failed in and its line. The
     op: the one its records end in when its error was raised on that op's line, else the
-    one the diagnosis names for it (the call it made where the others made another, or the
+    torch.distributed function its traceback was raised in, else the one the diagnosis
+    names for it (the call it made where the others made another, or the
     one they wait in that it never entered), else, for a rank that died without a line of
     its own, where its records end. The line: its error's, else the diagnosis', else where
     its records end (it died without a line), else where its stack was at the deadline."""
@@ -210,6 +211,7 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     at = f"{error['file']}:{error['line']}" if error and error.get("file") else None
     silent = at is None and not first.hang and not first.left_early
     op = ended.get("op") if at is not None and ended.get("caller") == at else None
+    op = op or (error or {}).get("call")     # raised inside a torch.distributed call before it issued an op
     op = op or (diagnosis.get("op") if named else None) or (ended.get("op") if silent else None)
     caller = at or (diagnosis.get("caller") if named else None) or (ended.get("caller") if silent else None)
     stack = where.get(rank) or {}

@@ -309,3 +309,24 @@ def test_where_a_rank_was_is_its_main_thread_when_no_thread_is_in_a_collective()
              '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 9 in all_reduce',
              '  File "/x/job.py", line 30 in worker']
     assert logs.where_stuck(in_op + dump)["line"] == 30
+
+
+def test_an_error_raised_inside_a_torch_distributed_call_says_which():
+    """broadcast(src=0, group=[2, 3]) raises in torch's own check, before any op is issued
+    (the recorder sees none): the traceback says the call (first_failure.op); an error of
+    the script's own says none."""
+    tracker = logs.ErrorTracker()
+    for line in ["Traceback (most recent call last):",
+                 '  File "/x/job.py", line 12, in <module>',
+                 "    dist.broadcast(t, src=0, group=sub)",
+                 '  File "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper',
+                 '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3130, in broadcast',
+                 '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1090, in _canonicalize_group_rank',
+                 "ValueError: Global rank 0 is not part of group"]:
+        tracker.feed(line)
+    assert tracker.error == {"exception": "ValueError: Global rank 0 is not part of group", "file": "/x/job.py",
+                             "line": 12, "function": "<module>", "call": "broadcast"}
+    tracker = logs.ErrorTracker()
+    for line in ["Traceback (most recent call last):", '  File "/x/job.py", line 3, in <module>', "ValueError: boom"]:
+        tracker.feed(line)
+    assert "call" not in tracker.error
