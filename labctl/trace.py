@@ -963,7 +963,8 @@ def _mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
         odd = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}" for label, ranks in ordered[1:])
         return (f"{odd} where rank {common_ranks[0]} called {common_label}, collective #{seq} of {pg}"
                 + (f" ({differs})" if differs else ""))
-    each = "; ".join(f"rank {', '.join(map(str, ranks))} called {label} at {seen[ranks[0]].caller}"
+    each = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}"
+                     + (f" at {seen[ranks[0]].caller}" if seen[ranks[0]].caller not in ("", "?") else "")
                      for label, ranks in ordered)
     return f"{each}, collective #{seq} of {pg} ({differs + '; ' if differs else ''}no rank is the odd one out)"
 

@@ -197,8 +197,13 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "timeout"
     comm = status["first_failure"]["collective"]
-    mismatch = "rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #3 of"
+    # two ranks that disagree: neither is the odd one, each call is said with its line
+    lines = HANG.splitlines()
+    mismatch = (f"rank 0 called all_reduce [1000] at {script}:{len(lines) - lines[::-1].index('    dist.all_reduce(t, group=mine)')}; "
+                f"rank 1 called broadcast [1000] at {script}:{lines.index('    dist.broadcast(t, src=0, group=a)') + 1}, "
+                "collective #3 of pg1 (the op differs; no rank is the odd one out)")
     assert any(mismatch in s["text"] for s in comm["stuck"]), comm
+    assert (comm["rank"], status["first_failure"]["rank"]) == (3, 3), comm     # the one rank waited for
     missing = next(s for s in comm["stuck"] if s["missing"])
     assert missing["missing"] == [3] and missing["waiting"] == [2] and missing["seq"] == 3
     assert missing["last"]["3"] == "#2 all_reduce [1000]"
@@ -232,8 +237,8 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     fr = trace.flight_recorder(out, world=4)        # what a lab with tracing off reports
     assert fr is not None and fr["source"] == "flight recorder", fr
     by_pg = {s["pg"]: s for s in fr["stuck"]}
-    assert by_pg["pg1"]["mismatch"] == ("rank 1 called broadcast [1000] where rank 0 called "
-                                        "all_reduce [1000], collective #3 of pg1")
+    assert by_pg["pg1"]["mismatch"] == ("rank 0 called all_reduce [1000]; rank 1 called broadcast [1000], "
+                                        "collective #3 of pg1 (the op differs; no rank is the odd one out)")
     assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
     assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in fr["text"]
     analyzer = Path(sys.executable).parent / "torchfrtrace"
