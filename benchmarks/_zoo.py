@@ -263,6 +263,7 @@ def lab_answer(status: Mapping[str, Any], script: str, seconds: float | None = N
 _RANKED = re.compile(r"^\[(?:default)?rank(?P<rank>\d+)\]:(?P<rest>.*)$")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _DETAIL = re.compile(r"Detected mismatch between collectives on ranks\. Rank (?P<me>\d+) is running collective: .*?, but Rank (?P<other>\d+) is running collective")
+_MONITORED = re.compile(r"Ranks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier")
 _ROOT = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+)", re.S)
 _OPTYPE = {"ALLREDUCE": "all_reduce", "BROADCAST": "broadcast", "REDUCE": "reduce", "ALLGATHER": "all_gather",
            "GATHER": "gather", "SCATTER": "scatter", "REDUCE_SCATTER": "reduce_scatter", "BARRIER": "barrier",
@@ -338,7 +339,9 @@ def _traceback_line(tb: Traceback, script: str) -> int | None:
 def torchrun_answer(output: str, script: str, seconds: float | None = None) -> Answer:
     """What a user reads off torchrun's output (plain, or with TORCH_DISTRIBUTED_DEBUG=DETAIL):
     the rank DETAIL's mismatch messages point at (the rank most named as running something
-    else; with two ranks, both), else the root cause torchrun's failure summary names; the
+    else; with two ranks, both), else the ranks its monitored barrier says failed to pass
+    it (as DETAIL says them: ranks of the group), else the root cause torchrun's failure
+    summary names; the
     op and line of that rank's traceback (the op: the torch.distributed call on its line,
     else another rank's traceback's); nothing for a run that was killed at its timeout
     saying nothing."""
@@ -350,9 +353,12 @@ def torchrun_answer(output: str, script: str, seconds: float | None = None) -> A
             if m:
                 votes[int(m.group("other"))] = votes.get(int(m.group("other")), 0) + 1
     culprits: tuple[int, ...] = ()
+    barrier = _MONITORED.search(output)
     if votes:
         top = max(votes.values())
         culprits = tuple(sorted(r for r, n in votes.items() if n == top))
+    elif barrier:                       # DETAIL's monitored barrier names who never came (group ranks)
+        culprits = tuple(sorted(int(x) for x in barrier.group("ranks").split(",")))
     else:
         m = _ROOT.search(output)
         if m:

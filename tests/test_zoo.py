@@ -143,6 +143,8 @@ def test_torchrun_s_answer_follows_detail_s_mismatch_else_its_root_cause():
     plain = DETAIL_OUT.replace("Detected mismatch", "Connection closed")
     assert _zoo.torchrun_answer(plain, "case.py").said == ((0,), "all_reduce", 15)
     assert _zoo.torchrun_answer("nothing\n", "case.py").silent
+    barrier = plain.replace("Connection closed", "[Rank 0]: Ranks 3 failed to pass monitoredBarrier in 1800000 ms")
+    assert _zoo.torchrun_answer(barrier, "case.py").culprits == (3,)
 
 
 def test_frtrace_s_answer_is_its_first_problem():
