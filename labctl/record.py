@@ -105,8 +105,9 @@ class FirstFailure:
             return f"hang in a collective: {said}"
         if self.peer_error is not None and self.collective:     # the odd call another rank died of
             who = f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
+            how = self.peer_error['exception'].split(": ", 1)[0]     # its words: peer_error, the report
             return (f"{who} made the odd call of a mismatched collective: {self.collective['text']}; "
-                    f"rank {self.peer_rank} {self.peer_error['exception']}")
+                    f"rank {self.peer_rank} {how} in it")
         text = f"rank {self.rank}" if self.rank is not None else "the launcher"
         if self.node is not None:
             text += f" on node {self.node}"
