@@ -41,6 +41,7 @@ class Frame:
     file: str
     line: int
     function: str
+    call: str | None = None         # the torch.distributed function raised in, below this frame
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class ErrorFile:
     def error(self) -> dict:
         """The `error` of status.json's first_failure and rank_errors (the log's shape)."""
         where = {} if self.frame is None else {
-            "file": self.frame.file, "line": self.frame.line, "function": self.frame.function}
+            "file": self.frame.file, "line": self.frame.line, "function": self.frame.function,
+            **({"call": self.frame.call} if self.frame.call else {})}
         return {"exception": self.message, **where}
 
 
@@ -120,7 +122,7 @@ def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
     for line in stack.splitlines():
         tracker.feed(line)
     error = tracker.error or {}
-    frame = Frame(error["file"], error["line"], error["function"]) if error.get("file") else None
+    frame = Frame(error["file"], error["line"], error["function"], error.get("call")) if error.get("file") else None
     return ErrorFile(node, local_rank, rank if isinstance(rank, int) else None,
                      code if isinstance(code, int) else None,
                      error.get("exception") or (text.splitlines() or [""])[0][:500], frame, timestamp)
@@ -321,13 +323,17 @@ def _first_raised(failed: list[NodeOutcome], found: Findings) -> FirstFailure | 
     """torchrun: the rank whose error file is the earliest (each worker's own clock
     reading when its exception escaped, across nodes: better evidence than the order of
     torchrun's summary, which each agent prints for its own node alone). When that first
-    exception only says a peer hung up while some rank failed without raising (a signal,
-    os._exit, sys.exit: no error file), that rank hung up: the one an agent's summary
-    named, else a positive exit code first. None without error files (the summary decides)."""
+    exception only says a peer hung up while some rank failed without raising (a signal
+    other than SIGTERM, os._exit, sys.exit: no error file), that rank hung up: the one an
+    agent's summary named, else a positive exit code first. None without error files (the
+    summary decides)."""
     if not found.error_files:
         return None
     first, raised = min(found.error_files.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
-    silent = {r: c for r, c in found.exit_codes.items() if c != 0 and r not in found.error_files}
+    # a rank that died of SIGTERM was stopped (by its agent, after a peer failed), not the
+    # one that hung up: a rank that left early (exit 0) is looked for next (`_left_early`)
+    silent = {r: c for r, c in found.exit_codes.items() if c != 0 and r not in found.error_files
+              and c != -signal.SIGTERM}
     if silent and logs.peer_gone(raised.message):
         named = [found.root_causes[n.index] for n in failed if found.root_causes.get(n.index) in silent]
         rank = named[0] if named else min(silent, key=lambda r: (silent[r] <= 0, r))
@@ -478,3 +484,39 @@ def _exited_zero_beside_failures(node: int, found: Findings) -> list[int]:
         return []
     base = listed[0].rank - listed[0].local_rank
     return sorted(set(range(base, base + found.nproc_per_node)) - {w.rank for w in listed})
+
+
+# the calls every rank of the world must make (new_group: unless use_local_synchronization)
+SETUP_CALLS = ("init_process_group", "new_group", "new_subgroups", "new_subgroups_by_enumeration",
+               "init_device_mesh")
+
+
+def setup_hang(where: dict[int, dict], world: int | None) -> dict | None:
+    """At a hang, from the ranks' stacks (logs.where_stuck: their innermost own frame and
+    the torch.distributed call it is in): ranks held in a call every rank must make
+    (init_process_group, new_group) wait for the ranks that are not in it, and those are to
+    blame, whatever the others' op records say after it (ranks that skipped a new_group
+    wait in the next collective for the ranks held in it). The diagnosis in the trace's
+    form (rank, ranks, op, caller, text; `source`: stacks). None: no rank is held so, or
+    every rank is."""
+    held = {r: w for r, w in where.items() if w.get("call") in SETUP_CALLS}
+    if not held or not world:
+        return None
+    others = sorted(set(range(world)) - set(held))
+    if not others:
+        return None
+    calls = [w["call"] for _, w in sorted(held.items())]
+    call = max(set(calls), key=calls.count)
+    first = held[min(held)]
+    waiting = ", ".join(map(str, sorted(held)))
+    elsewhere = "; ".join(f"rank {r} at {where[r]['file']}:{where[r]['line']}"
+                          + (f" in {where[r]['call']}" if where[r].get("call") else "")
+                          if where.get(r, {}).get("file") else f"rank {r}: no stack" for r in others)
+    text = (f"rank{'s' if len(held) > 1 else ''} {waiting} wait{'' if len(held) > 1 else 's'} in {call} "
+            f"(at {first['file']}:{first['line']}), which every rank must call; "
+            f"rank {', '.join(map(str, others))} never called it ({elsewhere})")
+    one = others[0] if len(others) == 1 else None
+    at = where.get(one, {}) if one is not None else {}
+    return {"rank": one, "ranks": others, "op": call,
+            "caller": f"{at['file']}:{at['line']}" if at.get("file") else None,
+            "source": "stacks", "stuck": [], "mismatches": [], "p2p": [], "text": text}

@@ -65,12 +65,13 @@ class _Finish:
         self.found: blame.Findings | None = None
         self.diagnosis: dict | None = None
         self.ended_in: dict[int, str] = {}     # rank -> where its trace records end
+        self.ended_at: dict[int, dict] = {}    # ... as the op and its caller
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
         return Evidence(self.seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads),
                         list(self.run.record.faults), self.found, self.diagnosis,
-                        ended_in=self.ended_in, previous=self.previous, **more)
+                        ended_in=self.ended_in, ended_at=self.ended_at, previous=self.previous, **more)
 
     def decide(self, **more) -> None:
         self.run.record = verdict.decide(self.run.record, self.evidence(**more), str(self.run.path))
@@ -129,12 +130,20 @@ class _Finish:
         except Exception as exc:                # noqa: BLE001 - the run's results matter more
             run.record.notes.append(f"trace: merge failed: {exc}")
             return None
+        straggler = summary.straggler()
+        mismatch = summary.mismatch_found[0] if summary.mismatch_found else None
         run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
-                                        len(summary.problems) + summary.more_problems)
+                                        len(summary.problems) + summary.more_problems, straggler, mismatch)
         if summary.cost_note:
             run.record.notes.append(f"trace: {summary.cost_note}")
+        if straggler:
+            run.record.notes.append(f"trace: {straggler['text']} (`labctl trace` has every rank's)")
+        if mismatch and run.record.ok:
+            run.record.notes.append(f"trace: a collective completed although its ranks' calls differed: "
+                                    f"{mismatch['text']}")
         if not run.record.ok:
             self.ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in}
+            self.ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at}
         if summary.raised_count:
             first = summary.raised[0] if summary.raised else ""
             run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "

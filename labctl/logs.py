@@ -253,7 +253,14 @@ class ErrorTracker:
             return {}
         own = [f for f in self.frames if _own(f[0])]
         file, line, func = (own or self.frames)[-1]
-        return {"file": file, "line": line, "function": func}
+        where = {"file": file, "line": line, "function": func}
+        if own:                           # raised inside a torch.distributed call: which one
+            inner = self.frames[self.frames.index(own[-1]) + 1:]
+            call = next((f[2] for f in inner if "torch/distributed/" in f[0] and f[2] not in _DIST_WRAPPERS),
+                        None)
+            if call is not None:
+                where["call"] = call
+        return where
 
 
 def _quoted(line: str) -> str:
@@ -318,7 +325,9 @@ _DIST_WRAPPERS = {"wrapper", "_wrapper", "inner", "decorator"}
 
 def where_stuck(dump: list[str]) -> dict:
     """From a faulthandler dump: the innermost frame in the user's or workload's code and
-    the torch.distributed call it is in (barrier, all_reduce, recv ...), per the busiest thread."""
+    the torch.distributed call it is in (barrier, all_reduce, recv ...), per the busiest
+    thread: one in a torch.distributed call, else the main thread (the one that runs the
+    script's module code), else the first with a frame of its own."""
     threads: list[list[tuple[str, int, str]]] = []
     for line in dump:
         if _STACK_HEADER.match(line):
@@ -332,6 +341,7 @@ def where_stuck(dump: list[str]) -> dict:
         return _own(frame[0])
 
     best: dict = {}
+    rank = (False, False)
     for frames in threads:                       # most recent call first
         mine = next((i for i, f in enumerate(frames) if own(f)), None)
         if mine is None:
@@ -343,8 +353,9 @@ def where_stuck(dump: list[str]) -> dict:
                 break
         file, line, func = frames[mine]
         found = {"file": file, "line": line, "function": func, "call": call}
-        if not best or (call and not best.get("call")):
-            best = found
+        main = any(f[2] == "<module>" and own(f) for f in frames)
+        if not best or (bool(call), main) > rank:
+            best, rank = found, (bool(call), main)
     return best
 
 

@@ -42,6 +42,7 @@ class ErrorQuote(TypedDict, total=False):
     file: str
     line: int
     function: str
+    call: str                   # the torch.distributed function it was raised in, if any
 
 
 def where(error: Mapping[str, Any]) -> str:
@@ -73,6 +74,10 @@ class FirstFailure:
     # where the failed rank's trace records end, when its error names no line of its own
     # (a signal, os._exit): "in all_reduce [1] (collective #3 of default_pg) at job.py:9"
     last_op: str | None = None
+    # the call the diagnosis names and where it was made: the script's torch.distributed
+    # function (all_gather_object, not the all_gather it issued) and "file:line"
+    op: str | None = None
+    caller: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.fault:
@@ -84,9 +89,9 @@ class FirstFailure:
         elif self.hang:
             keys, always = ("rank", "node", "exit_code", "hang"), {"rank", "node", "exit_code"}
         else:
-            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal")
+            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal", "peer_rank", "peer_error")
             always = {"rank", "node", "exit_code"}
-        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op")
+        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op", "op", "caller")
                 if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
 
     @classmethod
@@ -105,7 +110,15 @@ class FirstFailure:
         if self.lost:
             return f"node {self.node} lost: {self.lost}"
         if self.hang and self.collective:
-            return f"hang in a collective: {self.collective['text']}"
+            said = self.collective['text']
+            if self.rank is not None and self.caller and self.caller not in said:
+                said += f" (rank {self.rank} at {self.caller})"
+            return f"hang in a collective: {said}"
+        if self.peer_error is not None and self.collective:     # the odd call another rank died of
+            who = f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
+            how = self.peer_error['exception'].split(": ", 1)[0]     # its words: peer_error, the report
+            return (f"{who} made the odd call of a mismatched collective: {self.collective['text']}; "
+                    f"rank {self.peer_rank} {how} in it")
         text = f"rank {self.rank}" if self.rank is not None else "the launcher"
         if self.node is not None:
             text += f" on node {self.node}"
@@ -192,6 +205,13 @@ class TraceSummary:
     ops: int
     missing_ranks: list[int] = field(default_factory=list)
     bad_records: int = 0
+    straggler: dict | None = None       # the rank that arrived last at most collectives (labctl/trace.py)
+    mismatch: dict | None = None        # a collective whose ranks' calls differed, though it completed
+
+    def to_dict(self) -> dict[str, Any]:
+        """status.json's `trace` (what a run without a straggler or a mismatch wrote before)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if v is not None or k not in ("straggler", "mismatch")}
 
 
 @dataclass(frozen=True)
@@ -317,7 +337,7 @@ class RunRecord:
         elif self.message:
             d["message"] = self.message
         if self.trace is not None:
-            d["trace"] = dataclasses.asdict(self.trace)
+            d["trace"] = self.trace.to_dict()
         _put(d, "finalize_seconds", self.finalize_seconds)
         if self.unfinished:
             d["unfinished"] = list(self.unfinished)
@@ -360,7 +380,9 @@ class RunRecord:
         if isinstance(d.get("trace"), dict):
             t = d["trace"]
             rec.trace = TraceSummary(t.get("file", "trace.json"), t.get("ops", 0),
-                                     list(t.get("missing_ranks") or []), t.get("bad_records", 0))
+                                     list(t.get("missing_ranks") or []), t.get("bad_records", 0),
+                                     t["straggler"] if isinstance(t.get("straggler"), dict) else None,
+                                     t["mismatch"] if isinstance(t.get("mismatch"), dict) else None)
         if d.get("first_failure"):
             rec.first_failure = FirstFailure.from_dict(d["first_failure"])
         rec.finished = d.get("finished")

@@ -151,14 +151,33 @@ class Op:
     raised: str | None = None       # the exception it raised before torch issued it (never a collective)
 
     @property
+    def call(self) -> str:
+        """The torch.distributed function the script called: the outermost public one on the
+        way (`api`: all_gather_object, batch_isend_irecv), else the op itself."""
+        return self.api if self.api and self.api != self.op else self.op
+
+    @property
+    def shape_text(self) -> str:
+        return "[" + ", ".join(map(str, self.shape)) + "]" if self.shape is not None else "[]"
+
+    @property
     def label(self) -> str:
-        shape = "[" + ", ".join(map(str, self.shape)) + "]" if self.shape is not None else "[]"
-        return f"{self.op} {shape}"
+        """"all_reduce [1000]"; the script's call first when it is another function:
+        "all_gather_object (its all_gather [1])"."""
+        if self.call != self.op:
+            return f"{self.call} (its {self.op} {self.shape_text})"
+        return f"{self.op} {self.shape_text}"
 
     @property
     def signature(self) -> str:
-        """What must agree across ranks at one sequence number: op, shape and dtype."""
-        return f"{self.label} {self.dtype or ''}".strip()
+        """What must agree across ranks at one sequence number: op, shape, dtype and root."""
+        root = f" root {self.root}" if self.root is not None else ""
+        return f"{self.op} {self.shape_text} {self.dtype or ''}{root}".strip()
+
+    def where(self) -> dict[str, Any]:
+        """The call as status.json gives it (a stuck collective's `calls`)."""
+        return {"op": self.op, "call": self.call, "shape": self.shape, "dtype": self.dtype, "root": self.root,
+                "caller": self.caller}
 
 
 @dataclass
@@ -172,6 +191,7 @@ class RankInfo:
     records: int = 0
     ops: int = 0                    # op records (B/X) seen
     ended_in: str | None = None     # where its records end: the op it never left, or its last op
+    ended_at: dict | None = None    # ... as {"op": the script's call, "caller": file:line, "inside": bool}
 
 
 @dataclass
@@ -204,6 +224,41 @@ class Straggler:
 
 
 @dataclass
+class Lateness:
+    """How often one rank arrived last at a collective every member reached, and by how much
+    after the first (a straggler per rank, where `Straggler` is one per collective)."""
+    collectives: int = 0            # collectives of two or more ranks it took part in
+    last: int = 0                   # ... at which it arrived last
+    late_ns: int = 0                # summed over those
+    worst_ns: int = 0
+    where: dict[tuple[str, str], int] = field(default_factory=dict)   # (call, caller) -> times last there
+
+    def add(self, late: int, op: Op) -> None:
+        self.last += 1
+        self.late_ns += late
+        self.worst_ns = max(self.worst_ns, late)
+        key = (op.call, op.caller)
+        if key in self.where or len(self.where) < 100:
+            self.where[key] = self.where.get(key, 0) + 1
+
+    @property
+    def typical_ns(self) -> int:
+        """Its mean lateness without its worst one (the first collective after the join
+        often waits for a slow start, once)."""
+        if self.last <= 1:
+            return self.late_ns
+        return (self.late_ns - self.worst_ns) // (self.last - 1)
+
+    def most(self) -> tuple[str, str] | None:
+        return max(self.where.items(), key=lambda kv: kv[1])[0] if self.where else None
+
+
+STRAGGLER_SHARE = 0.75              # a rank last at this share of its collectives (at least
+STRAGGLER_MIN = 4                   # this many), typically this late, is the run's straggler
+STRAGGLER_NS = 20_000_000
+
+
+@dataclass
 class Stuck:
     """Where the ranks of one process group stopped, when some op never completed."""
     pg: str
@@ -213,8 +268,21 @@ class Stuck:
     missing: list[int]              # member ranks that never entered it
     last: dict[int, str]            # rank -> its last collective entered ("#5 all_reduce [1000]")
     mismatch: str | None = None
-    culprit: int | None = None      # the rank that called something else, or never came
+    culprit: int | None = None      # the rank that called something else, or never came (one)
     silent: list[int] = field(default_factory=list)   # missing ranks without a single trace record
+    call: str | None = None         # the script's call the ranks inside made (all_gather_object ...)
+    calls: dict[int, dict] = field(default_factory=dict)   # rank inside -> its call (Op.where)
+    odd: list[int] = field(default_factory=list)   # a mismatch's odd ranks (none: no call is the most common)
+    started: int = 0                # when the first rank entered it (rank 0's clock, ns)
+
+    @property
+    def targets(self) -> list[int]:
+        """The ranks the others wait for here: the odd ones of a mismatch, else the missing."""
+        return self.odd or self.missing
+
+    @property
+    def said_op(self) -> str:
+        return self.op if not self.call or self.call == self.op else f"{self.call} (its {self.op})"
 
     def describe(self) -> str:
         parts = []
@@ -225,11 +293,11 @@ class Stuck:
             was = "; ".join(self._last_of(r) for r in self.missing)
             inside = ", ".join(map(str, self.waiting))
             verb = "ranks {} wait" if len(self.waiting) > 1 else "rank {} waits"
-            parts.append(f"{verb.format(inside)} in {self.op} (collective #{self.seq} of {self.pg}) "
+            parts.append(f"{verb.format(inside)} in {self.said_op} (collective #{self.seq} of {self.pg}) "
                          f"which {who} never entered ({was})" if self.waiting else
                          f"{who} never entered collective #{self.seq} of {self.pg}")
         if not parts:
-            parts.append(f"rank {', '.join(map(str, self.waiting))} never left {self.op} "
+            parts.append(f"rank {', '.join(map(str, self.waiting))} never left {self.said_op} "
                          f"(collective #{self.seq} of {self.pg})")
         return "; ".join(parts)
 
@@ -243,7 +311,8 @@ class Stuck:
     def to_dict(self) -> dict[str, Any]:
         return {"pg": self.pg, "seq": self.seq, "op": self.op, "waiting": self.waiting,
                 "missing": self.missing, "last": {str(r): v for r, v in sorted(self.last.items())},
-                "mismatch": self.mismatch, "rank": self.culprit, "no_records": self.silent,
+                "mismatch": self.mismatch, "rank": self.culprit, "ranks": self.targets, "no_records": self.silent,
+                "call": self.call or self.op, "calls": {str(r): c for r, c in sorted(self.calls.items())},
                 "text": self.describe()}
 
 
@@ -269,6 +338,10 @@ class Summary:
     raised: list[str] = field(default_factory=list)   # "rank 0's broadcast at x.py:5 raised ValueError: ..."
     raised_count: int = 0
     torn: list[int] = field(default_factory=list)     # ranks whose last record was cut by their death
+    mismatch_found: list[dict] = field(default_factory=list)   # the first mismatches, as status.json says them
+    lateness: dict[int, Lateness] = field(default_factory=dict)  # rank -> how often it arrived last
+    blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
+    unmatched_sends: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (pg, src, dst) -> caller
 
     @property
     def empty(self) -> bool:
@@ -290,13 +363,79 @@ class Summary:
             self.more_problems += 1
 
     def diagnosis(self) -> dict[str, Any] | None:
-        """What status.json's first failure carries: the stuck collective per pg."""
+        """What status.json's first failure carries: the stuck collective per pg, and who
+        is to blame (`rank`, or `ranks` when no one rank is), the call and its line."""
         if not self.stuck and not self.mismatches and not self.stuck_p2p:
             return None
-        culprit = next((s.culprit for s in self.stuck if s.culprit is not None), None)
+        culprit, ranks, op, caller, lead = self.blame()
         said = [s.describe() for s in self.stuck] or self.mismatches[:1]
-        return {"rank": culprit, "stuck": [s.to_dict() for s in self.stuck], "mismatches": self.mismatches[:5],
-                "p2p": self.stuck_p2p[:10], "text": "; ".join(said + self.stuck_p2p[:4])}
+        left_in = self._left_in_a_mismatch()
+        return {"rank": culprit, "ranks": ranks, "op": op, "caller": caller,
+                **({"mismatch": left_in} if left_in else {}),
+                "stuck": [s.to_dict() for s in self.stuck], "mismatches": self.mismatches[:5],
+                "p2p": self.stuck_p2p[:10], "text": "; ".join([*lead, *said, *self.stuck_p2p[:4]])}
+
+    def blame(self) -> tuple[int | None, list[int], str | None, str | None, list[str]]:
+        """(culprit, ranks, op, caller, a sentence to lead with): a rank waiting to receive
+        from a rank that sent to another one, which never received it, is waiting for a
+        send to the wrong peer; else the stuck collectives' culprit (`_blame_stuck`); else a
+        completed mismatch's odd rank; else the ranks in blocking p2p ops that never ended
+        (a deadlock: all of them). A collective of differing calls some rank never left
+        (`_left_in_a_mismatch`) comes before the stuck collectives: they came after it."""
+        for op in self.blocked_p2p:
+            if op.op not in ("recv", "irecv") or op.peer is None:
+                continue
+            wrong = sorted((dst, caller) for (pg, src, dst), caller in self.unmatched_sends.items()
+                           if pg == op.pg and src == op.peer and dst != op.rank)
+            if wrong:
+                dst, caller = wrong[0]
+                return op.peer, [op.peer], "send", caller, [
+                    f"rank {op.peer} sent to rank {dst} at {caller}, and rank {dst} never received it, while "
+                    f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (a send to the wrong peer?)"]
+        left_in = self._left_in_a_mismatch()
+        if left_in:                     # a rank died or hangs inside it: what came after is its effect
+            return left_in["rank"], left_in["ranks"], left_in["op"], left_in["caller"], [
+                f"{left_in['text']}; rank {', '.join(map(str, left_in['unfinished']))} never left it"]
+        if self.stuck:
+            culprit, ranks, op, caller = _blame_stuck(self.stuck)
+            if ranks:
+                return culprit, ranks, op, caller, []
+        if self.mismatch_found:
+            m = self.mismatch_found[0]
+            return m["rank"], m["ranks"], m["op"], m["caller"], []
+        blocked = [op for op in self.blocked_p2p if op.op in ("send", "recv")] or self.blocked_p2p
+        ranks = sorted({op.rank for op in blocked})
+        if not ranks:
+            return None, [], None, None, []
+        mine = next(op for op in blocked if op.rank == ranks[0])
+        culprit = ranks[0] if len(ranks) == 1 else None
+        return culprit, ranks, mine.call, mine.caller, []
+
+    def _left_in_a_mismatch(self) -> dict[str, Any] | None:
+        """The first collective every member entered with calls that differ, an odd rank
+        among them, and a rank that never left it (gloo's size check aborted it there, or
+        it hangs there): the cause of whatever the other ranks then wait in."""
+        stuck = {(st.pg, st.seq) for st in self.stuck}       # said there already
+        return next((m for m in self.mismatch_found if m["unfinished"] and m["rank"] is not None
+                     and (m["pg"], m["seq"]) not in stuck), None)
+
+    def straggler(self) -> dict[str, Any] | None:
+        """The rank that arrived last at most of its collectives (STRAGGLER_SHARE of at least
+        STRAGGLER_MIN), typically STRAGGLER_NS or more after the first: status.json's
+        `trace.straggler`. None: no rank stands out."""
+        found = [(late.last, late.late_ns, rank) for rank, late in self.lateness.items()
+                 if late.last >= max(STRAGGLER_MIN, STRAGGLER_SHARE * late.collectives)
+                 and late.typical_ns >= STRAGGLER_NS]
+        if not found:
+            return None
+        rank = max(found)[2]
+        late = self.lateness[rank]
+        call, caller = late.most() or (None, None)
+        mean = late.late_ns / late.last / 1e6
+        return {"rank": rank, "ranks": [rank], "op": call, "caller": caller, "last": late.last,
+                "of": late.collectives, "late_ms": round(mean, 3),
+                "text": f"rank {rank} arrived last at {late.last} of {late.collectives} collectives, by "
+                        f"{mean:.0f} ms on average (most often in {call} at {caller})"}
 
 
 # ---------------------------------------------------------------- reading one rank
@@ -440,6 +579,10 @@ class _RankReader:
                 except BadRecord as exc:
                     self.summary.problem(name, number, str(exc))
         self.info.ended_in = _ended_in(list(pending.values()), self.last_op)
+        if self.info.ended_in is not None:
+            inside = bool(pending)
+            op = max(pending.values(), key=lambda o: o.start) if inside else self.last_op
+            self.info.ended_at = {"op": op.call, "caller": op.caller, "inside": inside}
         for op in pending.values():
             yield self._unfinished(op)
 
@@ -496,6 +639,8 @@ class _RankReader:
 
     def _unfinished(self, op: Op) -> Op:
         """An op that never ended: a p2p one is named (the first 50)."""
+        if op.p2p is not None and len(self.summary.blocked_p2p) < 50:
+            self.summary.blocked_p2p.append(op)
         if op.p2p is not None and len(self.summary.stuck_p2p) < 50:
             peer = "any rank" if op.peer is None else f"rank {op.peer}"
             way = "to" if op.op in ("send", "isend") else "from"
@@ -594,6 +739,7 @@ class _Merge:
         self.named_threads: set[tuple[int, int]] = set()
         self.lanes: dict[int, _Lanes] = {}
         self.sent: dict[tuple[str, int, int], int] = {}      # (pg, src, dst) -> sends so far
+        self.send_caller: dict[tuple[str, int, int], str] = {}   # (pg, src, dst) -> its last send's caller
         self.received: dict[tuple[str, int, int], int] = {}
         # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
         self.open: dict[tuple[str, int], dict[int, tuple[int, Op]]] = {}
@@ -707,6 +853,7 @@ class _Merge:
         if op.peer is not None and op.op in ("send", "isend"):
             key = (op.pg, op.rank, op.peer)
             k = self.sent[key] = self.sent.get(key, 0) + 1
+            self.send_caller[key] = op.caller
             self.event({"ph": "s", "id": _flow_id(op.pg, op.rank, op.peer, k), "name": "p2p",
                         "cat": "p2p", "pid": node, "tid": tid, "ts": _us(start)})
             self.s.flows += 1
@@ -739,11 +886,18 @@ class _Merge:
             return
         del self.open[key]
         if len({o.signature for _, o in seen.values()}) > 1:
-            self.s.mismatches.append(_mismatch_text(op.pg, op.seq, {r: o for r, (_, o) in seen.items()}))
+            calls = {r: o for r, (_, o) in seen.items()}
+            self.s.mismatches.append(_mismatch_text(op.pg, op.seq, calls))
+            if len(self.s.mismatch_found) < 5:
+                self.s.mismatch_found.append(_mismatch_found(op.pg, op.seq, calls))
             return                      # not a straggler: they never were in one collective
         starts = sorted((t, r) for r, (t, _) in seen.items())
         late = starts[-1][0] - starts[0][0]
         if len(starts) > 1:
+            for _, r in starts:
+                self.s.lateness.setdefault(r, Lateness()).collectives += 1
+            last = self.s.lateness[starts[-1][1]]
+            last.add(late, seen[starts[-1][1]][1])
             self.tiebreak += 1
             item = (late, self.tiebreak, Straggler(op.pg, op.seq, op.op, starts[-1][1], late))
             if len(self.worst) < STRAGGLERS:
@@ -752,30 +906,85 @@ class _Merge:
                 heapq.heapreplace(self.worst, item)
 
 
+def _differs(seen: dict[int, Op]) -> list[str]:
+    """What differs between the ranks' calls of one collective: the op, else the size (the
+    element count) or the shape (the same count), the dtype; and the root."""
+    ops = list(seen.values())
+    what = []
+    if len({o.op for o in ops}) > 1:
+        what.append("op")
+    else:
+        if len({o.shape_text for o in ops}) > 1:
+            counts = {None if o.shape is None else _count(o.shape) for o in ops}
+            what.append("size" if len(counts) > 1 else "shape")
+        if len({o.dtype for o in ops}) > 1:
+            what.append("dtype")
+    if all(o.root is not None for o in ops) and len({o.root for o in ops}) > 1:
+        what.append("root")
+    return what
+
+
+def _count(shape: list[int]) -> int:
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
 def _groups_by_signature(seen: dict[int, Op]) -> list[tuple[str, list[int]]]:
-    """Ranks grouped by what they called, the most common first (the dtype only when op
-    and shape agree everywhere)."""
-    dtype = len({o.label for o in seen.values()}) == 1
-    by_label: dict[str, list[int]] = {}
+    """Ranks grouped by what they called, the most common first, each group said by what
+    tells it apart: the call and shape, with the dtype when the dtype differs and the root
+    when the root does."""
+    what = _differs(seen)
+    said: dict[str, str] = {}
+    by_signature: dict[str, list[int]] = {}
     for rank, o in sorted(seen.items()):
-        by_label.setdefault(o.signature if dtype else o.label, []).append(rank)
-    return sorted(by_label.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+        by_signature.setdefault(o.signature, []).append(rank)
+        text = o.label + (f" {o.dtype}" if "dtype" in what and o.dtype else "")
+        said.setdefault(o.signature, text + (f" from root {o.root}" if "root" in what else ""))
+    return sorted(((said[sig], ranks) for sig, ranks in by_signature.items()),
+                  key=lambda kv: (-len(kv[1]), kv[1][0]))
 
 
 def _odd_ranks(seen: dict[int, Op]) -> list[int]:
-    return sorted(r for _, ranks in _groups_by_signature(seen)[1:] for r in ranks)
+    """The ranks that called something else than the most of them; none when no call is
+    the most common (two ranks that disagree: neither is the odd one)."""
+    groups = _groups_by_signature(seen)
+    if len(groups) < 2 or len(groups[0][1]) == len(groups[1][1]):
+        return []
+    return sorted(r for _, ranks in groups[1:] for r in ranks)
 
 
 def _mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
     """"rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #4 of
-    default_pg" (the dtype only when op and shape agree). The odd ranks are the fewer."""
+    default_pg (the op differs)": the odd ranks are the fewer. With no odd one (two ranks),
+    what each called and where: "rank 0 called all_reduce [1000] at a.py:7; rank 1 called
+    all_reduce [12] at a.py:7, collective #1 of default_pg (the size differs; no rank is
+    the odd one out)"."""
     ordered = _groups_by_signature(seen)
-    common_label, common_ranks = ordered[0]
-    odd = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}" for label, ranks in ordered[1:])
-    return (f"{odd} where rank {common_ranks[0]} called {common_label}, "
-            f"collective #{seq} of {pg}")
+    what = _differs(seen)
+    differs = f"the {' and the '.join(what)} differ{'s' if len(what) == 1 else ''}" if what else ""
+    if _odd_ranks(seen):
+        common_label, common_ranks = ordered[0]
+        odd = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}" for label, ranks in ordered[1:])
+        return (f"{odd} where rank {common_ranks[0]} called {common_label}, collective #{seq} of {pg}"
+                + (f" ({differs})" if differs else ""))
+    each = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}"
+                     + (f" at {seen[ranks[0]].caller}" if seen[ranks[0]].caller not in ("", "?") else "")
+                     for label, ranks in ordered)
+    return f"{each}, collective #{seq} of {pg} ({differs + '; ' if differs else ''}no rank is the odd one out)"
 
 
+def _mismatch_found(pg: str, seq: int, seen: dict[int, Op]) -> dict[str, Any]:
+    """A mismatched collective as status.json gives it: the odd ranks (every rank when none
+    is), the call of the odd one and where it was made, what differs, the sentence."""
+    odd = _odd_ranks(seen)
+    first = seen[odd[0]] if odd else None
+    return {"pg": pg, "seq": seq, "ranks": odd or sorted(seen), "rank": odd[0] if len(odd) == 1 else None,
+            "op": first.call if first else None, "caller": first.caller if first else None,
+            "differs": _differs(seen), "calls": {str(r): o.where() for r, o in sorted(seen.items())},
+            "unfinished": sorted(r for r, o in seen.items() if o.end is None),
+            "text": _mismatch_text(pg, seq, seen)}
 
 
 def rank_logs(run_path: Path) -> dict[int, Path]:
@@ -840,6 +1049,8 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         end = max([r.alive for r in readers] + [t0])
         summary.end_ns = end if firsts else None
         m.finish(end)
+        summary.unmatched_sends = {key: m.send_caller[key] for key, n in m.sent.items()
+                                   if n > m.received.get(key, 0)}
         summary.stragglers = [s for _, _, s in sorted(m.worst, key=lambda x: (-x[0], x[1]))]
         expected = range(world) if world is not None else sorted(logs)
         summary.missing_ranks = [r for r in expected if summary.ranks.get(r) is None
@@ -918,14 +1129,46 @@ def _stuck(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_cl
         if len({op.signature for op in inside.values()}) > 1:
             mismatch = _mismatch_text(pg, top, inside)
             mismatches.append(mismatch)
-        any_op = next(iter(inside.values()))
         if (not waiting or only_clear) and not missing and not mismatch:
             continue
-        culprit = _odd_ranks(inside)[0] if mismatch else (missing[0] if missing else None)
-        found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing, culprit=culprit,
+        odd = _odd_ranks(inside) if mismatch else []
+        common = [op for r, op in sorted(inside.items()) if r not in odd]
+        any_op = (common or list(inside.values()))[0]
+        targets = odd or missing
+        found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing,
+                           culprit=targets[0] if len(targets) == 1 else None,
                            last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},
-                           mismatch=mismatch, silent=[r for r in missing if r in (silent or [])]))
+                           mismatch=mismatch, silent=[r for r in missing if r in (silent or [])],
+                           call=any_op.call, calls={r: op.where() for r, op in inside.items()}, odd=odd,
+                           started=min(op.start for op in inside.values())))
     return found, mismatches
+
+
+def _blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None, str | None]:
+    """Who the stuck collectives wait for, across process groups: the rank the most ranks
+    wait for (a rank that reduced in its subgroup first, while the three others wait for it
+    in the world's collective, is the one; the rank it waits for in the subgroup is not).
+    Several as many: no one culprit, all of them named. With the culprit (or the first of
+    them), its call (the one it made that the others did not, or the one they wait in that
+    it never entered) and its line when it made the call. (culprit, ranks, op, caller)."""
+    waited: dict[int, set[int]] = {}
+    for st in stuck:
+        for target in st.targets:
+            waited.setdefault(target, set()).update(r for r in [*st.waiting, *st.calls] if r not in st.targets)
+    if not waited:                      # a mismatch where no call is the most common: every rank in it
+        st = next((st for st in stuck if st.calls), None)
+        if st is None:
+            return None, [], None, None
+        ranks = sorted(st.calls)
+        return None, ranks, st.calls[ranks[0]]["call"], None
+    top = max(len(w) for w in waited.values())
+    ranks = sorted(r for r, w in waited.items() if len(w) == top)
+    culprit = ranks[0] if len(ranks) == 1 else None
+    st = min((st for st in stuck if ranks[0] in st.targets), key=lambda st: st.started)
+    call = st.calls.get(ranks[0])
+    if call is not None:                # it called something else
+        return culprit, ranks, call["call"], call["caller"]
+    return culprit, ranks, st.call or st.op, None
 
 
 # ---------------------------------------------------------------- Flight Recorder (tracing off)
@@ -973,12 +1216,13 @@ def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str,
     stuck, mismatches = _stuck(last, groups, only_clear=True)
     if not stuck:
         return None
-    culprit = next((s.culprit for s in stuck if s.culprit is not None), None)
+    culprit, ranks, op, _ = _blame_stuck(stuck)
     silent = sorted(set(range(world)) - dumped) if world else []
     text = "; ".join(s.describe() for s in stuck)
     if silent:
         text += f" (no Flight Recorder dump from rank {', '.join(map(str, silent))})"
-    return {"rank": culprit, "source": "flight recorder", "stuck": [s.to_dict() for s in stuck],
+    return {"rank": culprit, "ranks": ranks, "op": op, "source": "flight recorder",
+            "stuck": [s.to_dict() for s in stuck],
             "mismatches": mismatches[:5], "no_dump": silent, "text": text}
 
 
@@ -1015,8 +1259,22 @@ def text(summary: Summary) -> str:
                   table(("pg", "collective", "op", "last to arrive", "late by ms"),
                         ((s.pg, f"#{s.seq}", s.op, f"rank {s.rank}", _ms(s.late_ns))
                          for s in summary.stragglers))]
+    late = sorted(((t.last, t.late_ns, r) for r, t in summary.lateness.items() if t.last), reverse=True)
+    if late:
+        straggler = summary.straggler()
+        lines += ["", "## Stragglers per rank (how often each arrived last; worst ten)", ""]
+        if straggler:
+            lines += [f"**{straggler['text']}**", ""]
+        lines.append(table(("rank", "arrived last", "of its collectives", "late by ms (mean)", "worst ms",
+                            "most often at"),
+                           ((f"rank {r}", n, summary.lateness[r].collectives, _ms(ns // n),
+                             _ms(summary.lateness[r].worst_ns),
+                             " at ".join(summary.lateness[r].most() or ()))
+                            for n, ns, r in late[:STRAGGLERS])))
     if summary.stuck or summary.mismatches or summary.stuck_p2p:
         lines += ["", "## Stuck or mismatched collectives, unfinished p2p", ""]
+        lead = summary.blame()[4]
+        lines += [f"- {x}" for x in lead]
         lines += [f"- {s.describe()}" for s in summary.stuck]
         lines += [f"- {m}" for m in summary.mismatches if not any(m == s.mismatch for s in summary.stuck)]
         lines += [f"- {p}" for p in summary.stuck_p2p]

@@ -31,7 +31,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from . import blame
+from . import blame, logs
 from .outcome import NodeOutcome, NodeState, RunState, spared
 from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
 
@@ -89,6 +89,7 @@ class Evidence:
     found: blame.Findings | None = None
     diagnosis: dict | None = None     # where the collectives stopped (labctl/trace.py)
     ended_in: dict[int, str] = field(default_factory=dict)   # rank -> where its trace records end
+    ended_at: dict[int, dict] = field(default_factory=dict)  # ... as {"op", "caller", "inside"}
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -118,13 +119,24 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first = blame.first_failure(outcomes, ev.found)
             if fired and state is not RunState.INTERRUPTED:
                 first = blame.fault_cause(first, outcomes, ev.found, fired)
-        if ev.diagnosis is not None and state is not RunState.PASSED:
+        where = {r: logs.where_stuck(lines) for r, lines in ev.found.stacks.items()}
+        diagnosis = ev.diagnosis
+        if state is RunState.TIMEOUT and (first is None or first.hang):
+            # ranks held in a call every rank must make (new_group) wait for those elsewhere,
+            # whatever the records of the ops after it say
+            diagnosis = blame.setup_hang(where, out.world_size) or diagnosis
+        if diagnosis is not None and state is not RunState.PASSED:
             if first is None:                  # a hang: nobody failed, the deadline came
-                first = FirstFailure(ev.diagnosis.get("rank"), hang=True)
-            first.collective = ev.diagnosis
+                first = FirstFailure(diagnosis.get("rank"), hang=True)
+            first.collective = diagnosis
         if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
                 and not (first.error and first.error.get("file")):
             first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
+        if first is not None and diagnosis is not None:
+            first = _odd_call_behind(first, diagnosis, ev.found) or first
+            _the_leavers_waited_for(first, diagnosis)
+        if first is not None:
+            _name_the_call(first, ev.ended_at, where)
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -139,6 +151,73 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
     out.first_failure = first
     out.message = message or (first.describe() if first else "")
     return out
+
+
+def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings) -> FirstFailure | None:
+    """A rank that died without a line of its own (gloo's size check aborts the rank that
+    receives more than it expected: SIGABRT) inside a collective whose ranks' calls
+    differed, where another rank made the odd call: that rank is the cause and the death
+    its symptom (`peer_rank`, `peer_error`). None: not so."""
+    culprit = diagnosis.get("rank")
+    if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early \
+            or (first.error or {}).get("file"):
+        return None
+    mismatches = [st for st in diagnosis.get("stuck") or [] if st.get("mismatch")] + \
+        ([diagnosis["mismatch"]] if isinstance(diagnosis.get("mismatch"), dict) else [])
+    inside = any(culprit in (m.get("ranks") or []) and str(first.rank) in (m.get("calls") or {}) for m in mismatches)
+    if not inside:
+        return None
+    said = (first.error or {}).get("exception")
+    how = f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
+    return FirstFailure(culprit, blame.node_of_rank(culprit, found), found.exit_codes.get(culprit),
+                        collective=diagnosis, peer_rank=first.rank,
+                        peer_error={"exception": f"{how}: {said}" if said else how})
+
+
+def _the_leavers_waited_for(first: FirstFailure, diagnosis: dict) -> None:
+    """Of the ranks that left early, the ones the stuck collective waits for: ranks that
+    exited 0 after a world all_reduce while rank 2 waits in its subgroup's for rank 3 did
+    nothing wrong but rank 3."""
+    if not first.left_early:
+        return
+    leavers = first.ranks or ([first.rank] if first.rank is not None else [])
+    named = diagnosis.get("ranks") or ([diagnosis["rank"]] if diagnosis.get("rank") is not None else [])
+    kept = [r for r in leavers if r in named]
+    if not kept or len(kept) == len(leavers):
+        return
+    nodes = [first.nodes[leavers.index(r)] for r in kept] if first.nodes and len(first.nodes) == len(leavers) \
+        else None
+    first.rank = kept[0] if len(kept) == 1 else None
+    first.ranks = kept if len(kept) > 1 else None
+    first.node = nodes[0] if nodes else first.node
+    first.nodes = nodes if nodes and len(kept) > 1 and len(set(nodes)) > 1 else None
+
+
+def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[int, dict]) -> None:
+    """first_failure's `op` and `caller`: the call the culprit failed in and its line. The
+    op: the one its records end in when its error was raised on that op's line, else the
+    torch.distributed function its traceback was raised in, else the one the diagnosis
+    names for it (the call it made where the others made another, or the
+    one they wait in that it never entered), else, for a rank that died without a line of
+    its own, where its records end. The line: its error's, else the diagnosis', else where
+    its records end (it died without a line), else where its stack was at the deadline."""
+    rank = first.rank
+    if rank is None or first.fault:
+        return
+    diagnosis = first.collective or {}
+    named = diagnosis.get("rank") == rank
+    ended = ended_at.get(rank) or {}
+    error = None if first.left_early else first.error
+    at = f"{error['file']}:{error['line']}" if error and error.get("file") else None
+    silent = at is None and not first.hang and not first.left_early
+    op = ended.get("op") if at is not None and ended.get("caller") == at else None
+    op = op or (error or {}).get("call")     # raised inside a torch.distributed call before it issued an op
+    op = op or (diagnosis.get("op") if named else None) or (ended.get("op") if silent else None)
+    caller = at or (diagnosis.get("caller") if named else None) or (ended.get("caller") if silent else None)
+    stack = where.get(rank) or {}
+    if caller is None and stack.get("file") and not first.left_early:
+        caller = f"{stack['file']}:{stack['line']}"
+    first.op, first.caller = op, caller
 
 
 def _state(ev: Evidence, outcomes: list[NodeOutcome], gone: set[int], folder: str) -> tuple[RunState, str]:

@@ -343,3 +343,24 @@ def test_a_rank_stopped_after_the_symptom_is_not_its_cause():
     found.exit_codes[3] = -6                 # rank 3 aborted (SIGABRT) before the symptom instead
     first = first_failure(outcomes, found)
     assert (first.rank, first.signal, first.left_early) == (3, "SIGABRT", False)
+
+
+def test_a_rank_stopped_by_sigterm_is_not_the_one_that_hung_up():
+    """torchrun, 2 x 2: rank 3 left the loop and exited 0; ranks 0 and 2 raised 'Connection
+    closed' (error files); rank 1 was stopped by its agent (SIGTERM, no error file). The
+    rank that hung up is rank 3, not rank 1 (the zoo's left_early case read 'rank 1 was
+    killed by SIGTERM')."""
+    from labctl.blame import ErrorFile
+    from labctl.logs import torchrun_failed_workers
+
+    closed = {"exception": CLOSED}
+    files = {r: ErrorFile(r // 2, r % 2, r, None, CLOSED, None, 100.0 + r) for r in (0, 2)}
+    found = Findings(node_ranks={0: [0, 1], 1: [2, 3]}, exit_codes={0: 1, 1: -15, 2: 1},
+                     errors={0: closed, 2: closed}, error_files=files, root_causes={0: 0, 1: 2},
+                     nproc_per_node=2, world=4,
+                     summaries={0: torchrun_failed_workers(_agent_failed(0, 1) + _agent_failed(1, -15).replace(
+                         "(local_rank: 0)", "(local_rank: 1)")), 1: torchrun_failed_workers(_agent_failed(2, 1))})
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=2.0),
+                NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=2.1)]
+    first = first_failure(outcomes, found)
+    assert (first.left_early, first.rank, first.node) == (True, 3, 1), first

@@ -292,3 +292,41 @@ def test_the_joins_are_read_as_the_logs_grow_each_process_once(tmp_path):
     assert reader.read([node0, node1]) == 3
     assert reader.joins == {(0, 10), (1, 11), (2, 12)}
     assert reader.offsets[str(node0)] == node0.stat().st_size
+
+
+def test_where_a_rank_was_is_its_main_thread_when_no_thread_is_in_a_collective():
+    """A rank whose main thread waits for a lock a thread of its own holds: the dump lists
+    that thread first; where the rank was is the main thread's line (the zoo's lock_stuck
+    case read the thread's line). A thread inside a collective still wins."""
+    dump = ["Thread 0x00007f01 (most recent call first):",
+            '  File "/x/job.py", line 14 in <lambda>',
+            '  File "/usr/lib/python3.11/threading.py", line 982 in run',
+            "Current thread 0x00007f02 (most recent call first):",
+            '  File "/x/job.py", line 18 in <module>',
+            '  File "<frozen runpy>", line 88 in _run_code']
+    assert logs.where_stuck(dump) == {"file": "/x/job.py", "line": 18, "function": "<module>", "call": None}
+    in_op = ["Thread 0x00007f03 (most recent call first):",
+             '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 9 in all_reduce',
+             '  File "/x/job.py", line 30 in worker']
+    assert logs.where_stuck(in_op + dump)["line"] == 30
+
+
+def test_an_error_raised_inside_a_torch_distributed_call_says_which():
+    """broadcast(src=0, group=[2, 3]) raises in torch's own check, before any op is issued
+    (the recorder sees none): the traceback says the call (first_failure.op); an error of
+    the script's own says none."""
+    tracker = logs.ErrorTracker()
+    for line in ["Traceback (most recent call last):",
+                 '  File "/x/job.py", line 12, in <module>',
+                 "    dist.broadcast(t, src=0, group=sub)",
+                 '  File "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper',
+                 '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3130, in broadcast',
+                 '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1090, in _canonicalize_group_rank',
+                 "ValueError: Global rank 0 is not part of group"]:
+        tracker.feed(line)
+    assert tracker.error == {"exception": "ValueError: Global rank 0 is not part of group", "file": "/x/job.py",
+                             "line": 12, "function": "<module>", "call": "broadcast"}
+    tracker = logs.ErrorTracker()
+    for line in ["Traceback (most recent call last):", '  File "/x/job.py", line 3, in <module>', "ValueError: boom"]:
+        tracker.feed(line)
+    assert "call" not in tracker.error

@@ -50,8 +50,9 @@ def test_every_field_survives_json():
         notes=["a note"], logs_uncollected=True,
         faults=[FiredFault("kill-rank:1@2", "kill-rank", 1, "begin", "SIGKILL to rank 1", 2.1,
                            note="late")],
-        trace=TraceSummary("trace.json", 10, [3], 1),
-        first_failure=FirstFailure(1, 0, -9, signal="SIGKILL", error={"exception": "boom"}),
+        trace=TraceSummary("trace.json", 10, [3], 1, {"rank": 2, "ranks": [2], "text": "rank 2 arrived last ..."}),
+        first_failure=FirstFailure(1, 0, -9, signal="SIGKILL", error={"exception": "boom"}, op="barrier",
+                                   caller="job.py:14"),
         finished="2026-11-25T10:00:12+00:00", message="rank 1 ...",
         node_outcomes=[NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 11.0, None, "why")],
         rank_exit_codes={1: -9}, rank_errors={1: {"exception": "boom"}}, failed_ranks=[1],
@@ -116,3 +117,12 @@ def test_a_status_json_larger_than_the_bound_is_not_read_past_it(tmp_path, monke
     with pytest.raises(RecordDamaged, match="larger than 4 KiB, the most a status.json may be"):
         record.read_bounded(path, "status.json", record.MAX_RECORD_BYTES)
     assert RunRecord.read(path).state is RunState.PASSED     # the default bound: 64 MiB
+
+
+def test_a_trace_without_a_straggler_or_a_mismatch_writes_what_it_wrote_before():
+    """status.json's `trace` gains `straggler` and `mismatch` only when the merge found one."""
+    plain = TraceSummary("trace.json", 10, [3], 1)
+    assert plain.to_dict() == {"file": "trace.json", "ops": 10, "missing_ranks": [3], "bad_records": 1}
+    found = TraceSummary("trace.json", 10, mismatch={"rank": 1, "text": "rank 1 called ..."})
+    assert found.to_dict()["mismatch"]["rank"] == 1 and "straggler" not in found.to_dict()
+    assert FirstFailure(1, 0, 1).to_dict() == {"rank": 1, "node": 0, "exit_code": 1}

@@ -197,8 +197,13 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "timeout"
     comm = status["first_failure"]["collective"]
-    mismatch = "rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #3 of"
+    # two ranks that disagree: neither is the odd one, each call is said with its line
+    lines = HANG.splitlines()
+    mismatch = (f"rank 0 called all_reduce [1000] at {script}:{len(lines) - lines[::-1].index('    dist.all_reduce(t, group=mine)')}; "
+                f"rank 1 called broadcast [1000] at {script}:{lines.index('    dist.broadcast(t, src=0, group=a)') + 1}, "
+                "collective #3 of pg1 (the op differs; no rank is the odd one out)")
     assert any(mismatch in s["text"] for s in comm["stuck"]), comm
+    assert (comm["rank"], status["first_failure"]["rank"]) == (3, 3), comm     # the one rank waited for
     missing = next(s for s in comm["stuck"] if s["missing"])
     assert missing["missing"] == [3] and missing["waiting"] == [2] and missing["seq"] == 3
     assert missing["last"]["3"] == "#2 all_reduce [1000]"
@@ -232,8 +237,8 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     fr = trace.flight_recorder(out, world=4)        # what a lab with tracing off reports
     assert fr is not None and fr["source"] == "flight recorder", fr
     by_pg = {s["pg"]: s for s in fr["stuck"]}
-    assert by_pg["pg1"]["mismatch"] == ("rank 1 called broadcast [1000] where rank 0 called "
-                                        "all_reduce [1000], collective #3 of pg1")
+    assert by_pg["pg1"]["mismatch"] == ("rank 0 called all_reduce [1000]; rank 1 called broadcast [1000], "
+                                        "collective #3 of pg1 (the op differs; no rank is the odd one out)")
     assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
     assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in fr["text"]
     analyzer = Path(sys.executable).parent / "torchfrtrace"
@@ -1128,3 +1133,146 @@ def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
             p.wait(timeout=60)
 
 
+
+
+# ---------------------------------------------------------------- the diagnosis, told right (issue 37)
+
+def _calls(rank: int, ops: list[dict], groups: dict[str, list[int]]) -> str:
+    """A rank's log of the recorder's lines for `ops` (op, pg, seq or p2p, shape, dtype,
+    root, peer, api, caller, t = start in ms, end in ms or None: never ended)."""
+    lines: list[str | dict] = [{"k": "H", "v": 2, "t0": 10**18}, {"k": "M", "rank": rank, "node": 0, "host": "h"}]
+    lines += [{"k": "G", "pg": pg, "ranks": members} for pg, members in groups.items()]
+    for i, o in enumerate(ops, 1):
+        p2p = "p2p" in o
+        site = {"k": "S", "s": i, "op": o["op"], "pg": o.get("pg", "default_pg"), "kind": "p" if p2p else "c",
+                "bytes": 4, "dtype": o.get("dtype", "float32"), "shape": o.get("shape", [4]),
+                "caller": o.get("caller", f"job.py:{10 + i}")}
+        site.update({k: o[k] for k in ("root", "peer", "api") if k in o})
+        lines += [site, f"B {i} {i} {o['p2p'] if p2p else o['seq']} {int(o['t'] * 1e6)}"]
+        if o.get("end") is not None:
+            lines.append(f"E {i} {int(o['end'] * 1e6)}")
+    return _v2(*lines)
+
+
+def _diagnosed(tmp_path: Path, per_rank: dict[int, list[dict]], groups: dict[str, list[int]] | None = None):
+    world = len(per_rank)
+    groups = groups or {"default_pg": list(range(world))}
+    run = _fake_run(tmp_path, {r: _calls(r, ops, groups) for r, ops in per_rank.items()}, world=world)
+    return trace.merge(run, world=world)
+
+
+def test_a_mismatch_says_what_differs_and_who_the_odd_one_is(tmp_path):
+    """The root is part of what must agree (a broadcast from another root hangs); the text
+    says what differs; the odd rank is blamed, with its call and line."""
+    def bcast(rank, root):
+        return [{"op": "broadcast", "seq": 1, "root": root, "t": 1, "caller": f"job.py:{7 if rank != 2 else 8}"}]
+
+    s = _diagnosed(tmp_path, {0: bcast(0, 0), 1: bcast(1, 0), 2: bcast(2, 1)})
+    d = s.diagnosis()
+    assert d["text"] == ("rank 2 called broadcast [4] from root 1 where rank 0 called broadcast [4] from root 0, "
+                         "collective #1 of default_pg (the root differs)"), d
+    assert (d["rank"], d["ranks"], d["op"], d["caller"]) == (2, [2], "broadcast", "job.py:8")
+    assert d["stuck"][0]["calls"]["2"]["root"] == 1
+    s = _diagnosed(tmp_path / "dtype", {r: [{"op": "all_reduce", "seq": 1, "t": 1, "dtype": "float64" if r == 2
+                                              else "float32"}] for r in range(3)})
+    assert s.diagnosis()["text"].endswith("collective #1 of default_pg (the dtype differs)")
+    assert "rank 2 called all_reduce [4] float64 where rank 0 called all_reduce [4] float32" in s.diagnosis()["text"]
+
+
+def test_with_two_ranks_that_disagree_neither_is_the_odd_one(tmp_path):
+    """Two ranks, two calls: no majority, so no culprit; the text says what each called and where."""
+    s = _diagnosed(tmp_path, {0: [{"op": "all_reduce", "seq": 1, "shape": [1000], "t": 1, "caller": "job.py:7"}],
+                              1: [{"op": "all_reduce", "seq": 1, "shape": [12], "t": 1, "caller": "job.py:7"}]})
+    d = s.diagnosis()
+    assert d["text"] == ("rank 0 called all_reduce [1000] at job.py:7; rank 1 called all_reduce [12] at job.py:7, "
+                         "collective #1 of default_pg (the size differs; no rank is the odd one out)")
+    assert (d["rank"], d["ranks"], d["op"]) == (None, [0, 1], "all_reduce")
+
+
+def test_the_script_s_call_is_named_not_the_op_it_issued(tmp_path):
+    """all_gather_object's all_gather is said as the call the script made."""
+    gather = {"op": "all_gather", "api": "all_gather_object", "seq": 1, "shape": [1], "t": 1, "caller": "job.py:9"}
+    s = _diagnosed(tmp_path, {0: [gather], 1: [gather], 2: [{"op": "barrier", "seq": 1, "t": 1, "shape": [],
+                                                              "caller": "job.py:10"}]})
+    d = s.diagnosis()
+    assert d["text"].startswith("rank 2 called barrier [] where rank 0 called all_gather_object (its all_gather [1])")
+    assert (d["rank"], d["op"]) == (2, "barrier")
+    s = _diagnosed(tmp_path / "missing", {0: [gather], 1: [gather], 2: []})
+    d = s.diagnosis()
+    assert d["text"].startswith("ranks 0, 1 wait in all_gather_object (its all_gather) (collective #1 of default_pg)"
+                                " which rank 2 never entered"), d["text"]
+    assert (d["rank"], d["op"], d["stuck"][0]["call"]) == (2, "all_gather_object", "all_gather_object")
+
+
+def test_across_groups_the_rank_the_most_ranks_wait_for_is_the_culprit(tmp_path):
+    """Rank 2 uses two groups in the other order: it waits in pg1 for ranks 0 and 1, which
+    wait for it in pg2. pg1 comes first by name, and said rank 0 (it never entered pg1's
+    collective); the rank two others wait for is rank 2."""
+    groups = {"default_pg": [0, 1, 2], "pg1": [0, 1, 2], "pg2": [0, 1, 2]}
+    first, second = ({"op": "all_reduce", "pg": pg, "seq": 1, "t": 1} for pg in ("pg1", "pg2"))
+    s = _diagnosed(tmp_path, {0: [second], 1: [second], 2: [{**first, "caller": "job.py:30"}]}, groups)
+    d = s.diagnosis()
+    assert (d["rank"], d["ranks"], d["op"]) == (2, [2], "all_reduce"), d
+    assert [st["ranks"] for st in d["stuck"]] == [[0, 1], [2]]
+
+
+def test_a_recv_from_a_rank_that_sent_to_another_blames_the_sender(tmp_path):
+    """Rank 1 waits for rank 0's message; rank 0 sent it to rank 2, which never received it."""
+    s = _diagnosed(tmp_path, {0: [{"op": "send", "p2p": 1, "peer": 2, "t": 1, "end": 2, "caller": "job.py:9"}],
+                              1: [{"op": "recv", "p2p": 1, "peer": 0, "t": 1, "caller": "job.py:11"}],
+                              2: []})
+    d = s.diagnosis()
+    assert (d["rank"], d["op"], d["caller"]) == (0, "send", "job.py:9")
+    assert d["text"].startswith("rank 0 sent to rank 2 at job.py:9, and rank 2 never received it, while rank 1 "
+                                "waits to receive from rank 0 at job.py:11")
+
+
+def test_a_p2p_deadlock_names_every_rank_in_it(tmp_path):
+    s = _diagnosed(tmp_path, {r: [{"op": "recv", "p2p": 1, "peer": 1 - r, "t": 1}] for r in (0, 1)})
+    d = s.diagnosis()
+    assert (d["rank"], d["ranks"], d["op"], d["caller"]) == (None, [0, 1], "recv", "job.py:11")
+
+
+def test_a_straggler_is_summed_up_per_rank(tmp_path):
+    """Rank 2 enters each of 16 all_reduces 300 ms after the others: the per-rank sum says
+    so in one sentence (status.json's trace.straggler, `labctl trace`); a run whose ranks
+    arrive in turn, a few ms apart, has no straggler."""
+    def loop(rank, late):
+        return [{"op": "all_reduce", "seq": i, "t": i * 1000 + late(rank, i), "end": i * 1000 + 400,
+                 "caller": "job.py:12"} for i in range(1, 17)]
+
+    s = _diagnosed(tmp_path, {r: loop(r, lambda r, i: 300 if r == 2 else 0) for r in range(3)})
+    found = s.straggler()
+    assert found["text"] == ("rank 2 arrived last at 16 of 16 collectives, by 300 ms on average "
+                             "(most often in all_reduce at job.py:12)")
+    assert (found["rank"], found["op"], found["caller"], found["last"], found["of"]) == (2, "all_reduce", "job.py:12",
+                                                                                        16, 16)
+    assert found["text"] in trace.text(s)
+    s = _diagnosed(tmp_path / "even", {r: loop(r, lambda r, i: 3 * ((r + i) % 3)) for r in range(3)})
+    assert s.straggler() is None and "arrived last at" not in trace.text(s)
+
+
+def test_a_mismatch_that_completed_is_kept_for_a_run_that_passed(tmp_path):
+    """[2, 3] and [3, 2]: the same bytes, gloo completes, the values are wrong."""
+    s = _diagnosed(tmp_path, {r: [{"op": "all_reduce", "seq": 1, "shape": [3, 2] if r == 1 else [2, 3], "t": 1,
+                                   "end": 2, "caller": f"job.py:{8 if r == 1 else 9}"}] for r in range(3)})
+    found = s.mismatch_found[0]
+    assert (found["rank"], found["op"], found["caller"], found["differs"]) == (1, "all_reduce", "job.py:8", ["shape"])
+    assert s.diagnosis()["rank"] == 1
+
+
+def test_a_mismatch_a_rank_never_left_comes_before_what_the_others_wait_in_next(tmp_path):
+    """Rank 1's all_to_all_single sends rank 0 more than it expects: gloo aborts rank 0
+    inside it, ranks 1 and 2 finish it and wait in the next all_reduce. The op records say
+    rank 0 never entered that all_reduce; the cause is rank 1's call, which rank 0 never left."""
+    def ranks_ops(r):
+        a2a = {"op": "all_to_all_single", "seq": 1, "shape": [4] if r == 1 else [3], "t": 1,
+               "end": None if r == 0 else 2, "caller": "job.py:12"}
+        return [a2a] + ([] if r == 0 else [{"op": "all_reduce", "seq": 2, "t": 3, "caller": "job.py:13"}])
+
+    d = _diagnosed(tmp_path, {r: ranks_ops(r) for r in range(3)}).diagnosis()
+    assert (d["rank"], d["op"], d["caller"]) == (1, "all_to_all_single", "job.py:12"), d
+    assert d["text"].startswith("rank 1 called all_to_all_single [4] where rank 0 called all_to_all_single [3], "
+                                "collective #1 of default_pg (the size differs); rank 0 never left it; ranks 1, 2 "
+                                "wait in all_reduce (collective #2 of default_pg) which rank 0 never entered")
+    assert d["mismatch"]["calls"]["0"]["shape"] == [3]

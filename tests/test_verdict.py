@@ -196,3 +196,115 @@ def test_no_module_but_verdict_decides_a_runs_state():
                 "RunState.RUNNING", "RunState(d.get('state', 'running'))")]
         found += hits
     assert found == [], "only labctl/verdict.py decides how a run ends:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------- the call and line it names (issue 37)
+
+def _stack(*frames: tuple[str, int, str]) -> list[str]:
+    """A faulthandler dump, innermost frame first."""
+    return ["Current thread 0x00007f (most recent call first):"] + [
+        f'  File "{f}", line {n} in {fn}' for f, n, fn in frames]
+
+
+TORCH = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def test_first_failure_names_the_call_and_its_line():
+    """A hang: the diagnosis' culprit, call and line. A rank that died without a line of its
+    own (SIGKILL): where its records end. A rank whose error was raised on the line of the op
+    its records end in: that op (all_gather_object raised its IndexError after the gather)."""
+    hang = {"rank": 1, "ranks": [1], "op": "broadcast", "caller": "/x/job.py:8", "text": "rank 1 called ..."}
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=hang)
+    first = rec.first_failure
+    assert (first.rank, first.hang, first.op, first.caller) == (1, True, "broadcast", "/x/job.py:8")
+    assert first.to_dict()["op"] == "broadcast" and first.to_dict()["caller"] == "/x/job.py:8"
+    assert first.describe() == "hang in a collective: rank 1 called ... (rank 1 at /x/job.py:8)"
+    killed = NodeOutcome(0, "lab-0", -9, NodeState.KILLED, 3.0, "SIGKILL")
+    found = _found(exit_codes={1: -9}, root_causes={0: 1})
+    rec = _decide(Seen(Ending.NODE_FAILED, [killed, _ok(1)]), found,
+                  ended_in={1: "in barrier [] (collective #2 of default_pg) at /x/job.py:14"},
+                  ended_at={1: {"op": "barrier", "caller": "/x/job.py:14", "inside": True}})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "barrier", "/x/job.py:14"), first
+    raised = _found(exit_codes={1: 1}, errors={1: {"exception": "IndexError: x", "file": "/x/job.py", "line": 10}})
+    others = {"rank": 1, "ranks": [1], "op": "all_reduce", "caller": None, "text": "..."}
+    rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), raised,
+                  diagnosis=others, ended_at={1: {"op": "all_gather_object", "caller": "/x/job.py:10",
+                                                   "inside": False}})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "all_gather_object", "/x/job.py:10"), first
+    rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), raised,
+                  diagnosis=others, ended_at={1: {"op": "all_reduce", "caller": "/x/job.py:12", "inside": False}})
+    assert (rec.first_failure.op, rec.first_failure.caller) == ("all_reduce", "/x/job.py:10")
+
+
+def test_ranks_held_in_new_group_wait_for_the_ranks_elsewhere():
+    """Ranks 0 and 1 call new_group, which every rank must call; ranks 2 and 3 skipped it
+    and wait in the next all_reduce for ranks 0 and 1, which the op records alone would
+    blame. The stacks at the deadline say who holds whom."""
+    held = _stack((TORCH, 5000, "new_group"), ("/x/job.py", 12, "<module>"))
+    waits = _stack((TORCH, 3245, "all_reduce"), ("/x/job.py", 15, "<module>"))
+    found = _found(stacks={0: held, 1: held, 2: waits, 3: waits})
+    records = {"rank": 0, "ranks": [0, 1], "op": "all_reduce", "text": "ranks 2, 3 wait in all_reduce ..."}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, diagnosis=records),
+                         "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.hang, first.collective["ranks"], first.collective["op"]) == (None, True, [2, 3],
+                                                                                        "new_group")
+    assert first.collective["text"] == ("ranks 0, 1 wait in new_group (at /x/job.py:12), which every rank must call; "
+                                        "rank 2, 3 never called it (rank 2 at /x/job.py:15 in all_reduce; rank 3 at "
+                                        "/x/job.py:15 in all_reduce)")
+    sleeper = _stack(("/usr/lib/python3.11/time.py", 1, "sleep"), ("/x/job.py", 10, "<module>"))
+    joins = _stack((TORCH, 1700, "init_process_group"), ("/x/job.py", 11, "<module>"))
+    found = _found(stacks={0: joins, 1: sleeper})
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), found)
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "init_process_group", "/x/job.py:10"), first
+
+
+def test_a_rank_aborted_by_gloo_s_size_check_is_the_symptom_of_the_odd_call():
+    """Rank 2 all_reduced float64 where ranks 0 and 1 had float32: rank 1 received more than
+    it expected and gloo aborted it (SIGABRT, no line of its own). The cause is rank 2's
+    call; rank 1's death is said as what it led to. Where the aborted rank is the odd one
+    itself, it stays the first failure."""
+    abort = "gloo::EnforceNotMet: [enforce fail at pair.cc:456] op.preamble.length <= op.nbytes. 88 vs 44."
+    calls = {str(r): {"op": "all_reduce", "call": "all_reduce", "caller": f"/x/job.py:{11 if r == 2 else 12}"}
+             for r in range(3)}
+    mismatch = {"rank": 2, "ranks": [2], "op": "all_reduce", "caller": "/x/job.py:11",
+                "text": "rank 2 called all_reduce [64] float64 where rank 0 called all_reduce [64] float32, "
+                        "collective #2 of default_pg (the dtype differs)",
+                "stuck": [{"mismatch": "...", "ranks": [2], "calls": calls}]}
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={1: -6, 2: -15}, errors={1: {"exception": abort}},
+                     root_causes={0: 1}, node_ranks={0: [0, 1, 2]})
+    aborted = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
+                                  diagnosis=mismatch), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.peer_rank, first.op, first.caller) == (2, 1, "all_reduce", "/x/job.py:11"), first
+    assert first.describe() == ("rank 2 on node 0 made the odd call of a mismatched collective: " + mismatch["text"]
+                                + "; rank 1 was killed by SIGABRT in it")
+    assert first.to_dict()["peer_error"] == {"exception": f"was killed by SIGABRT: {abort}"}
+    itself = {**mismatch, "rank": 1, "ranks": [1]}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
+                                  diagnosis=itself), "runs/x")
+    assert (rec.first_failure.rank, rec.first_failure.signal, rec.first_failure.peer_rank) == (1, "SIGABRT", None)
+
+
+def test_of_the_ranks_that_left_early_the_one_the_stuck_collective_waits_for_is_named():
+    """Ranks 0, 1 and 3 exited 0; rank 2 waits in its subgroup's all_reduce for rank 3: the
+    others left after a collective they had all finished, and are not to blame."""
+    closed = {"exception": "RuntimeError: [pair.cc:553] Connection closed by peer", "file": "/x/job.py", "line": 13}
+    found = Findings(world=4, ranks={0, 1, 2, 3}, exit_codes={2: 1}, errors={2: closed}, root_causes={0: 2},
+                     node_ranks={0: [0, 1, 2, 3]}, exits={0: [(0, 0), (1, 0), (3, 0), (2, 1)]},
+                     exit_times={0: (1.0, 0), 1: (1.0, 0), 3: (1.1, 0), 2: (2.0, 0)})
+    stuck = {"rank": 3, "ranks": [3], "op": "all_reduce", "caller": None,
+             "text": "rank 2 waits in all_reduce (collective #1 of pg1) which rank 3 never entered"}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "direct", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                  1, 1, False, found=found, diagnosis=stuck), "runs/x")
+    first = rec.first_failure
+    assert (first.left_early, first.rank, first.ranks, first.op) == (True, 3, None, "all_reduce"), first
+    assert first.describe().startswith("rank 3 on node 0 exited 0 while the others were still in a collective")

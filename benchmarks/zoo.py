@@ -1,0 +1,268 @@
+"""The diagnosis zoo: run each case of benchmarks/zoo/ through the lab and through torch's
+own tools, and score each tool's answer against the case's header.
+
+    python benchmarks/zoo.py [--backend local|compose] [--cases a,b] [--tools lab,fr_trace,detail,torchrun]
+                             [--out DIR] [--json FILE] [--zoo DIR] [-v]
+
+Tools (benchmarks/zoo/README.md says what each reads):
+  lab       `labctl up --script CASE` (this checkout), status.json's first_failure (a run that
+            passed: the trace's straggler or mismatch in status.json's `trace`)
+  fr_trace  torch's Flight Recorder analyzer (`python -m torch.distributed.flight_recorder.fr_trace`)
+            on the pickle dumps the same lab run wrote (`--env LAB_FR_DUMP_DIR=<dir>`)
+  detail    `torchrun` with TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_CPP_LOG_LEVEL=INFO (what
+            `--debug` sets): the errors it prints
+  torchrun  plain `python -m torch.distributed.run --standalone --nproc-per-node N CASE`, killed
+            at the case's timeout: what a user sees without the lab
+
+Each cell of the table is three marks, culprit / op / line (✓ right, ✗ wrong or not said),
+and the seconds from the fault to the answer: the tool's time from launch to its answer
+less its time on the control case (a correct script: start-up and end), so about the time
+past the fault, which every case makes within a second of the ranks joining.
+
+Bad input (an unknown case or tool, a case without its header): one line on stderr, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+from _zoo import Answer, BadCase, Case, frtrace_answer, lab_answer, load_case, score, torchrun_answer  # noqa: E402
+from labctl.tables import table  # noqa: E402
+
+TOOLS = ("lab", "fr_trace", "detail", "torchrun")
+ZOO = HERE / "zoo"
+CONTROL = "control_pass"
+
+
+class Refused(Exception):
+    """Bad input: one line, exit 2."""
+
+
+def select(zoo: Path, names: str | None) -> list[Case]:
+    available = sorted(p.stem for p in zoo.glob("*.py"))
+    wanted = [n.strip() for n in names.split(",") if n.strip()] if names else available
+    unknown = [n for n in wanted if n not in available]
+    if unknown:
+        raise Refused(f"unknown zoo case {unknown[0]!r} (cases in {zoo}: {', '.join(available) or 'none'})")
+    try:
+        return [load_case(zoo / f"{n}.py") for n in wanted]
+    except BadCase as exc:
+        raise Refused(str(exc)) from None
+
+
+def docker_answers() -> str | None:
+    """None when a Docker engine answers, else why not."""
+    if shutil.which("docker") is None:
+        return "no docker command on this machine"
+    try:
+        done = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"docker info failed: {exc}"
+    return None if done.returncode == 0 else f"no Docker engine answers ({done.stderr.strip()[:120]})"
+
+
+def _run(argv: list[str], timeout: float, env: dict[str, str], cwd: Path) -> tuple[str, float, bool]:
+    """(output, seconds, killed at the timeout); the whole process group is ended either way."""
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, cwd=cwd, start_new_session=True)
+    killed = False
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        killed = True
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+    seconds = time.monotonic() - started
+    _signal_group(proc.pid, signal.SIGKILL)          # whatever it left behind
+    return out.decode(errors="replace"), seconds, killed
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_lab(case: Case, folder: Path, backend: str) -> tuple[dict | None, Path, float, str]:
+    """One lab run (this checkout's labctl) with Flight Recorder dumps: (status.json, the
+    dumps' folder, seconds, labctl's output)."""
+    out, dumps = folder / "run", folder / "fr"
+    argv = [sys.executable, "-m", "labctl.cli", "up", "--backend", backend, "--script", str(case.path),
+            "--nodes", str(case.nodes), "--nproc-per-node", str(case.nproc), "--timeout", f"{case.timeout:g}",
+            "--out", str(out), "-q", "--env", f"LAB_FR_DUMP_DIR={dumps}"]
+    for fault in case.faults:
+        argv += ["--fault", fault]
+    for link in case.links:
+        argv += ["--link", link]
+    if case.pg_timeout is not None:
+        argv += ["--pg-timeout", f"{case.pg_timeout:g}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    output, seconds, _ = _run(argv, case.timeout + 180, env, REPO)
+    try:
+        status = json.loads((out / "status.json").read_text())
+    except (OSError, ValueError):
+        status = None
+    return status, dumps, seconds, output
+
+
+def run_frtrace(dumps: Path, folder: Path) -> tuple[str, float]:
+    if not dumps.is_dir() or not any(dumps.glob("rank_*")):
+        return "", 0.0
+    argv = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(dumps), "-p", "rank_",
+            "--allow-incomplete-ranks"]
+    output, seconds, _ = _run(argv, 300, dict(os.environ), folder)
+    return output, seconds
+
+
+def run_torchrun(case: Case, folder: Path, detail: bool) -> tuple[str, float, bool]:
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAB_", "TORCH_DISTRIBUTED_DEBUG"))}
+    env.pop("PYTHONPATH", None)
+    if detail:
+        env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", TORCH_CPP_LOG_LEVEL="INFO")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.world),
+            str(case.path)]
+    return _run(argv, case.timeout, env, folder)
+
+
+def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: bool) -> dict[str, dict]:
+    """Each tool's answer (seconds: launch to answer, not yet less the control's)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = case.path.name
+    found: dict[str, dict] = {}
+    if "lab" in tools or "fr_trace" in tools:
+        status, dumps, seconds, output = run_lab(case, folder / "lab", backend)
+        if "lab" in tools:
+            answer = lab_answer(status, script, seconds) if status else \
+                Answer(text=f"no status.json: {output.strip()[-200:]}", seconds=seconds)
+            found["lab"] = {"answer": answer, "raw": output[-2000:]}
+        if "fr_trace" in tools:
+            said, more = run_frtrace(dumps, folder)
+            answer = frtrace_answer(said, script, seconds + more) if said else \
+                Answer(text="no Flight Recorder dump", seconds=None)
+            found["fr_trace"] = {"answer": answer, "raw": said[-4000:]}
+    for tool in ("detail", "torchrun"):
+        if tool in tools:
+            output, seconds, killed = run_torchrun(case, folder / tool, detail=tool == "detail")
+            answer = torchrun_answer(output, script, seconds)
+            if answer.silent and killed:
+                answer = Answer(text=f"nothing said before the {case.timeout:g} s timeout", seconds=None)
+            found[tool] = {"answer": answer, "raw": output[-6000:]}
+    if verbose:
+        for tool, got in found.items():
+            a = got["answer"]
+            print(f"  {case.name} / {tool}: {score(case, a).marks()} culprits={list(a.culprits)} op={a.op} "
+                  f"line={a.line} {a.seconds if a.seconds is None else round(a.seconds, 1)}s: {a.text[:160]}",
+                  flush=True)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="local", choices=("local", "compose"))
+    parser.add_argument("--cases", help="comma list of case names (default: every case of the zoo)")
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma list of {', '.join(TOOLS)}")
+    parser.add_argument("--zoo", type=Path, default=ZOO, help="the cases' folder (default benchmarks/zoo)")
+    parser.add_argument("--out", type=Path, help="where the runs go (default: a new temporary folder)")
+    parser.add_argument("--json", type=Path, help="also write every answer and verdict here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="each answer as it comes")
+    args = parser.parse_args(argv)
+    try:
+        tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+        bad = [t for t in tools if t not in TOOLS]
+        if bad or not tools:
+            raise Refused(f"unknown tool {bad[0] if bad else args.tools!r} (tools: {', '.join(TOOLS)})")
+        cases = select(args.zoo, args.cases)
+    except Refused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    no_docker = docker_answers() if args.backend == "compose" else None
+    if no_docker:
+        print(f"note: the compose cases are not run: {no_docker}", file=sys.stderr)
+    out = args.out or Path(tempfile.mkdtemp(prefix="labctl-zoo-"))
+    print(f"runs in {out}", flush=True)
+    control = next((c for c in cases if c.name == CONTROL), None)
+    if control is None and (args.zoo / f"{CONTROL}.py").is_file():
+        control = load_case(args.zoo / f"{CONTROL}.py")
+    baseline: dict[str, float] = {}
+    results: dict[str, dict] = {}
+    order = ([control] if control else []) + [c for c in cases if c is not control]
+    for case in order:
+        skip = None
+        if case.backend == "compose" and args.backend != "compose":
+            skip = "compose-only: not run on the local backend"
+        elif args.backend == "compose" and no_docker:
+            skip = no_docker
+        if skip:
+            results[case.name] = {"case": case, "skipped": skip}
+            print(f"{case.name}: skipped ({skip})", flush=True)
+            continue
+        started = time.monotonic()
+        found = run_case(case, tools, args.backend, out / case.name, args.verbose)
+        if case is control:
+            baseline = {t: g["answer"].seconds for t, g in found.items() if g["answer"].seconds is not None}
+        results[case.name] = {"case": case, "found": found}
+        marks = " ".join(f"{t} {score(case, g['answer']).marks()}" for t, g in found.items())
+        print(f"{case.name}: {marks} ({time.monotonic() - started:.0f} s)", flush=True)
+    shown = [c for c in cases]
+    rows, totals = [], {t: [0, 0, 0, 0, 0] for t in tools}
+    for case in shown:
+        got = results.get(case.name, {})
+        if "skipped" in got:
+            rows.append((case.name, case.kind, *(["not run"] * len(tools))))
+            continue
+        cells = []
+        for tool in tools:
+            answer = got["found"][tool]["answer"]
+            verdict = score(case, answer)
+            after = None if answer.seconds is None else max(0.0, answer.seconds - baseline.get(tool, 0.0))
+            cells.append(f"{verdict.marks()} {'' if after is None else f'{after:.0f} s'}".strip())
+            if case.name != CONTROL:
+                t = totals[tool]
+                t[0] += 1
+                t[1] += verdict.culprit
+                t[2] += verdict.op
+                t[3] += verdict.line
+                t[4] += verdict.all
+        rows.append((case.name, case.kind, *cells))
+    print()
+    print(table(("case", "kind", *tools), rows))
+    print()
+    print(table(("tool", "cases", "culprit", "op", "line", "all three"),
+                ((tool, n, *(f"{x}/{n} ({100 * x / n:.0f} %)" if n else "-" for x in (c, o, ln, a)))
+                 for tool, (n, c, o, ln, a) in totals.items())))
+    print(f"\ncells: culprit / op / line (✓ right, ✗ wrong or not said), then seconds from the fault to the "
+          f"answer (launch to answer, less the tool's time on {CONTROL}: "
+          + ", ".join(f"{t} {s:.1f} s" for t, s in baseline.items()) + ")")
+    if args.json:
+        data = {name: ({"skipped": r["skipped"]} if "skipped" in r else
+                       {tool: {**asdict(g["answer"]), "verdict": asdict(score(r["case"], g["answer"])),
+                               "raw": g["raw"]} for tool, g in r["found"].items()})
+                for name, r in results.items()}
+        args.json.write_text(json.dumps({"baseline": baseline, "cases": data}, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

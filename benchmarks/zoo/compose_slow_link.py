@@ -1,0 +1,13 @@
+# zoo: culprit=1 op=all_reduce line=12 kind=straggler backend=compose nodes=3 nproc=1 timeout=120
+# zoo: links=1=10mbit,20ms
+# zoo: about=node 1's link is 10 Mbit/s with 20 ms latency (tc); the others are fast
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+
+t = torch.ones(1 << 18)
+for step in range(10):
+    dist.all_reduce(t)
+dist.destroy_process_group()

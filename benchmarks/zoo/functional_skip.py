@@ -1,0 +1,16 @@
+# zoo: culprit=2 op=all_reduce|barrier line=13|15 kind=mismatch nproc=3 timeout=30
+# zoo: about=ranks 0 and 1 call a functional all_reduce that rank 2 skips
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+
+import torch.distributed._functional_collectives as funcol
+
+t = torch.ones(16)
+if rank != 2:
+    t = funcol.all_reduce(t, "sum", dist.group.WORLD)
+    print(t.sum().item())
+dist.barrier()
+dist.destroy_process_group()
