@@ -78,6 +78,9 @@ class FirstFailure:
     # function (all_gather_object, not the all_gather it issued) and "file:line"
     op: str | None = None
     caller: str | None = None
+    # a first failure that is another rank's symptom: "odd call" (the rank died in a
+    # collective this one called differently) or "absence" (it waited for this one)
+    blamed_for: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         if self.fault:
@@ -89,7 +92,8 @@ class FirstFailure:
         elif self.hang:
             keys, always = ("rank", "node", "exit_code", "hang"), {"rank", "node", "exit_code"}
         else:
-            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal", "peer_rank", "peer_error")
+            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal", "blamed_for", "peer_rank",
+                    "peer_error")
             always = {"rank", "node", "exit_code"}
         return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op", "op", "caller")
                 if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
@@ -114,11 +118,13 @@ class FirstFailure:
             if self.rank is not None and self.caller and self.caller not in said:
                 said += f" (rank {self.rank} at {self.caller})"
             return f"hang in a collective: {said}"
-        if self.peer_error is not None and self.collective:     # the odd call another rank died of
+        if self.blamed_for and self.peer_error is not None and self.collective:   # another rank's symptom
             who = f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
-            how = self.peer_error['exception'].split(": ", 1)[0]     # its words: peer_error, the report
-            return (f"{who} made the odd call of a mismatched collective: {self.collective['text']}; "
-                    f"rank {self.peer_rank} {how} in it")
+            said = self.peer_error["exception"]                      # its words: peer_error, the report
+            how = f"raised {said.split(':', 1)[0]}" if self.peer_error.get("file") else said.split(": ", 1)[0]
+            what = ("made the odd call of a mismatched collective" if self.blamed_for == "odd call"
+                    else "is the rank the others waited for")
+            return f"{who} {what}: {self.collective['text']}; rank {self.peer_rank} {how}"
         text = f"rank {self.rank}" if self.rank is not None else "the launcher"
         if self.node is not None:
             text += f" on node {self.node}"

@@ -154,24 +154,38 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
 
 
 def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings) -> FirstFailure | None:
-    """A rank that died without a line of its own (gloo's size check aborts the rank that
-    receives more than it expected: SIGABRT) inside a collective whose ranks' calls
-    differed, where another rank made the odd call: that rank is the cause and the death
-    its symptom (`peer_rank`, `peer_error`). None: not so."""
+    """The cause behind a first failure that is only a symptom, where the trace names it: a
+    rank that died without a line of its own (gloo's size check aborts the rank that
+    receives more than it expected: SIGABRT) inside a collective whose ranks' calls differed
+    is the symptom of the odd call; a rank whose error only says a peer went away while it
+    waited in a collective another rank never entered is the symptom of that rank's absence
+    (a rank that finished and was then stopped with the others, SIGTERM, is no failure of
+    its own). The other rank is then the first failure, the first rank's end its
+    `peer_rank`, `peer_error`. None: not so."""
     culprit = diagnosis.get("rank")
-    if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early \
-            or (first.error or {}).get("file"):
+    if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early:
         return None
-    mismatches = [st for st in diagnosis.get("stuck") or [] if st.get("mismatch")] + \
+    error = first.error or {}
+    gone = logs.peer_gone(error.get("exception"))
+    if error.get("file") and not gone:
+        return None                     # its own error, in its own code
+    stuck = [st for st in diagnosis.get("stuck") or [] if isinstance(st, dict)]
+    mismatches = [st for st in stuck if st.get("mismatch")] + \
         ([diagnosis["mismatch"]] if isinstance(diagnosis.get("mismatch"), dict) else [])
-    inside = any(culprit in (m.get("ranks") or []) and str(first.rank) in (m.get("calls") or {}) for m in mismatches)
-    if not inside:
+    odd = any(culprit in (m.get("ranks") or []) and str(first.rank) in (m.get("calls") or {}) for m in mismatches)
+    waited = gone and any(culprit in (st.get("missing") or []) and first.rank in (st.get("waiting") or [])
+                          for st in stuck)
+    if not (odd or waited):
         return None
-    said = (first.error or {}).get("exception")
-    how = f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
+    if error.get("file"):
+        peer_error = dict(error)
+    else:
+        said = error.get("exception")
+        how = f"was killed by {first.signal}" if first.signal else f"exited with code {first.exit_code}"
+        peer_error = {"exception": f"{how}: {said}" if said else how}
     return FirstFailure(culprit, blame.node_of_rank(culprit, found), found.exit_codes.get(culprit),
-                        collective=diagnosis, peer_rank=first.rank,
-                        peer_error={"exception": f"{how}: {said}" if said else how})
+                        collective=diagnosis, peer_rank=first.rank, peer_error=peer_error,
+                        blamed_for="odd call" if odd else "absence")
 
 
 def _the_leavers_waited_for(first: FirstFailure, diagnosis: dict) -> None:
@@ -199,8 +213,9 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     torch.distributed function its traceback was raised in, else the one the diagnosis
     names for it (the call it made where the others made another, or the
     one they wait in that it never entered), else, for a rank that died without a line of
-    its own, where its records end. The line: its error's, else the diagnosis', else where
-    its records end (it died without a line), else where its stack was at the deadline."""
+    its own, where its records end. The line: its error's, else the diagnosis', else, for
+    a rank the others waited for, the line they called the collective it never entered at,
+    else where its records end (it died without a line), else its stack at the deadline."""
     rank = first.rank
     if rank is None or first.fault:
         return
@@ -213,7 +228,11 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     op = ended.get("op") if at is not None and ended.get("caller") == at else None
     op = op or (error or {}).get("call")     # raised inside a torch.distributed call before it issued an op
     op = op or (diagnosis.get("op") if named else None) or (ended.get("op") if silent else None)
-    caller = at or (diagnosis.get("caller") if named else None) or (ended.get("caller") if silent else None)
+    absent = None                       # the collective it never entered, where the others called it
+    if first.blamed_for == "absence":
+        absent = next((((st.get("calls") or {}).get(str(first.peer_rank)) or {}).get("caller")
+                       for st in diagnosis.get("stuck") or [] if rank in (st.get("missing") or [])), None)
+    caller = at or (diagnosis.get("caller") if named else None) or absent or (ended.get("caller") if silent else None)
     stack = where.get(rank) or {}
     if caller is None and stack.get("file") and not first.left_early:
         caller = f"{stack['file']}:{stack['line']}"

@@ -284,7 +284,8 @@ def test_a_rank_aborted_by_gloo_s_size_check_is_the_symptom_of_the_odd_call():
     first = rec.first_failure
     assert (first.rank, first.peer_rank, first.op, first.caller) == (2, 1, "all_reduce", "/x/job.py:11"), first
     assert first.describe() == ("rank 2 on node 0 made the odd call of a mismatched collective: " + mismatch["text"]
-                                + "; rank 1 was killed by SIGABRT in it")
+                                + "; rank 1 was killed by SIGABRT")
+    assert first.blamed_for == "odd call"
     assert first.to_dict()["peer_error"] == {"exception": f"was killed by SIGABRT: {abort}"}
     itself = {**mismatch, "rank": 1, "ranks": [1]}
     rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
@@ -308,3 +309,26 @@ def test_of_the_ranks_that_left_early_the_one_the_stuck_collective_waits_for_is_
     first = rec.first_failure
     assert (first.left_early, first.rank, first.ranks, first.op) == (True, 3, None, "all_reduce"), first
     assert first.describe().startswith("rank 3 on node 0 exited 0 while the others were still in a collective")
+
+
+def test_a_rank_whose_peer_went_away_while_it_waited_for_another_is_that_one_s_symptom():
+    """torchrun stopped ranks 0, 1 and 3 (SIGTERM) after rank 2 raised 'Connection closed':
+    rank 2 waited in its subgroup's all_reduce for rank 3, which never entered it. Rank 3
+    is the cause; rank 2's error is what it led to (the zoo's subgroup_missing, when the
+    others had not exited before the agent stopped them)."""
+    closed = {"exception": "RuntimeError: [pair.cc:553] Connection closed by peer", "file": "/x/job.py", "line": 13,
+              "call": "all_reduce"}
+    found = Findings(world=4, ranks={0, 1, 2, 3}, exit_codes={0: -15, 1: -15, 2: 1, 3: -15}, errors={2: closed},
+                     root_causes={0: 2}, node_ranks={0: [0, 1, 2, 3]})
+    stuck = {"rank": 3, "ranks": [3], "op": "all_reduce", "caller": None,
+             "text": "rank 2 waits in all_reduce (collective #1 of pg1) which rank 3 never entered",
+             "stuck": [{"pg": "pg1", "waiting": [2], "missing": [3], "ranks": [3], "mismatch": None,
+                        "calls": {"2": {"call": "all_reduce", "caller": "/x/job.py:13"}}}]}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                  1, 1, False, found=found, diagnosis=stuck), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.blamed_for, first.peer_rank, first.op, first.caller) == (
+        3, "absence", 2, "all_reduce", "/x/job.py:13"), first
+    assert first.describe() == ("rank 3 on node 0 is the rank the others waited for: " + stuck["text"]
+                                + "; rank 2 raised RuntimeError")
