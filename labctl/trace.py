@@ -1,12 +1,13 @@
 """Every rank's communication on one timeline (issues 21 and 30; docs/trace.md). Standard
 library only.
 
-The ranks write marked lines into their log stream (workloads/_trace.py): an H header
-(the rank's time origin), S call sites, B when a rank entered an op, E when it completed,
-X both at once, G per process group, M who the rank is, C its clock offset against rank 0,
-T "alive at". labctl already collects those logs on every backend into
-ranks/rank-<R>.log; `merge()` reads them all at once, streamed (heapq.merge: only ops in
-flight and collectives some rank has not reached yet are held), and writes:
+The ranks write marked records (workloads/_trace.py; the codec: workloads/_protocol/records.py):
+an H header (the process's time origin), S call sites, B when a rank entered an op, E when
+it completed, R when it raised before torch issued it, G per process group, M who the rank
+is, C its clock offset against rank 0, T "alive at". They are in each rank's record files
+(records/, local and compose) or its log (ranks/rank-<R>.log: Kubernetes, a rendered
+compose file): `record_sources`. `merge()` reads them all at once, streamed (heapq.merge:
+only ops in flight and collectives some rank has not reached yet are held), and writes:
 
 - trace.json: Chrome trace events (Perfetto, chrome://tracing): a process per node, a
   thread per rank (tid = rank) and, for ops that overlap the rank's others (async ops,

@@ -25,19 +25,19 @@ as untraced), and not a bit of what is computed changes. Completion: when `wait(
 returns, `is_completed()` first says True, or the future from `get_future()` completes
 (Work's methods, replaced on the class: they end the op's record and call torch's own);
 an op issued from C++ ends when its future completes (gloo gives send/recv and
-reduce_scatter_tensor works no future: those stay unfinished).
+reduce_scatter_tensor works no future: those end when their output is waited on).
 
-The lines go to a file descriptor duplicated from stdout when the recorder is installed,
-before the script runs, so a script that replaces sys.stdout (ranks != 0 silenced with
-`open(os.devnull, "w")`) or points it at its own file loses none (`open_channel`).
-
-Record lines (`@@labctl-trace ` then; docs/trace.md lists every field):
+Every record is written when it happens, an op's B line before torch is called, into a
+channel the recorder owns: a memory-mapped record file when labctl reads a folder the rank
+writes in (LAB_TRACE_DIR), else the log stream through a descriptor taken before the script
+runs ("where the records go: a sink" below). The lines are the codec's
+(workloads/_protocol/records.py; docs/trace.md lists every field):
     {"k":"H","v":2,"t0":<ns>,"pid":..}     header: times below are ns after t0
     {"k":"M",...} who the rank is; {"k":"G",...} a process group; {"k":"C",...} clock offset
     {"k":"S","s":3,"op":"all_reduce","pg":"default_pg","kind":"c",...}   a call site
     B <id> <site> <seq> <t>               op <id> entered at t
     E <id> <t> [<peer>]                   op <id> completed at t
-    X <id> <site> <seq> <t> <end>          both, when one flush holds both
+    {"k":"R","i":<id>,"t":<ns>,"error":..}   op <id> raised before torch issued it
     {"k":"T","t":<ns>}                      the rank was alive then (at a dump, at exit)
 """
 from __future__ import annotations

@@ -1,0 +1,83 @@
+"""One-element isend/irecv pairs between 2 ranks, µs per pair: untraced, traced with this
+checkout's recorder, and (optionally) traced with another checkout's, interleaved rounds,
+each the best of 5 batches of 2,000 pairs (issue 36's p2p case, docs/trace.md "The
+witness"). The ranks run under torchrun and `python -m workloads._script`, as a local lab
+does, the traced ones with a record folder (LAB_TRACE_DIR) as the local backend gives.
+
+    python benchmarks/trace_p2p.py [--rounds 4] [--other /path/to/another/checkout]
+
+(`git worktree add /tmp/before36 92d7f37` gives the flusher recorder before issue 36.)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PAIRS = """
+import sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r = dist.get_rank(); peer = 1 - r
+one = torch.ones(1)
+def loop(n):
+    for _ in range(n):
+        for w in (dist.isend(one, peer), dist.irecv(torch.empty(1), peer)):
+            w.wait()
+loop(500)
+best = 1e9
+for _ in range(5):
+    dist.barrier()
+    t = time.perf_counter()
+    loop(2000)
+    best = min(best, (time.perf_counter() - t) / 2000 * 1e6)
+if r == 0:
+    print("P2P", best, file=sys.stderr, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def once(checkout: Path, traced: bool, script: Path) -> float:
+    with tempfile.TemporaryDirectory() as records:
+        env = {**os.environ, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
+               "LAB_TRACE_DIR": records}
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                               "2", "-m", "workloads._script", str(script)], capture_output=True, text=True,
+                              env=env, cwd=checkout, timeout=600)
+    line = next((x for x in done.stderr.splitlines() if x.startswith("P2P ")), None)
+    if line is None:
+        raise SystemExit(f"the pair loop failed ({checkout}, traced={traced}):\n{done.stderr[-2000:]}")
+    return float(line.split()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--other", type=Path, help="another checkout whose recorder runs as a third arm")
+    args = parser.parse_args()
+    if args.other is not None and not (args.other / "workloads" / "_trace.py").is_file():
+        parser.error(f"--other {args.other}: not a labctl checkout (no workloads/_trace.py)")
+    arms = [("untraced", REPO, False), ("traced (this checkout)", REPO, True)]
+    if args.other is not None:
+        arms.append((f"traced ({args.other})", args.other, True))
+    got: dict[str, list[float]] = {name: [] for name, _, _ in arms}
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "pairs.py"
+        script.write_text(PAIRS)
+        for _ in range(args.rounds):
+            for name, checkout, traced in arms:
+                got[name].append(once(checkout, traced, script))
+    base = statistics.median(got["untraced"])
+    print(f"(load {os.getloadavg()[0]:.1f} at the end)\n")
+    print("| arm | µs per pair, each round | median | / untraced |\n|---|---|---|---|")
+    for name, values in got.items():
+        median = statistics.median(values)
+        print(f"| {name} | {', '.join(f'{v:.1f}' for v in values)} | {median:.1f} | {median / base:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
