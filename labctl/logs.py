@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKER, MARKER_PREFIX,
                                 MAX_PIECE as MAX_LINE, RESULT_MARKER)
+from workloads._protocol import records as codec
 
 _RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:")
 # torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
@@ -37,10 +38,8 @@ def parse_results(lines: Iterable[str], rank: int | None = None) -> list[dict]:
             continue
         payload = line[at + len(RESULT_MARKER):]
         try:
-            record = json.loads(payload)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-        except ValueError:
+            record = codec.decode_result(payload)
+        except codec.BadRecord:
             record = {"workload": "labctl", "name": "unparsable_result_line", "ok": False,
                       "detail": payload[:200]}
         if rank is not None:
@@ -67,11 +66,9 @@ def joins_in(data: bytes) -> set[tuple[int | None, int | None]]:
     found = set()
     for payload in _JOINED.findall(data):
         try:
-            said = json.loads(payload)
-        except ValueError:
+            found.add(codec.decode_joined(payload))
+        except codec.BadRecord:
             continue
-        if isinstance(said, dict):
-            found.add((said.get("rank"), said.get("pid")))
     return found
 
 

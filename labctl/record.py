@@ -19,12 +19,14 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, TypedDict
 
+from workloads._protocol import records
+
 from .outcome import NodeOutcome, NodeState, RunState
 
 # The largest lab labctl runs (labctl/spec.py's MAX_WORLD, MAX_TOTAL_NODES,
 # MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
 # read against them, since a loop over a damaged status.json's world of 10^30 never ends.
-MAX_WORLD = 65_536
+MAX_WORLD = records.MAX_WORLD   # the codec's bound on a rank number
 MAX_TOTAL_NODES = 4_096
 MAX_NPROC_PER_NODE = 1_024
 # status.json (and plan.json) are read no further than this: the largest lab's record

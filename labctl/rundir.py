@@ -36,12 +36,12 @@ from typing import Any, Iterator
 
 import yaml
 
-from . import atomicfile, procs, results as _results
+from . import atomicfile, procs
 from .errors import LabError
 from .plan import LaunchPlan
 from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .spec import LabSpec, dump, from_dict, out_refusal
-from workloads._protocol import visible
+from workloads._protocol import records, visible
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
 # A run folder on a disk with less free space than this is refused before the start
@@ -102,7 +102,7 @@ def folder_path(run_id: str, out: str | os.PathLike | None = None,
 
 def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
     """A results.jsonl one record at a time (none when it is missing); a garbled line, or
-    a record whose known fields have the wrong type (labctl/results.py), is skipped with
+    a record whose known fields have the wrong type (workloads/_protocol/records.py), is skipped with
     one warning. Also for a folder whose status.json cannot be read."""
     if not f.is_file():
         return
@@ -111,15 +111,13 @@ def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                result = json.loads(line)
-                if not isinstance(result, dict):
-                    raise ValueError("not a JSON object")
-            except (ValueError, RecursionError) as exc:
-                warn(f"{f}:{number}: skipped a garbled result line ({str(exc)[:200]})")
+                result = records.decode_result(line)
+            except records.BadRecord as exc:
+                warn(f"{f}:{number}: skipped {exc}")
                 continue
-            damage = _results.damage(result)
+            damage = records.result_damage(result)
             if damage:
-                warn(f"{f}:{number}: skipped {_results.who(result)}: {damage}")
+                warn(f"{f}:{number}: skipped {records.result_who(result)}: {damage}")
                 continue
             yield result
 

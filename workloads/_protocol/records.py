@@ -22,15 +22,22 @@ the field; nothing else parses a payload.
     @@labctl-fr {"rank","pg","seq","op","shape","dtype","t"}   FrEntry  (Flight Recorder, at a dump)
     @@labctl-fr {"rank","done"}                                FrDone   (the dump's end)
     @@labctl-fr {"error"}                                      FrError
+
+The workloads' records travel the same way and are spelled here too (workloads/_common.py
+writes them; labctl/logs.py and labctl/rundir.py read them through these functions only):
+
+    @@labctl-result {"workload","name","rank","ok",...}       a result (a check or a measurement)
+    @@labctl-joined {"rank","pid"}                             this rank's process group is up
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Union
 
-from . import FR_MARKER, TRACE_MARKER
+from . import DATA, FR_MARKER, JOINED_MARKER, RESULT_MARKER, TRACE_MARKER
 
 VERSION = 2
 MAX_INT = 1 << 62                   # no count, rank, size or time a rank writes is larger
@@ -38,6 +45,8 @@ MAX_TEXT = 4096                     # no string a rank writes is longer (a calle
 MAX_DIMS = 64
 MAX_RANKS = 1 << 20
 MAX_SPAN_NS = 30 * 86_400 * 10**9   # a record's time after its process's t0: no lab runs 30 days
+MAX_WORLD = 65_536                  # ranks in the largest lab (labctl/spec.py's bound; labctl/record.py reads it)
+MAX_HELD_DEPTH = 8                  # a result's list of lists of tensors is as deep as a real record goes
 
 TRACE = TRACE_MARKER.encode()
 FR = FR_MARKER.encode()
@@ -341,3 +350,137 @@ _FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloa
 
 def _fr_dtype(name: Any) -> str | None:
     return _FR_DTYPES.get(name, name) if isinstance(name, str) else None
+
+
+# ---------------------------------------------------------------- results and joins
+#
+# A rank may print any `@@labctl-result` line: a script's own, a typo, a forgery. The
+# report, the page and the grader read the known fields below as the workloads write them;
+# one record with another type there (`"group": 5`, a `"seconds": "abc"`, an `"ok": "no"`
+# that would count as passed) once stopped the whole page or report.md. A bad record costs
+# itself, never the rest: `result_damage` says in a few words what is wrong with one.
+# Fields not named here are the workloads' own and are passed on as they are.
+
+def result_line(record: dict[str, Any], default: Any = None) -> str:
+    """One result record as its marked line (no newline); `default` makes a value JSON."""
+    return RESULT_MARKER + json.dumps(record, sort_keys=True, default=default)
+
+
+def joined_line(rank: int | None, pid: int) -> str:
+    """This rank's process group is up (the join fault clock's line; no newline)."""
+    return JOINED_MARKER + json.dumps({"rank": rank, "pid": pid})
+
+
+def decode_result(payload: str) -> dict[str, Any]:
+    """The JSON object behind RESULT_MARKER (its fields are checked by result_damage)."""
+    try:
+        record = json.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        raise BadRecord(f"a garbled result line ({str(exc)[:200]})") from None
+    if not isinstance(record, dict):
+        raise BadRecord("a garbled result line (not a JSON object)")
+    return record
+
+
+def decode_joined(payload: bytes | str) -> tuple[int | None, int | None]:
+    """(rank, pid) of a join line's payload; BadRecord when it is not one."""
+    try:
+        said = json.loads(payload)
+    except (ValueError, RecursionError):
+        raise BadRecord("a garbled join line") from None
+    if not isinstance(said, dict):
+        raise BadRecord("a join line that is not a JSON object")
+    rank, pid = said.get("rank"), said.get("pid")
+    return (rank if _rank(rank) else None, pid if _is_int(pid) and pid > 0 else None)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _rank(v: Any) -> bool:
+    return _is_int(v) and 0 <= v < MAX_WORLD
+
+
+def _count(v: Any) -> bool:
+    return _is_int(v) and v >= 0
+
+
+def _opt(check: Any) -> Any:
+    return lambda v: v is None or check(v)
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and all(_is_int(x) for x in v)
+
+
+def _numbers(v: Any) -> bool:
+    """A loss curve: numbers, a step that had none as null."""
+    return isinstance(v, list) and all(x is None or _is_number(x) for x in v)
+
+
+def held(v: Any, depth: int = 0) -> bool:
+    """What a rank held (`workloads._common.held`): None, a tensor's {shape, dtype, numel,
+    values} or a list's {len, list}."""
+    if v is None:
+        return True
+    if not isinstance(v, dict) or depth > MAX_HELD_DEPTH:
+        return False
+    if "list" in v:
+        return isinstance(v["list"], list) and _opt(_count)(v.get("len")) \
+            and all(held(x, depth + 1) for x in v["list"])
+    return isinstance(v.get("values"), list) \
+        and all(_is_number(x) or isinstance(x, bool) for x in v["values"]) \
+        and _opt(_ints)(v.get("shape")) and _opt(_count)(v.get("numel")) \
+        and _opt(lambda d: isinstance(d, str))(v.get("dtype"))
+
+
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_RANK = (_rank, f"a rank number (0 to {MAX_WORLD - 1})")
+_OPT_RANK = (_opt(_rank), f"a rank number (0 to {MAX_WORLD - 1}) or null")
+_SECONDS = (lambda v: _is_number(v) and math.isfinite(v), "a finite number")
+_HELD = (held, "what a rank held (shape, dtype, numel, values; or len, list) or null")
+
+# field -> (check, what it should be): every result's fields the core reads
+RESULT_FIELDS: dict[str, tuple[Any, str]] = {
+    "workload": _TEXT, "name": _TEXT, "rank": _RANK, "replica": (_count, "a replica number"),
+    "ok": _BOOL, "skipped": _BOOL, "reason": (_opt(lambda v: isinstance(v, str)), "a string"),
+    "seconds": _SECONDS,
+}
+# a data record's fields (what ranks held, drawn by the page: workloads/_report/*.py page)
+DATA_FIELDS: dict[str, tuple[Any, str]] = {
+    "call": _TEXT, "op": (_opt(lambda v: isinstance(v, str)), "a string"),
+    "root": _OPT_RANK, "peer": _OPT_RANK, "hop": (_opt(_count), "a hop number or null"),
+    "group": (_opt(lambda v: _ints(v) and all(_rank(x) for x in v)), "a list of rank numbers or null"),
+    "before": _HELD, "after": _HELD, "tensor": _HELD, "params": _HELD,
+    "local_loss": (_opt(_numbers), "a list of numbers or null"),
+    "mean_loss": (_opt(_numbers), "a list of numbers or null"),
+    "reference_loss": (_opt(_numbers), "a list of numbers or null"),
+    "every": (_opt(lambda v: _is_int(v) and v > 0), "a whole number > 0 or null"),
+    "steps": (_opt(_count), "a whole number or null"),
+}
+
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", list: "a list",
+               dict: "an object", bool: "true/false", type(None): "null"}
+
+
+def result_damage(record: dict[str, Any]) -> str | None:
+    """What is wrong with one result record's known fields (None: nothing), one line."""
+    fields = dict(RESULT_FIELDS, **DATA_FIELDS) if record.get("name") == DATA else RESULT_FIELDS
+    for key, (check, want) in fields.items():
+        if key in record and not check(record[key]):
+            found = _JSON_NAMES.get(type(record[key]), "a value")
+            return f"'{key}' should be {want}, found {found}"
+    return None
+
+
+def result_who(record: dict[str, Any]) -> str:
+    """'rank 1's record collectives/data' as far as the record's fields allow."""
+    rank = record.get("rank")
+    what = "/".join(str(record[k])[:60] for k in ("workload", "name") if isinstance(record.get(k), str))
+    return (f"rank {rank}'s record" if _rank(rank) else "a record") + (f" {what}" if what else "")
