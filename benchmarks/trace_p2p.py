@@ -1,7 +1,8 @@
 """One-element isend/irecv pairs between 2 ranks, µs per pair: untraced, traced with this
 checkout's recorder, and (optionally) traced with another checkout's, interleaved rounds,
 each the best of 5 batches of 2,000 pairs (issue 36's p2p case, docs/trace.md "The
-witness"). The ranks run under torchrun and `python -m workloads._script`, as a local lab
+witness"). A fourth arm, untraced with wrappers that record nothing around the three
+methods a recorder must see, is the floor of any recorder written in Python. The ranks run under torchrun and `python -m workloads._script`, as a local lab
 does, the traced ones with a record folder (LAB_TRACE_DIR) as the local backend gives.
 
     python benchmarks/trace_p2p.py [--rounds 4] [--other /path/to/another/checkout]
@@ -20,7 +21,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PAIRS = """
-import sys, time, torch, torch.distributed as dist
+import os, sys, time, torch, torch.distributed as dist
+if os.environ.get("P2P_NOOP_WRAPPERS"):
+    # the floor of any recorder written in Python: the methods a recorder must see
+    # (ProcessGroup.send/recv, Work.wait) replaced by wrappers that record nothing
+    def wrap(cls, name):
+        original = getattr(cls, name)
+        def wrapper(self, *args, **kwargs):
+            return original(self, *args, **kwargs)
+        setattr(cls, name, wrapper)
+    for cls, name in ((dist.ProcessGroup, "send"), (dist.ProcessGroup, "recv"), (dist.Work, "wait")):
+        wrap(cls, name)
 dist.init_process_group("gloo")
 r = dist.get_rank(); peer = 1 - r
 one = torch.ones(1)
@@ -41,10 +52,10 @@ dist.destroy_process_group()
 """
 
 
-def once(checkout: Path, traced: bool, script: Path) -> float:
+def once(checkout: Path, traced: bool, script: Path, noop: bool = False) -> float:
     with tempfile.TemporaryDirectory() as records:
         env = {**os.environ, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
-               "LAB_TRACE_DIR": records}
+               "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else ""}
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                                "2", "-m", "workloads._script", str(script)], capture_output=True, text=True,
                               env=env, cwd=checkout, timeout=600)
@@ -61,16 +72,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.other is not None and not (args.other / "workloads" / "_trace.py").is_file():
         parser.error(f"--other {args.other}: not a labctl checkout (no workloads/_trace.py)")
-    arms = [("untraced", REPO, False), ("traced (this checkout)", REPO, True)]
+    arms = [("untraced", REPO, False, False),
+            ("untraced, no-op Python wrappers on send/recv/wait (a Python recorder's floor)", REPO, False, True),
+            ("traced (this checkout)", REPO, True, False)]
     if args.other is not None:
-        arms.append((f"traced ({args.other})", args.other, True))
-    got: dict[str, list[float]] = {name: [] for name, _, _ in arms}
+        arms.append((f"traced ({args.other})", args.other, True, False))
+    got: dict[str, list[float]] = {name: [] for name, *_ in arms}
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "pairs.py"
         script.write_text(PAIRS)
         for _ in range(args.rounds):
-            for name, checkout, traced in arms:
-                got[name].append(once(checkout, traced, script))
+            for name, checkout, traced, noop in arms:
+                got[name].append(once(checkout, traced, script, noop))
     base = statistics.median(got["untraced"])
     print(f"(load {os.getloadavg()[0]:.1f} at the end)\n")
     print("| arm | µs per pair, each round | median | / untraced |\n|---|---|---|---|")

@@ -150,6 +150,7 @@ class Op:
     api: str | None = None          # the torch.distributed function called (all_gather_object ...)
     via: str | None = None          # "c++": issued by torch's C++ (DDP's Reducer, functional collectives)
     raised: str | None = None       # the exception it raised before torch issued it (never a collective)
+    reduce: str | None = None       # a reducing op's reduce op (SUM, MAX ...); None: not one, or not known
 
     @property
     def call(self) -> str:
@@ -170,15 +171,23 @@ class Op:
         return f"{self.op} {self.shape_text}"
 
     @property
+    def reduce_op(self) -> str | None:
+        """The reduce op where it must agree: SUM is the default, and an op torch's C++
+        issued (DDP, functional collectives) carries none; both count as SUM."""
+        return self.reduce if self.reduce not in (None, "SUM") else None
+
+    @property
     def signature(self) -> str:
-        """What must agree across ranks at one sequence number: op, shape, dtype and root."""
+        """What must agree across ranks at one sequence number: op, shape, dtype, root and
+        reduce op."""
         root = f" root {self.root}" if self.root is not None else ""
-        return f"{self.op} {self.shape_text} {self.dtype or ''}{root}".strip()
+        reduce = f" {self.reduce_op}" if self.reduce_op else ""
+        return f"{self.op} {self.shape_text} {self.dtype or ''}{root}{reduce}".strip()
 
     def where(self) -> dict[str, Any]:
         """The call as status.json gives it (a stuck collective's `calls`)."""
         return {"op": self.op, "call": self.call, "shape": self.shape, "dtype": self.dtype, "root": self.root,
-                "caller": self.caller}
+                **({"reduce": self.reduce} if self.reduce else {}), "caller": self.caller}
 
 
 @dataclass
@@ -613,7 +622,7 @@ class _RankReader:
         return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p else rec.seq,
                   p2p=rec.seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
                   dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
-                  api=site.api, via=site.via), rec.ident
+                  api=site.api, via=site.via, reduce=site.reduce), rec.ident
 
     def _other(self, rec: records.Record) -> None:
         if isinstance(rec, records.Site):
@@ -828,6 +837,8 @@ class _Merge:
             args["api"] = op.api
         if op.via is not None:
             args["via"] = op.via
+        if op.reduce is not None:
+            args["reduce"] = op.reduce
         return args
 
     def draw(self, op: Op, end: int) -> None:
@@ -922,6 +933,8 @@ def _differs(seen: dict[int, Op]) -> list[str]:
             what.append("dtype")
     if all(o.root is not None for o in ops) and len({o.root for o in ops}) > 1:
         what.append("root")
+    if len({o.reduce_op for o in ops}) > 1:
+        what.append("reduce op")
     return what
 
 
@@ -942,6 +955,7 @@ def _groups_by_signature(seen: dict[int, Op]) -> list[tuple[str, list[int]]]:
     for rank, o in sorted(seen.items()):
         by_signature.setdefault(o.signature, []).append(rank)
         text = o.label + (f" {o.dtype}" if "dtype" in what and o.dtype else "")
+        text += f" with {o.reduce_op or 'SUM'}" if "reduce op" in what else ""
         said.setdefault(o.signature, text + (f" from root {o.root}" if "root" in what else ""))
     return sorted(((said[sig], ranks) for sig, ranks in by_signature.items()),
                   key=lambda kv: (-len(kv[1]), kv[1][0]))

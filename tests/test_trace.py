@@ -41,7 +41,7 @@ for q in dist.batch_isend_irecv(ops):
     q.wait()
 sub = dist.new_group([0, 1])
 if r in (0, 1):
-    dist.all_reduce(torch.ones(10, dtype=torch.float64), group=sub)
+    dist.all_reduce(torch.ones(10, dtype=torch.float64), group=sub, op=dist.ReduceOp.MAX)
 out = [torch.zeros(1000) for _ in range(w)]
 dist.all_gather(out, t)
 dist.barrier()
@@ -129,11 +129,12 @@ def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
     # args of one slice: where it came from, what it moved
     first = next(e for e in slices if e["args"]["rank"] == 2 and e["name"] == "all_reduce")
     assert first["args"] == {"rank": 2, "pg": "default_pg", "seq": 2, "bytes": 4000, "dtype": "float32",
-                             "shape": [1000], "caller": f"{script}:9"}
+                             "shape": [1000], "caller": f"{script}:9", "reduce": "SUM"}
     bcast = next(e for e in slices if e["args"]["rank"] == 1 and e["name"] == "broadcast")
     assert bcast["args"]["root"] == 0 and bcast["args"]["seq"] == 1
     sub = next(e for e in slices if e["args"]["rank"] == 1 and e["cat"] != "default_pg")
     assert sub["args"]["seq"] == 1 and sub["args"]["bytes"] == 80 and sub["args"]["dtype"] == "float64"
+    assert sub["args"]["reduce"] == "MAX"               # what gloo never checks across ranks
     # send -> recv flows: 0->1, 2->3 (send/recv) and r->r+1 (batch isend/irecv), each s with one f
     starts = {e["id"]: e["tid"] % trace.LANE_TID for e in events if e["ph"] == "s"}
     ends = {e["id"]: e["tid"] % trace.LANE_TID for e in events if e["ph"] == "f"}
@@ -1147,7 +1148,7 @@ def _calls(rank: int, ops: list[dict], groups: dict[str, list[int]]) -> str:
         site = {"k": "S", "s": i, "op": o["op"], "pg": o.get("pg", "default_pg"), "kind": "p" if p2p else "c",
                 "bytes": 4, "dtype": o.get("dtype", "float32"), "shape": o.get("shape", [4]),
                 "caller": o.get("caller", f"job.py:{10 + i}")}
-        site.update({k: o[k] for k in ("root", "peer", "api") if k in o})
+        site.update({k: o[k] for k in ("root", "peer", "api", "reduce") if k in o})
         lines += [site, f"B {i} {i} {o['p2p'] if p2p else o['seq']} {int(o['t'] * 1e6)}"]
         if o.get("end") is not None:
             lines.append(f"E {i} {int(o['end'] * 1e6)}")
@@ -1177,6 +1178,15 @@ def test_a_mismatch_says_what_differs_and_who_the_odd_one_is(tmp_path):
                                               else "float32"}] for r in range(3)})
     assert s.diagnosis()["text"].endswith("collective #1 of default_pg (the dtype differs)")
     assert "rank 2 called all_reduce [4] float64 where rank 0 called all_reduce [4] float32" in s.diagnosis()["text"]
+    # the reduce op: gloo never checks it, every rank completes with other values; SUM is
+    # the default and an op torch's C++ issued carries none (both SUM)
+    s = _diagnosed(tmp_path / "reduce", {r: [{"op": "all_reduce", "seq": 1, "t": 1, "end": 2,
+                                              **({"reduce": "MAX"} if r == 1 else {"reduce": "SUM"} if r == 0 else {})}]
+                                         for r in range(3)})
+    d = s.diagnosis()
+    assert d["text"] == ("rank 1 called all_reduce [4] with MAX where rank 0 called all_reduce [4] with SUM, "
+                         "collective #1 of default_pg (the reduce op differs)"), d
+    assert (d["rank"], d["op"]) == (1, "all_reduce")
 
 
 def test_with_two_ranks_that_disagree_neither_is_the_odd_one(tmp_path):

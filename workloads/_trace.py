@@ -420,9 +420,10 @@ _site_ids = itertools.count(1)
 
 
 def _site(route: Any, dtype: Any, shape: Any, nbytes: Any, where: Any, code: Any, lasti: int,
-          name: Any, api: Any) -> int:
-    """The number of a call site, with its S line the first time it is seen."""
-    key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api)   # id: a code object's hash is not cached
+          name: Any, api: Any, reduce: Any = None) -> int:
+    """The number of a call site, with its S line the first time it is seen. `reduce`: a
+    reducing op's ReduceOp.RedOpType (SUM, MAX ...), None for the rest."""
+    key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce)   # id: a code object's hash is not cached
     site = _sites.get(key)
     if site is not None:
         return site
@@ -440,6 +441,8 @@ def _site(route: Any, dtype: Any, shape: Any, nbytes: Any, where: Any, code: Any
         record["shape"] = [int(x) for x in shape]
     if where is not None:
         record["peer" if route.p2p else "root"] = int(where)
+    if reduce is not None:
+        record["reduce"] = getattr(reduce, "name", str(reduce))
     record["caller"] = f"{code.co_filename}:{_line_of(code, lasti)}" if code is not None else "?"
     if api:
         record["api"] = api
@@ -723,6 +726,23 @@ def _where_int(args: tuple, kwargs: dict, kind: str | None) -> int | None:
     return int(root) if root is not None else None
 
 
+# The methods that reduce: their options' reduce op (SUM, MAX ...) must agree across
+# ranks, and gloo does not check it (a rank that takes the MAX where the others SUM
+# completes, with other values: the zoo's reduce_op_mismatch).
+_REDUCING = frozenset({"allreduce", "allreduce_coalesced", "reduce", "reduce_scatter", "_reduce_scatter_base",
+                       "reduce_scatter_single", "reduce_scatter_tensor_coalesced",
+                       "reduce_scatter_single_coalesced"})
+
+
+def _reduce_op(args: tuple, kwargs: dict) -> Any:
+    """The ReduceOp.RedOpType of a reducing method's call (its options' reduceOp, or a
+    ReduceOp given directly); None when it cannot be read."""
+    opts = args[1] if len(args) > 1 else kwargs.get("opts", kwargs.get("op"))
+    red = getattr(opts, "reduceOp", opts)
+    red = getattr(red, "op", red)
+    return red if type(red) is _red_op_type else None
+
+
 def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | None) -> Any:
     """The recording wrapper of one ProcessGroup method. Every step is inline and cheap:
     it runs once per op, right after the last op left the caches cold (docs/trace.md,
@@ -733,6 +753,7 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
     tensor_class = _tensor_class
     anysource = method == "recv_anysource"
     returns_work = method != "monitored_barrier"
+    reducing = method in _REDUCING
     routes: dict[int, _Route] = {}          # id(group) -> route
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -757,6 +778,7 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
         where = _where_int(args, kwargs, kind) if kind else None
         if where is not None and 0 <= where < len(route.ranks):
             where = route.ranks[where]
+        reduce = _reduce_op(args, kwargs) if reducing else None
         caller = getframe(1)
         name = names.get(caller.f_code, False)
         if name is False:
@@ -768,9 +790,9 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
         if polled:
             _poll()                         # works without a future that completed meanwhile
         # _begin, inline (the op's path: every call counts twice in a ping-pong of p2p ops)
-        site = sites_get((route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api))
+        site = sites_get((route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce))
         if site is None:
-            site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api)
+            site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api, reduce)
         (_sink or _new_sink()).write(begin_line % (ident, site, seq, entered - _t0))
         if grad and _is_grad_enabled():
             _warn_on_backprop(value, f"c10d::{method}")
@@ -813,6 +835,7 @@ def _input_kwarg(method: str, kwargs: dict) -> Any:
 
 
 _tensor_class: Any = ()               # torch.Tensor, once installed
+_red_op_type: Any = ()                # torch.distributed.ReduceOp.RedOpType, once installed
 _is_grad_enabled: Any = None          # torch.is_grad_enabled, once installed
 _coalescing = 0                       # groups between _start_coalescing and _end_coalescing
 
@@ -1298,7 +1321,7 @@ def install() -> bool:
     """Record every op torch issues on a process group, when LAB_TRACE says so
     (idempotent). True: installed."""
     global _installed, _torch_dir, _c10d_file, _PUBLIC, _excluded, _exclude, _AUTOGRAD
-    global _original_init, _tensor_class, _is_grad_enabled, _is_completed
+    global _original_init, _tensor_class, _is_grad_enabled, _is_completed, _red_op_type
     if _installed or not enabled():
         return _installed
     open_channel()
@@ -1315,6 +1338,7 @@ def install() -> bool:
     _excluded, _exclude = C._dispatch_tls_is_dispatch_key_excluded, C._dispatch_tls_set_dispatch_key_excluded
     _AUTOGRAD = C.DispatchKey.AutogradFunctionality
     _tensor_class, _is_grad_enabled = torch.Tensor, torch.is_grad_enabled
+    _red_op_type = C._distributed_c10d.ReduceOp.RedOpType
 
     group_class = C._distributed_c10d.ProcessGroup
     for method, (op, index, kind) in PG_METHODS.items():

@@ -14,6 +14,8 @@ the field; nothing else parses a payload.
     {"k":"C","offset_ns":..,"rtt_ns":..}  Clock         the clock against rank 0's (or "error")
     {"k":"G","pg":..,"ranks":[..]}        Group         a process group's global ranks
     {"k":"S","s":..,"op":..,...}          Site          what repeats between ops of one call site
+                                                        (op, pg, kind, bytes, dtype, shape, peer|root,
+                                                        reduce, caller, api, via)
     B <id> <site> <seq> <t>               Begin         written before torch is called
     E <id> <t> [<peer>]                   End           completed (peer: a recv from any source)
     X <id> <site> <seq> <t> <end>         Begin, ended  (the earlier recorder's; still read)
@@ -114,6 +116,7 @@ class Site:
     caller: str
     api: str | None
     via: str | None
+    reduce: str | None = None           # a reducing op's reduce op (SUM, MAX ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +290,7 @@ def _decode_json(kind: Any, rec: dict) -> Record:
                     dtype=opt_text(rec.get("dtype"), "dtype"), shape=shape(rec.get("shape")),
                     peer=opt_whole(rec.get("peer"), "peer"), root=opt_whole(rec.get("root"), "root"),
                     caller=text(rec.get("caller", "?"), "caller"), api=opt_text(rec.get("api"), "api"),
-                    via=opt_text(rec.get("via"), "via"))
+                    via=opt_text(rec.get("via"), "via"), reduce=opt_text(rec.get("reduce"), "reduce"))
     if kind == "H":
         return Header(whole(rec["t0"], "t0"), opt_whole(rec.get("pid"), "pid"),
                       whole(rec.get("v", 1), "version"))
