@@ -256,7 +256,7 @@ _trace.open_channel()
 os.closerange(3, 4096)                    # every descriptor but 0-2, the recorder's too
 own = open(sys.argv[1], "w")              # the lowest free number
 _trace._write({"k": "M", "rank": 0})
-_trace.flush()
+
 own.write("mine\\n")
 own.close()
 """
@@ -273,6 +273,36 @@ def test_a_stream_sink_never_writes_into_a_file_that_took_its_descriptor(tmp_pat
     assert done.returncode == 0, done.stderr
     assert own.read_text() == "mine\n"
     assert '@@labctl-trace {"k":"M","rank":0}' in done.stdout, done.stdout
+
+
+DIES_ON_THE_STREAM = """
+import os, signal, sys, tempfile, torch, torch.distributed as dist
+from workloads import _trace
+_trace.install()
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+t = torch.ones(4)
+for _ in range(50):
+    dist.all_reduce(t)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+os._exit(5)
+"""
+
+
+@pytest.mark.parametrize("death", ["kill", "exit"])
+def test_a_stream_sink_loses_nothing_when_the_rank_dies_hard(tmp_path, death):
+    """Where the log stream is all labctl gets (Kubernetes pods, rendered files) every
+    record is written to it when it is made: a rank SIGKILLed or ended by os._exit right
+    after 50 all_reduces has all 50 begun and ended in its stream (the stream sink's lines
+    waited up to 0.15 s for a flusher thread before, and died with the rank)."""
+    env = {k: v for k, v in os.environ.items() if k != "LAB_TRACE_DIR"}
+    stream = tmp_path / "rank-0.log"
+    with open(stream, "wb") as out:
+        done = subprocess.run([sys.executable, "-c", DIES_ON_THE_STREAM, death], stdout=out,
+                              stderr=subprocess.PIPE, timeout=120, cwd=REPO, env={**env, "LAB_TRACE": "1"})
+    assert done.returncode == (-9 if death == "kill" else 5), done.stderr
+    ops = trace.rank_ops(stream)
+    assert [o.op for o in ops] == ["all_reduce"] * 50 and all(o.end is not None for o in ops), ops[-3:]
 
 
 # ---------------------------------------------------------------- the clock exchange

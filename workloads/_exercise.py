@@ -123,7 +123,6 @@ class Runner:
         _common.emit({"workload": WORKLOAD, "name": RECORD_RAISED, "rank": self.rank, "ok": False,
                       **what, "exception": _exception_line(exc), "comm": comm,
                       "where": _where_in(exc.__traceback__, self.files)})
-        _trace.flush()
         raise Stopped from exc
 
     def emit_call(self, exercise: str, world: int, case: Case, window: tuple[int, int],
@@ -419,7 +418,6 @@ class Watchdog:
         try:
             _common.emit({"workload": WORKLOAD, "name": RECORD_DEADLINE, "rank": rank, "ok": False,
                           **self.what, "where": _where_in_frame(frame, self.files)})
-            _trace.flush()
             sys.stderr.write(f"labctl exercise: rank {rank}: the call did not return within "
                              f"{self.what.get('seconds')} s; ending this rank\n")
             sys.stderr.flush()
@@ -545,6 +543,5 @@ def main(script: str) -> int:
     except Stopped:
         return 1
     finally:
-        _trace.flush()
         with contextlib.suppress(Exception):
             _common.shutdown()

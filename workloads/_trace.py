@@ -83,18 +83,18 @@ def enabled() -> bool:
 #   dies (SIGKILL, SIGABRT, os._exit, the OOM killer), so nothing that was issued is lost.
 #   The file's descriptor is closed as soon as it is mapped: a script that closes or reuses
 #   descriptors (os.closerange) cannot touch the mapping. No thread.
-# _StreamSink (no such folder: containers, whose log stream is all labctl gets): the lines
-#   wait in memory and a daemon thread writes them every FLUSH_S to the log stream, through
-#   a descriptor duplicated from stdout that is checked before every write (the same file
-#   it was: a script that closed it and opened its own file under the number gets nothing).
+# _StreamSink (no such folder: containers, whose log stream is all labctl gets): each line
+#   is written to the log stream when it is made, by the op's thread (a system call: once
+#   it returns the line is in the pipe or file behind the stream, which outlives the
+#   process), through a descriptor duplicated from stdout that is checked before every
+#   write (the same file it was: a script that closed it and opened its own file under the
+#   number gets nothing). No thread.
 #
 # Segment files: rank-<RANK>.<t0>.<pid>.<n>.rec, SEGMENT bytes each (sparse until
 # written); labctl reads them in name order (labctl/trace.py: record_sources) and trims
 # their unwritten tail at the finish.
 
 SEGMENT = 8 << 20
-FLUSH_S = 0.15
-MAX_PENDING = 4096                  # stream sink: lines waiting past this are written by the op's thread
 MAX_SITES = 20_000                  # call sites remembered; past that they are numbered afresh
 _BEGIN, _END, _END_FROM = records.BEGIN, records.END, records.END_FROM    # the codec's op lines
 
@@ -186,8 +186,6 @@ class _FileSink:
             self.pos = n                # and no signal handler can come in between them
             mm[0:n] = data
 
-    def flush(self) -> None:
-        """Nothing waits: every line is in the file when write() returns."""
 
 
 class _GilFileSink(_FileSink):
@@ -217,13 +215,16 @@ def _gil_writes_are_atomic() -> bool:
 
 
 class _StreamSink:
-    """Lines to the log stream, written by a daemon thread every FLUSH_S (and at once when
-    an op raises, at a dump, at exit, or when MAX_PENDING wait)."""
-    __slots__ = ("pending", "lock", "fd", "identity", "thread", "stop", "ended", "owner")
+    """Lines to the log stream, each written by the op's own thread when it is made (an
+    op's B line before torch is called): once os.write returns, the line is in the pipe or
+    the file behind the stream, which outlives the process however it dies (SIGKILL,
+    SIGABRT, os._exit). No thread, nothing waits in memory. A write costs a system call
+    and an fstat (the descriptor is still the stream): 2-3 µs, paid where the log stream
+    is all labctl gets (Kubernetes pods, rendered files)."""
+    __slots__ = ("fd", "identity", "lock")
 
     def __init__(self) -> None:
-        self.pending: list[bytes] = []
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()   # reentrant: a signal handler may write amid a reopen
         self.fd, self.identity = None, None
         for source in (1, 2):
             try:
@@ -232,57 +233,18 @@ class _StreamSink:
                 continue
             self.fd, self.identity = fd, _channel_identity(fd)
             break
-        self.thread: threading.Thread | None = None
-        self.stop = threading.Event()
-        self.ended = False              # at exit: later lines are written at once
-        self.owner = os.getpid()
 
     def write(self, data: bytes) -> None:
-        self.pending.append(data)       # list.append is atomic: no lock on the op's path
-        if self.thread is None and not self.ended:
-            self._start()
-        if len(self.pending) >= MAX_PENDING or self.ended:
-            self.flush()
-
-    def _start(self) -> None:
-        with self.lock:
-            if self.thread is not None or os.getpid() != self.owner:
-                return
-            self.thread = threading.Thread(target=self._run, name="labctl-trace-flush", daemon=True)
-            atexit.register(self.end)
-            self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop.wait(FLUSH_S):     # releases the GIL while it waits
-            _poll()
-            self.flush()
-
-    def end(self) -> None:
-        """At exit, before the interpreter finalizes: end the thread, then write what waits.
-        (A daemon thread that wakes once finalization began is ended by pthread_exit
-        wherever it stands: 3 runs in 24 aborted at exit on compose before this.)"""
-        self.stop.set()
-        if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join(timeout=2 * FLUSH_S + 1)
-        self.ended = True
-        self.flush()
-
-    def flush(self) -> None:
-        with self.lock:
-            n = len(self.pending)
-            if not n:
-                return
-            data = b"".join(self.pending[:n])
-            del self.pending[:n]
-            self._emit(data)
+        self._emit(data)
 
     def _emit(self, data: bytes) -> None:
         """Whole lines, in pieces of at most PIPE_CHUNK bytes cut at line ends (a pipe
         writes those in one piece: a print from another thread cannot land inside one),
         to the descriptor only while it is still the file it was duplicated from."""
         if self.fd is None or _channel_identity(self.fd) != self.identity:
-            if not self._reopen():
-                return
+            with self.lock:
+                if not self._reopen():
+                    return
         try:
             while data:
                 if len(data) <= PIPE_CHUNK:
@@ -344,12 +306,6 @@ def open_channel() -> None:
         _new_sink()
 
 
-def flush() -> None:
-    """Write what waits (a stream sink's lines; a file sink has none waiting)."""
-    if _sink is not None:
-        _sink.flush()
-
-
 def _write(record: dict[str, Any]) -> None:
     _out(records.trace_line(record))
 
@@ -380,22 +336,18 @@ def _raised(ident: int, route: Any, seq: int, exc: BaseException) -> None:
 
 
 def tick() -> None:
-    """A T line (this rank was alive now: at a dump, at exit) when tracing is on, then
-    flush. The merge draws an op that never ended up to the last moment any rank was known
-    alive."""
+    """A T line (this rank was alive now: at a dump, at exit) when tracing is on. The
+    merge draws an op that never ended up to the last moment any rank was known alive."""
     if _installed:
         _write({"k": "T", "t": time.time_ns() - _t0})
-    flush()
 
 
 def _at_exit() -> None:
-    """The last T line; a stream sink's thread is ended and its lines written."""
+    """The last T line, after the ends of works without a future that completed."""
     if _sink is None or os.getpid() != _owner:
         return                          # a forked child that recorded nothing writes nothing
     _poll()
     tick()
-    if isinstance(_sink, _StreamSink):
-        _sink.end()
 
 
 _owner = os.getpid()
@@ -619,7 +571,7 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
     script's or the workload's call), and the outermost public torch.distributed function
     on the way (all_gather_object for the all_gather it makes; None when called directly).
     The offset, not the line: `f_lineno` scans the code's line table, 17 µs at the end of a
-    3,000-line module; the flusher turns the offset into a line (`_line_of`)."""
+    3,000-line module; the site's S line, written once, has the line (`_line_of`)."""
     api = None
     get = _frames.get
     while frame is not None:
@@ -648,7 +600,7 @@ def _op_name(code: Any) -> str | None:
 def _tensor_info(value: Any) -> tuple[Any, Any, int | None]:
     """(dtype, shape, bytes) of an op's input: a tensor, or a list (of lists) of them:
     the first tensor's dtype and shape, every tensor's bytes. Bytes None: one tensor's,
-    worked out from dtype and shape by the flusher."""
+    worked out from dtype and shape when the site's S line is written."""
     if isinstance(value, _tensor_class):
         return value.dtype, value.shape, None
     if type(value) is list and len(value) == 1 and isinstance(value[0], _tensor_class):
@@ -803,7 +755,6 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
             work = original(self, *args, **kwargs)
         except BaseException as exc:
             _raised(ident, route, seq, exc)     # raised, not issued: not a collective of the group
-            flush()
             raise
         finally:
             if not excluded:
@@ -814,6 +765,8 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
             _end(ident, time_ns())
         else:
             waiting[id(work)] = (weakref.ref(work), ident, route if anysource else None)
+            if len(waiting) > _sweep_at:
+                _sweep_waiting()            # works never waited on, freed since
         return work
 
     traced.__name__, traced.__qualname__ = original.__name__, getattr(original, "__qualname__", original.__name__)
@@ -904,15 +857,19 @@ def _end_coalescing(original: Any) -> Any:
 # ---------------------------------------------------------------- completion (Work's methods)
 
 # id(work) -> (weak reference to it, op id or ids, route of a recv from any source). Weak:
-# a work nobody waits on is freed as untraced (its tensors with it); the flusher sweeps
-# entries whose work is gone.
+# a work nobody waits on is freed as untraced (its tensors with it); entries whose work is
+# gone are swept when the table has grown to twice what was left at the last sweep.
 _waiting: dict[int, tuple[Any, Any, Any]] = {}
+SWEEP_AT = 4096
+_sweep_at = SWEEP_AT
 
 
 def _sweep_waiting() -> None:
+    global _sweep_at
     for key, entry in list(_waiting.items()):
         if entry[0]() is None:
             _waiting.pop(key, None)
+    _sweep_at = max(SWEEP_AT, 2 * len(_waiting))
 
 
 def _ended(work: Any) -> None:
@@ -942,11 +899,7 @@ def _wrap_wait(original: Any) -> Any:
     waiting, end_line, time_ns = _waiting, _END, time.time_ns
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException:
-            flush()
-            raise
+        result = original(self, *args, **kwargs)
         if waiting:
             entry = waiting.get(id(self))
             if entry is not None and type(entry[1]) is int and entry[2] is None and entry[0]() is self:
@@ -1085,7 +1038,6 @@ def _c10d_kernel(full_name: str, op: Any) -> Any:
         except BaseException as exc:
             if recorded is not None:
                 _raised(*recorded, exc)
-            flush()
             raise
         if recorded is not None:
             ident = recorded[0]
@@ -1174,7 +1126,7 @@ def _wait_tensor_kernel(op: Any) -> Any:
 
 
 # op id -> its Work, for works that have no future (gloo's send/recv, reduce_scatter_tensor):
-# the flusher asks them `is_completed()` each round, so their end is at most FLUSH_S late
+# asked `is_completed()` when the rank's next op enters, and at exit
 _polled: "collections.OrderedDict[int, Any]" = collections.OrderedDict()
 MAX_POLLED = 10_000
 _is_completed: Any = None             # torch's own Work.is_completed
@@ -1242,7 +1194,6 @@ def init_process_group(*args: Any, **kwargs: Any) -> Any:
         _after_init()
     except Exception as exc:        # noqa: BLE001 - the lab goes on without the rank's details
         _write({"k": "C", "error": str(exc)[:200]})
-    flush()
     return result
 
 
@@ -1473,7 +1424,7 @@ def dump_at_the_end() -> None:
         return
     _dump_thread = threading.get_ident()
     try:
-        tick()                          # pending trace lines, and a T line
+        tick()                          # a T line (every record is written already)
         dump_flight_recorder()
     except BaseException as exc:        # noqa: BLE001 - the rank is ending anyway
         try:
@@ -1481,7 +1432,6 @@ def dump_at_the_end() -> None:
         except BaseException:           # noqa: BLE001 - e.g. a reentrant write from the handler
             pass
     finally:
-        flush()                         # a stream sink's lines, before the rank dies
         _dump_thread = None
         _dump_done.set()
 
@@ -1580,7 +1530,6 @@ def _fr_waiter(fd: int) -> None:
             dump_flight_recorder()
         except BaseException as exc:        # noqa: BLE001 - a failed dump must not end the thread
             _emit_fr({"error": str(exc)[:200] or type(exc).__name__})
-        flush()
 
 
 def _emit_fr(record: dict[str, Any]) -> None:
