@@ -104,13 +104,21 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+COMPOSE_START_S = 60
+
+
 def run_lab(case: Case, folder: Path, backend: str) -> tuple[dict | None, Path, float, str]:
     """One lab run (this checkout's labctl) with Flight Recorder dumps: (status.json, the
     dumps' folder, seconds, labctl's output)."""
     out, dumps = folder / "run", folder / "fr"
+    # containers take their time to start (tens of seconds on a loaded 2-core machine): the
+    # lab's deadline, which counts from the start, gets that on top of the case's
+    timeout = case.timeout + (COMPOSE_START_S if backend == "compose" else 0)
     argv = [sys.executable, "-m", "labctl.cli", "up", "--backend", backend, "--script", str(case.path),
-            "--nodes", str(case.nodes), "--nproc-per-node", str(case.nproc), "--timeout", f"{case.timeout:g}",
+            "--nodes", str(case.nodes), "--nproc-per-node", str(case.nproc), "--timeout", f"{timeout:g}",
             "--out", str(out), "-q", "--env", f"LAB_FR_DUMP_DIR={dumps}"]
+    if case.faults:                     # a fault's time counts from every rank's init, however long start-up took
+        argv += ["--fault-clock", "join"]
     for fault in case.faults:
         argv += ["--fault", fault]
     for link in case.links:
@@ -118,7 +126,7 @@ def run_lab(case: Case, folder: Path, backend: str) -> tuple[dict | None, Path, 
     if case.pg_timeout is not None:
         argv += ["--pg-timeout", f"{case.pg_timeout:g}"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    output, seconds, _ = _run(argv, case.timeout + 180, env, REPO)
+    output, seconds, _ = _run(argv, timeout + 180, env, REPO)
     try:
         status = json.loads((out / "status.json").read_text())
     except (OSError, ValueError):

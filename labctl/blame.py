@@ -370,9 +370,11 @@ def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: 
     """With injected faults, the first failure names the fault that caused it.
 
     A kill (kill-rank, kill-node) that fired is the root cause: what the peers
-    then raise (a closed connection) is its symptom, kept as `peer_error`. A
-    freeze or a cut-off kills nothing; the first failure stays the peer's own
-    error (the collective's timeout) and says which fault came before it.
+    then raise (a closed connection) is its symptom, kept as `peer_error`. So is a
+    freeze (stop-node) or a cut-off (partition) of a node when the first failure is a
+    rank's timeout or lost connection: the rank the others waited for is the frozen or
+    cut-off node's, and the timeout is their symptom (`peer_error`). Any other first
+    failure (a rank's own error) stays, and says which fault came before it.
     """
     failed_at = min((n.exited_s for n in outcomes if n.state.bad and n.exited_s is not None),
                     default=None)
@@ -397,9 +399,48 @@ def fault_cause(first: FirstFailure | None, outcomes: list[NodeOutcome], found: 
             cause.peer_rank, cause.peer_error = _peer_symptom(
                 found, cause.rank, cause.node if fault.node_fault else None)
         return cause
+    held = _held_node_behind(first, fired, found)
+    if held is not None:
+        return held
     if first is not None:
         first.after_fault = ", ".join(r.fault for r in fired)
     return first
+
+
+_TIMED_OUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.I)
+
+
+def comm_symptom(error: str | None) -> bool:
+    """An error that says a rank waited for others in vain: a peer went away, or a
+    collective's own timeout ran out."""
+    return bool(error and (logs.peer_gone(error) or _TIMED_OUT.search(error)))
+
+
+def _held_node_behind(first: FirstFailure | None, fired: list[FiredFault], found: Findings
+                      ) -> FirstFailure | None:
+    """The frozen or cut-off node behind a first failure that is a timeout or a lost
+    connection (rank 0 timed out in all_reduce while node 1 was paused): that node's rank
+    is the first failure (`fault`), the timeout its peers' symptom. None: not so."""
+    if first is None or first.error is None or not comm_symptom(first.error.get("exception")):
+        return None
+    for record in sorted(fired, key=lambda r: r.lab_s):
+        fault = parse_fault(record.fault)
+        if record.phase != "begin" or fault.kind not in ("stop-node", "partition"):
+            continue
+        if fault.kind == "stop-node" and first.node == fault.target:
+            continue                  # a frozen node raises nothing while frozen: another cause
+        ranks = sorted(found.node_ranks.get(fault.target) or [])
+        cause = FirstFailure(fault=record.fault, fault_s=record.lab_s, node=fault.target,
+                             rank=ranks[0] if len(ranks) == 1 else None,
+                             ranks=ranks if len(ranks) > 1 else None)
+        if first.rank is not None and first.rank not in ranks:
+            cause.peer_error, cause.peer_rank = first.error, first.rank
+        else:                         # a cut-off node's own timeout: a peer's word, if any
+            cause.peer_rank, cause.peer_error = _peer_symptom(found, cause.rank, fault.target)
+            if cause.peer_error is None:
+                cause.peer_error, cause.peer_rank = first.error, first.rank
+        return cause
+    return None
 
 
 def _peer_symptom(found: Findings, killed_rank: int | None,

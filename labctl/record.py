@@ -86,7 +86,7 @@ class FirstFailure:
 
     def to_dict(self) -> dict[str, Any]:
         if self.fault:
-            keys = ("fault", "fault_s", "signal", "rank", "node", "exit_code", "peer_error", "peer_rank")
+            keys = ("fault", "fault_s", "signal", "rank", "ranks", "node", "exit_code", "peer_error", "peer_rank")
             always = {"rank", "node", "exit_code"} | ({"peer_rank"} if self.peer_error else set())
         elif self.left_early:
             keys = ("rank", "ranks", "node", "nodes", "exit_code", "left_early", "error", "symptom_rank")
@@ -112,7 +112,16 @@ class FirstFailure:
             return f"{self._who_left()} exited 0 while the others were still in a collective (left the group early)"
         if self.fault:
             who = f"rank {self.rank} on node {self.node}" if self.rank is not None else f"node {self.node}"
-            return f"{who} was killed by fault {self.fault} ({self.signal or 'SIGKILL'})"
+            kind = self.fault.split(":", 1)[0]
+            if kind not in ("stop-node", "partition"):
+                return f"{who} was killed by fault {self.fault} ({self.signal or 'SIGKILL'})"
+            what = "was frozen by" if kind == "stop-node" else "was cut off the network by"
+            text = f"{who} {what} fault {self.fault}"
+            if self.last_op:
+                text += f" ({'it was ' if self.last_op.startswith('in ') else ''}{self.last_op})"
+            if self.peer_error is not None and self.peer_rank is not None:
+                text += f"; rank {self.peer_rank} waited for it in vain: {self.peer_error['exception'][:160]}"
+            return text
         if self.lost:
             return f"node {self.node} lost: {self.lost}"
         if self.hang and self.collective:

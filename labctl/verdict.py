@@ -188,6 +188,12 @@ def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings
                         blamed_for="odd call" if odd else "absence")
 
 
+def _killed_by_fault(first: FirstFailure) -> bool:
+    """Killed by an injected fault (kill-rank, kill-node): the fault is the cause, said as
+    such; a frozen or cut-off rank is named with the op its records end in."""
+    return bool(first.fault) and first.fault.split(":", 1)[0] in ("kill-rank", "kill-node")
+
+
 def _the_leavers_waited_for(first: FirstFailure, diagnosis: dict) -> None:
     """Of the ranks that left early, the ones the stuck collective waits for: ranks that
     exited 0 after a world all_reduce while rank 2 waits in its subgroup's for rank 3 did
@@ -217,7 +223,7 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     a rank the others waited for, the line they called the collective it never entered at,
     else where its records end (it died without a line), else its stack at the deadline."""
     rank = first.rank
-    if rank is None or first.fault:
+    if rank is None or _killed_by_fault(first):
         return
     diagnosis = first.collective or {}
     named = diagnosis.get("rank") == rank

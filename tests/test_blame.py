@@ -329,6 +329,35 @@ def test_a_kill_fault_keeps_what_the_peers_saw_when_the_killed_rank_is_named_fir
     assert (cause["node"], cause["peer_rank"], cause["peer_error"]) == (1, 0, reset)
 
 
+def test_a_frozen_or_cut_off_node_is_the_cause_of_its_peers_timeout():
+    """Node 1 frozen (stop-node) or cut off (partition): rank 0's collective timed out
+    waiting for it. The rank the others waited for is node 1's (was: rank 0, "after
+    fault"); the timeout is kept as its peers' symptom. A rank's own error is not a symptom
+    of a fault: it stays the first failure, after the fault."""
+    from labctl.blame import fault_cause
+
+    timed_out = {"exception": "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms "
+                              "for recv operation to complete", "file": "job.py", "line": 14}
+    found = Findings(node_ranks={0: [0], 1: [1]}, exit_codes={0: 1}, errors={0: timed_out}, root_causes={0: 0})
+    outcomes = [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, exited_s=32.0),
+                NodeOutcome(1, "lab-1", None, NodeState.STOPPED, exited_s=40.0)]
+    first = first_failure(outcomes, found)
+    assert (first.rank, first.node) == (0, 0)
+    for kind, said in (("stop-node", "was frozen by"), ("partition", "was cut off the network by")):
+        fired = [FiredFault(f"{kind}:1@20+60", kind, 1, "begin", "docker pause lab-1", 21.0, took_s=0.1)]
+        cause = fault_cause(dataclasses.replace(first), outcomes, found, fired)
+        assert (cause.fault, cause.rank, cause.node, cause.peer_rank, cause.peer_error) == \
+            (f"{kind}:1@20+60", 1, 1, 0, timed_out)
+        assert cause.describe().startswith(f"rank 1 on node 1 {said} fault {kind}:1@20+60; rank 0 waited for it "
+                                           "in vain: RuntimeError: "), cause.describe()
+    own = {"exception": "ValueError: bad batch", "file": "job.py", "line": 9}
+    found.errors[0] = own
+    first = first_failure(outcomes, found)
+    fired = [FiredFault("stop-node:1@20+60", "stop-node", 1, "begin", "docker pause lab-1", 21.0, took_s=0.1)]
+    cause = fault_cause(first, outcomes, found, fired)
+    assert (cause.rank, cause.fault, cause.after_fault) == (0, None, "stop-node:1@20+60")
+
+
 def test_a_rank_stopped_after_the_symptom_is_not_its_cause():
     """Direct mode times every exit: rank 2 saw its peer hang up and exited first; rank 0
     was killed later, when labctl stopped its node (SIGKILL after the grace). Rank 0 is

@@ -74,10 +74,17 @@ def test_a_kill_fault_is_the_root_cause_only_when_it_came_before_the_failure():
     crashed = NodeOutcome(0, "lab-0", 1, "failed", exited_s=5.0)
     assert fault_cause(FirstFailure(**peer), [crashed, killed], found,
                        [_fault("kill-node", 1, 30.1, "kill-node:1@30")]).to_dict() == peer
-    # a freeze kills nothing: the peer's own error stays first, with the fault before it
-    after = fault_cause(FirstFailure(**peer), [peer_node], found,
+    # a freeze kills nothing, but the peer's lost connection is its symptom: the frozen
+    # node's rank is the one it waited for (tests/test_blame.py has the timeout's case)
+    frozen = fault_cause(FirstFailure(**peer), [peer_node], found,
+                         [_fault("stop-node", 1, 20.0, "stop-node:1@20+60")]).to_dict()
+    assert (frozen["fault"], frozen["rank"], frozen["node"], frozen["peer_rank"], frozen["peer_error"]) == \
+        ("stop-node:1@20+60", 1, 1, 0, peer["error"])
+    # a rank's own error is not a freeze's symptom: it stays first, with the fault before it
+    own = {**peer, "error": {"exception": "ValueError: bad batch", "file": "job.py", "line": 9}}
+    after = fault_cause(FirstFailure(**own), [peer_node], found,
                         [_fault("stop-node", 1, 20.0, "stop-node:1@20+60")]).to_dict()
-    assert after == {**peer, "after_fault": "stop-node:1@20+60"}
+    assert after == {**own, "after_fault": "stop-node:1@20+60"}
 
 
 def test_the_node_log_split_keeps_an_over_long_unended_line_as_printed(tmp_path):

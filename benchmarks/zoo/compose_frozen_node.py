@@ -1,5 +1,5 @@
 # zoo: culprit=1 op=all_reduce line=14 kind=timeout backend=compose nodes=2 nproc=1 timeout=90
-# zoo: faults=stop-node:1@20+60 pg_timeout=10
+# zoo: faults=stop-node:1@5+60 pg_timeout=10
 # zoo: about=node 1 is frozen (docker pause) for 60 s; the others time out in all_reduce after pg_timeout
 import torch
 import torch.distributed as dist
