@@ -107,7 +107,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 COMPOSE_START_S = 60
 
 
-def run_lab(case: Case, folder: Path, backend: str) -> tuple[dict | None, Path, float, str]:
+def run_lab(case: Case, folder: Path, backend: str, image: str | None = None
+            ) -> tuple[dict | None, Path, float, str]:
     """One lab run (this checkout's labctl) with Flight Recorder dumps: (status.json, the
     dumps' folder, seconds, labctl's output)."""
     out, dumps = folder / "run", folder / "fr"
@@ -117,6 +118,8 @@ def run_lab(case: Case, folder: Path, backend: str) -> tuple[dict | None, Path, 
     argv = [sys.executable, "-m", "labctl.cli", "up", "--backend", backend, "--script", str(case.path),
             "--nodes", str(case.nodes), "--nproc-per-node", str(case.nproc), "--timeout", f"{timeout:g}",
             "--out", str(out), "-q", "--env", f"LAB_FR_DUMP_DIR={dumps}"]
+    if image and backend == "compose":
+        argv += ["--image", image]
     if case.faults:                     # a fault's time counts from every rank's init, however long start-up took
         argv += ["--fault-clock", "join"]
     for fault in case.faults:
@@ -154,13 +157,14 @@ def run_torchrun(case: Case, folder: Path, detail: bool) -> tuple[str, float, bo
     return _run(argv, case.timeout, env, folder)
 
 
-def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: bool) -> dict[str, dict]:
+def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: bool,
+             image: str | None = None) -> dict[str, dict]:
     """Each tool's answer (seconds: launch to answer, not yet less the control's)."""
     folder.mkdir(parents=True, exist_ok=True)
     script = case.path.name
     found: dict[str, dict] = {}
     if "lab" in tools or "fr_trace" in tools:
-        status, dumps, seconds, output = run_lab(case, folder / "lab", backend)
+        status, dumps, seconds, output = run_lab(case, folder / "lab", backend, image)
         if "lab" in tools:
             answer = lab_answer(status, script, seconds) if status else \
                 Answer(text=f"no status.json: {output.strip()[-200:]}", seconds=seconds)
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zoo", type=Path, default=ZOO, help="the cases' folder (default benchmarks/zoo)")
     parser.add_argument("--out", type=Path, help="where the runs go (default: a new temporary folder)")
     parser.add_argument("--json", type=Path, help="also write every answer and verdict here")
+    parser.add_argument("--image", help="the container image of compose labs (default: the lab's, labctl-cpu:latest)")
     parser.add_argument("-v", "--verbose", action="store_true", help="each answer as it comes")
     args = parser.parse_args(argv)
     try:
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case.name}: skipped ({skip})", flush=True)
             continue
         started = time.monotonic()
-        found = run_case(case, tools, args.backend, out / case.name, args.verbose)
+        found = run_case(case, tools, args.backend, out / case.name, args.verbose, args.image)
         if case is control:
             baseline = {t: g["answer"].seconds for t, g in found.items() if g["answer"].seconds is not None}
         results[case.name] = {"case": case, "found": found}

@@ -408,6 +408,9 @@ class Summary:
                 f"{left_in['text']}; rank {', '.join(map(str, left_in['unfinished']))} never left it"]
         if self.stuck:
             culprit, ranks, op, caller = _blame_stuck(self.stuck)
+            earlier = self._mismatch_before(culprit)
+            if earlier is not None:             # the odd call it made first is what the rest follows from
+                return culprit, ranks, earlier["op"], earlier["caller"], [earlier["text"]]
             if ranks:
                 return culprit, ranks, op, caller, []
         if self.mismatch_found:
@@ -420,6 +423,20 @@ class Summary:
         mine = next(op for op in blocked if op.rank == ranks[0])
         culprit = ranks[0] if len(ranks) == 1 else None
         return culprit, ranks, mine.call, mine.caller, []
+
+    def _mismatch_before(self, culprit: int | None) -> dict[str, Any] | None:
+        """A completed collective whose calls differed, with `culprit` its odd rank, before
+        a stuck collective of the same group that the culprit never entered or never left:
+        broadcast_object_list with lists of other lengths, where the odd rank then dies
+        unpickling what it got and the others wait for it in the next all_reduce. The odd
+        call is the cause; the stuck collective its effect."""
+        if culprit is None:
+            return None
+        for m in self.mismatch_found:
+            if m["rank"] == culprit and any(st.pg == m["pg"] and st.seq > m["seq"] and culprit in st.targets
+                                            for st in self.stuck):
+                return m
+        return None
 
     def _left_in_a_mismatch(self) -> dict[str, Any] | None:
         """The first collective every member entered with calls that differ, an odd rank

@@ -1190,6 +1190,26 @@ def test_a_mismatch_says_what_differs_and_who_the_odd_one_is(tmp_path):
     assert (d["rank"], d["op"]) == (1, "all_reduce")
 
 
+def test_an_odd_call_before_the_collective_the_others_wait_in_is_the_cause(tmp_path):
+    """broadcast_object_list with a list of another length: rank 2's size broadcast
+    differs but completes, rank 2 then dies unpickling what it got (a container's memory
+    limit: SIGKILL, no line), and ranks 0, 1 wait for it in the next all_reduce. The odd
+    call is named, with its line, not the all_reduce it never entered."""
+    def ops(rank):
+        mine = [{"op": "broadcast", "api": "broadcast_object_list", "seq": 1, "root": 0, "t": 1, "end": 2,
+                 "shape": [2] if rank == 2 else [1], "caller": "job.py:11"}]
+        if rank != 2:
+            mine.append({"op": "all_reduce", "seq": 2, "t": 3, "caller": "job.py:12"})
+        return mine
+
+    d = _diagnosed(tmp_path, {r: ops(r) for r in range(3)}).diagnosis()
+    assert (d["rank"], d["op"], d["caller"]) == (2, "broadcast_object_list", "job.py:11"), d
+    assert d["text"].startswith("rank 2 called broadcast_object_list (its broadcast [2]) where rank 0 called "
+                                "broadcast_object_list (its broadcast [1])"), d["text"]
+    assert "(the size differs); ranks 0, 1 wait in all_reduce (collective #2 of default_pg) which rank 2 never entered" \
+        in d["text"], d["text"]
+
+
 def test_with_two_ranks_that_disagree_neither_is_the_odd_one(tmp_path):
     """Two ranks, two calls: no majority, so no culprit; the text says what each called and where."""
     s = _diagnosed(tmp_path, {0: [{"op": "all_reduce", "seq": 1, "shape": [1000], "t": 1, "caller": "job.py:7"}],
