@@ -119,13 +119,13 @@ def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
     if isinstance(ours.get("time_ns"), int):
         timestamp = ours["time_ns"] / 1e9
     tracker = logs.ErrorTracker()          # the same reading as a traceback in a log
-    for line in stack.splitlines():
-        tracker.feed(line)
+    for line in stack.split("\n"):         # lines end at "\n" only, as in a log: a "\r" in a
+        tracker.feed(line.removesuffix("\r"))   # message stays inside it (splitlines cut it there)
     error = tracker.error or {}
     frame = Frame(error["file"], error["line"], error["function"], error.get("call")) if error.get("file") else None
     return ErrorFile(node, local_rank, rank if isinstance(rank, int) else None,
                      code if isinstance(code, int) else None,
-                     error.get("exception") or (text.splitlines() or [""])[0][:500], frame, timestamp)
+                     error.get("exception") or text.split("\n", 1)[0].removesuffix("\r")[:500], frame, timestamp)
 
 
 @dataclass

@@ -91,6 +91,17 @@ def test_the_error_files_name_the_first_failure_when_the_summary_is_cut_or_misle
     assert json.loads((run.path / "status.json").read_text())["first_failure"]["rank"] == 0
 
 
+def test_an_error_file_keeps_a_message_with_a_carriage_return_whole(tmp_path, monkeypatch):
+    """A message with a "\r" in it (a progress bar's, a Windows path's) is one line, as in
+    a log: the reader cut it at the "\r" (str.splitlines)."""
+    files = tmp_path / "node-0" / f"{RUN_ID}_cr" / "attempt_0" / "0"
+    files.mkdir(parents=True)
+    line = _raise(monkeypatch, files / "error.json", 0, 0, ValueError("step 3/10\rstep 4/10 failed"))
+    read, notes = read_error_files(tmp_path / "node-0", 0)
+    assert not notes and read[0].message == "ValueError: step 3/10\rstep 4/10 failed", read
+    assert (read[0].frame.file, read[0].frame.line) == (__file__, line)
+
+
 def test_a_peer_hanging_up_first_points_at_the_rank_that_died_without_raising(tmp_path, monkeypatch):
     """Rank 2 left with os._exit(3) (no exception, no error file); rank 3 raised only
     "connection closed". The rank that died without raising is the first failure."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from html_support import write_folder
 from labctl import html, report
 from labctl.rundir import RunDir
+from labctl.spec import MAX_FILE_BYTES
 from workloads._protocol import DATA
 
 
@@ -163,6 +164,15 @@ def test_a_missing_results_file_and_a_missing_trace_of_a_traced_lab_are_named(tm
     problems = html.page_data(run)["problems"]
     assert "results.jsonl is missing: no checks or data to show" in problems
     assert "trace.json is missing: the lab was traced but no timeline was written" in problems
+
+
+def test_a_spec_yaml_past_a_lab_file_s_bound_is_named_not_read(tmp_path):
+    """spec.yaml is read no further than a lab file may be (it was read whole)."""
+    run = write_folder(tmp_path / "run", world=2, nodes=1)
+    (run / "spec.yaml").write_bytes(b"name: lab\n" + b"# padding\n" * (MAX_FILE_BYTES // 10 + 1))
+    data = html.page_data(run)
+    said = [p for p in data["problems"] if p.startswith("spec.yaml")]
+    assert said and "larger than 1 MiB" in said[0], data["problems"]
 
 
 def test_a_links_run_s_page_has_the_pair_matrix_the_topology_and_the_slow_node(tmp_path):

@@ -18,6 +18,7 @@ import yaml
 from .. import report
 from ..record import MAX_NPROC_PER_NODE, MAX_WORLD, FirstFailure, RunRecord, read_bounded
 from ..rundir import RunDir, read_results
+from ..spec import MAX_FILE_BYTES
 from ..verdict import as_seen_now
 from .timeline import read as read_trace, stragglers, totals
 from workloads._protocol import Env
@@ -105,9 +106,12 @@ def _json_object(path: Path) -> dict:
 
 
 def _yaml_object(path: Path) -> dict:
+    """A YAML mapping of the run folder (spec.yaml), read no further than a lab file may
+    be (spec.MAX_FILE_BYTES: a GB-sized one is a damaged folder, named as such)."""
     if not path.is_file():
         return {}
-    value = yaml.safe_load(path.read_text(errors="replace"))
+    data = read_bounded(path, "lab description", MAX_FILE_BYTES)
+    value = yaml.safe_load(data.decode(errors="replace"))
     return value if isinstance(value, dict) else {}
 
 
