@@ -104,17 +104,16 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-COMPOSE_START_S = 60
+COMPOSE_START_S = 60                # --slack's default on compose: containers take that long to start here
 
 
-def run_lab(case: Case, folder: Path, backend: str, image: str | None = None
+def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, slack: float = 0.0
             ) -> tuple[dict | None, Path, float, str]:
     """One lab run (this checkout's labctl) with Flight Recorder dumps: (status.json, the
     dumps' folder, seconds, labctl's output)."""
     out, dumps = folder / "run", folder / "fr"
-    # containers take their time to start (tens of seconds on a loaded 2-core machine): the
-    # lab's deadline, which counts from the start, gets that on top of the case's
-    timeout = case.timeout + (COMPOSE_START_S if backend == "compose" else 0)
+    # the deadline counts from the start: start-up (containers, a loaded machine) gets `slack` more
+    timeout = case.timeout + slack
     argv = [sys.executable, "-m", "labctl.cli", "up", "--backend", backend, "--script", str(case.path),
             "--nodes", str(case.nodes), "--nproc-per-node", str(case.nproc), "--timeout", f"{timeout:g}",
             "--out", str(out), "-q", "--env", f"LAB_FR_DUMP_DIR={dumps}"]
@@ -146,7 +145,7 @@ def run_frtrace(dumps: Path, folder: Path) -> tuple[str, float]:
     return output, seconds
 
 
-def run_torchrun(case: Case, folder: Path, detail: bool) -> tuple[str, float, bool]:
+def run_torchrun(case: Case, folder: Path, detail: bool, slack: float = 0.0) -> tuple[str, float, bool]:
     folder.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAB_", "TORCH_DISTRIBUTED_DEBUG"))}
     env.pop("PYTHONPATH", None)
@@ -154,17 +153,17 @@ def run_torchrun(case: Case, folder: Path, detail: bool) -> tuple[str, float, bo
         env.update(TORCH_DISTRIBUTED_DEBUG="DETAIL", TORCH_CPP_LOG_LEVEL="INFO")
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(case.world),
             str(case.path)]
-    return _run(argv, case.timeout, env, folder)
+    return _run(argv, case.timeout + slack, env, folder)
 
 
 def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: bool,
-             image: str | None = None) -> dict[str, dict]:
+             image: str | None = None, slack: float = 0.0) -> dict[str, dict]:
     """Each tool's answer (seconds: launch to answer, not yet less the control's)."""
     folder.mkdir(parents=True, exist_ok=True)
     script = case.path.name
     found: dict[str, dict] = {}
     if "lab" in tools or "fr_trace" in tools:
-        status, dumps, seconds, output = run_lab(case, folder / "lab", backend, image)
+        status, dumps, seconds, output = run_lab(case, folder / "lab", backend, image, slack)
         if "lab" in tools:
             answer = lab_answer(status, script, seconds) if status else \
                 Answer(text=f"no status.json: {output.strip()[-200:]}", seconds=seconds)
@@ -176,10 +175,10 @@ def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: 
             found["fr_trace"] = {"answer": answer, "raw": said[-4000:]}
     for tool in ("detail", "torchrun"):
         if tool in tools:
-            output, seconds, killed = run_torchrun(case, folder / tool, detail=tool == "detail")
+            output, seconds, killed = run_torchrun(case, folder / tool, detail=tool == "detail", slack=slack)
             answer = torchrun_answer(output, script, seconds)
             if answer.silent and killed:
-                answer = Answer(text=f"nothing said before the {case.timeout:g} s timeout", seconds=None)
+                answer = Answer(text=f"nothing said before the {case.timeout + slack:g} s timeout", seconds=None)
             found[tool] = {"answer": answer, "raw": output[-6000:]}
     if verbose:
         for tool, got in found.items():
@@ -198,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zoo", type=Path, default=ZOO, help="the cases' folder (default benchmarks/zoo)")
     parser.add_argument("--out", type=Path, help="where the runs go (default: a new temporary folder)")
     parser.add_argument("--json", type=Path, help="also write every answer and verdict here")
+    parser.add_argument("--slack", type=float, help="seconds added to every case's timeout, for start-up "
+                        f"(default: {COMPOSE_START_S} on compose, 0 on local; more on a loaded machine)")
     parser.add_argument("--image", help="the container image of compose labs (default: the lab's, labctl-cpu:latest)")
     parser.add_argument("-v", "--verbose", action="store_true", help="each answer as it comes")
     args = parser.parse_args(argv)
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case.name}: skipped ({skip})", flush=True)
             continue
         started = time.monotonic()
-        found = run_case(case, tools, args.backend, out / case.name, args.verbose, args.image)
+        slack = args.slack if args.slack is not None else COMPOSE_START_S if args.backend == "compose" else 0.0
+        found = run_case(case, tools, args.backend, out / case.name, args.verbose, args.image, slack)
         if case is control:
             baseline = {t: g["answer"].seconds for t, g in found.items() if g["answer"].seconds is not None}
         results[case.name] = {"case": case, "found": found}
