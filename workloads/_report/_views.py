@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from workloads._protocol.plugin import (BOTH, MD, PAGE, BeforeAfter, Csv, Group, Heading, Lines,  # noqa: F401
-                                        Matrix, Messages, Table, Text, View, Workload)
+from workloads._protocol.plugin import BOTH, BeforeAfter, Group, Lines, Matrix, Messages, Table
 
 
 def table(title: str, columns: Iterable[str], rows: Iterable[Iterable[Any]], caption: str = "",
