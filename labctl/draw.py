@@ -26,14 +26,17 @@ def page(views: Iterable[Any]) -> list[dict]:
 
 
 def markdown(views: Iterable[Any]) -> str:
-    """The views report.md draws, one block each, a blank line between blocks."""
+    """The views report.md draws, one block each, a blank line between blocks. Figures of
+    calls (`BeforeAfter`) in a row, and groups of nothing but such figures in a row (the
+    collectives' families), are one table: a row per call."""
     blocks: list[str] = []
-    pending: list[BeforeAfter] = []
+    pending: list[tuple[str, BeforeAfter]] = []
     for view in views:
         if view.show == PAGE:
             continue
-        if isinstance(view, BeforeAfter):
-            pending.append(view)
+        figures = _figures(view)
+        if figures is not None:
+            pending += figures
             continue
         if pending:
             blocks.append(_calls(pending))
@@ -42,6 +45,16 @@ def markdown(views: Iterable[Any]) -> str:
     if pending:
         blocks.append(_calls(pending))
     return "\n\n".join(blocks)
+
+
+def _figures(view: Any) -> list[tuple[str, BeforeAfter]] | None:
+    """(its group's title, figure) for a figure of a call or a group of only those."""
+    if isinstance(view, BeforeAfter):
+        return [("", view)]
+    if isinstance(view, Group) and view.views and all(
+            isinstance(v, BeforeAfter) for v in view.views if v.show != PAGE):
+        return [(view.title, v) for v in view.views if v.show != PAGE]
+    return None
 
 
 def _heading(title: str, level: int = 3) -> list[str]:
@@ -76,18 +89,20 @@ def _blocks(view: Any) -> list[str]:
     raise TypeError(f"not a view: {type(view).__name__}")
 
 
-def _calls(calls: list[BeforeAfter]) -> str:
-    """A family of calls as one table: a row per call, the first ranks' values."""
+def _calls(calls: list[tuple[str, BeforeAfter]]) -> str:
+    """Figures of calls as one table: a row per call, the first ranks' values (the group
+    each belongs to first, when they came in groups)."""
+    grouped = any(group for group, _ in calls)
     rows = []
-    for call in calls:
+    for group, call in calls:
         ranks = list(call.ranks)
         checked = [r for r in ranks if r.get("ok") is not None]
         values = "; ".join(f"rank {r.get('rank')}: {held(r.get('before'))} → {held(r.get('after'))}"
                            for r in ranks[:FIGURE_RANKS])
-        rows.append((call.title, len(ranks),
-                     f"{sum(1 for r in checked if r['ok'])}/{len(checked)}" if checked else "",
-                     values + (f"; ... ({len(ranks) - FIGURE_RANKS} more ranks)" if len(ranks) > FIGURE_RANKS else "")))
-    return table(("call", "ranks", "checks passed", "before → after"), rows)
+        rows.append(([group] if grouped else []) + [
+            call.title, len(ranks), f"{sum(1 for r in checked if r['ok'])}/{len(checked)}" if checked else "",
+            values + (f"; ... ({len(ranks) - FIGURE_RANKS} more ranks)" if len(ranks) > FIGURE_RANKS else "")])
+    return table((["of"] if grouped else []) + ["call", "ranks", "checks passed", "before → after"], rows)
 
 
 def held(value: Any) -> str:

@@ -66,16 +66,21 @@ def test_each_view_kind_is_drawn_as_markdown():
     assert "| from \\ to | node 0 | node 1 |\n|---|---|---|\n| node 0 | — | 1 |" in text
 
 
-def test_a_family_of_calls_is_one_table_a_row_per_call():
+def test_families_of_calls_are_one_table_a_row_per_call():
     ranks = [{"rank": r, "before": HELD, "after": {"len": 2, "list": [HELD, HELD]}, "ok": r != 1}
              for r in range(6)]
-    text = draw.markdown([Group("all_reduce", [BeforeAfter("c1", "all_reduce · op=SUM", ranks),
-                                               BeforeAfter("c2", "barrier", [{"rank": 0, "ok": None}])],
-                                "what it does")])
-    assert text.startswith("### all_reduce\n\nwhat it does\n\n| call | ranks | checks passed | before → after |")
-    rows = text.splitlines()[-2:]
-    assert rows[0].startswith("| all_reduce · op=SUM | 6 | 5/6 | rank 0: [1, 2.5, 3] → [[1, 2.5, 3], [1, 2.5, 3]]; ")
-    assert rows[0].endswith("; ... (2 more ranks) |") and rows[1] == "| barrier | 1 |  | rank 0: — → — |"
+    text = draw.markdown([Group("all_reduce", [BeforeAfter("c1", "all_reduce · op=SUM", ranks)], "what it does"),
+                          Group("barrier", [BeforeAfter("c2", "barrier", [{"rank": 0, "ok": None}])])])
+    assert text.startswith("| of | call | ranks | checks passed | before → after |\n|---|")
+    rows = text.splitlines()[2:]
+    assert rows[0].startswith("| all_reduce | all_reduce · op=SUM | 6 | 5/6 | rank 0: [1, 2.5, 3] → "
+                              "[[1, 2.5, 3], [1, 2.5, 3]]; ")
+    assert rows[0].endswith("; ... (2 more ranks) |") and rows[1] == "| barrier | barrier | 1 |  | rank 0: — → — |"
+    alone = draw.markdown([Text("x"), BeforeAfter("c2", "barrier", [{"rank": 0, "ok": True}])])
+    assert alone == "x\n\n| call | ranks | checks passed | before → after |\n|---|---|---|---|\n" \
+                    "| barrier | 1 | 1/1 | rank 0: — → — |"
+    mixed = draw.markdown([Group("g", [Text("a note"), BeforeAfter("c", "c", [])])])
+    assert mixed.startswith("### g\n\na note\n\n| call |")
 
 
 def test_show_keeps_a_view_to_one_renderer_and_the_page_drops_markdown_s_bold():
@@ -122,7 +127,7 @@ def test_every_workload_with_records_shows_in_report_md_and_on_the_page(tmp_path
         assert f"\n{heading}\n" in text, heading
     assert text.index("## Where every rank runs") < text.index("## Checks per workload") < text.index("## P2p")
     assert "| 1 | 0 | 1 | send → recv | [1, 2.5, 3] | [1, 2.5, 3] | yes |" in text
-    assert "| all_reduce · op=SUM | 2 | 1/1 | rank 0: [1, 2.5, 3] → [1, 2.5, 3]; rank 1:" in text
+    assert "| all_reduce | all_reduce · op=SUM | 2 | 1/1 | rank 0: [1, 2.5, 3] → [1, 2.5, 3]; rank 1:" in text
     sections = {s["workload"]: s["views"] for s in html.page_data(run)["workloads"]}
     assert list(sections) == ["env", "p2p", "collectives", "ddp", "store"]
     assert sections["env"][0]["rows"][1][:1] == [1] and sections["store"][0]["title"] == "store latency"
