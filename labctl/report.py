@@ -13,69 +13,81 @@ import io
 import json
 from collections import defaultdict
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
 
 from workloads._protocol import DATA, WORKLOAD_DONE, visible
+from workloads._protocol.plugin import InputError, Workload
 
+from . import draw
 from .outcome import NodeState, RunState
 from .record import RunRecord, where as _where
 from .verdict import as_seen_now
 from .errors import LabError
 from .faults import parse as parse_fault
+from .plugins import module as hook, plugin  # noqa: F401  (hook: a workload's own module, e.g. preflight's run_table)
 from .rundir import RunDir
-from .spec import report_hook as hook
+from .spec import SpecError
 from .tables import table  # noqa: F401  (re-exported: report.table is the table format)
 
 PAGE_FILE = "report.html"          # the run's page, written by labctl/html (which reads this module)
 
 
-def hooks_for(results: list[dict]) -> list[tuple[str, ModuleType]]:
-    """Hooks of the workloads present in these results, in the order they first appear."""
+def hooks_for(results: list[dict]) -> list[tuple[str, Workload]]:
+    """The plugins of the workloads present in these results, in the order they first appear."""
     seen: list[str] = []
     for r in results:
         w = r.get("workload")
         if isinstance(w, str) and w not in seen:
             seen.append(w)
-    return [(w, m) for w in seen if (m := hook(w)) is not None]
+    return [(w, p) for w in seen if (p := plugin(w)) is not None]
 
 
 def write_files(run: RunDir, note: Callable[[str], None] = lambda line: None) -> list[Path]:
     """Files the run's workloads add next to report.md (plots); a failure is a note."""
     written: list[Path] = []
-    for name, module in hooks_for(run.results()):
-        if hasattr(module, "write_files"):
+    for _, workload in hooks_for(run.results()):
+        if workload.write_files is not None:
             try:
-                written += module.write_files(run)
+                written += workload.write_files(run)
             except LabError as exc:
                 note(f"note: {exc}")
     return written
 
 
 def compare(run_a: RunDir, run_b: RunDir, fmt: str = "md") -> str:
-    """`labctl compare`: the first workload hook of run A that knows how to compare."""
-    for name, module in hooks_for(run_a.results()):
-        if hasattr(module, "compare"):
-            return module.compare(run_a, run_b, fmt)
+    """`labctl compare`: the first workload of run A that knows how to compare."""
+    for _, workload in hooks_for(run_a.results()):
+        if workload.compare is not None:
+            return workload.compare(run_a, run_b, fmt)
     raise LabError(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
                    "measurements (make some with: labctl up --workload bench)")
 
 def predict(run: RunDir, world_size: int, sizes: list[int] | None = None, fmt: str = "md",
             links: dict | None = None) -> str:
-    """`labctl predict`: the first workload hook of the run that can scale its measurements
+    """`labctl predict`: the first workload of the run that can scale its measurements
     to another world size (bench: each op's messages replayed over the links; `links`: the
     --link overrides, as the lab file's `links:` mapping)."""
-    for name, module in hooks_for(run.results()):
-        if hasattr(module, "predict"):
-            return module.predict(run, world_size, sizes, fmt, **({"links": links} if links else {}))
+    for _, workload in hooks_for(run.results()):
+        if workload.predict is not None:
+            try:
+                return workload.predict(run, world_size, sizes, fmt, **({"links": links} if links else {}))
+            except InputError as exc:
+                raise SpecError(str(exc)) from None
     raise LabError(f"{run.path}: nothing to predict from: none of its workloads fits a cost "
                    "model (make a sweep with: labctl up --workload bench)")
 
 
 def rank_rows(results: list[dict]) -> list[dict]:
-    """Per-rank records (where each rank runs) from the hooks that have them (`rank_rows`)."""
-    return [row for name, module in hooks_for(results) if hasattr(module, "rank_rows")
-            for row in module.rank_rows(results)]
+    """Per-rank records (where each rank runs) from the workloads that have them."""
+    return [row for _, workload in hooks_for(results) if workload.rank_rows is not None
+            for row in workload.rank_rows(results)]
+
+
+def page_sections(results: list[dict]) -> list[tuple[str, Callable[[], list[dict]]]]:
+    """Each workload's section of the page, to be drawn (its views, as the JSON island
+    holds them): the same view model report.md draws."""
+    return [(name, lambda w=workload: draw.page([*w.head(results), *w.views(results)]))
+            for name, workload in hooks_for(results)]
 
 
 def workload_summary(results: list[dict]) -> list[dict]:
@@ -127,9 +139,9 @@ def as_dict(run: RunDir) -> dict[str, Any]:
         "failed_checks": [r for r in results if not r.get("ok", False)],
         "skipped": skipped(results),
     }
-    for name, module in hooks_for(results):
-        if hasattr(module, "as_json"):
-            data[name] = module.as_json(results)
+    for name, workload in hooks_for(results):
+        if workload.data is not None:
+            data[name] = workload.data(results)
     return data
 
 
@@ -137,11 +149,12 @@ def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{len(ranks)} ranks"
 
 
-def _hook_sections(results: list[dict], verb: str) -> list[str]:
-    """Each workload's `verb` section (head, markdown), a blank line before each."""
+def _sections(results: list[dict], head: bool = False) -> list[str]:
+    """Each workload's views (`head`: its head, before the checks per workload), drawn as
+    Markdown, a blank line before each."""
     parts: list[str] = []
-    for _, module in hooks_for(results):
-        section = getattr(module, verb)(results) if hasattr(module, verb) else None
+    for _, workload in hooks_for(results):
+        section = draw.markdown(workload.head(results) if head else workload.views(results))
         if section:
             parts += ["", section]
     return parts
@@ -167,7 +180,7 @@ def markdown(run: RunDir) -> str:
     if m.message:
         parts += ["", f"**{m.message}**"]
 
-    parts += _hook_sections(results, "head")
+    parts += _sections(results, head=True)
 
     summary = workload_summary(results)
     if summary:
@@ -176,7 +189,7 @@ def markdown(run: RunDir) -> str:
                         ((s["workload"], s["ranks"], s["passed"], s["failed"], s["skipped"],
                           f"{s['seconds']:.2f}") for s in summary))]
 
-    parts += _hook_sections(results, "markdown")
+    parts += _sections(results)
 
     skips = skipped(results)
     if skips:
@@ -302,9 +315,9 @@ def _kills_a_rank(text: str) -> bool:
 def as_csv(run: RunDir) -> str:
     """Every result as one CSV row (bench runs: the nccl-tests-style rows)."""
     results = run.results()
-    for name, module in hooks_for(results):
-        if hasattr(module, "csv"):
-            return module.csv(results)
+    for _, workload in hooks_for(results):
+        if workload.csv is not None:
+            return draw.csv(workload.csv(results))
     buf = io.StringIO()
     columns = ["workload", "name", "rank", "ok", "skipped", "detail", "reason"]
     writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")

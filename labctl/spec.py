@@ -286,15 +286,12 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
 
 
 def report_hook(name: str):
-    """A workload's report hook (workloads/_report/<name>.py), if it has one (torch-free):
-    its option rules, lab checks and report sections (labctl.report uses this one too)."""
-    module = f"workloads._report.{name}"
-    try:
-        if importlib.util.find_spec(module) is None:
-            return None
-    except ModuleNotFoundError:
-        return None
-    return importlib.import_module(module)
+    """A workload's plugin (labctl/plugins.py: workloads/_report/<name>.py's `WORKLOAD`), if
+    it has one: its option rules and lab checks (`check_options`, `check_lab`,
+    `check_placement`; each a no-op when the workload has none)."""
+    from .plugins import plugin
+
+    return plugin(name)
 
 
 _FIELDS = {f.name for f in dataclasses.fields(LabSpec)}

@@ -1,5 +1,7 @@
 """The import graph of labctl and workloads as the import-circles tool reads it: every
-import statement, lazy ones (inside functions) and those for type checkers too."""
+import statement, lazy ones (inside functions) and those for type checkers too, and the
+imports made at run time by name: `importlib.import_module(f"workloads._report.{name}")`
+imports every module whose name the f-string can spell (labctl/plugins.py)."""
 from __future__ import annotations
 
 import ast
@@ -18,10 +20,39 @@ def modules(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]
     return found
 
 
-def imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
-    """Module -> the modules of `packages` it imports (`from a import b` names a.b when
-    b is a module, a otherwise)."""
+def by_name(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """labctl's module -> the modules of `packages` it imports at run time by name: an
+    `import_module` call whose argument is a string, or an f-string whose text before its
+    first field is a package's name and a dot (every module under that package). The
+    ranks' runner (workloads/__main__.py: `workloads.<name>`, each workload) is not read:
+    its workloads are run, not layered."""
     files = modules(root, packages)
+    graph: dict[str, set[str]] = {}
+    for name, f in files.items():
+        if not name.startswith("labctl"):
+            continue
+        found = set()
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if not (isinstance(node, ast.Call) and node.args and (
+                    getattr(node.func, "attr", None) == "import_module"
+                    or getattr(node.func, "id", None) == "import_module")):
+                continue
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                found |= {m for m in files if m == arg.value}
+            elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+                prefix = str(arg.values[0].value)
+                if prefix.endswith("."):
+                    found |= {m for m in files if m.startswith(prefix) or m == prefix[:-1]}
+        graph[name] = found - {name}
+    return graph
+
+
+def imports(root: Path, packages: tuple[str, ...] = PACKAGES, run_time: bool = True) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports (`from a import b` names a.b when
+    b is a module, a otherwise), and (`run_time`) those it imports by name (`by_name`)."""
+    files = modules(root, packages)
+    loaded = by_name(root, packages) if run_time else {}
     graph: dict[str, set[str]] = {}
     for name, f in files.items():
         package = name if f.name == "__init__.py" else name.rpartition(".")[0]
@@ -40,7 +71,7 @@ def imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[s
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     found.add(target)
-        graph[name] = found
+        graph[name] = found | loaded.get(name, set())
     return graph
 
 

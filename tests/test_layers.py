@@ -1,6 +1,7 @@
 """Layers point down only (docs/architecture.md, "Layers"): no import circle in labctl
-and workloads, lazy imports included; labctl knows workloads only through
-workloads._protocol (the marker lines, LAB_* names, records) and finds the rest by name;
+and workloads, lazy imports and imports by name at run time included; labctl knows
+workloads only through workloads._protocol (the marker lines, LAB_* names, records, the
+plugin type) and loads the workloads' plugins by name in one place (labctl/plugins.py);
 workloads reach up into labctl only from the torch-free report hooks; and the floors
 table in docs/architecture.md is the one the imports give."""
 from __future__ import annotations
@@ -33,11 +34,37 @@ def test_a_circle_is_found_and_named():
 
 
 def test_labctl_knows_workloads_only_through_the_protocol():
-    graph = import_graph.imports(REPO)
+    graph = import_graph.imports(REPO, run_time=False)
     reached = {(m, t) for m, targets in graph.items() if m.startswith("labctl")
                for t in targets if t.startswith("workloads")}
     assert reached, "labctl reads the marker lines and LAB_* names from workloads._protocol"
     assert {(m, t) for m, t in reached if not t.startswith("workloads._protocol")} == set()
+
+
+def test_labctl_loads_the_workloads_plugins_by_name_in_one_place_and_nothing_else():
+    loaded = {(m, t) for m, targets in import_graph.by_name(REPO).items() if m.startswith("labctl")
+              for t in targets}
+    assert {m for m, _ in loaded} == {"labctl.plugins"}
+    assert {t for _, t in loaded} >= {"workloads._report.links", "workloads._report.bench"}
+    assert all(t.startswith("workloads._report") for _, t in loaded)
+
+
+def test_a_run_time_import_by_name_is_an_arrow_and_a_circle_through_it_is_found(tmp_path):
+    for package, text in (("labctl", ""), ("workloads", ""), ("workloads/_report", "")):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text(text)
+    (tmp_path / "labctl" / "loader.py").write_text(
+        "import importlib\n\ndef load(name):\n    return importlib.import_module(f'workloads._report.{name}')\n")
+    (tmp_path / "workloads" / "_report" / "w.py").write_text("def f():\n    from labctl import loader\n")
+    graph = import_graph.imports(tmp_path)
+    assert "workloads._report.w" in graph["labctl.loader"]
+    try:
+        import_graph.floors(graph)
+    except ValueError as exc:
+        assert "labctl.loader -> workloads._report.w -> labctl.loader" in str(exc) or \
+            "workloads._report.w -> labctl.loader -> workloads._report.w" in str(exc)
+    else:
+        raise AssertionError("the circle through a run-time import was not found")
 
 
 def test_workloads_reach_labctl_only_from_their_torch_free_report_hooks():

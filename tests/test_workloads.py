@@ -8,6 +8,8 @@ in-process tests show that a wrong value is recorded as a failure.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import io
 import json
 import os
@@ -256,8 +258,11 @@ def test_the_env_table_is_the_env_workloads_report_hook(tmp_path, monkeypatch):
     assert text.index("## Where every rank runs (workload env)") < text.index("## Checks per workload")
     assert "| 0 |  |  |  |  |  | h |  |  |  |  | 10 |" in text
     assert [r["rank"] for r in report.as_dict(run)["ranks"]] == [0, 1]
-    monkeypatch.setattr(env_hook, "head", lambda results: "## Ranks, as the hook says")
-    monkeypatch.setattr(env_hook, "rank_rows", lambda results: [{"rank": "from the hook"}])
+    from workloads._protocol.plugin import Heading
+
+    monkeypatch.setattr(env_hook, "WORKLOAD", dataclasses.replace(
+        env_hook.WORKLOAD, head=lambda results: [Heading("Ranks, as the hook says")],
+        rank_rows=lambda results: [{"rank": "from the hook"}]))
     assert "## Ranks, as the hook says\n\n## Checks per workload" in report.markdown(run)
     assert report.as_dict(run)["ranks"] == [{"rank": "from the hook"}]
     (run.path / "results.jsonl").write_text(json.dumps(records[-1]) + "\n")

@@ -101,7 +101,7 @@ def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
     shared_dir = chosen.shared_dir(spec)
     for w in spec.workloads:
         rules = report_hook(w.name)
-        if rules is not None and hasattr(rules, "check_placement"):
+        if rules is not None:
             try:
                 rules.check_placement(spec, shared_dir, dict(w.options), workload_parameters(w.name))
             except ValueError as exc:

@@ -337,14 +337,12 @@ def _checks(results: list[dict]) -> dict:
 
 
 def _workloads(results: list[dict], problems: _Problems) -> list[dict]:
-    """Each workload's section, from its report hook's `page(results)` (a list of views)."""
+    """Each workload's section: its views (report.page_sections), one guard each."""
     sections = []
-    for name, module in report.hooks_for(results):
-        if not hasattr(module, "page"):
-            continue
-        views = problems.guard(f"workload {name}'s section", lambda m=module: m.page(results), None)
-        if views:
-            sections.append({"workload": name, "views": views})
+    for name, views in report.page_sections(results):
+        drawn = problems.guard(f"workload {name}'s section", views, None)
+        if drawn:
+            sections.append({"workload": name, "views": drawn})
     return sections
 
 

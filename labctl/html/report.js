@@ -220,8 +220,8 @@
   function workloads() {
     const frag = [];
     for (const w of D.workloads || []) {
-      frag.push(drawn(`data-${w.workload}`, `The data moving: ${w.workload}`, () => {
-        const sec = section(`data-${w.workload}`, `The data moving: ${w.workload}`);
+      frag.push(drawn(`data-${w.workload}`, `Workload ${w.workload}`, () => {
+        const sec = section(`data-${w.workload}`, `Workload ${w.workload}`);
         sec.setAttribute("data-workload", w.workload);
         for (const v of w.views) sec.appendChild(drawnView(v, w.workload));
         return sec;

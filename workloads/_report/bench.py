@@ -22,7 +22,9 @@ from workloads._benchmath import (  # noqa: F401  (re-exported: the one definiti
 
 from labctl.atomicfile import atomic_open
 from labctl.errors import LabError
+from labctl.draw import csv as _draw_csv, markdown as _draw
 from labctl.tables import table as _table
+from workloads._protocol.plugin import MD, PAGE, Csv, Heading, InputError, Table, Text, Workload
 
 ROW_FIELDS = ("op", "size_bytes", "count", "dtype", "time_us_median", "time_us_p99",
               "algbw_GBps", "busbw_GBps", "wrong", "ok")
@@ -73,50 +75,61 @@ def _num(x: Any, digits: int = 2) -> str:
     return "" if x is None else f"{x:.{digits}f}"
 
 
-def markdown(results: list[dict]) -> str:
+def markdown_views(results: list[dict]) -> list:
+    """report.md's part of the section: the settings, the link, a table per op with the
+    model beside each row, the cost model's fit."""
     env, link, data = environment(results), link_GBps(results), rows(results)
-    parts = ["## Bench (nccl-tests style)", ""]
+    views: list = [Heading("Bench (nccl-tests style)")]
     if env:
         keys = [k for k in env if env[k] not in (None, "") and k != "ranks"]      # ranks: in the JSON
-        parts += [_table(["setting", "value"], ([k, json.dumps(env[k]) if isinstance(env[k], list)
-                                                 else env[k]] for k in keys)), ""]
+        views.append(Table("settings", ["setting", "value"], [[k, json.dumps(env[k]) if isinstance(env[k], list)
+                                                                else env[k]] for k in keys],
+                           id="bench-settings", show=MD))
     measured = links(results)
     if measured:
-        parts += ["### Link: raw TCP throughput (bytes sent / time until the receiver confirmed)", "",
-                  _table(["from node", "to node (rank)", "address", "bytes", "seconds", "GB/s"],
-                         ([m.get("src_node"), f"{m.get('dst_node')} ({m.get('dst_rank')})", m.get("address"),
-                           m.get("bytes"), _num(m.get("seconds"), 3), _num(m.get("GBps"), 3)]
-                          for m in measured)), ""]
+        views.append(Table("Link: raw TCP throughput (bytes sent / time until the receiver confirmed)",
+                           ["from node", "to node (rank)", "address", "bytes", "seconds", "GB/s"],
+                           [[m.get("src_node"), f"{m.get('dst_node')} ({m.get('dst_rank')})", m.get("address"),
+                             m.get("bytes"), _num(m.get("seconds"), 3), _num(m.get("GBps"), 3)]
+                            for m in measured], show=MD, level=3))
     if not data:
-        parts.append("No bench measurements recorded.")
-        return "\n".join(parts) + "\n"
+        views.append(Text("No bench measurements recorded.", show=MD))
+        return views
     n = data[0].get("world_size")
     model = link_model(results)
-    parts.append(f"GB/s = 1e9 bytes/s · time = slowest rank per iteration, median and p99 · "
-                 f"algbw = size / median time · busbw = algbw x factor (n = {n})"
-                 + (f" · model = the busbw the α–β model of the algorithm expects from "
-                    f"{model.text} (below)" if model else "")
-                 + (f" · % link = busbw / slowest link ({link:.3f} GB/s)" if link else ""))
+    views.append(Text(f"GB/s = 1e9 bytes/s · time = slowest rank per iteration, median and p99 · "
+                      f"algbw = size / median time · busbw = algbw x factor (n = {n})"
+                      + (f" · model = the busbw the α–β model of the algorithm expects from "
+                         f"{model.text} (below)" if model else "")
+                      + (f" · % link = busbw / slowest link ({link:.3f} GB/s)" if link else ""), show=MD))
     for op in OPS:
         mine = [r for r in data if r["op"] == op]
         if not mine:
             continue
         note = f"; {TIME_TEXT[op]}" if op in TIME_TEXT else ""
-        parts += ["", f"### {op} (busbw factor {FACTOR_TEXT[op]}{note})", ""]
         headers = ["size (B)", "count (elements)", "type", "time median (us)", "time p99 (us)",
                    "algbw (GB/s)", "busbw (GB/s)"] + (["model (GB/s)", "busbw / model"] if model else []) \
             + (["% link"] if link else []) + ["#wrong"]
-        parts.append(_table(headers, (
+        views.append(Table(f"{op} (busbw factor {FACTOR_TEXT[op]}{note})", headers, [
             [r["size_bytes"], r["count"], r["dtype"], _num(r["time_us_median"], 1),
              _num(r["time_us_p99"], 1), _num(r["algbw_GBps"], 3), _num(r["busbw_GBps"], 3)]
             + (_model_cells(r, model) if model else [])
             + ([_num(100 * r["busbw_GBps"] / link, 1)] if link else [])
             + [r["wrong"]]
-            for r in mine)))
-    parts += ["", cost_model_section(results)]
+            for r in mine], show=MD, level=3))
+    views.append(Text(cost_model_section(results), show=MD))
     if not plots_possible():
-        parts += ["", NO_PLOT]
-    return "\n".join(parts) + "\n"
+        views.append(Text(NO_PLOT, show=MD))
+    return views
+
+
+def views(results: list[dict]) -> list:
+    """The section: report.md's tables, then the page's charts and tables."""
+    return [*markdown_views(results), *page_views(results)]
+
+
+def markdown(results: list[dict]) -> str:
+    return _draw(markdown_views(results)) + "\n"
 
 
 # Plots are an extra (matplotlib pulls in numpy): a bare `pip install .` says so here.
@@ -153,15 +166,15 @@ def as_json(results: list[dict]) -> dict[str, Any]:
             }}
 
 
-def csv(results: list[dict]) -> str:
+def table(results: list[dict]) -> Csv:
     """The nccl-tests-style rows, one per (op, size), plus the slowest link for reference."""
-    buf = io.StringIO()
-    writer = _csv.writer(buf, lineterminator="\n")
     link = link_GBps(results)
-    writer.writerow([*ROW_FIELDS, "world_size", "link_GBps"])
-    for r in rows(results):
-        writer.writerow([r[f] for f in ROW_FIELDS] + [r["world_size"], link])
-    return buf.getvalue()
+    return Csv([*ROW_FIELDS, "world_size", "link_GBps"],
+               [[r[f] for f in ROW_FIELDS] + [r["world_size"], link] for r in rows(results)])
+
+
+def csv(results: list[dict]) -> str:
+    return _draw_csv(table(results))
 
 
 # ---- the α–β cost model (workloads/_costmodel.py) ---------------------------------
@@ -185,7 +198,7 @@ def configured_Bps(results: list[dict]) -> float | None:
     pingpong crosses only its own pair's)."""
     env = environment(results)
     from labctl import links as linkmod
-    from labctl.spec import MAX_TOTAL_NODES
+    from labctl.record import MAX_TOTAL_NODES
 
     raw, nodes = env.get("links"), env.get("nodes")
     if not raw or not isinstance(nodes, int) or not 0 < nodes <= MAX_TOTAL_NODES:
@@ -316,7 +329,7 @@ def links_for(results: list[dict], overrides: dict | None = None, nodes: int | N
     the same scope: the default, a node, a pair), parsed for a lab of `nodes` nodes; None
     when neither says anything."""
     from labctl import links as linkmod
-    from labctl.spec import MAX_TOTAL_NODES, SpecError
+    from labctl.record import MAX_TOTAL_NODES
 
     env = environment(results)
     try:
@@ -336,12 +349,12 @@ def links_for(results: list[dict], overrides: dict | None = None, nodes: int | N
         try:
             linkmod.parse(overrides, nodes or MAX_TOTAL_NODES)
         except ValueError as exc:
-            raise SpecError(f"--link: {exc}") from None
+            raise InputError(f"--link: {exc}") from None
     try:      # the run's own rules name nodes of the run; a smaller prediction leaves them out
         return linkmod.parse(data, MAX_TOTAL_NODES)
     except ValueError as exc:
         if overrides:
-            raise SpecError(f"--link: {exc}") from None
+            raise InputError(f"--link: {exc}") from None
         return None
 
 
@@ -800,7 +813,7 @@ def write_plots(run) -> list[Path]:
 
 
 # ---- the run's page ----------------------------------------------------------
-def page(results: list[dict]) -> list[dict]:
+def page_views(results: list[dict]) -> list:
     """busbw and median time against size, one line per op, the slowest measured link as
     the busbw ceiling: drawn by the page itself (SVG), so a bare install has the pictures."""
     from . import _views
@@ -823,9 +836,11 @@ def page(results: list[dict]) -> list[dict]:
                      "busbw = algbw x the op's factor (nccl-tests): comparable across ops and world sizes"
                      + ("; the line on top is the slowest link measured (raw TCP)" if link else
                         "; no link was measured (bench option link: true measures it)"),
-                     ceiling={"y": link, "label": f"slowest link {link:.3f} GB/s"} if link else None),
+                     ceiling={"y": link, "label": f"slowest link {link:.3f} GB/s"} if link else None,
+                     show=PAGE),
         _views.lines("bench-latency", "median time against size", {"label": "size (bytes)", "log": True},
-                     {"label": "time, median of the slowest rank (µs)", "log": True}, series("time_us_median")),
+                     {"label": "time, median of the slowest rank (µs)", "log": True}, series("time_us_median"),
+                     show=PAGE),
     ]
     measured = links(results)
     if measured:
@@ -833,10 +848,14 @@ def page(results: list[dict]) -> list[dict]:
                                                                "bytes", "seconds", "GB/s"],
                                   ([m.get("src_node"), f"{m.get('dst_node')} ({m.get('dst_rank')})",
                                     m.get("address"), m.get("bytes"), _num(m.get("seconds"), 3),
-                                    _num(m.get("GBps"), 3)] for m in measured), view_id="bench-links"))
+                                    _num(m.get("GBps"), 3)] for m in measured), view_id="bench-links", show=PAGE))
     views.append(_views.table("measurements", ["op", "size (B)", "count", "type", "time median (µs)",
                                                "time p99 (µs)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"],
                               ([r["op"], r["size_bytes"], r["count"], r["dtype"], _num(r["time_us_median"], 1),
                                 _num(r["time_us_p99"], 1), _num(r["algbw_GBps"], 3), _num(r["busbw_GBps"], 3),
-                                r["wrong"]] for r in data), view_id="bench-rows"))
+                                r["wrong"]] for r in data), view_id="bench-rows", show=PAGE))
     return views
+
+
+WORKLOAD = Workload("bench", views=views, data=as_json, csv=table, check_options=check_options,
+                    write_files=write_files, compare=compare, predict=predict)

@@ -1,6 +1,9 @@
-"""The collectives workload's section of the run's page: every call, every rank's tensors
-before and after it, laid out per rank as the tutorials' figures are (torch-free)."""
+"""The collectives workload's plugin: every call, every rank's tensors before and after
+it, laid out per rank as the tutorials' figures are (the page; report.md: a row per call)
+(torch-free)."""
 from __future__ import annotations
+
+from workloads._protocol.plugin import Heading, Text, Workload
 
 from . import _views
 
@@ -44,7 +47,7 @@ def title(record: dict) -> str:
     return " · ".join(parts)
 
 
-def page(results: list[dict]) -> list[dict]:
+def views(results: list[dict]) -> list:
     records = _views.data_records(results, "collectives")
     if not records:
         return []
@@ -74,4 +77,8 @@ def page(results: list[dict]) -> list[dict]:
             "Before: what the rank passed in; after: what it held when the call returned "
             "(— where the call leaves nothing defined there). -1 fills a receive buffer before the "
             "call: no collective here produces it, so a block that never arrived shows.")
-    return [{"kind": "text", "id": "collectives-note", "text": note}, *views]
+    return [Heading("Collectives: what every rank held before and after each call"),
+            Text(note, id="collectives-note"), *views]
+
+
+WORKLOAD = Workload("collectives", views=views)

@@ -1,6 +1,8 @@
-"""The ddp workload's section of the run's page: each rank's loss per step, the averaged
-loss against one process on the whole batch, and whether the replicas agree (torch-free)."""
+"""The ddp workload's plugin: each rank's loss per step, the averaged loss against one
+process on the whole batch, and whether the replicas agree (torch-free)."""
 from __future__ import annotations
+
+from workloads._protocol.plugin import Heading, Workload
 
 from . import _views
 
@@ -8,12 +10,12 @@ RUNS = {"manual": "manual averaging (all_reduce SUM of every gradient, then / wo
         "ddp": "DistributedDataParallel (bucketed all_reduce during backward())"}
 
 
-def page(results: list[dict]) -> list[dict]:
+def views(results: list[dict]) -> list:
     records = [r for r in _views.data_records(results, "ddp") if r.get("op") == "train"]
     if not records:
         return []
     checks = _views.check_of(results, "ddp")
-    views: list[dict] = []
+    views: list = [Heading("DDP: loss per step and replica agreement")]
     summary_rows = []
     for run, label in RUNS.items():
         mine = sorted((r for r in records if r.get("run") == run), key=lambda r: r.get("rank", 0))
@@ -46,7 +48,7 @@ def page(results: list[dict]) -> list[dict]:
                                                                 "matches one process", "max abs diff"], rows,
                                   "After training, every rank must hold the same parameters (the elementwise "
                                   "MAX and MIN over ranks agree), equal to one process's on the whole batch.",
-                                  view_id=f"ddp-replicas-{run}"))
+                                  view_id=f"ddp-replicas-{run}", level=3))
         final = checks.get((f"{run}-final-loss", mine[0].get("rank")), {})
         step = checks.get((f"{run}-step-time", mine[0].get("rank")), {})
         summary_rows.append([run, _num(final.get("value")), _num(step.get("value"), 6),
@@ -58,8 +60,8 @@ def page(results: list[dict]) -> list[dict]:
         views.append(_views.table("manual averaging vs DDP", ["run", "final loss", "s per step",
                                                               "replicas agree", "matches one process"],
                                   summary_rows, "The same model, data and learning rate; only how the "
-                                                "gradients are averaged differs.", view_id="ddp-compare"))
-    return views
+                                                "gradients are averaged differs.", view_id="ddp-compare", level=3))
+    return views if len(views) > 1 else []
 
 
 def _yes(ok) -> str:
@@ -68,3 +70,6 @@ def _yes(ok) -> str:
 
 def _num(value, digits: int = 6) -> str:
     return f"{value:.{digits}g}" if isinstance(value, (int, float)) else ""
+
+
+WORKLOAD = Workload("ddp", views=views)

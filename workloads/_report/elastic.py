@@ -1,4 +1,4 @@
-"""The elastic workload's report: every attempt of every rank, and how long a restart took.
+"""The elastic workload's plugin: every attempt of every rank, and how long a restart took.
 
 One row per (rank, attempt): the restart count torchrun gave the attempt
 (TORCHELASTIC_RESTART_COUNT), its world size, the step it resumed from (the
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from labctl.tables import table
+from labctl.draw import markdown as _draw
+from workloads._protocol.plugin import Table, Text, Workload
 
 def check_options(options: dict, defaults: dict) -> None:
     merged = {**defaults, **options}
@@ -131,31 +132,42 @@ def restarts(rows: list[dict]) -> list[dict]:
     return out
 
 
-def markdown(results: list[dict]) -> str:
+def views(results: list[dict]) -> list:
     rows = attempts(results)
     if not rows:
-        return ""
-    parts = ["## Elastic: attempts per rank", "",
-             "attempt = the n-th process of this worker slot (node, local rank) · restart = "
-             "TORCHELASTIC_RESTART_COUNT, as the node's agent counts it · resumed at = the "
-             "checkpoint's step · reached = the last step recorded (checkpoints, crash, end)", "",
-             table(("attempt", "node", "local rank", "rank", "restart", "world size",
-                    "resumed at step", "reached step", "steps done", "ended", "loss"),
-                   ((r["attempt"], r["node"], r["local_rank"], r["rank"], r["restart_count"],
-                     r["world_size"], r["first_step"], r["last_step"],
-                     "" if r["steps_done"] is None else r["steps_done"], r["ended"],
-                     "" if r["loss"] is None else f"{r['loss']:.4g}") for r in rows))]
+        return []
+    parts: list = [Table(
+        "Elastic: attempts per rank",
+        ("attempt", "node", "local rank", "rank", "restart", "world size", "resumed at step",
+         "reached step", "steps done", "ended", "loss"),
+        [(r["attempt"], r["node"], r["local_rank"], r["rank"], r["restart_count"], r["world_size"],
+          r["first_step"], r["last_step"], "" if r["steps_done"] is None else r["steps_done"], r["ended"],
+          "" if r["loss"] is None else f"{r['loss']:.4g}") for r in rows],
+        "attempt = the n-th process of this worker slot (node, local rank) · restart = "
+        "TORCHELASTIC_RESTART_COUNT, as the node's agent counts it · resumed at = the "
+        "checkpoint's step · reached = the last step recorded (checkpoints, crash, end)",
+        id="elastic-attempts", level=2)]
     for x in restarts(rows):
         before, after = x["world_size"]
         split = (f": {x['until_spawned']:.1f} s until torchrun had started the last new worker "
                  f"(noticed, stopped the group, re-rendezvous), the rest importing torch, joining "
                  f"and loading the checkpoint" if x.get("until_spawned") is not None else "")
-        parts += ["", f"- attempt {x['attempt']}: {x['seconds']:.1f} s from the injected crash "
-                  f"until every rank of attempt {x['attempt']} had started (resumed at step "
-                  f"{x['resumed_step']}; world size {before} -> {after}){split}"]
-    return "\n".join(parts) + "\n"
+        parts.append(Text(f"- attempt {x['attempt']}: {x['seconds']:.1f} s from the injected crash "
+                          f"until every rank of attempt {x['attempt']} had started (resumed at step "
+                          f"{x['resumed_step']}; world size {before} -> {after}){split}",
+                          id=f"elastic-restart-{x['attempt']}"))
+    return parts
+
+
+def markdown(results: list[dict]) -> str:
+    found = views(results)
+    return _draw(found) + "\n" if found else ""
 
 
 def as_json(results: list[dict]) -> dict[str, Any]:
     rows = attempts(results)
     return {"attempts": rows, "restarts": restarts(rows)}
+
+
+WORKLOAD = Workload("elastic", views=views, data=as_json, check_options=check_options,
+                    check_lab=check_lab, check_placement=check_placement)

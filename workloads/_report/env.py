@@ -1,10 +1,10 @@
-"""The env workload's report: where every rank runs (its rank variables, host, device, pid).
+"""The env workload's plugin: where every rank runs (its rank variables, host, device, pid).
 
 Torch-free: labctl imports it; the records come from workloads/env.py.
 """
 from __future__ import annotations
 
-from labctl.tables import table
+from workloads._protocol.plugin import Heading, Table, Workload
 
 COLUMNS = ("rank", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
            "hostname", "MASTER_ADDR", "MASTER_PORT", "backend", "device", "pid")
@@ -16,10 +16,13 @@ def rank_rows(results: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: r.get("rank", -1))
 
 
-def head(results: list[dict]) -> str | None:
+def head(results: list[dict]) -> list:
     """The report's first table (before the checks per workload): one row per rank."""
     rows = rank_rows(results)
     if not rows:
-        return None
-    return "\n".join(["## Where every rank runs (workload env)", "",
-                      table(COLUMNS, ([r.get(c) for c in COLUMNS] for r in rows))])
+        return []
+    return [Heading("Where every rank runs (workload env)"),
+            Table("Where every rank runs", COLUMNS, [[r.get(c) for c in COLUMNS] for r in rows], id="env-ranks")]
+
+
+WORKLOAD = Workload("env", head=head, rank_rows=rank_rows)

@@ -1,4 +1,4 @@
-"""The init_methods workload's report section: method, what it needs, worked, join seconds.
+"""The init_methods workload's plugin: method, what it needs, worked, join seconds.
 
 Torch-free: labctl imports it; the joins themselves are in workloads/init_methods.py.
 """
@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from labctl.tables import table
+from labctl.draw import markdown as _draw
+from workloads._protocol.plugin import Table, Workload
 from workloads.init_methods import METHODS, NEEDS
 
 
-def markdown(results: list[dict]) -> str | None:
+def views(results: list[dict]) -> list:
     """The comparison table, one row per method tried. Pure."""
     mine = [r for r in results if r.get("workload") == "init_methods"
             and str(r.get("name", "")).startswith("join-")]
     if not mine:
-        return None
+        return []
     rows: list[list[Any]] = []
     for method in METHODS:
         rs = [r for r in mine if r["name"] == f"join-{method}"]
@@ -30,5 +31,14 @@ def markdown(results: list[dict]) -> str | None:
             f"no ({sum(1 for r in ran if not r.get('ok'))} of {len(ran)} ranks failed)"
         rows.append([f"{method}://", NEEDS[method], worked,
                      f"{max(seconds):.3f} (slowest of {len(seconds)})" if seconds else ""])
-    return "\n".join(["### init methods", "",
-                      table(("method", "what it needs", "worked", "join seconds"), rows)]) + "\n"
+    return [Table("init methods", ("method", "what it needs", "worked", "join seconds"), rows,
+                  id="init-methods", level=3)]
+
+
+def markdown(results: list[dict]) -> str | None:
+    """The section as report.md draws it (None: no join was recorded)."""
+    found = views(results)
+    return _draw(found) + "\n" if found else None
+
+
+WORKLOAD = Workload("init_methods", views=views)

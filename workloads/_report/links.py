@@ -1,4 +1,4 @@
-"""The links workload's report: the pair matrix as a heat map, slow pairs and nodes.
+"""The links workload's plugin: the pair matrix as a heat map, slow pairs and nodes.
 
 Torch-free: labctl imports it; the records come from workloads/links.py (`pair`,
 one per direction, recorded by its sender; `links_env` from rank 0). The verdict
@@ -7,16 +7,15 @@ links (LAB_LINKS, the lab's `links:`) are put beside what was measured.
 """
 from __future__ import annotations
 
-import csv as _csv
-import io
 import json
 from typing import Any
 
 from workloads._linkmath import Verdict, round_count, verdict
 
 from labctl import links as linkmod
-from labctl.spec import MAX_TOTAL_NODES
-from labctl.tables import table
+from labctl.draw import csv as _draw_csv, markdown as _draw
+from labctl.record import MAX_TOTAL_NODES
+from workloads._protocol.plugin import MD, PAGE, Csv, Heading, Matrix, Table, Text, Workload
 
 NAME = "links"
 SHADES = "▁▂▃▄▅▆▇█"
@@ -106,52 +105,6 @@ def cost_for(nodes: int, round_seconds: list[float]) -> float | None:
     return round(round_count(nodes) * max(round_seconds), 1) if round_seconds else None
 
 
-def markdown(results: list[dict]) -> str | None:
-    rows = directions(results)
-    env = environment(results)
-    if not rows and not env:
-        return None
-    parts = ["## Links: every node pair (torch.distributed p2p; raw TCP beside)", ""]
-    links = configured(env)
-    nodes = sorted(int(n) for n in (env.get("nodes") or {}))
-    if links is not None:
-        parts += ["### Topology: the configured links", "",
-                  "Each node hangs off one switch by its own link; a pair rule limits the traffic "
-                  "between two nodes only (docs/network.md).", "",
-                  table(["node", "host", "its link (both directions)"],
-                        ([n, (env["nodes"][str(n)] or {}).get("host"), linkmod.human(links.node(n))]
-                         for n in nodes))]
-        if links.pairs:
-            parts += ["", table(["pair", "pair rule"], (
-                [f"{a}-{b}", linkmod.human(link)] for (a, b), link in sorted(links.pairs.items())))]
-        parts.append("")
-    if not rows:
-        parts.append("No pair was measured (one node: nothing to pair with).")
-        return "\n".join(parts) + "\n"
-    by = {(r["src_node"], r["dst_node"]): r for r in rows}
-    top = max((r["p2p_Bps"] or 0) for r in rows)
-    parts += ["### Bandwidth matrix, Mbit/s (row: sender, column: receiver; "
-              f"{SHADES[0]}..{SHADES[-1]}: share of the fastest)", "",
-              table(["from \\ to", *(f"node {n}" for n in nodes)],
-                    ([f"node {a}", *("—" if a == b else
-                                     (f"{_mbit(by[(a, b)]['p2p_Bps'])} {_shade(by[(a, b)]['p2p_Bps'], top)}"
-                                      if (a, b) in by else "") for b in nodes)] for a in nodes)), ""]
-    result = analysis(results)
-    parts += ["### Every direction", "",
-              table(["from", "to", "p2p (Mbit/s)", "TCP (Mbit/s)", "one-way latency (us)",
-                     "configured (Mbit/s)", "p2p / configured", "slow"],
-                    (_direction_row(r, result) for r in rows)), ""]
-    parts.append(verdict_text(result, links))
-    rounds, seconds = env.get("rounds") or [], env.get("round_seconds") or []
-    if rounds:
-        parts += ["", f"Schedule: {len(rounds)} round(s) of disjoint pairs in parallel "
-                  f"(round-robin; {len(nodes)} nodes); rounds took "
-                  + ", ".join(f"{s:.2f}" for s in seconds) + " s. "
-                  f"At this run's slowest round, 16 nodes (15 rounds of 8 pairs) take about "
-                  f"{cost_for(16, seconds)} s; 64 nodes (63 rounds) about {cost_for(64, seconds)} s."]
-    return "\n".join(parts) + "\n"
-
-
 def _direction_row(r: dict, result: Verdict) -> list:
     pair = (min(r["src_node"], r["dst_node"]), max(r["src_node"], r["dst_node"]))
     share = (f"{100 * r['p2p_Bps'] / r['configured_Bps']:.0f} %"
@@ -178,51 +131,71 @@ def verdict_text(result: Verdict, links: linkmod.Links | None) -> str:
     return text
 
 
-def page(results: list[dict]) -> list[dict]:
-    """The links section of the run's page: what report.md says, as views (the configured
-    topology, the pair matrix as a heat map with the slow pairs ringed, every direction,
-    the verdict naming the slow pairs and nodes)."""
-    from . import _views
-
+def views(results: list[dict]) -> list:
+    """The configured topology, the pair matrix (on the page a heat map with the slow pairs
+    ringed; in report.md a table shaded ▁..█), every direction, the verdict naming the slow
+    pairs and nodes, and (report.md) how long the schedule took."""
     rows = directions(results)
     env = environment(results)
     if not rows and not env:
         return []
     links = configured(env)
     nodes = sorted(int(n) for n in (env.get("nodes") or {}))
-    views: list[dict] = []
+    views: list = [Heading("Links: every node pair (torch.distributed p2p; raw TCP beside)")]
     if links is not None:
-        views.append(_views.table(
+        views.append(Table(
             "Topology: the configured links", ["node", "host", "its link (both directions)"],
-            ([n, (env["nodes"][str(n)] or {}).get("host"), linkmod.human(links.node(n))] for n in nodes),
+            [[n, (env["nodes"][str(n)] or {}).get("host"), linkmod.human(links.node(n))] for n in nodes],
             "Each node hangs off one switch by its own link; a pair rule limits the traffic between "
-            "two nodes only (docs/network.md).", view_id="links-topology"))
+            "two nodes only (docs/network.md).", id="links-topology", level=3))
         if links.pairs:
-            views.append(_views.table("Pair rules", ["pair", "pair rule"], (
-                [f"{a}-{b}", linkmod.human(link)] for (a, b), link in sorted(links.pairs.items())),
-                view_id="links-pairs"))
+            views.append(Table("Pair rules", ["pair", "pair rule"], [
+                [f"{a}-{b}", linkmod.human(link)] for (a, b), link in sorted(links.pairs.items())],
+                id="links-pairs"))
     if not rows:
-        views.append({"kind": "text", "id": "links-verdict",
-                      "text": "No pair was measured (one node: nothing to pair with)."})
+        views.append(Text("No pair was measured (one node: nothing to pair with).", id="links-verdict"))
         return views
     result = analysis(results)
     by = {(r["src_node"], r["dst_node"]): r for r in rows}
+    top = max((r["p2p_Bps"] or 0) for r in rows)
     slow = {p for pair in result.slow_pairs for p in (pair, pair[::-1])}
     cells = [[None if a == b or (a, b) not in by else by[(a, b)]["p2p_Bps"] for b in nodes] for a in nodes]
     texts = [["—" if a == b else _mbit(by[(a, b)]["p2p_Bps"]) if (a, b) in by else "" for b in nodes]
              for a in nodes]
-    views.append(_views.matrix(
+    views.append(Matrix(
         "links-matrix", "Bandwidth matrix, Mbit/s (row: sender, column: receiver)",
         [f"node {n}" for n in nodes], cells, texts,
         "Each cell is torch.distributed p2p from the row's node to the column's, shaded by its share "
         "of the fastest pair; a slow pair is ringed.",
-        marked=[[i, j] for i, a in enumerate(nodes) for j, b in enumerate(nodes) if (a, b) in slow]))
-    views.append(_views.table(
+        marked=[[i, j] for i, a in enumerate(nodes) for j, b in enumerate(nodes) if (a, b) in slow],
+        show=PAGE))
+    views.append(Table(
+        f"Bandwidth matrix, Mbit/s (row: sender, column: receiver; {SHADES[0]}..{SHADES[-1]}: share of "
+        "the fastest)", ["from \\ to", *(f"node {n}" for n in nodes)],
+        [[f"node {a}", *("—" if a == b else
+                         (f"{_mbit(by[(a, b)]['p2p_Bps'])} {_shade(by[(a, b)]['p2p_Bps'], top)}"
+                          if (a, b) in by else "") for b in nodes)] for a in nodes],
+        show=MD, level=3))
+    views.append(Table(
         "Every direction", ["from", "to", "p2p (Mbit/s)", "TCP (Mbit/s)", "one-way latency (us)",
                             "configured (Mbit/s)", "p2p / configured", "slow"],
-        (_direction_row(r, result) for r in rows), view_id="links-directions"))
-    views.append({"kind": "text", "id": "links-verdict", "text": verdict_text(result, links).replace("**", "")})
+        [_direction_row(r, result) for r in rows], id="links-directions", level=3))
+    views.append(Text(verdict_text(result, links), id="links-verdict"))
+    rounds, seconds = env.get("rounds") or [], env.get("round_seconds") or []
+    if rounds:
+        views.append(Text(
+            f"Schedule: {len(rounds)} round(s) of disjoint pairs in parallel "
+            f"(round-robin; {len(nodes)} nodes); rounds took " + ", ".join(f"{s:.2f}" for s in seconds)
+            + " s. At this run's slowest round, 16 nodes (15 rounds of 8 pairs) take about "
+            f"{cost_for(16, seconds)} s; 64 nodes (63 rounds) about {cost_for(64, seconds)} s.",
+            id="links-schedule", show=MD))
     return views
+
+
+def markdown(results: list[dict]) -> str | None:
+    """The section as report.md draws it (None: nothing measured, no topology)."""
+    found = views(results)
+    return _draw(found) + "\n" if found else None
 
 
 def as_json(results: list[dict]) -> dict[str, Any]:
@@ -248,10 +221,14 @@ def as_json(results: list[dict]) -> dict[str, Any]:
     }
 
 
+def table(results: list[dict]) -> Csv:
+    """Every direction, one row each: `labctl report --format csv`."""
+    fields = [*MATRIX_FIELDS, "tcp_error"]
+    return Csv(fields, [[row.get(f) for f in fields] for row in directions(results)])
+
+
 def csv(results: list[dict]) -> str:
-    buf = io.StringIO()
-    writer = _csv.DictWriter(buf, fieldnames=[*MATRIX_FIELDS, "tcp_error"], lineterminator="\n",
-                             extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(directions(results))
-    return buf.getvalue()
+    return _draw_csv(table(results))
+
+
+WORKLOAD = Workload(NAME, views=views, data=as_json, csv=table, check_options=check_options)

@@ -1,6 +1,8 @@
-"""The p2p workload's section of the run's page: each message as an arrow between ranks,
-with the value sent and the value received (torch-free)."""
+"""The p2p workload's plugin: each message as an arrow between ranks (the page), a row
+(report.md), with the value sent and the value received (torch-free)."""
 from __future__ import annotations
+
+from workloads._protocol.plugin import Heading, Workload
 
 from . import _views
 
@@ -14,9 +16,9 @@ CAPTIONS = {
 }
 
 
-def page(results: list[dict]) -> list[dict]:
+def views(results: list[dict]) -> list:
     records = _views.data_records(results, "p2p")
-    views = []
+    views: list = []
     for call in ("ping-pong", "pair-exchange", "ring-shift"):
         mine = [r for r in records if r.get("call") == call]
         if not mine:
@@ -42,4 +44,7 @@ def page(results: list[dict]) -> list[dict]:
         ranks = sorted({r.get("rank") for r in mine} | {m["dst"] for m in sent if isinstance(m["dst"], int)})
         layout = "sequence" if any(m["hop"] is not None for m in sent) else "ring"
         views.append(_views.messages(call, call, ranks, sent, layout, CAPTIONS.get(call, "")))
-    return views
+    return [Heading("P2p: every message, sent and received"), *views] if views else []
+
+
+WORKLOAD = Workload("p2p", views=views)

@@ -1,4 +1,4 @@
-"""The preflight workload's report: one table, node (pair) x check, pass/FAIL and the value.
+"""The preflight workload's plugin: one table, node (pair) x check, pass/FAIL and the value.
 
 Torch-free: labctl imports it to print `labctl preflight`'s table and the
 report section; the checks themselves are in workloads/preflight.py.
@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from labctl.draw import markdown as _draw
 from labctl.tables import table as _table
+from workloads._protocol.plugin import Table, Workload
 
 # Node-level checks first (in the order a node meets them), then pairs, then everyone.
 ORDER = ("dns", "gpus", "shm", "port", "init_port", "join", "clock", "all_reduce", "p2p")
@@ -59,20 +61,29 @@ def table(results: list[dict]) -> str:
                    for r in rows(results)))
 
 
-def markdown(results: list[dict]) -> str:
+def views(results: list[dict]) -> list:
     found = rows(results)
     if not found:
-        return ""
+        return []
     failed = [r for r in found if not r["ok"]]
     head = (f"{len(failed)} of {len(found)} preflight check(s) failed: "
             + ", ".join(sorted({r['check'] for r in failed})) if failed
             else f"all {len(found)} preflight checks passed")
-    return "\n".join(["## Preflight (node pair x check)", "", head, "", table(results)])
+    return [Table("Preflight (node pair x check)", ("nodes", "check", "result", "value"),
+                  [(r["nodes"], r["check"], "pass" if r["ok"] else "FAIL", r["value"]) for r in found],
+                  head, id="preflight", level=2)]
+
+
+def markdown(results: list[dict]) -> str:
+    return _draw(views(results))
 
 
 def as_json(results: list[dict]) -> dict[str, Any]:
     found = rows(results)
     return {"ok": all(r["ok"] for r in found) and bool(found), "checks": found}
+
+
+WORKLOAD = Workload("preflight", views=views, data=as_json)
 
 
 def silent_nodes(run) -> list[int]:

@@ -1,4 +1,4 @@
-"""The replicas workload's report section: one row per replica.
+"""The replicas workload's plugin: one row per replica.
 
 Torch-free: labctl imports it; the checks themselves are in workloads/replicas.py.
 """
@@ -8,16 +8,17 @@ from typing import Any
 
 from workloads._protocol import WORKLOAD_DONE
 
-from labctl.tables import table
+from labctl.draw import markdown as _draw
+from workloads._protocol.plugin import Heading, Table, Text, Workload
 
 
-def markdown(results: list[dict]) -> str | None:
+def views(results: list[dict]) -> list:
     """One row per replica: its ranks, the cross-replica join, and its checks. Pure."""
     mine = [r for r in results if r.get("workload") == "replicas" and r.get("name") != WORKLOAD_DONE]
     if not mine:
-        return None
+        return []
     if all(r.get("skipped") for r in mine):
-        return f"### replicas\n\nskipped: {mine[0].get('reason')}\n"
+        return [Heading("replicas", 3), Text(f"skipped: {mine[0].get('reason')}", id="replicas-skipped")]
     rows: list[list[Any]] = []
     for replica in sorted({r.get("replica", 0) for r in mine}):
         rs = [r for r in mine if r.get("replica", 0) == replica]
@@ -28,6 +29,14 @@ def markdown(results: list[dict]) -> str | None:
                      f"{max(joins):.3f}" if joins else "",
                      f"{sum(1 for r in checks if r.get('ok'))}/{len(checks)}",
                      ", ".join(failed) or "none"])
-    return "\n".join(["### replicas", "",
-                      table(("replica", "ranks", "cross-replica join s (slowest)", "checks passed",
-                             "failed"), rows)]) + "\n"
+    return [Table("replicas", ("replica", "ranks", "cross-replica join s (slowest)", "checks passed",
+                               "failed"), rows, id="replicas", level=3)]
+
+
+def markdown(results: list[dict]) -> str | None:
+    """The section as report.md draws it (None: no replicas record)."""
+    found = views(results)
+    return _draw(found) + "\n" if found else None
+
+
+WORKLOAD = Workload("replicas", views=views)

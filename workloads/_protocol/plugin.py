@@ -1,0 +1,215 @@
+"""A workload as labctl sees it: one typed plugin, and one view model of its results.
+
+Standard library only, and nothing here runs. Each `workloads/_report/<name>.py`
+(torch-free) declares once what its workload offers, as `WORKLOAD = Workload(...)`;
+labctl loads that by the workload's name (labctl/plugins.py) and knows no workload.
+
+What a workload's results show is a list of views (`Heading`, `Text`, `Table`,
+`Group`, `BeforeAfter`, `Messages`, `Lines`, `Matrix`): renderers that know no
+workload draw them as report.md (labctl/draw.py), as the page (`View.as_dict`, the
+JSON island's `workloads[].views`, drawn by labctl/html/report.js by `kind`) and as
+CSV (`Csv`). A view's `show` says where it is drawn: "both" (the default), "md"
+(report.md only) or "page" (report.html only), for a section that reads best
+differently in each (a heat map on the page, a shaded table in report.md).
+docs/report.md lists the kinds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence, Union
+
+BOTH, MD, PAGE = "both", "md", "page"
+
+Results = list  # list[dict]: the run's result records (results.jsonl, checked by labctl/results.py)
+
+
+# ---------------------------------------------------------------- the view model
+
+@dataclass(frozen=True)
+class Heading:
+    """A heading in report.md (`level` #s); the page heads each workload's section itself."""
+    kind: ClassVar[str] = "heading"
+    text: str
+    level: int = 2
+    show: str = MD
+
+
+@dataclass(frozen=True)
+class Text:
+    """A paragraph. Markdown's `**bold**` is kept in report.md and left out on the page."""
+    kind: ClassVar[str] = "text"
+    text: str
+    id: str = ""
+    show: str = BOTH
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "text", "id": self.id, "text": self.text.replace("**", "")}
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows under column names. In report.md the title is a heading of `level` #s (0: the
+    title is the page's only), then the caption, then the table."""
+    kind: ClassVar[str] = "table"
+    title: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+    caption: str = ""
+    id: str = ""
+    show: str = BOTH
+    level: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "table", "id": self.id, "title": self.title, "caption": self.caption,
+                "columns": list(self.columns), "rows": [list(r) for r in self.rows]}
+
+
+@dataclass(frozen=True)
+class Group:
+    """Views under one heading (a family of figures)."""
+    kind: ClassVar[str] = "group"
+    title: str
+    views: Sequence["View"]
+    caption: str = ""
+    id: str = ""
+    show: str = BOTH
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "group", "id": self.id, "title": self.title, "caption": self.caption,
+                "views": [v.as_dict() for v in self.views if v.show != MD]}
+
+
+@dataclass(frozen=True)
+class BeforeAfter:
+    """What every rank held before and after one call: `ranks` are dicts with rank,
+    replica, before, after (a held tensor or None), group and ok (its check: True, False,
+    or None when it has none); `facts` the call's op, root, reduce_op, async_op."""
+    kind: ClassVar[str] = "before_after"
+    call: str
+    title: str
+    ranks: Sequence[dict]
+    caption: str = ""
+    facts: dict = field(default_factory=dict)
+    show: str = BOTH
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "before_after", "id": self.call, "call": self.call, "title": self.title,
+                "caption": self.caption, "ranks": list(self.ranks), **self.facts}
+
+
+@dataclass(frozen=True)
+class Messages:
+    """Point-to-point messages as arrows: each a dict with src, dst, hop, send_op, recv_op,
+    sent and received (held tensors or None); `layout` "sequence" draws lifelines, "ring"
+    places the ranks on a circle."""
+    kind: ClassVar[str] = "messages"
+    id: str
+    title: str
+    ranks: Sequence[int]
+    messages: Sequence[dict]
+    layout: str
+    caption: str = ""
+    show: str = BOTH
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "messages", "id": self.id, "title": self.title, "caption": self.caption,
+                "ranks": list(self.ranks), "messages": list(self.messages), "layout": self.layout}
+
+
+@dataclass(frozen=True)
+class Lines:
+    """A line chart: `x`/`y` are {label, log}; each series {name, points: [[x, y]], dash,
+    width}; `ceiling` {y, label} a horizontal line (the measured link)."""
+    kind: ClassVar[str] = "lines"
+    id: str
+    title: str
+    x: dict
+    y: dict
+    series: Sequence[dict]
+    caption: str = ""
+    ceiling: dict | None = None
+    show: str = BOTH
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "lines", "id": self.id, "title": self.title, "caption": self.caption,
+                "x": self.x, "y": self.y, "series": list(self.series), "ceiling": self.ceiling}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A square heat map: row i sends to column j; `cells` the numbers that shade each
+    cell (share of the largest; None: no value, e.g. the diagonal), `texts` what each cell
+    says, `marked` the [i, j] cells ringed as bad (a slow pair)."""
+    kind: ClassVar[str] = "matrix"
+    id: str
+    title: str
+    labels: Sequence[str]
+    cells: Sequence[Sequence[Any]]
+    texts: Sequence[Sequence[str]]
+    caption: str = ""
+    marked: Sequence[Sequence[int]] = ()
+    show: str = BOTH
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "matrix", "id": self.id, "title": self.title, "caption": self.caption,
+                "labels": list(self.labels), "cells": [list(c) for c in self.cells],
+                "texts": [list(t) for t in self.texts], "marked": [list(m) for m in self.marked]}
+
+
+View = Union[Heading, Text, Table, Group, BeforeAfter, Messages, Lines, Matrix]
+
+
+@dataclass(frozen=True)
+class Csv:
+    """`labctl report --format csv` for a run of this workload: a header and rows."""
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+
+
+# ---------------------------------------------------------------- the plugin
+
+class InputError(ValueError):
+    """What the user gave a plugin's verb cannot work (`labctl predict --link ...`): one
+    line, which labctl says as it says a bad lab description (exit 2)."""
+
+
+def _no_views(results: Results) -> list:
+    return []
+
+
+def _no_rule(*args: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one workload offers labctl, declared once (`WORKLOAD` in its
+    workloads/_report/<name>.py). Every field but `name` may be left out.
+
+    views(results) -> [View]             its section of report.md and of the page
+    head(results) -> [View]              a section before the checks per workload (env)
+    data(results) -> dict                its key in `labctl report --format json`
+    csv(results) -> Csv                  `labctl report --format csv` for runs it is in
+    rank_rows(results) -> [dict]         per-rank records: "ranks" in the JSON report,
+                                         where each rank ran on the page
+    check_options(options, defaults)     raise ValueError("<field>: ...") (lab load time)
+    check_lab(spec, options, defaults)   the same, for rules that need the whole lab
+    check_placement(spec, shared_dir, options, defaults)
+                                         the same, on where the nodes run: `shared_dir`
+                                         the backend's `Placement.shared_dir`, never its name
+    write_files(run) -> [Path]           plots and other files next to report.md
+    compare(run_a, run_b, fmt) -> str    `labctl compare A B`
+    predict(run, world_size, sizes, fmt, links=None) -> str   `labctl predict`
+    """
+    name: str
+    views: Callable[[Results], list] = _no_views
+    head: Callable[[Results], list] = _no_views
+    data: Callable[[Results], dict] | None = None
+    csv: Callable[[Results], Csv] | None = None
+    rank_rows: Callable[[Results], list] | None = None
+    check_options: Callable[[dict, dict], None] = _no_rule
+    check_lab: Callable[[Any, dict, dict], None] = _no_rule
+    check_placement: Callable[[Any, Any, dict, dict], None] = _no_rule
+    write_files: Callable[[Any], list] | None = None
+    compare: Callable[[Any, Any, str], str] | None = None
+    predict: Callable[..., str] | None = None
