@@ -469,7 +469,7 @@ def _report_and_exit(run) -> None:
     from .outcome import INTERRUPT_EXIT
 
     try:
-        say(report.markdown(run))
+        say(report.markdown(run, brief=True))
     except OSError:
         pass                          # the terminal is gone (SIGHUP); the report is in the folder
     if not run.record.ok:

@@ -149,14 +149,22 @@ def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{len(ranks)} ranks"
 
 
-def _sections(results: list[dict], head: bool = False) -> list[str]:
+def _sections(results: list[dict], head: bool = False, brief: bool = False) -> list[str]:
     """Each workload's views (`head`: its head, before the checks per workload), drawn as
-    Markdown, a blank line before each."""
+    Markdown, a blank line before each. `brief`: what `labctl up` prints, without the
+    sections of workloads that draw a table row per call (said in one line instead)."""
     parts: list[str] = []
-    for _, workload in hooks_for(results):
+    left_out = []
+    for name, workload in hooks_for(results):
+        if brief and not head and not workload.brief:
+            left_out.append(name)
+            continue
         section = draw.markdown(workload.head(results) if head else workload.views(results))
         if section:
             parts += ["", section]
+    if left_out:
+        parts += ["", f"What every rank held before and after each call ({', '.join(left_out)}): "
+                      "report.md and report.html."]
     return parts
 
 
@@ -166,7 +174,9 @@ def seen_now(run: RunDir) -> RunState:
     return as_seen_now(run.record, run.controller_gone())
 
 
-def markdown(run: RunDir) -> str:
+def markdown(run: RunDir, brief: bool = False) -> str:
+    """report.md; `brief`: what `labctl up` prints at the end (the workloads that draw a
+    table row per call are named, not drawn)."""
     m, results = run.record, run.results()
     state = seen_now(run)
     parts = [
@@ -189,7 +199,7 @@ def markdown(run: RunDir) -> str:
                         ((s["workload"], s["ranks"], s["passed"], s["failed"], s["skipped"],
                           f"{s['seconds']:.2f}") for s in summary))]
 
-    parts += _sections(results)
+    parts += _sections(results, brief=brief)
 
     skips = skipped(results)
     if skips:

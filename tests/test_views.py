@@ -133,6 +133,13 @@ def test_every_workload_with_records_shows_in_report_md_and_on_the_page(tmp_path
     assert sections["env"][0]["rows"][1][:1] == [1] and sections["store"][0]["title"] == "store latency"
     assert not any(v["kind"] == "heading" for views in sections.values() for v in views)
     json.dumps(sections)            # the island holds plain JSON
+    # what `labctl up` prints is as short as before: the workloads that draw a row per call
+    # are named, the rest drawn
+    brief = report.markdown(RunDir.open(run), brief=True)
+    assert "## P2p" not in brief and "## Collectives" not in brief and "## DDP" not in brief
+    assert "What every rank held before and after each call (p2p, collectives, ddp): report.md and report.html." \
+        in brief
+    assert "### store" in brief and "## Where every rank runs (workload env)" in brief
 
 
 def test_a_links_run_shows_its_pair_matrix_in_both(tmp_path):

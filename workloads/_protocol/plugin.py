@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Sequence, Union
 
 BOTH, MD, PAGE = "both", "md", "page"
 
-Results = list  # list[dict]: the run's result records (results.jsonl, checked by labctl/results.py)
+Results = list  # list[dict]: the run's result records (results.jsonl, checked by workloads/_protocol/records.py)
 
 
 # ---------------------------------------------------------------- the view model
@@ -200,8 +200,12 @@ class Workload:
     write_files(run) -> [Path]           plots and other files next to report.md
     compare(run_a, run_b, fmt) -> str    `labctl compare A B`
     predict(run, world_size, sizes, fmt, links=None) -> str   `labctl predict`
+    brief                                False: its views are in report.md and on the page
+                                         but not in what `labctl up` prints at the end
+                                         (p2p, collectives, ddp: a table row per call)
     """
     name: str
+    brief: bool = True
     views: Callable[[Results], list] = _no_views
     head: Callable[[Results], list] = _no_views
     data: Callable[[Results], dict] | None = None

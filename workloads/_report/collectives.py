@@ -81,4 +81,4 @@ def views(results: list[dict]) -> list:
             Text(note, id="collectives-note"), *views]
 
 
-WORKLOAD = Workload("collectives", views=views)
+WORKLOAD = Workload("collectives", views=views, brief=False)

@@ -72,4 +72,4 @@ def _num(value, digits: int = 6) -> str:
     return f"{value:.{digits}g}" if isinstance(value, (int, float)) else ""
 
 
-WORKLOAD = Workload("ddp", views=views)
+WORKLOAD = Workload("ddp", views=views, brief=False)

@@ -47,4 +47,4 @@ def views(results: list[dict]) -> list:
     return [Heading("P2p: every message, sent and received"), *views] if views else []
 
 
-WORKLOAD = Workload("p2p", views=views)
+WORKLOAD = Workload("p2p", views=views, brief=False)
