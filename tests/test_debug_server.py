@@ -221,3 +221,10 @@ def test_in_a_rank_without_them_rank_0_says_so_in_one_line_and_goes_on(monkeypat
     err = capsys.readouterr().err
     assert err == ("labctl: debug server not started: this Python lacks jinja2, tabulate (torch's "
                    "frontend needs them; the lab's images have them; pip install 'labctl[debug]')\n")
+
+
+def test_labctl_preflight_runs_without_it():
+    from labctl import lab, spec as specmod
+
+    spec = specmod.from_dict({"debug_server": True})
+    assert lab.preflight_spec(spec).debug_server is None
