@@ -14,9 +14,10 @@ What the lab adds around torch's call, each so that the lab's own diagnosis stay
 - each rank's worker server is registered by an address the frontend reaches: loopback
   when node 0 is on loopback (local), else the host's full name (Kubernetes pods reach
   each other as `<pod>.<service>`, not by the short hostname torch registers);
-- the frontend process logs into `frontend.log` in the dump folder, not into rank 0's
-  output (torch logs a traceback there each time a dump fails, the Flight Recorder's on
-  gloo: the lab would read it as rank 0's error); it ignores SIGUSR1 (`labctl stacks`
+- the frontend process logs and prints into `frontend.log` in the dump folder, not into
+  rank 0's output (torch logs a traceback there each time a dump fails, the Flight
+  Recorder's on gloo, and a frontend whose port is taken dies with one: the lab would
+  read it as rank 0's error); it ignores SIGUSR1 (`labctl stacks`
   asks the ranks; the frontend is not one) and dies with rank 0 (PR_SET_PDEATHSIG);
 - missing dependencies (Jinja2, tabulate, aiohttp or requests) or a failed start: one
   `labctl: debug server ...` line on rank 0's stderr, and the lab goes on.
@@ -43,6 +44,7 @@ FRONTEND_LOG = "frontend.log"
 _started = False
 _forking = False
 _parent = 0
+_frontend_out: str | None = None     # the frontend's stdout and stderr: frontend.log
 
 
 def enabled() -> bool:
@@ -119,11 +121,13 @@ def _start(dist: Any, rank: str) -> None:
     from torch.distributed import debug
     from torch.distributed.debug import _store
 
+    global _forking, _parent, _frontend_out
     port = int(os.environ[Env.DEBUG_SERVER])
     interval = float(os.environ.get(Env.DEBUG_SERVER_INTERVAL) or 60)
     folder = os.environ.get(Env.DEBUG_SERVER_DIR) or None
     store = _tcp_store(dist)
-    env = {"RANK": str(dist.get_rank()), "WORLD_SIZE": str(dist.get_world_size())}
+    rank = str(dist.get_rank())         # what torch reads (RANK), set below
+    env = {"RANK": rank, "WORLD_SIZE": str(dist.get_world_size())}
     if store is not None:
         env.update(MASTER_ADDR=store[0], MASTER_PORT=str(store[1]))
     elif not os.environ.get("MASTER_ADDR"):
@@ -133,8 +137,8 @@ def _start(dist: Any, rank: str) -> None:
     try:
         if rank == "0" and folder:
             os.makedirs(folder, exist_ok=True)
-        _frontend_logging(folder if rank == "0" else None)
-        global _forking, _parent
+            _frontend_out = os.path.join(folder, FRONTEND_LOG)
+        _frontend_logging(_frontend_out)
         _forking, _parent = True, os.getpid()
         try:
             debug.start_debug_server(port=port, start_method="fork", dump_dir=folder,
@@ -182,13 +186,13 @@ def _stop() -> None:
         pass
 
 
-def _frontend_logging(folder: str | None) -> None:
-    """torch.distributed.debug's log into <folder>/frontend.log (or nowhere), never into
-    the rank's stderr: the frontend is forked, and keeps this."""
+def _frontend_logging(path: str | None) -> None:
+    """torch.distributed.debug's log into `path` (frontend.log) or nowhere, never into the
+    rank's stderr: the frontend is forked, and keeps this."""
     logger = logging.getLogger("torch.distributed.debug")
     logger.propagate = False
-    if folder:
-        handler: logging.Handler = logging.FileHandler(os.path.join(folder, FRONTEND_LOG))
+    if path:
+        handler: logging.Handler = logging.FileHandler(path)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     else:
         handler = logging.NullHandler()
@@ -196,9 +200,18 @@ def _frontend_logging(folder: str | None) -> None:
 
 
 def _in_frontend() -> None:
-    """In the forked frontend: not a rank to `labctl stacks`, and gone with rank 0."""
+    """In the forked frontend: not a rank to `labctl stacks`, gone with rank 0, and what
+    it prints (a traceback if its port is taken) in frontend.log, not in rank 0's log."""
     if not _forking:
         return
+    if _frontend_out:
+        try:
+            fd = os.open(_frontend_out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        except OSError:
+            pass
     try:
         import faulthandler
         faulthandler.unregister(signal.SIGUSR1)
