@@ -100,7 +100,8 @@ PLATFORMS+=(--platform manylinux2014_x86_64)
 
 fetch_wheels() {  # $1: folder, $2: the torch requirement; adds numpy + labctl's runtime deps
     local dest=$1 torch_req=$2
-    local deps; deps=$("$PYTHON" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
+    # the runtime deps and the `debug` extra (torch's debug server frontend: --debug-server)
+    local deps; deps=$("$PYTHON" -c 'import tomllib; p = tomllib.load(open("pyproject.toml","rb"))["project"]; print(" ".join(p["dependencies"] + p["optional-dependencies"]["debug"]))')
     # numpy: torch warns on every import without it.
     local want="$torch_req numpy $deps setuptools>=61 wheel"
     if [ -f "$dest.req" ] && [ "$(cat "$dest.req")" = "$want" ] && ls "$dest"/torch-* >/dev/null 2>&1; then

@@ -241,6 +241,9 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
         click.option("--trace/--no-trace", "trace", default=None,
                      help="Record every collective and p2p op of every rank into trace.json (on by default; "
                           "docs/trace.md)."),
+        click.option("--debug-server", "debug_server", is_flag=True, default=None,
+                     help="torch's debug server on every rank: live stacks of every rank in a browser, "
+                          "dumps in the run folder's debug-server/ (docs/diagnosis.md)."),
         click.option("--fault", "faults", multiple=True,
                      help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
                           "partition:N@T+D, delay:N=MS (seconds after every node started)."),

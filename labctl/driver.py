@@ -475,6 +475,10 @@ class Session:
         def body() -> None:
             self.backend.start(self.plan, self.rundir)
             self.started = True
+            if self.plan.spec.debug_server is not None:
+                where = self.backend.debug_server_at(self.plan)
+                if where:
+                    self.say(f"debug server: {where} (rank 0 serves it once every rank joined)")
             self.watch(deadline, grace)
             if self.first_bad is not None:
                 self.ending = Ending.NODE_FAILED

@@ -140,7 +140,7 @@ def preflight_spec(spec: LabSpec) -> LabSpec:
     failure there would never reach the checks; direct workers meet at the same
     MASTER_ADDR:MASTER_PORT, and check it first (and MASTER_PORT + 1 for a
     tcp:// init lab). Options the lab gives the preflight workload (in its
-    workloads list) are kept.
+    workloads list) are kept; torch's debug server is not started (`debug_server`).
     """
     given = next((dict(w.options) for w in spec.workloads if w.name == PREFLIGHT), {})
     options = {"join_timeout": min(spec.join_timeout, PREFLIGHT_JOIN_S), **given}
@@ -148,7 +148,7 @@ def preflight_spec(spec: LabSpec) -> LabSpec:
         options.setdefault("check_init_port", True)
     return dataclasses.replace(
         spec, workloads=(WorkloadSpec(PREFLIGHT, options),), script=None, script_args=(),
-        launcher="direct", init_method="env", replicas=1, out=None,
+        launcher="direct", init_method="env", replicas=1, out=None, debug_server=None,
         timeout=min(spec.timeout, PREFLIGHT_TIMEOUT_S))
 
 

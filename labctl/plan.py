@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from workloads._protocol import EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE, RECORDS_SUBDIR, Env
+from workloads._protocol import (DEBUG_SERVER_SUBDIR, EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE,
+                                 RECORDS_SUBDIR, Env)
 
-from .spec import LabSpec
+from .spec import DEFAULT_DEBUG_SERVER_PORT, LabSpec
 
 DEFAULT_CONTAINER_PORT = 29500
 DEFAULT_STORE_PORT = 29400          # the replica store in containers (a host of its own)
@@ -39,6 +40,10 @@ LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the 
 TORCHRUN_LOGS_SUBDIR = "torchrun"
 SCRIPT_MOUNT = "/lab/script"        # where container backends mount a user's script
 RECORDS_MOUNT = "/lab/records"      # where compose mounts the run folder's records/ (LAB_TRACE_DIR)
+DEBUG_SERVER_MOUNT = "/lab/debug-server"   # where compose mounts the run folder's debug-server/
+# where a container's debug server dumps when nothing is mounted (k8s, a compose file run by
+# hand): the node's own /tmp, gone with it
+CONTAINER_DEBUG_SERVER_DIR = "/tmp/labctl-debug-server"
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Placement:
     # where each torchrun agent's --log-dir goes (node-<i> under it), when labctl can read
     # it after the run (its workers' error files): local only, containers lose theirs
     torchrun_log_dir: str | None = None
+    debug_server_port: int | None = None   # rank 0's debug server frontend (debug_server), as node 0 binds it
 
     def rendezvous(self, replica: int) -> tuple[str, int]:
         """Node 0's address and the rendezvous port of `replica`."""
@@ -82,7 +88,8 @@ def init_port(rdzv_port: int) -> int:
 
 
 def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
-                    run_folder: str | os.PathLike | None = None) -> Placement:
+                    run_folder: str | os.PathLike | None = None,
+                    debug_server_port: int | None = None) -> Placement:
     """All nodes are processes on this machine; they meet on loopback.
 
     Replicas share the one address, so each gets its own pair of ports
@@ -90,9 +97,12 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
     port after them (`ports_needed`). The shared directory (file:// init, and
     LAB_SHARED_DIR) is the run folder's `shared/`, as an absolute path, so the
     plan names the very directory the nodes get; without a run folder there is none.
+    torch's debug server (`debug_server`) listens on `debug_server_port` (the lab's port,
+    else the caller's free one) and dumps into the run folder's `debug-server/`.
     """
     many = spec.replicas > 1
     shared = local_shared_dir(run_folder) if run_folder is not None else None
+    debug = spec.debug_server is not None and run_folder is not None
     return Placement(
         backend="local",
         hostnames=tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes)),
@@ -103,13 +113,16 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
         # gloo binds to what the hostname resolves to; nodes that share one host
         # must use loopback instead.
         env={"GLOO_SOCKET_IFNAME": "lo", **({Env.SHARED_DIR: shared} if shared else {}),
-             **({Env.TRACE_DIR: local_records_dir(run_folder)} if run_folder is not None else {})},
+             **({Env.TRACE_DIR: local_records_dir(run_folder)} if run_folder is not None else {}),
+             **({Env.DEBUG_SERVER_DIR: local_debug_server_dir(run_folder)} if debug else {})},
         script_path=script_path if script_path is not None else spec.script,
         replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
         store_addr="127.0.0.1" if many else None,
         store_port=port + 2 * spec.replicas if many else None,
         shared_dir=shared,
         torchrun_log_dir=local_torchrun_log_dir(run_folder) if run_folder is not None else None,
+        debug_server_port=((debug_server_port or spec.debug_server.port)
+                           if spec.debug_server is not None else None),
     )
 
 
@@ -145,7 +158,10 @@ def container_placement(spec: LabSpec, backend: str, master_addr: str | None = N
         store_port=DEFAULT_STORE_PORT if many else None,
         shared_dir=SHARED_MOUNT if shared else None,
         # where a workload keeps what must outlive a restart (the elastic checkpoints)
-        env={Env.SHARED_DIR: SHARED_MOUNT} if shared else {},
+        env={**({Env.SHARED_DIR: SHARED_MOUNT} if shared else {}),
+             **({Env.DEBUG_SERVER_DIR: CONTAINER_DEBUG_SERVER_DIR} if spec.debug_server else {})},
+        debug_server_port=((spec.debug_server.port or DEFAULT_DEBUG_SERVER_PORT)
+                           if spec.debug_server is not None else None),
     )
 
 
@@ -166,6 +182,12 @@ def local_records_dir(run_folder: str | os.PathLike) -> str:
     Recorder records there into memory-mapped files that outlive any death of the rank
     (workloads/_trace.py), and labctl reads them from there (labctl/trace.py)."""
     return str((Path(run_folder) / RECORDS_SUBDIR).resolve())
+
+
+def local_debug_server_dir(run_folder: str | os.PathLike) -> str:
+    """The run folder's `debug-server/`, absolute: rank 0's debug server frontend writes
+    its periodic dumps (every rank's stacks, the TCPStore's keys) and its log there."""
+    return str((Path(run_folder) / DEBUG_SERVER_SUBDIR).resolve())
 
 
 def local_torchrun_log_dir(run_folder: str | os.PathLike) -> str:
@@ -468,6 +490,9 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         env[Env.TRACE] = "1"
     if spec.fault_clock == "join" and spec.faults:   # ranks say when they joined (_common.say_joined)
         env[Env.FAULT_CLOCK] = "join"
+    if spec.debug_server is not None and placement.debug_server_port is not None:
+        env[Env.DEBUG_SERVER] = str(placement.debug_server_port)     # workloads/_debugserver.py
+        env[Env.DEBUG_SERVER_INTERVAL] = f"{spec.debug_server.interval:g}"
     if spec.links is not None:          # the configured links, for the workloads' reports
         env[Env.LINKS] = spec.links.to_json()
     if spec.replicas > 1:

@@ -50,6 +50,8 @@ MAX_ITEMS = 256                      # workloads, faults, tolerations, image_pul
 MAX_PATH = 4096                      # script, image, out: the kernel's PATH_MAX
 MAX_SECONDS = 10 ** 9                # timeouts: about 31 years, fits every int field (int64, int32)
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
+DEFAULT_DEBUG_SERVER_PORT = 25999   # torch's own default: rank 0's frontend in a container
+DEFAULT_DEBUG_SERVER_INTERVAL = 10.0  # seconds between its dumps (torch's default: 60)
 DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
 DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
 # A DNS-1123 label: what a lab's name must be on every backend, because it names the
@@ -97,6 +99,9 @@ RESERVED_ENV: Mapping[str, str] = {
     Env.TRACE_DIR: "labctl sets it to the run folder's records/ (local, compose)",
     Env.FAULT_CLOCK: "use fault_clock (--fault-clock) instead",
     Env.LINKS: "use links (--link) instead",
+    Env.DEBUG_SERVER: "use debug_server (--debug-server) instead",
+    Env.DEBUG_SERVER_INTERVAL: "use debug_server: {interval: S} instead",
+    Env.DEBUG_SERVER_DIR: "labctl sets it to the run folder's debug-server/ (local, compose)",
     Env.SHARED_DIR: "use shared_volume instead (container backends; locally it is the run folder's shared/)",
     "REPLICA_ID": _REPLICAS, "REPLICA_NUM": _REPLICAS,
     "REPLICA_STORE_ADDR": _REPLICAS, "REPLICA_STORE_PORT": _REPLICAS,
@@ -136,6 +141,15 @@ class SharedVolume:
 
 
 @dataclass(frozen=True)
+class DebugServer:
+    """torch's debug server on every rank (`torch.distributed.debug.start_debug_server`,
+    docs/diagnosis.md): rank 0's HTTP frontend on `port` (None: a free port locally,
+    25999 in containers), its dumps every `interval` seconds into the run folder."""
+    port: int | None = None
+    interval: float = DEFAULT_DEBUG_SERVER_INTERVAL
+
+
+@dataclass(frozen=True)
 class LabSpec:
     name: str = "lab"
     nodes: int = 2
@@ -170,6 +184,7 @@ class LabSpec:
     pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
     debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
     trace: bool = True                 # record every op torch issues (LAB_TRACE=1; docs/trace.md)
+    debug_server: DebugServer | None = None   # torch's debug server on every rank (LAB_DEBUG_SERVER)
     faults: tuple[Fault, ...] = ()     # injected faults, parsed at load (labctl/faults.py)
     # Where the faults' T counts from: every node started ("start"), or every rank's
     # init_process_group returned ("join": ranks say so, LAB_FAULT_CLOCK=join).
@@ -309,6 +324,8 @@ def load(path: str | Path | None = None, overrides: Mapping[str, Any] | None = N
         data.pop("workloads", None)     # --script replaces the file's workloads
     if "workloads" in overrides and "script" not in overrides:
         data.pop("script", None)
+    if overrides.get("debug_server") is True and isinstance(data.get("debug_server"), dict):
+        overrides.pop("debug_server")   # --debug-server keeps the file's port and interval
     data.update(overrides)
     return from_dict(data, source=source)
 
@@ -473,6 +490,8 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             raise bad("trace", data["trace"], "true or false (true, the default: record every "
                       "collective and p2p op into the run's trace.json; docs/trace.md)")
         kw["trace"] = data["trace"]
+    if data.get("debug_server") is not None and data["debug_server"] is not False:
+        kw["debug_server"] = _debug_server(data["debug_server"], bad)
 
     if "backend" in data:               # one of the registry's: checked by backends.check_spec
         kw["backend"] = data["backend"]
@@ -572,6 +591,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
 
     spec = LabSpec(**kw)
     _rdzv_ports_fit(spec, bad)
+    _debug_server_fits(spec, bad)
     if data.get("faults"):
         spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
     if not spec.workloads and not spec.script:
@@ -809,6 +829,40 @@ def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> N
                   "agent restarts the workers, and direct mode has none")
 
 
+_DEBUG_SERVER_EXAMPLE = "(example: debug_server: true, or debug_server: {port: 25999, interval: 10})"
+
+
+def _debug_server(raw: Any, bad) -> DebugServer:
+    """`debug_server: true`, or a mapping of its port and dump interval."""
+    if raw is True:
+        return DebugServer()
+    known = {f.name for f in dataclasses.fields(DebugServer)}
+    if not isinstance(raw, dict) or not set(raw) <= known:
+        raise bad("debug_server", raw, f"true, false or a mapping of {', '.join(sorted(known))} "
+                  + _DEBUG_SERVER_EXAMPLE)
+    kw: dict[str, Any] = {}
+    if raw.get("port") is not None:
+        kw["port"] = _int(raw["port"], "debug_server.port", 1, MAX_PORT, bad,
+                          expected=f"a port number between 1 and {MAX_PORT} {_DEBUG_SERVER_EXAMPLE}")
+    if raw.get("interval") is not None:
+        kw["interval"] = _seconds(raw["interval"], "debug_server.interval", bad)
+    return DebugServer(**kw)
+
+
+def _debug_server_fits(spec: LabSpec, bad) -> None:
+    """What torch's debug server cannot do in this lab: one frontend per lab (a replica is a
+    job of its own), and it meets in a TCPStore, which direct file:// init has none of."""
+    if spec.debug_server is None:
+        return
+    if spec.replicas > 1:
+        raise bad("debug_server", True, f"a lab of one replica (this one has {spec.replicas}: each "
+                  "would start a frontend of its own); leave debug_server out or use replicas: 1")
+    if spec.init_method == "file" and spec.launcher == "direct":
+        raise bad("debug_server", True, "a lab with a TCPStore: torch's debug server meets in one, "
+                  "and init_method file with launcher direct has none (use init_method env or tcp, "
+                  "or launcher torchrun)")
+
+
 def _shared_volume(raw: Any, bad) -> SharedVolume:
     expected = "a mapping with the name of a ReadWriteMany claim (example: shared_volume: {claim: lab-shared})"
     if not isinstance(raw, dict) or set(raw) != {"claim"}:
@@ -989,6 +1043,8 @@ join_timeout: 120        # whole seconds the c10d rendezvous waits for every nod
 # debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
 # trace: false           # default true: every collective/p2p op of every rank into trace.json
                          # (docs/trace.md; costs about 1-3 %, "What it costs")
+# debug_server: true     # torch's debug server on every rank: live stacks in a browser, dumps in
+                         # <run>/debug-server/ ({{port: 25999, interval: 10}}; docs/diagnosis.md)
 # faults:                # docs/failures.md; T, D: seconds after every node started
 #                        # (fault_clock: join: after every rank's init_process_group returned)
 #   - kill-rank:1@5      # SIGKILL worker rank 1

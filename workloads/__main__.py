@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from . import _common, _settle, _stacks, _trace
+from . import _common, _debugserver, _settle, _stacks, _trace
 from ._protocol import WORKLOAD_DONE
 from ._record import recorded
 
@@ -32,6 +32,7 @@ def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
     _trace.install_flight_recorder()      # its newest entries when labctl asks through a FIFO (a hang without --debug)
     _trace.install()                      # LAB_TRACE=1: record every collective and p2p op
+    _debugserver.install()                # LAB_DEBUG_SERVER: torch's debug server, started after init
     modules = {name: importlib.import_module(f"workloads.{name}") for name in names}
     join: dict = {}
     for name, module in modules.items():

@@ -22,7 +22,7 @@ import runpy
 import sys
 from typing import Callable
 
-from . import _common, _settle, _stacks, _trace
+from . import _common, _debugserver, _settle, _stacks, _trace
 from ._record import recorded
 from ._protocol import Env
 
@@ -136,6 +136,7 @@ def main() -> None:
     apply_pg_timeout()
     _trace.install_flight_recorder()    # its newest entries into the log when labctl asks (a FIFO)
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
+    _debugserver.install()  # LAB_DEBUG_SERVER: torch's debug server, started after init
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     if os.environ.get(Env.EXERCISE):    # `labctl exercise check`: import the file, call its function

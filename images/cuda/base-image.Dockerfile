@@ -5,8 +5,11 @@
 #
 #   BASE_IMAGE=pytorch/pytorch:<tag> bash images/build.sh cuda      # or: make images-cuda BASE_IMAGE=...
 #
-# No pip here (the workloads need nothing but torch), so any Python the base has
-# will do; images/build.sh labels the result with the versions torch reports.
+# The workloads need nothing but torch, so any Python the base has will do; torch's
+# debug server frontend (--debug-server) also needs aiohttp, Jinja2 and tabulate, which
+# pip installs when the base has pip and the build can reach an index (else rank 0 says
+# the debug server lacks them, and the lab runs without it). images/build.sh labels the
+# result with the versions torch reports.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
@@ -21,7 +24,9 @@ RUN set -e; \
     command -v torchrun >/dev/null || ln -s "$(dirname "$PY")/torchrun" /usr/local/bin/torchrun; \
     getent passwd 1000 >/dev/null || useradd --uid 1000 --user-group --create-home --home-dir /home/lab --shell /bin/bash lab; \
     mkdir -p /work && chown 1000:1000 /work; \
-    chmod -R a+rX /opt/labctl
+    chmod -R a+rX /opt/labctl; \
+    "$PY" -m pip install -q "aiohttp>=3.9" "Jinja2>=3.1" "tabulate>=0.9" \
+      || echo "note: no aiohttp/Jinja2/tabulate: --debug-server will not start in this image"
 
 # `-m workloads` and `import labctl` work from any directory.
 ENV PYTHONPATH=/opt/labctl \

@@ -243,6 +243,11 @@ class Backend(abc.ABC):
         driver calls this at the deadline before anything is stopped. Returns notes."""
         return [f"the {self.name} backend cannot take stacks"]
 
+    def debug_server_at(self, plan: LaunchPlan) -> str | None:
+        """Where to open the started lab's debug server (`debug_server`): a URL on this
+        machine, or the command that makes one; None when this backend cannot say."""
+        return None
+
     def inject(self, fault: Fault) -> str:
         """Make one fault happen now (kill a rank, freeze a node ...); one line on what was done."""
         raise LabError(f"the {self.name} backend cannot inject faults")

@@ -41,12 +41,29 @@ class Env:
     FR_DUMP_DIR = "LAB_FR_DUMP_DIR"    # where ranks dump Flight Recorder pickles at a hang
     EXERCISE = "LAB_EXERCISE"          # `labctl exercise check`: the runner's config, JSON
     LINKS = "LAB_LINKS"                # the lab's configured links (labctl/links.py), JSON
+    DEBUG_SERVER = "LAB_DEBUG_SERVER"  # torch's debug server: its frontend's port on rank 0
+    DEBUG_SERVER_INTERVAL = "LAB_DEBUG_SERVER_INTERVAL"  # seconds between its dumps
+    DEBUG_SERVER_DIR = "LAB_DEBUG_SERVER_DIR"  # where rank 0's frontend writes them (local, compose)
 
 
 # The run folder's subfolder where local ranks write their record files (LAB_TRACE_DIR):
 # rank-<RANK>.<t0 ns, 19 digits>.<pid>.<segment, 4 digits>.rec, each the marked lines below,
 # NUL-padded past the last one written (workloads/_trace.py, _FileSink).
 RECORDS_SUBDIR = "records"
+# The run folder's subfolder where torch's debug server writes its dumps (LAB_DEBUG_SERVER_DIR).
+DEBUG_SERVER_SUBDIR = "debug-server"
+# What torch's debug server frontend imports besides torch, each entry's names being
+# alternatives (its fetches use aiohttp, else requests): the ranks check it before they start
+# it (workloads/_debugserver.py), the local backend's preflight in the ranks' own Python.
+DEBUG_SERVER_NEEDS = (("jinja2",), ("tabulate",), ("aiohttp", "requests"))
+
+
+def debug_server_missing() -> list[str]:
+    """The modules of DEBUG_SERVER_NEEDS this Python lacks (the first name of each entry)."""
+    import importlib.util
+
+    return [names[0] for names in DEBUG_SERVER_NEEDS
+            if not any(importlib.util.find_spec(n) is not None for n in names)]
 RECORD_FILE_SUFFIX = ".rec"
 
 # ---- marked lines in a rank's output ---------------------------------------------------

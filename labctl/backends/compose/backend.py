@@ -26,8 +26,8 @@ from ...errors import LabError
 from ...faults import Fault, NotYet
 from ...logs import joins_in
 from ...outcome import NodeOutcome, NodeState, from_exit_code
-from ...plan import (LaunchPlan, Placement, container_placement, container_shared_dir, local_records_dir,
-                     plan as make_plan)
+from ...plan import (LaunchPlan, Placement, container_placement, container_shared_dir,
+                     local_debug_server_dir, local_records_dir, plan as make_plan)
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import DEFAULT_CUDA_IMAGE, LabSpec
@@ -511,9 +511,11 @@ class ComposeBackend(Backend):
         # the run folder's records/, mounted in every node: the ranks' record files outlive
         # any death of a rank, as on the local backend (the lab's user writes there, not root)
         records = local_records_dir(rundir.path)
-        os.makedirs(records, exist_ok=True)
-        os.chmod(records, 0o777)       # no sticky bit: whoever runs labctl may remove what the ranks wrote
-        compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan, records))
+        debug = local_debug_server_dir(rundir.path) if plan.spec.debug_server is not None else None
+        for folder in filter(None, (records, debug)):
+            os.makedirs(folder, exist_ok=True)
+            os.chmod(folder, 0o777)    # no sticky bit: whoever runs labctl may remove what the ranks wrote
+        compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan, records, debug))
         self._bind(BoundRun.of_plan(plan, Bound.STARTED, rundir),
                    _Project(plan.run_id, compose_file, os.getcwd()))
         up = self.project("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")
@@ -521,6 +523,18 @@ class ComposeBackend(Backend):
             raise LabError(f"docker compose up failed for project {self.project.name}: "
                            f"{_last_line(up.stderr)}")
         self.progress(f"compose project {self.project.name} started ({len(plan.nodes)} containers)")
+
+    def debug_server_at(self, plan: LaunchPlan) -> str | None:
+        """The URL of node 0's published debug server port (the engine picked it)."""
+        port = plan.placement.debug_server_port
+        if port is None:
+            return None
+        done = self.project("port", plan.nodes[0].hostname, str(port))
+        published = done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else ""
+        if not published:
+            why = _last_line(done.stderr) or "docker compose port said nothing"
+            return f"node 0 publishes no port for it ({why})"
+        return f"http://{published}"
 
     def _bind(self, run: BoundRun, project: "_Project") -> None:
         """The run and the compose project every call of this instance names."""

@@ -3,7 +3,9 @@
 One service per node. Each service runs exactly `plan.node_command(node)`
 (never a rebuilt argv), with the node's hostname so that gloo binds to the
 container's own address and c10d finds node 0 by name, on one lab network.
-No published ports and no privileges: nodes talk only to each other.
+No privileges, and no published ports but one: with `debug_server`, node 0 publishes
+torch's debug server frontend on 127.0.0.1 of this machine, on a port the engine
+picks (`docker compose port <node 0> <port>` says which; labctl up prints it).
 
 Hardened like the k8s render (docs/compose.md, "Security defaults"): limits
 equal to the lab's resources (cpus, memory, pids), no new privileges, every
@@ -39,7 +41,7 @@ from typing import Any
 from ...links import node_shaping
 from workloads._protocol import Env
 
-from ...plan import RECORDS_MOUNT, LaunchPlan, NodeLaunch, node_command
+from ...plan import DEBUG_SERVER_MOUNT, RECORDS_MOUNT, LaunchPlan, NodeLaunch, node_command
 from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
 from ...spec import quantity
 
@@ -142,11 +144,14 @@ def _labels(plan: LaunchPlan, **extra: str) -> dict[str, str]:
     }
 
 
-def _service(plan: LaunchPlan, index: int, records_dir: str | None = None) -> dict[str, Any]:
+def _service(plan: LaunchPlan, index: int, records_dir: str | None = None,
+             debug_dir: str | None = None) -> dict[str, Any]:
     spec, node = plan.spec, plan.nodes[index]
     argv, env = node_command(node)
     if records_dir:
         env = {**env, Env.TRACE_DIR: RECORDS_MOUNT}
+    if debug_dir:
+        env = {**env, Env.DEBUG_SERVER_DIR: DEBUG_SERVER_MOUNT}
     labels = {"labctl.dev/node": str(node.index)}
     if spec.replicas > 1:
         labels["labctl.dev/replica"] = str(node.replica)
@@ -162,6 +167,7 @@ def _service(plan: LaunchPlan, index: int, records_dir: str | None = None) -> di
         "environment": dict(env),
         "working_dir": WORKDIR,
         "networks": [NETWORK],
+        **({"ports": [debug_server_port(plan)]} if node.index == 0 and plan.placement.debug_server_port else {}),
         "shm_size": quantity_bytes(spec.resources.shm),
         "restart": "no",
         "stop_grace_period": STOP_GRACE,
@@ -191,8 +197,16 @@ def _service(plan: LaunchPlan, index: int, records_dir: str | None = None) -> di
         volumes.append({"type": "volume", "source": SHARED_VOLUME, "target": plan.placement.shared_dir})
     if records_dir:
         volumes.append({"type": "bind", "source": records_dir, "target": RECORDS_MOUNT})
+    if debug_dir:
+        volumes.append({"type": "bind", "source": debug_dir, "target": DEBUG_SERVER_MOUNT})
     service["volumes"] = volumes
     return service
+
+
+def debug_server_port(plan: LaunchPlan) -> dict[str, Any]:
+    """Node 0's debug server frontend, published on this machine's loopback only, on a
+    port the engine picks (no clash with another lab or anything else listening)."""
+    return {"target": plan.placement.debug_server_port, "host_ip": "127.0.0.1", "protocol": "tcp"}
 
 
 def _helper(plan: LaunchPlan, svc: NodeLaunch) -> dict[str, Any]:
@@ -214,13 +228,18 @@ def _helper(plan: LaunchPlan, svc: NodeLaunch) -> dict[str, Any]:
     }
 
 
-def render(plan: LaunchPlan, records_dir: str | None = None) -> dict[str, Any]:
+def render(plan: LaunchPlan, records_dir: str | None = None,
+           debug_dir: str | None = None) -> dict[str, Any]:
     """The compose document as plain data (keys in a fixed, readable order). With
     `records_dir` (`labctl up`: the run folder's records/ on this machine), every node
     mounts it and its ranks write their record files there, which outlive any death of a
-    rank; without (a rendered file to run by hand), the records travel in the log stream."""
+    rank; without (a rendered file to run by hand), the records travel in the log stream.
+    With `debug_dir` (`labctl up` of a lab with `debug_server`: the run folder's
+    debug-server/), every node mounts it and rank 0's debug server dumps there; without,
+    into the node's own /tmp."""
     services = {svc.hostname: _helper(plan, svc) for svc in plan.services}
-    services.update({node.hostname: _service(plan, node.index, records_dir) for node in plan.nodes})
+    services.update({node.hostname: _service(plan, node.index, records_dir, debug_dir)
+                     for node in plan.nodes})
     doc: dict[str, Any] = {
         "name": project_name(plan.run_id),
         "services": services,
@@ -237,7 +256,7 @@ def render(plan: LaunchPlan, records_dir: str | None = None) -> dict[str, Any]:
     return _escaped(doc)
 
 
-def text(plan: LaunchPlan, records_dir: str | None = None) -> str:
+def text(plan: LaunchPlan, records_dir: str | None = None, debug_dir: str | None = None) -> str:
     shape = f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node}"
     if plan.spec.replicas > 1:
         shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
@@ -246,7 +265,10 @@ def text(plan: LaunchPlan, records_dir: str | None = None) -> str:
               "# Run: docker compose -f compose.yaml up -d\n"
               f"# Then: labctl collect --backend compose --run-id {plan.run_id}"
               "  (logs, results, report; --delete removes the lab)\n")
-    return header + dump_yaml(render(plan, records_dir))
+    if plan.placement.debug_server_port:
+        header += (f"# Debug server: docker compose -f compose.yaml port {plan.nodes[0].hostname} "
+                   f"{plan.placement.debug_server_port}  (where node 0 publishes it on 127.0.0.1)\n")
+    return header + dump_yaml(render(plan, records_dir, debug_dir))
 
 
 def files(plan: LaunchPlan) -> dict[str, str]:

@@ -585,6 +585,17 @@ class K8sBackend(Backend):
             self.progress(f"created {obj['kind'].lower()}/{obj['metadata']['name']} "
                           f"in namespace {cluster.namespace}")
 
+    def debug_server_at(self, plan: LaunchPlan) -> str | None:
+        """`kubectl port-forward` to node 0's pod (by name once it exists, else by its labels)."""
+        if plan.placement.debug_server_port is None or self.cluster is None:
+            return None
+        try:
+            pod = _pods_by_index(self.api, self.run_id, self.nodes_per_replica).get(0)
+        except Exception:            # noqa: BLE001 - the command by labels says as much
+            pod = None
+        name = pod.metadata.name if pod is not None else None
+        return k8s_render.port_forward(plan, self.cluster.namespace, self.cluster.context, name)
+
     def poll(self) -> list[NodeOutcome]:
         """Pods (and why they wait); of a run recorded in a folder (`labctl down`), each
         node's pod as it is now, no more."""

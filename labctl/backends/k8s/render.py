@@ -144,6 +144,21 @@ def run_selector(run_id: str) -> str:
     return f"{RUN_LABEL}={run_id}"
 
 
+POD_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"   # on a Job's pods since 1.28
+
+
+def port_forward(plan: LaunchPlan, namespace: str, context: str | None = None,
+                 pod: str | None = None) -> str:
+    """The command that brings node 0's debug server frontend (`debug_server`) to
+    127.0.0.1 of this machine: `kubectl port-forward` to `pod`, or, not known yet, to the
+    pod the run's label and completion index 0 select."""
+    port = plan.placement.debug_server_port
+    where = (f"--context {shlex.quote(context)} " if context else "") + f"-n {shlex.quote(namespace)}"
+    target = f"pod/{pod}" if pod else (
+        f"$(kubectl get pods {where} -l {run_selector(plan.run_id)},{POD_INDEX_LABEL}=0 -o name)")
+    return f"kubectl port-forward {where} {target} {port}:{port}, then http://127.0.0.1:{port}"
+
+
 # ---- the per-index template ------------------------------------------------
 @dataclass(frozen=True)
 class IndexValue:
@@ -676,9 +691,11 @@ def _header(plan: LaunchPlan) -> str:
     shape = f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node} process(es)"
     if plan.spec.replicas > 1:
         shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
+    debug = (f"# Debug server: {port_forward(plan, 'NS')}\n"
+             if plan.placement.debug_server_port else "")
     return (f"# labctl render k8s: lab {plan.spec.name}, run id {plan.run_id}, {shape}\n"
             f"# Then: labctl collect --backend k8s --run-id {plan.run_id} --namespace NS"
-            "  (logs, results, report; --delete removes the lab)\n")
+            "  (logs, results, report; --delete removes the lab)\n" + debug)
 
 
 def text(plan: LaunchPlan, script_text: str | None = None) -> str:

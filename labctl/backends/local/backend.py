@@ -34,7 +34,7 @@ from ...rundir import RunDir
 from ...spec import LabSpec
 from ..base import Backend, Bound, BoundRun, PreflightError
 from . import nodeguard
-from workloads._protocol import Env
+from workloads._protocol import Env, debug_server_missing
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
 GUARD_EXIT_S = TERM_GRACE_S + 5.0
@@ -175,8 +175,10 @@ class LocalBackend(Backend):
         script = str(Path(spec.script).resolve()) if spec.script else None
         if script and not Path(script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
+        debug_port = (spec.debug_server.port or free_port()) if spec.debug_server is not None else None
         return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)),
-                               script_path=script, run_folder=run_folder)
+                               script_path=script, run_folder=run_folder,
+                               debug_server_port=debug_port)
 
     def preflight(self, plan: LaunchPlan) -> None:
         spec = plan.spec
@@ -187,6 +189,22 @@ class LocalBackend(Backend):
             raise PreflightError(
                 f"rendezvous port {plan.placement.master_port} on 127.0.0.1 is already in use "
                 "(EADDRINUSE); choose another --rdzv-port or leave it out for a free one")
+        if spec.debug_server is not None:
+            missing = debug_server_missing()      # the ranks run this very Python
+            if missing:
+                raise PreflightError(
+                    f"debug_server: torch's debug server needs {', '.join(missing)}, which this "
+                    f"Python ({sys.executable}) lacks; pip install 'labctl[debug]' (or leave "
+                    "--debug-server out)")
+            port = plan.placement.debug_server_port
+            if port is not None and port_taken(port):
+                raise PreflightError(
+                    f"debug server port {port} on this machine is already in use (EADDRINUSE); "
+                    "choose another debug_server.port or leave it out for a free one")
+
+    def debug_server_at(self, plan: LaunchPlan) -> str | None:
+        port = plan.placement.debug_server_port
+        return None if port is None else f"http://127.0.0.1:{port}"
 
     # ---- the run ---------------------------------------------------------------
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
