@@ -7,6 +7,7 @@ and the rest of the page is still made, never a traceback.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import re
@@ -16,7 +17,8 @@ from typing import Any, Callable
 import yaml
 
 from .. import report
-from ..record import MAX_NPROC_PER_NODE, MAX_WORLD, FirstFailure, RunRecord, read_bounded
+from ..outcome import RunState
+from ..record import MAX_NPROC_PER_NODE, MAX_WORLD, RunRecord, read_bounded
 from ..rundir import RunDir, read_results
 from ..spec import MAX_FILE_BYTES
 from ..verdict import as_seen_now
@@ -50,16 +52,18 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     """The JSON island of `run_path`'s report.html (docs/report.md has its shape)."""
     path = Path(run_path)
     problems = _Problems()
+    # the typed record, or None when status.json is missing or damaged (named in problems)
     raw = problems.guard("status.json", lambda: _json_object(path / "status.json"), {}) or {}
-    record = problems.guard("status.json", lambda: RunRecord.from_dict(raw), None) if raw else None
-    status = record.to_dict() if record is not None else raw
+    record: RunRecord | None = problems.guard("status.json", lambda: RunRecord.from_dict(raw), None) \
+        if raw else None
     plan = problems.guard("plan.json", lambda: _json_object(path / "plan.json"), {}) or {}
     spec = problems.guard("spec.yaml", lambda: _yaml_object(path / "spec.yaml"), {}) or {}
     results = problems.guard("results.jsonl", lambda: _results(path, problems), []) or []
     state = problems.guard("the run's state", lambda: as_seen_now(
         record, RunDir(path, record).controller_gone()).value, None) if record is not None else None
-    state = state or status.get("state", "?")
-    world = status.get("world_size")        # bounded as a lab's (a damaged 10^30 looped for ever)
+    state = state or "?"
+    # bounded as a lab's (a damaged 10^30 looped for ever)
+    world = record.world_size if record is not None else None
     world = world if isinstance(world, int) and 0 < world <= MAX_WORLD else None
     trace_path = path / "trace.json"
     timeline = problems.guard("trace.json", lambda: read_trace(trace_path), None) \
@@ -70,15 +74,15 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     data: dict[str, Any] = {
         "schema": SCHEMA,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "run": problems.guard("the run's facts", lambda: _facts(path, status, plan, spec, state, results), {}),
-        "failure": problems.guard("the first failure", lambda: _failure(path, status), None),
-        "topology": problems.guard("the topology", lambda: _topology(status, plan, results, trace_nodes, log_nodes), None),
+        "run": problems.guard("the run's facts", lambda: _facts(path, record, plan, spec, state, results), {}),
+        "failure": problems.guard("the first failure", lambda: _failure(path, record), None),
+        "topology": problems.guard("the topology", lambda: _topology(record, plan, results, trace_nodes, log_nodes), None),
         "checks": problems.guard("the checks", lambda: _checks(results), None),
         "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems), []),
         "timeline": None, "totals": None, "stragglers": None,
-        "hang": problems.guard("the hang", lambda: _hang(path, status), None),
-        "logs": problems.guard("the logs", lambda: _logs(path, world, status, problems), None),
-        "notes": [str(n) for n in status.get("notes") or []] if isinstance(status.get("notes"), list) else [],
+        "hang": problems.guard("the hang", lambda: _hang(path, record), None),
+        "logs": problems.guard("the logs", lambda: _logs(path, world, record, problems), None),
+        "notes": [str(n) for n in record.notes] if record is not None else [],
         "problems": problems,
     }
     if timeline is not None:
@@ -89,7 +93,7 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
         missing = timeline.metadata.get("missing_ranks") if isinstance(timeline.metadata, dict) else None
         if isinstance(missing, list) and missing:
             problems.append("trace.json: no trace records from rank " + ", ".join(map(str, missing)))
-    elif not trace_path.is_file() and (spec.get("trace") or status.get("trace")):
+    elif not trace_path.is_file() and (spec.get("trace") or record is not None and record.trace is not None):
         problems.append("trace.json is missing: the lab was traced but no timeline was written")
     return data
 
@@ -131,12 +135,21 @@ def _results(path: Path, problems: _Problems) -> list[dict]:
 
 # ---------------------------------------------------------------- sections
 
-def _facts(path: Path, status: dict, plan: dict, spec: dict, state: str, results: list) -> dict:
-    keys = ("run_id", "lab", "backend", "launcher", "dist_backend", "nodes", "nproc_per_node",
-            "world_size", "started", "finished", "seconds", "message", "signal", "checks")
-    facts = {k: status.get(k) for k in keys}
-    facts.update({"state": state, "ok": status.get("ok") is True, "path": str(path.resolve()),
-                  "recorded_state": status.get("state") if status.get("state") != state else None,
+_FACTS = ("run_id", "lab", "backend", "launcher", "dist_backend", "nodes", "nproc_per_node", "world_size",
+          "started", "finished", "seconds", "message", "signal", "checks")
+
+
+def _facts(path: Path, record: RunRecord | None, plan: dict, spec: dict, state: str, results: list) -> dict:
+    facts: dict[str, Any] = dict.fromkeys(_FACTS)
+    if record is not None:
+        facts.update({k: getattr(record, k) for k in _FACTS})
+        facts["checks"] = dataclasses.asdict(record.checks) if record.checks is not None else None
+        # an unfinished record has said nothing yet (status.json has no message)
+        facts["message"] = record.message if record.message or record.finished is not None else None
+    recorded = record.state.value if record is not None else None
+    said_ok = record is not None and record.finished is not None and record.ok   # `ok` once it ended
+    facts.update({"state": state, "ok": said_ok, "path": str(path.resolve()),
+                  "recorded_state": recorded if recorded != state else None,
                   "replicas": plan.get("replicas") or spec.get("replicas") or 1,
                   "trace": bool(spec.get("trace")),
                   "timeout": spec.get("timeout"), "pg_timeout": spec.get("pg_timeout")})
@@ -152,14 +165,14 @@ def _facts(path: Path, status: dict, plan: dict, spec: dict, state: str, results
     return facts
 
 
-def _failure(path: Path, status: dict) -> dict | None:
-    first = status.get("first_failure")
-    if not isinstance(first, dict):
-        if status.get("state") in (None, "passed", "running"):
+def _failure(path: Path, record: RunRecord | None) -> dict | None:
+    if record is None:
+        return None
+    failure = record.first_failure
+    if failure is None:
+        if record.state in (RunState.PASSED, RunState.RUNNING):
             return None
-        return {"text": status.get("message") or f"the run ended {status.get('state')}",
-                "rank": None, "quote": None}
-    failure = FirstFailure.from_dict(first)
+        return {"text": record.message or f"the run ended {record.state.value}", "rank": None, "quote": None}
     out: dict[str, Any] = {"text": failure.describe(), "rank": failure.rank, "node": failure.node,
                            "exit_code": failure.exit_code, "signal": failure.signal,
                            "error": failure.error, "check": failure.check, "hang": failure.hang,
@@ -238,16 +251,17 @@ def ranks_in_node_logs(path: Path) -> dict[int, int]:
     return found
 
 
-def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[int, int],
+def _topology(record: RunRecord | None, plan: dict, results: list[dict], trace_nodes: dict[int, int],
               log_nodes: dict[int, int]) -> dict:
     """Nodes (hostname, address), the ranks in them, the store each replica meets at."""
-    nproc = status.get("nproc_per_node")
+    record = record or _NO_RECORD
+    nproc = record.nproc_per_node
     nproc = nproc if isinstance(nproc, int) and 0 < nproc <= MAX_NPROC_PER_NODE else None
-    outcomes = {o.get("index"): o for o in status.get("node_outcomes") or [] if isinstance(o, dict)}
-    exit_codes = status.get("rank_exit_codes") or {}
-    failed = set(status.get("failed_ranks") or [])
-    silent = set(status.get("ranks_without_output") or [])
-    first = (status.get("first_failure") or {}).get("rank")
+    outcomes = {o.index: o for o in record.node_outcomes}
+    exit_codes = record.rank_exit_codes
+    failed = set(record.failed_ranks)
+    silent = set(record.ranks_without_output)
+    first = record.first_failure.rank if record.first_failure is not None else None
     rows = report.rank_rows(results)                # the env workload's: where each rank ran
     by_key = {(r.get("replica", 0), r.get("rank")): r for r in rows if isinstance(r.get("rank"), int)}
     nodes, replicas = [], {}
@@ -258,7 +272,7 @@ def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[i
         index = node.get("index")
         replica = int(env.get("REPLICA_ID", 0) or 0)
         endpoint, hosts_store = _endpoint(node)
-        outcome = outcomes.get(index, {})
+        outcome = outcomes.get(index)
         ranks = []
         planned = [p for p in node.get("processes") or [] if isinstance(p, dict) and p.get("rank") is not None]
         mine = [r for (rep, _), r in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1]))
@@ -285,14 +299,14 @@ def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[i
             base = int(env["NODE_RANK"]) * nproc
             ranks = [{"rank": base + i, "local_rank": i} for i in range(nproc)]
         for r in ranks:
-            key = str(r["rank"])
-            r["exit_code"] = exit_codes.get(key)
+            r["exit_code"] = exit_codes.get(r["rank"])
             r["failed"] = r["rank"] in failed
             r["silent"] = r["rank"] in silent
             r["first_failure"] = r["rank"] == first
         entry = {"index": index, "hostname": node.get("hostname"), "replica": replica,
-                 "state": outcome.get("state"), "exit_code": outcome.get("exit_code"),
-                 "signal": outcome.get("signal"), "reason": outcome.get("reason"),
+                 **({"state": outcome.state.value, "exit_code": outcome.exit_code, "signal": outcome.signal or None,
+                     "reason": outcome.reason or None} if outcome is not None
+                    else dict.fromkeys(("state", "exit_code", "signal", "reason"))),
                  "hosts": sorted({r["host"] for r in ranks if r.get("host")}),
                  "addresses": sorted({r["address"] for r in ranks if r.get("address")}),
                  "ranks": ranks, "hosts_store": hosts_store}
@@ -316,6 +330,10 @@ def _topology(status: dict, plan: dict, results: list[dict], trace_nodes: dict[i
             "replica_store": shared_store, "init_method": first_env.get(Env.INIT_METHOD),
             "rank_source": source, "services": [s.get("hostname") for s in plan.get("services") or []
                                                  if isinstance(s, dict)]}
+
+
+# what a folder without a readable status.json says: nothing
+_NO_RECORD = RunRecord("", "", "", "", "", None, None, None)    # type: ignore[arg-type]
 
 
 def _join(addr: Any, port: Any) -> str | None:
@@ -346,11 +364,11 @@ def _workloads(results: list[dict], problems: _Problems) -> list[dict]:
     return sections
 
 
-def _hang(path: Path, status: dict) -> dict | None:
+def _hang(path: Path, record: RunRecord | None) -> dict | None:
     """Where the collectives stopped and each rank's stack, when the run has either."""
-    first = status.get("first_failure") if isinstance(status.get("first_failure"), dict) else {}
-    collective = first.get("collective") if isinstance(first.get("collective"), dict) else None
-    where = status.get("stacks") if isinstance(status.get("stacks"), dict) else {}
+    first = record.first_failure if record is not None else None
+    collective = first.collective if first is not None and isinstance(first.collective, dict) else None
+    where = record.stacks if record is not None else {}
     folder = path / "stacks"
     files = sorted(folder.glob("rank-*.txt"), key=lambda p: _int(p.stem.split("-", 1)[1]) or 0) \
         if folder.is_dir() else []
@@ -360,7 +378,7 @@ def _hang(path: Path, status: dict) -> dict | None:
     for file in files[:MAX_STACK_RANKS]:
         rank = _int(file.stem.split("-", 1)[1])
         text = file.read_text(errors="replace")
-        stacks.append({"rank": rank, "where": where.get(str(rank)),
+        stacks.append({"rank": rank, "where": where.get(rank),
                        "threads": _threads(text[:MAX_STACK_CHARS]), "cut": len(text) > MAX_STACK_CHARS})
     return {"collective": collective, "stacks": stacks, "more_stacks": max(0, len(files) - MAX_STACK_RANKS)}
 
@@ -377,7 +395,7 @@ def _threads(text: str) -> list[dict]:
     return threads
 
 
-def _logs(path: Path, world: int | None, status: dict, problems: _Problems) -> dict:
+def _logs(path: Path, world: int | None, record: RunRecord | None, problems: _Problems) -> dict:
     """Where each log is, and which are missing (a rank or node log the run should have)."""
     ranks = []
     for rank in range(world or 0):
@@ -387,7 +405,7 @@ def _logs(path: Path, world: int | None, status: dict, problems: _Problems) -> d
         else:
             ranks.append({"rank": rank, "path": str(log), "bytes": None})
     missing = [r["rank"] for r in ranks if r["bytes"] is None]
-    if missing and status.get("state") not in (None, "running"):
+    if missing and record is not None and record.ended:
         problems.append("rank logs missing: " + ", ".join(f"ranks/rank-{r}.log" for r in missing[:20])
                         + (f" and {len(missing) - 20} more" if len(missing) > 20 else ""))
     nodes = sorted(str(p) for p in (path / "nodes").glob("node-*.log")) if (path / "nodes").is_dir() else []
