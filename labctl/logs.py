@@ -27,6 +27,13 @@ _EXIT_LINE = re.compile(rf"^{re.escape(EXIT_LINE_PREFIX)}(\d+) exited with code 
 
 
 _ANY_RANK_PREFIX = re.compile(rb"\[rank(\d+)\]:")
+_LINE_RANK_PREFIX = re.compile(_RANK_PREFIX.pattern, re.M)     # at the start of any line of a text
+
+
+def ranks_in(data: bytes) -> list[int]:
+    """The ranks whose `[rankN]:` prefixed lines `data` (a node log, or its head) holds,
+    in the order each first appears."""
+    return list(dict.fromkeys(int(m.group(1)) for m in _LINE_RANK_PREFIX.finditer(data)))
 
 
 def parse_results(lines: Iterable[str], rank: int | None = None) -> list[dict]:
@@ -177,6 +184,39 @@ _FATAL_PYTHON = re.compile(r"^Fatal Python error: .+$")
 NATIVE_ERROR_HINTS = (b"terminate called", b"Fatal Python error: ")
 
 
+TRACEBACK_HEADER = "Traceback (most recent call last):"
+
+
+def without_rank_prefix(line: str) -> str:
+    """A rank's line without the `[rankN]: ` torch puts before a worker's own lines (its
+    traceback, its dumps), on top of torchrun's tee."""
+    return _TORCH_RANK_PREFIX.sub("", line, count=1)
+
+
+def inside_traceback(line: str) -> bool:
+    """A line (its rank prefix gone) that a Python traceback goes on past: a frame, its
+    source line, a caret marker, a blank line. The first other line is the exception's,
+    which ends the traceback."""
+    return (not line or line[:1].isspace() or line.startswith("^") or set(line) <= set("~^ ")
+            or bool(_FRAME.match(line)))
+
+
+def last_traceback(lines: Iterable[str]) -> list[str] | None:
+    """The last Python traceback in a rank's lines, from its header to the exception line,
+    each line without its rank prefix, as ErrorTracker reads it (a marked line of the rank's
+    other stream amid it is no part of it); None when they hold none."""
+    block: list[str] | None = None
+    done = False
+    for line in lines:
+        text = without_rank_prefix(line.rstrip("\n"))
+        if text.startswith(TRACEBACK_HEADER):
+            block, done = [text], False
+        elif block is not None and not done and not text.startswith(MARKER_PREFIX):
+            block.append(text)
+            done = not inside_traceback(text)
+    return block
+
+
 class ErrorTracker:
     """Follows one stream's lines and keeps its last error: a Python exception's line
     (`ValueError: boom`) with the innermost frame in the user's or workload's code, or
@@ -198,11 +238,10 @@ class ErrorTracker:
         return self.in_traceback or self.thrown is not None
 
     def feed(self, line: str) -> None:
-        # torch prefixes a worker's own traceback with "[rankN]: " (on top of torchrun's tee)
-        stripped = _TORCH_RANK_PREFIX.sub("", line.rstrip("\n"), count=1)
+        stripped = without_rank_prefix(line.rstrip("\n"))
         if self._native_line(stripped):
             return
-        if stripped.startswith("Traceback (most recent call last):"):
+        if stripped.startswith(TRACEBACK_HEADER):
             self.in_traceback, self.frames = True, []
             return
         if not self.in_traceback or stripped.startswith(MARKER_PREFIX):
@@ -212,7 +251,7 @@ class ErrorTracker:
             self.frames.append((m.group(1), int(m.group(2)), m.group(3).strip()))
             del self.frames[:-64]
             return
-        if not stripped or stripped[:1].isspace() or stripped.startswith("^") or set(stripped) <= set("~^ "):
+        if inside_traceback(stripped):
             return                    # source lines and caret markers inside the traceback
         self.in_traceback, self._native = False, False
         self.error = {"exception": _quoted(stripped), **self._where()}
@@ -293,7 +332,7 @@ class StackTracker:
         self.last: list[str] | None = None
 
     def feed(self, line: str) -> None:
-        text = _TORCH_RANK_PREFIX.sub("", line, count=1)
+        text = without_rank_prefix(line)
         if self.capturing is not None and text.startswith("@@labctl-"):
             return      # a marker line (stdout: the trace flusher, results) amid a dump on stderr
         if _STACK_HEADER.match(text):
@@ -320,19 +359,27 @@ class StackTracker:
 _DIST_WRAPPERS = {"wrapper", "_wrapper", "inner", "decorator"}
 
 
+def dump_threads(dump: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """A faulthandler dump (StackTracker's, or stacks/rank-<r>.txt) as its threads, in the
+    order it has them: each thread's header line (`Current thread 0x... (most recent call
+    first):`, `Thread 0x...`) and the lines under it; lines before the first header are
+    no thread's."""
+    threads: list[tuple[str, list[str]]] = []
+    for line in dump:
+        if line.startswith(("Current thread", "Thread ")):
+            threads.append((line, []))
+        elif threads:
+            threads[-1][1].append(line)
+    return threads
+
+
 def where_stuck(dump: list[str]) -> dict:
     """From a faulthandler dump: the innermost frame in the user's or workload's code and
     the torch.distributed call it is in (barrier, all_reduce, recv ...), per the busiest
     thread: one in a torch.distributed call, else the main thread (the one that runs the
     script's module code), else the first with a frame of its own."""
-    threads: list[list[tuple[str, int, str]]] = []
-    for line in dump:
-        if _STACK_HEADER.match(line):
-            threads.append([])
-        else:
-            m = _STACK_FRAME.match(line)
-            if m and threads:
-                threads[-1].append((m.group(1), int(m.group(2)), m.group(3).strip()))
+    threads = [[(m.group(1), int(m.group(2)), m.group(3).strip())
+                for m in map(_STACK_FRAME.match, lines) if m] for _, lines in dump_threads(dump)]
 
     def own(frame) -> bool:
         return _own(frame[0])

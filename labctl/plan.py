@@ -23,7 +23,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from workloads._protocol import (DEBUG_SERVER_SUBDIR, EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE,
                                  RECORDS_SUBDIR, Env)
@@ -522,6 +522,11 @@ def rdzv_id(spec: LabSpec, run_id: str, replica: int = 0) -> str:
     return run_id if spec.replicas == 1 else f"{run_id}-r{replica}"
 
 
+_RDZV_ENDPOINT = "--rdzv-endpoint="
+_RDZV_CONF = "--rdzv-conf="
+_STORE_HOST = "is_host=1"
+
+
 def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
                   replica: int = 0) -> tuple[str, ...]:
     """The torchrun agent for node `node`. No --node-rank: c10d ignores it and
@@ -540,16 +545,29 @@ def torchrun_argv(spec: LabSpec, placement: Placement, run_id: str, node: int,
         f"--nnodes={nnodes}",
         f"--nproc-per-node={spec.nproc_per_node}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={addr}:{port}",
+        f"{_RDZV_ENDPOINT}{addr}:{port}",
         f"--rdzv-id={rdzv_id(spec, run_id, replica)}",
         # c10d guesses which node hosts the store by comparing hostnames, and
         # guesses wrong on Kubernetes (pytorch#73380): say it explicitly.
-        f"--rdzv-conf={rdzv_conf}",
+        f"{_RDZV_CONF}{rdzv_conf}",
         f"--max-restarts={spec.max_restarts}",
         "--tee=3",
         *log_dir,
         *workload_argv(spec, placement),
     )
+
+
+def rendezvous_of(argv: Iterable[Any]) -> tuple[str | None, bool | None]:
+    """What torchrun_argv said of the rendezvous, read back from a node's argv (plan.json):
+    where its agent meets the others (`--rdzv-endpoint`) and whether it hosts that store
+    (`is_host=1` in `--rdzv-conf`); (None, None) for a node launched without torchrun."""
+    endpoint, host = None, None
+    for arg in argv:
+        if isinstance(arg, str) and arg.startswith(_RDZV_ENDPOINT):
+            endpoint = arg[len(_RDZV_ENDPOINT):]
+        elif isinstance(arg, str) and arg.startswith(_RDZV_CONF):
+            host = _STORE_HOST in arg
+    return endpoint, host
 
 
 def plan(spec: LabSpec, placement: Placement, run_id: str) -> LaunchPlan:

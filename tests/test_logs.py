@@ -330,3 +330,30 @@ def test_an_error_raised_inside_a_torch_distributed_call_says_which():
     for line in ["Traceback (most recent call last):", '  File "/x/job.py", line 3, in <module>', "ValueError: boom"]:
         tracker.feed(line)
     assert "call" not in tracker.error
+
+
+def test_the_last_traceback_is_the_one_the_error_tracker_reads():
+    """logs.last_traceback (the page's quote) ends where ErrorTracker finds the error: the
+    exception line, its rank prefix gone; a marked line of the rank's stdout amid it is no
+    part of it; None without a traceback."""
+    lines = ["[rank1]: Traceback (most recent call last):", "[rank1]: old: 1",
+             "[rank1]: Traceback (most recent call last):", '[rank1]:   File "/t/train.py", line 9, in <module>',
+             "@@labctl-result {}", "[rank1]:     step()", "[rank1]:     ~~~~^^", "", "[rank1]: ValueError: lr -0.1",
+             "[rank1]: after the exception"]
+    quote = logs.last_traceback(lines)
+    assert quote == ["Traceback (most recent call last):", '  File "/t/train.py", line 9, in <module>',
+                     "    step()", "    ~~~~^^", "", "ValueError: lr -0.1"]
+    tracker = logs.ErrorTracker()
+    for line in lines:
+        tracker.feed(line)
+    assert tracker.error["exception"] == quote[-1] and tracker.error["line"] == 9
+    assert logs.last_traceback(["no traceback here"]) is None
+    assert logs.without_rank_prefix("[rank12]: x") == "x" and logs.without_rank_prefix("x [rank1]: y") == "x [rank1]: y"
+
+
+def test_a_dump_s_threads_and_the_ranks_in_a_node_log_are_read_once():
+    dump = ["before", "Thread 0x1 (most recent call first):", '  File "x", line 1 in w', "",
+            "Current thread 0x2 (most recent call first):", '  File "/t/a.py", line 3 in f']
+    assert logs.dump_threads(dump) == [("Thread 0x1 (most recent call first):", ['  File "x", line 1 in w', ""]),
+                                       ("Current thread 0x2 (most recent call first):", ['  File "/t/a.py", line 3 in f'])]
+    assert logs.ranks_in(b"[rank3]: a\n[rank1]: b\nnot [rank7]: c\n[rank3]: d\n[rank10]:") == [3, 1, 10]

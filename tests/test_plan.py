@@ -26,6 +26,10 @@ def test_torchrun_nodes_share_everything_but_the_store_host_role():
     assert all(e["MASTER_ADDR"] == "lab-0" and e["MASTER_PORT"] == "29500" for e in envs)
     assert not any("RANK" in e for e in envs), "torchrun assigns RANK per worker"
     assert [n.hostname for n in p.nodes] == ["lab-0", "lab-1", "lab-2"]
+    # read back from each node's argv (the page's topology): where they meet, who hosts it
+    assert [plan.rendezvous_of(a) for a in argvs] == [("lab-0:29500", True), ("lab-0:29500", False),
+                                                      ("lab-0:29500", False)]
+    assert plan.rendezvous_of(["python3", "-m", "workloads"]) == (None, None)
 
 
 def test_elastic_labs_pass_min_max_nodes_and_restarts_to_torchrun():
