@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import re
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from .. import report
+from .. import logs, report
 from ..outcome import RunState
+from ..plan import rendezvous_of
 from ..record import MAX_NPROC_PER_NODE, MAX_WORLD, RunRecord, read_bounded
 from ..rundir import RunDir, read_results
 from ..spec import MAX_FILE_BYTES
@@ -31,9 +31,6 @@ MAX_STACK_CHARS = 20_000            # of each rank's stack dump
 MAX_STACK_RANKS = 64
 MAX_FAILED_CHECKS = 50
 TAIL_BYTES = 256 << 10              # of a rank log, read for its last traceback
-_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
-_RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:", re.M)
 NODE_LOG_HEAD = 4 << 20             # bytes of each node log read for which ranks ran there
 
 
@@ -192,22 +189,17 @@ def _failure(path: Path, record: RunRecord | None) -> dict | None:
 
 
 def last_traceback(log: Path) -> list[str] | None:
-    """The last Python traceback in a rank log, from its header to the exception line
-    (at most MAX_QUOTE_LINES, the innermost kept); None when the log holds none."""
+    """The last Python traceback in a rank log's last TAIL_BYTES (logs.last_traceback: from
+    its header to the exception line), at most MAX_QUOTE_LINES, the innermost kept; None
+    when the log holds none."""
     with open(log, "rb") as f:
         f.seek(0, 2)
         size = f.tell()
         f.seek(max(0, size - TAIL_BYTES))
         text = f.read().decode(errors="replace")
-    lines = [_PREFIX.sub("", line, count=1) for line in text.splitlines()]
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
-    if not starts:
+    block = logs.last_traceback(text.splitlines())
+    if block is None:
         return None
-    block = [lines[starts[-1]]]
-    for line in lines[starts[-1] + 1:]:
-        block.append(line)
-        if line and not line[:1].isspace() and not line.startswith(("^", "~")) and not _FRAME.match(line):
-            break                       # the exception line ends it
     if len(block) > MAX_QUOTE_LINES:
         block = block[:1] + [f"  ... ({len(block) - MAX_QUOTE_LINES} lines left out)"] + block[-(MAX_QUOTE_LINES - 2):]
     return block
@@ -223,18 +215,6 @@ def _source_line(file: Path, line: int) -> str | None:
     return None
 
 
-def _endpoint(node: dict) -> tuple[str | None, bool | None]:
-    """Where a node's agent meets the others (torchrun's --rdzv-endpoint) and whether it
-    hosts that store (`is_host=1`); (None, None) for a node launched without torchrun."""
-    endpoint, host = None, None
-    for arg in node.get("argv") or []:
-        if isinstance(arg, str) and arg.startswith("--rdzv-endpoint="):
-            endpoint = arg.split("=", 1)[1]
-        elif isinstance(arg, str) and arg.startswith("--rdzv-conf="):
-            host = "is_host=1" in arg
-    return endpoint, host
-
-
 def ranks_in_node_logs(path: Path) -> dict[int, int]:
     """rank -> node, from the `[rankN]:` prefix each rank's lines carry in its node's log
     (the first NODE_LOG_HEAD bytes of each: enough for every rank that printed early).
@@ -246,8 +226,8 @@ def ranks_in_node_logs(path: Path) -> dict[int, int]:
             continue
         with open(log, "rb") as f:
             head = f.read(NODE_LOG_HEAD)
-        for match in _RANK_PREFIX.finditer(head):
-            found.setdefault(int(match.group(1)), index)
+        for rank in logs.ranks_in(head):
+            found.setdefault(rank, index)
     return found
 
 
@@ -271,7 +251,7 @@ def _topology(record: RunRecord | None, plan: dict, results: list[dict], trace_n
         env = node.get("env") or {}
         index = node.get("index")
         replica = int(env.get("REPLICA_ID", 0) or 0)
-        endpoint, hosts_store = _endpoint(node)
+        endpoint, hosts_store = rendezvous_of(node.get("argv") or [])
         outcome = outcomes.get(index)
         ranks = []
         planned = [p for p in node.get("processes") or [] if isinstance(p, dict) and p.get("rank") is not None]
@@ -384,13 +364,10 @@ def _hang(path: Path, record: RunRecord | None) -> dict | None:
 
 
 def _threads(text: str) -> list[dict]:
-    """A faulthandler dump as threads, the current (main) thread first."""
-    threads: list[dict] = []
-    for line in text.splitlines():
-        if line.startswith(("Current thread", "Thread ")):
-            threads.append({"name": line.rstrip(":"), "current": line.startswith("Current"), "frames": []})
-        elif threads and line.strip():
-            threads[-1]["frames"].append(line.rstrip())
+    """A faulthandler dump's threads (logs.dump_threads), the current (main) thread first."""
+    threads = [{"name": header.rstrip(":"), "current": header.startswith("Current"),
+                "frames": [line.rstrip() for line in lines if line.strip()]}
+               for header, lines in logs.dump_threads(text.splitlines())]
     threads.sort(key=lambda t: not t["current"])
     return threads
 
