@@ -312,7 +312,7 @@ def stacks_table(where: dict[str, dict], run: RunDir, codes: dict | None = None)
     for rank, w in sorted(where.items(), key=lambda kv: int(kv[0])):
         state = f"exited {codes[rank]}" if rank in codes else "running when asked"
         frame = f"{w['file']}:{w['line']} in {w['function']}" if w.get("file") else "(no frame in user code)"
-        rows.append((rank, state, frame, w.get("call") or "", run.path / "stacks" / f"rank-{rank}.txt"))
+        rows.append((rank, state, frame, w.get("call") or "", run.stack_file(int(rank))))
     return table(("rank", "state", "where (innermost frame in your code)", "in torch.distributed",
                   "stack"), rows)
 

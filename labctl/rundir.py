@@ -244,6 +244,23 @@ class RunDir:
     def rank_log(self, rank: int) -> Path:
         return self.path / "ranks" / f"rank-{rank}.log"
 
+    def node_logs(self) -> list[tuple[int, Path]]:
+        """The node logs the folder holds (node_log's names), with each one's index, in the
+        order of their names."""
+        folder = self.path / "nodes"
+        found = sorted(folder.glob("node-*.log")) if folder.is_dir() else []
+        return [(int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit()]
+
+    def stack_file(self, rank: int) -> Path:
+        """A rank's last stack dump (write_stacks)."""
+        return self.path / "stacks" / f"rank-{rank}.txt"
+
+    def stack_files(self) -> list[tuple[int, Path]]:
+        """The stack dumps the folder holds, by rank."""
+        folder = self.path / "stacks"
+        found = folder.glob("rank-*.txt") if folder.is_dir() else []
+        return sorted((int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit())
+
     @property
     def results_path(self) -> Path:
         return self.path / "results.jsonl"
@@ -345,7 +362,6 @@ class RunDir:
         """stacks/rank-<r>.txt for every rank that printed a stack dump."""
         if not dumps:
             return
-        folder = self.path / "stacks"
-        folder.mkdir(exist_ok=True)
+        (self.path / "stacks").mkdir(exist_ok=True)
         for rank, lines in sorted(dumps.items()):
-            atomicfile.write_text(folder / f"rank-{rank}.txt", "\n".join(lines) + "\n")
+            atomicfile.write_text(self.stack_file(rank), "\n".join(lines) + "\n")

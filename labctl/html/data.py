@@ -53,11 +53,12 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     raw = problems.guard("status.json", lambda: _json_object(path / "status.json"), {}) or {}
     record: RunRecord | None = problems.guard("status.json", lambda: RunRecord.from_dict(raw), None) \
         if raw else None
+    run = RunDir(path, record)      # the folder's names (its record may be None)
     plan = problems.guard("plan.json", lambda: _json_object(path / "plan.json"), {}) or {}
     spec = problems.guard("spec.yaml", lambda: _yaml_object(path / "spec.yaml"), {}) or {}
     results = problems.guard("results.jsonl", lambda: _results(path, problems), []) or []
     state = problems.guard("the run's state", lambda: as_seen_now(
-        record, RunDir(path, record).controller_gone()).value, None) if record is not None else None
+        record, run.controller_gone()).value, None) if record is not None else None
     state = state or "?"
     # bounded as a lab's (a damaged 10^30 looped for ever)
     world = record.world_size if record is not None else None
@@ -72,13 +73,13 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
         "schema": SCHEMA,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "run": problems.guard("the run's facts", lambda: _facts(path, record, plan, spec, state, results), {}),
-        "failure": problems.guard("the first failure", lambda: _failure(path, record), None),
+        "failure": problems.guard("the first failure", lambda: _failure(run), None),
         "topology": problems.guard("the topology", lambda: _topology(record, plan, results, trace_nodes, log_nodes), None),
         "checks": problems.guard("the checks", lambda: _checks(results), None),
         "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems), []),
         "timeline": None, "totals": None, "stragglers": None,
-        "hang": problems.guard("the hang", lambda: _hang(path, record), None),
-        "logs": problems.guard("the logs", lambda: _logs(path, world, record, problems), None),
+        "hang": problems.guard("the hang", lambda: _hang(run), None),
+        "logs": problems.guard("the logs", lambda: _logs(run, world, problems), None),
         "notes": [str(n) for n in record.notes] if record is not None else [],
         "problems": problems,
     }
@@ -162,7 +163,8 @@ def _facts(path: Path, record: RunRecord | None, plan: dict, spec: dict, state: 
     return facts
 
 
-def _failure(path: Path, record: RunRecord | None) -> dict | None:
+def _failure(run: RunDir) -> dict | None:
+    record: RunRecord | None = run.record
     if record is None:
         return None
     failure = record.first_failure
@@ -178,7 +180,7 @@ def _failure(path: Path, record: RunRecord | None) -> dict | None:
                            "peer_error": failure.peer_error, "peer_rank": failure.peer_rank}
     quote_rank = failure.symptom_rank if failure.left_early and failure.symptom_rank is not None else failure.rank
     if isinstance(quote_rank, int):
-        log = path / "ranks" / f"rank-{quote_rank}.log"
+        log = run.rank_log(quote_rank)
         out["log"] = str(log)
         out["quote"] = last_traceback(log) if log.is_file() else None
         out["quote_rank"] = quote_rank
@@ -220,10 +222,7 @@ def ranks_in_node_logs(path: Path) -> dict[int, int]:
     (the first NODE_LOG_HEAD bytes of each: enough for every rank that printed early).
     Under torchrun's c10d rendezvous, which node gets ranks 0-1 is the rendezvous's choice."""
     found: dict[int, int] = {}
-    for log in sorted((path / "nodes").glob("node-*.log")) if (path / "nodes").is_dir() else []:
-        index = _int(log.stem.split("-", 1)[1])
-        if index is None:
-            continue
+    for index, log in RunDir(path, None).node_logs():      # type: ignore[arg-type]
         with open(log, "rb") as f:
             head = f.read(NODE_LOG_HEAD)
         for rank in logs.ranks_in(head):
@@ -344,19 +343,17 @@ def _workloads(results: list[dict], problems: _Problems) -> list[dict]:
     return sections
 
 
-def _hang(path: Path, record: RunRecord | None) -> dict | None:
+def _hang(run: RunDir) -> dict | None:
     """Where the collectives stopped and each rank's stack, when the run has either."""
+    record: RunRecord | None = run.record
     first = record.first_failure if record is not None else None
     collective = first.collective if first is not None and isinstance(first.collective, dict) else None
     where = record.stacks if record is not None else {}
-    folder = path / "stacks"
-    files = sorted(folder.glob("rank-*.txt"), key=lambda p: _int(p.stem.split("-", 1)[1]) or 0) \
-        if folder.is_dir() else []
+    files = run.stack_files()
     if not collective and not files:
         return None
     stacks = []
-    for file in files[:MAX_STACK_RANKS]:
-        rank = _int(file.stem.split("-", 1)[1])
+    for rank, file in files[:MAX_STACK_RANKS]:
         text = file.read_text(errors="replace")
         stacks.append({"rank": rank, "where": where.get(rank),
                        "threads": _threads(text[:MAX_STACK_CHARS]), "cut": len(text) > MAX_STACK_CHARS})
@@ -372,19 +369,20 @@ def _threads(text: str) -> list[dict]:
     return threads
 
 
-def _logs(path: Path, world: int | None, record: RunRecord | None, problems: _Problems) -> dict:
+def _logs(run: RunDir, world: int | None, problems: _Problems) -> dict:
     """Where each log is, and which are missing (a rank or node log the run should have)."""
+    record: RunRecord | None = run.record
     ranks = []
     for rank in range(world or 0):
-        log = path / "ranks" / f"rank-{rank}.log"
+        log = run.rank_log(rank)
         if log.is_file():
             ranks.append({"rank": rank, "path": str(log), "bytes": log.stat().st_size})
         else:
             ranks.append({"rank": rank, "path": str(log), "bytes": None})
     missing = [r["rank"] for r in ranks if r["bytes"] is None]
     if missing and record is not None and record.ended:
-        problems.append("rank logs missing: " + ", ".join(f"ranks/rank-{r}.log" for r in missing[:20])
-                        + (f" and {len(missing) - 20} more" if len(missing) > 20 else ""))
-    nodes = sorted(str(p) for p in (path / "nodes").glob("node-*.log")) if (path / "nodes").is_dir() else []
-    return {"ranks": ranks[:256], "nodes": nodes[:256], "results": str(path / "results.jsonl"),
-            "report_md": str(path / "report.md")}
+        named = ", ".join(str(run.rank_log(r).relative_to(run.path)) for r in missing[:20])
+        problems.append(f"rank logs missing: {named}" + (f" and {len(missing) - 20} more" if len(missing) > 20 else ""))
+    nodes = sorted(str(p) for _, p in run.node_logs())
+    return {"ranks": ranks[:256], "nodes": nodes[:256], "results": str(run.results_path),
+            "report_md": str(run.path / "report.md")}
