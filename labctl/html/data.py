@@ -18,7 +18,7 @@ import yaml
 from .. import logs, report
 from ..outcome import RunState
 from ..plan import rendezvous_of
-from ..record import MAX_NPROC_PER_NODE, MAX_WORLD, RunRecord, read_bounded
+from ..record import RunRecord, read_bounded
 from ..rundir import RunDir, read_results
 from ..spec import MAX_FILE_BYTES
 from ..verdict import as_seen_now
@@ -60,9 +60,8 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     state = problems.guard("the run's state", lambda: as_seen_now(
         record, run.controller_gone()).value, None) if record is not None else None
     state = state or "?"
-    # bounded as a lab's (a damaged 10^30 looped for ever)
+    # bounded as a lab's by the record's own check (a damaged 10^30 looped for ever)
     world = record.world_size if record is not None else None
-    world = world if isinstance(world, int) and 0 < world <= MAX_WORLD else None
     trace_path = path / "trace.json"
     timeline = problems.guard("trace.json", lambda: read_trace(trace_path), None) \
         if trace_path.is_file() else None
@@ -157,9 +156,7 @@ def _facts(path: Path, record: RunRecord | None, plan: dict, spec: dict, state: 
     workloads = [w.get("name") if isinstance(w, dict) else str(w) for w in spec.get("workloads") or []]
     facts["workloads"] = [w for w in workloads if w] or sorted({r.get("workload") for r in results
                                                                if isinstance(r.get("workload"), str)})
-    nodes = plan.get("nodes") or []
-    init = next((n.get("env", {}).get(Env.INIT_METHOD) for n in nodes if isinstance(n, dict)), None)
-    facts["init_method"] = init
+    facts["init_method"] = _first_env(plan).get(Env.INIT_METHOD)
     return facts
 
 
@@ -234,8 +231,7 @@ def _topology(record: RunRecord | None, plan: dict, results: list[dict], trace_n
               log_nodes: dict[int, int]) -> dict:
     """Nodes (hostname, address), the ranks in them, the store each replica meets at."""
     record = record or _NO_RECORD
-    nproc = record.nproc_per_node
-    nproc = nproc if isinstance(nproc, int) and 0 < nproc <= MAX_NPROC_PER_NODE else None
+    nproc = record.nproc_per_node       # None, or bounded as a lab's (record.status_damage)
     outcomes = {o.index: o for o in record.node_outcomes}
     exit_codes = record.rank_exit_codes
     failed = set(record.failed_ranks)
@@ -303,7 +299,7 @@ def _topology(record: RunRecord | None, plan: dict, results: list[dict], trace_n
     for rep in replicas.values():
         if rep["store_node"] is None and rep["nodes"]:
             rep["store_node"] = rep["nodes"][0]
-    first_env = (plan_nodes[0].get("env") or {}) if plan_nodes else {}
+    first_env = _first_env(plan)
     shared_store = _join(first_env.get("REPLICA_STORE_ADDR"), first_env.get("REPLICA_STORE_PORT"))
     return {"nodes": nodes, "replicas": [replicas[k] for k in sorted(replicas)],
             "replica_store": shared_store, "init_method": first_env.get(Env.INIT_METHOD),
@@ -313,6 +309,13 @@ def _topology(record: RunRecord | None, plan: dict, results: list[dict], trace_n
 
 # what a folder without a readable status.json says: nothing
 _NO_RECORD = RunRecord("", "", "", "", "", None, None, None)    # type: ignore[arg-type]
+
+
+def _first_env(plan: dict) -> dict:
+    """The environment the plan's first node shares with its processes (the init method,
+    the replica store)."""
+    node = next((n for n in plan.get("nodes") or [] if isinstance(n, dict)), {})
+    return node.get("env") or {}
 
 
 def _join(addr: Any, port: Any) -> str | None:
