@@ -196,66 +196,35 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
     the script, and it traces always)."""
     if fn is None:
         return functools.partial(lab_options, leave_out=leave_out)
-    options = [
-        click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
-                     help="Lab description (YAML). Default: built-in 2x2 gloo lab."),
-        click.option("--name", help="Lab name (DNS-1123 label)."),
-        click.option("--backend", type=Choice(backend_registry.NAMES), help="Where it runs."),
-        click.option("--nodes", type=IntRange(1, specmod.MAX_NODES), help="Number of nodes."),
-        click.option("--nproc-per-node", type=IntRange(1, specmod.MAX_NPROC_PER_NODE),
-                     help="Worker processes per node."),
-        click.option("--workload", "workloads", multiple=True,
-                     help="Workload to run (repeatable; comma lists work too)."),
-        click.option("--script", type=str, help="Your own script, run on every node: --script train.py -- ARGS"),
-        click.option("--launcher", type=Choice(specmod.LAUNCHERS),
-                     help="torchrun: c10d rendezvous; direct: env:// per worker."),
-        click.option("--dist-backend", type=Choice(specmod.DIST_BACKENDS),
-                     help="torch.distributed backend (auto: nccl with GPUs, else gloo)."),
-        click.option("--init-method", type=Choice(specmod.INIT_METHODS),
-                     help="How workers join: env, tcp (node 0, own port), file (shared dir)."),
-        click.option("--replicas", type=IntRange(1, specmod.MAX_REPLICAS),
-                     help="Independent torchrun jobs sharing one replica store (default 1)."),
-        click.option("--timeout", type=Seconds(), help="Seconds before the whole lab is stopped."),
-        click.option("--join-timeout", type=Seconds(), help="Whole seconds the rendezvous waits for all nodes (torchrun)."),
-        click.option("--rdzv-port", type=IntRange(1, specmod.MAX_PORT, "a port number between 1 and "
-                                                                    f"{specmod.MAX_PORT}"),
-                     help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers)."),
-        click.option("--image", help="Container image (compose, k8s)."),
-        click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
-        click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
-        click.option("--workdir", type=Choice(specmod.WORKDIRS),
-                     help="Local nodes' working directory: node (work/node-<i>/ in the run folder) or invoking."),
-        click.option("--max-restarts", type=IntRange(0, specmod.MAX_RESTARTS),
-                     help="Elastic: times torchrun restarts a node's workers after a failure (default 0)."),
-        click.option("--min-nodes", type=IntRange(1, specmod.MAX_NODES),
-                     help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; "
-                          "default: nodes; at most --nodes)."),
-        click.option("--last-call-timeout", type=IntRange(1, 86_400),
-                     help="Elastic: seconds a rendezvous round waits for more nodes once --min-nodes "
-                          "joined (default 30)."),
-        click.option("--pg-timeout", type=Seconds(),
-                     help="Seconds a collective waits for its peers (init_process_group timeout, a script's "
-                          "too when it gives none; LAB_PG_TIMEOUT)."),
-        click.option("--debug", is_flag=True, default=None,
-                     help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
-        click.option("--trace/--no-trace", "trace", default=None,
-                     help="Record every collective and p2p op of every rank into trace.json (on by default; "
-                          "docs/trace.md)."),
-        click.option("--fault", "faults", multiple=True,
-                     help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
-                          "partition:N@T+D, delay:N=MS (seconds after every node started)."),
-        click.option("--link", "links", multiple=True,
-                     help="A node's link (repeatable; compose, k8s): RATE[,LATENCY] for every node, "
-                          "NODE=... for one, A-B=... for a pair (e.g. --link 1gbit --link 2=100mbit; "
-                          "docs/network.md)."),
-        click.option("--fault-clock", type=Choice(specmod.FAULT_CLOCKS),
-                     help="Where the faults' T counts from: start (every node started; default) or "
-                          "join (every rank's init_process_group returned; local, compose)."),
-    ]
+    options = [click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
+                            help="Lab description (YAML). Default: built-in 2x2 gloo lab.")]
+    options += [_lab_flag(key, decl) for key, decl in specmod.lab_fields() if decl.flag]
     for option in reversed(options):
         if not leave_out or not any(name in leave_out for name in _destinations(option)):
             fn = option(fn)
     return fn
+
+
+def _lab_flag(key: str, decl: specmod.LabField):
+    """A lab field's flag, from its declaration (`spec.lab_field`): its reader's bounds
+    are the flag's type."""
+    read = decl.read
+    if decl.many:
+        return click.option(decl.flag, key, multiple=True, help=decl.help)
+    if isinstance(read, specmod.Bool):
+        switch = {} if "/" in decl.flag else {"is_flag": True}
+        return click.option(decl.flag, key, default=None, help=decl.help, **switch)
+    if isinstance(read, specmod.Int):
+        kind: Any = IntRange(read.lo, read.hi, read.flag_expected())
+    elif isinstance(read, specmod.Seconds):
+        kind = Seconds()
+    elif isinstance(read, specmod.Choice):
+        kind = Choice(read.choices if read.choices is not None else backend_registry.NAMES)
+    elif isinstance(read, specmod.Folder):
+        kind = click.Path(file_okay=False)
+    else:
+        kind = str
+    return click.option(decl.flag, key, type=kind, help=decl.help)
 
 
 def _destinations(option) -> list[str]:
@@ -271,7 +240,7 @@ def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), check_ou
     """The lab from its file and flags, refused (SpecError: exit 2) where it could not
     start here: its fields, the backends' rules, its script and (`check_out`) run folder.
     With `notes`, one `note:` line on stderr for each setting that cannot act."""
-    overrides = _overrides(flags)
+    overrides = specmod.from_flags(flags)
     if script_args:
         overrides["script_args"] = list(script_args)
     spec = backend_registry.load(spec_file, overrides)
@@ -279,27 +248,6 @@ def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), check_ou
     for note in specmod.idle_settings(spec) if notes else ():
         click.echo(f"note: {note}", err=True)
     return spec
-
-
-def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
-    """The lab flags given, as spec overrides: comma lists split, `--env K=V` as a mapping."""
-    overrides: dict[str, Any] = {k: v for k, v in flags.items() if v not in (None, ())}
-    if "workloads" in overrides:
-        overrides["workloads"] = [w for item in overrides["workloads"]
-                                  for w in item.split(",") if w]
-    if "env" in overrides:
-        env = {}
-        for item in overrides["env"]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise specmod.SpecError(f"--env: expected KEY=VALUE, given {item!r}")
-            env[key] = value
-        overrides["env"] = env
-    if "links" in overrides:
-        from .links import from_flags
-
-        overrides["links"] = from_flags(overrides["links"], specmod.SpecError)
-    return overrides
 
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -746,7 +694,7 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
     flag_names = backend_registry.all_options()
     backend_flags = {k: flags.pop(k) for k in list(flags) if k in flag_names}
     settings = ex.settings(deadline, seed, time_it)
-    spec = ex.lab_spec([entry], spec_file, _overrides(flags), settings)
+    spec = ex.lab_spec([entry], spec_file, specmod.from_flags(flags), settings)
     with ex.held_signals() as signals:      # until the answer is out: it is status.json's
         run, grades = ex.check(spec, [entry], progress=_progress(quiet),
                                options=_options_for(spec.backend, backend_flags), signals=signals)

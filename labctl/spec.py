@@ -135,48 +135,503 @@ class SharedVolume:
     claim: str
 
 
+# ---- a lab field's declaration ---------------------------------------------------------
+# Each LabSpec field is declared once, with `lab_field`: its type and default (the
+# dataclass field), how a value is read and checked (a Reader: its bounds and the line a
+# bad value gets), its flag (name, help, repeatable), which backends use it, its lines
+# in `labctl init`'s starter and its row in docs/lab-description.md. `from_dict`, the
+# CLI's lab flags (labctl/cli.py `lab_options`), `to_dict`, STARTER and `field_table`
+# are made from these (the backends' own flags come from their Options the same way).
+
+BACKENDS_ALL = ("local", "compose", "k8s")
+CONTAINERS = ("compose", "k8s")
+
+
+class Reading:
+    """What a field's reader sees: the lab's data, the fields read so far, `bad` (the
+    error for one field: `<source>: <field>: expected ..., given ...`) and the source."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, bad):
+        self.data, self.source, self.bad = data, source, bad
+        self.kw: dict[str, Any] = {}
+
+    def value(self, name: str) -> Any:
+        """A field as read so far, else its default."""
+        return self.kw[name] if name in self.kw else default_of(name)
+
+
+class Reader:
+    """How one field's value is read from a lab file (or a flag's override) and written
+    back (`to_dict`). The base reader takes the value as it is."""
+    late = False            # reads the whole lab (a LabSpec of the other fields): faults
+
+    def read(self, value: Any, key: str, lab: Reading) -> Any:
+        return value
+
+    def dump(self, value: Any) -> Any:
+        """The value as plain data, in the shape `read` accepts."""
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+    def from_flags(self, values: Any) -> Any:
+        """A flag's value(s) as the lab file would say it (a repeatable flag: a tuple)."""
+        return values
+
+    def values(self) -> str:
+        """What it takes, for the docs table."""
+        return ""
+
+
+@dataclass(frozen=True)
+class Int(Reader):
+    """A whole number from lo to hi (digits in a string too, as YAML may quote them)."""
+    lo: int
+    hi: int
+    what: str = "an integer"        # a bad flag: `expected <what> between lo and hi`
+    expected: str | None = None     # a bad file value, when it says more than the flag's
+    upto: str | None = None         # the file's upper bound is this field (min_nodes: nodes)
+
+    def flag_expected(self) -> str:
+        return f"{self.what} between {self.lo} and {self.hi}"
+
+    def read(self, value: Any, key: str, lab: Reading) -> int:
+        hi = lab.value(self.upto) if self.upto else self.hi
+        expected = self.expected.format(upto=hi) if self.expected else None
+        return _int(value, key, self.lo, hi, lab.bad, expected)
+
+    def values(self) -> str:
+        return f"{self.lo}–{self.upto or self.hi}"
+
+
+@dataclass(frozen=True)
+class Seconds(Reader):
+    """A finite number of seconds in (0, MAX_SECONDS]; `whole`: the line for a fraction,
+    when only whole seconds will do."""
+    whole: str | None = None
+
+    def read(self, value: Any, key: str, lab: Reading) -> float:
+        seconds = _seconds(value, key, lab.bad)
+        if self.whole and not seconds.is_integer():
+            raise lab.bad(key, value, self.whole)
+        return seconds
+
+    def values(self) -> str:
+        return "whole seconds > 0" if self.whole else "seconds > 0"
+
+
+@dataclass(frozen=True)
+class Choice(Reader):
+    """One of `choices`; None: one of the backend registry's (backends.check_spec)."""
+    choices: tuple[str, ...] | None
+    example: str = ""
+
+    def read(self, value: Any, key: str, lab: Reading) -> Any:
+        if self.choices is not None and value not in self.choices:
+            raise lab.bad(key, value, "one of " + ", ".join(self.choices) + self.example)
+        return value
+
+    def values(self) -> str:
+        return ", ".join(f"`{c}`" for c in self.choices) if self.choices else "a backend's name"
+
+
+@dataclass(frozen=True)
+class Bool(Reader):
+    expected: str
+
+    def read(self, value: Any, key: str, lab: Reading) -> bool:
+        if not isinstance(value, bool):
+            raise lab.bad(key, value, self.expected)
+        return value
+
+    def values(self) -> str:
+        return "`true`, `false`"
+
+
+class Text(Reader):
+    """A non-empty string of at most MAX_PATH characters."""
+
+    def read(self, value: Any, key: str, lab: Reading) -> str:
+        if not isinstance(value, str) or not value.strip() or len(value) > MAX_PATH:
+            raise lab.bad(key, value, f"a non-empty string of at most {MAX_PATH} characters")
+        return value
+
+
+class Folder(Text):
+    """A folder to make (the run folder): its flag is a path that is no file."""
+
+
+class Image(Text):
+    def read(self, value: Any, key: str, lab: Reading) -> str:
+        value = super().read(value, key, lab)
+        if not _IMAGE_REFERENCE.fullmatch(value):
+            raise lab.bad(key, value, "an image reference: [registry/]name[:tag][@digest], the name "
+                          "in lower case (example: image: registry.example.com/team/labctl-cpu:1.0)")
+        return value
+
+
+class Name(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> str:
+        if not isinstance(value, str) or len(value) > 40 or not DNS_LABEL.match(value):
+            raise lab.bad(key, value, "a DNS-1123 label of at most 40 characters: lower-case "
+                          "letters, digits and '-', starting and ending with a letter or digit "
+                          "(example: name: ring-lab)")
+        return value
+
+
+class Script(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> str:
+        if not isinstance(value, str) or not value.endswith(".py") or len(value) > MAX_PATH:
+            raise lab.bad(key, value, "a path to a Python file (example: script: train.py)")
+        return value
+
+
+class ScriptArgs(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> tuple[str, ...]:
+        return _script_args(value, lab.bad)
+
+    def dump(self, value: Any) -> Any:
+        return list(value)
+
+
+class Workloads(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> tuple[WorkloadSpec, ...]:
+        return _workloads(value, lab.bad, lab.source)
+
+    def dump(self, value: Any) -> Any:
+        return [{"name": w.name, "options": dict(w.options)} if w.options else w.name for w in value]
+
+    def from_flags(self, values: Any) -> Any:
+        return [w for item in values for w in item.split(",") if w]
+
+
+class EnvReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> dict[str, str]:
+        return _env(value, lab.bad, lab.source)
+
+    def dump(self, value: Any) -> Any:
+        return dict(value)
+
+    def from_flags(self, values: Any) -> Any:
+        env = {}
+        for item in values:
+            name, sep, text = item.partition("=")
+            if not sep:
+                raise SpecError(f"--env: expected KEY=VALUE, given {item!r}")
+            env[name] = text
+        return env
+
+
+class ResourcesReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> Resources:
+        return _resources(value, lab.bad)
+
+
+class Opaque(Reader):
+    """A section another module reads and checks (`k8s:`: backends/k8s/settings.py)."""
+
+    def dump(self, value: Any) -> Any:
+        return dict(value)
+
+
+class SharedVolumeReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> SharedVolume:
+        return _shared_volume(value, lab.bad)
+
+
+class LinksReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> Links | None:
+        try:
+            return _links_of(value, lab.value("nodes") * lab.value("replicas"))
+        except LinkError as exc:
+            raise lab.bad(exc.where, exc.value, exc.expected) from None
+
+    def dump(self, value: Any) -> Any:
+        return value.to_data() if value is not None else None
+
+    def from_flags(self, values: Any) -> Any:
+        from .links import from_flags
+
+        return from_flags(values, SpecError)
+
+
+class Faults(Reader):
+    late = True
+
+    def read(self, value: Any, key: str, lab: Reading) -> tuple[Fault, ...]:
+        return _faults(value, lab.kw["spec"], lab.bad, lab.source) if value else ()
+
+    def dump(self, value: Any) -> Any:
+        return [f.text for f in value]     # as written
+
+
+@dataclass(frozen=True)
+class LabField:
+    """One lab field's declaration, beside its type and default in LabSpec."""
+    read: Reader = Reader()
+    help: str = ""                  # the flag's help
+    flag: str | None = None         # `--nodes`, `--trace/--no-trace`; None: the lab file only
+    many: bool = False              # a repeatable flag (its values: Reader.from_flags)
+    null_ok: bool = True            # `field: null` means the default (else it is refused)
+    backends: tuple[str, ...] = BACKENDS_ALL    # the backends it acts on
+    starter: str = ""               # its lines in `labctl init`'s starter (str.format'ed)
+    section: bool = False           # a section of its own (`k8s:`): last in the starter
+    doc: str = ""                   # its meaning in docs/lab-description.md (default: help)
+    doc_flag: str | None = None     # the docs table's flag cell, when more than the flag
+    doc_default: str | None = None  # the docs table's default cell, when not the value
+
+
+def lab_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+              **declared: Any) -> Any:
+    """A LabSpec field and its declaration (LabField's attributes)."""
+    return field(default=default, default_factory=factory, metadata={"lab": LabField(**declared)})
+
+
 @dataclass(frozen=True)
 class LabSpec:
-    name: str = "lab"
-    nodes: int = 2
-    nproc_per_node: int = 2
-    workloads: tuple[WorkloadSpec, ...] = tuple(WorkloadSpec(w) for w in DEFAULT_WORKLOADS)
-    script: str | None = None
-    script_args: tuple[str, ...] = ()
-    backend: str = "local"
-    dist_backend: str = "gloo"
-    launcher: str = "torchrun"
-    rdzv_port: int | None = None      # None: a free port locally, 29500 in containers
-    timeout: float = 600.0             # whole-lab deadline, seconds
-    join_timeout: float = 120.0        # c10d rendezvous join timeout, seconds
-    image: str | None = None           # None: the CPU or CUDA lab image by dist_backend
-    env: Mapping[str, str] = field(default_factory=dict)
-    resources: Resources = field(default_factory=Resources)
+    name: str = lab_field(
+        "lab", read=Name(), flag="--name", null_ok=False, help="Lab name (DNS-1123 label).",
+        starter="name: {name}                # a DNS-1123 label: names runs, containers, Kubernetes objects",
+        doc="DNS-1123 label (≤ 40 chars): names runs, containers, Kubernetes objects")
+    nodes: int = lab_field(
+        2, read=Int(1, MAX_NODES), flag="--nodes", null_ok=False, help="Number of nodes.",
+        starter="nodes: 2                 # simulated machines; each runs one torchrun agent",
+        doc="simulated machines")
+    nproc_per_node: int = lab_field(
+        2, read=Int(1, MAX_NPROC_PER_NODE), flag="--nproc-per-node", null_ok=False,
+        help="Worker processes per node.",
+        starter="nproc_per_node: 2        # worker processes per node (WORLD_SIZE = nodes * nproc_per_node)",
+        doc="worker processes per node; `WORLD_SIZE = nodes × nproc_per_node`")
+    workloads: tuple[WorkloadSpec, ...] = lab_field(
+        tuple(WorkloadSpec(w) for w in DEFAULT_WORKLOADS), read=Workloads(), flag="--workload",
+        many=True, null_ok=False, help="Workload to run (repeatable; comma lists work too).",
+        starter="""\
+workloads:               # run in this order inside one process group
+  - env
+  - p2p
+  - collectives
+  - ddp
+  # - name: bench
+  #   options: {{ops: [all_reduce], min_bytes: 1024, max_bytes: 1048576, factor: 4}}""",
+        doc_flag="`--workload` (repeatable; comma lists too)",
+        doc_default="`[env, p2p, collectives, ddp]`",
+        doc="names, or `{name: bench, options: {...}}` entries; run in order in one process "
+            "group ([workloads.md](workloads.md))")
+    script: str | None = lab_field(
+        None, read=Script(), flag="--script",
+        help="Your own script, run on every node: --script train.py -- ARGS",
+        starter="# script: train.py       # run your own script on every node instead of the workloads",
+        doc_flag="`--script PATH`", doc="your own script instead of the workloads")
+    script_args: tuple[str, ...] = lab_field(
+        (), read=ScriptArgs(), starter='# script_args: [--epochs, "2"]',
+        doc_flag="the words after `--`", doc="the script's arguments")
+    backend: str = lab_field(
+        "local", read=Choice(None), flag="--backend", null_ok=False, help="Where it runs.",
+        starter="backend: local           # where it runs: local | compose | k8s",
+        doc="`local`, `compose` or `k8s` (the backend registry's)")
+    dist_backend: str = lab_field(
+        "gloo", read=Choice(DIST_BACKENDS), flag="--dist-backend", null_ok=False,
+        help="torch.distributed backend (auto: nccl with GPUs, else gloo).",
+        starter="dist_backend: gloo       # torch.distributed backend: gloo | nccl | auto (nccl if CUDA)",
+        doc="torch.distributed backend (`auto`: nccl when the worker sees a GPU)")
+    launcher: str = lab_field(
+        "torchrun", read=Choice(LAUNCHERS), flag="--launcher", null_ok=False,
+        help="torchrun: c10d rendezvous; direct: env:// per worker.",
+        starter="launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE set per worker)",
+        doc="`torchrun` (c10d rendezvous) or `direct` ([launch.md](launch.md))")
+    rdzv_port: int | None = lab_field(      # None: a free port locally, 29500 in containers
+        None, read=Int(1, MAX_PORT, what="a port number",
+                       expected=f"a port number between 1 and {MAX_PORT} (example: 29500)"),
+        flag="--rdzv-port",
+        help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers).",
+        starter="# rdzv_port: 29500       # default: a free port locally, 29500 in containers",
+        doc_default="free port locally, 29500 in containers", doc="rendezvous / `MASTER_PORT`")
+    timeout: float = lab_field(             # whole-lab deadline, seconds
+        600.0, read=Seconds(), flag="--timeout", null_ok=False,
+        help="Seconds before the whole lab is stopped.",
+        starter="timeout: 600             # seconds before the whole lab is stopped")
+    join_timeout: float = lab_field(        # c10d rendezvous join timeout, seconds
+        120.0, read=Seconds(whole="whole seconds (torchrun's rendezvous takes an integer; example: "
+                                  "join_timeout: 120)"),
+        flag="--join-timeout", null_ok=False,
+        help="Whole seconds the rendezvous waits for all nodes (torchrun).",
+        starter="join_timeout: 120        # whole seconds the c10d rendezvous waits for every node (torchrun)",
+        doc="whole seconds the c10d rendezvous waits for every node (torchrun's `join_timeout` is "
+            "an integer: `0.5` is refused, it used to become `0`)")
+    image: str | None = lab_field(          # None: the CPU or CUDA lab image by dist_backend
+        None, read=Image(), flag="--image", backends=CONTAINERS, help="Container image (compose, k8s).",
+        starter="# image: labctl-cpu:latest   # container backends; default by dist_backend",
+        doc_default=f"`{DEFAULT_CPU_IMAGE}` (gloo) / `{DEFAULT_CUDA_IMAGE}` (nccl)",
+        doc="the nodes' image: `[registry/]name[:tag][@digest]`")
+    env: Mapping[str, str] = lab_field(
+        factory=dict, read=EnvReader(), flag="--env", many=True,
+        help="Extra environment KEY=VALUE for every node (repeatable).",
+        starter="env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}",
+        doc_flag="`--env KEY=VALUE` (repeatable)",
+        doc="extra environment for every node: values are text, numbers or booleans (`true` is "
+            "`1`); the variables labctl sets itself are refused, each naming the field or flag to "
+            "use instead ([below](#env-what-labctl-sets-itself))")
+    resources: Resources = lab_field(
+        factory=Resources, read=ResourcesReader(), backends=CONTAINERS,
+        starter='resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends',
+        doc_default='`{cpu: "1", memory: 2Gi, shm: 1Gi, pids: "4096"}`',
+        doc="per node (`/dev/shm` size too; `pids`: compose only)")
     # The `k8s:` section, opaque here: the k8s backend reads and checks it
     # (labctl/backends/k8s/settings.py, called through `backends.check_spec`).
-    k8s: Mapping[str, Any] = field(default_factory=dict)
-    out: str | None = None
-    workdir: str = "node"              # local nodes run in work/node-<i>/ of the run folder
-    init_method: str = "env"           # how workers join: env:// | tcp://<node 0>:<port> | file://<shared>
-    replicas: int = 1                  # independent torchrun jobs sharing one replica store
-    shared_volume: SharedVolume | None = None
+    k8s: Mapping[str, Any] = lab_field(
+        factory=dict, read=Opaque(), backends=("k8s",), section=True,
+        starter="""\
+# k8s:                     # Kubernetes only: where the pods may run (docs/kubernetes.md, Real clusters)
+#   queue: team-a          # Kueue LocalQueue: queue-name label, Job created suspended until admitted
+#   node_selector: {{nvidia.com/gpu.present: "true"}}
+#   tolerations: [{{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}}]
+#   gpu_toleration: true   # nccl labs tolerate the nvidia.com/gpu NoSchedule taint; false: don't
+#   spread: hostname       # at most one lab node per Kubernetes node (default: none)
+#   affinity: {{}}           # the pod's spec.affinity, passed through as written
+#   priority_class: high-priority
+#   service_account: lab-runner
+#   image_pull_secrets: [registry-creds]
+#   labels: {{team: vision}}             # on every object (not app.kubernetes.io/*, labctl.dev/*)
+#   annotations: {{example.com/owner: ada}}
+#   schedule_timeout: 300  # seconds pods may stay unschedulable or unadmitted before the lab fails
+#   kind: job              # job: Indexed Job + headless Service; jobset: one JobSet (JobSet CRD)""",
+        doc_default="none",
+        doc="where the pods may run: `node_selector`, `tolerations`, `affinity`, `spread: hostname`, "
+            "`priority_class`, `service_account`, `image_pull_secrets`, `labels`, `annotations`, "
+            "`queue` (Kueue), `gpu_toleration` (nccl: on), `schedule_timeout` (300 s), `kind` "
+            "([docs/kubernetes.md](kubernetes.md#real-clusters))")
+    out: str | None = lab_field(
+        None, read=Folder(), flag="--out", help="Run folder (default runs/<lab>-<stamp>).",
+        doc_flag="`--out DIR`", doc_default="`runs/<run id>`, the run id being `<lab>-<UTC stamp>-<4 hex>`",
+        doc="run folder ([run-folder.md](run-folder.md))")
+    workdir: str = lab_field(               # local nodes run in work/node-<i>/ of the run folder
+        "node", read=Choice(WORKDIRS), flag="--workdir", null_ok=False, backends=("local",),
+        help="Local nodes' working directory: node (work/node-<i>/ in the run folder) or invoking.",
+        starter="""\
+# workdir: node          # local nodes run in <run>/work/node-<i>/ (own files, as a real node);
+                         # 'invoking' runs them in the directory labctl was started from""",
+        doc="local nodes' working directory: `node` (`work/node-<i>/` in the run folder) or `invoking`")
+    init_method: str = lab_field(           # how workers join: env:// | tcp://<node 0>:<port> | file://<shared>
+        "env", read=Choice(INIT_METHODS, " (example: init_method: tcp)"), flag="--init-method",
+        null_ok=False, help="How workers join: env, tcp (node 0, own port), file (shared dir).",
+        starter="init_method: env         # how workers join: env (MASTER_ADDR/PORT) | tcp (node 0, own port) | file (shared dir)",
+        doc="how workers join ([init-methods.md](init-methods.md))")
+    replicas: int = lab_field(              # independent torchrun jobs sharing one replica store
+        1, read=Int(1, MAX_REPLICAS), flag="--replicas", null_ok=False,
+        help="Independent torchrun jobs sharing one replica store (default 1).",
+        starter="replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, sharing one replica store",
+        doc="independent torchrun jobs of `nodes × nproc_per_node`, sharing one replica store "
+            "([init-methods.md](init-methods.md#replicas))")
+    shared_volume: SharedVolume | None = lab_field(
+        None, read=SharedVolumeReader(), backends=CONTAINERS,
+        starter="# shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim",
+        doc="`{claim: NAME}`: a ReadWriteMany claim, required for `init_method: file` on k8s; on "
+            "compose, a volume labctl makes; every node sees it at `/lab/shared` (`LAB_SHARED_DIR`)")
     # Elastic torchrun (docs/failures.md, "Elastic restarts"): worker-group restarts per
     # node, and the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes).
-    max_restarts: int = 0
-    min_nodes: int | None = None       # None: = nodes (a node that dies fails the lab)
+    max_restarts: int = lab_field(
+        0, read=Int(0, MAX_RESTARTS, expected=f"an integer between 0 and {MAX_RESTARTS}: worker-group "
+                    "restarts per node (example: max_restarts: 1)"),
+        flag="--max-restarts",
+        help="Elastic: times torchrun restarts a node's workers after a failure (default 0).",
+        starter="# max_restarts: 0        # torchrun restarts a node's workers this often (elastic workload)",
+        doc="torchrun restarts a node's workers this often after a failure "
+            "([docs/failures.md](failures.md#elastic-restarts))")
+    min_nodes: int | None = lab_field(      # None: = nodes (a node that dies fails the lab)
+        None, read=Int(1, MAX_NODES, upto="nodes",
+                       expected="an integer between 1 and nodes ({upto}): the fewest nodes the lab "
+                                "goes on with (example: min_nodes: 1)"),
+        flag="--min-nodes",
+        help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; "
+             "default: nodes; at most --nodes).",
+        starter="# min_nodes: 2           # the fewest nodes the lab goes on with: torchrun --nnodes MIN:nodes",
+        doc_default="`nodes`",
+        doc="the fewest nodes the lab goes on with: torchrun `--nnodes MIN:nodes`; a lost node "
+            "(not node 0) is then no failure")
     # Seconds a rendezvous round waits for more nodes once min_nodes have joined (torch's
     # last_call_timeout; with min_nodes < nodes every restart waits this long).
-    last_call_timeout: int = 30
-    pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
-    debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
-    trace: bool = True                 # record every op torch issues (LAB_TRACE=1; docs/trace.md)
-    faults: tuple[Fault, ...] = ()     # injected faults, parsed at load (labctl/faults.py)
+    last_call_timeout: int = lab_field(
+        30, read=Int(1, 86_400, expected="whole seconds between 1 and 86400 that a rendezvous waits "
+                     "for more nodes once min_nodes joined (example: last_call_timeout: 10)"),
+        flag="--last-call-timeout",
+        help="Elastic: seconds a rendezvous round waits for more nodes once --min-nodes "
+             "joined (default 30).",
+        starter="# last_call_timeout: 30  # with min_nodes: seconds a rendezvous waits for more nodes once MIN joined",
+        doc="with `min_nodes < nodes`: whole seconds a rendezvous round waits for more nodes once "
+            "`min_nodes` joined (torch's `last_call_timeout` in `--rdzv-conf`); every restart "
+            "waits this long")
+    pg_timeout: float | None = lab_field(   # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
+        None, read=Seconds(), flag="--pg-timeout",
+        help="Seconds a collective waits for its peers (init_process_group timeout, a script's "
+             "too when it gives none; LAB_PG_TIMEOUT).",
+        starter="""\
+# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout, a
+                         # script's too when it gives none; LAB_PG_TIMEOUT); torch's default: 30 min (gloo)""",
+        doc_default="torch's (30 min for gloo)",
+        doc="seconds a collective waits for its peers: `init_process_group(timeout=...)` of the "
+            "workloads, and of a script that gives none (labctl's script wrapper passes it; a "
+            "script that gives its own keeps it, and rank 0 says so once); workers see it as "
+            "`LAB_PG_TIMEOUT` ([docs/failures.md](failures.md#the-process-group-timeout-pg_timeout))")
+    debug: bool = lab_field(                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
+        False, read=Bool("true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO, "
+                         "NCCL_DEBUG=INFO for nccl)"),
+        flag="--debug",
+        help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl).",
+        starter="# debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)",
+        doc="`TORCH_DISTRIBUTED_DEBUG=DETAIL`, `TORCH_CPP_LOG_LEVEL=INFO` (and `NCCL_DEBUG=INFO` for "
+            "nccl) on every node")
+    trace: bool = lab_field(                # record every op torch issues (LAB_TRACE=1; docs/trace.md)
+        True, read=Bool("true or false (true, the default: record every collective and p2p op into "
+                        "the run's trace.json; docs/trace.md)"),
+        flag="--trace/--no-trace",
+        help="Record every collective and p2p op of every rank into trace.json (on by default; "
+             "docs/trace.md).",
+        starter="""\
+# trace: false           # default true: every collective/p2p op of every rank into trace.json
+                         # (docs/trace.md; costs about 1-3 %, "What it costs")""",
+        doc_flag="`--trace` / `--no-trace`",
+        doc="record every collective and p2p op of every rank into the run's `trace.json` "
+            "(`LAB_TRACE=1`; [docs/trace.md](trace.md))")
+    faults: tuple[Fault, ...] = lab_field(  # injected faults, parsed at load (labctl/faults.py)
+        (), read=Faults(), flag="--fault", many=True,
+        help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
+             "partition:N@T+D, delay:N=MS (seconds after every node started).",
+        starter="""\
+# faults:                # docs/failures.md; T, D: seconds after every node started
+#                        # (fault_clock: join: after every rank's init_process_group returned)
+#   - kill-rank:1@5      # SIGKILL worker rank 1
+#   - kill-node:1@5      # kill node 1 (agent and workers; its container)
+#   - stop-node:1@5+30   # freeze node 1 for 30 s (SIGSTOP / docker pause)
+#   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
+#   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)""",
+        doc_flag="`--fault` (repeatable)",
+        doc="injected faults: `kill-rank:R@T`, `kill-node:N@T`, `stop-node:N@T+D`, `partition:N@T+D`, "
+            "`delay:N=MS` ([docs/failures.md](failures.md)); which kinds a backend can do is its own")
     # Where the faults' T counts from: every node started ("start"), or every rank's
     # init_process_group returned ("join": ranks say so, LAB_FAULT_CLOCK=join).
-    fault_clock: str = "start"
+    fault_clock: str = lab_field(
+        "start", read=Choice(FAULT_CLOCKS), flag="--fault-clock", null_ok=False,
+        help="Where the faults' T counts from: start (every node started; default) or "
+             "join (every rank's init_process_group returned; local, compose).",
+        starter="# fault_clock: start     # start | join (local, compose): where the faults' T counts from",
+        doc="where the faults' T counts from: `start` (every node started) or `join` (every rank's "
+            "`init_process_group` returned; local and compose) ([docs/failures.md](failures.md#faults))")
     # Each node's (or pair's) link rate and latency (labctl/links.py, docs/network.md):
     # compose shapes the containers' interfaces, k8s annotates the pods, local refuses.
-    links: Links | None = None
+    links: Links | None = lab_field(
+        None, read=LinksReader(), flag="--link", many=True, backends=CONTAINERS,
+        help="A node's link (repeatable; compose, k8s): RATE[,LATENCY] for every node, "
+             "NODE=... for one, A-B=... for a pair (e.g. --link 1gbit --link 2=100mbit; "
+             "docs/network.md).",
+        starter="""\
+# links: {{default: 1gbit, nodes: {{1: 100mbit}}}}   # each node's link (compose: tc; k8s: pod
+#                        # bandwidth annotations; docs/network.md); pairs: {{"0-1": 50mbit}}""",
+        doc_flag="`--link` (repeatable: `RATE[,LATENCY]` for every node, `N=...` for node N, "
+                 "`A-B=...` for a pair)",
+        doc_default="none (unshaped)",
+        doc="each node's link: `100mbit`, or `{default: 1gbit, nodes: {2: 100mbit}, pairs: {\"0-1\": "
+            "{rate: 50mbit, latency: 5ms}}}`; rates in `bit`/`kbit`/`mbit`/`gbit`/`tbit` "
+            "(1kbit–1tbit), latency in `us`/`ms`/`s`. A node's rate caps what it sends and what it "
+            "receives; compose shapes each container with tc, k8s annotates the pods for the "
+            "bandwidth CNI plugin (one rate for every node), local refuses ([network.md](network.md))")
 
     @property
     def fewest_nodes(self) -> int:
@@ -201,17 +656,29 @@ class LabSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, in the same shape `load` accepts (round-trips)."""
-        data = dataclasses.asdict(self)
-        data["workloads"] = [
-            {"name": w.name, "options": dict(w.options)} if w.options else w.name
-            for w in self.workloads
-        ]
-        data["script_args"] = list(self.script_args)
-        data["faults"] = [f.text for f in self.faults]   # as written
-        data["env"] = dict(self.env)
-        data["k8s"] = dict(self.k8s)
-        data["links"] = self.links.to_data() if self.links is not None else None
-        return data
+        return {name: decl.read.dump(getattr(self, name)) for name, decl in lab_fields()}
+
+
+def lab_fields() -> tuple[tuple[str, LabField], ...]:
+    """Every lab field and its declaration, in LabSpec's order."""
+    return _LAB_FIELDS
+
+
+_LAB_FIELDS = tuple((f.name, f.metadata["lab"]) for f in dataclasses.fields(LabSpec))
+
+
+def default_of(name: str) -> Any:
+    """A lab field's default value."""
+    f = next(f for f in dataclasses.fields(LabSpec) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The lab flags given (None or (): not given), as the lab file's values, by field
+    (`--workload a,b` a list, `--env K=V` a mapping, `--link` the links mapping)."""
+    declared = dict(lab_fields())
+    return {key: declared[key].read.from_flags(value) if key in declared else value
+            for key, value in flags.items() if value not in (None, ())}
 
 
 def known_workloads() -> list[str]:
@@ -439,144 +906,22 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     if nul:
         raise SpecError(f"{source}: {nul[0]}: a NUL character (\\0) cannot be passed to a process "
                         f"or a file name; given {_short(nul[1])}")
-    kw: dict[str, Any] = {}
+    lab = Reading(data, source, bad)
+    late = []
+    for key, decl in lab_fields():         # each field by its declaration, in LabSpec's order
+        if key not in data or (data[key] is None and decl.null_ok):
+            continue
+        if decl.read.late:
+            late.append((key, decl))
+            continue
+        lab.kw[key] = decl.read.read(data[key], key, lab)
+    _across(lab.kw, bad)
 
-    name = data.get("name", LabSpec.name)
-    if not isinstance(name, str) or len(name) > 40 or not DNS_LABEL.match(name):
-        raise bad("name", name, "a DNS-1123 label of at most 40 characters: lower-case "
-                  "letters, digits and '-', starting and ending with a letter or digit "
-                  "(example: name: ring-lab)")
-    kw["name"] = name
-
-    for key, lo, hi in (("nodes", 1, MAX_NODES), ("nproc_per_node", 1, MAX_NPROC_PER_NODE),
-                        ("replicas", 1, MAX_REPLICAS)):
-        if key in data:
-            kw[key] = _int(data[key], key, lo, hi, bad)
-    _bound_size(kw, bad)
-
-    if "rdzv_port" in data and data["rdzv_port"] is not None:
-        kw["rdzv_port"] = _int(data["rdzv_port"], "rdzv_port", 1, MAX_PORT, bad,
-                               expected=f"a port number between 1 and {MAX_PORT} (example: 29500)")
-
-    for key in ("timeout", "join_timeout"):
-        if key in data:
-            kw[key] = _seconds(data[key], key, bad)
-    if "join_timeout" in kw and not kw["join_timeout"].is_integer():   # torchrun: join_timeout=<int>
-        raise bad("join_timeout", data["join_timeout"], "whole seconds (torchrun's rendezvous takes "
-                  "an integer; example: join_timeout: 120)")
-    if data.get("pg_timeout") is not None:
-        kw["pg_timeout"] = _seconds(data["pg_timeout"], "pg_timeout", bad)
-    if "debug" in data and data["debug"] is not None:
-        if not isinstance(data["debug"], bool):
-            raise bad("debug", data["debug"], "true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, "
-                      "TORCH_CPP_LOG_LEVEL=INFO, NCCL_DEBUG=INFO for nccl)")
-        kw["debug"] = data["debug"]
-    if "trace" in data and data["trace"] is not None:
-        if not isinstance(data["trace"], bool):
-            raise bad("trace", data["trace"], "true or false (true, the default: record every "
-                      "collective and p2p op into the run's trace.json; docs/trace.md)")
-        kw["trace"] = data["trace"]
-
-    if "backend" in data:               # one of the registry's: checked by backends.check_spec
-        kw["backend"] = data["backend"]
-    for key, choices in (("dist_backend", DIST_BACKENDS),
-                         ("launcher", LAUNCHERS), ("workdir", WORKDIRS),
-                         ("init_method", INIT_METHODS), ("fault_clock", FAULT_CLOCKS)):
-        if key in data:
-            if data[key] not in choices:
-                raise bad(key, data[key], "one of " + ", ".join(choices)
-                          + (" (example: init_method: tcp)" if key == "init_method" else ""))
-            kw[key] = data[key]
-
-    if data.get("shared_volume") is not None:
-        kw["shared_volume"] = _shared_volume(data["shared_volume"], bad)
-    _elastic(data, kw, bad, source)
-
-    for key in ("image", "out"):
-        if data.get(key) is not None:
-            if not isinstance(data[key], str) or not data[key].strip() or len(data[key]) > MAX_PATH:
-                raise bad(key, data[key], f"a non-empty string of at most {MAX_PATH} characters")
-            kw[key] = data[key]
-    if "image" in kw and not _IMAGE_REFERENCE.fullmatch(kw["image"]):
-        raise bad("image", kw["image"], "an image reference: [registry/]name[:tag][@digest], the name "
-                  "in lower case (example: image: registry.example.com/team/labctl-cpu:1.0)")
-
-    if data.get("script") is not None:
-        script = data["script"]
-        if not isinstance(script, str) or not script.endswith(".py") or len(script) > MAX_PATH:
-            raise bad("script", script, "a path to a Python file (example: script: train.py)")
-        kw["script"] = script
-    if "script_args" in data and data["script_args"] is not None:
-        args = data["script_args"]
-        if isinstance(args, str) or not isinstance(args, (list, tuple)):
-            raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
-        if len(args) > MAX_ARGS_BYTES:
-            raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
-        for i, a in enumerate(args):
-            if not _plain_scalar(a):
-                raise bad(f"script_args[{i}]", a, "a string, number or boolean (example: "
-                          "[--epochs, '2'])")
-        kw["script_args"] = tuple(_env_str(a) for a in args)
-        _bound_bytes("script_args", kw["script_args"], MAX_ARG_BYTES, MAX_ARGS_BYTES,
-                     "script argument", bad)
-
-    if "workloads" in data:
-        kw["workloads"] = _workloads(data["workloads"], bad, source)
-    if kw.get("script"):
-        if kw.get("workloads"):
-            raise bad("script", kw["script"], "either workloads or a script, not both")
-        kw["workloads"] = ()
-
-    if "env" in data and data["env"] is not None:
-        env = data["env"]
-        if not isinstance(env, dict):
-            raise bad("env", env, "a mapping of variable names to values (example: "
-                      "env: {NCCL_DEBUG: INFO})")
-        for k, v in env.items():
-            if not isinstance(k, str) or not _ENV_NAME.match(k):
-                raise bad("env", k, "environment variable names like NCCL_DEBUG")
-            if k in RESERVED_ENV:
-                raise SpecError(f"{source}: env: {k} is one labctl sets itself; {RESERVED_ENV[k]}")
-            if not _plain_scalar(v):
-                raise bad(f"env.{k}", v, "a string, number or boolean (quote anything else: "
-                          f"{k}: '...')")
-        kw["env"] = {k: _env_str(v) for k, v in env.items()}
-        _bound_bytes("env", [f"{k}={v}" for k, v in kw["env"].items()], MAX_ENV_VALUE_BYTES,
-                     MAX_ENV_BYTES, "variable (NAME=VALUE)", bad, names=list(kw["env"]))
-
-    if "resources" in data and data["resources"] is not None:
-        res = data["resources"]
-        if not isinstance(res, dict):
-            raise bad("resources", res, "a mapping like {cpu: '2', memory: 4Gi, shm: 1Gi}")
-        known = {f.name for f in dataclasses.fields(Resources)}
-        for k, v in res.items():
-            if k not in known:
-                raise bad("resources", k, "one of " + ", ".join(sorted(known)))
-            if k == "pids":
-                if not re.fullmatch(r"[0-9]{1,7}", str(v)) or not MIN_PIDS <= int(v) <= MAX_PIDS:
-                    raise bad("resources.pids", v, f"a whole number of processes and threads per "
-                              f"node, {MIN_PIDS} to {MAX_PIDS} (default {Resources.pids})")
-            elif not _quantity_ok(v):
-                raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
-                          "unit (examples: 2, 500m, 4Gi)")
-            elif k in _LEAST and quantity(v) < _LEAST[k][0]:
-                raise bad(f"resources.{k}", v, _LEAST[k][1])
-        kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
-
-    if data.get("k8s") is not None:
-        kw["k8s"] = data["k8s"]
-
-    if data.get("links") is not None:
-        try:
-            kw["links"] = _links_of(data["links"], kw.get("nodes", LabSpec.nodes)
-                                    * kw.get("replicas", LabSpec.replicas))
-        except LinkError as exc:
-            raise bad(exc.where, exc.value, exc.expected) from None
-
-    spec = LabSpec(**kw)
+    spec = LabSpec(**lab.kw)
     _rdzv_ports_fit(spec, bad)
-    if data.get("faults"):
-        spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
+    for key, decl in late:                 # fields that need the rest of the lab (faults)
+        lab.kw["spec"] = spec
+        spec = dataclasses.replace(spec, **{key: decl.read.read(data[key], key, lab)})
     if not spec.workloads and not spec.script:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
@@ -588,6 +933,73 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
             except ValueError as exc:
                 raise SpecError(f"{source}: {exc}") from None
     return spec
+
+
+def _across(kw: dict[str, Any], bad) -> None:
+    """The rules over more than one field, once each has been read: the run's size, an
+    elastic lab's launcher, a script or workloads."""
+    _bound_size(kw, bad)
+    nodes = kw.get("nodes", LabSpec.nodes)
+    elastic = kw.get("max_restarts", 0) > 0 or kw.get("min_nodes", nodes) < nodes
+    if elastic and kw.get("launcher", LabSpec.launcher) != "torchrun":
+        given = ", ".join(f"{k}: {kw[k]}" for k in ("max_restarts", "min_nodes") if k in kw)
+        raise bad("launcher", kw["launcher"], f"torchrun for an elastic lab ({given}): torchrun's "
+                  "agent restarts the workers, and direct mode has none")
+    if kw.get("script"):
+        if kw.get("workloads"):
+            raise bad("script", kw["script"], "either workloads or a script, not both")
+        kw["workloads"] = ()
+
+
+def _script_args(args: Any, bad) -> tuple[str, ...]:
+    if isinstance(args, str) or not isinstance(args, (list, tuple)):
+        raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
+    if len(args) > MAX_ARGS_BYTES:
+        raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
+    for i, a in enumerate(args):
+        if not _plain_scalar(a):
+            raise bad(f"script_args[{i}]", a, "a string, number or boolean (example: "
+                      "[--epochs, '2'])")
+    out = tuple(_env_str(a) for a in args)
+    _bound_bytes("script_args", out, MAX_ARG_BYTES, MAX_ARGS_BYTES, "script argument", bad)
+    return out
+
+
+def _env(env: Any, bad, source: str) -> dict[str, str]:
+    if not isinstance(env, dict):
+        raise bad("env", env, "a mapping of variable names to values (example: "
+                  "env: {NCCL_DEBUG: INFO})")
+    for k, v in env.items():
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            raise bad("env", k, "environment variable names like NCCL_DEBUG")
+        if k in RESERVED_ENV:
+            raise SpecError(f"{source}: env: {k} is one labctl sets itself; {RESERVED_ENV[k]}")
+        if not _plain_scalar(v):
+            raise bad(f"env.{k}", v, "a string, number or boolean (quote anything else: "
+                      f"{k}: '...')")
+    out = {k: _env_str(v) for k, v in env.items()}
+    _bound_bytes("env", [f"{k}={v}" for k, v in out.items()], MAX_ENV_VALUE_BYTES,
+                 MAX_ENV_BYTES, "variable (NAME=VALUE)", bad, names=list(out))
+    return out
+
+
+def _resources(res: Any, bad) -> Resources:
+    if not isinstance(res, dict):
+        raise bad("resources", res, "a mapping like {cpu: '2', memory: 4Gi, shm: 1Gi}")
+    known = {f.name for f in dataclasses.fields(Resources)}
+    for k, v in res.items():
+        if k not in known:
+            raise bad("resources", k, "one of " + ", ".join(sorted(known)))
+        if k == "pids":
+            if not re.fullmatch(r"[0-9]{1,7}", str(v)) or not MIN_PIDS <= int(v) <= MAX_PIDS:
+                raise bad("resources.pids", v, f"a whole number of processes and threads per "
+                          f"node, {MIN_PIDS} to {MAX_PIDS} (default {Resources.pids})")
+        elif not _quantity_ok(v):
+            raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
+                      "unit (examples: 2, 500m, 4Gi)")
+        elif k in _LEAST and quantity(v) < _LEAST[k][0]:
+            raise bad(f"resources.{k}", v, _LEAST[k][1])
+    return Resources(**{k: str(v) for k, v in res.items()})
 
 
 def idle_settings(spec: LabSpec) -> list[str]:
@@ -789,29 +1201,6 @@ def _bound_bytes(key: str, items: list[str] | tuple[str, ...], each: int, total:
         raise bad(key, f"{len(items)} items, {size:,} bytes", f"at most {total // 1024} KiB in all "
                   "(with the caller's environment it must stay below the kernel's ARG_MAX; "
                   "docs/limits.md)")
-def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> None:
-    """max_restarts and min_nodes: torchrun's own knobs, so a direct-mode lab cannot have them."""
-    if data.get("max_restarts") is not None:
-        kw["max_restarts"] = _int(data["max_restarts"], "max_restarts", 0, MAX_RESTARTS, bad,
-                                  expected=f"an integer between 0 and {MAX_RESTARTS}: worker-group restarts "
-                                  "per node (example: max_restarts: 1)")
-    nodes = kw.get("nodes", LabSpec.nodes)
-    if data.get("min_nodes") is not None:
-        kw["min_nodes"] = _int(data["min_nodes"], "min_nodes", 1, nodes, bad,
-                               expected=f"an integer between 1 and nodes ({nodes}): the fewest "
-                               "nodes the lab goes on with (example: min_nodes: 1)")
-    if data.get("last_call_timeout") is not None:
-        kw["last_call_timeout"] = _int(data["last_call_timeout"], "last_call_timeout", 1, 86_400, bad,
-                                       expected="whole seconds between 1 and 86400 that a rendezvous "
-                                       "waits for more nodes once min_nodes joined (example: "
-                                       "last_call_timeout: 10)")
-    elastic = kw.get("max_restarts", 0) > 0 or kw.get("min_nodes", nodes) < nodes
-    if elastic and kw.get("launcher", LabSpec.launcher) != "torchrun":
-        given = ", ".join(f"{k}: {kw[k]}" for k in ("max_restarts", "min_nodes") if k in kw)
-        raise bad("launcher", kw["launcher"], f"torchrun for an elastic lab ({given}): torchrun's "
-                  "agent restarts the workers, and direct mode has none")
-
-
 def _shared_volume(raw: Any, bad) -> SharedVolume:
     expected = "a mapping with the name of a ReadWriteMany claim (example: shared_volume: {claim: lab-shared})"
     if not isinstance(raw, dict) or set(raw) != {"claim"}:
@@ -959,66 +1348,18 @@ def dump(spec: LabSpec) -> str:
     return yaml.safe_dump(spec.to_dict(), sort_keys=False)
 
 
-STARTER = """\
+STARTER_HEAD = """\
 # labctl lab description. Every field is optional and every top-level field
 # but resources and k8s has a CLI flag of the same name that overrides it
 # (labctl up --help).
-name: {name}                # a DNS-1123 label: names runs, containers, Kubernetes objects
-nodes: 2                 # simulated machines; each runs one torchrun agent
-nproc_per_node: 2        # worker processes per node (WORLD_SIZE = nodes * nproc_per_node)
-backend: local           # where it runs: local | compose | k8s
-dist_backend: gloo       # torch.distributed backend: gloo | nccl | auto (nccl if CUDA)
-launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE set per worker)
-init_method: env         # how workers join: env (MASTER_ADDR/PORT) | tcp (node 0, own port) | file (shared dir)
-replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, sharing one replica store
-# shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim
-# max_restarts: 0        # torchrun restarts a node's workers this often (elastic workload)
-# min_nodes: 2           # the fewest nodes the lab goes on with: torchrun --nnodes MIN:nodes
-# last_call_timeout: 30  # with min_nodes: seconds a rendezvous waits for more nodes once MIN joined
-workloads:               # run in this order inside one process group
-  - env
-  - p2p
-  - collectives
-  - ddp
-  # - name: bench
-  #   options: {{ops: [all_reduce], min_bytes: 1024, max_bytes: 1048576, factor: 4}}
-# script: train.py       # run your own script on every node instead of the workloads
-# script_args: [--epochs, "2"]
-# rdzv_port: 29500       # default: a free port locally, 29500 in containers
-timeout: 600             # seconds before the whole lab is stopped
-join_timeout: 120        # whole seconds the c10d rendezvous waits for every node (torchrun)
-# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout, a
-                         # script's too when it gives none; LAB_PG_TIMEOUT); torch's default: 30 min (gloo)
-# debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
-# trace: false           # default true: every collective/p2p op of every rank into trace.json
-                         # (docs/trace.md; costs about 1-3 %, "What it costs")
-# faults:                # docs/failures.md; T, D: seconds after every node started
-#                        # (fault_clock: join: after every rank's init_process_group returned)
-#   - kill-rank:1@5      # SIGKILL worker rank 1
-#   - kill-node:1@5      # kill node 1 (agent and workers; its container)
-#   - stop-node:1@5+30   # freeze node 1 for 30 s (SIGSTOP / docker pause)
-#   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
-#   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)
-# fault_clock: start     # start | join (local, compose): where the faults' T counts from
-# links: {{default: 1gbit, nodes: {{1: 100mbit}}}}   # each node's link (compose: tc; k8s: pod
-#                        # bandwidth annotations; docs/network.md); pairs: {{"0-1": 50mbit}}
-# image: labctl-cpu:latest   # container backends; default by dist_backend
-env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
-resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends
-# workdir: node          # local nodes run in <run>/work/node-<i>/ (own files, as a real node);
-                         # 'invoking' runs them in the directory labctl was started from
-# k8s:                     # Kubernetes only: where the pods may run (docs/kubernetes.md, Real clusters)
-#   queue: team-a          # Kueue LocalQueue: queue-name label, Job created suspended until admitted
-#   node_selector: {{nvidia.com/gpu.present: "true"}}
-#   tolerations: [{{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}}]
-#   gpu_toleration: true   # nccl labs tolerate the nvidia.com/gpu NoSchedule taint; false: don't
-#   spread: hostname       # at most one lab node per Kubernetes node (default: none)
-#   affinity: {{}}           # the pod's spec.affinity, passed through as written
-#   priority_class: high-priority
-#   service_account: lab-runner
-#   image_pull_secrets: [registry-creds]
-#   labels: {{team: vision}}             # on every object (not app.kubernetes.io/*, labctl.dev/*)
-#   annotations: {{example.com/owner: ada}}
-#   schedule_timeout: 300  # seconds pods may stay unschedulable or unadmitted before the lab fails
-#   kind: job              # job: Indexed Job + headless Service; jobset: one JobSet (JobSet CRD)
 """
+
+
+def starter() -> str:
+    """`labctl init`'s file (str.format it with name=...): the head, then each field's
+    starter lines in LabSpec's order, a section of its own (a mapping: `k8s:`) last."""
+    ordered = sorted((decl for _, decl in lab_fields() if decl.starter), key=lambda d: d.section)
+    return STARTER_HEAD + "".join(decl.starter + "\n" for decl in ordered)
+
+
+STARTER = starter()
