@@ -447,7 +447,8 @@ workloads:               # run in this order inside one process group
     timeout: float = lab_field(             # whole-lab deadline, seconds
         600.0, read=Seconds(), flag="--timeout", null_ok=False,
         help="Seconds before the whole lab is stopped.",
-        starter="timeout: 600             # seconds before the whole lab is stopped")
+        starter="timeout: 600             # seconds before the whole lab is stopped",
+        doc="seconds before the whole lab is stopped (its deadline)")
     join_timeout: float = lab_field(        # c10d rendezvous join timeout, seconds
         120.0, read=Seconds(whole="whole seconds (torchrun's rendezvous takes an integer; example: "
                                   "join_timeout: 120)"),
@@ -671,6 +672,32 @@ def default_of(name: str) -> Any:
     """A lab field's default value."""
     f = next(f for f in dataclasses.fields(LabSpec) if f.name == name)
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def field_table() -> str:
+    """docs/lab-description.md's table of the lab fields, made from their declarations
+    (tests/test_spec.py checks the doc holds this one)."""
+    rows = ["| field | flag | default | values | backends | meaning |", "|---|---|---|---|---|---|"]
+    for name, decl in lab_fields():
+        flag = decl.doc_flag or (" / ".join(f"`{f}`" for f in decl.flag.split("/")) if decl.flag else "—")
+        default = decl.doc_default or _doc_value(default_of(name))
+        used = "all" if decl.backends == BACKENDS_ALL else ", ".join(decl.backends)
+        rows.append(f"| `{name}` | {flag} | {default} | {decl.read.values() or '—'} | {used} "
+                    f"| {decl.doc or decl.help} |")
+    return "\n".join(rows) + "\n"
+
+
+def _doc_value(value: Any) -> str:
+    """A default as the lab file writes it."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, (tuple, list)):
+        return "`[]`" if not value else f"`{list(value)}`"
+    return f"`{value}`"
 
 
 def from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
