@@ -193,6 +193,12 @@ class Int(Reader):
     def flag_expected(self) -> str:
         return f"{self.what} between {self.lo} and {self.hi}"
 
+    def flag_value(self, text: Any) -> int:
+        """A flag's value, read as the file's (digits only, lo to hi); ValueError else."""
+        def bad(*_: Any) -> ValueError:
+            return ValueError(f"expected {self.flag_expected()}, given {text!r}")
+        return _int(text, "", self.lo, self.hi, bad)
+
     def read(self, value: Any, key: str, lab: Reading) -> int:
         hi = lab.value(self.upto) if self.upto else self.hi
         expected = self.expected.format(upto=hi) if self.expected else None
@@ -216,6 +222,13 @@ class Seconds(Reader):
 
     def values(self) -> str:
         return "whole seconds > 0" if self.whole else "seconds > 0"
+
+    def flag_value(self, text: Any) -> float:
+        """A flag's value, read as the file's; ValueError else."""
+        def bad(*_: Any) -> ValueError:
+            return ValueError(f"expected a number of seconds > 0 and at most {MAX_SECONDS:,}, "
+                              f"given {text!r}")
+        return _seconds(text, "", bad)
 
 
 @dataclass(frozen=True)
@@ -1369,6 +1382,22 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
 def _bound_items(key: str, raw: Any, bad) -> None:
     if len(raw) > MAX_ITEMS:
         raise bad(key, raw, f"at most {MAX_ITEMS} entries (docs/limits.md)")
+
+
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20,
+               "mb": 10 ** 6, "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9}
+
+
+def message_size(value: Any) -> int:
+    """A message size (`labctl predict --size`): bytes, or with a unit (64KiB, 4MiB, 1MB;
+    K/M/G are binary), 1 B to 1 TiB; ValueError saying what is expected otherwise."""
+    m = _SIZE.match(str(value))
+    size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()] if m else 0
+    if not 1 <= size <= 1 << 40:
+        raise ValueError(f"expected a size in bytes from 1 to 1TiB, with or without a unit "
+                         f"(examples: 65536, 64KiB, 4MiB), given {value!r}")
+    return size
 
 
 def dump(spec: LabSpec) -> str:
