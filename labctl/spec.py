@@ -215,7 +215,7 @@ class Seconds(Reader):
     whole: str | None = None
 
     def read(self, value: Any, key: str, lab: Reading) -> float:
-        seconds = _seconds(value, key, lab.bad)
+        seconds = seconds_of(value, key, lab.bad)
         if self.whole and not seconds.is_integer():
             raise lab.bad(key, value, self.whole)
         return seconds
@@ -228,7 +228,7 @@ class Seconds(Reader):
         def bad(*_: Any) -> ValueError:
             return ValueError(f"expected a number of seconds > 0 and at most {MAX_SECONDS:,}, "
                               f"given {text!r}")
-        return _seconds(text, "", bad)
+        return seconds_of(text, "", bad)
 
 
 @dataclass(frozen=True)
@@ -848,7 +848,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise SpecError(f"{path}: {exc}") from None
     except ValueError as exc:       # int() over 4,300 digits, a date like 2024-02-30
         what = ("a number of more than 4,300 digits; no lab field takes one" if "digits" in str(exc)
-                else f"a value YAML cannot read ({_short(str(exc).splitlines()[0])})")
+                else f"a value YAML cannot read ({short(str(exc).splitlines()[0])})")
         raise SpecError(f"{path}: {what}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -863,7 +863,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short(value: Any, limit: int = 80) -> str:
     """repr(value) cut to one readable line: an error message never echoes a 50 MB value."""
     if isinstance(value, (dict, list, tuple, set)) and len(value) > 20:
         return f"a {type(value).__name__} of {len(value)} items"
@@ -928,7 +928,7 @@ class _LabLoader(_YAML_Loader):  # type: ignore[misc, valid-type]
                 raise yaml.constructor.ConstructorError(
                     None, None, "a mapping key that is not a plain value", key_node.start_mark) from None
             if key in seen:
-                raise SpecError(f"line {key_node.start_mark.line + 1}: the key {_short(key)} is given "
+                raise SpecError(f"line {key_node.start_mark.line + 1}: the key {short(key)} is given "
                                 f"twice (first at line {seen[key]}); a lab file says each once")
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
@@ -936,16 +936,16 @@ class _LabLoader(_YAML_Loader):  # type: ignore[misc, valid-type]
 
 def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     def bad(fieldname: str, value: Any, expected: str) -> SpecError:
-        return SpecError(f"{source}: {fieldname}: expected {expected}, given {_short(value)}")
+        return SpecError(f"{source}: {fieldname}: expected {expected}, given {short(value)}")
 
     unknown = sorted(set(data) - _FIELDS, key=str)
     if unknown:
-        raise SpecError(f"{source}: unknown field {_short(unknown[0])}; "
+        raise SpecError(f"{source}: unknown field {short(unknown[0])}; "
                         f"known fields: {', '.join(sorted(_FIELDS))}")
     nul = _nul_in(data, "")
     if nul:
         raise SpecError(f"{source}: {nul[0]}: a NUL character (\\0) cannot be passed to a process "
-                        f"or a file name; given {_short(nul[1])}")
+                        f"or a file name; given {short(nul[1])}")
     lab = Reading(data, source, bad)
     late = []
     for key, decl in lab_fields():         # each field by its declaration, in LabSpec's order
@@ -1144,13 +1144,13 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
         raise bad("faults", raw, f"a list of faults, each {faultmod.USAGE}")
-    _bound_items("faults", raw, bad)
+    bound_items("faults", raw, bad)
     out = []
     for item in raw:
         try:
             fault = faultmod.parse(item)
         except faultmod.FaultSyntaxError as exc:
-            raise SpecError(f"{source}: faults: {exc}; given {_short(item)}") from None
+            raise SpecError(f"{source}: faults: {exc}; given {short(item)}") from None
         if fault.kind == "kill-rank":
             if spec.replicas > 1:
                 raise bad("faults", item, "no kill-rank with replicas (ranks repeat in every "
@@ -1179,7 +1179,7 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
     return tuple(out)
 
 
-def _seconds(value: Any, key: str, bad) -> float:
+def seconds_of(value: Any, key: str, bad) -> float:
     """A finite number of seconds in (0, MAX_SECONDS]: it becomes int fields downstream
     (activeDeadlineSeconds is an int64, torchrun's join timeout an int)."""
     expected = f"a number of seconds > 0 and at most {MAX_SECONDS:,} (example: 300)"
@@ -1272,7 +1272,7 @@ def quantity(value: Any) -> float:
     valid = not isinstance(value, bool) and isinstance(value, (str, int, float)) and len(text) <= 32
     match = _QUANTITY.match(text) if valid else None
     if not match:
-        raise ValueError(f"not a Kubernetes quantity: {_short(value)} (examples: 2, 500m, 4Gi)")
+        raise ValueError(f"not a Kubernetes quantity: {short(value)} (examples: 2, 500m, 4Gi)")
     number, unit = float(match.group(1)), match.group(2) or ""
     return number / 1000 if unit == "m" else number * _SUFFIX[unit]    # 500m: 0.5 exactly
 
@@ -1349,7 +1349,7 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
         raw = [w for w in re.split(r"[,\s]+", raw) if w]
     if not isinstance(raw, (list, tuple)):
         raise bad("workloads", raw, expected)
-    _bound_items("workloads", raw, bad)
+    bound_items("workloads", raw, bad)
     out = []
     for item in raw:
         options: Any = {}
@@ -1379,7 +1379,7 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
     return tuple(out)
 
 
-def _bound_items(key: str, raw: Any, bad) -> None:
+def bound_items(key: str, raw: Any, bad) -> None:
     if len(raw) > MAX_ITEMS:
         raise bad(key, raw, f"at most {MAX_ITEMS} entries (docs/limits.md)")
 
