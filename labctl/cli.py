@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from . import backends as backend_registry
-from . import commands
+from . import commands, fields
 from . import spec as specmod
 from .commands import EXIT_SPEC, exit_for, stdout_gone, stop_quietly
 from .errors import Interrupted, LabError
@@ -79,15 +79,15 @@ class Read:
 
 
 class IntRange(Read, click.IntRange):
-    def __init__(self, read: specmod.Int):
+    def __init__(self, read: fields.Int):
         super().__init__(read.lo, read.hi)
         self.parse = read.flag_value
 
 
 class Seconds(Read, click.FloatRange):
     def __init__(self):
-        super().__init__(0, specmod.MAX_SECONDS, min_open=True)
-        self.parse = specmod.Seconds().flag_value
+        super().__init__(0, fields.MAX_SECONDS, min_open=True)
+        self.parse = fields.Seconds().flag_value
 
 
 class ByteSize(Read, click.ParamType):
@@ -147,22 +147,22 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
                         help="Lab description (YAML). Default: built-in 2x2 gloo lab.")(fn)
 
 
-def _lab_flag(key: str, decl: specmod.LabField):
+def _lab_flag(key: str, decl: fields.LabField):
     """A lab field's flag, from its declaration (`spec.lab_field`): its reader's bounds
     are the flag's type."""
     read = decl.read
     if decl.many:
         return click.option(decl.flag, key, multiple=True, help=decl.help)
-    if isinstance(read, specmod.Bool):
+    if isinstance(read, fields.Bool):
         switch = {} if "/" in decl.flag else {"is_flag": True}
         return click.option(decl.flag, key, default=None, help=decl.help, **switch)
-    if isinstance(read, specmod.Int):
+    if isinstance(read, fields.Int):
         kind: Any = IntRange(read)
-    elif isinstance(read, specmod.Seconds):
+    elif isinstance(read, fields.Seconds):
         kind = Seconds()
-    elif isinstance(read, specmod.Choice):
+    elif isinstance(read, fields.Choice):
         kind = Choice(read.choices if read.choices is not None else backend_registry.NAMES)
-    elif isinstance(read, specmod.Folder):
+    elif isinstance(read, fields.Folder):
         kind = click.Path(file_okay=False)
     else:
         kind = str
@@ -498,7 +498,7 @@ def exercise_init(name: str, path: str | None, force: bool) -> None:
 @click.argument("file")
 @click.option("--deadline", type=Seconds(), default=None,
               help="Seconds one call may take before the check calls it a deadlock (default 5).")
-@click.option("--seed", type=IntRange(specmod.Int(0, 2**31 - 1)), default=None, help="Seed of the inputs (default 2024).")
+@click.option("--seed", type=IntRange(fields.Int(0, 2**31 - 1)), default=None, help="Seed of the inputs (default 2024).")
 @click.option("--time/--no-time", "time_it", default=True,
               help="Time the function against torch's collective at a large size (default on).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the grade.")
@@ -537,7 +537,7 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
 
 @main.command()
 @click.argument("run", type=click.Path())
-@click.option("--world-size", "-n", required=True, type=IntRange(specmod.Int(2, specmod.MAX_WORLD)),
+@click.option("--world-size", "-n", required=True, type=IntRange(fields.Int(2, specmod.MAX_WORLD)),
               help="Ranks to predict for.")
 @click.option("--size", "sizes", multiple=True, type=ByteSize(),
               help="Message size (repeatable; e.g. 4MiB). Default: the run's sizes.")

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 import yaml
 
 from .faults import Fault  # noqa: E402
+from .fields import (BACKENDS_ALL, CONTAINERS, MAX_PATH, MAX_SECONDS, Bool, Choice, Folder, Int,  # noqa: F401
+                     LabField, Reader, Reading, Seconds, Text, doc_value, lab_field)
 from workloads._protocol import Env
 from .links import LinkError, Links
 DIST_BACKENDS = ("gloo", "nccl", "auto")
@@ -47,8 +49,6 @@ MAX_ENV_BYTES = 64 * 1024            # all of the lab's env together
 MAX_ARG_BYTES = 32 * 1024            # one script argument
 MAX_ARGS_BYTES = 64 * 1024           # all script arguments together
 MAX_ITEMS = 256                      # workloads, faults, tolerations, image_pull_secrets: each list
-MAX_PATH = 4096                      # script, image, out: the kernel's PATH_MAX
-MAX_SECONDS = 10 ** 9                # timeouts: about 31 years, fits every int field (int64, int32)
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
 DEFAULT_CPU_IMAGE = "labctl-cpu:latest"
 DEFAULT_CUDA_IMAGE = "labctl-cuda:latest"
@@ -133,143 +133,6 @@ class SharedVolume:
     existing ReadWriteMany PersistentVolumeClaim (pods of one run may land on
     different machines, so a node-local volume would not do)."""
     claim: str
-
-
-# ---- a lab field's declaration ---------------------------------------------------------
-# Each LabSpec field is declared once, with `lab_field`: its type and default (the
-# dataclass field), how a value is read and checked (a Reader: its bounds and the line a
-# bad value gets), its flag (name, help, repeatable), which backends use it, its lines
-# in `labctl init`'s starter and its row in docs/lab-description.md. `from_dict`, the
-# CLI's lab flags (labctl/cli.py `lab_options`), `to_dict`, STARTER and `field_table`
-# are made from these (the backends' own flags come from their Options the same way).
-
-BACKENDS_ALL = ("local", "compose", "k8s")
-CONTAINERS = ("compose", "k8s")
-
-
-class Reading:
-    """What a field's reader sees: the lab's data, the fields read so far, `bad` (the
-    error for one field: `<source>: <field>: expected ..., given ...`) and the source."""
-
-    def __init__(self, data: Mapping[str, Any], source: str, bad):
-        self.data, self.source, self.bad = data, source, bad
-        self.kw: dict[str, Any] = {}
-
-    def value(self, name: str) -> Any:
-        """A field as read so far, else its default."""
-        return self.kw[name] if name in self.kw else default_of(name)
-
-
-class Reader:
-    """How one field's value is read from a lab file (or a flag's override) and written
-    back (`to_dict`). The base reader takes the value as it is."""
-    late = False            # reads the whole lab (a LabSpec of the other fields): faults
-
-    def read(self, value: Any, key: str, lab: Reading) -> Any:
-        return value
-
-    def dump(self, value: Any) -> Any:
-        """The value as plain data, in the shape `read` accepts."""
-        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
-
-    def from_flags(self, values: Any) -> Any:
-        """A flag's value(s) as the lab file would say it (a repeatable flag: a tuple)."""
-        return values
-
-    def values(self) -> str:
-        """What it takes, for the docs table."""
-        return ""
-
-
-@dataclass(frozen=True)
-class Int(Reader):
-    """A whole number from lo to hi (digits in a string too, as YAML may quote them)."""
-    lo: int
-    hi: int
-    what: str = "an integer"        # a bad flag: `expected <what> between lo and hi`
-    expected: str | None = None     # a bad file value, when it says more than the flag's
-    upto: str | None = None         # the file's upper bound is this field (min_nodes: nodes)
-
-    def flag_expected(self) -> str:
-        return f"{self.what} between {self.lo} and {self.hi}"
-
-    def flag_value(self, text: Any) -> int:
-        """A flag's value, read as the file's (digits only, lo to hi); ValueError else."""
-        def bad(*_: Any) -> ValueError:
-            return ValueError(f"expected {self.flag_expected()}, given {text!r}")
-        return _int(text, "", self.lo, self.hi, bad)
-
-    def read(self, value: Any, key: str, lab: Reading) -> int:
-        hi = lab.value(self.upto) if self.upto else self.hi
-        expected = self.expected.format(upto=hi) if self.expected else None
-        return _int(value, key, self.lo, hi, lab.bad, expected)
-
-    def values(self) -> str:
-        return f"{self.lo}–{self.upto or self.hi}"
-
-
-@dataclass(frozen=True)
-class Seconds(Reader):
-    """A finite number of seconds in (0, MAX_SECONDS]; `whole`: the line for a fraction,
-    when only whole seconds will do."""
-    whole: str | None = None
-
-    def read(self, value: Any, key: str, lab: Reading) -> float:
-        seconds = seconds_of(value, key, lab.bad)
-        if self.whole and not seconds.is_integer():
-            raise lab.bad(key, value, self.whole)
-        return seconds
-
-    def values(self) -> str:
-        return "whole seconds > 0" if self.whole else "seconds > 0"
-
-    def flag_value(self, text: Any) -> float:
-        """A flag's value, read as the file's; ValueError else."""
-        def bad(*_: Any) -> ValueError:
-            return ValueError(f"expected a number of seconds > 0 and at most {MAX_SECONDS:,}, "
-                              f"given {text!r}")
-        return seconds_of(text, "", bad)
-
-
-@dataclass(frozen=True)
-class Choice(Reader):
-    """One of `choices`; None: one of the backend registry's (backends.check_spec)."""
-    choices: tuple[str, ...] | None
-    example: str = ""
-
-    def read(self, value: Any, key: str, lab: Reading) -> Any:
-        if self.choices is not None and value not in self.choices:
-            raise lab.bad(key, value, "one of " + ", ".join(self.choices) + self.example)
-        return value
-
-    def values(self) -> str:
-        return ", ".join(f"`{c}`" for c in self.choices) if self.choices else "a backend's name"
-
-
-@dataclass(frozen=True)
-class Bool(Reader):
-    expected: str
-
-    def read(self, value: Any, key: str, lab: Reading) -> bool:
-        if not isinstance(value, bool):
-            raise lab.bad(key, value, self.expected)
-        return value
-
-    def values(self) -> str:
-        return "`true`, `false`"
-
-
-class Text(Reader):
-    """A non-empty string of at most MAX_PATH characters."""
-
-    def read(self, value: Any, key: str, lab: Reading) -> str:
-        if not isinstance(value, str) or not value.strip() or len(value) > MAX_PATH:
-            raise lab.bad(key, value, f"a non-empty string of at most {MAX_PATH} characters")
-        return value
-
-
-class Folder(Text):
-    """A folder to make (the run folder): its flag is a path that is no file."""
 
 
 class Image(Text):
@@ -374,28 +237,6 @@ class Faults(Reader):
 
     def dump(self, value: Any) -> Any:
         return [f.text for f in value]     # as written
-
-
-@dataclass(frozen=True)
-class LabField:
-    """One lab field's declaration, beside its type and default in LabSpec."""
-    read: Reader = Reader()
-    help: str = ""                  # the flag's help
-    flag: str | None = None         # `--nodes`, `--trace/--no-trace`; None: the lab file only
-    many: bool = False              # a repeatable flag (its values: Reader.from_flags)
-    null_ok: bool = True            # `field: null` means the default (else it is refused)
-    backends: tuple[str, ...] = BACKENDS_ALL    # the backends it acts on
-    starter: str = ""               # its lines in `labctl init`'s starter (str.format'ed)
-    section: bool = False           # a section of its own (`k8s:`): last in the starter
-    doc: str = ""                   # its meaning in docs/lab-description.md (default: help)
-    doc_flag: str | None = None     # the docs table's flag cell, when more than the flag
-    doc_default: str | None = None  # the docs table's default cell, when not the value
-
-
-def lab_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
-              **declared: Any) -> Any:
-    """A LabSpec field and its declaration (LabField's attributes)."""
-    return field(default=default, default_factory=factory, metadata={"lab": LabField(**declared)})
 
 
 @dataclass(frozen=True)
@@ -693,24 +534,12 @@ def field_table() -> str:
     rows = ["| field | flag | default | values | backends | meaning |", "|---|---|---|---|---|---|"]
     for name, decl in lab_fields():
         flag = decl.doc_flag or (" / ".join(f"`{f}`" for f in decl.flag.split("/")) if decl.flag else "—")
-        default = decl.doc_default or _doc_value(default_of(name))
+        default = decl.doc_default or doc_value(default_of(name))
         used = "all" if decl.backends == BACKENDS_ALL else ", ".join(decl.backends)
         rows.append(f"| `{name}` | {flag} | {default} | {decl.read.values() or '—'} | {used} "
                     f"| {decl.doc or decl.help} |")
     return "\n".join(rows) + "\n"
 
-
-def _doc_value(value: Any) -> str:
-    """A default as the lab file writes it."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, (tuple, list)):
-        return "`[]`" if not value else f"`{list(value)}`"
-    return f"`{value}`"
 
 
 def from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -946,7 +775,7 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     if nul:
         raise SpecError(f"{source}: {nul[0]}: a NUL character (\\0) cannot be passed to a process "
                         f"or a file name; given {short(nul[1])}")
-    lab = Reading(data, source, bad)
+    lab = Reading(data, source, bad, default_of)
     late = []
     for key, decl in lab_fields():         # each field by its declaration, in LabSpec's order
         if key not in data or (data[key] is None and decl.null_ok):
@@ -1179,22 +1008,6 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
     return tuple(out)
 
 
-def seconds_of(value: Any, key: str, bad) -> float:
-    """A finite number of seconds in (0, MAX_SECONDS]: it becomes int fields downstream
-    (activeDeadlineSeconds is an int64, torchrun's join timeout an int)."""
-    expected = f"a number of seconds > 0 and at most {MAX_SECONDS:,} (example: 300)"
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise bad(key, value, expected)
-    if isinstance(value, str) and len(value) > 64:
-        raise bad(key, value, expected)
-    try:
-        seconds = float(value)
-    except (ValueError, OverflowError):
-        raise bad(key, value, expected) from None
-    if not 0 < seconds <= MAX_SECONDS:         # also NaN and inf
-        raise bad(key, value, expected)
-    return seconds
-
 
 def _rdzv_ports_fit(spec: LabSpec, bad) -> None:
     """rdzv_port and the ports counted up from it stay ports: tcp:// init listens on the
@@ -1329,16 +1142,6 @@ def _env_str(value: Any) -> str:
         return "1" if value else "0"
     return str(value)
 
-
-def _int(value: Any, key: str, lo: int, hi: int, bad, expected: str | None = None) -> int:
-    expected = expected or f"an integer between {lo} and {hi} (example: {key}: 2)"
-    if isinstance(value, bool):
-        raise bad(key, value, expected)
-    if isinstance(value, str) and len(value) < 20 and re.fullmatch(r"\s*[0-9]+\s*", value):
-        value = int(value)
-    if not isinstance(value, int) or not lo <= value <= hi:
-        raise bad(key, value, expected)
-    return value
 
 
 def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
