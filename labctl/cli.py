@@ -7,23 +7,17 @@ failed). Heavy imports (torch, kubernetes) never happen at import time.
 from __future__ import annotations
 
 import functools
-import math
-import os
-import re
-import select
-import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
 from . import backends as backend_registry
+from . import commands, fields
 from . import spec as specmod
+from .commands import EXIT_SPEC, exit_for, stdout_gone, stop_quietly
 from .errors import Interrupted, LabError
 from workloads._protocol import one_line, visible
-
-EXIT_SPEC = 2
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -60,29 +54,6 @@ class LabGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-def stdout_gone() -> bool:
-    """Whether the reader of stdout went away (`labctl logs RUN | head` after its ten
-    lines): the kernel marks a pipe without readers POLLERR. Tells that broken pipe from
-    one of a child process's, which is a real error."""
-    try:
-        poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poller.poll(0))
-    except (OSError, ValueError, AttributeError):     # no real stdout (a test runner's)
-        return False
-
-
-def stop_quietly() -> None:
-    """Stop as `cat` does when its reader is gone: nothing on stderr, the status of a
-    SIGPIPE death (141); stdout points at /dev/null so that Python's own flush at exit
-    cannot complain either."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-    sys.exit(128 + signal.SIGPIPE)
-
-
 def _click_error(exc: click.ClickException) -> str:
     """`--nodes: expected ...` for a bad value; click's own message for the rest."""
     param = getattr(exc, "param", None)
@@ -95,38 +66,34 @@ def _click_error(exc: click.ClickException) -> str:
     return one_line(text)
 
 
-class IntRange(click.IntRange):
-    """An integer flag with the spec's bounds; a bad value reads as the spec's line
-    (`expected an integer between 1 and 4096, given '-3'`). Digits only, as in a lab file."""
-
-    def __init__(self, lo: int, hi: int, expected: str | None = None):
-        super().__init__(lo, hi)
-        self.expected = expected or f"an integer between {lo} and {hi}"
+class Read:
+    """A flag whose value a spec reader reads (`parse`: the lab file's rule and bounds);
+    a bad value is its line (`--nodes: expected an integer between 1 and 4096, given '-3'`)."""
+    parse: Any
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and not (len(value) < 20 and re.fullmatch(r"\s*[0-9]+\s*", value)):
-            self.fail(f"expected {self.expected}, given {value!r}", param, ctx)
         try:
-            return super().convert(value, param, ctx)
-        except click.BadParameter:
-            self.fail(f"expected {self.expected}, given {value!r}", param, ctx)
+            return self.parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
-class Seconds(click.FloatRange):
-    """Seconds in (0, MAX_SECONDS], finite, as the spec's timeouts."""
+class IntRange(Read, click.IntRange):
+    def __init__(self, read: fields.Int):
+        super().__init__(read.lo, read.hi)
+        self.parse = read.flag_value
 
+
+class Seconds(Read, click.FloatRange):
     def __init__(self):
-        super().__init__(0, specmod.MAX_SECONDS, min_open=True)
+        super().__init__(0, fields.MAX_SECONDS, min_open=True)
+        self.parse = fields.Seconds().flag_value
 
-    def convert(self, value, param, ctx):
-        expected = f"a number of seconds > 0 and at most {specmod.MAX_SECONDS:,}"
-        try:
-            seconds = super().convert(value, param, ctx)
-        except click.BadParameter:
-            self.fail(f"expected {expected}, given {value!r}", param, ctx)
-        if not math.isfinite(seconds):
-            self.fail(f"expected {expected}, given {value!r}", param, ctx)
-        return seconds
+
+class ByteSize(Read, click.ParamType):
+    """A message size: bytes, or with a unit (64KiB, 4MiB, 1MB; K/M/G are binary)."""
+    name = "size"
+    parse = staticmethod(specmod.message_size)
 
 
 class Choice(click.Choice):
@@ -151,29 +118,6 @@ def say(text: str, err: bool = False, nl: bool = True) -> None:
     click.echo(visible(text, keep="\n\t"), err=err, nl=nl)
 
 
-def exit_for(exc: BaseException) -> tuple[str, int] | None:
-    """The one mapping of the library's errors to what the CLI says and its exit code:
-    (one line, code), or None for what is not ours to say (a bug: its traceback)."""
-    from .outcome import INTERRUPT_EXIT
-
-    if isinstance(exc, specmod.SpecError):
-        return str(exc), EXIT_SPEC
-    if isinstance(exc, LabError):
-        return str(exc), exc.exit_code
-    if isinstance(exc, Interrupted):        # a second signal cut a protected phase short
-        return f"interrupted ({exc.signal})", INTERRUPT_EXIT.get(exc.signal, 130)
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted", 130
-    if isinstance(exc, BrokenPipeError):
-        return "broken pipe (a process labctl was writing to went away)", 1
-    if isinstance(exc, OSError):            # permissions, a full disk, a read-only folder ...
-        if exc.filename is None and not exc.strerror:
-            return str(exc).strip("'\""), 1     # our own message, e.g. "x: not a run folder"
-        where = f"'{exc.filename}': " if exc.filename else ""
-        return f"{where}{exc.strerror or exc}", 1
-    return None
-
-
 def friendly(fn):
     """Known errors → one line on stderr and an exit code (`exit_for`); never a traceback."""
     @functools.wraps(fn)
@@ -196,113 +140,41 @@ def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
     the script, and it traces always)."""
     if fn is None:
         return functools.partial(lab_options, leave_out=leave_out)
-    options = [
-        click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
-                     help="Lab description (YAML). Default: built-in 2x2 gloo lab."),
-        click.option("--name", help="Lab name (DNS-1123 label)."),
-        click.option("--backend", type=Choice(backend_registry.NAMES), help="Where it runs."),
-        click.option("--nodes", type=IntRange(1, specmod.MAX_NODES), help="Number of nodes."),
-        click.option("--nproc-per-node", type=IntRange(1, specmod.MAX_NPROC_PER_NODE),
-                     help="Worker processes per node."),
-        click.option("--workload", "workloads", multiple=True,
-                     help="Workload to run (repeatable; comma lists work too)."),
-        click.option("--script", type=str, help="Your own script, run on every node: --script train.py -- ARGS"),
-        click.option("--launcher", type=Choice(specmod.LAUNCHERS),
-                     help="torchrun: c10d rendezvous; direct: env:// per worker."),
-        click.option("--dist-backend", type=Choice(specmod.DIST_BACKENDS),
-                     help="torch.distributed backend (auto: nccl with GPUs, else gloo)."),
-        click.option("--init-method", type=Choice(specmod.INIT_METHODS),
-                     help="How workers join: env, tcp (node 0, own port), file (shared dir)."),
-        click.option("--replicas", type=IntRange(1, specmod.MAX_REPLICAS),
-                     help="Independent torchrun jobs sharing one replica store (default 1)."),
-        click.option("--timeout", type=Seconds(), help="Seconds before the whole lab is stopped."),
-        click.option("--join-timeout", type=Seconds(), help="Whole seconds the rendezvous waits for all nodes (torchrun)."),
-        click.option("--rdzv-port", type=IntRange(1, specmod.MAX_PORT, "a port number between 1 and "
-                                                                    f"{specmod.MAX_PORT}"),
-                     help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers)."),
-        click.option("--image", help="Container image (compose, k8s)."),
-        click.option("--env", "env", multiple=True, help="Extra environment KEY=VALUE for every node (repeatable)."),
-        click.option("--out", type=click.Path(file_okay=False), help="Run folder (default runs/<lab>-<stamp>)."),
-        click.option("--workdir", type=Choice(specmod.WORKDIRS),
-                     help="Local nodes' working directory: node (work/node-<i>/ in the run folder) or invoking."),
-        click.option("--max-restarts", type=IntRange(0, specmod.MAX_RESTARTS),
-                     help="Elastic: times torchrun restarts a node's workers after a failure (default 0)."),
-        click.option("--min-nodes", type=IntRange(1, specmod.MAX_NODES),
-                     help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; "
-                          "default: nodes; at most --nodes)."),
-        click.option("--last-call-timeout", type=IntRange(1, 86_400),
-                     help="Elastic: seconds a rendezvous round waits for more nodes once --min-nodes "
-                          "joined (default 30)."),
-        click.option("--pg-timeout", type=Seconds(),
-                     help="Seconds a collective waits for its peers (init_process_group timeout, a script's "
-                          "too when it gives none; LAB_PG_TIMEOUT)."),
-        click.option("--debug", is_flag=True, default=None,
-                     help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl)."),
-        click.option("--trace/--no-trace", "trace", default=None,
-                     help="Record every collective and p2p op of every rank into trace.json (on by default; "
-                          "docs/trace.md)."),
-        click.option("--debug-server", "debug_server", is_flag=True, default=None,
-                     help="torch's debug server on every rank: live stacks of every rank in a browser, "
-                          "dumps in the run folder's debug-server/ (docs/diagnosis.md)."),
-        click.option("--fault", "faults", multiple=True,
-                     help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
-                          "partition:N@T+D, delay:N=MS (seconds after every node started)."),
-        click.option("--link", "links", multiple=True,
-                     help="A node's link (repeatable; compose, k8s): RATE[,LATENCY] for every node, "
-                          "NODE=... for one, A-B=... for a pair (e.g. --link 1gbit --link 2=100mbit; "
-                          "docs/network.md)."),
-        click.option("--fault-clock", type=Choice(specmod.FAULT_CLOCKS),
-                     help="Where the faults' T counts from: start (every node started; default) or "
-                          "join (every rank's init_process_group returned; local, compose)."),
-    ]
-    for option in reversed(options):
-        if not leave_out or not any(name in leave_out for name in _destinations(option)):
-            fn = option(fn)
-    return fn
+    for key, decl in reversed(specmod.lab_fields()):
+        if decl.flag and key not in leave_out:
+            fn = _lab_flag(key, decl)(fn)
+    return click.option("-f", "--file", "spec_file", type=click.Path(dir_okay=False),
+                        help="Lab description (YAML). Default: built-in 2x2 gloo lab.")(fn)
 
 
-def _destinations(option) -> list[str]:
-    """The parameter names a click.option decorator would add (read off a dummy function)."""
-    def probe():
-        pass
-    option(probe)
-    return [p.name for p in getattr(probe, "__click_params__", [])]
+def _lab_flag(key: str, decl: fields.LabField):
+    """A lab field's flag, from its declaration (`spec.lab_field`): its reader's bounds
+    are the flag's type."""
+    read = decl.read
+    if decl.many:
+        return click.option(decl.flag, key, multiple=True, help=decl.help)
+    if isinstance(read, fields.Bool):
+        switch = {} if "/" in decl.flag else {"is_flag": True}
+        return click.option(decl.flag, key, default=None, help=decl.help, **switch)
+    if isinstance(read, fields.Int):
+        kind: Any = IntRange(read)
+    elif isinstance(read, fields.Seconds):
+        kind = Seconds()
+    elif isinstance(read, fields.Choice):
+        kind = Choice(read.choices if read.choices is not None else backend_registry.NAMES)
+    elif isinstance(read, fields.Folder):
+        kind = click.Path(file_okay=False)
+    else:
+        kind = str
+    return click.option(decl.flag, key, type=kind, help=decl.help)
 
 
 def load_spec(spec_file: str | None, script_args: tuple[str, ...] = (), check_out: bool = True,
               notes: bool = True, **flags: Any) -> specmod.LabSpec:
-    """The lab from its file and flags, refused (SpecError: exit 2) where it could not
-    start here: its fields, the backends' rules, its script and (`check_out`) run folder.
-    With `notes`, one `note:` line on stderr for each setting that cannot act."""
-    overrides = _overrides(flags)
-    if script_args:
-        overrides["script_args"] = list(script_args)
-    spec = backend_registry.load(spec_file, overrides)
-    specmod.check_files(spec, spec_file or "lab spec", out=check_out)
-    for note in specmod.idle_settings(spec) if notes else ():
-        click.echo(f"note: {note}", err=True)
-    return spec
-
-
-def _overrides(flags: dict[str, Any]) -> dict[str, Any]:
-    """The lab flags given, as spec overrides: comma lists split, `--env K=V` as a mapping."""
-    overrides: dict[str, Any] = {k: v for k, v in flags.items() if v not in (None, ())}
-    if "workloads" in overrides:
-        overrides["workloads"] = [w for item in overrides["workloads"]
-                                  for w in item.split(",") if w]
-    if "env" in overrides:
-        env = {}
-        for item in overrides["env"]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise specmod.SpecError(f"--env: expected KEY=VALUE, given {item!r}")
-            env[key] = value
-        overrides["env"] = env
-    if "links" in overrides:
-        from .links import from_flags
-
-        overrides["links"] = from_flags(overrides["links"], specmod.SpecError)
-    return overrides
+    """The lab from its file and flags (`commands.load_lab`), a `note:` line for each
+    setting that cannot act (with `notes`)."""
+    return commands.load_lab(spec_file, script_args, check_out,
+                             note=(lambda n: click.echo(f"note: {n}", err=True)) if notes else None, **flags)
 
 
 @click.group(cls=LabGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -319,12 +191,7 @@ def main() -> None:
 @friendly
 def init(path: str, name: str, force: bool) -> None:
     """Write a commented starter lab description."""
-    target = Path(path)
-    if target.exists() and not force:
-        fail(f"{path} exists; use --force to overwrite it")
-    text = specmod.STARTER.format(name=name)
-    specmod.from_dict({"name": name}, source="--name")      # validate the name
-    target.write_text(text)
+    commands.write_starter(path, name, force)
     click.echo(f"wrote {path}; run it with: labctl up -f {path}")
 
 
@@ -334,14 +201,7 @@ def init(path: str, name: str, force: bool) -> None:
 @friendly
 def validate(spec_file, script_args, **flags) -> None:
     """Check a lab description; exit 2 with one line when it cannot run."""
-    spec = load_spec(spec_file, script_args, **flags)
-    what = spec.script or ",".join(w.name for w in spec.workloads)
-    click.echo(f"ok: lab {spec.name!r}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) "
-               f"= world size {spec.world_size}, {spec.launcher}, {spec.dist_backend}, "
-               f"backend {spec.backend}, runs {what}"
-               + (f"; faults: {', '.join(map(str, spec.faults))}" if spec.faults else "")
-               + (f"; links: {'; '.join(spec.links.describe(spec.nodes * spec.replicas))}"
-                  if spec.links else ""))
+    click.echo(commands.summary(load_spec(spec_file, script_args, **flags)))
 
 
 RENDER_TARGETS = backend_registry.render_targets()
@@ -356,12 +216,6 @@ def backend_options(fn):
     return fn
 
 
-def _options_for(backend: str, given: dict[str, Any]):
-    """The backend flags given on the command line, as that backend's typed options; one
-    of another backend is one line, exit 2 (`backends.options_for`)."""
-    return backend_registry.options_for(backend, given)
-
-
 @main.command()
 @click.argument("target", type=click.Choice(RENDER_TARGETS))
 @lab_options
@@ -374,64 +228,26 @@ def _options_for(backend: str, given: dict[str, Any]):
 @friendly
 def render(target, spec_file, output_dir, run_id, script_args, **flags) -> None:
     """Print what a backend would run: plan (JSON), compose or k8s manifests."""
-    from . import lab
-
     if target != "plan":
         flags["backend"] = target
     spec = load_spec(spec_file, script_args, check_out=False, **flags)
-    the_plan = lab.make_plan(spec, run_id=run_id)
-    if output_dir:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in backend_registry.render_files(target, the_plan).items():
-            (out / name).write_text(text)
-            click.echo(f"wrote {out / name}", err=True)
-    else:
-        click.echo(backend_registry.render_text(target, the_plan), nl=False)
-    if target in backend_registry.collect_targets():
-        click.echo(f"run id {the_plan.run_id}; once started: labctl collect --backend {target} "
-                   f"--run-id {the_plan.run_id}", err=True)
+    text, hint = commands.render(target, spec, run_id, output_dir,
+                                 wrote=lambda path: click.echo(f"wrote {path}", err=True))
+    if text is not None:
+        click.echo(text, nl=False)
+    if hint:
+        click.echo(hint, err=True)
 
 
 def _spec_and_options(spec_file, script_args, flags, notes: bool = True):
     """`up`'s and `preflight`'s flags: the lab's, then the chosen backend's own."""
-    flag_names = backend_registry.all_options()
-    backend_flags = {k: flags.pop(k) for k in list(flags) if k in flag_names}
+    given = commands.backend_flags(flags)
     spec = load_spec(spec_file, script_args, notes=notes, **flags)
-    return spec, _options_for(spec.backend, backend_flags)
+    return spec, backend_registry.options_for(spec.backend, given)
 
 
 def _progress(quiet: bool):
     return (lambda line: None) if quiet else (lambda line: say(line, err=True))
-
-
-def _failure_line(run, what: str = "lab") -> str:
-    """`lab failed: <who failed first and why>; failed rank(s): ...; logs in <folder>`."""
-
-    rec = run.record
-    first, failed = rec.first_failure, rec.failed_ranks
-    who = f": {first.describe()}" if first else (f": {rec.message}" if rec.message else "")
-    if failed:
-        who += f"; failed rank(s): {', '.join(map(str, failed))}"
-    return f"{what} {rec.state.value}{who}; logs in {run.path}"
-
-
-def _preflight_table(run) -> tuple[bool, str]:
-    """(passed, its table): the preflight workload's hook makes the table."""
-    from . import lab, report
-
-    return run.record.ok, report.hook(lab.PREFLIGHT).run_table(run)
-
-
-def _preflight_failure(run) -> str:
-    """`preflight failed: dns (node 1 -> node 0), port (...); logs in <folder>`: the
-    failed checks by name; the first failing rank when no check could say."""
-    from . import lab, report
-
-    named = report.hook(lab.PREFLIGHT).failed_checks(run)
-    if not named:
-        return _failure_line(run, "preflight")
-    return f"preflight failed: {named}; logs in {run.path}"
 
 
 @main.command()
@@ -457,10 +273,10 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
     if with_preflight:
         checked = lab.preflight(spec, out=f"{spec.out}-preflight" if spec.out else None,
                                 progress=progress, options=options)
-        passed, section = _preflight_table(checked)
+        passed, section = commands.preflight_table(checked)
         if not passed:
             say(section)
-            fail(f"{_preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
+            fail(f"{commands.preflight_failure(checked)}; the lab was not started", EXIT_SPEC)
         progress(f"preflight passed in {checked.record.seconds or 0:.1f} s ({checked.path})")
     run = lab.up(spec, progress=progress, options=options)
     _report_and_exit(run)
@@ -469,14 +285,14 @@ def up(spec_file, script_args, quiet, with_preflight, **flags) -> None:
 def _report_and_exit(run) -> None:
     """Print the report; exit 0 only if the run passed, else one line on why (as `up`)."""
     from . import report
-    from .outcome import INTERRUPT_EXIT
 
     try:
         say(report.markdown(run, brief=True))
     except OSError:
         pass                          # the terminal is gone (SIGHUP); the report is in the folder
-    if not run.record.ok:
-        fail(_failure_line(run), INTERRUPT_EXIT.get(run.record.signal or "", 1))
+    ended = commands.ending(run)
+    if ended:
+        fail(*ended)
 
 
 @main.command()
@@ -496,15 +312,14 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     passed, 1 when one failed, 2 when the lab was refused before starting.
     """
     from . import lab
-    from .outcome import INTERRUPT_EXIT
 
     # no notes: the preflight runs its own lab of these nodes (direct, its workload)
     spec, options = _spec_and_options(spec_file, script_args, flags, notes=False)
     run = lab.preflight(spec, out=spec.out, progress=_progress(quiet), options=options)
-    passed, section = _preflight_table(run)
+    passed, section = commands.preflight_table(run)
     say(section)
     if not passed:
-        fail(_preflight_failure(run), INTERRUPT_EXIT.get(run.record.signal or "", 1))
+        fail(commands.preflight_failure(run), commands.exit_code(run))
     click.echo(f"preflight passed in {run.record.seconds or 0:.1f} s; report: {run.path / 'report.md'}")
 
 
@@ -540,20 +355,16 @@ def collect(backend_name, run_id, out, no_wait, timeout, delete, **options) -> N
     """
     from . import lab
 
-    options = _options_for(backend_name, options)
+    options = backend_registry.options_for(backend_name, options)
     run = lab.collect(backend_name, run_id, out=out, wait=not no_wait, timeout=timeout,
                       delete=delete, progress=lambda line: say(line, err=True), options=options)
     _report_and_exit(run)
 
 
 def _open_run(run: str):
-    from .rundir import RunDir
-
-    r = RunDir.open(run)
-    if r.controller_gone():
-        click.echo(f"note: run {r.record.run_id} is marked running but its labctl "
-                   f"(pid {r.record.controller.pid}) is gone: abandoned; "
-                   f"`labctl down {r.path}` saves what is left and cleans up", err=True)
+    r, note = commands.open_run(run)
+    if note:
+        click.echo(f"note: {note}", err=True)
     return r
 
 
@@ -565,34 +376,12 @@ def _open_run(run: str):
 def logs(run, node, rank) -> None:
     """Print a run's logs: every node's, or one node's or one rank's."""
     r = _open_run(run)
-    if node is not None and rank is not None:
-        fail("give --node or --rank, not both", EXIT_SPEC)
-    if rank is not None:
-        paths = [r.rank_log(rank)]
-    elif node is not None:
-        paths = [r.node_log(node)]
-    else:
-        paths = sorted((r.path / "nodes").glob("node-*.log"),
-                       key=lambda p: int(p.stem.split("-")[1]))
+    paths = commands.log_paths(r, node, rank)
     for p in paths:
-        if not p.is_file():
-            known = sorted(x.stem for x in p.parent.glob("*.log"))
-            fail(f"{p}: no such log; this run has: {', '.join(known) or 'none'}")
         if len(paths) > 1:
             click.echo(f"==> {p.relative_to(r.path)} <==")
-        _print_file(p)
-
-
-def _print_file(path: Path, chunk: int = 1 << 20) -> None:
-    """A log of any size to stdout a chunk at a time (never whole in memory); bytes that
-    are not UTF-8 as U+FFFD, as ever."""
-    import codecs
-
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    with open(path, "rb") as f:
-        while data := f.read(chunk):
-            click.echo(decoder.decode(data), nl=False)
-    click.echo(decoder.decode(b"", final=True), nl=False)
+        for text in commands.text_of(p):
+            click.echo(text, nl=False)
 
 
 @main.command()
@@ -605,26 +394,13 @@ def report(run, fmt) -> None:
     from . import report as reportmod
 
     if fmt == "html":                 # the page is made from whatever the folder holds
-        from pathlib import Path
-
-        from . import html
-
-        folder = Path(run)
-        if not any((folder / name).is_file() for name in ("status.json", "plan.json", "results.jsonl")):
-            fail(f"{run}: not a run folder (no status.json, plan.json or results.jsonl)", EXIT_SPEC)
-        data = html.page_data(folder)
-        page = html.write(folder, data)
-        for problem in data["problems"]:
+        page, problems = commands.write_page(run)
+        for problem in problems:
             say(f"note: {problem}", err=True)
         click.echo(str(page))
         return
     r = _open_run(run)
-    try:
-        text = reportmod.render(r, fmt)
-    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
-        fail(f"{r.path}/status.json is damaged ({type(exc).__name__}: {str(exc)[:120]}); "
-             "no report can be made from it", EXIT_SPEC)
-    say(text, nl=False)
+    say(commands.report_text(r, fmt), nl=False)
     for path in reportmod.write_files(r, lambda line: say(line, err=True)):
         click.echo(f"plot: {path}", err=True)
 
@@ -648,7 +424,7 @@ def down(run, discard_logs, force, **options) -> None:
     from . import lab
 
     r = _open_run(run)
-    options = _options_for(r.record.backend, options)
+    options = backend_registry.options_for(r.record.backend, options)
     say(lab.down(r, discard_logs=discard_logs, force=force,
                  progress=lambda line: say(line, err=True), options=options))
 
@@ -663,15 +439,9 @@ def stacks(run, **options) -> None:
     Each rank prints all its threads' Python stacks (SIGUSR1, faulthandler) into
     its log; they are saved as stacks/rank-<r>.txt and summarized here.
     """
-    from . import lab, report
-
     r = _open_run(run)
-    options = _options_for(r.record.backend, options)
-    where = lab.stacks(r, progress=lambda line: say(line, err=True), options=options)
-    if not where:
-        fail(f"no rank printed a stack (ranks started before labctl could ask, or not Python?); "
-             f"see {r.path / 'nodes'}")
-    say(report.stacks_table(where, r))
+    options = backend_registry.options_for(r.record.backend, options)
+    say(commands.stacks_text(r, progress=lambda line: say(line, err=True), options=options))
 
 
 @main.command("trace")
@@ -728,7 +498,7 @@ def exercise_init(name: str, path: str | None, force: bool) -> None:
 @click.argument("file")
 @click.option("--deadline", type=Seconds(), default=None,
               help="Seconds one call may take before the check calls it a deadlock (default 5).")
-@click.option("--seed", type=IntRange(0, 2**31 - 1), default=None, help="Seed of the inputs (default 2024).")
+@click.option("--seed", type=IntRange(fields.Int(0, 2**31 - 1)), default=None, help="Seed of the inputs (default 2024).")
 @click.option("--time/--no-time", "time_it", default=True,
               help="Time the function against torch's collective at a large size (default on).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the grade.")
@@ -746,13 +516,12 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
 
     name = exercise_name
     entry = ex.entry(name, file)
-    flag_names = backend_registry.all_options()
-    backend_flags = {k: flags.pop(k) for k in list(flags) if k in flag_names}
+    backend_flags = commands.backend_flags(flags)
     settings = ex.settings(deadline, seed, time_it)
-    spec = ex.lab_spec([entry], spec_file, _overrides(flags), settings)
+    spec = ex.lab_spec([entry], spec_file, specmod.from_flags(flags), settings)
     with ex.held_signals() as signals:      # until the answer is out: it is status.json's
         run, grades = ex.check(spec, [entry], progress=_progress(quiet),
-                               options=_options_for(spec.backend, backend_flags), signals=signals)
+                               options=backend_registry.options_for(spec.backend, backend_flags), signals=signals)
         said = ex.answer(run, grades)
         try:
             say(ex.text(grades, run))
@@ -766,27 +535,9 @@ def exercise_check(exercise_name, file, deadline, seed, time_it, quiet, spec_fil
         sys.exit(said.code)
 
 
-_SIZE = re.compile(r"^\s*([0-9]+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20,
-               "mb": 10 ** 6, "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9}
-
-
-class ByteSize(click.ParamType):
-    """A message size: bytes, or with a unit (64KiB, 4MiB, 1MB; K/M/G are binary)."""
-    name = "size"
-
-    def convert(self, value, param, ctx):
-        m = _SIZE.match(str(value))
-        size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()] if m else 0
-        if not 1 <= size <= 1 << 40:
-            self.fail(f"expected a size in bytes from 1 to 1TiB, with or without a unit "
-                      f"(examples: 65536, 64KiB, 4MiB), given {value!r}", param, ctx)
-        return size
-
-
 @main.command()
 @click.argument("run", type=click.Path())
-@click.option("--world-size", "-n", required=True, type=IntRange(2, specmod.MAX_WORLD),
+@click.option("--world-size", "-n", required=True, type=IntRange(fields.Int(2, specmod.MAX_WORLD)),
               help="Ranks to predict for.")
 @click.option("--size", "sizes", multiple=True, type=ByteSize(),
               help="Message size (repeatable; e.g. 4MiB). Default: the run's sizes.")
@@ -805,9 +556,8 @@ def predict(run, world_size, sizes, fmt, link) -> None:
     α and β terms, and which dominates.
     """
     from . import report
-    from .links import from_flags
 
-    overrides = from_flags(link, specmod.SpecError) if link else None
+    overrides = specmod.LinksReader().from_flags(link) if link else None
     say(report.predict(_open_run(run), world_size, list(sizes) or None, fmt, overrides), nl=False)
 
 

@@ -67,7 +67,7 @@ class RunResult:
         return self.seen.outcomes
 
 
-class _Signals:
+class Signals:
     """How a handled signal acts, by phase of the run:
 
     running     raises Interrupted (the lab is stopped, then collected)
@@ -101,7 +101,7 @@ class _Signals:
                 pass
 
     @classmethod
-    def deferring(cls) -> "_Signals":
+    def deferring(cls) -> "Signals":
         """A regime for a caller that installed no handler (its signals act as Python's
         defaults): never raises by itself."""
         state = cls()
@@ -124,7 +124,7 @@ class _Signals:
 
 
 @contextmanager
-def signals_raise(state: "_Signals | None" = None) -> Iterator[_Signals]:
+def signals_raise(state: "Signals | None" = None) -> Iterator[Signals]:
     """SIGINT, SIGTERM and SIGHUP raise Interrupted while the lab runs; once cleanup
     starts (`.raising = False`) they are deferred, except a second one during a
     protected phase (`.protect()`: the log collection, the run folder's finish), which
@@ -132,7 +132,7 @@ def signals_raise(state: "_Signals | None" = None) -> Iterator[_Signals]:
     if state is not None:
         yield state
         return
-    state = _Signals()
+    state = Signals()
     previous = {s: signal.signal(s, state.handler) for s in HANDLED_SIGNALS}
     try:
         yield state
@@ -247,7 +247,7 @@ class Session:
     collects a lab started elsewhere (`started_here` False)."""
 
     def __init__(self, plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-                 clock=time.monotonic, started_here: bool = True, signals: _Signals | None = None):
+                 clock=time.monotonic, started_here: bool = True, signals: Signals | None = None):
         self.plan, self.backend, self.rundir, self.clock = plan, backend, rundir, clock
         self.say = safe_progress(progress)
         self.t0 = clock()
@@ -267,7 +267,7 @@ class Session:
         self.first_bad: NodeOutcome | None = None  # the first failure, once noticed
         self.spared: set[int] = set()              # nodes an elastic lab goes on without
         self.reading: LogReading | None = None     # live logs: split as they grow
-        self.signals = signals or _Signals()
+        self.signals = signals or Signals()
         self.own_signals = signals is None        # else the caller installed them and keeps them
         self.fault_notes: list[str] = []          # faults that never fired, and why (status.json notes)
 
@@ -613,7 +613,7 @@ class Session:
 
 
 def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-        grace: float | None = None, clock=time.monotonic, signals: _Signals | None = None) -> RunResult:
+        grace: float | None = None, clock=time.monotonic, signals: Signals | None = None) -> RunResult:
     """Run the lab to its end on `backend`; the run folder holds every node's log afterwards.
     `signals`: a regime the caller installed (`signals_raise()`) and keeps after the run
     (lab.py protects the run folder's finish with it), else one for the run alone."""
@@ -623,7 +623,7 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
 
 def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
            timeout: float, wait: bool = True, clock=time.monotonic,
-           signals: _Signals | None = None) -> RunResult:
+           signals: Signals | None = None) -> RunResult:
     """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
     died) through `backend.attach...`, then collect every node's log into the folder.
 

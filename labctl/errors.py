@@ -26,3 +26,9 @@ class Interrupted(BaseException):
 
         super().__init__(signal_name(signum))
         self.signal = signal_name(signum)
+
+
+class Refused(LabError):
+    """Input labctl refuses before doing anything (two flags that exclude each other, a
+    folder that is no run folder): `error: <message>`, exit 2."""
+    exit_code = 2

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import atomicfile, blame, logs, report, verdict
-from .driver import RunResult, _Signals, safe_progress
+from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .plan import TORCHRUN_LOGS_SUBDIR
@@ -189,7 +189,7 @@ class _Finish:
         _save_anyway(self.run)
 
 
-def write_down(run: RunDir, result: RunResult, progress: Progress, signals: _Signals) -> None:
+def write_down(run: RunDir, result: RunResult, progress: Progress, signals: Signals) -> None:
     """The finish of a run the driver ran (`labctl up`) or watched (`labctl collect`)."""
     rec = run.record
     rec.notes.extend(result.notes)
@@ -199,7 +199,7 @@ def write_down(run: RunDir, result: RunResult, progress: Progress, signals: _Sig
            raise_cut=False)
 
 
-def finish(run: RunDir, seen: Seen, progress: Progress, signals: _Signals | None = None,
+def finish(run: RunDir, seen: Seen, progress: Progress, signals: Signals | None = None,
            reading: blame.LogReading | None = None, previous=None, damaged: str = "",
            raise_cut: bool = True) -> None:
     """Finish `run` from what was `seen`, protected by `signals` (see the module
@@ -208,7 +208,7 @@ def finish(run: RunDir, seen: Seen, progress: Progress, signals: _Signals | None
     `labctl down`). `damaged`: the run folder failed already. Raises StorageError when
     the folder fails now, LabError when it cannot be finished, and (`raise_cut`)
     Interrupted once the cut-short record is written."""
-    signals = signals or _Signals.deferring()
+    signals = signals or Signals.deferring()
     progress = signals.say = safe_progress(progress)
     job = _Finish(run, seen, progress, reading, previous)
     if damaged:

@@ -43,7 +43,7 @@ def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None 
 
 def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
        runs_root: str = "runs", backend: Backend | None = None,
-       options: BackendOptions | None = None, signals: driver._Signals | None = None) -> RunDir:
+       options: BackendOptions | None = None, signals: driver.Signals | None = None) -> RunDir:
     """Run the lab to its end and return the finalized run folder.
 
     The folder is written whatever happens: a failing rank, the deadline,

@@ -93,6 +93,15 @@ def _warn(text: str) -> None:
     print(f"warning: {visible(text)}", file=sys.stderr)     # a result line's text: shown, not obeyed
 
 
+RUN_FILES = ("status.json", "plan.json", "results.jsonl")
+
+
+def is_run_folder(path: Path) -> bool:
+    """What a run folder is, at least: a folder holding one of RUN_FILES (the page can be
+    made from whatever such a folder holds)."""
+    return any((path / name).is_file() for name in RUN_FILES)
+
+
 def folder_path(run_id: str, out: str | os.PathLike | None = None,
                 root: str | os.PathLike = "runs") -> Path:
     """Where run `run_id`'s folder goes: `out`, else `<root>/<run id>`. Known before the

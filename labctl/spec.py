@@ -20,6 +20,8 @@ from typing import Any, Mapping
 import yaml
 
 from .faults import Fault  # noqa: E402
+from .fields import (BACKENDS_ALL, CONTAINERS, MAX_PATH, MAX_SECONDS, Bool, Choice, Folder, Int,  # noqa: F401
+                     LabField, Reader, Reading, Seconds, Text, doc_value, lab_field, read_int, seconds_of)
 from workloads._protocol import Env
 from .links import LinkError, Links
 DIST_BACKENDS = ("gloo", "nccl", "auto")
@@ -47,8 +49,6 @@ MAX_ENV_BYTES = 64 * 1024            # all of the lab's env together
 MAX_ARG_BYTES = 32 * 1024            # one script argument
 MAX_ARGS_BYTES = 64 * 1024           # all script arguments together
 MAX_ITEMS = 256                      # workloads, faults, tolerations, image_pull_secrets: each list
-MAX_PATH = 4096                      # script, image, out: the kernel's PATH_MAX
-MAX_SECONDS = 10 ** 9                # timeouts: about 31 years, fits every int field (int64, int32)
 DEFAULT_WORKLOADS = ("env", "p2p", "collectives", "ddp")
 DEFAULT_DEBUG_SERVER_PORT = 25999   # torch's own default: rank 0's frontend in a container
 DEFAULT_DEBUG_SERVER_INTERVAL = 10.0  # seconds between its dumps (torch's default: 60)
@@ -140,6 +140,110 @@ class SharedVolume:
     claim: str
 
 
+class Image(Text):
+    def read(self, value: Any, key: str, lab: Reading) -> str:
+        value = super().read(value, key, lab)
+        if not _IMAGE_REFERENCE.fullmatch(value):
+            raise lab.bad(key, value, "an image reference: [registry/]name[:tag][@digest], the name "
+                          "in lower case (example: image: registry.example.com/team/labctl-cpu:1.0)")
+        return value
+
+
+class Name(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> str:
+        if not isinstance(value, str) or len(value) > 40 or not DNS_LABEL.match(value):
+            raise lab.bad(key, value, "a DNS-1123 label of at most 40 characters: lower-case "
+                          "letters, digits and '-', starting and ending with a letter or digit "
+                          "(example: name: ring-lab)")
+        return value
+
+
+class Script(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> str:
+        if not isinstance(value, str) or not value.endswith(".py") or len(value) > MAX_PATH:
+            raise lab.bad(key, value, "a path to a Python file (example: script: train.py)")
+        return value
+
+
+class ScriptArgs(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> tuple[str, ...]:
+        return _script_args(value, lab.bad)
+
+    def dump(self, value: Any) -> Any:
+        return list(value)
+
+
+class Workloads(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> tuple[WorkloadSpec, ...]:
+        return _workloads(value, lab.bad, lab.source)
+
+    def dump(self, value: Any) -> Any:
+        return [{"name": w.name, "options": dict(w.options)} if w.options else w.name for w in value]
+
+    def from_flags(self, values: Any) -> Any:
+        return [w for item in values for w in item.split(",") if w]
+
+
+class EnvReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> dict[str, str]:
+        return _env(value, lab.bad, lab.source)
+
+    def dump(self, value: Any) -> Any:
+        return dict(value)
+
+    def from_flags(self, values: Any) -> Any:
+        env = {}
+        for item in values:
+            name, sep, text = item.partition("=")
+            if not sep:
+                raise SpecError(f"--env: expected KEY=VALUE, given {item!r}")
+            env[name] = text
+        return env
+
+
+class ResourcesReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> Resources:
+        return _resources(value, lab.bad)
+
+
+class Opaque(Reader):
+    """A section another module reads and checks (`k8s:`: backends/k8s/settings.py)."""
+
+    def dump(self, value: Any) -> Any:
+        return dict(value)
+
+
+class SharedVolumeReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> SharedVolume:
+        return _shared_volume(value, lab.bad)
+
+
+class LinksReader(Reader):
+    def read(self, value: Any, key: str, lab: Reading) -> Links | None:
+        try:
+            return _links_of(value, lab.value("nodes") * lab.value("replicas"))
+        except LinkError as exc:
+            raise lab.bad(exc.where, exc.value, exc.expected) from None
+
+    def dump(self, value: Any) -> Any:
+        return value.to_data() if value is not None else None
+
+    def from_flags(self, values: Any) -> Any:
+        from .links import from_flags
+
+        return from_flags(values, SpecError)
+
+
+class Faults(Reader):
+    late = True
+
+    def read(self, value: Any, key: str, lab: Reading) -> tuple[Fault, ...]:
+        return _faults(value, lab.kw["spec"], lab.bad, lab.source) if value else ()
+
+    def dump(self, value: Any) -> Any:
+        return [f.text for f in value]     # as written
+
+
 @dataclass(frozen=True)
 class DebugServer:
     """torch's debug server on every rank (`torch.distributed.debug.start_debug_server`,
@@ -149,49 +253,299 @@ class DebugServer:
     interval: float = DEFAULT_DEBUG_SERVER_INTERVAL
 
 
+_DEBUG_SERVER_EXAMPLE = "(example: debug_server: true, or debug_server: {port: 25999, interval: 10})"
+
+
+@dataclass(frozen=True)
+class DebugServerReader(Bool):
+    """`debug_server: true` (or false), or a mapping of its port and dump interval; its
+    flag is a switch (`--debug-server`), which keeps a lab file's port and interval."""
+
+    def read(self, value: Any, key: str, lab: Reading) -> DebugServer | None:
+        if value is True:
+            return DebugServer()
+        if value is False:
+            return None
+        known = {f.name for f in dataclasses.fields(DebugServer)}
+        if not isinstance(value, dict) or not set(value) <= known:
+            raise lab.bad(key, value, f"true, false or a mapping of {', '.join(sorted(known))} "
+                          + _DEBUG_SERVER_EXAMPLE)
+        kw: dict[str, Any] = {}
+        if value.get("port") is not None:
+            kw["port"] = read_int(value["port"], f"{key}.port", 1, MAX_PORT, lab.bad,
+                                  expected=f"a port number between 1 and {MAX_PORT} {_DEBUG_SERVER_EXAMPLE}")
+        if value.get("interval") is not None:
+            kw["interval"] = seconds_of(value["interval"], f"{key}.interval", lab.bad)
+        return DebugServer(**kw)
+
+    def dump(self, value: Any) -> Any:
+        return dataclasses.asdict(value) if value is not None else None
+
+    def values(self) -> str:
+        return "`true`, `false`, `{port, interval}`"
+
+
 @dataclass(frozen=True)
 class LabSpec:
-    name: str = "lab"
-    nodes: int = 2
-    nproc_per_node: int = 2
-    workloads: tuple[WorkloadSpec, ...] = tuple(WorkloadSpec(w) for w in DEFAULT_WORKLOADS)
-    script: str | None = None
-    script_args: tuple[str, ...] = ()
-    backend: str = "local"
-    dist_backend: str = "gloo"
-    launcher: str = "torchrun"
-    rdzv_port: int | None = None      # None: a free port locally, 29500 in containers
-    timeout: float = 600.0             # whole-lab deadline, seconds
-    join_timeout: float = 120.0        # c10d rendezvous join timeout, seconds
-    image: str | None = None           # None: the CPU or CUDA lab image by dist_backend
-    env: Mapping[str, str] = field(default_factory=dict)
-    resources: Resources = field(default_factory=Resources)
+    name: str = lab_field(
+        "lab", read=Name(), flag="--name", null_ok=False, help="Lab name (DNS-1123 label).",
+        starter="name: {name}                # a DNS-1123 label: names runs, containers, Kubernetes objects",
+        doc="DNS-1123 label (≤ 40 chars): names runs, containers, Kubernetes objects")
+    nodes: int = lab_field(
+        2, read=Int(1, MAX_NODES), flag="--nodes", null_ok=False, help="Number of nodes.",
+        starter="nodes: 2                 # simulated machines; each runs one torchrun agent",
+        doc="simulated machines")
+    nproc_per_node: int = lab_field(
+        2, read=Int(1, MAX_NPROC_PER_NODE), flag="--nproc-per-node", null_ok=False,
+        help="Worker processes per node.",
+        starter="nproc_per_node: 2        # worker processes per node (WORLD_SIZE = nodes * nproc_per_node)",
+        doc="worker processes per node; `WORLD_SIZE = nodes × nproc_per_node`")
+    workloads: tuple[WorkloadSpec, ...] = lab_field(
+        tuple(WorkloadSpec(w) for w in DEFAULT_WORKLOADS), read=Workloads(), flag="--workload",
+        many=True, null_ok=False, help="Workload to run (repeatable; comma lists work too).",
+        starter="""\
+workloads:               # run in this order inside one process group
+  - env
+  - p2p
+  - collectives
+  - ddp
+  # - name: bench
+  #   options: {{ops: [all_reduce], min_bytes: 1024, max_bytes: 1048576, factor: 4}}""",
+        doc_flag="`--workload` (repeatable; comma lists too)",
+        doc_default="`[env, p2p, collectives, ddp]`",
+        doc="names, or `{name: bench, options: {...}}` entries; run in order in one process "
+            "group ([workloads.md](workloads.md))")
+    script: str | None = lab_field(
+        None, read=Script(), flag="--script",
+        help="Your own script, run on every node: --script train.py -- ARGS",
+        starter="# script: train.py       # run your own script on every node instead of the workloads",
+        doc_flag="`--script PATH`", doc="your own script instead of the workloads")
+    script_args: tuple[str, ...] = lab_field(
+        (), read=ScriptArgs(), starter='# script_args: [--epochs, "2"]',
+        doc_flag="the words after `--`", doc="the script's arguments")
+    backend: str = lab_field(
+        "local", read=Choice(None), flag="--backend", null_ok=False, help="Where it runs.",
+        starter="backend: local           # where it runs: local | compose | k8s",
+        doc="`local`, `compose` or `k8s` (the backend registry's)")
+    dist_backend: str = lab_field(
+        "gloo", read=Choice(DIST_BACKENDS), flag="--dist-backend", null_ok=False,
+        help="torch.distributed backend (auto: nccl with GPUs, else gloo).",
+        starter="dist_backend: gloo       # torch.distributed backend: gloo | nccl | auto (nccl if CUDA)",
+        doc="torch.distributed backend (`auto`: nccl when the worker sees a GPU)")
+    launcher: str = lab_field(
+        "torchrun", read=Choice(LAUNCHERS), flag="--launcher", null_ok=False,
+        help="torchrun: c10d rendezvous; direct: env:// per worker.",
+        starter="launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE set per worker)",
+        doc="`torchrun` (c10d rendezvous) or `direct` ([launch.md](launch.md))")
+    rdzv_port: int | None = lab_field(      # None: a free port locally, 29500 in containers
+        None, read=Int(1, MAX_PORT, what="a port number",
+                       expected=f"a port number between 1 and {MAX_PORT} (example: 29500)"),
+        flag="--rdzv-port",
+        help="Rendezvous / MASTER_PORT (default: free port locally, 29500 in containers).",
+        starter="# rdzv_port: 29500       # default: a free port locally, 29500 in containers",
+        doc_default="free port locally, 29500 in containers", doc="rendezvous / `MASTER_PORT`")
+    timeout: float = lab_field(             # whole-lab deadline, seconds
+        600.0, read=Seconds(), flag="--timeout", null_ok=False,
+        help="Seconds before the whole lab is stopped.",
+        starter="timeout: 600             # seconds before the whole lab is stopped",
+        doc="seconds before the whole lab is stopped (its deadline)")
+    join_timeout: float = lab_field(        # c10d rendezvous join timeout, seconds
+        120.0, read=Seconds(whole="whole seconds (torchrun's rendezvous takes an integer; example: "
+                                  "join_timeout: 120)"),
+        flag="--join-timeout", null_ok=False,
+        help="Whole seconds the rendezvous waits for all nodes (torchrun).",
+        starter="join_timeout: 120        # whole seconds the c10d rendezvous waits for every node (torchrun)",
+        doc="whole seconds the c10d rendezvous waits for every node (torchrun's `join_timeout` is "
+            "an integer: `0.5` is refused, it used to become `0`)")
+    image: str | None = lab_field(          # None: the CPU or CUDA lab image by dist_backend
+        None, read=Image(), flag="--image", backends=CONTAINERS, help="Container image (compose, k8s).",
+        starter="# image: labctl-cpu:latest   # container backends; default by dist_backend",
+        doc_default=f"`{DEFAULT_CPU_IMAGE}` (gloo) / `{DEFAULT_CUDA_IMAGE}` (nccl)",
+        doc="the nodes' image: `[registry/]name[:tag][@digest]`")
+    env: Mapping[str, str] = lab_field(
+        factory=dict, read=EnvReader(), flag="--env", many=True,
+        help="Extra environment KEY=VALUE for every node (repeatable).",
+        starter="env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}",
+        doc_flag="`--env KEY=VALUE` (repeatable)",
+        doc="extra environment for every node: values are text, numbers or booleans (`true` is "
+            "`1`); the variables labctl sets itself are refused, each naming the field or flag to "
+            "use instead ([below](#env-what-labctl-sets-itself))")
+    resources: Resources = lab_field(
+        factory=Resources, read=ResourcesReader(), backends=CONTAINERS,
+        starter='resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends',
+        doc_default='`{cpu: "1", memory: 2Gi, shm: 1Gi, pids: "4096"}`',
+        doc="per node (`/dev/shm` size too; `pids`: compose only)")
     # The `k8s:` section, opaque here: the k8s backend reads and checks it
     # (labctl/backends/k8s/settings.py, called through `backends.check_spec`).
-    k8s: Mapping[str, Any] = field(default_factory=dict)
-    out: str | None = None
-    workdir: str = "node"              # local nodes run in work/node-<i>/ of the run folder
-    init_method: str = "env"           # how workers join: env:// | tcp://<node 0>:<port> | file://<shared>
-    replicas: int = 1                  # independent torchrun jobs sharing one replica store
-    shared_volume: SharedVolume | None = None
+    k8s: Mapping[str, Any] = lab_field(
+        factory=dict, read=Opaque(), backends=("k8s",), section=True,
+        starter="""\
+# k8s:                     # Kubernetes only: where the pods may run (docs/kubernetes.md, Real clusters)
+#   queue: team-a          # Kueue LocalQueue: queue-name label, Job created suspended until admitted
+#   node_selector: {{nvidia.com/gpu.present: "true"}}
+#   tolerations: [{{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}}]
+#   gpu_toleration: true   # nccl labs tolerate the nvidia.com/gpu NoSchedule taint; false: don't
+#   spread: hostname       # at most one lab node per Kubernetes node (default: none)
+#   affinity: {{}}           # the pod's spec.affinity, passed through as written
+#   priority_class: high-priority
+#   service_account: lab-runner
+#   image_pull_secrets: [registry-creds]
+#   labels: {{team: vision}}             # on every object (not app.kubernetes.io/*, labctl.dev/*)
+#   annotations: {{example.com/owner: ada}}
+#   schedule_timeout: 300  # seconds pods may stay unschedulable or unadmitted before the lab fails
+#   kind: job              # job: Indexed Job + headless Service; jobset: one JobSet (JobSet CRD)""",
+        doc_default="none",
+        doc="where the pods may run: `node_selector`, `tolerations`, `affinity`, `spread: hostname`, "
+            "`priority_class`, `service_account`, `image_pull_secrets`, `labels`, `annotations`, "
+            "`queue` (Kueue), `gpu_toleration` (nccl: on), `schedule_timeout` (300 s), `kind` "
+            "([docs/kubernetes.md](kubernetes.md#real-clusters))")
+    out: str | None = lab_field(
+        None, read=Folder(), flag="--out", help="Run folder (default runs/<lab>-<stamp>).",
+        doc_flag="`--out DIR`", doc_default="`runs/<run id>`, the run id being `<lab>-<UTC stamp>-<4 hex>`",
+        doc="run folder ([run-folder.md](run-folder.md))")
+    workdir: str = lab_field(               # local nodes run in work/node-<i>/ of the run folder
+        "node", read=Choice(WORKDIRS), flag="--workdir", null_ok=False, backends=("local",),
+        help="Local nodes' working directory: node (work/node-<i>/ in the run folder) or invoking.",
+        starter="""\
+# workdir: node          # local nodes run in <run>/work/node-<i>/ (own files, as a real node);
+                         # 'invoking' runs them in the directory labctl was started from""",
+        doc="local nodes' working directory: `node` (`work/node-<i>/` in the run folder) or `invoking`")
+    init_method: str = lab_field(           # how workers join: env:// | tcp://<node 0>:<port> | file://<shared>
+        "env", read=Choice(INIT_METHODS, " (example: init_method: tcp)"), flag="--init-method",
+        null_ok=False, help="How workers join: env, tcp (node 0, own port), file (shared dir).",
+        starter="init_method: env         # how workers join: env (MASTER_ADDR/PORT) | tcp (node 0, own port) | file (shared dir)",
+        doc="how workers join ([init-methods.md](init-methods.md))")
+    replicas: int = lab_field(              # independent torchrun jobs sharing one replica store
+        1, read=Int(1, MAX_REPLICAS), flag="--replicas", null_ok=False,
+        help="Independent torchrun jobs sharing one replica store (default 1).",
+        starter="replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, sharing one replica store",
+        doc="independent torchrun jobs of `nodes × nproc_per_node`, sharing one replica store "
+            "([init-methods.md](init-methods.md#replicas))")
+    shared_volume: SharedVolume | None = lab_field(
+        None, read=SharedVolumeReader(), backends=CONTAINERS,
+        starter="# shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim",
+        doc="`{claim: NAME}`: a ReadWriteMany claim, required for `init_method: file` on k8s; on "
+            "compose, a volume labctl makes; every node sees it at `/lab/shared` (`LAB_SHARED_DIR`)")
     # Elastic torchrun (docs/failures.md, "Elastic restarts"): worker-group restarts per
     # node, and the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes).
-    max_restarts: int = 0
-    min_nodes: int | None = None       # None: = nodes (a node that dies fails the lab)
+    max_restarts: int = lab_field(
+        0, read=Int(0, MAX_RESTARTS, expected=f"an integer between 0 and {MAX_RESTARTS}: worker-group "
+                    "restarts per node (example: max_restarts: 1)"),
+        flag="--max-restarts",
+        help="Elastic: times torchrun restarts a node's workers after a failure (default 0).",
+        starter="# max_restarts: 0        # torchrun restarts a node's workers this often (elastic workload)",
+        doc="torchrun restarts a node's workers this often after a failure "
+            "([docs/failures.md](failures.md#elastic-restarts))")
+    min_nodes: int | None = lab_field(      # None: = nodes (a node that dies fails the lab)
+        None, read=Int(1, MAX_NODES, upto="nodes",
+                       expected="an integer between 1 and nodes ({upto}): the fewest nodes the lab "
+                                "goes on with (example: min_nodes: 1)"),
+        flag="--min-nodes",
+        help="Elastic: the fewest nodes the lab goes on with (torchrun --nnodes MIN:nodes; "
+             "default: nodes; at most --nodes).",
+        starter="# min_nodes: 2           # the fewest nodes the lab goes on with: torchrun --nnodes MIN:nodes",
+        doc_default="`nodes`",
+        doc="the fewest nodes the lab goes on with: torchrun `--nnodes MIN:nodes`; a lost node "
+            "(not node 0) is then no failure")
     # Seconds a rendezvous round waits for more nodes once min_nodes have joined (torch's
     # last_call_timeout; with min_nodes < nodes every restart waits this long).
-    last_call_timeout: int = 30
-    pg_timeout: float | None = None    # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
-    debug: bool = False                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
-    trace: bool = True                 # record every op torch issues (LAB_TRACE=1; docs/trace.md)
-    debug_server: DebugServer | None = None   # torch's debug server on every rank (LAB_DEBUG_SERVER)
-    faults: tuple[Fault, ...] = ()     # injected faults, parsed at load (labctl/faults.py)
+    last_call_timeout: int = lab_field(
+        30, read=Int(1, 86_400, expected="whole seconds between 1 and 86400 that a rendezvous waits "
+                     "for more nodes once min_nodes joined (example: last_call_timeout: 10)"),
+        flag="--last-call-timeout",
+        help="Elastic: seconds a rendezvous round waits for more nodes once --min-nodes "
+             "joined (default 30).",
+        starter="# last_call_timeout: 30  # with min_nodes: seconds a rendezvous waits for more nodes once MIN joined",
+        doc="with `min_nodes < nodes`: whole seconds a rendezvous round waits for more nodes once "
+            "`min_nodes` joined (torch's `last_call_timeout` in `--rdzv-conf`); every restart "
+            "waits this long")
+    pg_timeout: float | None = lab_field(   # init_process_group(timeout=...), seconds; LAB_PG_TIMEOUT
+        None, read=Seconds(), flag="--pg-timeout",
+        help="Seconds a collective waits for its peers (init_process_group timeout, a script's "
+             "too when it gives none; LAB_PG_TIMEOUT).",
+        starter="""\
+# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout, a
+                         # script's too when it gives none; LAB_PG_TIMEOUT); torch's default: 30 min (gloo)""",
+        doc_default="torch's (30 min for gloo)",
+        doc="seconds a collective waits for its peers: `init_process_group(timeout=...)` of the "
+            "workloads, and of a script that gives none (labctl's script wrapper passes it; a "
+            "script that gives its own keeps it, and rank 0 says so once); workers see it as "
+            "`LAB_PG_TIMEOUT` ([docs/failures.md](failures.md#the-process-group-timeout-pg_timeout))")
+    debug: bool = lab_field(                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
+        False, read=Bool("true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO, "
+                         "NCCL_DEBUG=INFO for nccl)"),
+        flag="--debug",
+        help="TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (and NCCL_DEBUG=INFO for nccl).",
+        starter="# debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)",
+        doc="`TORCH_DISTRIBUTED_DEBUG=DETAIL`, `TORCH_CPP_LOG_LEVEL=INFO` (and `NCCL_DEBUG=INFO` for "
+            "nccl) on every node")
+    trace: bool = lab_field(                # record every op torch issues (LAB_TRACE=1; docs/trace.md)
+        True, read=Bool("true or false (true, the default: record every collective and p2p op into "
+                        "the run's trace.json; docs/trace.md)"),
+        flag="--trace/--no-trace",
+        help="Record every collective and p2p op of every rank into trace.json (on by default; "
+             "docs/trace.md).",
+        starter="""\
+# trace: false           # default true: every collective/p2p op of every rank into trace.json
+                         # (docs/trace.md; costs about 1-3 %, "What it costs")""",
+        doc_flag="`--trace` / `--no-trace`",
+        doc="record every collective and p2p op of every rank into the run's `trace.json` "
+            "(`LAB_TRACE=1`; [docs/trace.md](trace.md))")
+    debug_server: DebugServer | None = lab_field(   # torch's debug server on every rank (LAB_DEBUG_SERVER)
+        None, read=DebugServerReader("true, false or a mapping of interval, port " + _DEBUG_SERVER_EXAMPLE),
+        flag="--debug-server",
+        help="torch's debug server on every rank: live stacks of every rank in a browser, dumps in the "
+             "run folder's debug-server/ (docs/diagnosis.md).",
+        starter="""\
+# debug_server: true     # torch's debug server on every rank: live stacks in a browser, dumps in
+                         # <run>/debug-server/ ({{port: 25999, interval: 10}}; docs/diagnosis.md)""",
+        doc_default="off",
+        doc="torch's debug server on every rank (`start_debug_server`): rank 0's page of every rank's "
+            "stacks, Flight Recorder and TCPStore keys, its dumps in the run folder's `debug-server/`; "
+            "`{port, interval}` (port: a free one locally, 25999 in containers; interval: 10 s) "
+            "([docs/diagnosis.md](diagnosis.md#torchs-debug-server))")
+    faults: tuple[Fault, ...] = lab_field(  # injected faults, parsed at load (labctl/faults.py)
+        (), read=Faults(), flag="--fault", many=True,
+        help="Inject a fault (repeatable): kill-rank:R@T, kill-node:N@T, stop-node:N@T+D, "
+             "partition:N@T+D, delay:N=MS (seconds after every node started).",
+        starter="""\
+# faults:                # docs/failures.md; T, D: seconds after every node started
+#                        # (fault_clock: join: after every rank's init_process_group returned)
+#   - kill-rank:1@5      # SIGKILL worker rank 1
+#   - kill-node:1@5      # kill node 1 (agent and workers; its container)
+#   - stop-node:1@5+30   # freeze node 1 for 30 s (SIGSTOP / docker pause)
+#   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
+#   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)""",
+        doc_flag="`--fault` (repeatable)",
+        doc="injected faults: `kill-rank:R@T`, `kill-node:N@T`, `stop-node:N@T+D`, `partition:N@T+D`, "
+            "`delay:N=MS` ([docs/failures.md](failures.md)); which kinds a backend can do is its own")
     # Where the faults' T counts from: every node started ("start"), or every rank's
     # init_process_group returned ("join": ranks say so, LAB_FAULT_CLOCK=join).
-    fault_clock: str = "start"
+    fault_clock: str = lab_field(
+        "start", read=Choice(FAULT_CLOCKS), flag="--fault-clock", null_ok=False,
+        help="Where the faults' T counts from: start (every node started; default) or "
+             "join (every rank's init_process_group returned; local, compose).",
+        starter="# fault_clock: start     # start | join (local, compose): where the faults' T counts from",
+        doc="where the faults' T counts from: `start` (every node started) or `join` (every rank's "
+            "`init_process_group` returned; local and compose) ([docs/failures.md](failures.md#faults))")
     # Each node's (or pair's) link rate and latency (labctl/links.py, docs/network.md):
     # compose shapes the containers' interfaces, k8s annotates the pods, local refuses.
-    links: Links | None = None
+    links: Links | None = lab_field(
+        None, read=LinksReader(), flag="--link", many=True, backends=CONTAINERS,
+        help="A node's link (repeatable; compose, k8s): RATE[,LATENCY] for every node, "
+             "NODE=... for one, A-B=... for a pair (e.g. --link 1gbit --link 2=100mbit; "
+             "docs/network.md).",
+        starter="""\
+# links: {{default: 1gbit, nodes: {{1: 100mbit}}}}   # each node's link (compose: tc; k8s: pod
+#                        # bandwidth annotations; docs/network.md); pairs: {{"0-1": 50mbit}}""",
+        doc_flag="`--link` (repeatable: `RATE[,LATENCY]` for every node, `N=...` for node N, "
+                 "`A-B=...` for a pair)",
+        doc_default="none (unshaped)",
+        doc="each node's link: `100mbit`, or `{default: 1gbit, nodes: {2: 100mbit}, pairs: {\"0-1\": "
+            "{rate: 50mbit, latency: 5ms}}}`; rates in `bit`/`kbit`/`mbit`/`gbit`/`tbit` "
+            "(1kbit–1tbit), latency in `us`/`ms`/`s`. A node's rate caps what it sends and what it "
+            "receives; compose shapes each container with tc, k8s annotates the pods for the "
+            "bandwidth CNI plugin (one rate for every node), local refuses ([network.md](network.md))")
 
     @property
     def fewest_nodes(self) -> int:
@@ -216,17 +570,43 @@ class LabSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, in the same shape `load` accepts (round-trips)."""
-        data = dataclasses.asdict(self)
-        data["workloads"] = [
-            {"name": w.name, "options": dict(w.options)} if w.options else w.name
-            for w in self.workloads
-        ]
-        data["script_args"] = list(self.script_args)
-        data["faults"] = [f.text for f in self.faults]   # as written
-        data["env"] = dict(self.env)
-        data["k8s"] = dict(self.k8s)
-        data["links"] = self.links.to_data() if self.links is not None else None
-        return data
+        return {name: decl.read.dump(getattr(self, name)) for name, decl in lab_fields()}
+
+
+def lab_fields() -> tuple[tuple[str, LabField], ...]:
+    """Every lab field and its declaration, in LabSpec's order."""
+    return _LAB_FIELDS
+
+
+_LAB_FIELDS = tuple((f.name, f.metadata["lab"]) for f in dataclasses.fields(LabSpec))
+
+
+def default_of(name: str) -> Any:
+    """A lab field's default value."""
+    f = next(f for f in dataclasses.fields(LabSpec) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def field_table() -> str:
+    """docs/lab-description.md's table of the lab fields, made from their declarations
+    (tests/test_spec.py checks the doc holds this one)."""
+    rows = ["| field | flag | default | values | backends | meaning |", "|---|---|---|---|---|---|"]
+    for name, decl in lab_fields():
+        flag = decl.doc_flag or (" / ".join(f"`{f}`" for f in decl.flag.split("/")) if decl.flag else "—")
+        default = decl.doc_default or doc_value(default_of(name))
+        used = "all" if decl.backends == BACKENDS_ALL else ", ".join(decl.backends)
+        rows.append(f"| `{name}` | {flag} | {default} | {decl.read.values() or '—'} | {used} "
+                    f"| {decl.doc or decl.help} |")
+    return "\n".join(rows) + "\n"
+
+
+
+def from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The lab flags given (None or (): not given), as the lab file's values, by field
+    (`--workload a,b` a list, `--env K=V` a mapping, `--link` the links mapping)."""
+    declared = dict(lab_fields())
+    return {key: declared[key].read.from_flags(value) if key in declared else value
+            for key, value in flags.items() if value not in (None, ())}
 
 
 def known_workloads() -> list[str]:
@@ -293,7 +673,7 @@ def _check_options(name: str, options: Mapping[str, Any], bad, source: str) -> N
                     str: "a string"}[type(default)]
             raise bad(f"{where}.{key}", value, f"{kind} (default: {default!r})")
     rules = report_hook(name)
-    if rules is not None and hasattr(rules, "check_options"):
+    if rules is not None:
         try:
             rules.check_options(dict(options), dict(params))
         except ValueError as exc:
@@ -355,7 +735,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise SpecError(f"{path}: {exc}") from None
     except ValueError as exc:       # int() over 4,300 digits, a date like 2024-02-30
         what = ("a number of more than 4,300 digits; no lab field takes one" if "digits" in str(exc)
-                else f"a value YAML cannot read ({_short(str(exc).splitlines()[0])})")
+                else f"a value YAML cannot read ({short(str(exc).splitlines()[0])})")
         raise SpecError(f"{path}: {what}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -370,7 +750,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short(value: Any, limit: int = 80) -> str:
     """repr(value) cut to one readable line: an error message never echoes a 50 MB value."""
     if isinstance(value, (dict, list, tuple, set)) and len(value) > 20:
         return f"a {type(value).__name__} of {len(value)} items"
@@ -435,7 +815,7 @@ class _LabLoader(_YAML_Loader):  # type: ignore[misc, valid-type]
                 raise yaml.constructor.ConstructorError(
                     None, None, "a mapping key that is not a plain value", key_node.start_mark) from None
             if key in seen:
-                raise SpecError(f"line {key_node.start_mark.line + 1}: the key {_short(key)} is given "
+                raise SpecError(f"line {key_node.start_mark.line + 1}: the key {short(key)} is given "
                                 f"twice (first at line {seen[key]}); a lab file says each once")
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
@@ -443,168 +823,125 @@ class _LabLoader(_YAML_Loader):  # type: ignore[misc, valid-type]
 
 def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
     def bad(fieldname: str, value: Any, expected: str) -> SpecError:
-        return SpecError(f"{source}: {fieldname}: expected {expected}, given {_short(value)}")
+        return SpecError(f"{source}: {fieldname}: expected {expected}, given {short(value)}")
 
     unknown = sorted(set(data) - _FIELDS, key=str)
     if unknown:
-        raise SpecError(f"{source}: unknown field {_short(unknown[0])}; "
+        raise SpecError(f"{source}: unknown field {short(unknown[0])}; "
                         f"known fields: {', '.join(sorted(_FIELDS))}")
     nul = _nul_in(data, "")
     if nul:
         raise SpecError(f"{source}: {nul[0]}: a NUL character (\\0) cannot be passed to a process "
-                        f"or a file name; given {_short(nul[1])}")
-    kw: dict[str, Any] = {}
+                        f"or a file name; given {short(nul[1])}")
+    lab = Reading(data, source, bad, default_of)
+    late = []
+    for key, decl in lab_fields():         # each field by its declaration, in LabSpec's order
+        if key not in data or (data[key] is None and decl.null_ok):
+            continue
+        if decl.read.late:
+            late.append((key, decl))
+            continue
+        lab.kw[key] = decl.read.read(data[key], key, lab)
+    _across(lab.kw, bad)
 
-    name = data.get("name", LabSpec.name)
-    if not isinstance(name, str) or len(name) > 40 or not DNS_LABEL.match(name):
-        raise bad("name", name, "a DNS-1123 label of at most 40 characters: lower-case "
-                  "letters, digits and '-', starting and ending with a letter or digit "
-                  "(example: name: ring-lab)")
-    kw["name"] = name
-
-    for key, lo, hi in (("nodes", 1, MAX_NODES), ("nproc_per_node", 1, MAX_NPROC_PER_NODE),
-                        ("replicas", 1, MAX_REPLICAS)):
-        if key in data:
-            kw[key] = _int(data[key], key, lo, hi, bad)
-    _bound_size(kw, bad)
-
-    if "rdzv_port" in data and data["rdzv_port"] is not None:
-        kw["rdzv_port"] = _int(data["rdzv_port"], "rdzv_port", 1, MAX_PORT, bad,
-                               expected=f"a port number between 1 and {MAX_PORT} (example: 29500)")
-
-    for key in ("timeout", "join_timeout"):
-        if key in data:
-            kw[key] = _seconds(data[key], key, bad)
-    if "join_timeout" in kw and not kw["join_timeout"].is_integer():   # torchrun: join_timeout=<int>
-        raise bad("join_timeout", data["join_timeout"], "whole seconds (torchrun's rendezvous takes "
-                  "an integer; example: join_timeout: 120)")
-    if data.get("pg_timeout") is not None:
-        kw["pg_timeout"] = _seconds(data["pg_timeout"], "pg_timeout", bad)
-    if "debug" in data and data["debug"] is not None:
-        if not isinstance(data["debug"], bool):
-            raise bad("debug", data["debug"], "true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, "
-                      "TORCH_CPP_LOG_LEVEL=INFO, NCCL_DEBUG=INFO for nccl)")
-        kw["debug"] = data["debug"]
-    if "trace" in data and data["trace"] is not None:
-        if not isinstance(data["trace"], bool):
-            raise bad("trace", data["trace"], "true or false (true, the default: record every "
-                      "collective and p2p op into the run's trace.json; docs/trace.md)")
-        kw["trace"] = data["trace"]
-    if data.get("debug_server") is not None and data["debug_server"] is not False:
-        kw["debug_server"] = _debug_server(data["debug_server"], bad)
-
-    if "backend" in data:               # one of the registry's: checked by backends.check_spec
-        kw["backend"] = data["backend"]
-    for key, choices in (("dist_backend", DIST_BACKENDS),
-                         ("launcher", LAUNCHERS), ("workdir", WORKDIRS),
-                         ("init_method", INIT_METHODS), ("fault_clock", FAULT_CLOCKS)):
-        if key in data:
-            if data[key] not in choices:
-                raise bad(key, data[key], "one of " + ", ".join(choices)
-                          + (" (example: init_method: tcp)" if key == "init_method" else ""))
-            kw[key] = data[key]
-
-    if data.get("shared_volume") is not None:
-        kw["shared_volume"] = _shared_volume(data["shared_volume"], bad)
-    _elastic(data, kw, bad, source)
-
-    for key in ("image", "out"):
-        if data.get(key) is not None:
-            if not isinstance(data[key], str) or not data[key].strip() or len(data[key]) > MAX_PATH:
-                raise bad(key, data[key], f"a non-empty string of at most {MAX_PATH} characters")
-            kw[key] = data[key]
-    if "image" in kw and not _IMAGE_REFERENCE.fullmatch(kw["image"]):
-        raise bad("image", kw["image"], "an image reference: [registry/]name[:tag][@digest], the name "
-                  "in lower case (example: image: registry.example.com/team/labctl-cpu:1.0)")
-
-    if data.get("script") is not None:
-        script = data["script"]
-        if not isinstance(script, str) or not script.endswith(".py") or len(script) > MAX_PATH:
-            raise bad("script", script, "a path to a Python file (example: script: train.py)")
-        kw["script"] = script
-    if "script_args" in data and data["script_args"] is not None:
-        args = data["script_args"]
-        if isinstance(args, str) or not isinstance(args, (list, tuple)):
-            raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
-        if len(args) > MAX_ARGS_BYTES:
-            raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
-        for i, a in enumerate(args):
-            if not _plain_scalar(a):
-                raise bad(f"script_args[{i}]", a, "a string, number or boolean (example: "
-                          "[--epochs, '2'])")
-        kw["script_args"] = tuple(_env_str(a) for a in args)
-        _bound_bytes("script_args", kw["script_args"], MAX_ARG_BYTES, MAX_ARGS_BYTES,
-                     "script argument", bad)
-
-    if "workloads" in data:
-        kw["workloads"] = _workloads(data["workloads"], bad, source)
-    if kw.get("script"):
-        if kw.get("workloads"):
-            raise bad("script", kw["script"], "either workloads or a script, not both")
-        kw["workloads"] = ()
-
-    if "env" in data and data["env"] is not None:
-        env = data["env"]
-        if not isinstance(env, dict):
-            raise bad("env", env, "a mapping of variable names to values (example: "
-                      "env: {NCCL_DEBUG: INFO})")
-        for k, v in env.items():
-            if not isinstance(k, str) or not _ENV_NAME.match(k):
-                raise bad("env", k, "environment variable names like NCCL_DEBUG")
-            if k in RESERVED_ENV:
-                raise SpecError(f"{source}: env: {k} is one labctl sets itself; {RESERVED_ENV[k]}")
-            if not _plain_scalar(v):
-                raise bad(f"env.{k}", v, "a string, number or boolean (quote anything else: "
-                          f"{k}: '...')")
-        kw["env"] = {k: _env_str(v) for k, v in env.items()}
-        _bound_bytes("env", [f"{k}={v}" for k, v in kw["env"].items()], MAX_ENV_VALUE_BYTES,
-                     MAX_ENV_BYTES, "variable (NAME=VALUE)", bad, names=list(kw["env"]))
-
-    if "resources" in data and data["resources"] is not None:
-        res = data["resources"]
-        if not isinstance(res, dict):
-            raise bad("resources", res, "a mapping like {cpu: '2', memory: 4Gi, shm: 1Gi}")
-        known = {f.name for f in dataclasses.fields(Resources)}
-        for k, v in res.items():
-            if k not in known:
-                raise bad("resources", k, "one of " + ", ".join(sorted(known)))
-            if k == "pids":
-                if not re.fullmatch(r"[0-9]{1,7}", str(v)) or not MIN_PIDS <= int(v) <= MAX_PIDS:
-                    raise bad("resources.pids", v, f"a whole number of processes and threads per "
-                              f"node, {MIN_PIDS} to {MAX_PIDS} (default {Resources.pids})")
-            elif not _quantity_ok(v):
-                raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
-                          "unit (examples: 2, 500m, 4Gi)")
-            elif k in _LEAST and quantity(v) < _LEAST[k][0]:
-                raise bad(f"resources.{k}", v, _LEAST[k][1])
-        kw["resources"] = Resources(**{k: str(v) for k, v in res.items()})
-
-    if data.get("k8s") is not None:
-        kw["k8s"] = data["k8s"]
-
-    if data.get("links") is not None:
-        try:
-            kw["links"] = _links_of(data["links"], kw.get("nodes", LabSpec.nodes)
-                                    * kw.get("replicas", LabSpec.replicas))
-        except LinkError as exc:
-            raise bad(exc.where, exc.value, exc.expected) from None
-
-    spec = LabSpec(**kw)
+    spec = LabSpec(**lab.kw)
     _rdzv_ports_fit(spec, bad)
     _debug_server_fits(spec, bad)
-    if data.get("faults"):
-        spec = dataclasses.replace(spec, faults=_faults(data["faults"], spec, bad, source))
+    for key, decl in late:                 # fields that need the rest of the lab (faults)
+        lab.kw["spec"] = spec
+        spec = dataclasses.replace(spec, **{key: decl.read.read(data[key], key, lab)})
     if not spec.workloads and not spec.script:
         raise SpecError(f"{source}: workloads: expected at least one workload or a script, "
                         f"given none (known workloads: {', '.join(known_workloads())})")
     for w in spec.workloads:              # a workload's rules that need the whole lab
         rules = report_hook(w.name)
-        if rules is not None and hasattr(rules, "check_lab"):
+        if rules is not None:
             try:
                 rules.check_lab(spec, dict(w.options), workload_parameters(w.name))
             except ValueError as exc:
                 raise SpecError(f"{source}: {exc}") from None
     return spec
+
+
+def _debug_server_fits(spec: LabSpec, bad) -> None:
+    """What torch's debug server cannot do in this lab: one frontend per lab (a replica is a
+    job of its own), and it meets in a TCPStore, which direct file:// init has none of."""
+    if spec.debug_server is None:
+        return
+    if spec.replicas > 1:
+        raise bad("debug_server", True, f"a lab of one replica (this one has {spec.replicas}: each "
+                  "would start a frontend of its own); leave debug_server out or use replicas: 1")
+    if spec.init_method == "file" and spec.launcher == "direct":
+        raise bad("debug_server", True, "a lab with a TCPStore: torch's debug server meets in one, "
+                  "and init_method file with launcher direct has none (use init_method env or tcp, "
+                  "or launcher torchrun)")
+
+
+def _across(kw: dict[str, Any], bad) -> None:
+    """The rules over more than one field, once each has been read: the run's size, an
+    elastic lab's launcher, a script or workloads."""
+    _bound_size(kw, bad)
+    nodes = kw.get("nodes", LabSpec.nodes)
+    elastic = kw.get("max_restarts", 0) > 0 or kw.get("min_nodes", nodes) < nodes
+    if elastic and kw.get("launcher", LabSpec.launcher) != "torchrun":
+        given = ", ".join(f"{k}: {kw[k]}" for k in ("max_restarts", "min_nodes") if k in kw)
+        raise bad("launcher", kw["launcher"], f"torchrun for an elastic lab ({given}): torchrun's "
+                  "agent restarts the workers, and direct mode has none")
+    if kw.get("script"):
+        if kw.get("workloads"):
+            raise bad("script", kw["script"], "either workloads or a script, not both")
+        kw["workloads"] = ()
+
+
+def _script_args(args: Any, bad) -> tuple[str, ...]:
+    if isinstance(args, str) or not isinstance(args, (list, tuple)):
+        raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
+    if len(args) > MAX_ARGS_BYTES:
+        raise bad("script_args", args, "a list of strings (example: [--epochs, '2'])")
+    for i, a in enumerate(args):
+        if not _plain_scalar(a):
+            raise bad(f"script_args[{i}]", a, "a string, number or boolean (example: "
+                      "[--epochs, '2'])")
+    out = tuple(_env_str(a) for a in args)
+    _bound_bytes("script_args", out, MAX_ARG_BYTES, MAX_ARGS_BYTES, "script argument", bad)
+    return out
+
+
+def _env(env: Any, bad, source: str) -> dict[str, str]:
+    if not isinstance(env, dict):
+        raise bad("env", env, "a mapping of variable names to values (example: "
+                  "env: {NCCL_DEBUG: INFO})")
+    for k, v in env.items():
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            raise bad("env", k, "environment variable names like NCCL_DEBUG")
+        if k in RESERVED_ENV:
+            raise SpecError(f"{source}: env: {k} is one labctl sets itself; {RESERVED_ENV[k]}")
+        if not _plain_scalar(v):
+            raise bad(f"env.{k}", v, "a string, number or boolean (quote anything else: "
+                      f"{k}: '...')")
+    out = {k: _env_str(v) for k, v in env.items()}
+    _bound_bytes("env", [f"{k}={v}" for k, v in out.items()], MAX_ENV_VALUE_BYTES,
+                 MAX_ENV_BYTES, "variable (NAME=VALUE)", bad, names=list(out))
+    return out
+
+
+def _resources(res: Any, bad) -> Resources:
+    if not isinstance(res, dict):
+        raise bad("resources", res, "a mapping like {cpu: '2', memory: 4Gi, shm: 1Gi}")
+    known = {f.name for f in dataclasses.fields(Resources)}
+    for k, v in res.items():
+        if k not in known:
+            raise bad("resources", k, "one of " + ", ".join(sorted(known)))
+        if k == "pids":
+            if not re.fullmatch(r"[0-9]{1,7}", str(v)) or not MIN_PIDS <= int(v) <= MAX_PIDS:
+                raise bad("resources.pids", v, f"a whole number of processes and threads per "
+                          f"node, {MIN_PIDS} to {MAX_PIDS} (default {Resources.pids})")
+        elif not _quantity_ok(v):
+            raise bad(f"resources.{k}", v, "a Kubernetes quantity of at most 2^53 in its base "
+                      "unit (examples: 2, 500m, 4Gi)")
+        elif k in _LEAST and quantity(v) < _LEAST[k][0]:
+            raise bad(f"resources.{k}", v, _LEAST[k][1])
+    return Resources(**{k: str(v) for k, v in res.items()})
 
 
 def idle_settings(spec: LabSpec) -> list[str]:
@@ -709,13 +1046,13 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
         raw = [raw]
     if not isinstance(raw, (list, tuple)):
         raise bad("faults", raw, f"a list of faults, each {faultmod.USAGE}")
-    _bound_items("faults", raw, bad)
+    bound_items("faults", raw, bad)
     out = []
     for item in raw:
         try:
             fault = faultmod.parse(item)
         except faultmod.FaultSyntaxError as exc:
-            raise SpecError(f"{source}: faults: {exc}; given {_short(item)}") from None
+            raise SpecError(f"{source}: faults: {exc}; given {short(item)}") from None
         if fault.kind == "kill-rank":
             if spec.replicas > 1:
                 raise bad("faults", item, "no kill-rank with replicas (ranks repeat in every "
@@ -743,22 +1080,6 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
                       f"{fault.ms}ms}}}}}})")
     return tuple(out)
 
-
-def _seconds(value: Any, key: str, bad) -> float:
-    """A finite number of seconds in (0, MAX_SECONDS]: it becomes int fields downstream
-    (activeDeadlineSeconds is an int64, torchrun's join timeout an int)."""
-    expected = f"a number of seconds > 0 and at most {MAX_SECONDS:,} (example: 300)"
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise bad(key, value, expected)
-    if isinstance(value, str) and len(value) > 64:
-        raise bad(key, value, expected)
-    try:
-        seconds = float(value)
-    except (ValueError, OverflowError):
-        raise bad(key, value, expected) from None
-    if not 0 < seconds <= MAX_SECONDS:         # also NaN and inf
-        raise bad(key, value, expected)
-    return seconds
 
 
 def _rdzv_ports_fit(spec: LabSpec, bad) -> None:
@@ -806,63 +1127,6 @@ def _bound_bytes(key: str, items: list[str] | tuple[str, ...], each: int, total:
         raise bad(key, f"{len(items)} items, {size:,} bytes", f"at most {total // 1024} KiB in all "
                   "(with the caller's environment it must stay below the kernel's ARG_MAX; "
                   "docs/limits.md)")
-def _elastic(data: Mapping[str, Any], kw: dict[str, Any], bad, source: str) -> None:
-    """max_restarts and min_nodes: torchrun's own knobs, so a direct-mode lab cannot have them."""
-    if data.get("max_restarts") is not None:
-        kw["max_restarts"] = _int(data["max_restarts"], "max_restarts", 0, MAX_RESTARTS, bad,
-                                  expected=f"an integer between 0 and {MAX_RESTARTS}: worker-group restarts "
-                                  "per node (example: max_restarts: 1)")
-    nodes = kw.get("nodes", LabSpec.nodes)
-    if data.get("min_nodes") is not None:
-        kw["min_nodes"] = _int(data["min_nodes"], "min_nodes", 1, nodes, bad,
-                               expected=f"an integer between 1 and nodes ({nodes}): the fewest "
-                               "nodes the lab goes on with (example: min_nodes: 1)")
-    if data.get("last_call_timeout") is not None:
-        kw["last_call_timeout"] = _int(data["last_call_timeout"], "last_call_timeout", 1, 86_400, bad,
-                                       expected="whole seconds between 1 and 86400 that a rendezvous "
-                                       "waits for more nodes once min_nodes joined (example: "
-                                       "last_call_timeout: 10)")
-    elastic = kw.get("max_restarts", 0) > 0 or kw.get("min_nodes", nodes) < nodes
-    if elastic and kw.get("launcher", LabSpec.launcher) != "torchrun":
-        given = ", ".join(f"{k}: {kw[k]}" for k in ("max_restarts", "min_nodes") if k in kw)
-        raise bad("launcher", kw["launcher"], f"torchrun for an elastic lab ({given}): torchrun's "
-                  "agent restarts the workers, and direct mode has none")
-
-
-_DEBUG_SERVER_EXAMPLE = "(example: debug_server: true, or debug_server: {port: 25999, interval: 10})"
-
-
-def _debug_server(raw: Any, bad) -> DebugServer:
-    """`debug_server: true`, or a mapping of its port and dump interval."""
-    if raw is True:
-        return DebugServer()
-    known = {f.name for f in dataclasses.fields(DebugServer)}
-    if not isinstance(raw, dict) or not set(raw) <= known:
-        raise bad("debug_server", raw, f"true, false or a mapping of {', '.join(sorted(known))} "
-                  + _DEBUG_SERVER_EXAMPLE)
-    kw: dict[str, Any] = {}
-    if raw.get("port") is not None:
-        kw["port"] = _int(raw["port"], "debug_server.port", 1, MAX_PORT, bad,
-                          expected=f"a port number between 1 and {MAX_PORT} {_DEBUG_SERVER_EXAMPLE}")
-    if raw.get("interval") is not None:
-        kw["interval"] = _seconds(raw["interval"], "debug_server.interval", bad)
-    return DebugServer(**kw)
-
-
-def _debug_server_fits(spec: LabSpec, bad) -> None:
-    """What torch's debug server cannot do in this lab: one frontend per lab (a replica is a
-    job of its own), and it meets in a TCPStore, which direct file:// init has none of."""
-    if spec.debug_server is None:
-        return
-    if spec.replicas > 1:
-        raise bad("debug_server", True, f"a lab of one replica (this one has {spec.replicas}: each "
-                  "would start a frontend of its own); leave debug_server out or use replicas: 1")
-    if spec.init_method == "file" and spec.launcher == "direct":
-        raise bad("debug_server", True, "a lab with a TCPStore: torch's debug server meets in one, "
-                  "and init_method file with launcher direct has none (use init_method env or tcp, "
-                  "or launcher torchrun)")
-
-
 def _shared_volume(raw: Any, bad) -> SharedVolume:
     expected = "a mapping with the name of a ReadWriteMany claim (example: shared_volume: {claim: lab-shared})"
     if not isinstance(raw, dict) or set(raw) != {"claim"}:
@@ -894,7 +1158,7 @@ def quantity(value: Any) -> float:
     valid = not isinstance(value, bool) and isinstance(value, (str, int, float)) and len(text) <= 32
     match = _QUANTITY.match(text) if valid else None
     if not match:
-        raise ValueError(f"not a Kubernetes quantity: {_short(value)} (examples: 2, 500m, 4Gi)")
+        raise ValueError(f"not a Kubernetes quantity: {short(value)} (examples: 2, 500m, 4Gi)")
     number, unit = float(match.group(1)), match.group(2) or ""
     return number / 1000 if unit == "m" else number * _SUFFIX[unit]    # 500m: 0.5 exactly
 
@@ -952,16 +1216,6 @@ def _env_str(value: Any) -> str:
     return str(value)
 
 
-def _int(value: Any, key: str, lo: int, hi: int, bad, expected: str | None = None) -> int:
-    expected = expected or f"an integer between {lo} and {hi} (example: {key}: 2)"
-    if isinstance(value, bool):
-        raise bad(key, value, expected)
-    if isinstance(value, str) and len(value) < 20 and re.fullmatch(r"\s*[0-9]+\s*", value):
-        value = int(value)
-    if not isinstance(value, int) or not lo <= value <= hi:
-        raise bad(key, value, expected)
-    return value
-
 
 def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
     known = known_workloads()
@@ -971,7 +1225,7 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
         raw = [w for w in re.split(r"[,\s]+", raw) if w]
     if not isinstance(raw, (list, tuple)):
         raise bad("workloads", raw, expected)
-    _bound_items("workloads", raw, bad)
+    bound_items("workloads", raw, bad)
     out = []
     for item in raw:
         options: Any = {}
@@ -1001,77 +1255,43 @@ def _workloads(raw: Any, bad, source: str) -> tuple[WorkloadSpec, ...]:
     return tuple(out)
 
 
-def _bound_items(key: str, raw: Any, bad) -> None:
+def bound_items(key: str, raw: Any, bad) -> None:
     if len(raw) > MAX_ITEMS:
         raise bad(key, raw, f"at most {MAX_ITEMS} entries (docs/limits.md)")
+
+
+_SIZE = re.compile(r"^\s*([0-9]+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20,
+               "mb": 10 ** 6, "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9}
+
+
+def message_size(value: Any) -> int:
+    """A message size (`labctl predict --size`): bytes, or with a unit (64KiB, 4MiB, 1MB;
+    K/M/G are binary), 1 B to 1 TiB; ValueError saying what is expected otherwise."""
+    m = _SIZE.match(str(value))
+    size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()] if m else 0
+    if not 1 <= size <= 1 << 40:
+        raise ValueError(f"expected a size in bytes from 1 to 1TiB, with or without a unit "
+                         f"(examples: 65536, 64KiB, 4MiB), given {value!r}")
+    return size
 
 
 def dump(spec: LabSpec) -> str:
     return yaml.safe_dump(spec.to_dict(), sort_keys=False)
 
 
-STARTER = """\
+STARTER_HEAD = """\
 # labctl lab description. Every field is optional and every top-level field
 # but resources and k8s has a CLI flag of the same name that overrides it
 # (labctl up --help).
-name: {name}                # a DNS-1123 label: names runs, containers, Kubernetes objects
-nodes: 2                 # simulated machines; each runs one torchrun agent
-nproc_per_node: 2        # worker processes per node (WORLD_SIZE = nodes * nproc_per_node)
-backend: local           # where it runs: local | compose | k8s
-dist_backend: gloo       # torch.distributed backend: gloo | nccl | auto (nccl if CUDA)
-launcher: torchrun       # torchrun (c10d rendezvous) | direct (RANK/WORLD_SIZE set per worker)
-init_method: env         # how workers join: env (MASTER_ADDR/PORT) | tcp (node 0, own port) | file (shared dir)
-replicas: 1              # independent torchrun jobs of nodes x nproc_per_node, sharing one replica store
-# shared_volume: {{claim: lab-shared}}   # k8s + init_method file: a ReadWriteMany claim
-# max_restarts: 0        # torchrun restarts a node's workers this often (elastic workload)
-# min_nodes: 2           # the fewest nodes the lab goes on with: torchrun --nnodes MIN:nodes
-# last_call_timeout: 30  # with min_nodes: seconds a rendezvous waits for more nodes once MIN joined
-workloads:               # run in this order inside one process group
-  - env
-  - p2p
-  - collectives
-  - ddp
-  # - name: bench
-  #   options: {{ops: [all_reduce], min_bytes: 1024, max_bytes: 1048576, factor: 4}}
-# script: train.py       # run your own script on every node instead of the workloads
-# script_args: [--epochs, "2"]
-# rdzv_port: 29500       # default: a free port locally, 29500 in containers
-timeout: 600             # seconds before the whole lab is stopped
-join_timeout: 120        # whole seconds the c10d rendezvous waits for every node (torchrun)
-# pg_timeout: 30         # seconds a collective waits for its peers (init_process_group timeout, a
-                         # script's too when it gives none; LAB_PG_TIMEOUT); torch's default: 30 min (gloo)
-# debug: true            # TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO (+ NCCL_DEBUG=INFO)
-# trace: false           # default true: every collective/p2p op of every rank into trace.json
-                         # (docs/trace.md; costs about 1-3 %, "What it costs")
-# debug_server: true     # torch's debug server on every rank: live stacks in a browser, dumps in
-                         # <run>/debug-server/ ({{port: 25999, interval: 10}}; docs/diagnosis.md)
-# faults:                # docs/failures.md; T, D: seconds after every node started
-#                        # (fault_clock: join: after every rank's init_process_group returned)
-#   - kill-rank:1@5      # SIGKILL worker rank 1
-#   - kill-node:1@5      # kill node 1 (agent and workers; its container)
-#   - stop-node:1@5+30   # freeze node 1 for 30 s (SIGSTOP / docker pause)
-#   - partition:1@5+30   # cut node 1 off the network for 30 s (compose)
-#   - delay:1=50         # 50 ms more latency on node 1 (compose, tc netem)
-# fault_clock: start     # start | join (local, compose): where the faults' T counts from
-# links: {{default: 1gbit, nodes: {{1: 100mbit}}}}   # each node's link (compose: tc; k8s: pod
-#                        # bandwidth annotations; docs/network.md); pairs: {{"0-1": 50mbit}}
-# image: labctl-cpu:latest   # container backends; default by dist_backend
-env: {{}}                  # extra environment for every node, e.g. {{NCCL_DEBUG: INFO}}
-resources: {{cpu: "1", memory: 2Gi, shm: 1Gi}}   # per node, container backends
-# workdir: node          # local nodes run in <run>/work/node-<i>/ (own files, as a real node);
-                         # 'invoking' runs them in the directory labctl was started from
-# k8s:                     # Kubernetes only: where the pods may run (docs/kubernetes.md, Real clusters)
-#   queue: team-a          # Kueue LocalQueue: queue-name label, Job created suspended until admitted
-#   node_selector: {{nvidia.com/gpu.present: "true"}}
-#   tolerations: [{{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}}]
-#   gpu_toleration: true   # nccl labs tolerate the nvidia.com/gpu NoSchedule taint; false: don't
-#   spread: hostname       # at most one lab node per Kubernetes node (default: none)
-#   affinity: {{}}           # the pod's spec.affinity, passed through as written
-#   priority_class: high-priority
-#   service_account: lab-runner
-#   image_pull_secrets: [registry-creds]
-#   labels: {{team: vision}}             # on every object (not app.kubernetes.io/*, labctl.dev/*)
-#   annotations: {{example.com/owner: ada}}
-#   schedule_timeout: 300  # seconds pods may stay unschedulable or unadmitted before the lab fails
-#   kind: job              # job: Indexed Job + headless Service; jobset: one JobSet (JobSet CRD)
 """
+
+
+def starter() -> str:
+    """`labctl init`'s file (str.format it with name=...): the head, then each field's
+    starter lines in LabSpec's order, a section of its own (a mapping: `k8s:`) last."""
+    ordered = sorted((decl for _, decl in lab_fields() if decl.starter), key=lambda d: d.section)
+    return STARTER_HEAD + "".join(decl.starter + "\n" for decl in ordered)
+
+
+STARTER = starter()

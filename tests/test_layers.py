@@ -97,3 +97,33 @@ def test_the_floors_table_in_architecture_md_is_the_one_the_imports_give():
         by_floor.setdefault(floor, []).append(module.removeprefix("labctl."))
     want = "\n".join(f"| {f} | " + ", ".join(f"`{m}`" for m in mods) + " |" for f, mods in sorted(by_floor.items()))
     assert documented == computed, "docs/architecture.md's floors table should read:\n" + want
+
+
+def _private_reaches(root) -> list[str]:
+    """Every `from <labctl module> import _name` and `<labctl module>._name` in labctl,
+    lazy imports inside functions included."""
+    import ast
+
+    found = []
+    for path in sorted((root / "labctl").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("labctl")):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: imports {alias.name}")
+                    modules.add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("labctl")}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in modules and node.attr.startswith("_") and not node.attr.startswith("__"):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_labctl_module_imports_another_s_private_names():
+    """A name with a leading underscore is its module's own: another module that needs it
+    needs it public (the one rule, in the one place)."""
+    assert _private_reaches(REPO) == []

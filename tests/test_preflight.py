@@ -173,7 +173,7 @@ def test_the_table_has_one_row_per_node_pair_and_check_worst_record_first():
 
 def test_a_node_that_reported_no_check_is_named_in_the_table_and_the_last_line(tmp_path):
     """A node that never started (or died before its first check) must not read as passing."""
-    from labctl import cli
+    from labctl import commands
     from labctl.rundir import RunDir
 
     run = RunDir.create(preflight_plan(tmp_path, 29500), out=tmp_path / "pf")
@@ -182,6 +182,6 @@ def test_a_node_that_reported_no_check_is_named_in_the_table_and_the_last_line(t
          "value": "1 rank(s) missing", "detail": "rank(s) 1 never reached node 0's store"}) + "\n")
     from labctl.outcome import RunState
     run.record.state = RunState.FAILED
-    passed, section = cli._preflight_table(run)
+    passed, section = commands.preflight_table(run)
     assert not passed and f"- node 1: no check reported (never started, or died first): {run.node_log(1)}" in section
-    assert cli._preflight_failure(run).startswith("preflight failed: join (node 0); no check reported (node 1); ")
+    assert commands.preflight_failure(run).startswith("preflight failed: join (node 0); no check reported (node 1); ")

@@ -555,3 +555,31 @@ def test_the_files_a_lab_names_are_checked_before_it_starts(tmp_path, monkeypatc
             check(backends.from_dict(data), "lab.yaml")
         assert str(err.value) == line
     check(backends.from_dict({"out": "taken"}), out=False)       # render: no run folder is made
+
+
+# ---- one declaration per field: the docs table ------------------------------------
+def test_the_field_table_in_lab_description_md_is_the_one_the_declarations_give():
+    from conftest import REPO
+
+    text = (REPO / "docs" / "lab-description.md").read_text()
+    start, end = "<!-- fields: tests/test_spec.py -->\n", "<!-- /fields -->"
+    assert start in text and end in text, "docs/lab-description.md has no fields table"
+    documented = text[text.index(start) + len(start):text.index(end)]
+    assert documented == spec.field_table(), ("docs/lab-description.md's fields table should "
+                                              "read:\n" + spec.field_table())
+
+
+def test_every_lab_field_is_declared_and_its_flag_is_the_cli_s():
+    from labctl import cli
+
+    declared = dict(spec.lab_fields())
+    assert set(declared) == {f.name for f in dataclasses.fields(LabSpec)}
+
+    @cli.lab_options
+    def probe(**kw):
+        pass
+    flags = {p.name: p for p in probe.__click_params__}
+    for name, decl in declared.items():
+        if decl.flag:
+            assert flags[name].opts[0] == decl.flag.split("/")[0] and flags[name].help == decl.help
+    assert set(flags) - {"spec_file"} == {n for n, d in declared.items() if d.flag}

@@ -76,11 +76,11 @@ def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
     `labctl render` may render any for any backend), its faults are ones its backend can
     do, and workloads' rules on where the nodes run (`check_placement`) hold.
     SpecError, one line naming `source`, otherwise; returns the lab, sections normalised."""
-    from ..spec import SpecError, _short, report_hook, workload_parameters
+    from ..spec import SpecError, short, report_hook, workload_parameters
 
     if not isinstance(spec.backend, str) or spec.backend not in REGISTRY:
         raise SpecError(f"{source}: backend: expected one of {', '.join(REGISTRY)}, "
-                        f"given {_short(spec.backend)}")
+                        f"given {short(spec.backend)}")
     for name in REGISTRY:
         spec = backend_class(name).check_spec(spec, source)
     chosen = backend_class(spec.backend)
@@ -89,7 +89,7 @@ def check_spec(spec: "LabSpec", source: str = "lab spec") -> "LabSpec":
         if kind not in chosen.fault_kinds:
             able = [name for name in REGISTRY if kind in backend_class(name).fault_kinds]
             raise SpecError(f"{source}: faults: the {spec.backend} backend cannot do {kind} "
-                            f"(backends that can: {', '.join(able) or 'none'}), given {_short(str(fault))}")
+                            f"(backends that can: {', '.join(able) or 'none'}), given {short(str(fault))}")
     if spec.faults and spec.fault_clock == "join" and not chosen.hears_joins:
         able = [name for name in REGISTRY if backend_class(name).hears_joins]
         raise SpecError(f"{source}: fault_clock: the {spec.backend} backend cannot hear the ranks "

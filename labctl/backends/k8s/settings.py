@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ...spec import DNS_LABEL, MAX_SECONDS, LabSpec, SpecError, _bound_items, _seconds, _short
+from ...fields import MAX_SECONDS, seconds_of
+from ...spec import DNS_LABEL, LabSpec, SpecError, bound_items, short
 
 MAX_K8S_MAP_BYTES = 64 * 1024        # k8s.labels / annotations / node_selector / affinity, each (as JSON)
 MAX_K8S_SCRIPT_BYTES = 1024 * 1024 - 256   # a ConfigMap's 1 MiB, less room for its key
@@ -78,7 +79,7 @@ class K8sSettings:
 
 def _bad(source: str):
     def bad(fieldname: str, value: Any, expected: str) -> SpecError:
-        return SpecError(f"{source}: {fieldname}: expected {expected}, given {_short(value)}")
+        return SpecError(f"{source}: {fieldname}: expected {expected}, given {short(value)}")
     return bad
 
 
@@ -219,7 +220,7 @@ def parse(raw: Any, bad) -> K8sSettings:
                 _is_dns_subdomain(s) for s in secrets):
             raise bad("k8s.image_pull_secrets", secrets, "a list of Secret names (DNS subdomains) "
                       "(example: image_pull_secrets: [registry-creds])")
-        _bound_items("k8s.image_pull_secrets", secrets, bad)
+        bound_items("k8s.image_pull_secrets", secrets, bad)
         kw["image_pull_secrets"] = tuple(secrets)
 
     if "queue" in given:
@@ -236,7 +237,7 @@ def parse(raw: Any, bad) -> K8sSettings:
         kw["gpu_toleration"] = given["gpu_toleration"]
 
     if "schedule_timeout" in given:
-        kw["schedule_timeout"] = _seconds(given["schedule_timeout"], "k8s.schedule_timeout", bad)
+        kw["schedule_timeout"] = seconds_of(given["schedule_timeout"], "k8s.schedule_timeout", bad)
 
     if "kind" in given:
         if given["kind"] not in WORKLOAD_KINDS:
@@ -261,7 +262,7 @@ def _tolerations(raw: Any, bad) -> tuple[dict[str, Any], ...]:
     example = "tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]"
     if not isinstance(raw, (list, tuple)):
         raise bad("k8s.tolerations", raw, f"a list of tolerations (example: {example})")
-    _bound_items("k8s.tolerations", raw, bad)
+    bound_items("k8s.tolerations", raw, bad)
     out = []
     for i, item in enumerate(raw):
         where = f"k8s.tolerations[{i}]"
