@@ -247,7 +247,7 @@ def _share(now: float, dirty: set, active: dict, flows: dict, caps: dict,
     rates = _fill(seen_c, seen_f, active, flows, caps, None)
     # TCP flows through a full drop-tail queue share it in inverse proportion to their round
     # trip, and a flow's round trip grows by every full queue it crosses (each a shaped
-    # cable's 20 ms FIFO here): a flow that waits in two queues gets half the share of one
+    # cable's FIFO, all of one depth here): a flow that waits in two queues gets half the share of one
     # that waits in one (Mathis et al.). So: which caps the max-min rates fill, then the
     # same filling weighted 1 / (full caps on the flow's path).
     full = {c for c in seen_c if sum(rates[i] for i in active.get(c, ()) if i in seen_f) >= caps[c] * (1 - 1e-9)}
