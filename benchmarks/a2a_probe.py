@@ -7,7 +7,8 @@ Run as the lab's script on a shaped compose lab, e.g.
         --script benchmarks/a2a_probe.py -- --iters 10
 
 Every rank prints one line per (op, size): `A2APROBE {json}` with the time of each call
-(barrier, call, this rank's wall time) and, summed over the calls, the deltas of this
+(barrier, call, this rank's wall time from its own call; `--late-ms X`: the last rank
+enters each call X ms after the others) and, summed over the calls, the deltas of this
 container's TCP counters (/proc/net/snmp Tcp RetransSegs, /proc/net/netstat TcpExt
 TCPTimeouts, TCPLossProbes, TCPLostRetransmit, TCPSackRecovery, TCPFastRetrans) and of
 its qdiscs' drop counters (`tc -s qdisc`, readable without a capability: eth0 egress and
@@ -64,6 +65,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--sizes", default="1048576,4194304")
     parser.add_argument("--ops", default="all_to_all,broadcast")
+    parser.add_argument("--late-ms", type=float, default=0.0,
+                        help="the last rank sleeps this long after each barrier before it calls: "
+                             "it enters the call late (gloo's pair then sends one way first)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -92,6 +96,8 @@ def main() -> None:
             times = []
             for _ in range(args.iters):
                 dist.barrier()
+                if args.late_ms and rank == n - 1:
+                    time.sleep(args.late_ms / 1e3)
                 t = time.perf_counter()
                 call()
                 times.append(round((time.perf_counter() - t) * 1e3, 1))
