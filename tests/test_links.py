@@ -179,6 +179,11 @@ def test_a_node_at_100mbit_shapes_both_directions_of_its_own_link():
     tops = [c for c in cmds if "classid 1:1 " in c]
     assert len(tops) == 2 and all("rate 100000000bit ceil 100000000bit" in c for c in tops)
     assert not any("netem" in c for c in cmds)         # no latency asked: no netem needed
+    # both data queues hold 200 ms of the rate (2.5 MB at 100 Mbit/s): neither drops on 4
+    # nodes (docs/network.md, "The queues must not drop"); a slow link keeps 256 KiB at least
+    assert "tc qdisc add dev eth0 parent 1:10 handle 10: bfifo limit 2500000" in cmds
+    assert "tc qdisc add dev lab-in parent 1:10 handle 10: bfifo limit 2500000" in cmds
+    assert _shape.queue_bytes(1 * M) == 256 * 1024
 
 
 def test_a_pair_rule_adds_a_class_per_peer_filtered_by_its_address():

@@ -42,7 +42,7 @@ ACK_MINOR = 0x2                  # class 1:2: its TCP ACKs, served first
 PEER_MINOR = 0x100               # class 1:<100 + peer node, in hex>: a pair rule's data
 PEER_ACK_MINOR = 0x2000          # class 1:<2000 + peer node>: its ACKs (own latency)
 NETEM_LIMIT = 10000              # packets a netem leaf holds (delay x rate / MTU, with room)
-QUEUE_MS = 20                    # a data class's queue holds this much of its rate
+QUEUE_MS = 200                   # a data class's queue holds this much of its rate
 MIN_QUEUE_BYTES = 256 * 1024
 LAB_UID = LAB_GID = 1000         # the lab images' user (images/cpu/Dockerfile)
 PREFIX = "labctl-shape:"
@@ -59,12 +59,16 @@ def quantum(rate_bps: int) -> int:
 
 
 def queue_bytes(rate_bps: int) -> int:
-    """A data class's queue: QUEUE_MS of its rate, at least MIN_QUEUE_BYTES. htb's default
-    leaf (pfifo, 1000 packets of up to 64 KiB) holds seconds at 100 Mbit/s: every round
-    trip then waits behind it, and a connection that was idle restarts slowly over those
-    long round trips. A shallow queue (5 ms) drops the bursts of a root sending to three
-    peers at once, and a lost last packet of a message costs a 200 ms retransmit timeout.
-    20 ms, 256 KiB at least, had neither on 2 to 4 nodes at 100 Mbit/s (docs/network.md)."""
+    """A data class's queue: QUEUE_MS of its rate, at least MIN_QUEUE_BYTES, deep enough that
+    it does not drop. On egress the queue is this node's own TCP's, and TCP Small Queues
+    already bounds what each socket puts in it (tcp_limit_output_bytes, the pacing rate x
+    1 ms): a drop there is no loss on a wire but a send refused, and a socket that had
+    nothing else in flight then waits for its 200 ms probe timer before it sends again (a
+    20 ms queue did that to a root sending to two or three peers at once, and to every
+    rank of an all_to_all: calls of 65 ms took 250 to 330 ms). On ingress (the switch
+    port's buffer towards the node) several senders converge: 20 ms dropped, 200 ms did
+    not, on 4 nodes at 100 Mbit/s (docs/network.md). htb's default leaf (pfifo, 1000
+    packets of up to 64 KiB) would hold seconds."""
     return max(MIN_QUEUE_BYTES, rate_bps // 8 * QUEUE_MS // 1000)
 
 
@@ -75,7 +79,7 @@ def _class(dev: str, minor: int, rate_bps: int, ceil_bps: int, prio: int) -> lis
 
 
 def _leaf(dev: str, minor: int, rate_bps: int, latency_us: int | None) -> list[str]:
-    """The queue of class 1:<minor>: netem for a latency, else a shallow byte FIFO."""
+    """The queue of class 1:<minor>: netem for a latency, else a byte FIFO (queue_bytes)."""
     head = ["tc", "qdisc", "add", "dev", dev, "parent", f"1:{minor:x}", "handle", f"{minor:x}:"]
     if latency_us:
         return [*head, "netem", "delay", f"{latency_us}us", "limit", str(NETEM_LIMIT)]

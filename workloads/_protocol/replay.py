@@ -225,8 +225,7 @@ def replay(schedule: Schedule, net: Network) -> Result:
 def _share(now: float, dirty: set, active: dict, flows: dict, caps: dict,
            schedule_done: Callable[[float, int, int], None]) -> None:
     """New rates for the flows that share a cap with a changed one (and, through them, every
-    flow of their component): max-min fair, weighted as TCP shares a full queue; then each
-    one's new finish time."""
+    flow of their component): max-min fair; then each one's new finish time."""
     seen_c, seen_f = set(), set()
     todo = list(dirty)
     while todo:
@@ -244,16 +243,13 @@ def _share(now: float, dirty: set, active: dict, flows: dict, caps: dict,
     for f in group:                                  # bytes sent at the old rate until now
         f.left = max(0.0, f.left - f.rate * (now - f.since))
         f.since = now
+    # Max-min, unweighted. The lab's queues do not drop (workloads/_shape.py, 200 ms): TCP
+    # gets no loss to share a queue by, and BBR (the kernel's default here) paces each flow
+    # at the bandwidth it measured. Measured with one slow node (docs/network.md): a root
+    # sending to a fast and a slow rank at once split its cable evenly, as max-min says
+    # (175-195 ms at 1 MiB, max-min 175-185, the 1/RTT weighting of drop-tail queues
+    # (Mathis et al.) that fitted the 20 ms queues 219-235).
     rates = _fill(seen_c, seen_f, active, flows, caps, None)
-    # TCP flows through a full drop-tail queue share it in inverse proportion to their round
-    # trip, and a flow's round trip grows by every full queue it crosses (each a shaped
-    # cable's 20 ms FIFO here): a flow that waits in two queues gets half the share of one
-    # that waits in one (Mathis et al.). So: which caps the max-min rates fill, then the
-    # same filling weighted 1 / (full caps on the flow's path).
-    full = {c for c in seen_c if sum(rates[i] for i in active.get(c, ()) if i in seen_f) >= caps[c] * (1 - 1e-9)}
-    crossing = {i: max(1, sum(1 for c in flows[i].cons if c in full)) for i in seen_f}
-    if len(set(crossing.values())) > 1:
-        rates = _fill(seen_c, seen_f, active, flows, caps, {i: 1.0 / k for i, k in crossing.items()})
     for i in seen_f:
         flows[i].rate = max(rates[i], 0.0)
     for f in group:
