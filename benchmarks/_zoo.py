@@ -417,3 +417,46 @@ def frtrace_answer(output: str, script: str, seconds: float | None = None) -> An
     first_line = block.strip().splitlines()[0]
     said = re.search(r"error msg: (.*)", block)
     return Answer(culprits, op, line, f"{first_line}; {said.group(1) if said else ''}".strip("; ")[:300], seconds)
+
+
+# ---------------------------------------------------------------- torch's debug server
+
+def stack_lines(dump: str, script: str, world: int, marker: str = "=== Rank ") -> dict[int, int | None]:
+    """Each rank's innermost line of the case's script in a stacks dump of torch's debug
+    server (`=== Rank R ===` sections, faulthandler's threads: the main thread last, each
+    thread's innermost frame first): None where the rank's section is missing or its main
+    thread is not in the script (it answered nothing, or is outside it)."""
+    out: dict[int, int | None] = {}
+    stem = re.escape(script)
+    for rank in range(world):
+        parts = re.split(rf"{re.escape(marker)}{rank}\b", dump)
+        if len(parts) < 2:
+            out[rank] = None
+            continue
+        section = re.split(rf"{re.escape(marker)}\d+", parts[1])[0]
+        threads = [t for t in re.split(r"\n(?=Thread 0x|Current thread 0x)", section) if script in t]
+        found = re.findall(rf'{stem}", line (\d+)', threads[-1]) if threads else []
+        out[rank] = int(found[0]) if found else None
+    return out
+
+
+def debug_server_answer(lines: Mapping[int, int | None], source: str, seconds: float | None = None) -> Answer:
+    """What a user reads off the debug server's stacks page: where every rank is, and the
+    odd one out — the ranks at a line most ranks are not at (or with no stack in the
+    script: gone, or elsewhere), with the torch.distributed call on that line. Every rank
+    at one line, or no line most share: no culprit (the page shows where, not who)."""
+    if not lines:
+        return Answer(text="no stacks dump", seconds=seconds)
+    counts: dict[int | None, int] = {}
+    for line in lines.values():
+        counts[line] = counts.get(line, 0) + 1
+    common = max(counts, key=lambda k: (counts[k], k is not None))
+    said = ", ".join(f"rank {r}: {'-' if l is None else l}" for r, l in sorted(lines.items()))
+    if counts[common] * 2 <= len(lines) or len(counts) == 1:
+        return Answer(text=said, seconds=seconds)
+    odd = tuple(sorted(r for r, l in lines.items() if l != common))
+    odd_lines = {lines[r] for r in odd} - {None}
+    line = next(iter(odd_lines)) if len(odd_lines) == 1 else None
+    text_lines = source.splitlines()
+    op = _called(text_lines[line - 1]) if line is not None and 0 < line <= len(text_lines) else None
+    return Answer(odd, op, line, said, seconds)

@@ -1,8 +1,9 @@
 """The diagnosis zoo: run each case of benchmarks/zoo/ through the lab and through torch's
 own tools, and score each tool's answer against the case's header.
 
-    python benchmarks/zoo.py [--backend local|compose] [--cases a,b] [--tools lab,fr_trace,detail,torchrun]
-                             [--out DIR] [--json FILE] [--zoo DIR] [-v]
+    python benchmarks/zoo.py [--backend local|compose] [--cases a,b]
+                             [--tools lab,fr_trace,detail,torchrun,debug_server]
+                             [--out DIR] [--json FILE] [--zoo DIR] [--slack S] [--image I] [-v]
 
 Tools (benchmarks/zoo/README.md says what each reads):
   lab       `labctl up --script CASE` (this checkout), status.json's first_failure (a run that
@@ -13,6 +14,9 @@ Tools (benchmarks/zoo/README.md says what each reads):
             `--debug` sets): the errors it prints
   torchrun  plain `python -m torch.distributed.run --standalone --nproc-per-node N CASE`, killed
             at the case's timeout: what a user sees without the lab
+  debug_server  the same lab with `--debug-server` (torch's debug server on every rank), read
+            as a user reads its stacks page: where every rank is in the script, and the odd
+            one out (its periodic stacks dumps in the run folder: what the page showed)
 
 Each cell of the table is three marks, culprit / op / line (✓ right, ✗ wrong or not said),
 and the seconds from the fault to the answer: the tool's time from launch to its answer
@@ -40,10 +44,11 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from _zoo import Answer, BadCase, Case, frtrace_answer, lab_answer, load_case, score, torchrun_answer  # noqa: E402
+from _zoo import (Answer, BadCase, Case, debug_server_answer, frtrace_answer, lab_answer, load_case,  # noqa: E402
+                  score, stack_lines, torchrun_answer)
 from labctl.tables import table  # noqa: E402
 
-TOOLS = ("lab", "fr_trace", "detail", "torchrun")
+TOOLS = ("lab", "fr_trace", "detail", "torchrun", "debug_server")
 ZOO = HERE / "zoo"
 CONTROL = "control_pass"
 
@@ -107,8 +112,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 COMPOSE_START_S = 60                # --slack's default on compose: containers take that long to start here
 
 
-def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, slack: float = 0.0
-            ) -> tuple[dict | None, Path, float, str]:
+def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, slack: float = 0.0,
+            debug_server: bool = False) -> tuple[dict | None, Path, float, str]:
     """One lab run (this checkout's labctl) with Flight Recorder dumps: (status.json, the
     dumps' folder, seconds, labctl's output)."""
     out, dumps = folder / "run", folder / "fr"
@@ -119,6 +124,8 @@ def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, sl
             "--out", str(out), "-q", "--env", f"LAB_FR_DUMP_DIR={dumps}"]
     if image and backend == "compose":
         argv += ["--image", image]
+    if debug_server:
+        argv += ["--debug-server"]
     if case.faults:                     # a fault's time counts from every rank's init, however long start-up took
         argv += ["--fault-clock", "join"]
     for fault in case.faults:
@@ -156,6 +163,27 @@ def run_torchrun(case: Case, folder: Path, detail: bool, slack: float = 0.0) -> 
     return _run(argv, case.timeout + slack, env, folder)
 
 
+def run_debug_server(case: Case, folder: Path, backend: str, image: str | None, slack: float) -> dict:
+    """The same lab with torch's debug server (`--debug-server`), read as a user reads its
+    stacks page: each rank's line in the case's script and the odd one out
+    (`_zoo.debug_server_answer`), from its periodic dumps in the run folder
+    (debug-server/stacks_*.txt: what the page showed then). The answer is the last dump's;
+    its time, that of the first dump that already said it."""
+    launched = time.time()
+    status, _, seconds, output = run_lab(case, folder, backend, image, slack, debug_server=True)
+    dumps = sorted((folder / "run" / "debug-server").glob("stacks_*.txt"), key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        return {"answer": Answer(text="no stacks dump (the server did not start, or the lab ended first)"),
+                "raw": output[-2000:]}
+    source = case.path.read_text()
+    answers = [(d, debug_server_answer(stack_lines(d.read_text(errors="replace"), case.path.name, case.world),
+                                       source)) for d in dumps]
+    last = answers[-1][1]
+    first = next(d for d, a in answers if a.said == last.said)
+    answer = Answer(last.culprits, last.op, last.line, last.text, first.stat().st_mtime - launched)
+    return {"answer": answer, "raw": last.text}
+
+
 def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: bool,
              image: str | None = None, slack: float = 0.0) -> dict[str, dict]:
     """Each tool's answer (seconds: launch to answer, not yet less the control's)."""
@@ -173,6 +201,8 @@ def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: 
             answer = frtrace_answer(said, script, seconds + more) if said else \
                 Answer(text="no Flight Recorder dump", seconds=None)
             found["fr_trace"] = {"answer": answer, "raw": said[-4000:]}
+    if "debug_server" in tools:
+        found["debug_server"] = run_debug_server(case, folder / "debug_server", backend, image, slack)
     for tool in ("detail", "torchrun"):
         if tool in tools:
             output, seconds, killed = run_torchrun(case, folder / tool, detail=tool == "detail", slack=slack)

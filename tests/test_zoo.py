@@ -193,3 +193,41 @@ def test_one_real_case_through_the_lab_is_scored_right(tmp_path):
     row = next(line for line in done.stdout.splitlines() if line.startswith("| exception |"))
     assert "✓✓✓" in row, done.stdout
     assert "| lab | 1 | 1/1 (100 %) | 1/1 (100 %) | 1/1 (100 %) | 1/1 (100 %) |" in done.stdout
+
+
+DUMP = """=== Rank 0: http://127.0.0.1:1/handler/dump_traceback? ===
+Current thread 0x1 (most recent call first):
+  <no Python frame>
+
+Thread 0x2 (most recent call first):
+  File "/work/workloads/_trace.py", line 1471 in waiter
+
+Thread 0x3 (most recent call first):
+  File "/tmp/case/missing_collective.py", line 13 in <module>
+  File "/work/workloads/_script.py", line 146 in main
+
+=== Rank 1: http://127.0.0.1:2/handler/dump_traceback? ===
+Thread 0x3 (most recent call first):
+  File "/tmp/case/missing_collective.py", line 13 in <module>
+
+=== Rank 10: http://127.0.0.1:3/handler/dump_traceback? ===
+Thread 0x3 (most recent call first):
+  File "/tmp/case/missing_collective.py", line 14 in <module>
+"""
+
+
+def test_the_debug_server_s_stacks_are_read_as_a_user_reads_its_page():
+    """Where each rank is in the script (its main thread: listed last), and the odd one
+    out with the call on its line: right when one rank is elsewhere, no culprit when no
+    line is most ranks' (the page shows where, not who)."""
+    source = (ZOO / "missing_collective.py").read_text()
+    lines = _zoo.stack_lines(DUMP, "missing_collective.py", 11)
+    assert (lines[0], lines[1], lines[10], lines[2]) == (13, 13, 14, None)
+    case = _zoo.load_case(ZOO / "missing_collective.py")
+    right = _zoo.debug_server_answer({0: 13, 1: 13, 2: 13, 3: 14}, source)
+    assert (right.culprits, right.op, right.line) == ((3,), "barrier", 14)
+    assert _zoo.score(case, right).all
+    split = _zoo.debug_server_answer({0: 13, 1: 13, 2: 14, 3: 14}, source)
+    assert split.culprits == () and not _zoo.score(case, split).culprit
+    gone = _zoo.debug_server_answer({0: 13, 1: 13, 2: 13, 3: None}, source)
+    assert (gone.culprits, gone.line) == ((3,), None) and not _zoo.score(case, gone).all
