@@ -176,11 +176,17 @@ class _FileSink:
                 return
             if self.failed or n > SEGMENT:
                 return                  # no record is this long
-            self.segment += 1
+            # The number is claimed before the file is made: a signal handler that writes
+            # while this thread is in _open (a call: handlers run there) claims the next one
+            # (it was the same number, whose O_EXCL open then failed and ended the tracing)
+            self.segment = segment = self.segment + 1
             try:
-                mm = self._open(self.segment)
+                mm = self._open(segment)
             except OSError:             # disk full, folder gone: the rank goes on untraced
                 self.failed = True
+                return
+            if self.segment != segment:  # a handler moved on to a later segment meanwhile:
+                mm[0:n] = data          # this one holds this record alone (read before it)
                 return
             self.mm = mm                # these two stores run with no call between: no thread
             self.pos = n                # and no signal handler can come in between them
