@@ -22,7 +22,7 @@ import yaml
 from .faults import Fault  # noqa: E402
 from .fields import (BACKENDS_ALL, CONTAINERS, MAX_PATH, MAX_SECONDS, Bool, Choice, Folder, Int,  # noqa: F401
                      LabField, Reader, Reading, Seconds, Text, doc_value, lab_field, read_int, seconds_of)
-from workloads._protocol import Env
+from workloads._protocol import Env, records
 from .links import LinkError, Links
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
@@ -38,7 +38,7 @@ MAX_FILE_BYTES = 1024 * 1024         # a lab file; read no further than this
 MAX_DEPTH = 64                       # nested mappings/sequences in a lab file
 MAX_NODES = 4096                     # nodes of one replica
 MAX_NPROC_PER_NODE = 1024
-MAX_WORLD = 65536                    # ranks in the whole run: nodes * nproc_per_node * replicas
+MAX_WORLD = records.MAX_WORLD          # ranks in the whole run: nodes * nproc_per_node * replicas (the codec says it)
 MAX_TOTAL_NODES = 4096               # nodes in the whole run: nodes * replicas
 # The kernel refuses an exec whose one argument or environment string is over
 # MAX_ARG_STRLEN (128 KiB) or whose argv + environ pass ARG_MAX (2 MiB by default;
