@@ -201,3 +201,57 @@ def test_nccl_on_paper_ring_is_nccl_tests_busbw_and_the_pipelines_approach_it():
     tree = A.ALGORITHMS["nccl.double_binary_tree"].schedule(8, 8 * MiB)
     assert sum(tree.sent()) == sum(tree.received()) == 2 * 7 * 8 * MiB
     assert R.replay(tree, R.Network.uniform(8, B)).seconds / 8 < 3
+
+
+# ---- gloo's all_to_all as the ranks enter it ---------------------------------------------
+# c = S / n, the block; every cable at B both ways. "Serial": every pair's later rank sends
+# first, its earlier rank once that block has arrived (gloo's ready-to-receive notice queues
+# behind the later rank's data on their connection).
+@pytest.mark.parametrize("n, serial_c_over_B", [
+    # n = 2: 1 -> 0 alone (c / B), then 0 -> 1 (c / B)
+    (2, 2),
+    # n = 3, entered 0, 1, 2: 2 -> 0, 2 -> 1 share 2's cable, 1 -> 0 and 2 -> 0 share 0's:
+    # all at B / 2 (2 c / B); then 0 -> 1, 0 -> 2, 1 -> 2 at B / 2 (0's cable out, 2's in): 4
+    (3, 4),
+    # n = 4, entered 0..3: 3's three blocks and 0's three incoming at B / 3, 2 -> 1 at 2B / 3
+    # (1.5 c / B), then 1 -> 2 at 2B / 3 while the rest finish (3 c / B); then 0 -> 1, 0 -> 2,
+    # 0 -> 3, 1 -> 3, 2 -> 3 at B / 3 (0's cable out, 3's in): 6
+    (4, 6),
+])
+def test_gloo_all_to_all_pairs_one_after_the_other_by_hand(n, serial_c_over_B):
+    net = R.Network.uniform(n, B)
+    c = (S // n) / B
+    serial = A.gloo_alltoall_entered(n, S, list(range(n)), [])
+    together = A.gloo_alltoall_entered(n, S, list(range(n)), [(a, b) for a in range(n) for b in range(a + 1, n)])
+    assert R.replay(serial, net).seconds == pytest.approx(serial_c_over_B * c, rel=1e-6)
+    assert R.replay(together, net).seconds == pytest.approx((n - 1) * c, rel=1e-6)
+    # every way sends the same blocks as the registry's schedule (bytes per pair, messages)
+    assert serial.pair_bytes() == together.pair_bytes() == GLOO["all_to_all"].schedule(n, S).pair_bytes()
+    assert len(serial.messages) == n * (n - 1)
+    # the earlier rank's block waits for the later's: 0 -> 1 after 1 -> 0
+    first = {(m.src, m.dst): i for i, m in enumerate(serial.messages)}
+    assert serial.messages[first[(0, 1)]].after == (first[(1, 0)],)
+    assert serial.messages[first[(1, 0)]].after == ()
+
+
+def test_gloo_all_to_all_one_pair_together_by_hand():
+    """n = 3, entered 0, 1, 2, ranks 0 and 1 together: 0 <-> 1 both ways, 2 -> 0 and 2 -> 1
+    at once, every flow at B / 2 (2 c / B); then 0 -> 2 and 1 -> 2 share 2's cable in: 4 c / B."""
+    schedule = A.gloo_alltoall_entered(3, S, [0, 1, 2], [(0, 1)])
+    assert R.replay(schedule, R.Network.uniform(3, B)).seconds == pytest.approx(4 * (S // 3) / B, rel=1e-6)
+
+
+def test_the_expected_all_to_all_lies_between_its_fastest_and_slowest_way_and_is_repeatable():
+    algo = GLOO["all_to_all"]
+    net = R.Network.uniform(4, B)
+    ways = algo.schedules(4, S)
+    assert len(ways) == 64 and algo.schedules(4, S) == ways          # seeded by n and size
+    got = R.expected(ways, net)
+    assert got.fastest >= R.replay(algo.schedule(4, S), net).seconds * (1 - 1e-9)
+    assert got.fastest <= got.seconds <= got.slowest <= 2 * got.fastest * (1 + 1e-9)
+    assert got.fastest < got.slowest                               # the ways differ
+    # an algorithm with one way: its replay
+    ring = R.expected(GLOO["all_reduce"].schedules(4, S), net)
+    assert ring.ways == 1 and ring.seconds == ring.fastest == R.replay(GLOO["all_reduce"].schedule(4, S), net).seconds
+    with pytest.raises(ValueError):
+        R.expected([], net)

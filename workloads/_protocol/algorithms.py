@@ -32,6 +32,7 @@ they cross (the replay decides how).
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -293,6 +294,66 @@ def all_at_once(n: int, size: int, itemsize: int = 4, root: int = 0, name: str =
     return b.done(name, n, size)
 
 
+# gloo's all_to_all, as the ranks enter it. Its tcp transport sends a message's data only once
+# the receiver's "ready to receive" notice has arrived, and a rank's own notice goes out on
+# the connection behind whatever data it is already sending there (gloo/transport/tcp/pair.cc:
+# Pair::send, sendNotifyRecvReady). So the two directions of a pair run at once when both
+# ranks enter within a notice's trip of each other, and one after the other otherwise: the
+# later rank's data first (it found the earlier one's notice waiting), then the earlier
+# rank's (its notice was behind that data). Measured (docs/network.md): at 2 nodes a call is
+# one or the other, call by call; at 3 and 4 nodes a call is a mix. The replay cannot know
+# how the ranks will enter, so it takes each pair to be together or one after the other
+# with equal odds (PAIR_TOGETHER), the order of entry a random permutation, and averages.
+PAIR_TOGETHER = 0.65
+
+
+def gloo_alltoall_entered(n: int, size: int, order: Sequence[int], together: Iterable[tuple[int, int]],
+                          itemsize: int = 4) -> Schedule:
+    """gloo's all_to_all when the ranks enter in `order` (first to last) and the pairs in
+    `together` (as (a, b), a < b) enter within a notice's trip of each other: their two
+    directions at once; every other pair's later rank sends first, its earlier rank once that
+    data has arrived."""
+    b = _Builder()
+    block = size // n if n else 0
+    if n < 2 or block <= 0:
+        return b.done("gloo.alltoall", n, size)
+    entered = {rank: i for i, rank in enumerate(order)}
+    close = {(min(a, c), max(a, c)) for a, c in together}
+    first: dict[tuple[int, int], int] = {}
+    for i in range(1, n):               # the sends that go at once, in gloo's posting order
+        for r in range(n):
+            d = (r + i) % n
+            if (min(r, d), max(r, d)) in close or entered[r] > entered[d]:
+                first[(r, d)] = b.add(r, d, block, step=i)
+    for i in range(1, n):               # the earlier rank's, behind its peer's data
+        for r in range(n):
+            d = (r + i) % n
+            if (r, d) not in first:
+                b.add(r, d, block, after=[first[(d, r)]], step=i)
+    return b.done("gloo.alltoall", n, size)
+
+
+def gloo_alltoall_variants(n: int, size: int, itemsize: int = 4, root: int = 0,
+                           samples: int | None = None) -> tuple[Schedule, ...]:
+    """The ways one call of gloo's all_to_all may go, equally likely (see PAIR_TOGETHER):
+    `samples` draws of an entry order and of the pairs that enter together, seeded by n and
+    size so that a prediction is the same every time: 64 draws up to 8 ranks, 16 up to 16,
+    4 up to 32, one above (a replay of one draw at 64 ranks takes seconds; there the ways
+    differ by a few per cent)."""
+    if n < 2 or size // n <= 0:
+        return (all_at_once(n, size, itemsize, root),)
+    count = samples if samples is not None else (64 if n <= 8 else 16 if n <= 16 else 4 if n <= 32 else 1)
+    rng = random.Random(f"gloo.alltoall:{n}:{size}")
+    pairs = [(a, c) for a in range(n) for c in range(a + 1, n)]
+    out = []
+    for _ in range(count):
+        order = list(range(n))
+        rng.shuffle(order)
+        together = [q for q in pairs if rng.random() < PAIR_TOGETHER]
+        out.append(gloo_alltoall_entered(n, size, order, together, itemsize))
+    return tuple(out)
+
+
 def pingpong(n: int, size: int, itemsize: int = 4, root: int = 0) -> Schedule:
     """The bench's pingpong: rank 0 sends S to the last rank, which sends S back once it has
     it; the time is half the round trip."""
@@ -450,13 +511,24 @@ class Algorithm:
     build: Callable[..., Schedule]
     optimum: str = ""                # the exercises: the traffic the algorithm needs, in words
     traffic: Callable[[int, int, int, int], Traffic | None] | None = None
+    # the ways one call may go, equally likely, when that depends on how the ranks enter it
+    # (gloo's all_to_all); None: `build`'s one schedule
+    variants: Callable[..., tuple[Schedule, ...]] | None = None
 
     @property
     def family(self) -> str:
         return self.key.split(".", 1)[0]
 
     def schedule(self, n: int, size: int, itemsize: int = 4, root: int = 0) -> Schedule:
+        """The messages of one call; for an algorithm with variants, the one where every
+        message goes as early as it can (the fastest way)."""
         return self.build(n, int(size), itemsize, root)
+
+    def schedules(self, n: int, size: int, itemsize: int = 4, root: int = 0) -> tuple[Schedule, ...]:
+        """Every way one call may go, equally likely (one for most algorithms)."""
+        if self.variants is None:
+            return (self.schedule(n, size, itemsize, root),)
+        return self.variants(n, int(size), itemsize, root)
 
 
 def binomial_factor(n: int) -> float:
@@ -506,8 +578,10 @@ ALGORITHMS: dict[str, Algorithm] = {a.key: a for a in (
               _tree_depth, binomial_factor, binomial_broadcast),
     Algorithm("gloo.ring_reduce", "reduce", "ring reduce-scatter, then every chunk to the root at once",
               "gloo/reduce.cc", "n", "2(n-1)/n", lambda n: float(n), _ar_factor, gloo_reduce),
-    Algorithm("gloo.alltoall", "all_to_all", "every send posted at once (the sender's link carries n-1 blocks)",
-              "gloo/alltoall.cc", "1", "(n-1)/n", _one, _rs_factor, all_at_once),
+    Algorithm("gloo.alltoall", "all_to_all",
+              "every send posted at once; a pair's two directions at once or one after the other, "
+              "by how its ranks enter", "gloo/alltoall.cc, gloo/transport/tcp/pair.cc", "1", "(n-1)/n",
+              _one, _rs_factor, all_at_once, variants=gloo_alltoall_variants),
     Algorithm("gloo.pingpong", "pingpong", "one message, one way (half a round trip)", _COMMON_P2P,
               "1", "1", _one, _one, pingpong),
     Algorithm("gloo.ring", "ring", "one ring step: send right, receive left, all at once", _COMMON_P2P,

@@ -310,6 +310,30 @@ def alpha_beta(schedule: Schedule, net: Network, full: Result | None = None) -> 
     return max(0.0, full.seconds - bare.seconds), min(full.seconds, bare.seconds), full
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What a call costs when it may go several ways with equal odds (gloo's all_to_all:
+    `Algorithm.schedules`): the mean over the ways, the fastest and the slowest."""
+    seconds: float
+    alpha_term: float
+    beta_term: float
+    fastest: float
+    slowest: float
+    ways: int
+    result: Result                     # the first way's replay (messages, critical path)
+
+
+def expected(schedules: Sequence[Schedule], net: Network) -> Expected:
+    """Replay every way a call may go (`alpha_beta` each) and average them."""
+    if not schedules:
+        raise ValueError("expected: no schedule to replay")
+    runs = [alpha_beta(s, net) for s in schedules]
+    times = [r[2].seconds for r in runs]
+    k = len(runs)
+    return Expected(sum(times) / k, sum(r[0] for r in runs) / k, sum(r[1] for r in runs) / k,
+                    min(times), max(times), k, runs[0][2])
+
+
 # ---- fitting α and the links' efficiency ----------------------------------------------
 @dataclass(frozen=True)
 class Fit:

@@ -459,7 +459,7 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
     from dataclasses import replace
 
     from workloads._protocol import algorithms as registry
-    from workloads._protocol.replay import alpha_beta
+    from workloads._protocol.replay import expected
 
     results = run.results()
     data = rows(results)
@@ -478,16 +478,20 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
         wanted = sizes_ or sorted({r["size_bytes"] for r in data if r["op"] == op})
         for size in wanted:
             if world_size <= REPLAY_MAX_RANKS:
-                alpha_term, beta_term, result = alpha_beta(algo.schedule(world_size, size, itemsize), net)
-                how, messages, critical = "replay", result.messages, len(result.critical)
+                played = expected(algo.schedules(world_size, size, itemsize), net)
+                alpha_term, beta_term, result = played.alpha_term, played.beta_term, played.result
+                how = "replay" if played.ways == 1 else f"replay, mean of {played.ways} ways the ranks may enter"
+                messages, critical = result.messages, len(result.critical)
                 most = max(result.schedule.sent())
+                seconds, fastest, slowest = played.seconds, played.fastest, played.slowest
             else:
                 alpha_term = algo.steps(world_size) * fitted.alpha_s
                 beta_term = algo.factor(world_size) * size / link_Bps if math.isfinite(link_Bps) else 0.0
                 how, messages, critical, most = "closed form (too many ranks to replay)", None, None, None
-            seconds = alpha_term + beta_term
+                seconds = fastest = slowest = alpha_term + beta_term
             out.append({"op": op, "algorithm": algo.name, "algorithm_key": algo.key, "fitted_n": world,
                         "n": world_size, "size_bytes": size, "time_us": round(seconds * 1e6, 3),
+                        "fastest_us": round(fastest * 1e6, 3), "slowest_us": round(slowest * 1e6, 3),
                         "alpha_term_us": round(alpha_term * 1e6, 3), "beta_term_us": round(beta_term * 1e6, 3),
                         "dominant": "latency (α)" if alpha_term > beta_term else "bandwidth (β)",
                         "busbw_GBps": round(busbw_factor(op, world_size) * size / seconds / 1e9, 6)
@@ -512,11 +516,15 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
             f"the links ({described or 'as measured'}; {nproc} rank(s) per node), every rate x "
             f"{fitted.efficiency:.3f} and α = {fitted.alpha_s * 1e6:.0f} us per message, both fitted on the "
             f"run's {fitted.source} (rms {100 * fitted.rms_error:.1f} %). β term: the replay without α and "
-            "latency; α term: what they add; the larger dominates.\n\n")
+            "latency; α term: what they add; the larger dominates. An op that may go several ways by "
+            "how the ranks enter it (gloo's all_to_all) is the mean of them, its fastest and slowest way "
+            "beside it.\n\n")
     return head + _table(
-        ["op", "algorithm", "size (B)", "time (us)", "α term (us)", "β term (us)", "dominated by",
-         "busbw (GB/s)", "messages"],
-        ([r["op"], r["algorithm"], r["size_bytes"], _num(r["time_us"], 1), _num(r["alpha_term_us"], 1),
+        ["op", "algorithm", "size (B)", "time (us)", "fastest–slowest (us)", "α term (us)", "β term (us)",
+         "dominated by", "busbw (GB/s)", "messages"],
+        ([r["op"], r["algorithm"], r["size_bytes"], _num(r["time_us"], 1),
+          f"{_num(r['fastest_us'], 1)}–{_num(r['slowest_us'], 1)}" if r["fastest_us"] != r["slowest_us"] else "",
+          _num(r["alpha_term_us"], 1),
           _num(r["beta_term_us"], 1), r["dominant"], _num(r["busbw_GBps"], 4),
           r["messages"] if r["messages"] is not None else ""] for r in out)) + "\n"
 
