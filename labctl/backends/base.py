@@ -230,7 +230,9 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Every node's log into the folder; the final outcomes. `strict`: raise when any
-        log cannot be read (`labctl down`, `stacks`: then nothing may be deleted)."""
+        log cannot be read (`labctl down`, `stacks`: then nothing may be deleted). A backend
+        that fetches logs gives labctl/collect.py its sources: the collector writes, checks
+        and raises (one line, after every node was tried)."""
 
     @abc.abstractmethod
     def delete(self) -> str:

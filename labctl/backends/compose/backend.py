@@ -10,7 +10,6 @@ a run started by `docker compose up` can be attached to (collect, down).
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import functools
 import json
@@ -22,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...collect import ProcessSource, Tally, last_line as _last_line, read_by_processes, run_all
 from ...errors import LabError
 from ...faults import Fault, NotYet
 from ...logs import joins_in
@@ -39,6 +39,7 @@ STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many 
 CLI_TIMEOUT_S = 120.0      # any single docker/compose call
 ASK_AT_LEAST_S = 10.0      # a poll asks the engine this often even when no event came
 LOGS_TIMEOUT_S = 900.0     # one node's whole log (hundreds of MB on a loaded machine)
+DOCKER_MISSING = "docker not found on PATH (install: bash scripts/ensure-docker.sh)"
 
 
 def _cli(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
@@ -53,27 +54,9 @@ def _cli(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProce
 def _cli_all(argvs: list[list[str]], timeout: float, outputs: list | None = None,
              text: bool = True) -> list[subprocess.CompletedProcess]:
     """Independent CLI calls at once (each docker CLI start costs 0.02-0.3 s of a small
-    machine; in a row they add up), each in a session of its own as in `_cli`.
-    `outputs`: a file per call for stdout and stderr both (None, or no list: captured).
-    Every call still running when labctl gives up (a signal, the timeout) is killed:
-    TimeoutExpired (with `cmd` the late call's argv), FileNotFoundError pass through."""
-    procs: list[subprocess.Popen] = []
-    try:
-        for i, argv in enumerate(argvs):
-            sink = outputs[i] if outputs is not None and outputs[i] is not None else subprocess.PIPE
-            procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink,
-                                          stderr=sink, start_new_session=True, text=text))
-        deadline = time.monotonic() + timeout
-        done = []
-        for argv, proc in zip(argvs, procs):
-            out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-            done.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
-        return done
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    machine; in a row they add up), each in a session of its own as in `_cli`
+    (collect.run_all: every call still running when labctl gives up is killed)."""
+    return run_all(argvs, timeout, outputs, text)
 
 
 @functools.cache
@@ -171,11 +154,6 @@ def _last_timestamp(data: bytes) -> float:
     stamp = data[data.rfind(b"\n", 0, end) + 1:end].split(b" ", 1)[0]
     when = _when(stamp.decode("ascii", "replace"))
     return when.timestamp() if when else 0.0
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "no output"
 
 
 def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
@@ -621,7 +599,7 @@ class ComposeBackend(Backend):
         """Every node's log, streamed to its file and checked, or LabError (then the
         driver deletes nothing): always strict. `docker logs`, not `docker compose logs`:
         compose drops a last line without a newline and keeps the whole log in memory.
-        The nodes' logs are read at once (`_save_logs`). When the last poll saw every
+        The nodes' logs are read at once (labctl/collect.py). When the last poll saw every
         node's container ended (an ended container stays so: restart "no"), its view
         serves: the containers and the final outcomes need no new question."""
         self._close_events()
@@ -629,12 +607,14 @@ class ComposeBackend(Backend):
         ended = all(h in by_service and by_service[h].ended for h in self.hostnames.values())
         if not ended:
             by_service = {c.service: c for c in self._containers()}
-        nodes = []
+        sources = []
         for index, hostname in sorted(self.hostnames.items()):
             if hostname not in by_service:
                 raise LabError(f"no container for node {index} ({hostname})")
-            nodes.append((by_service[hostname], rundir.node_log(index)))
-        _save_logs(nodes)
+            sources.append(_log_source(index, by_service[hostname]))
+        tally = Tally()
+        read_by_processes(rundir, sources, LOGS_TIMEOUT_S, tally, not_found=DOCKER_MISSING)
+        tally.check()
         return self._outcomes(self.seen) if ended else self.poll()
 
     def delete(self) -> str:
@@ -775,53 +755,15 @@ class ComposeBackend(Backend):
                 f"of run {self.run_id} (compose project {self.project.name})")
 
 
-def _save_logs(nodes: list[tuple[_Container, Path]]) -> None:
-    """Each container's log, byte for byte as its processes wrote it (stdout and stderr
-    in the engine's order: both go to the one file), synced to disk, then checked
-    against the engine: the file ends with the log's last entry (empty only when the
-    container printed nothing). A stopped container's log no longer changes, so its
-    last entry is asked for while the whole log is read: every `docker logs` of the
-    collection runs at once; a signal that cuts it short kills them all."""
-    stopped = [(c, path) for c, path in nodes if not c.running]   # a running one grows on
-    with contextlib.ExitStack() as stack:
-        files = [stack.enter_context(open(path, "wb")) for _, path in nodes]
-        try:
-            done = _docker_all(*(["logs", c.id] for c, _ in nodes),
-                               *(["logs", "--tail", "1", c.id] for c, _ in stopped),
-                               timeout=LOGS_TIMEOUT_S, outputs=[*files, *(None for _ in stopped)],
-                               text=False)
-        except LabError as exc:
-            raise LabError(f"the logs of {', '.join(c.service for c, _ in nodes)} were not read "
-                           f"({exc})") from None
-        for log in files:
-            log.flush()
-            os.fsync(log.fileno())
-    done, tails = done[:len(nodes)], done[len(nodes):]
-    for (c, path), read in zip(nodes, done):
-        if read.returncode != 0:
-            raise LabError(f"docker logs {c.service} failed (exit {read.returncode}): {_tail_line(path)}")
-    for (c, path), tail in zip(stopped, tails):
-        if tail.returncode != 0:
-            raise LabError(f"docker logs --tail 1 {c.service} failed: "
-                           f"{_last_line(tail.stderr.decode(errors='replace'))}")
-        last = [t for t in (tail.stdout, tail.stderr) if t]
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            f.seek(max(0, size - max((len(t) for t in last), default=0)))
-            end = f.read()
-        if last and not any(end.endswith(t) for t in last):
-            raise LabError(f"the log of {c.service} in {path} ({size} bytes) does not end with the "
-                           "last entry the engine has for it: incomplete")
-        if not last and size:
-            raise LabError(f"the log of {c.service} in {path} has {size} bytes, and the engine "
-                           "has no entry for it")
-
-
-def _tail_line(path: Path) -> str:
-    """The last line of a file, for an error message (the CLI's complaint is there)."""
-    with open(path, "rb") as f:
-        f.seek(max(0, path.stat().st_size - 4096))
-        return _last_line(f.read().decode(errors="replace"))
+def _log_source(index: int, c: _Container) -> ProcessSource:
+    """Where a container's log comes from: `docker logs`, byte for byte as its processes
+    wrote it (stdout and stderr in the engine's order: both go to the one file). A stopped
+    container's log no longer changes, so its last entry is asked for while the whole log
+    is read (`--tail 1`, the witness): the file must end with it (empty only when the
+    container printed nothing)."""
+    witness = None if c.running else ["docker", "logs", "--tail", "1", c.id]  # a running one grows on
+    return ProcessSource(index, c.service, ["docker", "logs", c.id], f"docker logs {c.service}",
+                         witness, f"docker logs --tail 1 {c.service}", holder="the engine")
 
 
 def _labelled(run_id: str) -> tuple[list[str], list[str]]:

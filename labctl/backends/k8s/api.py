@@ -22,9 +22,9 @@ read as bytes, `Cluster.retrying`):
 
 Pod logs are read as bytes (`_preload_content=False`: the client otherwise
 decodes them strictly as UTF-8, and one stray byte loses the whole log) and
-streamed in LOG_CHUNK pieces straight into the node log: flat memory for any
-size, every byte kept. A stream cut in the middle is read again from the start
-(the log API has no offset). Events are read as bytes too, a page of EVENT_PAGE
+streamed in LOG_CHUNK pieces straight into the node log by the core collector
+(labctl/collect.py `stream`): flat memory for any size, every byte kept. A stream
+cut in the middle is read again from the start (the log API has no offset). Events are read as bytes too, a page of EVENT_PAGE
 at a time.
 
 tenacity (the `k8s` extra) does the retrying: a well-kept library with a
@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from ...collect import Cut, stream
 from ...errors import LabError
 from workloads._protocol import one_line
 
@@ -324,7 +325,14 @@ class Cluster:
             response = self.core.read_namespaced_pod_log(
                 pod, self.namespace, container=container, _preload_content=False,
                 _request_timeout=(timeout, timeout))      # (connect, each read): a long log is no timeout
-            return _stream_into(response, path)
+            try:
+                return stream(response.stream(LOG_CHUNK, decode_content=True), path)
+            except Cut as cut:              # the read broke off (a full disk passes as it is)
+                if transient(cut.cause):
+                    raise StreamCut(cut.received, cut.cause) from None
+                raise cut.cause from None
+            finally:
+                _let_go(response)
         return self.retrying(request, attempt)
 
     def save_events(self, kind: str, name: str, path: Path) -> int:
@@ -373,23 +381,6 @@ def _read_body(response: Any) -> bytes:
             raise StreamCut(received, exc) from None
         raise
     return b"".join(parts)
-
-
-def _stream_into(response: Any, path: Path) -> int:
-    """A response body into `path` as it arrives; StreamCut when it breaks off."""
-    received = 0
-    try:
-        with open(path, "wb") as out:
-            for chunk in response.stream(LOG_CHUNK, decode_content=True):
-                out.write(chunk)
-                received += len(chunk)
-    except Exception as exc:
-        if transient(exc):                  # the connection, not the disk (ENOSPC is no retry)
-            raise StreamCut(received, exc) from None
-        raise
-    finally:
-        _let_go(response)
-    return received
 
 
 def _let_go(response: Any) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ...collect import Tally
 from ...errors import LabError
 from ...faults import Fault, NotYet
 from ...outcome import NodeOutcome, NodeState, from_exit_code
@@ -352,13 +353,7 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
     """
     events = rundir.path / "events"
     events.mkdir(exist_ok=True)
-    unsaved: list[str] = []
-
-    def failed(what: str, exc: Exception, keep: bool) -> None:
-        line = f"{what}: {one_line(exc, 300)}"
-        progress(line)
-        if strict or keep:
-            unsaved.append(line)
+    tally = Tally(progress)              # what could not be saved is said; kept ones raise
 
     # No pod list, nothing saved: the error (one line) goes up, and the lab is kept.
     pods = _pods_by_index(cluster, run_id, nodes_per_replica)
@@ -367,19 +362,14 @@ def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
         if _never_started(pod):
             progress(f"pod {name} (node {index}) never started: it has no log")
             continue
-        try:
-            cluster.save_pod_log(name, k8s_render.CONTAINER, rundir.node_log(index))
-        except Exception as exc:
-            failed(f"could not read the log of pod {name}", exc, keep=_status(exc) not in (400, 404))
+        tally.attempt(f"could not read the log of pod {name}",
+                      lambda: cluster.save_pod_log(name, k8s_render.CONTAINER, rundir.node_log(index)),
+                      counts=lambda exc: strict or _status(exc) not in (400, 404))
     for what, obj in [(kind, job)] + [("Pod", p.metadata.name) for _, p in sorted(pods.items())]:
-        try:
-            cluster.save_events(what, obj, events / f"{what.lower()}-{obj}.log")
-        except Exception as exc:
-            failed(f"could not read the events of {what.lower()}/{obj}", exc,
-                   keep=isinstance(exc, ApiUnavailable))
-    if unsaved:
-        more = f" (and {len(unsaved) - 1} more)" if len(unsaved) > 1 else ""
-        raise LabError(unsaved[0] + more)
+        tally.attempt(f"could not read the events of {what.lower()}/{obj}",
+                      lambda: cluster.save_events(what, obj, events / f"{what.lower()}-{obj}.log"),
+                      counts=lambda exc: strict or isinstance(exc, ApiUnavailable))
+    tally.check()
     job_start, verdict = None, None
     try:
         found = _read_watched(cluster, kind, job)
