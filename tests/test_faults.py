@@ -121,7 +121,7 @@ def test_the_node_env_carries_pg_timeout_and_debug_and_the_users_env_wins():
 
 def test_only_a_delayed_node_gets_net_admin_in_compose():
     spec = backends.from_dict({"backend": "compose", "faults": ["delay:1=50", "kill-node:0@5"]})
-    from labctl.plan import container_placement
+    from labctl.backends.containers import container_placement
 
     services = render_compose.render(plan(spec, container_placement(spec, "compose"), "r"))["services"]
     assert services["lab-1"]["cap_add"] == ["NET_ADMIN"] and "cap_add" not in services["lab-0"]

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import assert_nothing_left, labctl
 from labctl import logs, plan as planmod, spec
-from labctl.plan import container_placement, local_placement, node_command
+from labctl.backends.containers import DEFAULT_STORE_PORT, container_placement
+from labctl.plan import local_placement, node_command
 from plan_runner import local_plan, run_plan
 from workloads import _common, replicas
 from workloads._report import replicas as replicas_report
@@ -51,7 +52,7 @@ def test_replicas_are_rendezvous_of_their_own_around_one_store():
         k, i = node.replica, node.index % 2
         env = proc.env
         assert env["NODE_RANK"] == str(i) and env["MASTER_ADDR"] == f"lab-r{k}-0"
-        assert [env[v] for v in REPLICA_VARS] == [str(k), "3", "lab-store", str(planmod.DEFAULT_STORE_PORT)]
+        assert [env[v] for v in REPLICA_VARS] == [str(k), "3", "lab-store", str(DEFAULT_STORE_PORT)]
         assert f"--rdzv-id=run-1-r{k}" in proc.argv
         assert f"--rdzv-endpoint=lab-r{k}-0:29500" in proc.argv
         assert f"--rdzv-conf=is_host={int(i == 0)},join_timeout=120" in proc.argv
