@@ -3,7 +3,9 @@
 `plan(spec, placement, run_id)` is a pure function. Every backend (local
 processes, compose services, Kubernetes pods) starts exactly the processes
 listed here; backends differ only in their `Placement` — how nodes are named
-and how they reach node 0 — never in how the command line is built.
+and how they reach node 0 — never in how the command line is built. Each
+backend makes its own (labctl/backends/local/placement.py; compose and k8s
+share labctl/backends/containers.py); this module knows none of them.
 
 With `replicas: R > 1` the plan holds R independent torchrun jobs (each with
 its own rendezvous id and node 0) in `nodes`, replica-major, plus one
@@ -17,22 +19,18 @@ import datetime as _dt
 import gc
 import json
 import math
-import os
 import secrets
 import shlex
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from workloads._protocol import (DEBUG_SERVER_SUBDIR, EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE,
-                                 RECORDS_SUBDIR, Env)
+from workloads._protocol import EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE, Env
 
 from .spec import LabSpec
 
 STORE_MODULE = "workloads._replica_store"
-LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the run folder
-# torchrun's --log-dir on the local backend, in the run folder: node i's agent writes
+# torchrun's --log-dir in the run folder (the local backend's placement sets it; the finish
+# reads the workers' error files there, labctl/finish.py): node i's agent writes
 # <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
 TORCHRUN_LOGS_SUBDIR = "torchrun"
 
@@ -64,82 +62,10 @@ class Placement:
         return self.replica_masters[replica] if self.replica_masters else (self.master_addr, self.master_port)
 
 
-def ports_needed(spec: LabSpec) -> int:
-    """Consecutive ports a local lab needs from its base port: per replica the
-    rendezvous port and, next to it, the tcp:// init port; then the replica store."""
-    if spec.replicas > 1:
-        return 2 * spec.replicas + 1
-    return 2 if spec.init_method == "tcp" else 1
-
-
 def init_port(rdzv_port: int) -> int:
     """tcp:// init gets a port of its own on node 0, next to the rendezvous port
     (the rendezvous store already listens on that one)."""
     return rdzv_port + 1
-
-
-def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
-                    run_folder: str | os.PathLike | None = None,
-                    debug_server_port: int | None = None) -> Placement:
-    """All nodes are processes on this machine; they meet on loopback.
-
-    Replicas share the one address, so each gets its own pair of ports
-    (rendezvous, tcp:// init) counted up from `port`, and the replica store the
-    port after them (`ports_needed`). The shared directory (file:// init, and
-    LAB_SHARED_DIR) is the run folder's `shared/`, as an absolute path, so the
-    plan names the very directory the nodes get; without a run folder there is none.
-    torch's debug server (`debug_server`) listens on `debug_server_port` (the lab's port,
-    else the caller's free one) and dumps into the run folder's `debug-server/`.
-    """
-    many = spec.replicas > 1
-    shared = local_shared_dir(run_folder) if run_folder is not None else None
-    debug = spec.debug_server is not None and run_folder is not None
-    return Placement(
-        backend="local",
-        hostnames=tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes)),
-        master_addr="127.0.0.1",
-        master_port=port,
-        torchrun=(sys.executable, "-m", "torch.distributed.run"),
-        python=(sys.executable,),
-        # gloo binds to what the hostname resolves to; nodes that share one host
-        # must use loopback instead.
-        env={"GLOO_SOCKET_IFNAME": "lo", **({Env.SHARED_DIR: shared} if shared else {}),
-             **({Env.TRACE_DIR: local_records_dir(run_folder)} if run_folder is not None else {}),
-             **({Env.DEBUG_SERVER_DIR: local_debug_server_dir(run_folder)} if debug else {})},
-        script_path=script_path if script_path is not None else spec.script,
-        replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
-        store_addr="127.0.0.1" if many else None,
-        store_port=port + 2 * spec.replicas if many else None,
-        shared_dir=shared,
-        torchrun_log_dir=local_torchrun_log_dir(run_folder) if run_folder is not None else None,
-        debug_server_port=((debug_server_port or spec.debug_server.port)
-                           if spec.debug_server is not None else None),
-    )
-
-
-def local_shared_dir(run_folder: str | os.PathLike) -> str:
-    """The directory local nodes share: the run folder's `shared/` (kept with the run),
-    absolute (every node works in a directory of its own)."""
-    return str((Path(run_folder) / LOCAL_SHARED_SUBDIR).resolve())
-
-
-def local_records_dir(run_folder: str | os.PathLike) -> str:
-    """The run folder's `records/`, absolute: local ranks write their trace and Flight
-    Recorder records there into memory-mapped files that outlive any death of the rank
-    (workloads/_trace.py), and labctl reads them from there (labctl/trace.py)."""
-    return str((Path(run_folder) / RECORDS_SUBDIR).resolve())
-
-
-def local_debug_server_dir(run_folder: str | os.PathLike) -> str:
-    """The run folder's `debug-server/`, absolute: rank 0's debug server frontend writes
-    its periodic dumps (every rank's stacks, the TCPStore's keys) and its log there."""
-    return str((Path(run_folder) / DEBUG_SERVER_SUBDIR).resolve())
-
-
-def local_torchrun_log_dir(run_folder: str | os.PathLike) -> str:
-    """The run folder's `torchrun/`, absolute: every torchrun agent's --log-dir is a
-    `node-<i>` in it, so the workers' error files stay with the run (labctl/blame.py)."""
-    return str((Path(run_folder) / TORCHRUN_LOGS_SUBDIR).resolve())
 
 
 def node_hostname(spec: LabSpec, index: int, replica: int = 0) -> str:

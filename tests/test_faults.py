@@ -16,7 +16,8 @@ import pytest
 from conftest import assert_nothing_left, labctl
 from docker_support import require_compose, require_image
 from labctl import backends, faults, spec as specmod
-from labctl.plan import local_placement, plan
+from labctl.backends.local.placement import local_placement
+from labctl.plan import plan
 from labctl.backends.compose import render as render_compose
 
 # A training-like loop: all_reduce forever (until the lab's fault or deadline ends it).

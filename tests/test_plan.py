@@ -3,7 +3,8 @@ import subprocess
 
 from labctl import logs, plan, spec
 from labctl.backends.containers import SCRIPT_MOUNT, container_placement
-from labctl.plan import local_placement, node_command
+from labctl.backends.local.placement import local_placement
+from labctl.plan import node_command
 
 
 def _plan(**kw):
