@@ -21,8 +21,9 @@ MAX_SECONDS = 10 ** 9                # timeouts: about 31 years, fits every int 
 # CLI's lab flags (labctl/cli.py `lab_options`), `to_dict`, STARTER and `field_table`
 # are made from these (the backends' own flags come from their Options the same way).
 
-BACKENDS_ALL = ("local", "compose", "k8s")
-CONTAINERS = ("compose", "k8s")
+# The backends themselves are listed once, in the registry (labctl/backends/__init__.py,
+# above this layer): a field names only the ones it is limited to (None: every backend).
+CONTAINERS = ("compose", "k8s")      # the backends that run a node in a container
 
 
 class Reading:
@@ -158,7 +159,7 @@ class LabField:
     flag: str | None = None         # `--nodes`, `--trace/--no-trace`; None: the lab file only
     many: bool = False              # a repeatable flag (its values: Reader.from_flags)
     null_ok: bool = True            # `field: null` means the default (else it is refused)
-    backends: tuple[str, ...] = BACKENDS_ALL    # the backends it acts on
+    backends: tuple[str, ...] | None = None   # the backends it acts on (None: every one)
     starter: str = ""               # its lines in `labctl init`'s starter (str.format'ed)
     section: bool = False           # a section of its own (`k8s:`): last in the starter
     doc: str = ""                   # its meaning in docs/lab-description.md (default: help)

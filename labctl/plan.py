@@ -3,7 +3,9 @@
 `plan(spec, placement, run_id)` is a pure function. Every backend (local
 processes, compose services, Kubernetes pods) starts exactly the processes
 listed here; backends differ only in their `Placement` — how nodes are named
-and how they reach node 0 — never in how the command line is built.
+and how they reach node 0 — never in how the command line is built. Each
+backend makes its own (labctl/backends/local/placement.py; compose and k8s
+share labctl/backends/containers.py); this module knows none of them.
 
 With `replicas: R > 1` the plan holds R independent torchrun jobs (each with
 its own rendezvous id and node 0) in `nodes`, replica-major, plus one
@@ -17,33 +19,20 @@ import datetime as _dt
 import gc
 import json
 import math
-import os
 import secrets
 import shlex
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from workloads._protocol import (DEBUG_SERVER_SUBDIR, EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE,
-                                 RECORDS_SUBDIR, Env)
+from workloads._protocol import EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE, Env
 
-from .spec import DEFAULT_DEBUG_SERVER_PORT, LabSpec
+from .spec import LabSpec
 
-DEFAULT_CONTAINER_PORT = 29500
-DEFAULT_STORE_PORT = 29400          # the replica store in containers (a host of its own)
-SHARED_MOUNT = "/lab/shared"        # where container backends mount the shared directory
 STORE_MODULE = "workloads._replica_store"
-LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the run folder
-# torchrun's --log-dir on the local backend, in the run folder: node i's agent writes
+# torchrun's --log-dir in the run folder (the local backend's placement sets it; the finish
+# reads the workers' error files there, labctl/finish.py): node i's agent writes
 # <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
 TORCHRUN_LOGS_SUBDIR = "torchrun"
-SCRIPT_MOUNT = "/lab/script"        # where container backends mount a user's script
-RECORDS_MOUNT = "/lab/records"      # where compose mounts the run folder's records/ (LAB_TRACE_DIR)
-DEBUG_SERVER_MOUNT = "/lab/debug-server"   # where compose mounts the run folder's debug-server/
-# where a container's debug server dumps when nothing is mounted (k8s, a compose file run by
-# hand): the node's own /tmp, gone with it
-CONTAINER_DEBUG_SERVER_DIR = "/tmp/labctl-debug-server"
 
 
 @dataclass(frozen=True)
@@ -73,127 +62,10 @@ class Placement:
         return self.replica_masters[replica] if self.replica_masters else (self.master_addr, self.master_port)
 
 
-def ports_needed(spec: LabSpec) -> int:
-    """Consecutive ports a local lab needs from its base port: per replica the
-    rendezvous port and, next to it, the tcp:// init port; then the replica store."""
-    if spec.replicas > 1:
-        return 2 * spec.replicas + 1
-    return 2 if spec.init_method == "tcp" else 1
-
-
 def init_port(rdzv_port: int) -> int:
     """tcp:// init gets a port of its own on node 0, next to the rendezvous port
     (the rendezvous store already listens on that one)."""
     return rdzv_port + 1
-
-
-def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
-                    run_folder: str | os.PathLike | None = None,
-                    debug_server_port: int | None = None) -> Placement:
-    """All nodes are processes on this machine; they meet on loopback.
-
-    Replicas share the one address, so each gets its own pair of ports
-    (rendezvous, tcp:// init) counted up from `port`, and the replica store the
-    port after them (`ports_needed`). The shared directory (file:// init, and
-    LAB_SHARED_DIR) is the run folder's `shared/`, as an absolute path, so the
-    plan names the very directory the nodes get; without a run folder there is none.
-    torch's debug server (`debug_server`) listens on `debug_server_port` (the lab's port,
-    else the caller's free one) and dumps into the run folder's `debug-server/`.
-    """
-    many = spec.replicas > 1
-    shared = local_shared_dir(run_folder) if run_folder is not None else None
-    debug = spec.debug_server is not None and run_folder is not None
-    return Placement(
-        backend="local",
-        hostnames=tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes)),
-        master_addr="127.0.0.1",
-        master_port=port,
-        torchrun=(sys.executable, "-m", "torch.distributed.run"),
-        python=(sys.executable,),
-        # gloo binds to what the hostname resolves to; nodes that share one host
-        # must use loopback instead.
-        env={"GLOO_SOCKET_IFNAME": "lo", **({Env.SHARED_DIR: shared} if shared else {}),
-             **({Env.TRACE_DIR: local_records_dir(run_folder)} if run_folder is not None else {}),
-             **({Env.DEBUG_SERVER_DIR: local_debug_server_dir(run_folder)} if debug else {})},
-        script_path=script_path if script_path is not None else spec.script,
-        replica_masters=tuple(("127.0.0.1", port + 2 * k) for k in range(spec.replicas)) if many else (),
-        store_addr="127.0.0.1" if many else None,
-        store_port=port + 2 * spec.replicas if many else None,
-        shared_dir=shared,
-        torchrun_log_dir=local_torchrun_log_dir(run_folder) if run_folder is not None else None,
-        debug_server_port=((debug_server_port or spec.debug_server.port)
-                           if spec.debug_server is not None else None),
-    )
-
-
-def container_placement(spec: LabSpec, backend: str, master_addr: str | None = None,
-                        replica_master_addrs: tuple[str, ...] | None = None) -> Placement:
-    """One container per node, each with its own hostname and address.
-
-    Compose reaches node 0 by its service hostname; Kubernetes by the pod's
-    `<job>-0.<service>` DNS name under the headless Service (with replicas,
-    `replica_master_addrs` gives each replica's). Every replica's node 0 is a
-    host of its own, so all use the same ports. The shared directory exists
-    when something needs it (init_method file, or a shared_volume: on compose a
-    volume of labctl's, on k8s the claim); the nodes find it in LAB_SHARED_DIR.
-    """
-    hostnames = tuple(node_hostname(spec, i, k) for k in range(spec.replicas) for i in range(spec.nodes))
-    port = spec.rdzv_port or DEFAULT_CONTAINER_PORT
-    many = spec.replicas > 1
-    masters: tuple[tuple[str, int], ...] = ()
-    if many:
-        addrs = replica_master_addrs or tuple(node_hostname(spec, 0, k) for k in range(spec.replicas))
-        if len(addrs) != spec.replicas:
-            raise ValueError(f"{len(addrs)} replica master addresses for {spec.replicas} replicas")
-        masters = tuple((a, port) for a in addrs)
-    shared = container_shared_dir(spec) is not None
-    return Placement(
-        backend=backend,
-        hostnames=hostnames,
-        master_addr=masters[0][0] if many else master_addr or hostnames[0],
-        master_port=port,
-        script_path=f"{SCRIPT_MOUNT}/{spec.script.rsplit('/', 1)[-1]}" if spec.script else None,
-        replica_masters=masters,
-        store_addr=store_hostname(spec) if many else None,
-        store_port=DEFAULT_STORE_PORT if many else None,
-        shared_dir=SHARED_MOUNT if shared else None,
-        # where a workload keeps what must outlive a restart (the elastic checkpoints)
-        env={**({Env.SHARED_DIR: SHARED_MOUNT} if shared else {}),
-             **({Env.DEBUG_SERVER_DIR: CONTAINER_DEBUG_SERVER_DIR} if spec.debug_server else {})},
-        debug_server_port=((spec.debug_server.port or DEFAULT_DEBUG_SERVER_PORT)
-                           if spec.debug_server is not None else None),
-    )
-
-
-def container_shared_dir(spec: LabSpec) -> str | None:
-    """Where container nodes share a directory, when something needs one (init_method
-    file, or a shared_volume)."""
-    return SHARED_MOUNT if spec.init_method == "file" or spec.shared_volume is not None else None
-
-
-def local_shared_dir(run_folder: str | os.PathLike) -> str:
-    """The directory local nodes share: the run folder's `shared/` (kept with the run),
-    absolute (every node works in a directory of its own)."""
-    return str((Path(run_folder) / LOCAL_SHARED_SUBDIR).resolve())
-
-
-def local_records_dir(run_folder: str | os.PathLike) -> str:
-    """The run folder's `records/`, absolute: local ranks write their trace and Flight
-    Recorder records there into memory-mapped files that outlive any death of the rank
-    (workloads/_trace.py), and labctl reads them from there (labctl/trace.py)."""
-    return str((Path(run_folder) / RECORDS_SUBDIR).resolve())
-
-
-def local_debug_server_dir(run_folder: str | os.PathLike) -> str:
-    """The run folder's `debug-server/`, absolute: rank 0's debug server frontend writes
-    its periodic dumps (every rank's stacks, the TCPStore's keys) and its log there."""
-    return str((Path(run_folder) / DEBUG_SERVER_SUBDIR).resolve())
-
-
-def local_torchrun_log_dir(run_folder: str | os.PathLike) -> str:
-    """The run folder's `torchrun/`, absolute: every torchrun agent's --log-dir is a
-    `node-<i>` in it, so the workers' error files stay with the run (labctl/blame.py)."""
-    return str((Path(run_folder) / TORCHRUN_LOGS_SUBDIR).resolve())
 
 
 def node_hostname(spec: LabSpec, index: int, replica: int = 0) -> str:

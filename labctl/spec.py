@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from .faults import Fault  # noqa: E402
-from .fields import (BACKENDS_ALL, CONTAINERS, MAX_PATH, MAX_SECONDS, Bool, Choice, Folder, Int,  # noqa: F401
+from .fields import (CONTAINERS, MAX_PATH, MAX_SECONDS, Bool, Choice, Folder, Int,  # noqa: F401
                      LabField, Reader, Reading, Seconds, Text, doc_value, lab_field, read_int, seconds_of)
 from workloads._protocol import Env, records
 from .links import LinkError, Links
@@ -594,7 +594,7 @@ def field_table() -> str:
     for name, decl in lab_fields():
         flag = decl.doc_flag or (" / ".join(f"`{f}`" for f in decl.flag.split("/")) if decl.flag else "—")
         default = decl.doc_default or doc_value(default_of(name))
-        used = "all" if decl.backends == BACKENDS_ALL else ", ".join(decl.backends)
+        used = "all" if decl.backends is None else ", ".join(decl.backends)
         rows.append(f"| `{name}` | {flag} | {default} | {decl.read.values() or '—'} | {used} "
                     f"| {decl.doc or decl.help} |")
     return "\n".join(rows) + "\n"
@@ -951,7 +951,7 @@ def idle_settings(spec: LabSpec) -> list[str]:
     a setting for another one is no mistake. What would fail at run time is refused
     (`from_dict`, `check_files`)."""
     notes = []
-    containers = spec.backend in ("compose", "k8s")
+    containers = spec.backend in CONTAINERS
     if spec.image is not None and not containers:
         notes.append(f"image: the {spec.backend} backend starts no containers (image is for "
                      "compose and k8s)")

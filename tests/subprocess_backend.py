@@ -20,7 +20,8 @@ from pathlib import Path
 from labctl.backends.base import Backend, Bound, BoundRun
 from labctl.backends.local.backend import free_port, kill_processes, processes_of_run
 from labctl.outcome import NodeOutcome, NodeState, from_exit_code
-from labctl.plan import LaunchPlan, Placement, local_placement, ports_needed
+from labctl.backends.local.placement import local_placement, ports_needed
+from labctl.plan import LaunchPlan, Placement
 from labctl.rundir import RunDir
 from labctl.spec import LabSpec
 

@@ -16,7 +16,8 @@ import pytest
 from labctl.blame import Findings, first_failure, read_error_files
 from labctl.record import FiredFault
 from labctl.outcome import NodeOutcome, NodeState, RunState
-from labctl.plan import local_placement, plan
+from labctl.backends.local.placement import local_placement
+from labctl.plan import plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 from workloads._record import recorded

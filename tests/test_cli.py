@@ -365,7 +365,8 @@ def test_a_reader_that_goes_away_ends_labctl_quietly(tmp_path):
     """`labctl logs RUN | head` printed 'error: Broken pipe' (exit 1). Now: nothing on
     stderr, and the status of a SIGPIPE death (141) when a write failed, as cat."""
     from labctl.outcome import NodeOutcome
-    from labctl.plan import local_placement, plan
+    from labctl.backends.local.placement import local_placement
+    from labctl.plan import plan
     from labctl.rundir import RunDir
     from labctl.spec import from_dict
 

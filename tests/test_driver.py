@@ -14,7 +14,8 @@ from labctl import backends, driver, lab
 from labctl.backends.base import Backend, BackendFailure
 from labctl.errors import LabError
 from labctl.outcome import NodeOutcome, NodeState, RunState, spared
-from labctl.plan import local_placement, plan
+from labctl.backends.local.placement import local_placement
+from labctl.plan import plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 

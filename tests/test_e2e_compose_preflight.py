@@ -21,7 +21,7 @@ import pytest
 from docker_support import REPO, image_exists, require_compose, require_image
 from labctl import lab
 from labctl.backends.compose.backend import ComposeBackend
-from labctl.plan import container_placement
+from labctl.backends.containers import container_placement
 from labctl.rendered import RUN_LABEL
 from labctl.spec import from_dict
 

@@ -101,7 +101,8 @@ def test_labs_the_elastic_workload_cannot_run_are_one_line(fields, hint):
 
 
 def test_container_labs_with_a_shared_volume_checkpoint_there():
-    from labctl.plan import SHARED_MOUNT, container_placement, plan
+    from labctl.backends.containers import SHARED_MOUNT, container_placement
+    from labctl.plan import plan
     for backend in ("compose", "k8s"):
         s = backends.from_dict({"backend": backend, "shared_volume": {"claim": "lab-shared"},
                             "workloads": ["elastic"]})

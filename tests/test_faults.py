@@ -16,7 +16,8 @@ import pytest
 from conftest import assert_nothing_left, labctl
 from docker_support import require_compose, require_image
 from labctl import backends, faults, spec as specmod
-from labctl.plan import local_placement, plan
+from labctl.backends.local.placement import local_placement
+from labctl.plan import plan
 from labctl.backends.compose import render as render_compose
 
 # A training-like loop: all_reduce forever (until the lab's fault or deadline ends it).
@@ -121,7 +122,7 @@ def test_the_node_env_carries_pg_timeout_and_debug_and_the_users_env_wins():
 
 def test_only_a_delayed_node_gets_net_admin_in_compose():
     spec = backends.from_dict({"backend": "compose", "faults": ["delay:1=50", "kill-node:0@5"]})
-    from labctl.plan import container_placement
+    from labctl.backends.containers import container_placement
 
     services = render_compose.render(plan(spec, container_placement(spec, "compose"), "r"))["services"]
     assert services["lab-1"]["cap_add"] == ["NET_ADMIN"] and "cap_add" not in services["lab-0"]

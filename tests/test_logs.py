@@ -169,7 +169,8 @@ def _mixed_log(seed: int) -> bytes:
 
 def _run_folder(tmp_path, name: str, data: bytes):
     """A run folder of one node with three ranks, its node log holding `data`."""
-    from labctl.plan import local_placement, plan
+    from labctl.backends.local.placement import local_placement
+    from labctl.plan import plan
     from labctl.rundir import RunDir
     from labctl.spec import from_dict
 

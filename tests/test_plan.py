@@ -2,7 +2,9 @@ import json
 import subprocess
 
 from labctl import logs, plan, spec
-from labctl.plan import container_placement, local_placement, node_command
+from labctl.backends.containers import SCRIPT_MOUNT, container_placement
+from labctl.backends.local.placement import local_placement
+from labctl.plan import node_command
 
 
 def _plan(**kw):
@@ -78,7 +80,7 @@ def test_workload_options_travel_as_json():
 
 def test_script_runs_under_the_same_launcher():
     p = _plan(script="dir/train.py", script_args=["--epochs", "2"])
-    assert p.nodes[0].processes[0].argv[-3:] == (f"{plan.SCRIPT_MOUNT}/train.py", "--epochs", "2")
+    assert p.nodes[0].processes[0].argv[-3:] == (f"{SCRIPT_MOUNT}/train.py", "--epochs", "2")
 
 
 def test_local_placement_uses_loopback_and_this_interpreter():

@@ -19,6 +19,7 @@ import plan_runner
 from conftest import assert_nothing_left, labctl
 from labctl import lab
 from labctl import plan as planmod
+from labctl.backends.local.placement import local_placement
 from labctl.spec import from_dict
 from workloads._report import preflight as hook
 
@@ -54,7 +55,7 @@ def preflight_plan(tmp_path, port: int, nodes: int = 2, **fields) -> planmod.Lau
     spec = lab.preflight_spec(from_dict({
         "nodes": nodes, "nproc_per_node": 1, "workloads": [{"name": "preflight", "options": FAST}],
         **fields}))
-    return planmod.plan(spec, planmod.local_placement(spec, port), f"pf-{tmp_path.name[-16:]}")
+    return planmod.plan(spec, local_placement(spec, port), f"pf-{tmp_path.name[-16:]}")
 
 
 @pytest.mark.slow

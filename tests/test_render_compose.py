@@ -17,7 +17,8 @@ import yaml
 
 from docker_support import REPO, compose_cli
 from labctl import lab
-from labctl.plan import SCRIPT_MOUNT, node_command
+from labctl.backends.containers import SCRIPT_MOUNT
+from labctl.plan import node_command
 from labctl.backends import spec_from_stored
 from labctl.backends.compose import render as compose
 from labctl.rendered import SPEC_KEY

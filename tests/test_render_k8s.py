@@ -18,7 +18,8 @@ import yaml
 from labctl import backends, spec as specmod
 from labctl.backends.k8s import settings as k8s_settings
 from labctl.errors import LabError
-from labctl.plan import SCRIPT_MOUNT, container_placement, node_command, plan
+from labctl.backends.containers import SCRIPT_MOUNT, container_placement
+from labctl.plan import node_command, plan
 from labctl.backends import spec_from_stored
 from labctl.backends.k8s import render as k8s
 from labctl.rendered import SPEC_KEY

@@ -15,7 +15,9 @@ import pytest
 
 from conftest import assert_nothing_left, labctl
 from labctl import logs, plan as planmod, spec
-from labctl.plan import container_placement, local_placement, node_command
+from labctl.backends.containers import DEFAULT_STORE_PORT, container_placement
+from labctl.backends.local.placement import local_placement, ports_needed
+from labctl.plan import node_command
 from plan_runner import local_plan, run_plan
 from workloads import _common, replicas
 from workloads._report import replicas as replicas_report
@@ -51,7 +53,7 @@ def test_replicas_are_rendezvous_of_their_own_around_one_store():
         k, i = node.replica, node.index % 2
         env = proc.env
         assert env["NODE_RANK"] == str(i) and env["MASTER_ADDR"] == f"lab-r{k}-0"
-        assert [env[v] for v in REPLICA_VARS] == [str(k), "3", "lab-store", str(planmod.DEFAULT_STORE_PORT)]
+        assert [env[v] for v in REPLICA_VARS] == [str(k), "3", "lab-store", str(DEFAULT_STORE_PORT)]
         assert f"--rdzv-id=run-1-r{k}" in proc.argv
         assert f"--rdzv-endpoint=lab-r{k}-0:29500" in proc.argv
         assert f"--rdzv-conf=is_host={int(i == 0)},join_timeout=120" in proc.argv
@@ -68,7 +70,7 @@ def test_replicas_are_rendezvous_of_their_own_around_one_store():
 
 def test_local_replicas_get_their_own_ports():
     p = _plan("local", nodes=1, nproc_per_node=2, replicas=2, init_method="tcp")
-    assert planmod.ports_needed(p.spec) == 5
+    assert ports_needed(p.spec) == 5
     argvs = [n.processes[0].argv for n in p.nodes]
     assert "--rdzv-endpoint=127.0.0.1:40000" in argvs[0] and "--rdzv-endpoint=127.0.0.1:40002" in argvs[1]
     assert [n.processes[0].env["LAB_INIT_METHOD"] for n in p.nodes] == \

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 
 from labctl.outcome import NodeOutcome, NodeState, RunState
-from labctl.plan import local_placement, plan
+from labctl.backends.local.placement import local_placement
+from labctl.plan import plan
 from labctl.rundir import RunDir
 from labctl.spec import from_dict
 from conftest import finalize

@@ -489,7 +489,8 @@ def test_an_env_entry_labctl_sets_itself_is_refused_naming_what_to_use(name, use
 def test_every_variable_the_plan_sets_is_reserved_or_allowed_on_purpose():
     """What a node gets from labctl (every backend, launcher, elastic, replicas, faults,
     trace, debug) is either refused in env: or one of the few documented as the user's."""
-    from labctl.plan import local_placement, plan
+    from labctl.backends.local.placement import local_placement
+    from labctl.plan import plan
 
     allowed = {"PYTHONUNBUFFERED", "GLOO_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG",
                "TORCH_CPP_LOG_LEVEL", "NCCL_DEBUG"}

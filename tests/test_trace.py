@@ -1066,11 +1066,12 @@ def test_pods_as_containers_bring_their_trace_through_collect(tmp_path):
 
 def test_the_trace_field_reaches_every_node_as_LAB_TRACE():
     from labctl import plan as planmod
+    from labctl.backends.containers import container_placement
     from labctl import spec as specmod
 
     def env(**fields):
         s = specmod.from_dict(fields)
-        return [p.env for n in planmod.plan(s, planmod.container_placement(s, "compose"), "r").nodes
+        return [p.env for n in planmod.plan(s, container_placement(s, "compose"), "r").nodes
                 for p in n.processes]
 
     assert all(e.get("LAB_TRACE") == "1" for e in env(trace=True)) and all(e.get("LAB_TRACE") == "1" for e in env())

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from labctl import logs, plan
+from labctl.backends.local.placement import local_placement
 from plan_runner import split_by_rank
 from labctl.backends.local.backend import free_port
 from labctl.spec import from_dict
@@ -51,7 +52,7 @@ def run_lab(tmp_path: Path, nnodes: int, nproc: int, workloads=ALL, options: dic
     """
     entries = [{"name": w, "options": (options or {}).get(w, {})} for w in workloads]
     spec = from_dict({"nodes": nnodes, "nproc_per_node": nproc, "workloads": entries})
-    the_plan = plan.plan(spec, plan.local_placement(spec, free_port()), f"test-{tmp_path.name}")
+    the_plan = plan.plan(spec, local_placement(spec, free_port()), f"test-{tmp_path.name}")
     procs, node_logs = [], []
     for node in the_plan.nodes:
         (proc,) = node.processes
@@ -249,7 +250,7 @@ def test_the_env_table_is_the_env_workloads_report_hook(tmp_path, monkeypatch):
     from workloads._report import env as env_hook
 
     lab = spec.from_dict({"nodes": 1, "nproc_per_node": 2})
-    run = RunDir.create(planmod.plan(lab, planmod.local_placement(lab, 29500), "envhook"),
+    run = RunDir.create(planmod.plan(lab, local_placement(lab, 29500), "envhook"),
                         out=tmp_path / "run")
     records = [{"workload": "env", "name": "env", "rank": r, "ok": True, "hostname": "h",
                 "pid": 10 + r} for r in (1, 0)] + [{"workload": "p2p", "name": "ring", "rank": 0, "ok": True}]

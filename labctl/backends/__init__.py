@@ -3,9 +3,11 @@
 Every backend is a `Backend` subclass (labctl/backends/base.py) in a package of
 its own (`local/`, `compose/`, `k8s/`: the backend, its renderer, its settings
 and whatever else only it knows); the driver (labctl/driver.py) decides *when*
-to start, poll, stop, collect and delete, the backend only says *how*. Adding a
-backend is one package plus one line here (docs/architecture.md shows the
-steps). The spec's `backend` choices, the CLI's backend flags (from each
+to start, poll, stop, collect and delete, the backend only says *how*. What several
+backends share sits beside them: `containers.py` (compose and k8s: their placement,
+mounts and ports), `runfolder.py` (local and compose: the run folder's directories
+handed to the nodes). Adding a backend is one package plus one line here
+(docs/architecture.md shows the steps). The spec's `backend` choices, the CLI's backend flags (from each
 backend's typed `Options`), `labctl render` targets and the lab checks of every
 backend all come from this table.
 

@@ -26,13 +26,14 @@ from ...errors import LabError
 from ...faults import Fault, NotYet
 from ...logs import joins_in
 from ...outcome import NodeOutcome, NodeState, from_exit_code
-from ...plan import (LaunchPlan, Placement, container_placement, container_shared_dir,
-                     local_debug_server_dir, local_records_dir, plan as make_plan)
+from ...plan import LaunchPlan, Placement, plan as make_plan
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import DEFAULT_CUDA_IMAGE, LabSpec
 from .. import spec_from_stored
 from ..base import Backend, Bound, BoundRun, PreflightError, UnknownRun
+from ..containers import container_placement, container_shared_dir
+from ..runfolder import local_debug_server_dir, local_records_dir
 from . import render as render_compose
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds

@@ -41,7 +41,7 @@ from typing import Any
 from ...links import node_shaping
 from workloads._protocol import Env
 
-from ...plan import DEBUG_SERVER_MOUNT, RECORDS_MOUNT, LaunchPlan, NodeLaunch, node_command
+from ...plan import LaunchPlan, NodeLaunch, node_command
 from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
 from ...spec import quantity
 
@@ -55,6 +55,8 @@ HOME = "/home/lab"              # the lab images' user's home (a tmpfs)
 WRITABLE = ("/tmp", WORKDIR, HOME)   # tmpfs on the read-only root, each at most half the memory
 HELPER_PIDS = 256               # the replica store: one Python process
 HELPER_TMP = 64 << 20
+RECORDS_MOUNT = "/lab/records"      # where the run folder's records/ is mounted (LAB_TRACE_DIR)
+DEBUG_SERVER_MOUNT = "/lab/debug-server"   # where the run folder's debug-server/ is mounted
 
 
 def project_name(run_id: str) -> str:

@@ -29,13 +29,14 @@ from ...collect import Tally
 from ...errors import LabError
 from ...faults import Fault, NotYet
 from ...outcome import NodeOutcome, NodeState, from_exit_code
-from ...plan import LaunchPlan, Placement, container_placement, container_shared_dir, plan as make_plan
+from ...plan import LaunchPlan, Placement, plan as make_plan
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import LabSpec, quantity
 from .. import spec_from_stored
 from ..base import (Backend, BackendFailure, BackendOptions, Bound, BoundRun, PreflightError,
                     UnknownRun, option)
+from ..containers import container_placement, container_shared_dir
 from . import jobset as jobset_render
 from . import render as k8s_render
 from . import scheduling as k8s_scheduling

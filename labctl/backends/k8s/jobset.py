@@ -39,9 +39,10 @@ import dataclasses
 from typing import Any
 
 from ...errors import LabError
-from ...plan import LaunchPlan, Placement, container_placement
+from ...plan import LaunchPlan, Placement
 from ...rendered import SPEC_KEY, dump_yaml, stored_spec
 from ...spec import LabSpec
+from ..containers import container_placement
 from . import render as k8s
 from . import settings as k8s_settings
 from .settings import QUEUE_LABEL

@@ -37,11 +37,12 @@ from typing import Any, Sequence
 
 
 from ...errors import LabError
-from ...plan import (SCRIPT_MOUNT, LaunchPlan, NodeLaunch, init_port, node_command,
-                    node_hostname, replica_name, store_hostname)
+from ...plan import (LaunchPlan, NodeLaunch, init_port, node_command, node_hostname,
+                    replica_name, store_hostname)
 from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
 from ... import links as links_module
 from ...spec import LabSpec, SpecError
+from ..containers import SCRIPT_MOUNT
 from . import settings as k8s_settings
 from .settings import QUEUE_LABEL
 

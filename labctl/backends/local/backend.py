@@ -28,12 +28,13 @@ from ...errors import LabError
 from ...faults import Fault, NotYet
 from ...logs import JoinReader
 from ...outcome import NodeOutcome, NodeState, from_exit_code
-from ...plan import LOCAL_SHARED_SUBDIR, LaunchPlan, Placement, local_placement, ports_needed
+from ...plan import LaunchPlan, Placement
 from ...record import Leftover
 from ...rundir import RunDir
 from ...spec import LabSpec
 from ..base import Backend, Bound, BoundRun, PreflightError
 from . import nodeguard
+from .placement import LOCAL_SHARED_SUBDIR, local_placement, ports_needed
 from workloads._protocol import Env, debug_server_missing
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
