@@ -386,13 +386,91 @@ def test_a_record_a_script_prints_is_its_output_not_a_record(users_runs):
     _well_formed(out)
 
 
+def test_a_bad_record_in_a_record_file_is_named_with_its_file_and_line_and_a_torn_one_as_torn(tmp_path):
+    """A record file is read as the merge reads a log: a bad record named by file and line,
+    the rest merged; the zeros past what a rank wrote are not lines; a last record cut
+    short by the rank's death (zeros inside it) is named as torn."""
+    run = tmp_path / "run"
+    (run / "records").mkdir(parents=True)
+    site = {"k": "S", "s": 1, "op": "all_reduce", "pg": "default_pg", "kind": "c", "bytes": 4,
+            "dtype": "float32", "shape": [1], "caller": "job.py:3"}
+    body = (_lines({"k": "H", "v": 2, "t0": 1_000_000, "pid": 7}, site) + "@@labctl-trace B 1 1 1 10\n"
+            + "@@labctl-trace E 1 20\n" + _lines({**site, "s": 2, "bytes": 1e309}) + "@@labctl-trace B 2 1 2 30\n")
+    (run / "records" / "rank-0.0000000000001000000.7.0000.rec").write_bytes(
+        body.encode() + b"@@labctl-trace E 2 4\0\0" + b"\0" * 4096)
+    summary = trace.merge(run, world=1)
+    problems = [str(p) for p in summary.problems]
+    name = run / "records" / "rank-0.0000000000001000000.7.0000.rec"
+    assert problems == [f"{name}:5: trace record with an unusable bytes: inf",
+                        f"{name}:7: rank 0's last record was cut short (the rank died while writing it): skipped"]
+    assert summary.ops == 2 and summary.unfinished == 1 and summary.torn == [0]
+    trace.trim_record_files(run)
+    assert name.read_bytes().endswith(b"@@labctl-trace E 2 4"), "cut to what was written"
+
+
+def _record_line(out: Path, rank: int, needle: str) -> int:
+    lines = (out / "ranks" / f"rank-{rank}.log").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if needle in line)
+
+
+def test_every_entry_point_of_torch_is_recorded_or_named(tmp_path):
+    """The public collective and p2p entry points of the installed torch (torch.distributed,
+    functional collectives, ProcessGroup's methods: tests/trace_entry_points.py finds them
+    in torch), each called once on 2 ranks: every one left a finished record at its line,
+    or is named as issuing no op; and every c10d dispatcher op torch registers carries the
+    recorder's kernel. A torch that adds an entry point fails here until it is called or named."""
+    found = trace_entry_points.entry_points()
+    named = set(trace_entry_points.CALLS) | set(trace_entry_points.NOT_OPS) | set(trace_entry_points.NOT_ON_GLOO)
+    assert found - named == set(), "entry points neither called nor named: " + ", ".join(sorted(found - named))
+    assert set(trace_entry_points.CALLS) <= found, sorted(set(trace_entry_points.CALLS) - found)
+    script = tmp_path / "entry_points.py"
+    script.write_text(trace_entry_points.script())
+    out, info = tmp_path / "run", tmp_path / "info.json"
+    done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "2", "--out", str(out),
+                  "--", str(info), timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _well_formed(out)
+    events, meta = _events(out)
+    written = json.loads(info.read_text())
+    by_line: dict[int, list[dict]] = {}
+    for e in _ops(events):
+        path, _, line = e["args"]["caller"].rpartition(":")
+        if path == str(script):
+            by_line.setdefault(int(line), []).append(e)
+    for name, line in written["lines"].items():
+        ops = by_line.get(line, [])
+        assert {e["args"]["rank"] for e in ops} == {0, 1}, (name, ops)
+        assert all(e["ph"] == "X" for e in ops), (name, ops)
+    unfinished = [e["args"]["caller"] for e in _ops(events) if e["args"].get("unfinished")]
+    assert len(unfinished) <= 2, unfinished          # funcol.reduce_scatter_tensor_inplace: see docs/trace.md
+    # recv from any source: the sender, known at its end
+    anysource = by_line[written["lines"]["ProcessGroup.recv_anysource"]]
+    assert [(e["args"]["rank"], e["name"], e["args"]["peer"]) for e in anysource
+            if e["args"]["rank"] == 0] == [(0, "recv", 1)]
+    import torch
+
+    registered = {full[len("c10d::"):] for full in torch._C._dispatch_get_registrations_for_dispatch_key("CPU")
+                  if full.startswith("c10d::")} - {"check_for_nan"}
+    assert set(written["kernels"]) == registered and all(written["kernels"].values()), written["kernels"]
+
+
+FAILS_IN_A_COLLECTIVE = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 1:
+    dist.all_gather_into_tensor(torch.zeros(3), torch.ones(2))   # line 6: gloo's C++ raises: 3 != 2 x 2
+dist.barrier()
+"""
+
+
 @pytest.fixture(scope="module")
 def hang_run(tmp_path_factory):
     """The hang lab (HANG on 2 nodes x 2 processes, --timeout 30, Flight Recorder dumps to
     a folder of its own), started in the background: once its ranks are in the hang it only
     waits for its deadline, so users_runs (which asks for this fixture first) runs its two
-    labs in that wait, and the hang test, placed after the users' tests, reads a finished
-    run. Output goes to files, not pipes: nobody reads a pipe meanwhile, and a full one
+    labs in that wait, and the hang test, placed after the users' tests and the entry
+    points' lab (which runs in the rest of the wait), reads a finished run. Output goes to files, not pipes: nobody reads a pipe meanwhile, and a full one
     would stall the lab."""
     folder = tmp_path_factory.mktemp("hang")
     script = folder / "hang.py"
@@ -481,84 +559,6 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
     assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
         and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
-
-
-def test_a_bad_record_in_a_record_file_is_named_with_its_file_and_line_and_a_torn_one_as_torn(tmp_path):
-    """A record file is read as the merge reads a log: a bad record named by file and line,
-    the rest merged; the zeros past what a rank wrote are not lines; a last record cut
-    short by the rank's death (zeros inside it) is named as torn."""
-    run = tmp_path / "run"
-    (run / "records").mkdir(parents=True)
-    site = {"k": "S", "s": 1, "op": "all_reduce", "pg": "default_pg", "kind": "c", "bytes": 4,
-            "dtype": "float32", "shape": [1], "caller": "job.py:3"}
-    body = (_lines({"k": "H", "v": 2, "t0": 1_000_000, "pid": 7}, site) + "@@labctl-trace B 1 1 1 10\n"
-            + "@@labctl-trace E 1 20\n" + _lines({**site, "s": 2, "bytes": 1e309}) + "@@labctl-trace B 2 1 2 30\n")
-    (run / "records" / "rank-0.0000000000001000000.7.0000.rec").write_bytes(
-        body.encode() + b"@@labctl-trace E 2 4\0\0" + b"\0" * 4096)
-    summary = trace.merge(run, world=1)
-    problems = [str(p) for p in summary.problems]
-    name = run / "records" / "rank-0.0000000000001000000.7.0000.rec"
-    assert problems == [f"{name}:5: trace record with an unusable bytes: inf",
-                        f"{name}:7: rank 0's last record was cut short (the rank died while writing it): skipped"]
-    assert summary.ops == 2 and summary.unfinished == 1 and summary.torn == [0]
-    trace.trim_record_files(run)
-    assert name.read_bytes().endswith(b"@@labctl-trace E 2 4"), "cut to what was written"
-
-
-def _record_line(out: Path, rank: int, needle: str) -> int:
-    lines = (out / "ranks" / f"rank-{rank}.log").read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if needle in line)
-
-
-def test_every_entry_point_of_torch_is_recorded_or_named(tmp_path):
-    """The public collective and p2p entry points of the installed torch (torch.distributed,
-    functional collectives, ProcessGroup's methods: tests/trace_entry_points.py finds them
-    in torch), each called once on 2 ranks: every one left a finished record at its line,
-    or is named as issuing no op; and every c10d dispatcher op torch registers carries the
-    recorder's kernel. A torch that adds an entry point fails here until it is called or named."""
-    found = trace_entry_points.entry_points()
-    named = set(trace_entry_points.CALLS) | set(trace_entry_points.NOT_OPS) | set(trace_entry_points.NOT_ON_GLOO)
-    assert found - named == set(), "entry points neither called nor named: " + ", ".join(sorted(found - named))
-    assert set(trace_entry_points.CALLS) <= found, sorted(set(trace_entry_points.CALLS) - found)
-    script = tmp_path / "entry_points.py"
-    script.write_text(trace_entry_points.script())
-    out, info = tmp_path / "run", tmp_path / "info.json"
-    done = labctl("up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "2", "--out", str(out),
-                  "--", str(info), timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    _well_formed(out)
-    events, meta = _events(out)
-    written = json.loads(info.read_text())
-    by_line: dict[int, list[dict]] = {}
-    for e in _ops(events):
-        path, _, line = e["args"]["caller"].rpartition(":")
-        if path == str(script):
-            by_line.setdefault(int(line), []).append(e)
-    for name, line in written["lines"].items():
-        ops = by_line.get(line, [])
-        assert {e["args"]["rank"] for e in ops} == {0, 1}, (name, ops)
-        assert all(e["ph"] == "X" for e in ops), (name, ops)
-    unfinished = [e["args"]["caller"] for e in _ops(events) if e["args"].get("unfinished")]
-    assert len(unfinished) <= 2, unfinished          # funcol.reduce_scatter_tensor_inplace: see docs/trace.md
-    # recv from any source: the sender, known at its end
-    anysource = by_line[written["lines"]["ProcessGroup.recv_anysource"]]
-    assert [(e["args"]["rank"], e["name"], e["args"]["peer"]) for e in anysource
-            if e["args"]["rank"] == 0] == [(0, "recv", 1)]
-    import torch
-
-    registered = {full[len("c10d::"):] for full in torch._C._dispatch_get_registrations_for_dispatch_key("CPU")
-                  if full.startswith("c10d::")} - {"check_for_nan"}
-    assert set(written["kernels"]) == registered and all(written["kernels"].values()), written["kernels"]
-
-
-FAILS_IN_A_COLLECTIVE = """
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-dist.barrier()
-if dist.get_rank() == 1:
-    dist.all_gather_into_tensor(torch.zeros(3), torch.ones(2))   # line 6: gloo's C++ raises: 3 != 2 x 2
-dist.barrier()
-"""
 
 
 def test_a_failing_rank_names_its_own_line_not_the_recorder(tmp_path):
