@@ -83,8 +83,8 @@ def deadline_run(tmp_path_factory):
     """The deadline lab (HANG, direct launcher, --timeout 25), started in the background:
     once its ranks are in the hang it only waits for its deadline, so the live lab of
     test_labctl_stacks_asks_a_live_lab_without_stopping_it (which asks for this fixture and
-    comes first) runs in that wait instead of after it. Output goes to files, not pipes:
-    nobody reads a pipe meanwhile, and a full one would stall the lab."""
+    comes first) and the signal test after it run in that wait instead of after it. Output
+    goes to files, not pipes: nobody reads a pipe meanwhile, and a full one would stall the lab."""
     folder = tmp_path_factory.mktemp("deadline")
     script = folder / "script.py"
     script.write_text(HANG)
@@ -123,19 +123,6 @@ def test_labctl_stacks_asks_a_live_lab_without_stopping_it(tmp_path, write_scrip
         proc.terminate()
         proc.communicate(timeout=60)
     assert_nothing_left(run_id)
-
-
-@pytest.mark.slow
-def test_the_deadline_takes_every_ranks_stack_before_stopping(deadline_run):
-    """The direct launcher (no torchrun agent between labctl and the ranks); the same
-    under torchrun is checked by tests/test_trace.py's hang lab."""
-    proc, script, out, stdout = deadline_run
-    assert proc.wait(timeout=300) == 1
-    status = _check_stacks(out, script)
-    assert status["state"] == "timeout"
-    shown = stdout.read_text()
-    assert "Where each rank was" in shown and "sleep_forever" in shown
-    assert_nothing_left(status["run_id"])
 
 
 ASKED = """
@@ -197,6 +184,19 @@ def test_asking_for_stacks_kills_no_rank_and_leaves_no_blocked_signal_to_childre
         for p in procs.values():
             p.kill()
             p.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_the_deadline_takes_every_ranks_stack_before_stopping(deadline_run):
+    """The direct launcher (no torchrun agent between labctl and the ranks); the same
+    under torchrun is checked by tests/test_trace.py's hang lab."""
+    proc, script, out, stdout = deadline_run
+    assert proc.wait(timeout=300) == 1
+    status = _check_stacks(out, script)
+    assert status["state"] == "timeout"
+    shown = stdout.read_text()
+    assert "Where each rank was" in shown and "sleep_forever" in shown
+    assert_nothing_left(status["run_id"])
 
 
 @pytest.mark.docker
