@@ -7,6 +7,7 @@ B: a whole node dies (agent and workers, SIGKILL); with min_nodes 1 node 0
 The crashes are the workload's own (`crash_rank`, `crash_node`), once per run.
 """
 import json
+import subprocess
 
 import pytest
 import yaml
@@ -16,7 +17,7 @@ from labctl.report import markdown
 from labctl.rundir import RunDir
 from workloads._report.elastic import attempts, restarts
 
-from conftest import assert_nothing_left, labctl
+from conftest import LABCTL, REPO, assert_nothing_left
 
 STEPS, EVERY, CRASH_AT = 20, 4, 10
 RESUMED = CRASH_AT // EVERY * EVERY        # the newest checkpoint before the crash
@@ -27,34 +28,31 @@ def checks(run: RunDir, name: str) -> list[dict]:
     return [r for r in run.results() if r.get("workload") == "elastic" and r.get("name") == name]
 
 
-@pytest.mark.slow
-def test_a_crashed_worker_is_restarted_and_every_rank_resumes_from_the_checkpoint(tmp_path):
-    lab_file = tmp_path / "lab.yaml"
+@pytest.fixture(scope="module")
+def crashed_worker_run(tmp_path_factory):
+    """Lab A (a worker crashes once), started in the background as this module's first lab:
+    lab B runs in this process meanwhile (test B asks for this fixture and comes first), and
+    waits most of its time on the restart's rendezvous (the dead node's keep-alive expiring,
+    then last_call_timeout): the two labs overlap instead of queueing. Output goes to files,
+    not pipes: nobody reads a pipe while B runs, and a full pipe would stall lab A."""
+    folder = tmp_path_factory.mktemp("ela")
+    lab_file = folder / "lab.yaml"
     lab_file.write_text(yaml.safe_dump({"name": "ela", "timeout": 300, "workloads": [
         {"name": "elastic", "options": {**OPTIONS, "crash_rank": 1}}]}))
-    proc = labctl("up", "-f", str(lab_file), "--max-restarts", "1", "--out", str(tmp_path / "run"),
-                  timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = RunDir.open(tmp_path / "run")
-    assert run.status["state"] == "passed"
-    rows = attempts(run.results())
-    crashed = [r for r in rows if r["ended"].startswith("crashed")]
-    assert [(r["attempt"], r["rank"]) for r in crashed] == [(0, 1)]
-    slots = {(r["node"], r["local_rank"]) for r in rows}
-    assert len(slots) == 4
-    for slot in slots:
-        again = [r for r in rows if (r["node"], r["local_rank"]) == slot and r["attempt"] == 1]
-        assert again and again[0]["first_step"] == RESUMED and again[0]["ended"] == "finished", rows
-    assert len(checks(run, "matches-uninterrupted-run")) == 4
-    assert all(r["ok"] for r in checks(run, "matches-uninterrupted-run") + checks(run, "all-steps-completed"))
-    report = (run.path / "report.md").read_text()
-    assert "## Elastic: attempts per rank" in report and f"resumed at step {RESUMED}" in report
-    assert all(o["state"] == "succeeded" for o in run.status["node_outcomes"]), \
-        "a node whose workers restarted is not a failed node"
-    assert_nothing_left(run.status["run_id"])
+    stdout, stderr = folder / "stdout.txt", folder / "stderr.txt"
+    with open(stdout, "w") as out, open(stderr, "w") as err:
+        proc = subprocess.Popen([*LABCTL, "up", "-f", str(lab_file), "--max-restarts", "1",
+                                 "--out", str(folder / "run")], cwd=REPO, stdout=out, stderr=err, text=True)
+    try:
+        yield proc, folder / "run", stderr
+    finally:
+        if proc.poll() is None:          # test A was not selected, or failed before waiting: stop it
+            proc.terminate()
+            proc.wait(timeout=120)
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("crashed_worker_run")       # lab A runs meanwhile (see the fixture)
 def test_with_min_nodes_1_node_0_goes_on_alone_when_node_1_dies(tmp_path):
     # last_call_timeout 10 (torch: 30): node 0's new round closes 10 s after it joined it
     # alone; both first joins come from agents started together, well within 10 s
@@ -79,6 +77,30 @@ def test_with_min_nodes_1_node_0_goes_on_alone_when_node_1_dies(tmp_path):
     report = markdown(run)
     assert "world size 2 -> 1" in report and "PASSED" in report
     assert json.loads((run.path / "status.json").read_text())["ok"] is True
+    assert_nothing_left(run.status["run_id"])
+
+
+@pytest.mark.slow
+def test_a_crashed_worker_is_restarted_and_every_rank_resumes_from_the_checkpoint(crashed_worker_run):
+    proc, out, stderr = crashed_worker_run
+    returncode = proc.wait(timeout=400)
+    assert returncode == 0, stderr.read_text()[-3000:]
+    run = RunDir.open(out)
+    assert run.status["state"] == "passed"
+    rows = attempts(run.results())
+    crashed = [r for r in rows if r["ended"].startswith("crashed")]
+    assert [(r["attempt"], r["rank"]) for r in crashed] == [(0, 1)]
+    slots = {(r["node"], r["local_rank"]) for r in rows}
+    assert len(slots) == 4
+    for slot in slots:
+        again = [r for r in rows if (r["node"], r["local_rank"]) == slot and r["attempt"] == 1]
+        assert again and again[0]["first_step"] == RESUMED and again[0]["ended"] == "finished", rows
+    assert len(checks(run, "matches-uninterrupted-run")) == 4
+    assert all(r["ok"] for r in checks(run, "matches-uninterrupted-run") + checks(run, "all-steps-completed"))
+    report = (run.path / "report.md").read_text()
+    assert "## Elastic: attempts per rank" in report and f"resumed at step {RESUMED}" in report
+    assert all(o["state"] == "succeeded" for o in run.status["node_outcomes"]), \
+        "a node whose workers restarted is not a failed node"
     assert_nothing_left(run.status["run_id"])
 
 

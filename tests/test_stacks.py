@@ -65,21 +65,6 @@ def _check_stacks(out, user_script):
     return status
 
 
-@pytest.mark.slow
-def test_the_deadline_takes_every_ranks_stack_before_stopping(tmp_path, write_script, launcher="direct"):
-    """The direct launcher (no torchrun agent between labctl and the ranks); the same
-    under torchrun is checked by tests/test_trace.py's hang lab."""
-    script = write_script(HANG)
-    out = tmp_path / "run"
-    done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
-                  "--launcher", launcher, "--timeout", "25", "--out", str(out), timeout=300)
-    assert done.returncode == 1
-    status = _check_stacks(out, script)
-    assert status["state"] == "timeout"
-    assert "Where each rank was" in done.stdout and "sleep_forever" in done.stdout
-    assert_nothing_left(status["run_id"])
-
-
 def _wait_for_lines(out, lines: tuple[str, ...], seconds: float = 120) -> None:
     """Until the run's node logs hold each of `lines` (the ranks printed them), polled; a
     loaded machine imports torch slowly, so the deadline is generous."""
@@ -93,7 +78,31 @@ def _wait_for_lines(out, lines: tuple[str, ...], seconds: float = 120) -> None:
     pytest.fail(f"the ranks never printed {lines} in {seconds:.0f} s")
 
 
+@pytest.fixture(scope="module")
+def deadline_run(tmp_path_factory):
+    """The deadline lab (HANG, direct launcher, --timeout 25), started in the background:
+    once its ranks are in the hang it only waits for its deadline, so the live lab of
+    test_labctl_stacks_asks_a_live_lab_without_stopping_it (which asks for this fixture and
+    comes first) and the signal test after it run in that wait instead of after it. Output
+    goes to files, not pipes: nobody reads a pipe meanwhile, and a full one would stall the lab."""
+    folder = tmp_path_factory.mktemp("deadline")
+    script = folder / "script.py"
+    script.write_text(HANG)
+    out, stdout, stderr = folder / "run", folder / "stdout.txt", folder / "stderr.txt"
+    with open(stdout, "w") as o, open(stderr, "w") as e:
+        proc = subprocess.Popen([*LABCTL, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
+                                 "--launcher", "direct", "--timeout", "25", "--out", str(out)],
+                                cwd=REPO, stdout=o, stderr=e, text=True)
+    try:
+        yield proc, script, out, stdout
+    finally:
+        if proc.poll() is None:          # the deadline test was not selected, or failed before waiting
+            proc.terminate()
+            proc.wait(timeout=120)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("deadline_run")     # the deadline lab waits for its deadline meanwhile
 def test_labctl_stacks_asks_a_live_lab_without_stopping_it(tmp_path, write_script):
     script = write_script(HANG)
     out = tmp_path / "run"
@@ -175,6 +184,19 @@ def test_asking_for_stacks_kills_no_rank_and_leaves_no_blocked_signal_to_childre
         for p in procs.values():
             p.kill()
             p.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_the_deadline_takes_every_ranks_stack_before_stopping(deadline_run):
+    """The direct launcher (no torchrun agent between labctl and the ranks); the same
+    under torchrun is checked by tests/test_trace.py's hang lab."""
+    proc, script, out, stdout = deadline_run
+    assert proc.wait(timeout=300) == 1
+    status = _check_stacks(out, script)
+    assert status["state"] == "timeout"
+    shown = stdout.read_text()
+    assert "Where each rank was" in shown and "sleep_forever" in shown
+    assert_nothing_left(status["run_id"])
 
 
 @pytest.mark.docker

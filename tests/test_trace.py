@@ -16,7 +16,7 @@ import pytest
 
 import chrome_trace
 import trace_entry_points
-from conftest import REPO, assert_nothing_left, labctl
+from conftest import LABCTL, REPO, assert_nothing_left, labctl
 from labctl import trace
 
 STRAGGLER_S = 1.0
@@ -179,82 +179,6 @@ def test_a_known_op_mix_gives_the_expected_slices_flows_and_straggler(mix_run):
     assert "| default_pg | send | 2 |" in shown.stdout
 
 
-@pytest.mark.slow
-def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_names_it(tmp_path):
-    """The report names the mismatch and the missing rank from the trace records, though
-    ranks 1-3 silenced their stdout and rank 0 pointed it at a file of its own (the
-    records go to a descriptor taken before the script ran: that file holds none of them).
-    The ops the ranks hang in reach to the end of the trace, unfinished, with their
-    callers. At the same deadline every rank also dumps its Flight Recorder ring (a byte on
-    its FIFO wakes a dump thread: the main thread is blocked in gloo), which is what a lab
-    with tracing off is diagnosed from: labctl's reading of those dumps and torch's own
-    analyzer (torchfrtrace) on the pickle dumps of the same hang say the same."""
-    script = tmp_path / "hang.py"
-    script.write_text(HANG)
-    out, dumps = tmp_path / "run", tmp_path / "fr"
-    done = labctl("up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2", "--timeout", "30",
-                  "--out", str(out), "--env", f"LAB_FR_DUMP_DIR={dumps}", timeout=600)
-    assert done.returncode == 1
-    status = json.loads((out / "status.json").read_text())
-    assert status["state"] == "timeout"
-    comm = status["first_failure"]["collective"]
-    # two ranks that disagree: neither is the odd one, each call is said with its line
-    lines = HANG.splitlines()
-    mismatch = (f"rank 0 called all_reduce [1000] at {script}:{len(lines) - lines[::-1].index('    dist.all_reduce(t, group=mine)')}; "
-                f"rank 1 called broadcast [1000] at {script}:{lines.index('    dist.broadcast(t, src=0, group=a)') + 1}, "
-                "collective #3 of pg1 (the op differs; no rank is the odd one out)")
-    assert any(mismatch in s["text"] for s in comm["stuck"]), comm
-    assert (comm["rank"], status["first_failure"]["rank"]) == (3, 3), comm     # the one rank waited for
-    missing = next(s for s in comm["stuck"] if s["missing"])
-    assert missing["missing"] == [3] and missing["waiting"] == [2] and missing["seq"] == 3
-    assert missing["last"]["3"] == "#2 all_reduce [1000]"
-    assert "which rank 3 never entered" in missing["text"]
-    report = (out / "report.md").read_text()
-    assert mismatch in report and "rank 3 never entered" in report
-    # rank 0 writes it in its node's folder: c10d's rendezvous decides which node that is
-    (own,) = [p.read_text() for p in (out / "work").glob("node-*/mine.txt")]
-    assert "entering the hang" in own and "@@labctl" not in own
-    # the ops they hang in: to the end of the trace, marked, with the line they were called at
-    _well_formed(out)
-    events, meta = _events(out)
-    stuck = {e["args"]["rank"]: e for e in _ops(events) if e["args"].get("unfinished")}
-    assert sorted(stuck) == [0, 1, 2], stuck
-    lines = HANG.splitlines()
-    for rank, op, line in ((0, "all_reduce", "    dist.all_reduce(t, group=mine)"),
-                           (1, "broadcast", "    dist.broadcast(t, src=0, group=a)"),
-                           (2, "all_reduce", "    dist.all_reduce(t, group=mine)")):
-        e = stuck[rank]
-        at = len(lines) - lines[::-1].index(line)                 # the last such line: the one it hangs in
-        assert e["ph"] == "X" and e["name"] == op and e["args"]["caller"] == f"{script}:{at}", e
-        assert e["ts"] + e["dur"] == pytest.approx(meta["end_us"], abs=0.002) and e["dur"] > 1e6, e
-    # the stacks are still taken (by the same thread), and name the user's lines: the
-    # deadline's stacks under torchrun (tests/test_stacks.py has the direct launcher's)
-    assert status["stacks"]["1"]["call"] == "broadcast" and status["stacks"]["3"]["file"] == str(script)
-    assert all("most recent call first" in (out / "stacks" / f"rank-{r}.txt").read_text() for r in range(4))
-    assert status["stacks"]["3"]["line"] == HANG.splitlines().index("    time.sleep(600)") + 1
-    assert "Where each rank was" in done.stdout
-    assert_nothing_left(status["run_id"])
-
-    fr = trace.flight_recorder(out, world=4)        # what a lab with tracing off reports
-    assert fr is not None and fr["source"] == "flight recorder", fr
-    by_pg = {s["pg"]: s for s in fr["stuck"]}
-    assert by_pg["pg1"]["mismatch"] == ("rank 0 called all_reduce [1000]; rank 1 called broadcast [1000], "
-                                        "collective #3 of pg1 (the op differs; no rank is the odd one out)")
-    assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
-    assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in fr["text"]
-    analyzer = Path(sys.executable).parent / "torchfrtrace"
-    said = subprocess.run([str(analyzer), str(dumps), "-p", "rank_"], capture_output=True, text=True,
-                          timeout=300)
-    assert said.returncode == 0, said.stderr
-    blocks = (said.stdout + said.stderr).split("collective stack trace")
-    missing = next(b for b in blocks if "missing ranks" in b)
-    assert "sequence number: 3" in missing and "missing ranks: {3}" in missing \
-        and "expected ranks: {2, 3}" in missing
-    mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
-    assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
-        and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
-
-
 # What users' scripts do, on 3 ranks (world size 3: dividing by it is inexact, so a
 # recorder that changed how DDP reduces would change the last bits): DDP with one bucket
 # per parameter after the first step, DDP with unused parameters, DDP with a comm hook of
@@ -346,8 +270,9 @@ def _line_of(marker: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def users_runs(tmp_path_factory):
-    """USERS on 1 node x 3 processes, traced (--trace, the default) and with --no-trace."""
+def users_runs(tmp_path_factory, hang_run):
+    """USERS on 1 node x 3 processes, traced (--trace, the default) and with --no-trace.
+    (hang_run: the hang lab is started first and waits for its deadline meanwhile.)"""
     folder = tmp_path_factory.mktemp("users")
     script = folder / "users.py"
     script.write_text(USERS)
@@ -537,6 +462,103 @@ if dist.get_rank() == 1:
     dist.all_gather_into_tensor(torch.zeros(3), torch.ones(2))   # line 6: gloo's C++ raises: 3 != 2 x 2
 dist.barrier()
 """
+
+
+@pytest.fixture(scope="module")
+def hang_run(tmp_path_factory):
+    """The hang lab (HANG on 2 nodes x 2 processes, --timeout 30, Flight Recorder dumps to
+    a folder of its own), started in the background: once its ranks are in the hang it only
+    waits for its deadline, so users_runs (which asks for this fixture first) runs its two
+    labs in that wait, and the hang test, placed after the users' tests and the entry
+    points' lab (which runs in the rest of the wait), reads a finished run. Output goes to files, not pipes: nobody reads a pipe meanwhile, and a full one
+    would stall the lab."""
+    folder = tmp_path_factory.mktemp("hang")
+    script = folder / "hang.py"
+    script.write_text(HANG)
+    out, dumps = folder / "run", folder / "fr"
+    stdout, stderr = folder / "stdout.txt", folder / "stderr.txt"
+    with open(stdout, "w") as o, open(stderr, "w") as e:
+        proc = subprocess.Popen([*LABCTL, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
+                                 "--timeout", "30", "--out", str(out), "--env", f"LAB_FR_DUMP_DIR={dumps}"],
+                                cwd=REPO, stdout=o, stderr=e, text=True)
+    try:
+        yield proc, script, out, dumps, stdout
+    finally:
+        if proc.poll() is None:          # the hang test was not selected, or failed before waiting
+            proc.terminate()
+            proc.wait(timeout=120)
+
+
+@pytest.mark.slow
+def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_names_it(hang_run):
+    """The report names the mismatch and the missing rank from the trace records, though
+    ranks 1-3 silenced their stdout and rank 0 pointed it at a file of its own (the
+    records go to a descriptor taken before the script ran: that file holds none of them).
+    The ops the ranks hang in reach to the end of the trace, unfinished, with their
+    callers. At the same deadline every rank also dumps its Flight Recorder ring (a byte on
+    its FIFO wakes a dump thread: the main thread is blocked in gloo), which is what a lab
+    with tracing off is diagnosed from: labctl's reading of those dumps and torch's own
+    analyzer (torchfrtrace) on the pickle dumps of the same hang say the same."""
+    proc, script, out, dumps, stdout = hang_run
+    assert proc.wait(timeout=600) == 1
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "timeout"
+    comm = status["first_failure"]["collective"]
+    # two ranks that disagree: neither is the odd one, each call is said with its line
+    lines = HANG.splitlines()
+    mismatch = (f"rank 0 called all_reduce [1000] at {script}:{len(lines) - lines[::-1].index('    dist.all_reduce(t, group=mine)')}; "
+                f"rank 1 called broadcast [1000] at {script}:{lines.index('    dist.broadcast(t, src=0, group=a)') + 1}, "
+                "collective #3 of pg1 (the op differs; no rank is the odd one out)")
+    assert any(mismatch in s["text"] for s in comm["stuck"]), comm
+    assert (comm["rank"], status["first_failure"]["rank"]) == (3, 3), comm     # the one rank waited for
+    missing = next(s for s in comm["stuck"] if s["missing"])
+    assert missing["missing"] == [3] and missing["waiting"] == [2] and missing["seq"] == 3
+    assert missing["last"]["3"] == "#2 all_reduce [1000]"
+    assert "which rank 3 never entered" in missing["text"]
+    report = (out / "report.md").read_text()
+    assert mismatch in report and "rank 3 never entered" in report
+    # rank 0 writes it in its node's folder: c10d's rendezvous decides which node that is
+    (own,) = [p.read_text() for p in (out / "work").glob("node-*/mine.txt")]
+    assert "entering the hang" in own and "@@labctl" not in own
+    # the ops they hang in: to the end of the trace, marked, with the line they were called at
+    _well_formed(out)
+    events, meta = _events(out)
+    stuck = {e["args"]["rank"]: e for e in _ops(events) if e["args"].get("unfinished")}
+    assert sorted(stuck) == [0, 1, 2], stuck
+    lines = HANG.splitlines()
+    for rank, op, line in ((0, "all_reduce", "    dist.all_reduce(t, group=mine)"),
+                           (1, "broadcast", "    dist.broadcast(t, src=0, group=a)"),
+                           (2, "all_reduce", "    dist.all_reduce(t, group=mine)")):
+        e = stuck[rank]
+        at = len(lines) - lines[::-1].index(line)                 # the last such line: the one it hangs in
+        assert e["ph"] == "X" and e["name"] == op and e["args"]["caller"] == f"{script}:{at}", e
+        assert e["ts"] + e["dur"] == pytest.approx(meta["end_us"], abs=0.002) and e["dur"] > 1e6, e
+    # the stacks are still taken (by the same thread), and name the user's lines: the
+    # deadline's stacks under torchrun (tests/test_stacks.py has the direct launcher's)
+    assert status["stacks"]["1"]["call"] == "broadcast" and status["stacks"]["3"]["file"] == str(script)
+    assert all("most recent call first" in (out / "stacks" / f"rank-{r}.txt").read_text() for r in range(4))
+    assert status["stacks"]["3"]["line"] == HANG.splitlines().index("    time.sleep(600)") + 1
+    assert "Where each rank was" in stdout.read_text()
+    assert_nothing_left(status["run_id"])
+
+    fr = trace.flight_recorder(out, world=4)        # what a lab with tracing off reports
+    assert fr is not None and fr["source"] == "flight recorder", fr
+    by_pg = {s["pg"]: s for s in fr["stuck"]}
+    assert by_pg["pg1"]["mismatch"] == ("rank 0 called all_reduce [1000]; rank 1 called broadcast [1000], "
+                                        "collective #3 of pg1 (the op differs; no rank is the odd one out)")
+    assert by_pg["pg2"]["missing"] == [3] and by_pg["pg2"]["seq"] == 3
+    assert "rank 2 waits in all_reduce (collective #3 of pg2) which rank 3 never entered" in fr["text"]
+    analyzer = Path(sys.executable).parent / "torchfrtrace"
+    said = subprocess.run([str(analyzer), str(dumps), "-p", "rank_"], capture_output=True, text=True,
+                          timeout=300)
+    assert said.returncode == 0, said.stderr
+    blocks = (said.stdout + said.stderr).split("collective stack trace")
+    missing = next(b for b in blocks if "missing ranks" in b)
+    assert "sequence number: 3" in missing and "missing ranks: {3}" in missing \
+        and "expected ranks: {2, 3}" in missing
+    mismatch = next(b for b in blocks if "COLLECTIVE_TYPE_MISMATCH" in b)
+    assert "sequence number: 3" in mismatch and "Culprit rank 1" in mismatch \
+        and "'broadcast'" in mismatch and "expected ranks: {0, 1}" in mismatch
 
 
 def test_a_failing_rank_names_its_own_line_not_the_recorder(tmp_path):
