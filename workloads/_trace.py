@@ -1232,8 +1232,11 @@ def _measure_clock(dist: Any) -> None:
     if world == 1:
         _write({"k": "C", "offset_ns": 0, "rtt_ns": 0})
         return
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    store = dist.PrefixStore(f"labctl-clock/{restart}/{next(_inits)}/",
+    # No restart count in the prefix: an agent that restarts its workers for another node's
+    # sake keeps TORCHELASTIC_RESTART_COUNT at 0 (pytorch#135712), so ranks of one attempt
+    # would disagree and wait CLOCK_WAIT_S on keys nobody answers. Elastic labs get a fresh
+    # store per attempt (TORCH_DISABLE_SHARE_RDZV_TCP_STORE, labctl/plan.py): nothing stale.
+    store = dist.PrefixStore(f"labctl-clock/{next(_inits)}/",
                              dist.distributed_c10d._get_default_store())
     patience = timedelta(seconds=CLOCK_WAIT_S)
     if rank == 0:
