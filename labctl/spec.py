@@ -1082,14 +1082,23 @@ def _faults(raw: Any, spec: LabSpec, bad, source: str) -> tuple[Fault, ...]:
 
 
 
+def ports_taken(spec: LabSpec) -> int:
+    """Consecutive ports a lab takes on one host from its rendezvous port: tcp:// init
+    listens on the next one (plan.init_port); local replicas share one host, so each takes
+    two (rendezvous, tcp:// init) and the replica store the one after them (the local
+    backend's placement counts them this way). Container replicas each have a host."""
+    if spec.replicas > 1 and spec.backend == "local":
+        return 2 * spec.replicas + 1
+    return 2 if spec.init_method == "tcp" else 1
+
+
 def _rdzv_ports_fit(spec: LabSpec, bad) -> None:
-    """rdzv_port and the ports counted up from it stay ports: tcp:// init listens on the
-    next one (plan.init_port), and local replicas take two each plus one for the replica
-    store (plan.ports_needed); `rdzv_port: 65535` with `init_method: tcp` would fail at start."""
+    """rdzv_port and the ports counted up from it (`ports_taken`) stay ports:
+    `rdzv_port: 65535` with `init_method: tcp` would fail at start."""
     if spec.rdzv_port is None:
         return
     many = spec.replicas > 1 and spec.backend == "local"
-    needed = 2 * spec.replicas + 1 if many else 2 if spec.init_method == "tcp" else 1
+    needed = ports_taken(spec)
     if spec.rdzv_port + needed - 1 > MAX_PORT:
         why = (f"{spec.replicas} local replicas take {needed} ports from it" if many
                else "init_method tcp listens on the port after it")

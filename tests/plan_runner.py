@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labctl import logs, plan as planmod
-from labctl.backends.local.placement import local_placement, ports_needed
+from labctl.backends.local.placement import local_placement
 from labctl.backends.local.backend import free_port
-from labctl.spec import from_dict
+from labctl.spec import from_dict, ports_taken
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240
@@ -39,7 +39,7 @@ class LabRun:
 
 def local_plan(tmp_path: Path, **fields) -> planmod.LaunchPlan:
     spec = from_dict({"timeout": TIMEOUT_S, **fields})
-    port = free_port(span=ports_needed(spec))
+    port = free_port(span=ports_taken(spec))
     placement = local_placement(spec, port, run_folder=tmp_path / "run")
     return planmod.plan(spec, placement, f"t{os.getpid()}-{tmp_path.name[-20:]}")
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from labctl.backends.base import Backend, Bound, BoundRun
 from labctl.backends.local.backend import free_port, kill_processes, processes_of_run
 from labctl.outcome import NodeOutcome, NodeState, from_exit_code
-from labctl.backends.local.placement import local_placement, ports_needed
+from labctl.backends.local.placement import local_placement
 from labctl.plan import LaunchPlan, Placement
 from labctl.rundir import RunDir
-from labctl.spec import LabSpec
+from labctl.spec import LabSpec, ports_taken
 
 STOP_S = 5.0
 
@@ -34,7 +34,7 @@ class SubprocessBackend(Backend):
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         script = str(Path(spec.script).resolve()) if spec.script else None
-        return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)), script_path=script,
+        return local_placement(spec, spec.rdzv_port or free_port(ports_taken(spec)), script_path=script,
                                run_folder=run_folder)
 
     def start(self, plan: LaunchPlan, rundir: RunDir) -> None:

@@ -16,7 +16,7 @@ import pytest
 from conftest import assert_nothing_left, labctl
 from labctl import logs, plan as planmod, spec
 from labctl.backends.containers import DEFAULT_STORE_PORT, container_placement
-from labctl.backends.local.placement import local_placement, ports_needed
+from labctl.backends.local.placement import local_placement
 from labctl.plan import node_command
 from plan_runner import local_plan, run_plan
 from workloads import _common, replicas
@@ -70,7 +70,7 @@ def test_replicas_are_rendezvous_of_their_own_around_one_store():
 
 def test_local_replicas_get_their_own_ports():
     p = _plan("local", nodes=1, nproc_per_node=2, replicas=2, init_method="tcp")
-    assert ports_needed(p.spec) == 5
+    assert spec.ports_taken(p.spec) == 5
     argvs = [n.processes[0].argv for n in p.nodes]
     assert "--rdzv-endpoint=127.0.0.1:40000" in argvs[0] and "--rdzv-endpoint=127.0.0.1:40002" in argvs[1]
     assert [n.processes[0].env["LAB_INIT_METHOD"] for n in p.nodes] == \

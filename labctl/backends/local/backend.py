@@ -31,10 +31,10 @@ from ...outcome import NodeOutcome, NodeState, from_exit_code
 from ...plan import LaunchPlan, Placement
 from ...record import Leftover
 from ...rundir import RunDir
-from ...spec import LabSpec
+from ...spec import LabSpec, ports_taken
 from ..base import Backend, Bound, BoundRun, PreflightError
 from . import nodeguard
-from .placement import LOCAL_SHARED_SUBDIR, local_placement, ports_needed
+from .placement import LOCAL_SHARED_SUBDIR, local_placement
 from workloads._protocol import Env, debug_server_missing
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
@@ -177,7 +177,7 @@ class LocalBackend(Backend):
         if script and not Path(script).is_file():
             raise FileNotFoundError(f"script: no such file: {spec.script}")
         debug_port = (spec.debug_server.port or free_port()) if spec.debug_server is not None else None
-        return local_placement(spec, spec.rdzv_port or free_port(ports_needed(spec)),
+        return local_placement(spec, spec.rdzv_port or free_port(ports_taken(spec)),
                                script_path=script, run_folder=run_folder,
                                debug_server_port=debug_port)
 

@@ -15,14 +15,6 @@ from workloads._protocol import Env
 LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the run folder
 
 
-def ports_needed(spec: LabSpec) -> int:
-    """Consecutive ports a local lab needs from its base port: per replica the
-    rendezvous port and, next to it, the tcp:// init port; then the replica store."""
-    if spec.replicas > 1:
-        return 2 * spec.replicas + 1
-    return 2 if spec.init_method == "tcp" else 1
-
-
 def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
                     run_folder: str | os.PathLike | None = None,
                     debug_server_port: int | None = None) -> Placement:
@@ -30,7 +22,7 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
 
     Replicas share the one address, so each gets its own pair of ports
     (rendezvous, tcp:// init) counted up from `port`, and the replica store the
-    port after them (`ports_needed`). The shared directory (file:// init, and
+    port after them (`spec.ports_taken`). The shared directory (file:// init, and
     LAB_SHARED_DIR) is the run folder's `shared/`, as an absolute path, so the
     plan names the very directory the nodes get; without a run folder there is none.
     torch's debug server (`debug_server`) listens on `debug_server_port` (the lab's port,
