@@ -24,7 +24,6 @@ from . import atomicfile, blame, logs, report, verdict
 from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
-from .plan import TORCHRUN_LOGS_SUBDIR
 from .record import TraceSummary
 from .rundir import RunDir, StorageError, now, storage_cause
 from .verdict import Cut, Evidence, Seen
@@ -88,7 +87,7 @@ class _Finish:
         self.reading = self.reading or blame.LogReading.of(run, indices)
         self.found = found = self.reading.finish()
         for index in indices:                   # the workers' error files, where they are here
-            log_dir = run.path / TORCHRUN_LOGS_SUBDIR / f"node-{index}"
+            log_dir = run.torchrun_logs(index)
             files, notes = blame.read_error_files(log_dir, index)
             found.add_error_files(files)
             rec.notes.extend(notes)

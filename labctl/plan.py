@@ -29,10 +29,6 @@ from workloads._protocol import EXIT_LINE_PREFIX, RANK_PREFIX_TEMPLATE, Env
 from .spec import LabSpec
 
 STORE_MODULE = "workloads._replica_store"
-# torchrun's --log-dir in the run folder (the local backend's placement sets it; the finish
-# reads the workers' error files there, labctl/finish.py): node i's agent writes
-# <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
-TORCHRUN_LOGS_SUBDIR = "torchrun"
 
 
 @dataclass(frozen=True)

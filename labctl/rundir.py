@@ -94,6 +94,10 @@ def _warn(text: str) -> None:
 
 
 RUN_FILES = ("status.json", "plan.json", "results.jsonl")
+# torchrun's --log-dir in the run folder (the local backend's placement sets it; the finish
+# reads the workers' error files there, labctl/finish.py): node i's agent writes
+# <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
+TORCHRUN_LOGS_SUBDIR = "torchrun"
 
 
 def is_run_folder(path: Path) -> bool:
@@ -249,6 +253,10 @@ class RunDir:
     def guard_log(self, index: int) -> Path:
         """A local direct-mode node guard's own lines (exits, leftovers), also in its node log."""
         return self.path / "nodes" / f"node-{index}.guard.txt"
+
+    def torchrun_logs(self, index: int) -> Path:
+        """Node `index`'s torchrun --log-dir (local runs: the workers' error files)."""
+        return self.path / TORCHRUN_LOGS_SUBDIR / f"node-{index}"
 
     def rank_log(self, rank: int) -> Path:
         return self.path / "ranks" / f"rank-{rank}.log"

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from ...plan import TORCHRUN_LOGS_SUBDIR, Placement, node_hostname
+from ...plan import Placement, node_hostname
+from ...rundir import TORCHRUN_LOGS_SUBDIR
 from ...spec import LabSpec
 from ..runfolder import local_debug_server_dir, local_records_dir
 from workloads._protocol import Env
