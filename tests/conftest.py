@@ -1,6 +1,7 @@
 """Shared fixtures: run labs for real, and prove nothing of a run is left running."""
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -38,6 +39,28 @@ def labctl(*args: str, timeout: float = 600, **kw) -> subprocess.CompletedProces
     """Run the real CLI in a subprocess (as a user would)."""
     return subprocess.run([*LABCTL, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=kw.pop("cwd", REPO), **kw)
+
+
+@contextlib.contextmanager
+def labctl_in_background(folder: Path, *args: str):
+    """The real CLI started and left running (a lab that mostly waits for its deadline, so
+    other tests run meanwhile); its stdout and stderr go to files in `folder`, not pipes:
+    nobody reads a pipe meanwhile, and a full one would stall the lab. Yields (process,
+    stdout file, stderr file). A lab still running at the end (its test was not selected,
+    or failed before waiting) is stopped: SIGTERM, then SIGKILL if it does not end."""
+    stdout, stderr = folder / "stdout.txt", folder / "stderr.txt"
+    with open(stdout, "w") as out, open(stderr, "w") as err:
+        proc = subprocess.Popen([*LABCTL, *args], cwd=REPO, stdout=out, stderr=err, text=True)
+    try:
+        yield proc, stdout, stderr
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ B: a whole node dies (agent and workers, SIGKILL); with min_nodes 1 node 0
 The crashes are the workload's own (`crash_rank`, `crash_node`), once per run.
 """
 import json
-import subprocess
 
 import pytest
 import yaml
@@ -17,7 +16,7 @@ from labctl.report import markdown
 from labctl.rundir import RunDir
 from workloads._report.elastic import attempts, restarts
 
-from conftest import LABCTL, REPO, assert_nothing_left
+from conftest import assert_nothing_left, labctl_in_background
 
 STEPS, EVERY, CRASH_AT = 20, 4, 10
 RESUMED = CRASH_AT // EVERY * EVERY        # the newest checkpoint before the crash
@@ -39,16 +38,9 @@ def crashed_worker_run(tmp_path_factory):
     lab_file = folder / "lab.yaml"
     lab_file.write_text(yaml.safe_dump({"name": "ela", "timeout": 300, "workloads": [
         {"name": "elastic", "options": {**OPTIONS, "crash_rank": 1}}]}))
-    stdout, stderr = folder / "stdout.txt", folder / "stderr.txt"
-    with open(stdout, "w") as out, open(stderr, "w") as err:
-        proc = subprocess.Popen([*LABCTL, "up", "-f", str(lab_file), "--max-restarts", "1",
-                                 "--out", str(folder / "run")], cwd=REPO, stdout=out, stderr=err, text=True)
-    try:
+    with labctl_in_background(folder, "up", "-f", str(lab_file), "--max-restarts", "1",
+                              "--out", str(folder / "run")) as (proc, _, stderr):
         yield proc, folder / "run", stderr
-    finally:
-        if proc.poll() is None:          # test A was not selected, or failed before waiting: stop it
-            proc.terminate()
-            proc.wait(timeout=120)
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import LABCTL, REPO, assert_nothing_left, labctl, processes_of_run
+from conftest import LABCTL, REPO, assert_nothing_left, labctl, labctl_in_background, processes_of_run
 from docker_support import require_compose, require_image
 from labctl import logs
 from workloads import _stacks
@@ -88,17 +88,10 @@ def deadline_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("deadline")
     script = folder / "script.py"
     script.write_text(HANG)
-    out, stdout, stderr = folder / "run", folder / "stdout.txt", folder / "stderr.txt"
-    with open(stdout, "w") as o, open(stderr, "w") as e:
-        proc = subprocess.Popen([*LABCTL, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
-                                 "--launcher", "direct", "--timeout", "25", "--out", str(out)],
-                                cwd=REPO, stdout=o, stderr=e, text=True)
-    try:
+    out = folder / "run"
+    with labctl_in_background(folder, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
+                              "--launcher", "direct", "--timeout", "25", "--out", str(out)) as (proc, stdout, _):
         yield proc, script, out, stdout
-    finally:
-        if proc.poll() is None:          # the deadline test was not selected, or failed before waiting
-            proc.terminate()
-            proc.wait(timeout=120)
 
 
 @pytest.mark.slow

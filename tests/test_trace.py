@@ -16,7 +16,7 @@ import pytest
 
 import chrome_trace
 import trace_entry_points
-from conftest import LABCTL, REPO, assert_nothing_left, labctl
+from conftest import REPO, assert_nothing_left, labctl, labctl_in_background
 from labctl import trace
 
 STRAGGLER_S = 1.0
@@ -476,17 +476,9 @@ def hang_run(tmp_path_factory):
     script = folder / "hang.py"
     script.write_text(HANG)
     out, dumps = folder / "run", folder / "fr"
-    stdout, stderr = folder / "stdout.txt", folder / "stderr.txt"
-    with open(stdout, "w") as o, open(stderr, "w") as e:
-        proc = subprocess.Popen([*LABCTL, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
-                                 "--timeout", "30", "--out", str(out), "--env", f"LAB_FR_DUMP_DIR={dumps}"],
-                                cwd=REPO, stdout=o, stderr=e, text=True)
-    try:
+    with labctl_in_background(folder, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
+                              "--timeout", "30", "--out", str(out), "--env", f"LAB_FR_DUMP_DIR={dumps}") as (proc, stdout, _):
         yield proc, script, out, dumps, stdout
-    finally:
-        if proc.poll() is None:          # the hang test was not selected, or failed before waiting
-            proc.terminate()
-            proc.wait(timeout=120)
 
 
 @pytest.mark.slow

@@ -52,14 +52,6 @@ def _cli(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProce
                           start_new_session=True, **kwargs)
 
 
-def _cli_all(argvs: list[list[str]], timeout: float, outputs: list | None = None,
-             text: bool = True) -> list[subprocess.CompletedProcess]:
-    """Independent CLI calls at once (each docker CLI start costs 0.02-0.3 s of a small
-    machine; in a row they add up), each in a session of its own as in `_cli`
-    (collect.run_all: every call still running when labctl gives up is killed)."""
-    return run_all(argvs, timeout, outputs, text)
-
-
 @functools.cache
 def compose_command() -> tuple[str, ...]:
     """`docker compose` (v2 plugin) or a `docker-compose` v2 binary, whichever works;
@@ -117,7 +109,7 @@ def _docker(*args: str, timeout: float = CLI_TIMEOUT_S, check: bool = False,
     try:
         done = _cli(["docker", *args], timeout, text=text, **kwargs)
     except FileNotFoundError:
-        raise LabError("docker not found on PATH (install: bash scripts/ensure-docker.sh)") from None
+        raise LabError(DOCKER_MISSING) from None
     except subprocess.TimeoutExpired:
         raise LabError(f"docker {' '.join(args[:2])} did not answer within {timeout:g}s") from None
     if check and done.returncode != 0:
@@ -127,11 +119,13 @@ def _docker(*args: str, timeout: float = CLI_TIMEOUT_S, check: bool = False,
 
 def _docker_all(*calls: list[str], timeout: float = CLI_TIMEOUT_S, outputs: list | None = None,
                 text: bool = True) -> list[subprocess.CompletedProcess]:
-    """`docker ARGS` for every list of ARGS in `calls`, at once (`_cli_all`); errors as `_docker`'s."""
+    """`docker ARGS` for every list of ARGS in `calls`, at once (each docker CLI start costs
+    0.02-0.3 s of a small machine; in a row they add up), each in a session of its own as
+    in `_cli` (collect.run_all); errors as `_docker`'s."""
     try:
-        return _cli_all([["docker", *args] for args in calls], timeout, outputs, text)
+        return run_all([["docker", *args] for args in calls], timeout, outputs, text)
     except FileNotFoundError:
-        raise LabError("docker not found on PATH (install: bash scripts/ensure-docker.sh)") from None
+        raise LabError(DOCKER_MISSING) from None
     except subprocess.TimeoutExpired as exc:
         raise LabError(f"docker {' '.join(exc.cmd[1:3])} did not answer within {timeout:g}s") from None
 
