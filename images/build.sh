@@ -143,7 +143,7 @@ build_cpu() {
     cp images/cpu/Dockerfile "$ctx/Dockerfile"
     local t old; t=$(now); old=$(image_id "$CPU_TAG")
     say "building $CPU_TAG (torch $tv, input-hash $h)"
-    "$DOCKER" build -q -t "$CPU_TAG" --build-arg BASE_IMAGE="$BASE_TAG" \
+    "$DOCKER" build -q --force-rm -t "$CPU_TAG" --build-arg BASE_IMAGE="$BASE_TAG" \
         --build-arg TORCH_VERSION="$tv" --build-arg INPUT_HASH="$h" "$ctx" >/dev/null \
         || die "docker build of $CPU_TAG failed (rerun without -q: $DOCKER build $ctx)"
     rm -rf "$ctx"
@@ -162,7 +162,7 @@ nccl = ".".join(map(str, torch.cuda.nccl.version())) if dist.is_nccl_available()
 print(torch.__version__, torch.version.cuda or "none", nccl)') || die "torch does not import in $1"
     read -r tv cv nv <<<"$versions"
     printf 'FROM %s\nLABEL org.opencontainers.image.title="labctl-cuda" org.opencontainers.image.description="PyTorch distributed lab node (CUDA, nccl)" labctl.torch-version="%s" labctl.cuda-version="%s" labctl.nccl-version="%s" labctl.base-image="%s" labctl.input-hash="%s"\n' \
-        "$1" "$tv" "$cv" "$nv" "$3" "$2" | "$DOCKER" build -q -t "$CUDA_TAG" - >/dev/null \
+        "$1" "$tv" "$cv" "$nv" "$3" "$2" | "$DOCKER" build -q --force-rm -t "$CUDA_TAG" - >/dev/null \
         || die "labelling $CUDA_TAG failed"
     say "$CUDA_TAG: torch $tv, CUDA $cv, NCCL $nv"
 }
@@ -173,7 +173,7 @@ build_and_label_cuda() {
     cp "$dockerfile" "$ctx/Dockerfile"
     local t old; t=$(now); old=$(image_id "$CUDA_TAG")
     say "building $CUDA_TAG from $from (input-hash $h)"
-    "$DOCKER" build -q -t "$CUDA_TAG.unlabelled" "$@" "$ctx" >/dev/null \
+    "$DOCKER" build -q --force-rm -t "$CUDA_TAG.unlabelled" "$@" "$ctx" >/dev/null \
         || die "docker build of $CUDA_TAG failed (rerun without -q: $DOCKER build $ctx)"
     label_cuda "$CUDA_TAG.unlabelled" "$h" "$from"
     "$DOCKER" rmi "$CUDA_TAG.unlabelled" >/dev/null
