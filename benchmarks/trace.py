@@ -21,6 +21,7 @@ average) when it ran.
 
     python benchmarks/trace.py                   # everything, 5 pairs
     python benchmarks/trace.py --pairs 7 --only cost
+    python benchmarks/trace.py --only cost --pin      # ranks on CPUs of their own (>= 6 CPUs)
     python benchmarks/trace.py --only cpu,candidates
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import REPO, labctl, table, write_lab  # noqa: E402
+from trace_p2p import pin_cpus  # noqa: E402
 
 SECTIONS = ("busbw", "cost", "cpu", "candidates", "merge")
 
@@ -94,6 +96,8 @@ def busbw_table(tmp: Path, n: int, iters: int) -> str:
 
 COST_SCRIPT = """
 import json, os, statistics, sys, time, torch, torch.distributed as dist
+if os.environ.get("LAB_PIN_CPUS"):                 # --pin: this rank's own CPUs, before gloo's threads exist
+    os.sched_setaffinity(0, {{int(c) for c in os.environ["LAB_PIN_CPUS"].split(";")[int(os.environ["LOCAL_RANK"])].split(",")}})
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 t = torch.ones(1024)                                 # 4 KiB
@@ -139,13 +143,13 @@ dist.destroy_process_group()
 """
 
 
-def cost_table(tmp: Path, n: int, ops: int, steps: int) -> str:
+def cost_table(tmp: Path, n: int, ops: int, steps: int, pin: str = "") -> str:
     script = tmp / "cost.py"
     script.write_text(COST_SCRIPT.format(ops=ops, steps=steps))
 
     def once(traced: bool) -> dict:
         run = up(tmp, traced, "--script", str(script), "--nodes", "1", "--nproc-per-node", "2",
-                 "--timeout", "1800")
+                 "--timeout", "1800", *(["--env", f"LAB_PIN_CPUS={pin}"] if pin else []))
         line = next(x for x in (run / "ranks" / "rank-0.log").read_text().splitlines() if "TRACECOST " in x)
         return json.loads(line.split("TRACECOST ", 1)[1])
 
@@ -352,9 +356,13 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=20_000, help="the small-op loop's length")
     parser.add_argument("--steps", type=int, default=30, help="DDP steps timed")
     parser.add_argument("--merge-ops", type=int, default=100_000)
+    parser.add_argument("--pin", action="store_true",
+                        help="cost: each rank on two CPUs of its own (needs 6 CPUs; benchmarks/trace_p2p.py)")
     args = parser.parse_args()
+    pin = pin_cpus() if args.pin else ""
     only = set(args.only.split(","))
-    print(f"(machine: {os.cpu_count()} CPUs, load {load()} at the start)\n")
+    print(f"(machine: {os.cpu_count()} CPUs, load {load()} at the start"
+          f"{'; cost: ranks pinned to CPUs ' + pin if pin else ''})\n")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "busbw" in only:
@@ -362,7 +370,7 @@ def main() -> None:
             print(busbw_table(tmp, args.pairs, args.iters) + "\n", flush=True)
         if "cost" in only:
             print(f"## {args.ops} small all_reduces and a DDP step, traced/untraced (1 node x 2)\n")
-            print(cost_table(tmp, args.pairs, args.ops, args.steps) + "\n", flush=True)
+            print(cost_table(tmp, args.pairs, args.ops, args.steps, pin) + "\n", flush=True)
         if "cpu" in only:
             print("## the recorder's CPU time per op (one rank, every thread)\n")
             print(cpu_table(args.pairs) + "\n", flush=True)

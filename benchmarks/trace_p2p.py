@@ -5,7 +5,7 @@ witness"). A fourth arm, untraced with wrappers that record nothing around the t
 methods a recorder must see, is the floor of any recorder written in Python. The ranks run under torchrun and `python -m workloads._script`, as a local lab
 does, the traced ones with a record folder (LAB_TRACE_DIR) as the local backend gives.
 
-    python benchmarks/trace_p2p.py [--rounds 4] [--other /path/to/another/checkout]
+    python benchmarks/trace_p2p.py [--rounds 4] [--pin] [--other /path/to/another/checkout]
 
 (`git worktree add /tmp/before36 92d7f37` gives the flusher recorder before issue 36.)
 """
@@ -22,6 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PAIRS = """
 import os, sys, time, torch, torch.distributed as dist
+if os.environ.get("LAB_PIN_CPUS"):                 # --pin: this rank's own CPUs, before gloo's threads exist
+    os.sched_setaffinity(0, {int(c) for c in os.environ["LAB_PIN_CPUS"].split(";")[int(os.environ["LOCAL_RANK"])].split(",")})
 if os.environ.get("P2P_NOOP_WRAPPERS"):
     # the floor of any recorder written in Python: the methods a recorder must see
     # (ProcessGroup.send/recv, Work.wait) replaced by wrappers that record nothing
@@ -52,9 +54,19 @@ dist.destroy_process_group()
 """
 
 
-def once(checkout: Path, traced: bool, script: Path, noop: bool = False) -> float:
+def pin_cpus(ranks: int = 2) -> str:
+    """--pin: rank r on CPUs 2+2r and 3+2r (its main thread and gloo's threads on cores of
+    their own, none shared with the other rank or with CPUs 0-1 where the rest runs), so
+    the ratio measures the recorder, not where the scheduler put the threads."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 + 2 * ranks:
+        raise SystemExit(f"--pin needs at least {2 + 2 * ranks} CPUs; this machine lets us use {len(cpus)}")
+    return ";".join(f"{cpus[2 + 2 * r]},{cpus[3 + 2 * r]}" for r in range(ranks))
+
+
+def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: str = "") -> float:
     with tempfile.TemporaryDirectory() as records:
-        env = {**os.environ, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
+        env = {**os.environ, "LAB_PIN_CPUS": pin, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
                "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else ""}
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                                "2", "-m", "workloads._script", str(script)], capture_output=True, text=True,
@@ -68,6 +80,7 @@ def once(checkout: Path, traced: bool, script: Path, noop: bool = False) -> floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--pin", action="store_true", help="each rank on two CPUs of its own (needs 6 CPUs)")
     parser.add_argument("--other", type=Path, help="another checkout whose recorder runs as a third arm")
     args = parser.parse_args()
     if args.other is not None and not (args.other / "workloads" / "_trace.py").is_file():
@@ -77,15 +90,16 @@ def main() -> None:
             ("traced (this checkout)", REPO, True, False)]
     if args.other is not None:
         arms.append((f"traced ({args.other})", args.other, True, False))
+    pin = pin_cpus() if args.pin else ""
     got: dict[str, list[float]] = {name: [] for name, *_ in arms}
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "pairs.py"
         script.write_text(PAIRS)
         for _ in range(args.rounds):
             for name, checkout, traced, noop in arms:
-                got[name].append(once(checkout, traced, script, noop))
+                got[name].append(once(checkout, traced, script, noop, pin))
     base = statistics.median(got["untraced"])
-    print(f"(load {os.getloadavg()[0]:.1f} at the end)\n")
+    print(f"(load {os.getloadavg()[0]:.1f} at the end{'; ranks pinned to CPUs ' + pin if pin else ''})\n")
     print("| arm | µs per pair, each round | median | / untraced |\n|---|---|---|---|")
     for name, values in got.items():
         median = statistics.median(values)
