@@ -1,4 +1,5 @@
-"""One-element isend/irecv pairs between 2 ranks, µs per pair: untraced, traced with this
+"""One-element isend/irecv pairs between 2 ranks, µs per pair (and the main thread's CPU
+and sleeps per pair, read from /proc: docs/trace.md "Why a small op costs more"): untraced, traced with this
 checkout's recorder, and (optionally) traced with another checkout's, interleaved rounds,
 each the best of 5 batches of 2,000 pairs (issue 36's p2p case, docs/trace.md "The
 witness"). A fourth arm, untraced with wrappers that record nothing around the three
@@ -41,15 +42,19 @@ def loop(n):
     for _ in range(n):
         for w in (dist.isend(one, peer), dist.irecv(torch.empty(1), peer)):
             w.wait()
+def sleeps():                                      # the main thread's voluntary context switches
+    with open("/proc/thread-self/status") as status:
+        return next((int(x.split()[1]) for x in status if x.startswith("voluntary_ctxt_switches")), 0)
 loop(500)
-best = 1e9
+best = (1e9, 0.0, 0.0)
 for _ in range(5):
     dist.barrier()
-    t = time.perf_counter()
+    t, cpu, slept = time.perf_counter(), time.thread_time(), sleeps()
     loop(2000)
-    best = min(best, (time.perf_counter() - t) / 2000 * 1e6)
+    took = ((time.perf_counter() - t) / 2000 * 1e6, (time.thread_time() - cpu) / 2000 * 1e6, (sleeps() - slept) / 2000)
+    best = min(best, took)
 if r == 0:
-    print("P2P", best, file=sys.stderr, flush=True)
+    print("P2P", *best, file=sys.stderr, flush=True)
 dist.destroy_process_group()
 """
 
@@ -64,7 +69,9 @@ def pin_cpus(ranks: int = 2) -> str:
     return ";".join(f"{cpus[2 + 2 * r]},{cpus[3 + 2 * r]}" for r in range(ranks))
 
 
-def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: str = "") -> float:
+def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: str = "") -> tuple[float, float, float]:
+    """(µs per pair, the main thread's CPU µs per pair, its sleeps per pair) of rank 0's
+    fastest batch."""
     with tempfile.TemporaryDirectory() as records:
         env = {**os.environ, "LAB_PIN_CPUS": pin, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
                "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else ""}
@@ -74,7 +81,7 @@ def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: st
     line = next((x for x in done.stderr.splitlines() if x.startswith("P2P ")), None)
     if line is None:
         raise SystemExit(f"the pair loop failed ({checkout}, traced={traced}):\n{done.stderr[-2000:]}")
-    return float(line.split()[1])
+    return tuple(float(x) for x in line.split()[1:4])
 
 
 def main() -> None:
@@ -91,19 +98,23 @@ def main() -> None:
     if args.other is not None:
         arms.append((f"traced ({args.other})", args.other, True, False))
     pin = pin_cpus() if args.pin else ""
-    got: dict[str, list[float]] = {name: [] for name, *_ in arms}
+    got: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in arms}
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "pairs.py"
         script.write_text(PAIRS)
         for _ in range(args.rounds):
             for name, checkout, traced, noop in arms:
                 got[name].append(once(checkout, traced, script, noop, pin))
-    base = statistics.median(got["untraced"])
+    base = statistics.median(w for w, _, _ in got["untraced"])
     print(f"(load {os.getloadavg()[0]:.1f} at the end{'; ranks pinned to CPUs ' + pin if pin else ''})\n")
-    print("| arm | µs per pair, each round | median | / untraced |\n|---|---|---|---|")
+    print("| arm | µs per pair, each round | median | / untraced | main thread's CPU µs per pair (median) "
+          "| its sleeps per pair (median) |\n|---|---|---|---|---|---|")
     for name, values in got.items():
-        median = statistics.median(values)
-        print(f"| {name} | {', '.join(f'{v:.1f}' for v in values)} | {median:.1f} | {median / base:.3f} |")
+        median = statistics.median(w for w, _, _ in values)
+        cpu = statistics.median(c for _, c, _ in values)
+        slept = statistics.median(z for _, _, z in values)
+        print(f"| {name} | {', '.join(f'{w:.1f}' for w, _, _ in values)} | {median:.1f} | {median / base:.3f} "
+              f"| {cpu:.1f} | {slept:.2f} |")
 
 
 if __name__ == "__main__":
