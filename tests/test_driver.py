@@ -4,6 +4,7 @@ The same rules run for real on every backend in tests/test_lifecycle.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -426,3 +427,55 @@ def test_a_signal_stops_a_run_but_only_the_watching_of_a_followed_lab(tmp_path):
     assert result.message == ("node(s) 0, 1, 2 still running (SIGTERM stopped the waiting): "
                               "collected what they wrote so far")
     assert not any(c.startswith("stop") or c == "delete" for c in b.calls)
+
+
+# ---- what a backend says the record must hold, the driver writes -----------------------
+class Recording(ScriptedBackend):
+    """Says what the record must hold (as local says its guards); `fail` half-way through."""
+
+    def __init__(self, fail=False, **kw):
+        super().__init__(script={i: ["running", "succeeded"] for i in range(3)}, **kw)
+        self.fail = fail
+
+    def submit(self, plan, rundir):
+        super().submit(plan, rundir)
+        self.state = BackendState({"guards": {"0": 11}}, rank_logs_by_guards=True)
+        if self.fail:
+            raise LabError("node 1 could not be started")
+        self.state = BackendState({"guards": {"0": 11, "1": 12, "2": 13}}, True)
+        return self.state
+
+    def stream(self, rundir, strict=False):
+        from labctl.record import Leftover
+
+        self.state = dataclasses.replace(self.state, leftovers=(Leftover(1, 99, "sleep 600"),))
+        return super().stream(rundir)
+
+
+def test_the_driver_writes_what_the_backend_says_the_record_holds_even_half_way(tmp_path):
+    """Backends never write the run record: `submit` returns what it must hold (and keeps it
+    in `state` as it grows), the driver writes it, status.json as before (its key: the
+    lab's backend)."""
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1})
+    for name, fail in (("whole", False), ("half", True)):
+        b = Recording(fail=fail)
+        p = plan(spec, b.placement(spec), "lab-test")
+        rundir = RunDir.create(p, out=tmp_path / name)
+        driver.run(p, b, rundir, lambda line: None, grace=0.05)
+        rundir.save()
+        status = json.loads((rundir.path / "status.json").read_text())
+        assert status["rank_logs_by_guards"] is True
+        assert status["local"] == {"guards": {"0": 11} if fail else {"0": 11, "1": 12, "2": 13}}
+        # the stream runs after a failed submit too (whatever was started leaves its logs)
+        assert status["leftovers"] == [{"node": 1, "pid": 99, "command": "sleep 600"}]
+
+
+def test_describe_reads_only_the_part_asked_for():
+    """A poll reads the outcomes alone: whether the run exists and the joins are other
+    questions to the backend (processes, containers, logs), asked only when read, once."""
+    asked = []
+    view = RunView(lambda: asked.append("outcomes") or [], lambda: asked.append("exists") or True,
+                   lambda: asked.append("joined") or 3)
+    assert view.outcomes == () and asked == ["outcomes"]
+    assert view.exists is True and view.exists is True and asked == ["outcomes", "exists"]
+    assert view.joined == 3 and asked == ["outcomes", "exists", "joined"]
