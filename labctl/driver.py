@@ -496,6 +496,7 @@ class Session:
         deadline = self.t0 + self.plan.spec.timeout
 
         def body() -> None:
+            self.backend.on_state = lambda said: keep_state(self.rundir, said, save=True)
             try:
                 state = self.backend.submit(self.plan, self.rundir)
             except BaseException:         # what it said before it failed is written down too

@@ -479,3 +479,23 @@ def test_describe_reads_only_the_part_asked_for():
     assert view.outcomes == () and asked == ["outcomes"]
     assert view.exists is True and view.exists is True and asked == ["outcomes", "exists"]
     assert view.joined == 3 and asked == ["outcomes", "exists", "joined"]
+
+
+class Telling(ScriptedBackend):
+    """Says where the run lives before it creates anything (as k8s says its namespace)."""
+
+    def submit(self, plan, rundir):
+        self.tell(BackendState({"namespace": "lab", "context": "kind"}))
+        self.on_disk = json.loads((rundir.path / "status.json").read_text()).get("local")
+        return super().submit(plan, rundir)
+
+
+def test_what_a_backend_tells_before_it_creates_anything_is_on_disk_at_once(tmp_path):
+    """A labctl killed while a backend creates its objects must leave `labctl down` knowing
+    where they are: what `tell` says is in status.json before submit goes on."""
+    spec = from_dict({"nodes": 1, "nproc_per_node": 1})
+    b = Telling(script={0: ["running", "succeeded"]})
+    p = plan(spec, b.placement(spec), "lab-test")
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    driver.run(p, b, rundir, lambda line: None, grace=0.05)
+    assert b.on_disk == {"namespace": "lab", "context": "kind"}

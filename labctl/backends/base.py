@@ -261,6 +261,16 @@ class Backend(abc.ABC):
         # What the run record must hold of this run so far (submit's answer, what a stream
         # or a delete adds); the core writes it into the record (`driver.keep_state`).
         self.state = BackendState()
+        # The core's ear for `tell`: set by the driver before submit, so that what a
+        # backend must have on disk before it creates anything is saved then.
+        self.on_state: Callable[[BackendState], None] = lambda state: None
+
+    def tell(self, state: BackendState) -> None:
+        """Say what the run record must hold *now*, before going on (k8s: the namespace and
+        context, before the first object is created, so that a labctl killed while it
+        creates them leaves `labctl down` knowing where to look); the core saves it."""
+        self.state = state
+        self.on_state(state)
 
     # ---- the run this instance serves ------------------------------------------------
     @property

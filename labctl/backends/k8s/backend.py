@@ -567,8 +567,9 @@ class K8sBackend(Backend):
         if _is_jobset(plan.spec):
             require_jobset_crd(cluster)     # again: `up` with an injected backend skips preflight
         cluster.deadline = time.monotonic() + plan.spec.timeout
-        # where it runs, for the record (`labctl down` finds the run there)
-        self.state = BackendState(_where(cluster, plan.run_id))
+        # where it runs, in the record before anything is created (`labctl down` finds the
+        # run there, even after a labctl killed while creating)
+        self.tell(BackendState(_where(cluster, plan.run_id)))
         for obj in manifests:
             _create(cluster, obj)
             self.created.append(obj["kind"])
