@@ -1,13 +1,13 @@
 """The run driver: a lab's lifecycle, written once for every backend.
 
-    start ──► poll every node ──► all ended? ──► stop what runs ──► collect ──► delete
+    submit ──► describe every node ──► all ended? ──► stop what runs ──► stream ──► delete
                  │  first failure: grace period, then stop the others (unless the
                  │  lab is elastic and can go on without that node: outcome.spared)
                  │  deadline passed: stop everything (state timeout)
-                 │  faults on a clock that starts when every node runs (inject, heal)
+                 │  faults on a clock that starts when every node runs (BeginFault, EndFault)
                  │  SIGINT / SIGTERM / SIGHUP: stop everything (state interrupted)
 
-    follow (labctl collect): the same poll loop and collect step on a run started
+    follow (labctl collect): the same poll loop and stream step on a run started
     elsewhere, with nothing started, stopped or deleted (and no faults fired).
 
 Whatever happens — a failing rank, the deadline, a signal, an exception in
@@ -15,7 +15,8 @@ the backend — the nodes still running are stopped and every node's log is
 collected *before* anything is deleted. The driver says what it saw (`Seen`:
 why the lifecycle ended, the node outcomes, how the collection went);
 labctl/verdict.py decides from that how the run ended. Backends only say how
-(labctl/backends/base.py).
+(labctl/backends/base.py: submit, describe, stream, signal, delete); what they say the
+run record must hold (`BackendState`) the driver writes into it (`keep_state`).
 
 One Session object per run holds the loop's state; its methods are the steps
 (observe, watch, fire, finish). `run` and `follow` share it, the poll loop and
@@ -34,7 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, TypeVar
 
-from .backends.base import Backend, BackendFailure, Progress
+from .backends.base import (Backend, BackendFailure, BackendState, BeginFault, EndFault,
+                            Progress, Stop, TakeStacks)
 from .errors import Interrupted, LabError
 from .faults import Fault, NotYet
 from .blame import LogReading
@@ -148,7 +150,7 @@ class FaultClock:
     on a clock that starts when every node is running: a fault at T means T seconds
     after the last node started, whatever the backend's start-up time. With
     `fault_clock: join` it starts when every rank has said it joined its process group
-    (`Backend.joined`): T seconds into the collectives, however long torch took to load."""
+    (`Backend.describe(joins=True)`): T seconds into the collectives, however long torch took to load."""
 
     def __init__(self, faults: tuple[Fault, ...]):
         events = []
@@ -186,6 +188,21 @@ class FaultClock:
         if self.started_at is None or not self.events:
             return 3600.0
         return max(0.0, self.started_at + self.events[0][0] - now)
+
+
+def keep_state(rundir: RunDir, state: BackendState, save: bool = False) -> None:
+    """Write what a backend said the run record must hold into the record (the record's
+    fields, so status.json keeps its shape); `save`: and write status.json now, when
+    there is anything to write (a labctl that dies afterwards leaves it said)."""
+    rec = rundir.record
+    if state.notes is not None:
+        rec.backend_state = state.notes
+    if state.rank_logs_by_guards is not None:
+        rec.rank_logs_by_guards = state.rank_logs_by_guards
+    if state.leftovers is not None:
+        rec.leftovers = list(state.leftovers)
+    if save and state != BackendState():
+        rundir.save()
 
 
 def _line(outcomes: list[NodeOutcome]) -> str:
@@ -243,7 +260,7 @@ class _Finished:
 
 class Session:
     """One run's lifecycle and the state that lives through it: `run` drives a lab
-    started here (start, stop, collect, delete, faults); `follow` only watches and
+    started here (submit, stop, stream, delete, faults); `follow` only watches and
     collects a lab started elsewhere (`started_here` False)."""
 
     def __init__(self, plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
@@ -252,7 +269,7 @@ class Session:
         self.say = safe_progress(progress)
         self.t0 = clock()
         self.started_here = started_here
-        self.started = False                      # backend.start returned
+        self.started = False                      # backend.submit returned
         self.outcomes = [NodeOutcome(n.index, n.hostname) for n in plan.nodes]   # last seen
         self.exited: dict[int, float] = {}        # node -> seconds after t0 when first seen ended
         # a node's exit time is known only if it was seen running: every node of a lab
@@ -274,10 +291,12 @@ class Session:
     def elapsed(self) -> float:
         return round(self.clock() - self.t0, 3)
 
-    def observe(self) -> list[NodeOutcome]:
-        """Poll every node, with the time each was first seen ended."""
+    def observe(self, within: float = 0.0) -> list[NodeOutcome]:
+        """Every node now (after a pause of at most `within`), with the time each was
+        first seen ended."""
+        view = self.backend.describe(within)
         now = self.elapsed()
-        seen = self.backend.poll()
+        seen = list(view.outcomes)
         for o in seen:
             if not o.state.ended:
                 self.running_seen.add(o.index)
@@ -324,8 +343,9 @@ class Session:
         Faults fire on their clock; a node an elastic lab can lose is no failure."""
         first_failure: float | None = None
         last = ""
+        pause = 0.0
         while True:
-            self.outcomes = self.observe()
+            self.outcomes = self.observe(pause)
             now = self.clock()
             line = _line(self.outcomes)
             if line != last:
@@ -346,9 +366,10 @@ class Session:
             if now > deadline:
                 self.deadline_passed = True
                 return
-            if not behind:                # the log follower has more to read: poll again now
-                self.backend.wait(max(0.0, min(self.backend.poll_interval, deadline - now + 0.01,
-                                               self.faults.next_in(self.clock()))))
+            # the log follower has more to read: look again now
+            pause = 0.0 if behind else max(0.0, min(self.backend.poll_interval,
+                                                    deadline - now + 0.01,
+                                                    self.faults.next_in(self.clock())))
 
     def keep_logs(self) -> bool:
         """Split the node logs written so far (backends with live logs), else check the
@@ -391,7 +412,9 @@ class Session:
                 faults.start(now)
             else:
                 ranks = spec.world_size * spec.replicas
-                joined = self.backend.joined()
+                joined = self.backend.describe(joins=True).joined
+                if joined is None:
+                    raise LabError(f"the {self.backend.name} backend cannot hear the ranks join")
                 if joined >= ranks:
                     self.say(f"[{now - self.t0:6.1f}s] every rank joined ({joined} of {ranks}): "
                              "the fault clock starts")
@@ -406,8 +429,8 @@ class Session:
             return                        # it never began (could not be done): nothing to end
         asked = self.clock()
         try:
-            did, ok = (self.backend.inject(fault) if phase == "begin"
-                       else self.backend.heal(fault)), True
+            did, ok = "; ".join(self.backend.signal(BeginFault(fault) if phase == "begin"
+                                                    else EndFault(fault))), True
         except NotYet:
             faults.retry(at, fault, phase)
             return
@@ -473,7 +496,16 @@ class Session:
         deadline = self.t0 + self.plan.spec.timeout
 
         def body() -> None:
-            self.backend.start(self.plan, self.rundir)
+            self.backend.on_state = lambda said: keep_state(self.rundir, said, save=True)
+            try:
+                state = self.backend.submit(self.plan, self.rundir)
+            except BaseException:         # what it said before it failed is written down too
+                keep_state(self.rundir, self.backend.state)
+                raise
+            try:
+                keep_state(self.rundir, state, save=True)
+            except OSError as exc:        # the run folder failed under us: say which and why
+                raise self.rundir.storage_error(exc) from None
             self.started = True
             if self.plan.spec.debug_server is not None:
                 where = self.backend.debug_server_at(self.plan)
@@ -488,7 +520,7 @@ class Session:
                 self.message = f"deadline of {self.plan.spec.timeout:g}s passed"
                 self.stop_reason = "stopped by labctl at the deadline"
                 self.say(f"timeout: {self.message}; taking every rank's stack, then stopping the lab")
-                for note in self.backend.dump_stacks(self.rundir):
+                for note in self.backend.signal(TakeStacks(self.rundir)):
                     self.say(note)
 
         def cleanup() -> _Finished:
@@ -518,13 +550,13 @@ class Session:
                     pass
             running = [o.index for o in outcomes if not o.state.ended]
             if running:
-                backend.stop(running, stop_reason)
+                backend.signal(Stop(tuple(running), stop_reason))
                 stopped = set(running)
                 for index in running:         # when they ended, for the report's timeline
                     self.exited.setdefault(index, self.elapsed())
             with self.signals.collection():
                 say(f"collecting the logs of {len(self.plan.nodes)} node(s)")
-                final = backend.collect(self.rundir)
+                final = backend.stream(self.rundir)
             done.collected = True
         except Interrupted as exc:            # a second signal during the collection
             done.cut_by = exc.signal
@@ -548,6 +580,7 @@ class Session:
             except Exception as exc:
                 notes.append(f"cleanup failed: {exc}; run: labctl down {self.rundir.path}")
                 say(notes[-1])
+        keep_state(self.rundir, backend.state)    # what the stream and the delete added (leftovers)
         if not self.started:
             done.outcomes = [NodeOutcome(n.index, n.hostname) for n in self.plan.nodes]
             return done
@@ -595,7 +628,7 @@ class Session:
         def cleanup() -> list[NodeOutcome]:
             nonlocal failure
             try:
-                return self.backend.collect(self.rundir)
+                return self.backend.stream(self.rundir)
             except Exception as exc:      # nothing was saved: say so, never pretend
                 failure = str(exc)
                 self.error = self.error or LabError(f"collecting the logs failed: {exc}")
@@ -625,7 +658,7 @@ def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progres
            timeout: float, wait: bool = True, clock=time.monotonic,
            signals: Signals | None = None) -> RunResult:
     """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
-    died) through `backend.attach...`, then collect every node's log into the folder.
+    died) through `backend.attach`, then stream every node's log into the folder.
 
     The same poll loop and collect step as `run`, but nothing is started, stopped or
     deleted: a failing node is only noted, and at `timeout` (or at once, `wait`

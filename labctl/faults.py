@@ -10,9 +10,9 @@ the lab has started:
     partition:N@T+D      cut node N off the lab network for D seconds, then reconnect
     delay:N=MS           MS milliseconds more latency on node N's traffic, the whole run
 
-The driver (labctl/driver.py) keeps the clock and calls `Backend.inject`
-(and `Backend.heal` at the end of a fault with a duration); which kinds a
-backend can do is its `fault_kinds`. Standard library only.
+The driver (labctl/driver.py) keeps the clock and asks the backend
+`signal(BeginFault(fault))` (and `signal(EndFault(fault))` at the end of a fault
+with a duration); which kinds a backend can do is its `fault_kinds`. Standard library only.
 """
 from __future__ import annotations
 

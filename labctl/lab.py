@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import backends, driver, finish
-from .backends.base import Backend, BackendOptions
+from .backends.base import Backend, BackendOptions, TakeStacks
 from .errors import Interrupted, LabError
 from .outcome import INTERRUPT_EXIT, NodeState
 from .plan import LaunchPlan, new_run_id, plan
@@ -98,7 +98,7 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
     `backend_name` to use instead of a new one (tests: one on a fake cluster).
     """
     backend = backend or backends.create(backend_name, progress, options)
-    the_plan = backend.attach_by_id(run_id)
+    the_plan = backend.attach(run_id)
     if out is None:
         out = str(_free_folder(Path(runs_root), run_id))
     try:
@@ -106,7 +106,7 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
     except FileExistsError as exc:
         raise LabError(str(exc)) from None
     run.record.collected = Collected(wait=wait)
-    backend.attach(run)
+    _attach(backend, run)
     spec = the_plan.spec
     progress(f"run {run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
              f"{spec.launcher}, {spec.dist_backend}, started outside labctl on {backend_name} "
@@ -164,6 +164,13 @@ def preflight(spec: LabSpec, out: str | None = None, progress: Progress = print,
 def write_report(run: RunDir, progress: Progress) -> None:
     """report.md, report.html and the workloads' files of a finished run folder."""
     finish.write_reports(run, progress)
+
+
+def _attach(backend: Backend, run: RunDir) -> None:
+    """Bind `backend` to the run recorded in `run`, and write down what it says the record
+    must hold of it (k8s: where a folder `labctl collect` made ran)."""
+    backend.attach(run)
+    driver.keep_state(run, backend.state, save=True)
 
 
 def _free_folder(root: Path, run_id: str) -> Path:
@@ -280,9 +287,9 @@ def _down(run: RunDir, discard_logs: bool, progress: Progress, force: bool,
             "the lab, until its labctl has stopped it and written the folder"))
         step.force = False
     backend = backend or backends.create(run.record.backend, progress, options)
-    backend.attach(run)
+    _attach(backend, run)
     finished = run.record.ended and not run.record.logs_uncollected
-    if not backend.alive():
+    if not backend.describe().exists:
         note = ""
         if not finished:
             step.now("writing down the run (nothing of it runs)", "nothing was deleted",
@@ -332,9 +339,9 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
     (a run whose labctl ended without every log keeps its state and node outcomes)."""
     rec = run.record
     uncollected = rec.logs_uncollected
-    outcomes = (list(rec.node_outcomes) if uncollected else []) or backend.poll()
+    outcomes = (list(rec.node_outcomes) if uncollected else []) or list(backend.describe().outcomes)
     if save:
-        backend.collect(run, strict=True)
+        backend.stream(run, strict=True)
         if step is not None:
             step.now("finishing the run folder", f"the logs were saved into {run.path}; nothing was deleted",
                      "the lab, not deleted; the run folder's status.json and report, unfinished")
@@ -367,14 +374,14 @@ def stacks(run: RunDir, progress: Progress = print,
     from . import logs
 
     backend = backends.create(run.record.backend, progress, options)
-    backend.attach(run)
-    if not backend.alive():
+    _attach(backend, run)
+    if not backend.describe().exists:
         raise LabError(f"run {run.record.run_id} is not running: nothing to ask "
                        f"(stacks taken at its deadline are in {run.path / 'stacks'})")
-    for note in backend.dump_stacks(run):
+    for note in backend.signal(TakeStacks(run)):
         progress(note)
     if not backend.live_logs:
-        backend.collect(run, strict=True)
+        backend.stream(run, strict=True)
     dumps: dict[int, list[str]] = {}
     for node in run.planned_nodes:
         reader = logs.NodeLogReader()

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from labctl.backends.base import Backend, Bound, BoundRun
+from labctl.backends.base import Action, Backend, BackendState, Bound, BoundRun, RunView, Stop
 from labctl.backends.local.backend import free_port, kill_processes, processes_of_run
 from labctl.outcome import NodeOutcome, NodeState, from_exit_code
 from labctl.backends.local.placement import local_placement
@@ -37,7 +37,7 @@ class SubprocessBackend(Backend):
         return local_placement(spec, spec.rdzv_port or free_port(ports_taken(spec)), script_path=script,
                                run_folder=run_folder)
 
-    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+    def submit(self, plan: LaunchPlan, rundir: RunDir) -> BackendState:
         self.bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
         self.procs: dict[int, list[subprocess.Popen]] = {}
         self.pumps: list[threading.Thread] = []
@@ -56,8 +56,13 @@ class SubprocessBackend(Backend):
                 pump = threading.Thread(target=_pump, args=(child, proc.rank, log, lock), daemon=True)
                 pump.start()
                 self.pumps.append(pump)
+        return self.state
 
-    def poll(self) -> list[NodeOutcome]:
+    def describe(self, within: float = 0.0, joins: bool = False) -> RunView:
+        time.sleep(within)
+        return RunView(self._outcomes)
+
+    def _outcomes(self) -> list[NodeOutcome]:
         out = []
         for index, hostname in self.run.hostnames.items():
             codes = [p.poll() for p in self.procs.get(index, [])]
@@ -71,8 +76,10 @@ class SubprocessBackend(Backend):
                 out.append(NodeOutcome(index, hostname, code, state, signal=sig))
         return out
 
-    def stop(self, indices: list[int], reason: str) -> None:
-        children = [p for i in indices for p in self.procs[i] if p.poll() is None]
+    def signal(self, action: Action) -> list[str]:
+        if not isinstance(action, Stop):
+            return super().signal(action)
+        children = [p for i in action.indices for p in self.procs[i] if p.poll() is None]
         for p in children:
             _signal_group(p, signal.SIGTERM)
         end = time.monotonic() + STOP_S
@@ -82,11 +89,12 @@ class SubprocessBackend(Backend):
             except subprocess.TimeoutExpired:
                 _signal_group(p, signal.SIGKILL)
                 p.wait()
+        return []
 
-    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+    def stream(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         for pump in self.pumps:
             pump.join(timeout=STOP_S)
-        return self.poll()
+        return self._outcomes()
 
     def delete(self) -> str:
         if not self.bound:

@@ -218,7 +218,7 @@ def test_joins_are_counted_per_container_where_two_replicas_rank_0_may_share_a_p
     monkeypatch.setattr(backend, "_docker_all", lambda *calls, **kw: reads[:len(calls)])
     compose = backend.ComposeBackend()
     compose.seen = [backend._Container(f"lab-{i}", f"id{i}", "running", None, None, None) for i in (0, 1)]
-    assert compose.joined() == 2
+    assert compose.describe(joins=True).joined == 2
 
 
 def test_the_join_clock_reads_each_containers_log_from_where_it_stopped(monkeypatch):
@@ -241,8 +241,8 @@ def test_the_join_clock_reads_each_containers_log_from_where_it_stopped(monkeypa
     monkeypatch.setattr(backend, "_docker_all", docker_all)
     compose = backend.ComposeBackend()
     compose.seen = [backend._Container("lab-0", "id0", "running", None, None, None)]
-    assert compose.joined() == 1
-    assert compose.joined() == 2
+    assert compose.describe(joins=True).joined == 1
+    assert compose.describe(joins=True).joined == 2
     assert calls == [["logs", "--timestamps", "id0"],
                      ["logs", "--timestamps", "--since", "1795558202.940508", "id0"]], \
         "from 1 s before the last whole line read (22:10:03.94 UTC)"

@@ -358,7 +358,7 @@ def test_a_job_lab_does_not_need_the_right_to_list_jobsets(tmp_path):
                               NS, "fake-context", custom=custom)
     k8s = backend.K8sBackend(cluster=cluster)
     assert k8s.find_runs() == ["lab-job"]
-    k8s.attach_by_id("lab-job")
+    k8s.attach("lab-job")
     assert k8s.delete() == (f"deleted 3 object(s) in namespace {NS}: job/lab, service/lab, "
                                "networkpolicy/lab")
     with pytest.raises(LabError, match=r"not allowed to list jobsets.jobset.x-k8s.io in namespace "

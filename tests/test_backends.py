@@ -105,21 +105,22 @@ def test_a_backend_without_a_verb_every_backend_needs_cannot_be_made():
         def placement(self, spec, run_folder=None):
             raise AssertionError
 
-        def start(self, plan, rundir):
+        def submit(self, plan, rundir):
             raise AssertionError
 
-        def poll(self):
-            return []
+        def describe(self, within=0.0, joins=False):
+            raise AssertionError
 
-        def stop(self, indices, reason):
-            pass
+        def signal(self, action):
+            return []
 
         def delete(self):
             return ""
 
-    with pytest.raises(TypeError, match="abstract method collect"):
+    with pytest.raises(TypeError, match="abstract method stream"):
         NoCollect()
-    assert sorted(Backend.__abstractmethods__) == ["collect", "delete", "placement", "poll", "start", "stop"]
+    assert sorted(Backend.__abstractmethods__) == ["delete", "describe", "placement", "signal",
+                                                   "stream", "submit"]
 
 
 def test_labctl_render_finds_every_renderer_through_the_registry():

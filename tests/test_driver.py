@@ -4,14 +4,17 @@ The same rules run for real on every backend in tests/test_lifecycle.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
+import time
 
 import pytest
 
 from labctl import backends, driver, lab
-from labctl.backends.base import Backend, BackendFailure
+from labctl.backends.base import (Backend, BackendFailure, BackendState, BeginFault, EndFault,
+                                  RunView, Stop)
 from labctl.errors import LabError
 from labctl.outcome import NodeOutcome, NodeState, RunState, spared
 from labctl.backends.local.placement import local_placement
@@ -39,11 +42,20 @@ class ScriptedBackend(Backend):
     def placement(self, spec, run_folder=None):
         return local_placement(spec, 12345)
 
-    def start(self, plan, rundir):
-        self.calls.append("start")
+    def submit(self, plan, rundir):
+        self.calls.append("submit")
         self.plan = plan
+        return BackendState()
+
+    def describe(self, within=0.0, joins=False):
+        if within > 0:                   # the pause between two looks
+            self.calls.append("wait")
+            self.waits.append(within)
+            time.sleep(within)
+        return RunView(self.poll)
 
     def poll(self):
+        """The scripted nodes now (what `describe(...).outcomes` reads)."""
         self.polls += 1
         self.calls.append("poll")
         if self.explode_at == self.polls:
@@ -60,20 +72,18 @@ class ScriptedBackend(Backend):
             out.append(NodeOutcome(node.index, node.hostname, code, NodeState(state)))
         return out
 
-    def wait(self, seconds):
-        self.calls.append("wait")
-        self.waits.append(seconds)
-        super().wait(seconds)
+    def signal(self, action):
+        if isinstance(action, Stop):
+            self.calls.append(f"stop {list(action.indices)}")
+            self.stopped |= set(action.indices)
+            return []
+        return super().signal(action)
 
-    def stop(self, indices, reason):
-        self.calls.append(f"stop {indices}")
-        self.stopped |= set(indices)
-
-    def collect(self, rundir):
+    def stream(self, rundir, strict=False):
         for node in self.plan.nodes:
             rundir.write_node_log(node.index, f"log of node {node.index}\n")
         final = self.poll()
-        self.calls.append("collect")
+        self.calls.append("stream")
         return final
 
     def delete(self):
@@ -92,18 +102,19 @@ def _run(tmp_path, grace=0.05, timeout=600, fields=None, **backend_kw):
 def test_all_nodes_succeeding_passes_and_every_verb_runs_once_in_order(tmp_path):
     result, b, rundir = _run(tmp_path, script={i: ["running", "succeeded"] for i in range(3)})
     assert result.state is RunState.PASSED
-    assert b.calls[0] == "start" and b.calls[-2:] == ["collect", "delete"]
+    assert b.calls[0] == "submit" and b.calls[-2:] == ["stream", "delete"]
     assert not any(c.startswith("stop") for c in b.calls)
     assert all(rundir.node_log(i).read_text() for i in range(3))
 
 
 def test_the_backend_waits_between_polls_and_a_lab_seen_ended_is_not_polled_again(tmp_path):
-    """Between two polls the driver calls `backend.wait` (compose returns from it when a
-    container dies, instead of sleeping the interval out); once every node has been seen
-    ended, the cleanup goes straight to the collection (an ended node stays ended)."""
+    """Between two polls the driver asks `backend.describe(within)` to wait first (compose
+    returns when a container dies, instead of sleeping the interval out); once every node
+    has been seen ended, the cleanup goes straight to the collection (an ended node stays
+    ended)."""
     result, b, _ = _run(tmp_path, script={i: ["running", "succeeded"] for i in range(3)})
     assert result.state is RunState.PASSED
-    assert b.calls == ["start", "poll", "wait", "poll", "poll", "collect", "delete"]
+    assert b.calls == ["submit", "poll", "wait", "poll", "poll", "stream", "delete"]
     assert b.waits == [b.poll_interval]
 
 
@@ -112,7 +123,7 @@ def test_a_failed_node_stops_the_others_after_the_grace_and_names_why(tmp_path):
     assert result.state is RunState.FAILED
     stops = [c for c in b.calls if c.startswith("stop")]
     assert stops == ["stop [0, 2]"]
-    assert b.calls.index(stops[0]) < b.calls.index("collect") < b.calls.index("delete")
+    assert b.calls.index(stops[0]) < b.calls.index("stream") < b.calls.index("delete")
     states = {o.index: (o.state, o.reason) for o in result.outcomes}
     assert states[1][0] is NodeState.FAILED
     assert states[0] == (NodeState.STOPPED, "stopped by labctl after node 1 failed")
@@ -159,7 +170,7 @@ def test_the_deadline_is_a_timeout_with_everything_stopped(tmp_path):
 def test_sigterm_interrupts_and_cleanup_still_completes(tmp_path):
     result, b, _ = _run(tmp_path, signal_at=3)
     assert result.state is RunState.INTERRUPTED and result.signal == "SIGTERM"
-    assert b.calls[-2:] == ["collect", "delete"] and "stop [0, 1, 2]" in b.calls
+    assert b.calls[-2:] == ["stream", "delete"] and "stop [0, 1, 2]" in b.calls
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
 
 
@@ -167,7 +178,7 @@ def test_an_unexpected_exception_in_the_backend_is_an_error_after_full_cleanup(t
     result, b, rundir = _run(tmp_path, explode_at=2)
     assert result.state is RunState.ERROR
     assert "RuntimeError: the API changed under us" in result.message
-    assert b.calls[-2:] == ["collect", "delete"]
+    assert b.calls[-2:] == ["stream", "delete"]
     assert rundir.node_log(0).read_text()
 
 
@@ -188,19 +199,19 @@ def test_a_backend_failure_ends_the_run_as_failed_with_its_message(tmp_path):
 
 # ---- the collection is part of the run: never lose a log, never a pass not seen ------
 class Collecting(ScriptedBackend):
-    """Every node succeeds; `collect` gets `signals` SIGINTs half-way through, or breaks."""
+    """Every node succeeds; `stream` gets `signals` SIGINTs half-way through, or breaks."""
 
     def __init__(self, signals=0, broken=False, live_logs=False, **kw):
         super().__init__(script={i: ["running", "succeeded"] for i in range(3)}, **kw)
         self.signals, self.broken, self.live_logs = signals, broken, live_logs
 
-    def collect(self, rundir):
+    def stream(self, rundir, strict=False):
         rundir.write_node_log(0, "log of node 0\n")
         for _ in range(self.signals):
             os.kill(os.getpid(), signal.SIGINT)          # the handler runs right here
         if self.broken:
             raise RuntimeError("docker compose logs: exit 1")
-        return super().collect(rundir)
+        return super().stream(rundir)
 
 
 def _collecting(tmp_path, **kw):
@@ -214,7 +225,7 @@ def _collecting(tmp_path, **kw):
 
 def test_one_signal_during_the_collection_lets_it_finish_and_the_outcome_stands(tmp_path):
     result, b, lines = _collecting(tmp_path, signals=1)
-    assert b.calls[-2:] == ["collect", "delete"], "every log collected, then deleted"
+    assert b.calls[-2:] == ["stream", "delete"], "every log collected, then deleted"
     assert result.state is RunState.PASSED and result.signal is None and not result.kept
     assert any("SIGINT: collecting the logs first; send it again" in line for line in lines)
     assert result.notes == ["SIGINT arrived while the lab was being cleaned up; every log was "
@@ -223,7 +234,7 @@ def test_one_signal_during_the_collection_lets_it_finish_and_the_outcome_stands(
 
 def test_a_second_signal_cuts_the_collection_short_interrupted_and_nothing_deleted(tmp_path):
     result, b, _ = _collecting(tmp_path, signals=2)
-    assert "collect" not in b.calls and "delete" not in b.calls
+    assert "stream" not in b.calls and "delete" not in b.calls
     assert result.state is RunState.INTERRUPTED and result.signal == "SIGINT" and result.kept
     assert "while collecting the logs: they are incomplete and the lab was kept" in result.message
     assert "labctl down" in result.message
@@ -280,6 +291,13 @@ class FaultyBackend(ScriptedBackend):
         super().__init__(**kw)
         self.tries = 0
 
+    def signal(self, action):
+        if isinstance(action, BeginFault):
+            return [self.inject(action.fault)]
+        if isinstance(action, EndFault):
+            return [self.heal(action.fault)]
+        return super().signal(action)
+
     def inject(self, fault):
         from labctl.faults import NotYet
 
@@ -328,7 +346,7 @@ def _follow(tmp_path, wait=True, timeout=5.0, **backend_kw):
     spec = from_dict({"nodes": 3, "nproc_per_node": 1})
     b = ScriptedBackend(**backend_kw)
     p = plan(spec, b.placement(spec), "lab-test")
-    b.plan = p                                   # what attach_by_id binds
+    b.plan = p                                   # what attach(run id) binds
     rundir = RunDir.create(p, out=tmp_path / "run")
     return decided(driver.follow(p, b, rundir, lambda line: None, timeout=timeout, wait=wait),
                    rundir), b, rundir
@@ -340,8 +358,8 @@ def test_follow_waits_for_every_node_and_never_stops_or_deletes(tmp_path):
     result, b, rundir = _follow(tmp_path, script=script)
     assert result.state is RunState.FAILED
     assert [o.state for o in result.outcomes] == ["failed", "succeeded", "succeeded"]
-    assert "start" not in b.calls and not any(c.startswith("stop") for c in b.calls)
-    assert "delete" not in b.calls and b.calls[-1] == "collect"
+    assert "submit" not in b.calls and not any(c.startswith("stop") for c in b.calls)
+    assert "delete" not in b.calls and b.calls[-1] == "stream"
     assert rundir.node_log(1).read_text() == "log of node 1\n"
     # exit times only for what ended while watched: node 0 had ended before
     assert [o.exited_s is not None for o in result.outcomes] == [False, True, True]
@@ -354,7 +372,7 @@ def test_follow_at_the_timeout_or_without_waiting_writes_the_run_down_as_running
                               "collected what they wrote so far")
     result, b, _ = _follow(tmp_path / "b", wait=False)
     assert result.state is RunState.RUNNING and "(--no-wait)" in result.message
-    assert b.calls == ["poll", "poll", "collect"]      # one look, then the logs
+    assert b.calls == ["poll", "poll", "stream"]      # one look, then the logs
 
 
 class Raising(ScriptedBackend):
@@ -387,7 +405,7 @@ def test_run_and_follow_classify_what_the_backend_raises_the_same_way(tmp_path, 
         b.plan = p
         rundir = RunDir.create(p, out=tmp_path / name)
         results.append(decided(go(p, b, rundir), rundir))
-        assert b.calls[-1] == ("delete" if name == "run" else "collect"), name
+        assert b.calls[-1] == ("delete" if name == "run" else "stream"), name
     for result in results:
         assert (result.state, result.message, result.signal) == (state, message, None)
         assert (result.error is None) == isinstance(exc, BackendFailure)
@@ -409,3 +427,75 @@ def test_a_signal_stops_a_run_but_only_the_watching_of_a_followed_lab(tmp_path):
     assert result.message == ("node(s) 0, 1, 2 still running (SIGTERM stopped the waiting): "
                               "collected what they wrote so far")
     assert not any(c.startswith("stop") or c == "delete" for c in b.calls)
+
+
+# ---- what a backend says the record must hold, the driver writes -----------------------
+class Recording(ScriptedBackend):
+    """Says what the record must hold (as local says its guards); `fail` half-way through."""
+
+    def __init__(self, fail=False, **kw):
+        super().__init__(script={i: ["running", "succeeded"] for i in range(3)}, **kw)
+        self.fail = fail
+
+    def submit(self, plan, rundir):
+        super().submit(plan, rundir)
+        self.state = BackendState({"guards": {"0": 11}}, rank_logs_by_guards=True)
+        if self.fail:
+            raise LabError("node 1 could not be started")
+        self.state = BackendState({"guards": {"0": 11, "1": 12, "2": 13}}, True)
+        return self.state
+
+    def stream(self, rundir, strict=False):
+        from labctl.record import Leftover
+
+        self.state = dataclasses.replace(self.state, leftovers=(Leftover(1, 99, "sleep 600"),))
+        return super().stream(rundir)
+
+
+def test_the_driver_writes_what_the_backend_says_the_record_holds_even_half_way(tmp_path):
+    """Backends never write the run record: `submit` returns what it must hold (and keeps it
+    in `state` as it grows), the driver writes it, status.json as before (its key: the
+    lab's backend)."""
+    spec = from_dict({"nodes": 3, "nproc_per_node": 1})
+    for name, fail in (("whole", False), ("half", True)):
+        b = Recording(fail=fail)
+        p = plan(spec, b.placement(spec), "lab-test")
+        rundir = RunDir.create(p, out=tmp_path / name)
+        driver.run(p, b, rundir, lambda line: None, grace=0.05)
+        rundir.save()
+        status = json.loads((rundir.path / "status.json").read_text())
+        assert status["rank_logs_by_guards"] is True
+        assert status["local"] == {"guards": {"0": 11} if fail else {"0": 11, "1": 12, "2": 13}}
+        # the stream runs after a failed submit too (whatever was started leaves its logs)
+        assert status["leftovers"] == [{"node": 1, "pid": 99, "command": "sleep 600"}]
+
+
+def test_describe_reads_only_the_part_asked_for():
+    """A poll reads the outcomes alone: whether the run exists and the joins are other
+    questions to the backend (processes, containers, logs), asked only when read, once."""
+    asked = []
+    view = RunView(lambda: asked.append("outcomes") or [], lambda: asked.append("exists") or True,
+                   lambda: asked.append("joined") or 3)
+    assert view.outcomes == () and asked == ["outcomes"]
+    assert view.exists is True and view.exists is True and asked == ["outcomes", "exists"]
+    assert view.joined == 3 and asked == ["outcomes", "exists", "joined"]
+
+
+class Telling(ScriptedBackend):
+    """Says where the run lives before it creates anything (as k8s says its namespace)."""
+
+    def submit(self, plan, rundir):
+        self.tell(BackendState({"namespace": "lab", "context": "kind"}))
+        self.on_disk = json.loads((rundir.path / "status.json").read_text()).get("local")
+        return super().submit(plan, rundir)
+
+
+def test_what_a_backend_tells_before_it_creates_anything_is_on_disk_at_once(tmp_path):
+    """A labctl killed while a backend creates its objects must leave `labctl down` knowing
+    where they are: what `tell` says is in status.json before submit goes on."""
+    spec = from_dict({"nodes": 1, "nproc_per_node": 1})
+    b = Telling(script={0: ["running", "succeeded"]})
+    p = plan(spec, b.placement(spec), "lab-test")
+    rundir = RunDir.create(p, out=tmp_path / "run")
+    driver.run(p, b, rundir, lambda line: None, grace=0.05)
+    assert b.on_disk == {"namespace": "lab", "context": "kind"}

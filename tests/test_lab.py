@@ -16,6 +16,7 @@ import signal
 import pytest
 
 from labctl import blame, lab, report, rundir, trace
+from labctl.backends.base import RunView
 from labctl.errors import Interrupted
 from labctl.outcome import RunState
 from labctl.spec import from_dict
@@ -115,14 +116,11 @@ def test_a_signal_cutting_labctl_downs_finish_short_deletes_nothing(tmp_path, mo
     run.save()
 
     class Alive(ScriptedBackend):
-        def attach(self, rundir):
-            self.plan = lab.make_plan(rundir.spec, run_id=rundir.record.run_id, backend=self)
+        def attach(self, target):
+            self.plan = lab.make_plan(target.spec, run_id=target.record.run_id, backend=self)
 
-        def alive(self):
-            return True
-
-        def collect(self, rundir, strict=False):
-            return super().collect(rundir)
+        def describe(self, within=0.0, joins=False):
+            return RunView(self.poll, lambda: True)
 
     backend = Alive(script={i: ["succeeded"] for i in range(2)})
     monkeypatch.setattr(lab.backends, "create", lambda *a, **k: backend)

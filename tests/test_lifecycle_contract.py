@@ -181,14 +181,18 @@ def test_lifecycle(tmp_path, monkeypatch, backend, scenario):
 @pytest.mark.parametrize("name", [*backends.NAMES, "subprocess"])
 def test_one_vocabulary_and_an_unbound_backend_says_so_in_one_line(monkeypatch, name):
     """Every backend (and one registered here with one line) has the same verbs; before it
-    is bound to a run (start, attach_by_id, attach) there is nothing to delete, and asking
-    for outcomes is a LabError naming the binding verbs, never an AssertionError."""
+    is bound to a run (submit, attach) there is nothing to delete, and asking for outcomes
+    is a LabError naming the binding verbs, never an AssertionError."""
     from labctl.errors import LabError
 
     monkeypatch.setitem(backends.REGISTRY, "subprocess", "subprocess_backend:SubprocessBackend")
     backend = backends.create(name)
     assert backend.delete() == ""
     with pytest.raises(LabError, match="serves no run yet"):
-        backend.poll()
-    for gone in ("take_down", "save_logs", "attached_outcomes"):
-        assert not hasattr(backend, gone), f"{name}: {gone} is delete / collect / poll now"
+        backend.describe().outcomes
+    for verb in ("submit", "describe", "stream", "signal", "delete"):
+        assert callable(getattr(backend, verb))
+    for gone in ("take_down", "save_logs", "attached_outcomes", "start", "poll", "wait", "alive",
+                 "joined", "stop", "collect", "dump_stacks", "inject", "heal", "attach_by_id"):
+        assert not hasattr(backend, gone), \
+            f"{name}: {gone} is submit / describe / stream / signal / delete / attach now"

@@ -211,7 +211,8 @@ def render_text(target: str, plan: "LaunchPlan") -> str:
 
 
 def collect_targets() -> tuple[str, ...]:
-    """`labctl collect --backend` choices: backends that can attach to a run by its id."""
+    """`labctl collect --backend` choices: backends that can attach to a run by its id
+    (those that can find runs by their ids: `find_runs`)."""
     from .base import Backend
 
-    return tuple(n for n in NAMES if backend_class(n).attach_by_id is not Backend.attach_by_id)
+    return tuple(n for n in NAMES if backend_class(n).find_runs is not Backend.find_runs)

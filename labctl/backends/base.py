@@ -1,54 +1,58 @@
-"""The Backend interface: how to place, start, poll, stop, collect and delete nodes.
+"""The Backend interface: a backend submits, describes, streams, signals and deletes.
 
-A backend never decides *when*: deadlines, the grace after the first failure,
-signals and the run's outcome belong to the driver (labctl/driver.py), the
+A backend says *how*; the driver (labctl/driver.py) decides *when*: deadlines, the
+grace after the first failure, signals and the run's outcome are the driver's, the
 way torch elastic's `SimpleElasticAgent._invoke_run` owns the loop and its
-subclasses only start, monitor and stop workers. One instance serves one run
-(`labctl up`) or one attach (`labctl collect`, `labctl down`).
+subclasses only start, monitor and stop workers. The core owns the run folder and
+the one lossless collector (labctl/collect.py); a backend never writes the run
+record: it says what the record must hold (`BackendState`) and the core writes it.
+Five run verbs, so that a new backend is five answers, not seventeen:
 
-    placement(spec, folder)    names, node 0's address, the shared directory on this
-                               backend (pure; `folder`: the run folder the run will get)
+    submit(plan, rundir) -> BackendState   create the nodes (binds the instance);
+                               what the run record must hold of them
+    describe(within, joins) -> RunView  the nodes now (`within`: wait up to that long
+                               first, less when a node may have ended), whether
+                               anything of the run exists, the ranks joined
+    stream(rundir, strict) -> [NodeOutcome]  every node's log into the run folder through
+                               labctl/collect.py; the final outcomes. Raises when a log
+                               cannot be saved whole (strict: any that cannot be read):
+                               the driver then deletes nothing
+    signal(action) -> [note]   Stop(indices, reason), TakeStacks(rundir),
+                               BeginFault(fault), EndFault(fault); an action a backend
+                               cannot do is refused in one line (the default)
+    delete() -> str            remove what is left of the run; one line on what
+
+  Declarations, not run verbs:
+    placement(spec, folder)    names, node 0's address, the shared directory (pure)
     preflight(plan)            refuse what cannot work, before anything starts (< 1 s)
-
-  Bind the instance to one run (`self.run`, a BoundRun), one of three ways:
-    start(plan, rundir)        create the nodes; node logs go into the run folder
-    attach_by_id(run_id)       find a run labctl rendered but did not start (kubectl,
-                               docker compose) by its id -> its LaunchPlan, rebuilt from
-                               the lab description the renderer stored in its objects
-    attach(rundir)             a run recorded in a folder (a dead labctl, `labctl down`)
+    debug_server_at(plan)      where to open the started lab's debug server
+  Binding to a run started elsewhere:
+    attach(run folder | run id) -> plan | None   a run recorded in a folder (a dead
+                               labctl, `labctl down`), or one labctl rendered but did
+                               not start, found by its id (its plan rebuilt from the
+                               lab description stored in its objects)
     find_runs() -> [run id]    the runs this backend can see (by the run label)
 
-  Then, whichever way it was bound:
-    alive() -> bool            does anything of the run still exist
-    poll() -> [NodeOutcome]    one per plan node, never blocking for long
-    wait(seconds)              between two polls: sleep, or return as soon as a node may
-                               have ended (an event stream), so the end is seen at once
-    stop(indices, reason)      stop those nodes (SIGTERM, then kill), keep their logs
-    collect(rundir, strict)    write every node's log into the run folder; final outcomes.
-                               Raise when a log cannot be saved whole (strict: any log
-                               that cannot be read): the driver then deletes nothing (the
-                               state is error), `labctl down` saves it first
-    delete() -> str            remove what is left of the run; one line on what was removed
-
-Every backend must have placement, start, poll, stop, collect and delete (abstract
-here); the rest have defaults that do nothing or refuse in one line. A backend's own
-command-line settings are a frozen dataclass of `BackendOptions` (its `Options`), so
-they are declared once, typed: the CLI's flags are generated from it and the instance
-gets the filled object as `self.options` (TorchX's `runopts`, as a dataclass).
+One instance serves one run (`self.run`, a BoundRun), however it was bound.
+placement, submit, describe, stream, signal and delete are abstract; the rest
+have defaults that do nothing or refuse in one line. A backend's own
+command-line settings are a frozen dataclass of `BackendOptions` (its `Options`):
+the CLI's flags are generated from it (TorchX's `runopts`, as a dataclass).
 """
 from __future__ import annotations
 
 import abc
 import enum
-import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Union
 
 from ..errors import LabError
 from ..faults import Fault
 from ..outcome import NodeOutcome
 from ..plan import LaunchPlan, Placement
+from ..record import Leftover
 from ..rundir import RunDir
 from ..spec import LabSpec
 
@@ -94,11 +98,95 @@ def option(help: str, default: Any = None) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+@dataclass(frozen=True)
+class BackendState:
+    """What the run record must hold of a backend's run, said by the backend and written
+    by the core (`driver.keep_state`): status.json's `<backend>` object (local: its
+    guards' pids; k8s: namespace, context, selector), whether the local guards write
+    the rank logs, what was killed after the ranks ended. None: nothing to write."""
+    notes: dict[str, Any] | None = None           # record.backend_state, the same dict shape
+    rank_logs_by_guards: bool | None = None
+    leftovers: tuple[Leftover, ...] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RunView:
+    """The bound run as its backend sees it now (`describe`); each part frozen once read.
+
+    `outcomes` (one per plan node), `exists` (does anything of the run still exist)
+    and `joined` (ranks that said they joined; None unless asked) are each asked of
+    the backend only when read, and kept: the driver's poll reads the outcomes alone
+    (one `docker inspect`, one pod list), `labctl down` and `stacks` only whether
+    the run exists (containers, objects or processes by its id), the join clock only
+    `joined` (a read of the logs). Reading them all on every look would add that cost
+    to every poll."""
+    read_outcomes: Callable[[], list[NodeOutcome]] = field(repr=False)
+    read_exists: Callable[[], bool] = field(default=lambda: False, repr=False)
+    read_joined: Callable[[], int | None] = field(default=lambda: None, repr=False)
+
+    @cached_property
+    def outcomes(self) -> tuple[NodeOutcome, ...]:
+        return tuple(self.read_outcomes())
+
+    @cached_property
+    def exists(self) -> bool:
+        return bool(self.read_exists())
+
+    @cached_property
+    def joined(self) -> int | None:
+        return self.read_joined()
+
+
+# ---- what `signal` asks of a backend -------------------------------------------------
+@dataclass(frozen=True)
+class Stop:
+    """Stop those nodes (SIGTERM, then kill), keeping their logs."""
+    indices: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class TakeStacks:
+    """Ask every rank for its Python stacks (all threads) without stopping it; the dumps
+    land in the node logs (the driver asks at the deadline, before anything is stopped)."""
+    rundir: RunDir
+
+
+@dataclass(frozen=True)
+class BeginFault:
+    """Make one fault happen now (kill a rank, freeze a node ...); NotYet when its
+    target is not there yet."""
+    fault: Fault
+
+
+@dataclass(frozen=True)
+class EndFault:
+    """End a fault with a duration (resume a frozen node, reconnect a cut one)."""
+    fault: Fault
+
+
+Action = Union[Stop, TakeStacks, BeginFault, EndFault]
+
+
+def refuse(name: str, action: Action) -> list[str]:
+    """What a backend says of an action it cannot do: one line (a note for stacks, a
+    LabError for the others)."""
+    if isinstance(action, TakeStacks):
+        return [f"the {name} backend cannot take stacks"]
+    if isinstance(action, BeginFault):
+        raise LabError(f"the {name} backend cannot inject faults")
+    if isinstance(action, EndFault):
+        raise LabError(f"the {name} backend cannot end faults")
+    if isinstance(action, Stop):
+        raise LabError(f"the {name} backend cannot stop nodes")
+    raise TypeError(f"not an action: {action!r}")
+
+
 class Bound(enum.Enum):
     """How a backend instance came to serve its run."""
-    STARTED = "started"       # start(): this instance created the nodes
-    FOUND = "found"           # attach_by_id(): started by kubectl / docker compose, found by id
-    ATTACHED = "attached"     # attach(): recorded in a run folder (a labctl that died, `down`)
+    STARTED = "started"       # submit(): this instance created the nodes
+    FOUND = "found"           # attach(run id): started by kubectl / docker compose, found by id
+    ATTACHED = "attached"     # attach(run folder): a labctl that died, `down`
 
 
 @dataclass(frozen=True)
@@ -126,13 +214,13 @@ class Backend(abc.ABC):
     Options: ClassVar[type[BackendOptions]] = BackendOptions
     # Module with files(plan)/text(plan) for `labctl render <name>`, or None.
     renderer: ClassVar[str | None] = None
-    poll_interval: ClassVar[float] = 1.0
+    poll_interval: ClassVar[float] = 1.0         # the driver's pause between two looks
     # Node logs grow in the run folder while the lab runs (local): the driver splits them
     # per rank as it goes, so the end of a run has only the last bit left to read.
     live_logs: ClassVar[bool] = False
-    # Fault kinds `inject` can do (labctl/faults.py); the spec refuses the others.
+    # Fault kinds `signal(BeginFault)` can do (labctl/faults.py); the spec refuses the others.
     fault_kinds: ClassVar[tuple[str, ...]] = ()
-    # Whether `joined` can count the ranks that said they joined (the join fault clock).
+    # Whether `describe(joins=True)` can count the ranks that said they joined (the join fault clock).
     hears_joins: ClassVar[bool] = False
 
     @classmethod
@@ -170,6 +258,19 @@ class Backend(abc.ABC):
         self.progress = progress
         self.options = options
         self._run: BoundRun | None = None
+        # What the run record must hold of this run so far (submit's answer, what a stream
+        # or a delete adds); the core writes it into the record (`driver.keep_state`).
+        self.state = BackendState()
+        # The core's ear for `tell`: set by the driver before submit, so that what a
+        # backend must have on disk before it creates anything is saved then.
+        self.on_state: Callable[[BackendState], None] = lambda state: None
+
+    def tell(self, state: BackendState) -> None:
+        """Say what the run record must hold *now*, before going on (k8s: the namespace and
+        context, before the first object is created, so that a labctl killed while it
+        creates them leaves `labctl down` knowing where to look); the core saves it."""
+        self.state = state
+        self.on_state(state)
 
     # ---- the run this instance serves ------------------------------------------------
     @property
@@ -180,8 +281,8 @@ class Backend(abc.ABC):
     def run(self) -> BoundRun:
         """The bound run; a LabError (never an assert) when nothing is bound yet."""
         if self._run is None:
-            raise LabError(f"the {self.name} backend serves no run yet (start, attach or "
-                           "attach_by_id binds one)")
+            raise LabError(f"the {self.name} backend serves no run yet (submit or attach "
+                           "binds one)")
         return self._run
 
     def bind(self, run: BoundRun) -> BoundRun:
@@ -205,74 +306,54 @@ class Backend(abc.ABC):
 
     # ---- the run ---------------------------------------------------------------
     @abc.abstractmethod
-    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
-        """Create the run's nodes (bind this instance to the run); node logs go into `rundir`."""
+    def submit(self, plan: LaunchPlan, rundir: RunDir) -> BackendState:
+        """Create the run's nodes (binding this instance to the run); node logs go into
+        `rundir`. Returns what the run record must hold (the core writes it; also
+        `self.state`, kept as it grows, so a submit that failed half-way is written too)."""
 
     @abc.abstractmethod
-    def poll(self) -> list[NodeOutcome]:
-        """One outcome per plan node, as they are now; never blocks for long."""
-
-    def wait(self, seconds: float) -> None:
-        """Until the next poll (the driver's loop): at most `seconds`; a backend that can
-        hear a node end (compose: the engine's events) returns then."""
-        time.sleep(seconds)
-
-    def joined(self) -> int:
-        """How many ranks have said they joined their process group so far (the
-        JOINED_MARKER lines in the nodes' output): the join fault clock starts when all
-        have. Only for backends with `hears_joins`."""
-        raise LabError(f"the {self.name} backend cannot hear the ranks join")
+    def describe(self, within: float = 0.0, joins: bool = False) -> RunView:
+        """The run now: wait at most `within` seconds first (the driver's pause between
+        two looks; a backend that can hear a node end, compose through the engine's
+        events, returns then), then a RunView whose parts are read when asked.
+        `joins`: count the ranks that said they joined (backends with `hears_joins`;
+        else `joined` stays None)."""
 
     @abc.abstractmethod
-    def stop(self, indices: list[int], reason: str) -> None:
-        """Stop those nodes (SIGTERM, then kill), keeping their logs."""
-
-    @abc.abstractmethod
-    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+    def stream(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Every node's log into the folder; the final outcomes. `strict`: raise when any
         log cannot be read (`labctl down`, `stacks`: then nothing may be deleted). A backend
         that fetches logs gives labctl/collect.py its sources: the collector writes, checks
         and raises (one line, after every node was tried)."""
 
     @abc.abstractmethod
+    def signal(self, action: Action) -> list[str]:
+        """Do `action` (Stop, TakeStacks, BeginFault, EndFault); the note lines on what was
+        done (a fault: one line; Stop: none). An action this backend cannot do goes to
+        `refuse` (`super().signal(action)`): one line, as before the verbs were one."""
+        return refuse(self.name, action)
+
+    @abc.abstractmethod
     def delete(self) -> str:
         """Remove what is left of the bound run (nothing bound: nothing to do, "");
         one truthful line on what was removed."""
-
-    # ---- the failure lab (optional) ------------------------------------------------
-    def dump_stacks(self, rundir: RunDir) -> list[str]:
-        """Ask every rank for its Python stacks (all threads) without stopping it; the
-        driver calls this at the deadline before anything is stopped. Returns notes."""
-        return [f"the {self.name} backend cannot take stacks"]
 
     def debug_server_at(self, plan: LaunchPlan) -> str | None:
         """Where to open the started lab's debug server (`debug_server`): a URL on this
         machine, or the command that makes one; None when this backend cannot say."""
         return None
 
-    def inject(self, fault: Fault) -> str:
-        """Make one fault happen now (kill a rank, freeze a node ...); one line on what was done."""
-        raise LabError(f"the {self.name} backend cannot inject faults")
-
-    def heal(self, fault: Fault) -> str:
-        """End a fault with a duration (resume a frozen node, reconnect a cut one)."""
-        raise LabError(f"the {self.name} backend cannot end faults")
-
     # ---- runs started elsewhere --------------------------------------------------
     def find_runs(self) -> list[str]:
         """Ids of the runs that have objects on this backend (containers, Jobs ...)."""
         raise LabError(f"the {self.name} backend cannot list runs")
 
-    def attach_by_id(self, run_id: str) -> LaunchPlan:
-        """Bind to the run `run_id` (started by kubectl, docker compose or a labctl that
-        died) and return its plan, rebuilt from the lab description in its objects.
-        Raise UnknownRun, naming the runs there are, when nothing has that id."""
-        raise LabError(f"the {self.name} backend cannot collect a run it did not start")
-
-    def attach(self, rundir: RunDir) -> None:
-        """Bind to an existing run (its plan and where it ran are in the folder)."""
+    def attach(self, target: RunDir | str) -> LaunchPlan | None:
+        """Bind to a run started elsewhere. A run folder (a labctl that died, `labctl
+        down`): its plan and where it ran are in the folder; returns None. A run id (a
+        run kubectl or docker compose started): returns its plan, rebuilt from the lab
+        description in its objects; UnknownRun, naming the runs there are, when nothing
+        has that id. What the record must hold of it is then in `self.state`."""
+        if isinstance(target, str):
+            raise LabError(f"the {self.name} backend cannot collect a run it did not start")
         raise LabError(f"the {self.name} backend cannot attach to a run started elsewhere")
-
-    def alive(self) -> bool:
-        """Whether any node (or object) of the bound run still exists."""
-        return False

@@ -1,9 +1,10 @@
 """Compose backend: every node is a container of one docker compose project.
 
-`start` renders the plan (render.py beside this module) and starts the project;
-`poll` reads every container's state; `stop` stops containers; `collect`
-copies each node's log into the run folder; `delete` is `docker compose down
--v`. The driver calls them in that order, always: logs before teardown. Only
+`submit` renders the plan (render.py beside this module) and starts the project;
+`describe` reads every container's state (waiting on the engine's events);
+`signal(Stop)` stops containers; `stream` copies each node's log into the run
+folder; `delete` is `docker compose down -v`. The driver calls them in that
+order, always: logs before teardown. Only
 the docker CLI is used (no Python docker lib). The compose project is named
 after the run id, and every container and network carries the run label, so
 a run started by `docker compose up` can be attached to (collect, down).
@@ -31,7 +32,8 @@ from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import DEFAULT_CUDA_IMAGE, LabSpec
 from .. import spec_from_stored
-from ..base import Backend, Bound, BoundRun, PreflightError, UnknownRun
+from ..base import (Action, Backend, BackendState, BeginFault, Bound, BoundRun, EndFault,
+                    PreflightError, RunView, Stop, TakeStacks, UnknownRun)
 from ..containers import container_placement, container_shared_dir
 from ..runfolder import local_debug_server_dir, local_records_dir
 from . import render as render_compose
@@ -479,7 +481,7 @@ class ComposeBackend(Backend):
                                  f"({os.uname().release}) has none (CONFIG_NET_SCH_NETEM is not "
                                  "set); leave the delay out, or run on a kernel with sch_netem")
 
-    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+    def submit(self, plan: LaunchPlan, rundir: RunDir) -> BackendState:
         self.started_at = _dt.datetime.now(_dt.timezone.utc)   # exit times on the driver's clock
         # the run folder's records/, mounted in every node: the ranks' record files outlive
         # any death of a rank, as on the local backend (the lab's user writes there, not root)
@@ -496,6 +498,7 @@ class ComposeBackend(Backend):
             raise LabError(f"docker compose up failed for project {self.project.name}: "
                            f"{_last_line(up.stderr)}")
         self.progress(f"compose project {self.project.name} started ({len(plan.nodes)} containers)")
+        return self.state                      # nothing for the record: the labels say it all
 
     def debug_server_at(self, plan: LaunchPlan) -> str | None:
         """The URL of node 0's published debug server port (the engine picked it)."""
@@ -516,7 +519,14 @@ class ComposeBackend(Backend):
         self.hostnames = run.hostnames
         self.run_id = run.run_id
 
-    def poll(self) -> list[NodeOutcome]:
+    def describe(self, within: float = 0.0, joins: bool = False) -> RunView:
+        """Wait first (`_wait`: a node that dies ends it; none before the first pause, as
+        the stream starts where the engine was last asked), then the run, read when asked."""
+        if within > 0 or self.events is not None:
+            self._wait(within)
+        return RunView(self._poll, self._alive, self._joined if joins else lambda: None)
+
+    def _poll(self) -> list[NodeOutcome]:
         """The nodes now. The engine is asked again only when an event of the project came
         since it was last asked (or after ASK_AT_LEAST_S, or with no event stream)."""
         self.run                                    # LabError when nothing is bound yet
@@ -543,7 +553,7 @@ class ComposeBackend(Backend):
                 o.exited_s = self.exit_times.get(o.hostname)
         return outcomes
 
-    def wait(self, seconds: float) -> None:
+    def _wait(self, seconds: float) -> None:
         """Until the next poll: `seconds`, or less when a container of the run dies (the
         engine's event stream), so that the end of a lab is seen when it happens."""
         if not self.bound:
@@ -568,7 +578,7 @@ class ComposeBackend(Backend):
         self.seen = containers
         return containers
 
-    def joined(self) -> int:
+    def _joined(self) -> int:
         """The join lines in the containers' logs so far. Each `docker logs --timestamps`
         starts JOIN_REREAD_S before the last line the previous one read (stdout and stderr
         are logged apart: a line of one may land after a later line of the other; a line
@@ -586,11 +596,23 @@ class ComposeBackend(Backend):
                 self.joins_read_to[container.id] = last
         return sum(len(found) for found in self.joins.values())
 
-    def stop(self, indices: list[int], reason: str) -> None:
+    def signal(self, action: Action) -> list[str]:
+        if isinstance(action, Stop):
+            self._stop(action.indices)
+            return []
+        if isinstance(action, TakeStacks):
+            return self._take_stacks()
+        if isinstance(action, BeginFault):
+            return [self._inject(action.fault)]
+        if isinstance(action, EndFault):
+            return [self._heal(action.fault)]
+        return super().signal(action)
+
+    def _stop(self, indices: tuple[int, ...]) -> None:
         self.project("stop", "--timeout", str(STOP_TIMEOUT_S),
                      *(self.hostnames[i] for i in indices))
 
-    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+    def stream(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Every node's log, streamed to its file and checked, or LabError (then the
         driver deletes nothing): always strict. `docker logs`, not `docker compose logs`:
         compose drops a last line without a newline and keeps the whole log in memory.
@@ -610,7 +632,7 @@ class ComposeBackend(Backend):
         tally = Tally()
         read_by_processes(rundir, sources, LOGS_TIMEOUT_S, tally, not_found=DOCKER_MISSING)
         tally.check()
-        return self._outcomes(self.seen) if ended else self.poll()
+        return self._outcomes(self.seen) if ended else self._poll()
 
     def delete(self) -> str:
         """`compose down` of a project started here; of one started elsewhere, whatever is
@@ -628,7 +650,7 @@ class ComposeBackend(Backend):
         return f"removed compose project {self.project.name}"
 
     # ---- the failure lab -------------------------------------------------------------
-    def dump_stacks(self, rundir: RunDir) -> list[str]:
+    def _take_stacks(self) -> list[str]:
         """SIGUSR1 to every rank inside each container (python3 -m workloads._stacks)."""
         notes = []
         for index, hostname in sorted(self.hostnames.items()):
@@ -648,7 +670,7 @@ class ComposeBackend(Backend):
     def _network(self) -> str:
         return f"{self.project.name}_{render_compose.NETWORK}"
 
-    def inject(self, fault: Fault) -> str:
+    def _inject(self, fault: Fault) -> str:
         """kill-rank: SIGKILL inside the container (the rank is found by its environment;
         c10d decides which node holds which rank, so every container is asked); the
         others through the engine: kill, pause, network disconnect, tc netem."""
@@ -677,7 +699,7 @@ class ComposeBackend(Backend):
             return f"tc qdisc add dev eth0 root netem delay {fault.ms}ms in {host}"
         raise LabError(f"the compose backend cannot do {fault.kind}")
 
-    def heal(self, fault: Fault) -> str:
+    def _heal(self, fault: Fault) -> str:
         cid, host = self._container(fault.target), self.hostnames[fault.target]
         if fault.kind == "stop-node":
             _docker("unpause", cid, check=True)
@@ -698,8 +720,13 @@ class ComposeBackend(Backend):
                              check=True).stdout.split())
         return sorted(found)
 
-    def attach_by_id(self, run_id: str) -> LaunchPlan:
-        """The plan of a compose-started lab, from its network's `labctl.dev/spec` label."""
+    def attach(self, target: RunDir | str) -> LaunchPlan | None:
+        """A run id: the plan of a compose-started lab, from its network's `labctl.dev/spec`
+        label. A run folder: the run its record names."""
+        if isinstance(target, RunDir):
+            self._bind(BoundRun.of_folder(target), _Project(target.record.run_id, None, os.getcwd()))
+            return None
+        run_id = target
         containers, networks = _labelled(run_id)
         if not containers and not networks:
             raise UnknownRun.of(run_id, "on this Docker engine", self.find_runs())
@@ -728,10 +755,7 @@ class ComposeBackend(Backend):
                    _Project(run_id, None, os.getcwd(), name=projects.pop() if len(projects) == 1 else None))
         return the_plan
 
-    def attach(self, rundir: RunDir) -> None:
-        self._bind(BoundRun.of_folder(rundir), _Project(rundir.record.run_id, None, os.getcwd()))
-
-    def alive(self) -> bool:
+    def _alive(self) -> bool:
         containers, networks = _labelled(self.run_id)
         return bool(containers or networks)
 

@@ -34,8 +34,8 @@ from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import LabSpec, quantity
 from .. import spec_from_stored
-from ..base import (Backend, BackendFailure, BackendOptions, Bound, BoundRun, PreflightError,
-                    UnknownRun, option)
+from ..base import (Action, Backend, BackendFailure, BackendOptions, BackendState, BeginFault,
+                    Bound, BoundRun, PreflightError, RunView, Stop, UnknownRun, option)
 from ..containers import container_placement, container_shared_dir
 from . import jobset as jobset_render
 from . import render as k8s_render
@@ -556,7 +556,7 @@ class K8sBackend(Backend):
             self.cluster = connect(context, namespace)
         return self.cluster
 
-    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+    def submit(self, plan: LaunchPlan, rundir: RunDir) -> BackendState:
         self._bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
         self.schedule_clock = k8s_scheduling.ScheduleClock(
             k8s_settings.settings(plan.spec).schedule_timeout)
@@ -567,14 +567,15 @@ class K8sBackend(Backend):
         if _is_jobset(plan.spec):
             require_jobset_crd(cluster)     # again: `up` with an injected backend skips preflight
         cluster.deadline = time.monotonic() + plan.spec.timeout
-        rundir.record.backend_state = {"namespace": cluster.namespace, "context": cluster.context,
-                                       "selector": k8s_render.run_selector(plan.run_id)}
-        rundir.save()
+        # where it runs, in the record before anything is created (`labctl down` finds the
+        # run there, even after a labctl killed while creating)
+        self.tell(BackendState(_where(cluster, plan.run_id)))
         for obj in manifests:
             _create(cluster, obj)
             self.created.append(obj["kind"])
             self.progress(f"created {obj['kind'].lower()}/{obj['metadata']['name']} "
                           f"in namespace {cluster.namespace}")
+        return self.state
 
     def debug_server_at(self, plan: LaunchPlan) -> str | None:
         """`kubectl port-forward` to node 0's pod (by name once it exists, else by its labels)."""
@@ -587,7 +588,11 @@ class K8sBackend(Backend):
         name = pod.metadata.name if pod is not None else None
         return k8s_render.port_forward(plan, self.cluster.namespace, self.cluster.context, name)
 
-    def poll(self) -> list[NodeOutcome]:
+    def describe(self, within: float = 0.0, joins: bool = False) -> RunView:
+        time.sleep(within)
+        return RunView(self._outcomes, self._alive)
+
+    def _outcomes(self) -> list[NodeOutcome]:
         """Pods (and why they wait); of a run recorded in a folder (`labctl down`), each
         node's pod as it is now, no more."""
         if self.run.how is Bound.ATTACHED:
@@ -636,10 +641,16 @@ class K8sBackend(Backend):
             events = []
         return k8s_scheduling.unschedulable(pods, events)
 
-    def stop(self, indices: list[int], reason: str) -> None:
-        """Pods keep running until `delete`: their logs are read first (a deleted pod has none)."""
+    def signal(self, action: Action) -> list[str]:
+        """Stop: nothing; pods keep running until `delete`: their logs are read first (a
+        deleted pod has none). BeginFault: kill-node. Stacks and ending a fault: refused."""
+        if isinstance(action, Stop):
+            return []
+        if isinstance(action, BeginFault):
+            return [self._inject(action.fault)]
+        return super().signal(action)
 
-    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+    def stream(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Pod logs and events into the folder; raises when one could not be saved and a
         later try may (`strict`: when any could not). Past the lab's deadline: collecting
         is cleanup, and its calls get their full retries."""
@@ -651,7 +662,7 @@ class K8sBackend(Backend):
                                     nodes_per_replica=self.nodes_per_replica, kind=self.kind))
 
     # ---- the failure lab ----------------------------------------------------------------
-    def inject(self, fault: Fault) -> str:
+    def _inject(self, fault: Fault) -> str:
         """kill-node: delete the node's pod at once (grace period 0: its container gets SIGKILL)."""
         if fault.kind != "kill-node":
             raise LabError(f"the k8s backend cannot do {fault.kind}")
@@ -697,8 +708,13 @@ class K8sBackend(Backend):
             found.add((jobset["metadata"].get("labels") or {}).get(k8s_render.RUN_LABEL, ""))
         return sorted(found - {""})
 
-    def attach_by_id(self, run_id: str) -> LaunchPlan:
-        """The plan of a kubectl-applied lab, from its Job's (or JobSet's) `labctl.dev/spec` annotation."""
+    def attach(self, target: RunDir | str) -> LaunchPlan | None:
+        """A run id: the plan of a kubectl-applied lab, from its Job's (or JobSet's)
+        `labctl.dev/spec` annotation. A run folder: where it ran is in its record (a folder
+        `labctl collect` made without it: this cluster's, said in `self.state`)."""
+        if isinstance(target, RunDir):
+            return self._attach_folder(target)
+        run_id = target
         cluster = self._connect(self.options.context, self.options.namespace)
         where = f"in namespace {cluster.namespace} (context {cluster.context})"
         jobsets = [j for j in _jobsets(cluster, k8s_render.run_selector(run_id))
@@ -734,18 +750,17 @@ class K8sBackend(Backend):
         self._bind(BoundRun.of_plan(the_plan, Bound.FOUND))
         return the_plan
 
-    def attach(self, rundir: RunDir) -> None:
+    def _attach_folder(self, rundir: RunDir) -> None:
         where = rundir.record.backend_state or {}
         context = self.options.context or (
             where.get("context") if where.get("context") != "in-cluster" else None)
         cluster = self._connect(context, self.options.namespace or where.get("namespace"))
         self._bind(BoundRun.of_folder(rundir))
         if not where:                       # a folder `labctl collect` made: say where it ran
-            rundir.record.backend_state = {"namespace": cluster.namespace, "context": cluster.context,
-                                           "selector": k8s_render.run_selector(self.run_id)}
-            rundir.save()
+            self.state = BackendState(_where(cluster, self.run_id))
+        return None
 
-    def alive(self) -> bool:
+    def _alive(self) -> bool:
         return bool(_objects(self.api, self.run_id, self.kind))
 
     def _delete_leftovers(self) -> str:
@@ -754,6 +769,12 @@ class K8sBackend(Backend):
             return (f"nothing to delete: no objects labelled {k8s_render.run_selector(self.run_id)} "
                     f"in namespace {self.api.namespace}")
         return f"deleted {len(deleted)} object(s) in namespace {self.api.namespace}: {', '.join(deleted)}"
+
+
+def _where(cluster: Cluster, run_id: str) -> dict[str, Any]:
+    """Where a run is, as its record holds it (status.json's `k8s`)."""
+    return {"namespace": cluster.namespace, "context": cluster.context,
+            "selector": k8s_render.run_selector(run_id)}
 
 
 def _objects(cluster: Cluster, run_id: str, kind: str = "Job") -> list[str]:

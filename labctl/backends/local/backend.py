@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
@@ -32,7 +33,8 @@ from ...plan import LaunchPlan, Placement
 from ...record import Leftover
 from ...rundir import RunDir
 from ...spec import LabSpec, ports_taken
-from ..base import Backend, Bound, BoundRun, PreflightError
+from ..base import (Action, Backend, BackendState, BeginFault, Bound, BoundRun, EndFault,
+                    PreflightError, RunView, Stop, TakeStacks)
 from . import nodeguard
 from .placement import LOCAL_SHARED_SUBDIR, local_placement
 from workloads._protocol import Env, debug_server_missing
@@ -208,12 +210,16 @@ class LocalBackend(Backend):
         return None if port is None else f"http://127.0.0.1:{port}"
 
     # ---- the run ---------------------------------------------------------------
-    def start(self, plan: LaunchPlan, rundir: RunDir) -> None:
+    def submit(self, plan: LaunchPlan, rundir: RunDir) -> BackendState:
+        """A node guard per node (the services first). The record holds this labctl, its
+        host and every guard's pid (`labctl down` finds them), and whether the guards
+        write the rank logs; `self.state` grows guard by guard."""
         self.bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
         self.folder = rundir
         read_end, self.lifeline_w = os.pipe()        # the write end never leaves labctl
-        rundir.record.backend_state = {"controller_pid": os.getpid(), "host": socket.gethostname(),
-                                       "guards": {}}
+        guards: dict[str, int] = {}
+        self.state = BackendState({"controller_pid": os.getpid(), "host": socket.gethostname(),
+                                   "guards": guards})
         try:
             # services (the replica store) first: they must be up before any node dials them
             for i, svc in enumerate(plan.services):
@@ -225,23 +231,24 @@ class LocalBackend(Backend):
                 Path(plan.placement.shared_dir).mkdir(parents=True, exist_ok=True)
             ranks = [p.rank for node in plan.nodes for p in node.processes if p.rank is not None]
             # direct mode, each rank once (replicas repeat ranks: their logs are split as usual)
-            rundir.record.rank_logs_by_guards = bool(ranks) and len(ranks) == len(set(ranks))
+            by_guards = bool(ranks) and len(ranks) == len(set(ranks))
+            self.state = replace(self.state, rank_logs_by_guards=by_guards)
             for node in plan.nodes:
                 which = ["--node", str(node.index)]
-                if rundir.record.rank_logs_by_guards:
+                if by_guards:
                     which += ["--rank-logs", str((rundir.path / "ranks").resolve()),
                               "--own-log", str(rundir.guard_log(node.index).resolve())]
                 self.guards[node.index] = self._guard(
                     rundir, read_end, which,
                     rundir.path / "nodes" / f"node-{node.index}", rundir.workdir(node.index))
-                rundir.record.backend_state["guards"][str(node.index)] = self.guards[node.index].pid
-            rundir.save()
+                guards[str(node.index)] = self.guards[node.index].pid
         except OSError as exc:      # the run folder failed under us: say which and why
             if exc.errno in (errno.EADDRINUSE, errno.E2BIG, errno.ENOEXEC):
                 raise
             raise rundir.storage_error(exc) from None
         finally:
             os.close(read_end)
+        return self.state
 
     def _guard(self, rundir: RunDir, lifeline: int, which: list[str], stem: Path,
                cwd: Path) -> subprocess.Popen:
@@ -267,23 +274,39 @@ class LocalBackend(Backend):
             return NodeOutcome(index, hostname, state=NodeState.RUNNING)
         return _from_status_file(self._status_file(index), index, hostname, guard.returncode)
 
-    def poll(self) -> list[NodeOutcome]:
+    def describe(self, within: float = 0.0, joins: bool = False) -> RunView:
+        time.sleep(within)
+        return RunView(self._outcomes, self._alive, self._joined if joins else lambda: None)
+
+    def _outcomes(self) -> list[NodeOutcome]:
         """The guards' exit status; for a run this instance did not start, their status
         files (or still running, while any process of the run is)."""
         if self.run.how is not Bound.STARTED:
-            alive = self.alive()
+            alive = self._alive()
             return [_from_status_file(self._status_file(i), i, h, None, alive)
                     for i, h in self.run.hostnames.items()]
         return [self._outcome(i, h) for i, h in self.run.hostnames.items()]
 
-    def joined(self) -> int:
+    def _joined(self) -> int:
         """The join lines in the node logs (direct mode: the rank logs the guards write)."""
         folder = self.folder.path
-        logs = folder.glob("ranks/rank-*.log") if self.folder.record.rank_logs_by_guards \
+        logs = folder.glob("ranks/rank-*.log") if self.state.rank_logs_by_guards \
             else folder.glob("nodes/node-*.log")
         return self.joins.read(sorted(logs))
 
-    def stop(self, indices: list[int], reason: str) -> None:
+    def signal(self, action: Action) -> list[str]:
+        if isinstance(action, Stop):
+            self._stop(action.indices)
+            return []
+        if isinstance(action, TakeStacks):
+            return self._take_stacks()
+        if isinstance(action, BeginFault):
+            return [self._inject(action.fault)]
+        if isinstance(action, EndFault):
+            return [self._heal(action.fault)]
+        return super().signal(action)
+
+    def _stop(self, indices: tuple[int, ...]) -> None:
         for i in indices:
             procs.send_signal(self.guards[i].pid, signal.SIGTERM)
         end = time.monotonic() + GUARD_EXIT_S
@@ -294,11 +317,11 @@ class LocalBackend(Backend):
                 self.guards[i].kill()
                 self.guards[i].wait()
 
-    def collect(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
+    def stream(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Nothing to fetch: the guards write each node's log straight into the folder.
         For a run started here, note what they had to kill after the ranks ended."""
         if self.run.how is not Bound.STARTED:
-            return self.poll()
+            return self._outcomes()
         for guard in self.guards.values():
             try:
                 guard.wait(timeout=GUARD_EXIT_S)
@@ -313,8 +336,8 @@ class LocalBackend(Backend):
                 continue
             leftovers += [Leftover(index, item.get("pid"), item.get("command"))
                           for item in status.get("leftovers", [])]
-        rundir.record.leftovers = leftovers
-        return self.poll()
+        self.state = replace(self.state, leftovers=tuple(leftovers))
+        return self._outcomes()
 
     def delete(self) -> str:
         """Stop the services, close the lifeline and sweep: nothing carrying this run's
@@ -338,14 +361,13 @@ class LocalBackend(Backend):
             self.lifeline_w = None
         escaped = kill_processes(processes_of_run(self.run.run_id))
         if escaped:
-            record = self.folder.record
-            record.leftovers = (record.leftovers or []) + [
-                Leftover(None, item["pid"], item["command"]) for item in escaped]
+            self.state = replace(self.state, leftovers=(*(self.state.leftovers or ()), *(
+                Leftover(None, item["pid"], item["command"]) for item in escaped)))
             return f"killed {len(escaped)} process(es) of the run that outlived their node"
         return ""
 
     # ---- the failure lab -------------------------------------------------------------
-    def dump_stacks(self, rundir: RunDir) -> list[str]:
+    def _take_stacks(self) -> list[str]:
         """SIGUSR1 to every rank: the helper every backend runs in the node's context
         (`python -m workloads._stacks RUN_ID`, here on this machine); the dumps land in
         the node logs."""
@@ -359,7 +381,7 @@ class LocalBackend(Backend):
         guard = self.guards[index].pid
         return [guard, *procs.descendants(guard)]
 
-    def inject(self, fault: Fault) -> str:
+    def _inject(self, fault: Fault) -> str:
         if fault.kind == "kill-rank":
             done = _helper("kill-rank", self.run.run_id, str(fault.target))
             if done.returncode != 0:
@@ -376,7 +398,7 @@ class LocalBackend(Backend):
             return f"SIGSTOP to node {fault.target}'s {len(tree)} process(es)"
         raise LabError(f"the local backend cannot do {fault.kind}")
 
-    def heal(self, fault: Fault) -> str:
+    def _heal(self, fault: Fault) -> str:
         if fault.kind == "stop-node":
             tree = self._tree(fault.target)
             for pid in tree:
@@ -385,11 +407,14 @@ class LocalBackend(Backend):
         raise LabError(f"the local backend cannot end {fault.kind}")
 
     # ---- runs whose labctl is gone ------------------------------------------------
-    def attach(self, rundir: RunDir) -> None:
-        self.bind(BoundRun.of_folder(rundir))
-        self.folder = rundir
+    def attach(self, target: RunDir | str) -> LaunchPlan | None:
+        if isinstance(target, str):           # a run id: nothing on this machine names it
+            return super().attach(target)
+        self.bind(BoundRun.of_folder(target))
+        self.folder = target
+        return None
 
-    def alive(self) -> bool:
+    def _alive(self) -> bool:
         return bool(processes_of_run(self.run.run_id))
 
     def _stop_leftovers(self) -> str:
