@@ -188,14 +188,6 @@ def human_rate(bps: float) -> str:
     return f"{bps:.4g} bit/s"
 
 
-def kubernetes_quantity(bps: int) -> str:
-    """bits/s as a Kubernetes quantity (what the bandwidth plugin reads): 100000000 -> 100M."""
-    for suffix, size in (("T", 10 ** 12), ("G", 10 ** 9), ("M", 10 ** 6), ("k", 10 ** 3)):
-        if bps % size == 0:
-            return f"{bps // size}{suffix}"
-    return str(bps)
-
-
 # ---- parsing -----------------------------------------------------------------------
 def parse_rate(value: Any, where: str) -> int:
     """`100mbit` -> 100000000 (bits/s), or LinkError."""
@@ -348,33 +340,3 @@ def from_flags(items: Iterable[str], fail: Callable[[str], Exception]) -> dict[s
                 raise fail(f"--link: {scope} is given twice")
             entries[key] = value
     return out
-
-
-# ---- what one node applies --------------------------------------------------------
-def _side(rate_bps: int | None, latency_us: int | None) -> dict[str, int]:
-    return {k: v for k, v in (("rate_bps", rate_bps), ("latency_us", latency_us)) if v}
-
-
-def node_shaping(links: Links, index: int, hostnames: list[str] | tuple[str, ...],
-                 resolve_timeout: float = 120.0) -> dict[str, Any] | None:
-    """What node `index` shapes on its own interface (`workloads/_shape.py` reads it), or
-    None when nothing: its cable both ways (its rate; its latency added each way), and per
-    peer with a pair rule a class of min(its rate, the pair's) whose outgoing side also
-    carries the pair's latency (once per direction: the peer's outgoing side adds it the
-    other way). Peers are named by hostname: their addresses are known only at start."""
-    own = links.node(index)
-    mine = sorted(b if a == index else a for a, b in links.pairs if index in (a, b))
-    if own.empty and not mine:
-        return None
-    peers = []
-    for peer in mine:                  # only this node's pair rules: a render stays O(rules)
-        pair = links.pair(index, peer)
-        rates = [r for r in (own.rate_bps, pair.rate_bps) if r is not None]
-        rate = min(rates) if rates else None
-        out_delay = (own.latency_us or 0) + (pair.latency_us or 0)
-        peers.append({"node": peer, "host": hostnames[peer],
-                      "egress": _side(rate, out_delay or None),
-                      "ingress": _side(rate, own.latency_us)})
-    return {"node": index, "egress": _side(own.rate_bps, own.latency_us),
-            "ingress": _side(own.rate_bps, own.latency_us), "peers": peers,
-            "resolve_timeout": resolve_timeout}

@@ -3,7 +3,7 @@
 Parsing and the meaning of a node's and a pair's link (labctl/links.py), the
 `--link` flag, bad input (one line, exit 2), the backends' refusals (local; the
 Kubernetes bandwidth plugin's limits; a kernel without netem), and what one
-node applies (`node_shaping`, then the tc commands of workloads/_shape.py).
+node applies (labctl/backends/compose/shaping.py, then the tc commands of workloads/_shape.py).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from labctl import backends, links, spec as specmod
+from labctl.backends.compose import shaping
 from labctl.links import Link, Links
 from labctl.backends import spec_from_stored
 from labctl.rendered import stored_spec
@@ -168,8 +169,8 @@ HOSTS = ["lab-0", "lab-1", "lab-2"]
 
 def test_a_node_at_100mbit_shapes_both_directions_of_its_own_link():
     links_ = lab(nodes=3, links={"nodes": {2: "100mbit"}}).links
-    assert links.node_shaping(links_, 0, HOSTS) is None and links.node_shaping(links_, 1, HOSTS) is None
-    shape = links.node_shaping(links_, 2, HOSTS)
+    assert shaping.node_shaping(links_, 0, HOSTS) is None and shaping.node_shaping(links_, 1, HOSTS) is None
+    shape = shaping.node_shaping(links_, 2, HOSTS)
     assert shape["egress"] == shape["ingress"] == {"rate_bps": 100 * M} and shape["peers"] == []
     cmds = [" ".join(c) for c in _shape.commands(shape, {})]
     assert "tc qdisc add dev eth0 root handle 1: htb default 10" in cmds
@@ -188,7 +189,7 @@ def test_a_node_at_100mbit_shapes_both_directions_of_its_own_link():
 
 def test_a_pair_rule_adds_a_class_per_peer_filtered_by_its_address():
     links_ = lab(nodes=3, links={"default": "1gbit", "pairs": {"0-2": "50mbit,2ms"}}).links
-    shape = links.node_shaping(links_, 0, HOSTS)
+    shape = shaping.node_shaping(links_, 0, HOSTS)
     (peer,) = shape["peers"]
     assert peer["host"] == "lab-2" and peer["egress"] == {"rate_bps": 50 * M, "latency_us": 2000}
     assert peer["ingress"] == {"rate_bps": 50 * M}          # the pair's delay is added by the sender
@@ -197,7 +198,7 @@ def test_a_pair_rule_adds_a_class_per_peer_filtered_by_its_address():
     assert "tc filter add dev lab-in parent 1: protocol ip prio 3 u32 match ip src 10.0.0.3/32 flowid 1:102" in cmds
     assert "tc qdisc add dev eth0 parent 1:102 handle 102: netem delay 2000us limit 10000" in cmds
     assert any("classid 1:102 htb rate 50000000bit ceil 50000000bit" in c for c in cmds)
-    assert links.node_shaping(links_, 1, HOSTS)["peers"] == []     # node 1: its own link only
+    assert shaping.node_shaping(links_, 1, HOSTS)["peers"] == []     # node 1: its own link only
 
 
 def test_the_node_runs_as_the_lab_user_with_no_capability_after_shaping():

@@ -2,7 +2,7 @@
 
 `python3 -m workloads._shape --node JSON -- ARGV...` is the first process of a
 compose node whose link the lab shapes (labctl/backends/compose/render.py writes it; the
-JSON is `labctl.links.node_shaping`). It starts as root with NET_ADMIN (and
+JSON is `labctl.backends.compose.shaping.node_shaping`). It starts as root with NET_ADMIN (and
 SETUID, SETGID, SETPCAP to leave root), and:
 
 1. resolves the peers that have a pair rule (their addresses are known only once
@@ -214,7 +214,7 @@ def lab_user_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads._shape", description=__doc__.split("\n")[0])
-    parser.add_argument("--node", required=True, help="this node's shaping, JSON (labctl.links.node_shaping)")
+    parser.add_argument("--node", required=True, help="this node's shaping, JSON (labctl.backends.compose.shaping.node_shaping)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the node's command")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -38,7 +38,7 @@ import re
 from typing import Any
 
 
-from ...links import node_shaping
+from .shaping import node_shaping
 from workloads._protocol import Env
 
 from ...plan import LaunchPlan, NodeLaunch, node_command

@@ -40,7 +40,6 @@ from ...errors import LabError
 from ...plan import (LaunchPlan, NodeLaunch, init_port, node_command, node_hostname,
                     replica_name, store_hostname)
 from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
-from ... import links as links_module
 from ...spec import LabSpec, SpecError
 from ..containers import SCRIPT_MOUNT
 from . import settings as k8s_settings
@@ -637,8 +636,17 @@ def bandwidth_annotations(spec: LabSpec) -> dict[str, str] | None:
     rate = spec.links.node(0).rate_bps
     if rate is None:
         return None
-    quantity = links_module.kubernetes_quantity(rate)
+    quantity = kubernetes_quantity(rate)
     return {EGRESS_BANDWIDTH: quantity, INGRESS_BANDWIDTH: quantity}
+
+
+def kubernetes_quantity(bps: int) -> str:
+    """bits/s as a Kubernetes quantity (what the bandwidth plugin reads): 100000000 -> 100M.
+    Kubernetes' encoding of a rate, so it lives with the k8s backend."""
+    for suffix, size in (("T", 10 ** 12), ("G", 10 ** 9), ("M", 10 ** 6), ("k", 10 ** 3)):
+        if bps % size == 0:
+            return f"{bps // size}{suffix}"
+    return str(bps)
 
 
 def tolerations(spec: LabSpec) -> list[dict[str, Any]]:
