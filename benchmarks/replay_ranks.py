@@ -3,7 +3,7 @@
 For each folder that benchmarks/replay.py wrote (its --out: fit2, slow3, slow4), from
 each lab's trace.json (every op of every rank, entry and exit): per call, when each rank
 left the op, in ms after the first rank entered it; the median over the timed calls (the
-first call, the warm-up, left out), with the range. Two targets that the replay missed:
+bench's check and warm-up calls left out), with the range. Two targets that the replay missed:
 
 - all_gather at 4 nodes, the last node slow, 1 MiB and 4 MiB: rank 0 receives over the
   slow node's egress (3 -> 0), rank 3 over its ingress (2 -> 3);
@@ -36,16 +36,17 @@ from workloads._report import bench  # noqa: E402
 MBIT = 1e6 / 8                   # bytes per second in one Mbit/s
 
 
-def exits(lab: Path, name: str, nbytes: int) -> list[list[float]]:
-    """Per timed call of op `name` with `nbytes` per rank: each rank's exit (ms after the
-    call's first entry)."""
+def exits(lab: Path, name: str, nbytes: int, timed: int) -> list[list[float]]:
+    """Per timed call of op `name` with `nbytes` per rank (the last `timed` calls: before
+    them, the bench's check and warm-up calls): each rank's exit (ms after the call's first
+    entry)."""
     trace = json.loads((lab / "trace.json").read_text())
     calls: dict[int, dict[int, tuple[float, float]]] = collections.defaultdict(dict)
     for e in trace["traceEvents"]:
         if e.get("ph") == "X" and e["name"] == name and e["args"].get("bytes") == nbytes:
             calls[e["args"]["seq"]][e["args"]["rank"]] = (e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)
     out = []
-    for seq in sorted(calls)[1:]:                 # the first call is the bench's warm-up
+    for seq in sorted(calls)[-timed:]:
         c = calls[seq]
         t0 = min(begin for begin, _ in c.values())
         out.append([c[r][1] - t0 for r in sorted(c)])
@@ -69,7 +70,9 @@ def main() -> int:
                                   (4, "all_gather", "all_gather_single", 4 << 20),
                                   (3, "broadcast", "broadcast", 1 << 20), (3, "broadcast", "broadcast", 4 << 20)):
             per_rank = size // n if op == "all_gather" else size
-            rows = exits(folder / f"slow{n}", name, per_rank)
+            lab = folder / f"slow{n}"
+            timed = int(bench.environment(RunDir.open(lab).results())["iters"])
+            rows = exits(lab, name, per_rank, timed)
             if not rows:
                 continue
             net = Network.uniform(n, 100 * MBIT).with_node(n - 1, 50 * MBIT).scaled(e)
