@@ -500,7 +500,7 @@ class Session:
             try:
                 state = self.backend.submit(self.plan, self.rundir)
             except BaseException:         # what it said before it failed is written down too
-                keep_state(self.rundir, self.backend.state)
+                keep_state(self.rundir, self.backend.for_record)
                 raise
             try:
                 keep_state(self.rundir, state, save=True)
@@ -580,7 +580,7 @@ class Session:
             except Exception as exc:
                 notes.append(f"cleanup failed: {exc}; run: labctl down {self.rundir.path}")
                 say(notes[-1])
-        keep_state(self.rundir, backend.state)    # what the stream and the delete added (leftovers)
+        keep_state(self.rundir, backend.for_record)    # what the stream and the delete added (leftovers)
         if not self.started:
             done.outcomes = [NodeOutcome(n.index, n.hostname) for n in self.plan.nodes]
             return done

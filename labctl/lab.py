@@ -170,7 +170,7 @@ def _attach(backend: Backend, run: RunDir) -> None:
     """Bind `backend` to the run recorded in `run`, and write down what it says the record
     must hold of it (k8s: where a folder `labctl collect` made ran)."""
     backend.attach(run)
-    driver.keep_state(run, backend.state, save=True)
+    driver.keep_state(run, backend.for_record, save=True)
 
 
 def _free_folder(root: Path, run_id: str) -> Path:

@@ -56,7 +56,7 @@ class SubprocessBackend(Backend):
                 pump = threading.Thread(target=_pump, args=(child, proc.rank, log, lock), daemon=True)
                 pump.start()
                 self.pumps.append(pump)
-        return self.state
+        return self.for_record
 
     def describe(self, within: float = 0.0, joins: bool = False) -> RunView:
         time.sleep(within)

@@ -439,22 +439,22 @@ class Recording(ScriptedBackend):
 
     def submit(self, plan, rundir):
         super().submit(plan, rundir)
-        self.state = BackendState({"guards": {"0": 11}}, rank_logs_by_guards=True)
+        self.for_record = BackendState({"guards": {"0": 11}}, rank_logs_by_guards=True)
         if self.fail:
             raise LabError("node 1 could not be started")
-        self.state = BackendState({"guards": {"0": 11, "1": 12, "2": 13}}, True)
-        return self.state
+        self.for_record = BackendState({"guards": {"0": 11, "1": 12, "2": 13}}, True)
+        return self.for_record
 
     def stream(self, rundir, strict=False):
         from labctl.record import Leftover
 
-        self.state = dataclasses.replace(self.state, leftovers=(Leftover(1, 99, "sleep 600"),))
+        self.for_record = dataclasses.replace(self.for_record, leftovers=(Leftover(1, 99, "sleep 600"),))
         return super().stream(rundir)
 
 
 def test_the_driver_writes_what_the_backend_says_the_record_holds_even_half_way(tmp_path):
     """Backends never write the run record: `submit` returns what it must hold (and keeps it
-    in `state` as it grows), the driver writes it, status.json as before (its key: the
+    in `for_record` as it grows), the driver writes it, status.json as before (its key: the
     lab's backend)."""
     spec = from_dict({"nodes": 3, "nproc_per_node": 1})
     for name, fail in (("whole", False), ("half", True)):

@@ -260,7 +260,7 @@ class Backend(abc.ABC):
         self._run: BoundRun | None = None
         # What the run record must hold of this run so far (submit's answer, what a stream
         # or a delete adds); the core writes it into the record (`driver.keep_state`).
-        self.state = BackendState()
+        self.for_record = BackendState()
         # The core's ear for `tell`: set by the driver before submit, so that what a
         # backend must have on disk before it creates anything is saved then.
         self.on_state: Callable[[BackendState], None] = lambda state: None
@@ -269,7 +269,7 @@ class Backend(abc.ABC):
         """Say what the run record must hold *now*, before going on (k8s: the namespace and
         context, before the first object is created, so that a labctl killed while it
         creates them leaves `labctl down` knowing where to look); the core saves it."""
-        self.state = state
+        self.for_record = state
         self.on_state(state)
 
     # ---- the run this instance serves ------------------------------------------------
@@ -309,7 +309,7 @@ class Backend(abc.ABC):
     def submit(self, plan: LaunchPlan, rundir: RunDir) -> BackendState:
         """Create the run's nodes (binding this instance to the run); node logs go into
         `rundir`. Returns what the run record must hold (the core writes it; also
-        `self.state`, kept as it grows, so a submit that failed half-way is written too)."""
+        `self.for_record`, kept as it grows, so a submit that failed half-way is written too)."""
 
     @abc.abstractmethod
     def describe(self, within: float = 0.0, joins: bool = False) -> RunView:
@@ -353,7 +353,7 @@ class Backend(abc.ABC):
         down`): its plan and where it ran are in the folder; returns None. A run id (a
         run kubectl or docker compose started): returns its plan, rebuilt from the lab
         description in its objects; UnknownRun, naming the runs there are, when nothing
-        has that id. What the record must hold of it is then in `self.state`."""
+        has that id. What the record must hold of it is then in `self.for_record`."""
         if isinstance(target, str):
             raise LabError(f"the {self.name} backend cannot collect a run it did not start")
         raise LabError(f"the {self.name} backend cannot attach to a run started elsewhere")

@@ -498,7 +498,7 @@ class ComposeBackend(Backend):
             raise LabError(f"docker compose up failed for project {self.project.name}: "
                            f"{_last_line(up.stderr)}")
         self.progress(f"compose project {self.project.name} started ({len(plan.nodes)} containers)")
-        return self.state                      # nothing for the record: the labels say it all
+        return self.for_record                      # nothing for the record: the labels say it all
 
     def debug_server_at(self, plan: LaunchPlan) -> str | None:
         """The URL of node 0's published debug server port (the engine picked it)."""

@@ -575,7 +575,7 @@ class K8sBackend(Backend):
             self.created.append(obj["kind"])
             self.progress(f"created {obj['kind'].lower()}/{obj['metadata']['name']} "
                           f"in namespace {cluster.namespace}")
-        return self.state
+        return self.for_record
 
     def debug_server_at(self, plan: LaunchPlan) -> str | None:
         """`kubectl port-forward` to node 0's pod (by name once it exists, else by its labels)."""
@@ -711,7 +711,7 @@ class K8sBackend(Backend):
     def attach(self, target: RunDir | str) -> LaunchPlan | None:
         """A run id: the plan of a kubectl-applied lab, from its Job's (or JobSet's)
         `labctl.dev/spec` annotation. A run folder: where it ran is in its record (a folder
-        `labctl collect` made without it: this cluster's, said in `self.state`)."""
+        `labctl collect` made without it: this cluster's, said in `self.for_record`)."""
         if isinstance(target, RunDir):
             return self._attach_folder(target)
         run_id = target
@@ -757,7 +757,7 @@ class K8sBackend(Backend):
         cluster = self._connect(context, self.options.namespace or where.get("namespace"))
         self._bind(BoundRun.of_folder(rundir))
         if not where:                       # a folder `labctl collect` made: say where it ran
-            self.state = BackendState(_where(cluster, self.run_id))
+            self.for_record = BackendState(_where(cluster, self.run_id))
         return None
 
     def _alive(self) -> bool:

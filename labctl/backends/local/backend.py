@@ -213,12 +213,12 @@ class LocalBackend(Backend):
     def submit(self, plan: LaunchPlan, rundir: RunDir) -> BackendState:
         """A node guard per node (the services first). The record holds this labctl, its
         host and every guard's pid (`labctl down` finds them), and whether the guards
-        write the rank logs; `self.state` grows guard by guard."""
+        write the rank logs; `self.for_record` grows guard by guard."""
         self.bind(BoundRun.of_plan(plan, Bound.STARTED, rundir))
         self.folder = rundir
         read_end, self.lifeline_w = os.pipe()        # the write end never leaves labctl
         guards: dict[str, int] = {}
-        self.state = BackendState({"controller_pid": os.getpid(), "host": socket.gethostname(),
+        self.for_record = BackendState({"controller_pid": os.getpid(), "host": socket.gethostname(),
                                    "guards": guards})
         try:
             # services (the replica store) first: they must be up before any node dials them
@@ -232,7 +232,7 @@ class LocalBackend(Backend):
             ranks = [p.rank for node in plan.nodes for p in node.processes if p.rank is not None]
             # direct mode, each rank once (replicas repeat ranks: their logs are split as usual)
             by_guards = bool(ranks) and len(ranks) == len(set(ranks))
-            self.state = replace(self.state, rank_logs_by_guards=by_guards)
+            self.for_record = replace(self.for_record, rank_logs_by_guards=by_guards)
             for node in plan.nodes:
                 which = ["--node", str(node.index)]
                 if by_guards:
@@ -248,7 +248,7 @@ class LocalBackend(Backend):
             raise rundir.storage_error(exc) from None
         finally:
             os.close(read_end)
-        return self.state
+        return self.for_record
 
     def _guard(self, rundir: RunDir, lifeline: int, which: list[str], stem: Path,
                cwd: Path) -> subprocess.Popen:
@@ -290,7 +290,7 @@ class LocalBackend(Backend):
     def _joined(self) -> int:
         """The join lines in the node logs (direct mode: the rank logs the guards write)."""
         folder = self.folder.path
-        logs = folder.glob("ranks/rank-*.log") if self.state.rank_logs_by_guards \
+        logs = folder.glob("ranks/rank-*.log") if self.for_record.rank_logs_by_guards \
             else folder.glob("nodes/node-*.log")
         return self.joins.read(sorted(logs))
 
@@ -336,7 +336,7 @@ class LocalBackend(Backend):
                 continue
             leftovers += [Leftover(index, item.get("pid"), item.get("command"))
                           for item in status.get("leftovers", [])]
-        self.state = replace(self.state, leftovers=tuple(leftovers))
+        self.for_record = replace(self.for_record, leftovers=tuple(leftovers))
         return self._outcomes()
 
     def delete(self) -> str:
@@ -361,7 +361,7 @@ class LocalBackend(Backend):
             self.lifeline_w = None
         escaped = kill_processes(processes_of_run(self.run.run_id))
         if escaped:
-            self.state = replace(self.state, leftovers=(*(self.state.leftovers or ()), *(
+            self.for_record = replace(self.for_record, leftovers=(*(self.for_record.leftovers or ()), *(
                 Leftover(None, item["pid"], item["command"]) for item in escaped)))
             return f"killed {len(escaped)} process(es) of the run that outlived their node"
         return ""
