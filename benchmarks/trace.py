@@ -8,7 +8,8 @@ single pair spreads 0.5-1.1. Each pair is printed with the machine's load (1-min
 average) when it ran.
 
 1. bench all_reduce busbw, traced/untraced, at 1 MiB and 64 MiB: the lab's own `bench`
-   workload (1 node x 2 processes, busbw from the median op time; bar >= 0.97).
+   workload (1 node x 2 processes, busbw from the median op time; bar >= 0.97); and
+   ("bench") the bench's own times at 1 and 16 KiB (all_reduce, broadcast, pingpong).
 2. a loop of 20,000 all_reduces of 4 KiB, timed inside the script (bar <= 1.05x), a loop
    of 20,000 one-element isend/irecv pairs (bar <= 1.10x), and a DDP training step, the median of 30 steps of a 3-layer MLP in 1 MiB buckets (bar <=
    1.03x): one `--script` lab per run.
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import REPO, labctl, table, write_lab  # noqa: E402
 from trace_p2p import pin_cpus  # noqa: E402
 
-SECTIONS = ("busbw", "cost", "cpu", "candidates", "merge")
+SECTIONS = ("busbw", "bench", "cost", "cpu", "candidates", "merge")
 
 
 def load() -> str:
@@ -164,6 +165,40 @@ def cost_table(tmp: Path, n: int, ops: int, steps: int, pin: str = "") -> str:
             rows.append((what, i, f"{off[key] * scale:.3f}", f"{on[key] * scale:.3f}", f"{ratio:.3f}", lo))
         rows.append((what, "median", "", "", f"**{statistics.median(ratios):.3f}** (bar {bar})", ""))
     return table(("case", "pair", "untraced", "traced", "traced/untraced", "load"), rows)
+
+
+# ---------------------------------------------------------------- 1b. the bench's small sizes
+
+BENCH_SMALL = {"ops": ["all_reduce", "broadcast", "pingpong"], "min_bytes": 1024, "max_bytes": 16384,
+               "factor": 16, "iters": 400, "warmup_iters": 10, "link": False}
+
+
+def bench_small_table(tmp: Path, n: int) -> str:
+    """The bench's own times at 1 and 16 KiB, traced/untraced (1 node x 2, 400 timed calls
+    per size): what the recorder adds to a timed call of the bench. Per op and size, each
+    run's median time and the ratio of the runs' medians."""
+    lab = write_lab(tmp, name="bench-small", nodes=1, nproc_per_node=2, timeout=900,
+                    workloads=[{"name": "bench", "options": BENCH_SMALL}])
+
+    def once(traced: bool) -> dict:
+        out = Path(tempfile.mkdtemp(dir=tmp)) / "run"
+        done, _ = labctl("up", "-f", str(lab), "--out", str(out), "-q", *([] if traced else ["--no-trace"]),
+                         timeout=1800)
+        if done.returncode != 0:
+            raise SystemExit(f"labctl up failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        rows = (json.loads(x) for x in (out / "results.jsonl").read_text().splitlines())
+        return {(r["name"], r["size_bytes"]): r["time_us_median"] for r in rows if "time_us_median" in r}
+
+    results = pairs(once, n)
+    out = []
+    for key in sorted(results[0][0]):
+        on = [traced[key] for traced, _, _ in results]
+        off = [untraced[key] for _, untraced, _ in results]
+        out.append((key[0], key[1], ", ".join(f"{x:.0f}" for x in off), ", ".join(f"{x:.0f}" for x in on),
+                    f"**{statistics.median(on) / statistics.median(off):.3f}**"))
+    loads = ", ".join(lo for _, _, lo in results)
+    return table(("op", "bytes", "untraced µs (each run)", "traced µs (each run)", "traced/untraced"), out) + \
+        f"\n\nloads: {loads}"
 
 
 # ---------------------------------------------------------------- 3. CPU time per op
@@ -368,6 +403,9 @@ def main() -> None:
         if "busbw" in only:
             print("## bench all_reduce busbw, traced/untraced (1 node x 2, interleaved pairs)\n")
             print(busbw_table(tmp, args.pairs, args.iters) + "\n", flush=True)
+        if "bench" in only:
+            print("## the bench's times at small sizes, traced/untraced (1 node x 2, interleaved pairs)\n")
+            print(bench_small_table(tmp, args.pairs) + "\n", flush=True)
         if "cost" in only:
             print(f"## {args.ops} small all_reduces and a DDP step, traced/untraced (1 node x 2)\n")
             print(cost_table(tmp, args.pairs, args.ops, args.steps, pin) + "\n", flush=True)

@@ -343,3 +343,11 @@ def test_cli_imports_neither_torch_nor_kubernetes(argv):
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert "HEAVY=\n" in done.stderr
+
+
+def test_a_traced_bench_says_its_small_times_carry_the_recorder():
+    """Traced (the default), the recorder is in every timed call: the report says so, and
+    how to measure without it; untraced, it says nothing of it."""
+    traced = [dict(r, traced=True) if r.get("name") == "bench_env" else r for r in synthetic()]
+    assert bench.TRACED_NOTE in bench.markdown(traced)
+    assert "--no-trace" not in bench.markdown(synthetic())

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from . import _benchmath as bm
-from . import _common, _link
+from . import _common, _link, _trace
 from ._protocol import Env
 
 DTYPES = {
@@ -246,6 +246,7 @@ def environment(ctx: _common.Context, dtype_name: str, options: dict) -> dict:
         "device": torch.cuda.get_device_name(ctx.device) if cuda else "cpu",
         "dtype": dtype_name,
         "links": os.environ.get(Env.LINKS),    # the lab's configured links (docs/network.md)
+        "traced": _trace.enabled(),            # the recorder is in every timed call (docs/bench.md)
         **options,
     }
     return env

@@ -102,6 +102,8 @@ def markdown_views(results: list[dict]) -> list:
                       + (f" · model = the busbw the α–β model of the algorithm expects from "
                          f"{model.text} (below)" if model else "")
                       + (f" · % link = busbw / slowest link ({link:.3f} GB/s)" if link else ""), show=MD))
+    if env.get("traced"):
+        views.append(Text(TRACED_NOTE, show=MD))
     for op in OPS:
         mine = [r for r in data if r["op"] == op]
         if not mine:
@@ -121,6 +123,11 @@ def markdown_views(results: list[dict]) -> list:
     if not plots_possible():
         views.append(Text(NO_PLOT, show=MD))
     return views
+
+
+TRACED_NOTE = ("Traced (the default): the recorder is in every timed call, which on a 2-core machine "
+               "adds 10-30 % to the times of ops of 16 KiB and less (docs/bench.md); run with "
+               "--no-trace to measure small-message latency.")
 
 
 def views(results: list[dict]) -> list:
