@@ -188,9 +188,16 @@ class _FileSink:
             if self.segment != segment:  # a handler moved on to a later segment meanwhile:
                 mm[0:n] = data          # this one holds this record alone (read before it)
                 return
-            self.mm = mm                # these two stores run with no call between: no thread
-            self.pos = n                # and no signal handler can come in between them
+            # These two stores run with nothing between them: no call, where another thread
+            # or a signal handler could come in, and no deallocation either: the old
+            # mapping is freed only after both (its munmap runs without the GIL: a thread
+            # that wrote then took the old `pos` into the new mapping, and a later record
+            # overwrote half of it).
+            old = self.mm
+            self.mm = mm
+            self.pos = n
             mm[0:n] = data
+            del old
 
 
 
