@@ -168,17 +168,27 @@ class EndFault:
 Action = Union[Stop, TakeStacks, BeginFault, EndFault]
 
 
-def refuse(name: str, action: Action) -> list[str]:
-    """What a backend says of an action it cannot do: one line (a note for stacks, a
-    LabError for the others)."""
-    if isinstance(action, TakeStacks):
-        return [f"the {name} backend cannot take stacks"]
-    if isinstance(action, BeginFault):
-        raise LabError(f"the {name} backend cannot inject faults")
-    if isinstance(action, EndFault):
-        raise LabError(f"the {name} backend cannot end faults")
+def dispatch(name: str, action: Action, *, stop: Callable[[tuple[int, ...]], None] | None = None,
+             stacks: Callable[[], list[str]] | None = None, begin: Callable[[Fault], str] | None = None,
+             end: Callable[[Fault], str] | None = None) -> list[str]:
+    """A backend's `signal`: `action` to the handler it gives for that kind; the note lines
+    (a fault: one line; Stop: none). An action without a handler is refused in one line (a
+    note for stacks, a LabError for the others), as before the verbs were one."""
     if isinstance(action, Stop):
-        raise LabError(f"the {name} backend cannot stop nodes")
+        if stop is None:
+            raise LabError(f"the {name} backend cannot stop nodes")
+        stop(action.indices)
+        return []
+    if isinstance(action, TakeStacks):
+        return stacks() if stacks is not None else [f"the {name} backend cannot take stacks"]
+    if isinstance(action, BeginFault):
+        if begin is None:
+            raise LabError(f"the {name} backend cannot inject faults")
+        return [begin(action.fault)]
+    if isinstance(action, EndFault):
+        if end is None:
+            raise LabError(f"the {name} backend cannot end faults")
+        return [end(action.fault)]
     raise TypeError(f"not an action: {action!r}")
 
 
@@ -329,9 +339,9 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def signal(self, action: Action) -> list[str]:
         """Do `action` (Stop, TakeStacks, BeginFault, EndFault); the note lines on what was
-        done (a fault: one line; Stop: none). An action this backend cannot do goes to
-        `refuse` (`super().signal(action)`): one line, as before the verbs were one."""
-        return refuse(self.name, action)
+        done (a fault: one line; Stop: none). A backend gives `dispatch` its handlers; an
+        action it has none for is refused in one line, as before the verbs were one."""
+        return dispatch(self.name, action)
 
     @abc.abstractmethod
     def delete(self) -> str:

@@ -32,8 +32,8 @@ from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import DEFAULT_CUDA_IMAGE, LabSpec
 from .. import spec_from_stored
-from ..base import (Action, Backend, BackendState, BeginFault, Bound, BoundRun, EndFault,
-                    PreflightError, RunView, Stop, TakeStacks, UnknownRun)
+from ..base import (Action, Backend, BackendState, Bound, BoundRun, PreflightError, RunView,
+                    UnknownRun, dispatch)
 from ..containers import container_placement, container_shared_dir
 from ..runfolder import local_debug_server_dir, local_records_dir
 from . import render as render_compose
@@ -597,16 +597,8 @@ class ComposeBackend(Backend):
         return sum(len(found) for found in self.joins.values())
 
     def signal(self, action: Action) -> list[str]:
-        if isinstance(action, Stop):
-            self._stop(action.indices)
-            return []
-        if isinstance(action, TakeStacks):
-            return self._take_stacks()
-        if isinstance(action, BeginFault):
-            return [self._inject(action.fault)]
-        if isinstance(action, EndFault):
-            return [self._heal(action.fault)]
-        return super().signal(action)
+        return dispatch(self.name, action, stop=self._stop, stacks=self._take_stacks, begin=self._inject,
+                        end=self._heal)
 
     def _stop(self, indices: tuple[int, ...]) -> None:
         self.project("stop", "--timeout", str(STOP_TIMEOUT_S),

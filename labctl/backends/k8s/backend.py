@@ -34,8 +34,8 @@ from ...rendered import SPEC_KEY
 from ...rundir import RunDir
 from ...spec import LabSpec, quantity
 from .. import spec_from_stored
-from ..base import (Action, Backend, BackendFailure, BackendOptions, BackendState, BeginFault,
-                    Bound, BoundRun, PreflightError, RunView, Stop, UnknownRun, option)
+from ..base import (Action, Backend, BackendFailure, BackendOptions, BackendState, Bound, BoundRun,
+                    PreflightError, RunView, UnknownRun, dispatch, option)
 from ..containers import container_placement, container_shared_dir
 from . import jobset as jobset_render
 from . import render as k8s_render
@@ -644,11 +644,7 @@ class K8sBackend(Backend):
     def signal(self, action: Action) -> list[str]:
         """Stop: nothing; pods keep running until `delete`: their logs are read first (a
         deleted pod has none). BeginFault: kill-node. Stacks and ending a fault: refused."""
-        if isinstance(action, Stop):
-            return []
-        if isinstance(action, BeginFault):
-            return [self._inject(action.fault)]
-        return super().signal(action)
+        return dispatch(self.name, action, stop=lambda indices: None, begin=self._inject)
 
     def stream(self, rundir: RunDir, strict: bool = False) -> list[NodeOutcome]:
         """Pod logs and events into the folder; raises when one could not be saved and a

@@ -33,8 +33,8 @@ from ...plan import LaunchPlan, Placement
 from ...record import Leftover
 from ...rundir import RunDir
 from ...spec import LabSpec, ports_taken
-from ..base import (Action, Backend, BackendState, BeginFault, Bound, BoundRun, EndFault,
-                    PreflightError, RunView, Stop, TakeStacks)
+from ..base import (Action, Backend, BackendState, Bound, BoundRun, PreflightError, RunView,
+                    dispatch)
 from . import nodeguard
 from .placement import LOCAL_SHARED_SUBDIR, local_placement
 from workloads._protocol import Env, debug_server_missing
@@ -295,16 +295,8 @@ class LocalBackend(Backend):
         return self.joins.read(sorted(logs))
 
     def signal(self, action: Action) -> list[str]:
-        if isinstance(action, Stop):
-            self._stop(action.indices)
-            return []
-        if isinstance(action, TakeStacks):
-            return self._take_stacks()
-        if isinstance(action, BeginFault):
-            return [self._inject(action.fault)]
-        if isinstance(action, EndFault):
-            return [self._heal(action.fault)]
-        return super().signal(action)
+        return dispatch(self.name, action, stop=self._stop, stacks=self._take_stacks, begin=self._inject,
+                        end=self._heal)
 
     def _stop(self, indices: tuple[int, ...]) -> None:
         for i in indices:
