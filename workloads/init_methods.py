@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import tempfile
 import time
 
 from . import _common
 from ._protocol import Env
+from ._protocol.ports import free_port
 
 METHODS = ("env", "tcp", "file")
 NEEDS = {
@@ -137,7 +137,7 @@ def meeting_point(ctx: _common.Context, method: str) -> tuple[str | None, str]:
     if method == "tcp":
         if own.startswith("tcp://"):
             return own, ""
-        port = _free_port() if ctx.rank == 0 else 0
+        port = free_port(host="") if ctx.rank == 0 else 0
         port = _from_rank0(ctx, port)
         return f"tcp://{_rank0_host()}:{port}", ""
     directory = (os.path.dirname(own[len("file://"):]) if own.startswith("file://")
@@ -152,13 +152,6 @@ def meeting_point(ctx: _common.Context, method: str) -> tuple[str | None, str]:
 
 def _rank0_host() -> str:
     return os.environ.get("MASTER_ADDR") or _common.hostname()
-
-
-def _free_port() -> int:
-    """A port rank 0's OS has free now (it may be taken again before the join; rare)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _from_rank0(ctx: _common.Context, value: int) -> int:

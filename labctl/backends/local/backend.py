@@ -38,31 +38,11 @@ from ..base import (Action, Backend, BackendState, Bound, BoundRun, PreflightErr
 from . import nodeguard
 from .placement import LOCAL_SHARED_SUBDIR, local_placement
 from workloads._protocol import Env, debug_server_missing
+from workloads._protocol.ports import free_port
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
 GUARD_EXIT_S = TERM_GRACE_S + 5.0
 STACK_WAIT_S = 1.5         # after SIGUSR1, until every dump reached the node log
-
-
-def free_port(span: int = 1) -> int:
-    """A free loopback port; with span > 1, the first of `span` free consecutive ports
-    (replicas and tcp:// init count their ports up from the rendezvous port)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if span == 1 or (port + span <= 65536 and all(_bindable(port + k) for k in range(1, span))):
-            return port
-    raise OSError(f"no {span} consecutive free ports found on 127.0.0.1")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def port_taken(port: int) -> bool:
