@@ -20,7 +20,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import LABCTL, REPO, assert_nothing_left, labctl
+from conftest import LABCTL, REPO, assert_nothing_left, labctl, labctl_in_background
 from docker_support import require_compose, require_image
 from labctl import exercise as ex
 from labctl.rendered import RUN_LABEL
@@ -142,8 +142,23 @@ def _check_cli(tmp_path: Path, name: str, file: str, *args: str) -> tuple[subpro
     return done, status
 
 
+LEAKED_TIMEOUT_S = 45
+
+
+@pytest.fixture(scope="module")
+def leaked_thread_lab(tmp_path_factory):
+    """The lab of a right all_to_all that leaves a thread running (leaks_a_thread.py),
+    started in the background by the module's first lab of its own: after its calls it
+    only waits for the lab's timeout, and the tests between run meanwhile."""
+    folder = tmp_path_factory.mktemp("leaks")
+    out = folder / "run"
+    with labctl_in_background(folder, "exercise", "check", "all_to_all", str(HERE / "leaks_a_thread.py"), "-q",
+                              "--no-time", "--out", str(out), "--timeout", str(LEAKED_TIMEOUT_S)) as (proc, stdout, stderr):
+        yield proc, out, stdout, stderr
+
+
 @pytest.mark.slow
-def test_a_blocking_ring_deadlocks_and_each_rank_s_send_is_named_within_the_deadline(tmp_path):
+def test_a_blocking_ring_deadlocks_and_each_rank_s_send_is_named_within_the_deadline(tmp_path, leaked_thread_lab):
     done, status = _check_cli(tmp_path, "ring_allreduce", "ring_blocking.py")
     assert done.returncode == 1, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
@@ -205,23 +220,6 @@ def test_a_collective_below_torch_s_functions_fails_values_arrived_without_a_sen
                                                                           "values arrived without any send")
     assert [c["name"] for c in status["failed_checks"]] == ["only p2p"]
     assert "# Lab lab: FAILED" in (tmp_path / "run" / "report.md").read_text()
-    assert_nothing_left(status["run_id"])
-
-
-@pytest.mark.slow
-def test_a_thread_left_running_fails_as_the_lab_s_timeout_and_is_named(tmp_path):
-    """Every call right and in time, but a thread that is not a daemon keeps each rank
-    alive: the lab's timeout ends it, and that decides before any check passes."""
-    done, status = _check_cli(tmp_path, "all_to_all", "leaks_a_thread.py", "--timeout", "25")
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert done.stderr.strip().splitlines()[-1] == (
-        "error: all_to_all (leaks_a_thread.py): the lab's timeout (25 s, --timeout) came after every call "
-        "had returned: ranks 0, 1, 2, 3 did not end (108 threads your function started still ran); "
-        f"run folder {tmp_path / 'run'}")
-    assert "## all_to_all (leaks_a_thread.py): FAILED: deadline" in done.stdout
-    assert "target time.sleep; the first left by world size 4, int64 arange, 1 element" in done.stdout
-    assert "daemon=True" in done.stdout and "passed" not in done.stdout
-    assert status["state"] == "timeout" and [c["name"] for c in status["failed_checks"]] == ["deadline"]
     assert_nothing_left(status["run_id"])
 
 
@@ -302,6 +300,26 @@ def test_ctrl_c_during_the_finish_gives_one_answer_on_the_terminal_the_exit_and_
     else:
         assert said.line == "passed: all_to_all (all_to_all.py) on world sizes 4, 3, 2"
         assert any("SIGINT arrived while the run folder was being finished" in n for n in status["notes"])
+    assert_nothing_left(status["run_id"])
+
+
+@pytest.mark.slow
+def test_a_thread_left_running_fails_as_the_lab_s_timeout_and_is_named(leaked_thread_lab):
+    """Every call right and in time, but a thread that is not a daemon keeps each rank
+    alive: the lab's timeout ends it, and that decides before any check passes."""
+    proc, out, stdout_file, stderr_file = leaked_thread_lab
+    returncode = proc.wait(timeout=400)
+    stdout, stderr = stdout_file.read_text(), stderr_file.read_text()
+    status = json.loads((out / "status.json").read_text())
+    assert returncode == 1, stdout + stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: all_to_all (leaks_a_thread.py): the lab's timeout ({LEAKED_TIMEOUT_S} s, --timeout) came after every "
+        "call had returned: ranks 0, 1, 2, 3 did not end (108 threads your function started still ran); "
+        f"run folder {out}")
+    assert "## all_to_all (leaks_a_thread.py): FAILED: deadline" in stdout
+    assert "target time.sleep; the first left by world size 4, int64 arange, 1 element" in stdout
+    assert "daemon=True" in stdout and "passed" not in stdout
+    assert status["state"] == "timeout" and [c["name"] for c in status["failed_checks"]] == ["deadline"]
     assert_nothing_left(status["run_id"])
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, labctl
+from conftest import REPO, labctl, labctl_in_background
 from html_support import (browser, open_page, require_browser, synthetic_run, synthetic_trace,
                           write_folder)
 from labctl import blame, html, report
@@ -219,7 +219,7 @@ def chromium():
 
 
 @pytest.fixture(scope="module")
-def default_lab(tmp_path_factory):
+def default_lab(tmp_path_factory, hang_lab_started):
     return _up(tmp_path_factory, "default")
 
 
@@ -232,13 +232,27 @@ def failing_lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def hang_lab(tmp_path_factory):
-    from test_trace import HANG   # the hang tests/test_trace.py diagnoses: a mismatch and a rank that never came
+def hang_lab_started(tmp_path_factory):
+    """The hang lab tests/test_trace.py diagnoses (a mismatch and a rank that never came),
+    started in the background with the module's first lab: once its ranks hang it only
+    waits for its deadline, and the module's other labs run in that wait (its test comes
+    after theirs)."""
+    from test_trace import HANG
 
-    script = tmp_path_factory.mktemp("hang") / "hang.py"
+    folder = tmp_path_factory.mktemp("hang")
+    script = folder / "hang.py"
     script.write_text(HANG)
-    return _up(tmp_path_factory, "hang", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
-               "--trace", "--timeout", "30", ok=False)
+    out = folder / "run"
+    with labctl_in_background(folder, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "2",
+                              "--trace", "--timeout", "30", "--out", str(out)) as (proc, stdout, stderr):
+        yield proc, out, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def hang_lab(hang_lab_started):
+    proc, out, stdout, stderr = hang_lab_started
+    assert proc.wait(timeout=600) != 0, stdout.read_text()[-3000:] + stderr.read_text()[-3000:]
+    return out, stdout.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -396,29 +410,6 @@ def test_a_failing_lab_s_page_quotes_the_root_cause(failing_lab, chromium):
     assert quote.startswith("Traceback (most recent call last):")
     assert quote.rstrip().endswith("ValueError: learning rate -0.1 is negative"), quote
     assert page.js("document.querySelector('#topology .rank.first').dataset.rank") == "1"
-
-
-@pytest.mark.slow
-def test_a_hang_s_page_draws_the_stuck_collective_beside_each_rank_s_stack(hang_lab, chromium):
-    run, _ = hang_lab
-    page = open_page(chromium, run)
-    _clean(page)
-    assert {"outcome", "topology", "timeline", "totals", "hang"} <= _sections(page)
-    stuck = page.js("""[...document.querySelectorAll('#hang .stuck')].map(s => ({pg: s.dataset.pg,
-        seq: +s.dataset.seq,
-        waiting: [...s.querySelectorAll('[data-role=waiting] .rank')].map(r => +r.dataset.rank),
-        odd: [...s.querySelectorAll('[data-role=waiting] .rank.first')].map(r => +r.dataset.rank),
-        missing: [...s.querySelectorAll('[data-role=missing] .rank')].map(r => +r.dataset.rank)}))""")
-    assert stuck == [{"pg": "pg1", "seq": 3, "waiting": [0, 1], "odd": [1], "missing": []},
-                     {"pg": "pg2", "seq": 3, "waiting": [2], "odd": [], "missing": [3]}], stuck
-    stacks = page.js("[...document.querySelectorAll('#stacks .stack')].map(s => [+s.dataset.rank, s.querySelector('.own') && s.querySelector('.own').textContent])")
-    assert [r for r, _ in stacks] == [0, 1, 2, 3]
-    assert all(own and "hang.py" in own for _, own in stacks), stacks   # each rank's own line, marked
-    # the broadcast rank 1 never left is drawn unfinished
-    unfinished = page.js("window.labctlReport.timeline.findSlices('broadcast', 1).map(i => window.labctlReport.timeline.sliceFields(i).duration)")
-    assert unfinished == ["never finished"]
-    _counts_match(page, run)
-    _shot(page, "report-hang.png")
 
 
 @pytest.mark.slow
@@ -646,6 +637,29 @@ def test_the_timeline_zooms_and_pans_within_the_trace_only(tmp_path, chromium):
     assert abs(end - full[1]) < 1e-6 and start > 0
     page.js(f"{tl}.setRange(NaN, Infinity)")
     assert page.js(f"{tl}.visibleRange()") == full
+
+
+@pytest.mark.slow
+def test_a_hang_s_page_draws_the_stuck_collective_beside_each_rank_s_stack(hang_lab, chromium):
+    run, _ = hang_lab
+    page = open_page(chromium, run)
+    _clean(page)
+    assert {"outcome", "topology", "timeline", "totals", "hang"} <= _sections(page)
+    stuck = page.js("""[...document.querySelectorAll('#hang .stuck')].map(s => ({pg: s.dataset.pg,
+        seq: +s.dataset.seq,
+        waiting: [...s.querySelectorAll('[data-role=waiting] .rank')].map(r => +r.dataset.rank),
+        odd: [...s.querySelectorAll('[data-role=waiting] .rank.first')].map(r => +r.dataset.rank),
+        missing: [...s.querySelectorAll('[data-role=missing] .rank')].map(r => +r.dataset.rank)}))""")
+    assert stuck == [{"pg": "pg1", "seq": 3, "waiting": [0, 1], "odd": [1], "missing": []},
+                     {"pg": "pg2", "seq": 3, "waiting": [2], "odd": [], "missing": [3]}], stuck
+    stacks = page.js("[...document.querySelectorAll('#stacks .stack')].map(s => [+s.dataset.rank, s.querySelector('.own') && s.querySelector('.own').textContent])")
+    assert [r for r, _ in stacks] == [0, 1, 2, 3]
+    assert all(own and "hang.py" in own for _, own in stacks), stacks   # each rank's own line, marked
+    # the broadcast rank 1 never left is drawn unfinished
+    unfinished = page.js("window.labctlReport.timeline.findSlices('broadcast', 1).map(i => window.labctlReport.timeline.sliceFields(i).duration)")
+    assert unfinished == ["never finished"]
+    _counts_match(page, run)
+    _shot(page, "report-hang.png")
 
 
 def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import LABCTL, REPO, assert_nothing_left, labctl, labctl_in_background, processes_of_run
-from docker_support import require_compose, require_image
+from docker_support import (compose_available, default_image_problem, docker_available, require_compose,
+                            require_image)
 from labctl import logs
 from workloads import _stacks
 
@@ -94,8 +95,25 @@ def deadline_run(tmp_path_factory):
         yield proc, script, out, stdout
 
 
+@pytest.fixture(scope="module")
+def compose_deadline_run(tmp_path_factory):
+    """The same deadline lab on compose (--timeout 40), started in the background with the
+    local one when an engine, Compose and the image are there (else None: its test skips,
+    or fails under CI, with the reason); its wait overlaps the module's local labs."""
+    if docker_available() or compose_available() or default_image_problem():
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("compose-deadline")
+    script = folder / "script.py"
+    script.write_text(HANG)
+    out = folder / "run"
+    with labctl_in_background(folder, "up", "--backend", "compose", "--script", str(script), "--nodes", "2",
+                              "--nproc-per-node", "1", "--timeout", "40", "--out", str(out)) as (proc, stdout, _):
+        yield proc, script, out, stdout
+
+
 @pytest.mark.slow
-@pytest.mark.usefixtures("deadline_run")     # the deadline lab waits for its deadline meanwhile
+@pytest.mark.usefixtures("compose_deadline_run", "deadline_run")   # both wait for their deadlines meanwhile
 def test_labctl_stacks_asks_a_live_lab_without_stopping_it(tmp_path, write_script):
     script = write_script(HANG)
     out = tmp_path / "run"
@@ -193,14 +211,11 @@ def test_the_deadline_takes_every_ranks_stack_before_stopping(deadline_run):
 
 
 @pytest.mark.docker
-def test_stacks_at_the_deadline_on_compose(tmp_path, write_script):
+def test_stacks_at_the_deadline_on_compose(compose_deadline_run):
     require_compose()
     require_image()
-    script = write_script(HANG)
-    out = tmp_path / "run"
-    done = labctl("up", "--backend", "compose", "--script", str(script), "--nodes", "2",
-                  "--nproc-per-node", "1", "--timeout", "30", "--out", str(out), timeout=300)
-    assert done.returncode == 1, done.stderr
+    proc, script, out, stdout = compose_deadline_run
+    assert proc.wait(timeout=300) == 1, stdout.read_text()[-3000:]
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "timeout"
     where = status["stacks"]
