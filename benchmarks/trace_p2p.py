@@ -6,7 +6,7 @@ witness"). A fourth arm, untraced with wrappers that record nothing around the t
 methods a recorder must see, is the floor of any recorder written in Python. The ranks run under torchrun and `python -m workloads._script`, as a local lab
 does, the traced ones with a record folder (LAB_TRACE_DIR) as the local backend gives.
 
-    python benchmarks/trace_p2p.py [--rounds 4] [--pin] [--other /path/to/another/checkout]
+    python benchmarks/trace_p2p.py [--rounds 4] [--pin] [--ablate] [--other /path/to/another/checkout]
 
 (`git worktree add /tmp/before36 92d7f37` gives the flusher recorder before issue 36.)
 """
@@ -35,6 +35,17 @@ if os.environ.get("P2P_NOOP_WRAPPERS"):
         setattr(cls, name, wrapper)
     for cls, name in ((dist.ProcessGroup, "send"), (dist.ProcessGroup, "recv"), (dist.Work, "wait")):
         wrap(cls, name)
+ABLATE = set(filter(None, os.environ.get("P2P_ABLATE", "").split(",")))
+if ABLATE:                                         # --ablate: the recorder without some of its steps
+    from workloads import _trace
+    if "where" in ABLATE:                          # no frame walk to the caller
+        _trace._where = lambda frame: (None, 0, None)
+    if "toggle" in ABLATE:                         # autograd excluded once for the thread, not per op
+        _trace._exclude(_trace._AUTOGRAD, True)
+    if "write" in ABLATE:                          # records go nowhere
+        class _Nowhere:
+            def write(self, data): pass
+        _trace._sink = _Nowhere()
 dist.init_process_group("gloo")
 r = dist.get_rank(); peer = 1 - r
 one = torch.ones(1)
@@ -69,12 +80,13 @@ def pin_cpus(ranks: int = 2) -> str:
     return ";".join(f"{cpus[2 + 2 * r]},{cpus[3 + 2 * r]}" for r in range(ranks))
 
 
-def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: str = "") -> tuple[float, float, float]:
+def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: str = "",
+         ablate: str = "") -> tuple[float, float, float]:
     """(µs per pair, the main thread's CPU µs per pair, its sleeps per pair) of rank 0's
     fastest batch."""
     with tempfile.TemporaryDirectory() as records:
         env = {**os.environ, "LAB_PIN_CPUS": pin, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
-               "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else ""}
+               "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else "", "P2P_ABLATE": ablate}
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                                "2", "-m", "workloads._script", str(script)], capture_output=True, text=True,
                               env=env, cwd=checkout, timeout=600)
@@ -89,22 +101,28 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--pin", action="store_true", help="each rank on two CPUs of its own (needs 6 CPUs)")
     parser.add_argument("--other", type=Path, help="another checkout whose recorder runs as a third arm")
+    parser.add_argument("--ablate", action="store_true",
+                        help="more traced arms, each without some of the recorder's steps (frame walk, "
+                             "dispatch-key toggles, record writes): which of them the cost is")
     args = parser.parse_args()
     if args.other is not None and not (args.other / "workloads" / "_trace.py").is_file():
         parser.error(f"--other {args.other}: not a labctl checkout (no workloads/_trace.py)")
-    arms = [("untraced", REPO, False, False),
-            ("untraced, no-op Python wrappers on send/recv/wait (a Python recorder's floor)", REPO, False, True),
-            ("traced (this checkout)", REPO, True, False)]
+    arms = [("untraced", REPO, False, False, ""),
+            ("untraced, no-op Python wrappers on send/recv/wait (a Python recorder's floor)", REPO, False, True, ""),
+            ("traced (this checkout)", REPO, True, False, "")]
     if args.other is not None:
-        arms.append((f"traced ({args.other})", args.other, True, False))
+        arms.append((f"traced ({args.other})", args.other, True, False, ""))
+    if args.ablate:
+        for steps in ("where", "toggle", "write", "where,toggle,write"):
+            arms.append((f"traced without: {steps.replace(',', ', ')}", REPO, True, False, steps))
     pin = pin_cpus() if args.pin else ""
     got: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in arms}
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "pairs.py"
         script.write_text(PAIRS)
         for _ in range(args.rounds):
-            for name, checkout, traced, noop in arms:
-                got[name].append(once(checkout, traced, script, noop, pin))
+            for name, checkout, traced, noop, ablate in arms:
+                got[name].append(once(checkout, traced, script, noop, pin, ablate))
     base = statistics.median(w for w, _, _ in got["untraced"])
     print(f"(load {os.getloadavg()[0]:.1f} at the end{'; ranks pinned to CPUs ' + pin if pin else ''})\n")
     print("| arm | µs per pair, each round | median | / untraced | main thread's CPU µs per pair (median) "
