@@ -21,6 +21,7 @@ from labctl import lab
 from labctl import plan as planmod
 from labctl.backends.local.placement import local_placement
 from labctl.spec import from_dict
+from workloads._protocol.ports import free_port
 from workloads._report import preflight as hook
 
 FAST = {"connect_timeout": 3, "join_timeout": 10}
@@ -86,9 +87,7 @@ def test_a_taken_rendezvous_port_fails_the_named_port_check_before_init(tmp_path
 @pytest.mark.slow
 def test_a_port_nobody_listens_on_fails_the_port_check_with_connection_refused(tmp_path):
     """Node 0 never came up (or a firewall rejects): node 1 names the refusal and exits."""
-    with socket.socket() as s:                       # a port that was free a moment ago
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()                               # a port that was free a moment ago
     full = preflight_plan(tmp_path, port)
     run = plan_runner.run_plan(tmp_path, dataclasses.replace(full, nodes=full.nodes[1:]))
     assert run.codes == [1], run.output[-3000:]
@@ -101,9 +100,7 @@ def test_a_port_nobody_listens_on_fails_the_port_check_with_connection_refused(t
 @pytest.mark.slow
 def test_a_taken_tcp_init_port_fails_the_named_init_port_check(tmp_path):
     """A tcp:// init lab needs MASTER_PORT + 1 on node 0 as well: taken, it is named."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port(2)                              # below the ephemeral range: no connect() holds port + 1
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", port + 1))
     squatter.listen(1)

@@ -18,6 +18,7 @@ import chrome_trace
 import trace_entry_points
 from conftest import REPO, assert_nothing_left, labctl, labctl_in_background
 from labctl import trace
+from workloads._protocol.ports import free_port
 
 STRAGGLER_S = 1.0
 
@@ -1111,14 +1112,11 @@ def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
     ring and then die of SIGTERM as before: blocked in the collective (a thread woken by
     the signal's wakeup fd) or in Python (the handler)."""
     import signal
-    import socket
     import time
 
     script = tmp_path / "stuck.py"
     script.write_text(STUCK)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     logs, procs = {r: tmp_path / f"rank-{r}.log" for r in (0, 1)}, []
     try:
         for rank, log in logs.items():

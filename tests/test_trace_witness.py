@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import pytest
 import chrome_trace
 from conftest import REPO, labctl
 from labctl import trace
+from workloads._protocol.ports import free_port
 
 # A passing lab that does what real scripts do: closes every inherited descriptor before
 # anything else (daemon style) and opens its own file (it takes the lowest free number),
@@ -315,9 +315,7 @@ def test_the_clock_exchange_costs_one_bounded_wait_for_ranks_that_never_come(mon
     from workloads import _protocol, _trace
 
     monkeypatch.setattr(_trace, "CLOCK_WAIT_S", 3)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     store = dist.PrefixStore("labctl-clock/test/", server)
     answered: list[float] = []
