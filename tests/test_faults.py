@@ -13,8 +13,9 @@ import subprocess
 
 import pytest
 
-from conftest import assert_nothing_left, labctl
-from docker_support import require_compose, require_image
+from conftest import assert_nothing_left, labctl, labctl_in_background
+from docker_support import (compose_available, default_image_problem, docker_available, require_compose,
+                            require_image)
 from labctl import backends, faults, spec as specmod
 from labctl.backends.local.placement import local_placement
 from labctl.plan import plan
@@ -184,6 +185,7 @@ def test_a_fault_scheduled_after_the_lab_ends_is_said_never_to_have_fired(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("compose_partition_run")      # the compose partition lab runs meanwhile
 def test_kill_rank_fails_the_lab_naming_the_rank_and_the_fault(tmp_path, write_script):
     done, status, fired = _run(tmp_path, write_script(LOOP), "--fault", "kill-rank:1@2",
                                "--pg-timeout", "60", "--timeout", "200")
@@ -251,15 +253,37 @@ def test_debug_mode_quotes_torchs_collective_mismatch(tmp_path, write_script):
 
 
 # ---- real containers ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compose_partition_run(tmp_path_factory):
+    """The compose partition lab, started in the background by the module's first local
+    fault lab when an engine, Compose and the image are there (else None: its test skips,
+    or fails under CI, with the reason): it mostly waits for its pg_timeout, and the local
+    fault labs run meanwhile. Its test comes after theirs."""
+    if docker_available() or compose_available() or default_image_problem():
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("partition")
+    script = folder / "loop.py"
+    script.write_text(LOOP)
+    out = folder / "run"
+    with labctl_in_background(folder, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
+                              "--fault-clock", "join", "--out", str(out), "--backend", "compose",
+                              "--fault", "partition:1@2+90", "--pg-timeout", "10",
+                              "--timeout", "300") as (proc, stdout, stderr):
+        yield proc, out, stdout, stderr
+
+
 @pytest.mark.docker
 @pytest.mark.slow
-def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(tmp_path, write_script):
+def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(compose_partition_run):
     require_compose()
     require_image()
-    done, status, fired = _run(tmp_path, write_script(LOOP), "--backend", "compose",
-                               "--fault", "partition:1@2+90", "--pg-timeout", "10",
-                               "--timeout", "300", timeout=500)
-    assert done.returncode == 1, done.stderr
+    proc, out, stdout_file, stderr_file = compose_partition_run
+    returncode = proc.wait(timeout=500)
+    stdout, stderr = stdout_file.read_text(), stderr_file.read_text()
+    status = json.loads((out / "status.json").read_text())
+    fired = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
+    assert returncode == 1, stderr
     assert status["state"] == "failed"                   # not "timeout"
     begin, end = fired
     assert begin["ok"] and "network disconnect" in begin["did"] and begin["fired_s"] >= 2
@@ -268,7 +292,7 @@ def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(tmp_
     assert (first["node"], first["fault"]) == (1, "partition:1@2+90"), first
     assert TIMED_OUT.search(first["peer_error"]["exception"]), first
     assert "was cut off the network by fault partition:1@2+90" in status["message"], status["message"]
-    assert "Faults and what the nodes did" in done.stdout and "partition:1@2+90" in done.stdout
+    assert "Faults and what the nodes did" in stdout and "partition:1@2+90" in stdout
 
 
 @pytest.mark.docker
