@@ -12,6 +12,7 @@ reason; under CI (env CI set) they *fail*, because CI installs Docker
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -113,10 +114,23 @@ def require_image(name: str = DEFAULT_IMAGE) -> str:
     return name
 
 
-def default_image_problem() -> str | None:
-    """None once the default image holds the current sources (built once per session),
-    else why not: for a fixture that must not skip the tests that ask for it."""
-    return _build_default_image()
+@contextlib.contextmanager
+def compose_lab_in_background(folder: Path, script: str, *args: str):
+    """A compose lab of `script` (its text) with `args`, started and left running
+    (conftest.labctl_in_background) when an engine, Compose and the default image are
+    there: yields (process, script path, run folder, stdout file, stderr file), else None
+    (its test calls require_compose/require_image, which skip, or fail under CI, with the
+    reason). For a module fixture that must not skip the tests that ask for it."""
+    if docker_available() or compose_available() or _build_default_image():
+        yield None
+        return
+    from conftest import labctl_in_background
+
+    path, out = folder / "script.py", folder / "run"
+    path.write_text(script)
+    with labctl_in_background(folder, "up", "--backend", "compose", "--script", str(path), *args,
+                              "--out", str(out)) as (proc, stdout, stderr):
+        yield proc, path, out, stdout, stderr
 
 
 @functools.lru_cache(maxsize=None)

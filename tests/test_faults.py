@@ -13,9 +13,8 @@ import subprocess
 
 import pytest
 
-from conftest import assert_nothing_left, labctl, labctl_in_background
-from docker_support import (compose_available, default_image_problem, docker_available, require_compose,
-                            require_image)
+from conftest import assert_nothing_left, labctl
+from docker_support import compose_lab_in_background, require_compose, require_image
 from labctl import backends, faults, spec as specmod
 from labctl.backends.local.placement import local_placement
 from labctl.plan import plan
@@ -259,18 +258,11 @@ def compose_partition_run(tmp_path_factory):
     fault lab when an engine, Compose and the image are there (else None: its test skips,
     or fails under CI, with the reason): it mostly waits for its pg_timeout, and the local
     fault labs run meanwhile. Its test comes after theirs."""
-    if docker_available() or compose_available() or default_image_problem():
-        yield None
-        return
-    folder = tmp_path_factory.mktemp("partition")
-    script = folder / "loop.py"
-    script.write_text(LOOP)
-    out = folder / "run"
-    with labctl_in_background(folder, "up", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1",
-                              "--fault-clock", "join", "--out", str(out), "--backend", "compose",
-                              "--fault", "partition:1@2+90", "--pg-timeout", "10",
-                              "--timeout", "300") as (proc, stdout, stderr):
-        yield proc, out, stdout, stderr
+    with compose_lab_in_background(tmp_path_factory.mktemp("partition"), LOOP, "--nodes", "2",
+                                   "--nproc-per-node", "1", "--fault-clock", "join",
+                                   "--fault", "partition:1@2+90", "--pg-timeout", "10",
+                                   "--timeout", "300") as started:
+        yield started
 
 
 @pytest.mark.docker
@@ -278,7 +270,7 @@ def compose_partition_run(tmp_path_factory):
 def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(compose_partition_run):
     require_compose()
     require_image()
-    proc, out, stdout_file, stderr_file = compose_partition_run
+    proc, _, out, stdout_file, stderr_file = compose_partition_run
     returncode = proc.wait(timeout=500)
     stdout, stderr = stdout_file.read_text(), stderr_file.read_text()
     status = json.loads((out / "status.json").read_text())

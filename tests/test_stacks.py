@@ -11,8 +11,7 @@ import time
 import pytest
 
 from conftest import LABCTL, REPO, assert_nothing_left, labctl, labctl_in_background, processes_of_run
-from docker_support import (compose_available, default_image_problem, docker_available, require_compose,
-                            require_image)
+from docker_support import compose_lab_in_background, require_compose, require_image
 from labctl import logs
 from workloads import _stacks
 
@@ -100,16 +99,9 @@ def compose_deadline_run(tmp_path_factory):
     """The same deadline lab on compose (--timeout 40), started in the background with the
     local one when an engine, Compose and the image are there (else None: its test skips,
     or fails under CI, with the reason); its wait overlaps the module's local labs."""
-    if docker_available() or compose_available() or default_image_problem():
-        yield None
-        return
-    folder = tmp_path_factory.mktemp("compose-deadline")
-    script = folder / "script.py"
-    script.write_text(HANG)
-    out = folder / "run"
-    with labctl_in_background(folder, "up", "--backend", "compose", "--script", str(script), "--nodes", "2",
-                              "--nproc-per-node", "1", "--timeout", "40", "--out", str(out)) as (proc, stdout, _):
-        yield proc, script, out, stdout
+    with compose_lab_in_background(tmp_path_factory.mktemp("compose-deadline"), HANG, "--nodes", "2",
+                                   "--nproc-per-node", "1", "--timeout", "40") as started:
+        yield started
 
 
 @pytest.mark.slow
@@ -214,7 +206,7 @@ def test_the_deadline_takes_every_ranks_stack_before_stopping(deadline_run):
 def test_stacks_at_the_deadline_on_compose(compose_deadline_run):
     require_compose()
     require_image()
-    proc, script, out, stdout = compose_deadline_run
+    proc, _, out, stdout, _ = compose_deadline_run
     assert proc.wait(timeout=300) == 1, stdout.read_text()[-3000:]
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "timeout"
