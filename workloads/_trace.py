@@ -97,6 +97,7 @@ def enabled() -> bool:
 SEGMENT = 8 << 20
 MAX_SITES = 20_000                  # call sites remembered; past that they are numbered afresh
 _BEGIN, _END, _END_FROM = records.BEGIN, records.END, records.END_FROM    # the codec's op lines
+_MARKER = records.TRACE             # their prefix (the C fast path writes the same lines)
 
 
 PARK_FD = 1000                      # the recorder's own descriptors are moved at or above this
@@ -369,10 +370,11 @@ _owner = os.getpid()
 def _forked() -> None:
     """A forked child starts with no recorder state of its parent: no sink (it would write
     into the parent's file), no call sites (its file describes its own), no works."""
-    global _sink, _sink_lock, _t0, _owner
+    global _sink, _sink_lock, _t0, _owner, _sites_generation
     _sink, _sink_lock = None, threading.Lock()
     _t0, _owner = time.time_ns(), os.getpid()
     _sites.clear()
+    _sites_generation += 1
     _waiting.clear()
     _polled.clear()
     _outputs.clear()
@@ -381,6 +383,7 @@ def _forked() -> None:
 # ---------------------------------------------------------------- call sites
 
 _sites: dict[tuple, int] = {}        # what repeats between ops of one call site -> its number
+_sites_generation = 0                # one more at every _sites.clear() (the C fast path's site caches)
 _site_ids = itertools.count(1)
 
 
@@ -393,7 +396,9 @@ def _site(route: Any, dtype: Any, shape: Any, nbytes: Any, where: Any, code: Any
     if site is not None:
         return site
     if len(_sites) >= MAX_SITES:
+        global _sites_generation
         _sites.clear()
+        _sites_generation += 1
     site = _sites[key] = next(_site_ids)
     if api in _ONE_OP_APIS:
         name = api                      # send() posts an isend and waits; all_gather_into_tensor calls all_gather_single
@@ -547,8 +552,12 @@ def _name_group(group: Any) -> tuple[Any, str, list[int]]:
 _torch_dir = ""
 _c10d_file = ""
 _USER, _PLAIN = 1, 0
-_frames: dict[Any, Any] = {}         # code -> _USER, _PLAIN, or the torch.distributed function's name
-_names: dict[Any, Any] = {}          # code of the direct caller -> the op's name (isend ...) or None
+# Both keyed by id(code): a code object's hash is not cached, and hashes its constants,
+# nested functions' code included (6.9 µs for workloads/bench.py's module: every op of a
+# loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
+_frames: dict[int, Any] = {}         # id(code) -> _USER, _PLAIN, or the torch.distributed function's name
+_names: dict[int, Any] = {}          # id(code of the direct caller) -> the op's name (isend ...) or None
+_codes: list[Any] = []               # every code in either: alive, so that their ids stay theirs
 _WRAPPERS = frozenset({"wrapper", "_wrapper", "inner", "decorator", "decorate_context", "_fn"})
 _PUBLIC: frozenset[str] = frozenset()
 
@@ -575,7 +584,8 @@ def _classify(code: Any) -> Any:
         kind = code.co_name             # a public torch.distributed function (all_gather_object ...)
     else:
         kind = _PLAIN
-    _frames[code] = kind
+    _frames[id(code)] = kind
+    _codes.append(code)
     return kind
 
 
@@ -589,7 +599,7 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
     get = _frames.get
     while frame is not None:
         code = frame.f_code
-        kind = get(code)
+        kind = get(id(code))
         if kind is None:
             kind = _classify(code)
         if kind is _USER:
@@ -603,9 +613,10 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
 def _op_name(code: Any) -> str | None:
     """The name the direct caller gives the op: the torch.distributed function that called
     the group's method (isend and send both call `group.send`), else None."""
-    name = _names.get(code, False)
+    name = _names.get(id(code), False)
     if name is False:
-        name = _names[code] = code.co_name if code.co_filename == _c10d_file \
+        _codes.append(code)
+        name = _names[id(code)] = code.co_name if code.co_filename == _c10d_file \
             and code.co_name in _PUBLIC else None
     return name
 
@@ -745,7 +756,7 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
             where = route.ranks[where]
         reduce = _reduce_op(args, kwargs) if reducing else None
         caller = getframe(1)
-        name = names.get(caller.f_code, False)
+        name = names.get(id(caller.f_code), False)
         if name is False:
             name = _op_name(caller.f_code)
         code, lasti, api = _where(caller)
@@ -782,9 +793,12 @@ def _wrap_method(method: str, original: Any, op: str, index: int, kind: str | No
                 _sweep_waiting()            # works never waited on, freed since
         return work
 
-    traced.__name__, traced.__qualname__ = original.__name__, getattr(original, "__qualname__", original.__name__)
-    traced.__doc__, traced.__wrapped__ = original.__doc__, original
-    return traced
+    wrapper = traced
+    if _fast is not None:               # the same steps in C for the common call; the rest here
+        wrapper = _fast.Traced(original, traced, routes, index, kind, returns_work, anysource, reducing)
+    wrapper.__name__, wrapper.__qualname__ = original.__name__, getattr(original, "__qualname__", original.__name__)
+    wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
+    return wrapper
 
 
 _INPUT_KEYS = {"allgather": "input_tensors", "_allgather_base": "input", "all_gather_single": "input",
@@ -922,8 +936,9 @@ def _wrap_wait(original: Any) -> Any:
                 _ended(self)
         return result
 
-    wait.__name__, wait.__doc__, wait.__wrapped__ = original.__name__, original.__doc__, original
-    return wait
+    wrapper = wait if _fast is None else _fast.Wait(original, wait)
+    wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = original.__name__, original.__doc__, original
+    return wrapper
 
 
 def _wrap_is_completed(original: Any) -> Any:
@@ -1307,6 +1322,7 @@ def install() -> bool:
     _tensor_class, _is_grad_enabled = torch.Tensor, torch.is_grad_enabled
     _red_op_type = C._distributed_c10d.ReduceOp.RedOpType
 
+    _load_fast()
     group_class = C._distributed_c10d.ProcessGroup
     for method, (op, index, kind) in PG_METHODS.items():
         original = group_class.__dict__.get(method)
@@ -1333,6 +1349,27 @@ def install() -> bool:
     _installed = True
     atexit.register(_at_exit)
     return True
+
+
+_fast: Any = None                     # workloads._tracefast, when built and not turned off
+
+
+def _load_fast() -> None:
+    """The C fast path of the two hot wrappers (workloads/_tracefast.c), bound to this
+    module's tables; None where it was not built or LAB_TRACE_FAST=0 (the Python wrappers
+    then take every call: the same records)."""
+    global _fast
+    if os.environ.get("LAB_TRACE_FAST", "1") == "0":
+        return
+    try:
+        from . import _tracefast
+        _tracefast.configure(globals())
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return
+    _fast = _tracefast
+    if os.environ.get("LAB_TRACE_FAST_C10", "1") != "0":
+        import torch
+        _tracefast.use_c10(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"), int(_AUTOGRAD))
 
 
 def _install_kernels(torch: Any) -> None:
