@@ -35,7 +35,7 @@ if os.environ.get("P2P_NOOP_WRAPPERS"):
         setattr(cls, name, wrapper)
     for cls, name in ((dist.ProcessGroup, "send"), (dist.ProcessGroup, "recv"), (dist.Work, "wait")):
         wrap(cls, name)
-ABLATE = set(filter(None, os.environ.get("P2P_ABLATE", "").split(",")))
+ABLATE = set(filter(None, os.environ.get("P2P_ABLATE", "").split(","))) - {"python"}
 if ABLATE:                                         # --ablate: the recorder without some of its steps
     from workloads import _trace
     if "where" in ABLATE:                          # no frame walk to the caller
@@ -86,7 +86,8 @@ def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: st
     fastest batch."""
     with tempfile.TemporaryDirectory() as records:
         env = {**os.environ, "LAB_PIN_CPUS": pin, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
-               "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else "", "P2P_ABLATE": ablate}
+               "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else "", "P2P_ABLATE": ablate,
+               "LAB_TRACE_FAST": "0" if ablate == "python" else "1"}
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                                "2", "-m", "workloads._script", str(script)], capture_output=True, text=True,
                               env=env, cwd=checkout, timeout=600)
@@ -109,7 +110,8 @@ def main() -> None:
         parser.error(f"--other {args.other}: not a labctl checkout (no workloads/_trace.py)")
     arms = [("untraced", REPO, False, False, ""),
             ("untraced, no-op Python wrappers on send/recv/wait (a Python recorder's floor)", REPO, False, True, ""),
-            ("traced (this checkout)", REPO, True, False, "")]
+            ("traced (this checkout)", REPO, True, False, ""),
+            ("traced, the Python wrappers alone (LAB_TRACE_FAST=0: no C fast path)", REPO, True, False, "python")]
     if args.other is not None:
         arms.append((f"traced ({args.other})", args.other, True, False, ""))
     if args.ablate:
