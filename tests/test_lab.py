@@ -56,6 +56,7 @@ def _leftovers(path) -> list[str]:
 
 @pytest.mark.parametrize("step", list(STEPS))
 def test_one_signal_while_the_folder_is_finished_lets_it_finish(tmp_path, monkeypatch, step):
+    before = signal.getsignal(signal.SIGINT)    # default_int_handler; SIG_IGN under `nohup ... &`
     _signalling(monkeypatch, step, 1)
     lines: list[str] = []
     run = _up(tmp_path, lines)
@@ -68,8 +69,8 @@ def test_one_signal_while_the_folder_is_finished_lets_it_finish(tmp_path, monkey
            "and the outcome is the lab's own" in status["notes"]
     assert (run.path / "report.md").is_file() and (run.path / "trace.json").is_file()
     assert _leftovers(run.path) == []
-    # the signal regime ends with the run: the default handler is back
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # the signal regime ends with the run: the handler from before it is back
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 @pytest.mark.parametrize("step", list(STEPS))

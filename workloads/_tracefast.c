@@ -391,9 +391,10 @@ static PyObject *traced_call(Traced *self, PyObject *const *args, size_t nargsf,
     if (where_rank != Py_None) {
         PyObject *ranks = Py_XNewRef(SLOT(route, o_ranks));
         if (ranks == NULL) goto error_where;
-        long w = PyLong_AsLong(where_rank);
+        int overflow = 0;
+        long w = PyLong_AsLongAndOverflow(where_rank, &overflow);   /* a huge int: no group rank, kept */
         if (w == -1 && PyErr_Occurred()) { Py_DECREF(ranks); goto error_where; }
-        if (PyList_Check(ranks) && w >= 0 && w < PyList_GET_SIZE(ranks))
+        if (!overflow && PyList_Check(ranks) && w >= 0 && w < PyList_GET_SIZE(ranks))
             Py_SETREF(where_rank, Py_NewRef(PyList_GET_ITEM(ranks, w)));
         Py_DECREF(ranks);
     }
