@@ -16,6 +16,7 @@ import pytest
 
 from conftest import REPO
 from workloads._protocol import records
+from workloads._protocol.ports import free_port
 
 BUILT = any(REPO.joinpath("workloads").glob("_tracefast*.so"))
 
@@ -76,7 +77,10 @@ def run(tmp_path: Path, fast: str) -> dict[int, list[str]]:
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO), "LAB_TRACE": "1", "LAB_TRACE_DIR": str(folder),
            "LAB_TRACE_FAST": fast, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    # a rendezvous port below the kernel's ephemeral range, as a local lab takes it
+    # (workloads/_protocol/ports.py), not --standalone's port 0
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
                            "-m", "workloads._script", str(script)], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
