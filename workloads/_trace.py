@@ -24,8 +24,9 @@ own (a DDP comm hook, `isinstance(work, dist.Work)`, `pickle.dumps(dist.all_redu
 as untraced), and not a bit of what is computed changes. Completion: when `wait()`
 returns, `is_completed()` first says True, or the future from `get_future()` completes
 (Work's methods, replaced on the class: they end the op's record and call torch's own);
-an op issued from C++ ends when its future completes (gloo gives send/recv and
-reduce_scatter_tensor works no future: those end when their output is waited on).
+an op issued from C++ ends when its future completes (DDP's buckets), a functional
+collective's when its output is waited on (a callback on its future would take the GIL
+from the script on gloo's thread, twice per op).
 
 Every record is written when it happens, an op's B line before torch is called, into a
 channel the recorder owns: a memory-mapped record file when labctl reads a folder the rank
@@ -1070,11 +1071,20 @@ def _c10d_kernel(full_name: str, op: Any) -> Any:
         if recorded is not None:
             ident = recorded[0]
             work = out[-1] if isinstance(out, tuple) and out else out
+            issued = getattr(_local, "issued", None)        # a functional collective's (see there)
             if isinstance(work, script_object):
                 work = work_class.unbox(work)
-                try:
-                    future = get_future(work)
-                except Exception:          # noqa: BLE001 - gloo's send/recv, reduce_scatter: no future
+                future = None
+                if issued is None:
+                    try:
+                        future = get_future(work)
+                    except Exception:          # noqa: BLE001 - gloo's send/recv, reduce_scatter: no future
+                        future = None
+                if future is None:
+                    # ends when its output is waited on (a functional collective: a callback
+                    # on its future would run on gloo's thread while the script runs, and take
+                    # the GIL from it twice per op: +115 µs of the main thread's CPU per op),
+                    # or when a later op or the exit finds it completed
                     _polled[ident] = work
                     if len(_polled) > MAX_POLLED:
                         _polled.popitem(last=False)
@@ -1082,8 +1092,7 @@ def _c10d_kernel(full_name: str, op: Any) -> Any:
                     future.add_done_callback(lambda _, i=ident: _end(i, time.time_ns()))
             else:
                 _end(ident, time.time_ns())                 # returned nothing: it has completed
-            issued = getattr(_local, "issued", None)
-            if issued is not None:                          # a functional collective's (see there)
+            if issued is not None:
                 issued.append(ident)
         return out
 
