@@ -2,7 +2,7 @@
 
 One lab shared by its assertions (the pair matrix names node 2 and its pairs, bench
 busbw across node 2 sits within 20 % of what the model expects from 100 mbit, no
-rank can change the shaping), and the same lab unshaped, which does not name node 2.
+rank can change the shaping, node 2's egress has a class per peer that took its data), and the same lab unshaped, which does not name node 2.
 """
 from __future__ import annotations
 
@@ -78,6 +78,13 @@ def test_node_2_at_100mbit_is_named_slow_and_bench_across_it_meets_the_model(tmp
     assert locked["ok"] and locked["node"] == 2 and locked["net_admin_in"] == []
     assert "Operation not permitted" in locked["tc"]
     assert set(locked["caps"].values()) == {"0000000000000000"}
+
+    # node 2's egress is shared per peer: the pair matrix's data to node 0 and to node 1 each
+    # went through that peer's own htb class, and little through the common one
+    (shared,) = [r for r in results if r.get("name") == "egress_shared_per_peer"]
+    assert shared["ok"] and shared["node"] == 2, shared
+    assert all(sent > 4 << 20 for sent in shared["per_peer_bytes"].values()), shared
+    assert shared["common_bytes"] < min(shared["per_peer_bytes"].values()) / 10, shared
 
     # bench busbw across node 2 (every ring crosses it) within 20 % of the 100 Mbit/s model
     # (3 ranks: each sends to one peer and receives from the other, at the link's rate)

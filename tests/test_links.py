@@ -201,6 +201,49 @@ def test_a_pair_rule_adds_a_class_per_peer_filtered_by_its_address():
     assert shaping.node_shaping(links_, 1, HOSTS)["peers"] == []     # node 1: its own link only
 
 
+def test_a_shaped_nodes_egress_has_a_class_per_peer_sharing_its_rate_evenly():
+    links_ = lab(nodes=3, links={"nodes": {2: "50mbit"}, "pairs": {"1-2": "20mbit"}}).links
+    shape = shaping.node_shaping(links_, 2, HOSTS)
+    assert shape["fair"] == [{"node": 0, "host": "lab-0"}]          # node 1 has its pair class
+    share = _shape.fair_share(50 * M, 3)                             # 1:10, node 0's, node 1's
+    assert share == 15 * M
+    cmds = [" ".join(c) for c in _shape.commands(shape, {"lab-0": "10.0.0.1", "lab-1": "10.0.0.2"})]
+    q = _shape.quantum(50 * M)
+    assert f"tc class add dev eth0 parent 1:1 classid 1:100 htb rate {share}bit ceil {50 * M}bit prio 1 quantum {q}" in cmds
+    assert f"tc class add dev eth0 parent 1:1 classid 1:10 htb rate {share}bit ceil {50 * M}bit prio 1 quantum {q}" in cmds
+    # the pair's class is guaranteed the smaller of its cap and the share, and borrows to its cap
+    assert f"tc class add dev eth0 parent 1:1 classid 1:101 htb rate {15 * M}bit ceil {20 * M}bit prio 1 quantum {q}" in cmds
+    assert "tc filter add dev eth0 parent 1: protocol ip prio 3 u32 match ip dst 10.0.0.1/32 flowid 1:100" in cmds
+    assert "tc qdisc add dev eth0 parent 1:100 handle 100: bfifo limit 1250000" in cmds
+    # the guarantees fit the node's rate, and what it receives is shaped as before: no
+    # class per peer on the ingress side (a switch port's one queue)
+    guaranteed = [int(c.split(" rate ")[1].split("bit")[0]) for c in cmds
+                  if c.startswith("tc class add dev eth0") and "classid 1:1 " not in c]
+    assert sum(guaranteed) <= 50 * M
+    assert not any(c.startswith("tc class add dev lab-in") and "classid 1:100" in c for c in cmds)
+    # a peer that did not resolve is left in the common class; the node log says so
+    cmds = [" ".join(c) for c in _shape.commands(shape, {"lab-1": "10.0.0.2"})]
+    assert not any("classid 1:100" in c for c in cmds)
+    assert "out shared per peer (0 of 1 peers without a pair rule resolved)" in _shape.summary(shape, {"lab-1": "10.0.0.2"})
+    # an unshaped node has nothing to share; above FAIR_MAX_NODES the render stays O(rules)
+    assert shaping.node_shaping(lab(nodes=3, links={"nodes": {2: "50mbit"}}).links, 0, HOSTS) is None
+    many = [f"lab-{i}" for i in range(shaping.FAIR_MAX_NODES + 1)]
+    big = lab(nodes=len(many), links={"default": "1gbit"}).links
+    assert shaping.node_shaping(big, 0, many)["fair"] == []
+    assert len(shaping.node_shaping(big, 0, many[:-1])["fair"]) == shaping.FAIR_MAX_NODES - 1
+
+
+def test_resolve_leaves_out_an_optional_peer_but_not_a_pair_rules(monkeypatch):
+    def lookup(host):
+        if host == "lab-1":
+            return "10.0.0.2"
+        raise OSError("Name or service not known")
+    monkeypatch.setattr(_shape.socket, "gethostbyname", lookup)
+    assert _shape.resolve(["lab-1"], 0.0, ["no-such-host.invalid"]) == {"lab-1": "10.0.0.2"}
+    with pytest.raises(_shape.ShapeError, match="a pair rule needs its address"):
+        _shape.resolve(["no-such-host.invalid"], 0.0)
+
+
 def test_the_node_runs_as_the_lab_user_with_no_capability_after_shaping():
     argv = _shape.drop_privileges_argv(["torchrun", "--nnodes=2"])
     assert argv[:6] == ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",

@@ -293,7 +293,9 @@ def test_a_shaped_node_starts_as_root_for_tc_and_runs_the_plans_command_after_it
     assert command[5] == "--" and command[6:] == argv            # the plan's own command, unchanged
     shape = json.loads(command[4])
     assert shape == {"node": 2, "egress": {"rate_bps": 100_000_000},
-                     "ingress": {"rate_bps": 100_000_000}, "peers": [], "resolve_timeout": 120.0}
+                     "ingress": {"rate_bps": 100_000_000}, "peers": [],
+                     "fair": [{"node": 0, "host": "lab-0"}, {"node": 1, "host": "lab-1"}],
+                     "resolve_timeout": 120.0}
     assert shaped["environment"]["LAB_LINKS"] == '{"nodes":{"2":"100mbit"}}'
     for service in doc["services"].values():        # every node: no slow start after idle
         assert service["sysctls"] == {"net.ipv4.tcp_slow_start_after_idle": 0}

@@ -6,10 +6,13 @@ JSON is `labctl.backends.compose.shaping.node_shaping`). It starts as root with 
 SETUID, SETGID, SETPCAP to leave root), and:
 
 1. resolves the peers that have a pair rule (their addresses are known only once
-   their containers are on the network: it waits, at most `resolve_timeout` s);
+   their containers are on the network: it waits, at most `resolve_timeout` s), and
+   the other peers when its egress is shared per peer (`fair`; one that does not
+   resolve in that time is left in the node's common class);
 2. shapes the node's link with tc (docs/network.md): what it sends on `eth0`
-   (htb: one class for the node's rate, one per peer with a pair rule, u32
-   filters by destination address, netem leaves for latency), and what it
+   (htb: one class for the node's rate, one per peer with a pair rule or, on a
+   lab of up to 64 nodes, one per peer, u32 filters by destination address,
+   netem leaves for latency), and what it
    receives, redirected from eth0's ingress to an ifb device shaped the same way
    (filters by source address);
 3. execs ARGV through `setpriv` as uid/gid 1000 with every capability set
@@ -72,10 +75,11 @@ def queue_bytes(rate_bps: int) -> int:
     return max(MIN_QUEUE_BYTES, rate_bps // 8 * QUEUE_MS // 1000)
 
 
-def _class(dev: str, minor: int, rate_bps: int, ceil_bps: int, prio: int) -> list[str]:
+def _class(dev: str, minor: int, rate_bps: int, ceil_bps: int, prio: int,
+           quantum_bytes: int | None = None) -> list[str]:
     return ["tc", "class", "add", "dev", dev, "parent", "1:1", "classid", f"1:{minor:x}",
             "htb", "rate", f"{rate_bps}bit", "ceil", f"{ceil_bps}bit", "prio", str(prio),
-            "quantum", str(quantum(rate_bps))]
+            "quantum", str(quantum_bytes or quantum(rate_bps))]
 
 
 def _leaf(dev: str, minor: int, rate_bps: int, latency_us: int | None) -> list[str]:
@@ -99,18 +103,22 @@ ACK_MATCH = ["match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0
 
 
 def _direction(dev: str, own: Mapping[str, Any], peers: Sequence[tuple[int, str, Mapping[str, Any]]],
-               match: str) -> list[list[str]]:
+               match: str, fair: Sequence[tuple[int, str]] = ()) -> list[list[str]]:
     """htb on `dev`: 1:1 the node's rate; under it 1:10 the data no pair rule claims and 1:2
     its ACKs (first); per peer with a pair rule 1:1xx its data (and 1:2xxx its ACKs when
     the pair's latency differs). `match` is `dst` (egress: the peer is the destination)
-    or `src` (ingress)."""
+    or `src` (ingress). `fair` (egress only): the other peers, each given a class 1:1xx of
+    its own, so that the node's rate is shared per peer (see `fair_share`)."""
     top = own.get("rate_bps") or UNLIMITED_BPS
     own_delay = own.get("latency_us")
+    buckets = len(peers) + len(fair) + 1            # every peer's class and 1:10
+    share = fair_share(top, buckets) if fair else None
     cmds = [["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
              "default", f"{DEFAULT_MINOR:x}"],
             ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
              "rate", f"{top}bit", "ceil", f"{top}bit", "quantum", str(quantum(top))],
-            _class(dev, DEFAULT_MINOR, top, top, 1), _leaf(dev, DEFAULT_MINOR, top, own_delay),
+            _class(dev, DEFAULT_MINOR, share or top, top, 1, quantum(top)),
+            _leaf(dev, DEFAULT_MINOR, top, own_delay),
             _class(dev, ACK_MINOR, max(1, top // 10), top, 0)]
     if own_delay:
         cmds.append(_leaf(dev, ACK_MINOR, top, own_delay))
@@ -119,15 +127,33 @@ def _direction(dev: str, own: Mapping[str, Any], peers: Sequence[tuple[int, str,
         delay = link.get("latency_us")
         data, acks = PEER_MINOR + node, PEER_ACK_MINOR + node
         peer = ["match", "ip", match, f"{address}/32"]
-        cmds += [_class(dev, data, rate, rate, 1), _leaf(dev, data, rate, delay)]
+        cmds += [_class(dev, data, min(rate, share) if share else rate, rate, 1,
+                        quantum(top) if share else None),
+                 _leaf(dev, data, rate, delay)]
         if delay != own_delay:
             cmds += [_class(dev, acks, max(1, rate // 10), rate, 0)]
             if delay:
                 cmds.append(_leaf(dev, acks, rate, delay))
             cmds.append(_filter(dev, 1, [*ACK_MATCH, *peer], acks))
         cmds.append(_filter(dev, 3, peer, data))
+    for node, address in fair:
+        data = PEER_MINOR + node
+        cmds += [_class(dev, data, share, top, 1, quantum(top)), _leaf(dev, data, top, own_delay),
+                 _filter(dev, 3, ["match", "ip", match, f"{address}/32"], data)]
     cmds.append(_filter(dev, 2, ACK_MATCH, ACK_MINOR))
     return cmds
+
+
+def fair_share(top_bps: int, buckets: int) -> int:
+    """Each peer class's guaranteed rate when a node's egress is shared per peer: 9/10 of
+    the node's rate (the ACK class keeps 1/10) split evenly; above it a class borrows up
+    to the node's rate, and htb lends what is spare round-robin by equal quanta. So peers
+    share the cable max-min fairly, as a host's own per-flow queue (Linux's fq_codel, fq)
+    shares it, and as `labctl predict` replays it. One byte FIFO for every peer did not:
+    a root sending to a fast and a slow peer gave the fast one 56-61 % of its cable,
+    and a small message to one peer (gloo's ready-to-receive notice) waited behind up to
+    200 ms of data to another (docs/network.md)."""
+    return max(1, (top_bps - top_bps // 10) // max(1, buckets))
 
 
 def commands(shape: Mapping[str, Any], addresses: Mapping[str, str]) -> list[list[str]]:
@@ -136,8 +162,9 @@ def commands(shape: Mapping[str, Any], addresses: Mapping[str, str]) -> list[lis
     device = shape.get("device", DEVICE)
     ifb = shape.get("ifb", IFB)
     peers = shape.get("peers", [])
+    fair = [(p["node"], addresses[p["host"]]) for p in shape.get("fair", []) if p["host"] in addresses]
     egress = _direction(device, shape["egress"],
-                        [(p["node"], addresses[p["host"]], p["egress"]) for p in peers], "dst")
+                        [(p["node"], addresses[p["host"]], p["egress"]) for p in peers], "dst", fair)
     redirect = [["ip", "link", "add", ifb, "type", "ifb"],
                 ["ip", "link", "set", ifb, "up"],
                 ["tc", "qdisc", "add", "dev", device, "handle", "ffff:", "ingress"],
@@ -148,20 +175,25 @@ def commands(shape: Mapping[str, Any], addresses: Mapping[str, str]) -> list[lis
     return egress + redirect + ingress
 
 
-def resolve(hosts: Sequence[str], timeout: float) -> dict[str, str]:
-    """Each host's IPv4 address, waiting for names the lab's DNS does not know yet."""
+def resolve(hosts: Sequence[str], timeout: float, optional: Sequence[str] = ()) -> dict[str, str]:
+    """Each host's IPv4 address, waiting for names the lab's DNS does not know yet: `hosts`
+    (a pair rule's peers) must resolve within `timeout`; `optional` ones (the peers that only
+    get a fair class) are left out when they do not, and their data shares class 1:10."""
     deadline = time.monotonic() + timeout
     found: dict[str, str] = {}
-    for host in hosts:
-        while host not in found:
-            try:
-                found[host] = socket.gethostbyname(host)
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise ShapeError(f"peer {host} did not resolve within {timeout:g}s ({exc}); "
-                                     "a pair rule needs its address") from None
-                time.sleep(0.2)
-    return found
+    wanted = list(dict.fromkeys([*hosts, *optional]))
+    while True:
+        for host in wanted:
+            if host not in found:
+                try:
+                    found[host] = socket.gethostbyname(host)
+                except OSError as exc:
+                    if time.monotonic() > deadline and host in hosts:
+                        raise ShapeError(f"peer {host} did not resolve within {timeout:g}s ({exc}); "
+                                         "a pair rule needs its address") from None
+        if len(found) == len(wanted) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def apply(cmds: Sequence[Sequence[str]]) -> None:
@@ -190,9 +222,12 @@ def summary(shape: Mapping[str, Any], addresses: Mapping[str, str]) -> str:
         return text + (f" +{link['latency_us'] / 1000:g} ms" if link.get("latency_us") else "")
     pairs = "; ".join(f"node {p['node']} ({addresses.get(p['host'], '?')}) out {side(p['egress'])}, "
                       f"in {side(p['ingress'])}" for p in shape.get("peers", []))
+    fair = shape.get("fair", [])
+    shared = (f"; out shared per peer ({sum(p['host'] in addresses for p in fair)} of {len(fair)} "
+              "peers without a pair rule resolved)") if fair else ""
     return (f"{PREFIX} node {shape['node']}: {shape.get('device', DEVICE)} out {side(shape['egress'])}, "
             f"in {side(shape['ingress'])} (ifb {shape.get('ifb', IFB)})"
-            + (f"; pairs: {pairs}" if pairs else ""))
+            + (f"; pairs: {pairs}" if pairs else "") + shared)
 
 
 def drop_privileges_argv(argv: Sequence[str]) -> list[str]:
@@ -225,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shutil.which("tc") is None or shutil.which("setpriv") is None:
             raise ShapeError("tc (iproute2) and setpriv (util-linux) must be in the image")
         addresses = resolve([p["host"] for p in shape.get("peers", [])],
-                            float(shape.get("resolve_timeout", 120)))
+                            float(shape.get("resolve_timeout", 120)),
+                            [p["host"] for p in shape.get("fair", [])])
         apply(commands(shape, addresses))
     except ShapeError as exc:
         print(f"{PREFIX} error: node {shape.get('node')}: {exc}", file=sys.stderr, flush=True)

@@ -91,6 +91,35 @@ def check_locked(ctx: _common.Context, node: int) -> None:
                                  f"NET_ADMIN in {holding or 'no set'}"}))
 
 
+def egress_class_bytes(device: str = "eth0") -> dict[str, int]:
+    """Bytes each htb class of `device` has sent ({"1:101": ...}); reading needs no
+    capability. Empty when tc is missing or says nothing."""
+    if shutil.which("tc") is None:
+        return {}
+    done = subprocess.run(["tc", "-s", "class", "show", "dev", device], capture_output=True,
+                          text=True, timeout=30)
+    sent, current = {}, None
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if words[:2] == ["class", "htb"] and len(words) > 2:
+            current = words[2]
+        elif words[:1] == ["Sent"] and current is not None and len(words) > 1 and words[1].isdigit():
+            sent[current] = int(words[1])
+            current = None
+    return sent
+
+
+def check_shared_per_peer(ctx: _common.Context, node: int, peers: list[int]) -> None:
+    """After the pair matrix: on a node whose egress is shared per peer (workloads/_shape.py),
+    each peer's data went through that peer's own class (1:1xx, xx = 0x100 + its node)."""
+    classes = egress_class_bytes()
+    per_peer = {str(p): classes.get(f"1:{0x100 + p:x}") for p in peers}
+    ok = bool(classes) and all(v for v in per_peer.values())
+    ctx.record("egress_shared_per_peer", ok, node=node, per_peer_bytes=per_peer,
+               common_bytes=classes.get("1:10"),
+               **({} if ok else {"detail": f"not every peer's data had its own class: {per_peer}"}))
+
+
 class Pair:
     """The two leaders of one pair, from one side: measure what this side sends."""
 
@@ -224,6 +253,8 @@ def run(ctx: _common.Context, size_bytes: int = 4 << 20, seconds: float = 0.5, m
     finally:
         if sock is not None:
             sock.close()
+    if leader and "shared per peer" in os.environ.get(SHAPED_ENV, ""):
+        check_shared_per_peer(ctx, node, sorted(n for n in leaders if n != node))
     if ctx.rank == 0:
         ctx.record("links_env", True, nodes={str(n): {"rank": leaders[n], "host": hosts[n]}
                                              for n in sorted(leaders)},
