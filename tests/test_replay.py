@@ -2,6 +2,7 @@
 over a lab's links (workloads/_protocol/replay.py), against schedules computed by hand."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -241,11 +242,41 @@ def test_gloo_all_to_all_one_pair_together_by_hand():
     assert R.replay(schedule, R.Network.uniform(3, B)).seconds == pytest.approx(4 * (S // 3) / B, rel=1e-6)
 
 
+def test_the_expected_all_to_all_weighs_every_way_by_its_odds_up_to_4_ranks(monkeypatch):
+    """n <= 4: every entry order (equally likely) and every set of pairs together (each with
+    odds PAIR_TOGETHER), ways with the same messages merged: the mean is the plain average
+    over all n! 2^(n(n-1)/2) cases, and the same at every size once scaled."""
+    net = R.Network.uniform(3, B).with_node(2, B / 2)
+    ways = A.gloo_alltoall_variants(3, S)
+    assert sum(w.weight for w in ways) == pytest.approx(6.0)      # 3! orders, each's odds add to 1
+    assert len(ways) < 48 and len({w.messages for w in ways}) == len(ways)
+    p, pairs = A.PAIR_TOGETHER, [(0, 1), (0, 2), (1, 2)]
+    plain = 0.0
+    for order in itertools.permutations(range(3)):
+        for k in range(8):
+            together = [q for i, q in enumerate(pairs) if k >> i & 1]
+            odds = p ** len(together) * (1 - p) ** (3 - len(together)) / 6
+            plain += odds * R.replay(A.gloo_alltoall_entered(3, S, order, together), net).seconds
+    assert R.expected(ways, net).seconds == pytest.approx(plain, rel=1e-9)
+    small = R.expected(A.gloo_alltoall_variants(3, S // 4), net).seconds
+    assert small * 4 == pytest.approx(plain, rel=1e-3)           # no draw to move it with the size
+    # the odds at their ends: all together is the all-at-once schedule; none together at
+    # n = 2 is one direction after the other, 2 c / B
+    monkeypatch.setattr(A, "PAIR_TOGETHER", 1.0)
+    assert R.expected(A.gloo_alltoall_variants(4, S), R.Network.uniform(4, B)).seconds == pytest.approx(
+        R.replay(A.all_at_once(4, S), R.Network.uniform(4, B)).seconds, rel=1e-9)
+    monkeypatch.setattr(A, "PAIR_TOGETHER", 0.0)
+    assert R.expected(A.gloo_alltoall_variants(2, S), R.Network.uniform(2, B)).seconds == pytest.approx(
+        2 * (S // 2) / B, rel=1e-9)
+
+
 def test_the_expected_all_to_all_lies_between_its_fastest_and_slowest_way_and_is_repeatable():
     algo = GLOO["all_to_all"]
     net = R.Network.uniform(4, B)
     ways = algo.schedules(4, S)
-    assert len(ways) == 64 and algo.schedules(4, S) == ways          # seeded by n and size
+    assert sum(w.weight for w in ways) == pytest.approx(24.0) and algo.schedules(4, S) == ways
+    drawn = algo.schedules(5, S)
+    assert len(drawn) == 64 and algo.schedules(5, S) == drawn     # above 4 ranks: seeded draws
     got = R.expected(ways, net)
     assert got.fastest >= R.replay(algo.schedule(4, S), net).seconds * (1 - 1e-9)
     assert got.fastest <= got.seconds <= got.slowest <= 2 * got.fastest * (1 + 1e-9)

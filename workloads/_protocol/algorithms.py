@@ -31,9 +31,10 @@ they cross (the replay decides how).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
@@ -86,12 +87,14 @@ class Message:
 class Schedule:
     """The messages of one call of `algorithm` on n ranks with S = size bytes (the op's S,
     as nccl-tests counts it). `per_call`: the bench's time is the replay's time divided by
-    it (pingpong: a round trip is two one-way times)."""
+    it (pingpong: a round trip is two one-way times). `weight`: when a call may go several
+    ways (`Algorithm.schedules`), this way's odds (relative to the others')."""
     algorithm: str
     n: int
     size: int
     messages: tuple[Message, ...]
     per_call: float = 1.0
+    weight: float = 1.0
 
     def sent(self) -> list[int]:
         """Bytes each rank sends."""
@@ -333,18 +336,36 @@ def gloo_alltoall_entered(n: int, size: int, order: Sequence[int], together: Ite
     return b.done("gloo.alltoall", n, size)
 
 
+EXACT_RANKS = 4      # up to this many ranks every way is replayed, with its odds
+
+
 def gloo_alltoall_variants(n: int, size: int, itemsize: int = 4, root: int = 0,
                            samples: int | None = None) -> tuple[Schedule, ...]:
-    """The ways one call of gloo's all_to_all may go, equally likely (see PAIR_TOGETHER):
-    `samples` draws of an entry order and of the pairs that enter together, seeded by n and
-    size so that a prediction is the same every time: 64 draws up to 8 ranks, 16 up to 16,
-    4 up to 32, one above (a replay of one draw at 64 ranks takes seconds; there the ways
-    differ by a few per cent)."""
+    """The ways one call of gloo's all_to_all may go, each with its odds (`weight`; see
+    PAIR_TOGETHER): every order of entry (equally likely) and every set of pairs that enter
+    together (each pair with odds PAIR_TOGETHER), up to EXACT_RANKS ranks: 48 ways at 3
+    ranks, 1,536 at 4, those that give the same messages merged. Above, `samples` draws
+    (equal weights), seeded by n and size so that a prediction is the same every time: 64
+    up to 8 ranks, 16 up to 16, 4 up to 32, one above (a replay of one draw at 64 ranks
+    takes seconds; there the ways differ by a few per cent). Drawing at 3 and 4 ranks too
+    (64 draws, as before 2026-11-27) made the mean move with the draw: 145 ms at 1 MiB
+    and 160 ms per MiB at 4 MiB on the same 3-node links, where every way gives 152."""
     if n < 2 or size // n <= 0:
         return (all_at_once(n, size, itemsize, root),)
+    pairs = [(a, c) for a in range(n) for c in range(a + 1, n)]
+    if samples is None and n <= EXACT_RANKS:
+        merged: dict[tuple, Schedule] = {}
+        for order in itertools.permutations(range(n)):
+            for mask in range(1 << len(pairs)):
+                together = [q for k, q in enumerate(pairs) if mask >> k & 1]
+                odds = PAIR_TOGETHER ** len(together) * (1 - PAIR_TOGETHER) ** (len(pairs) - len(together))
+                way = gloo_alltoall_entered(n, size, order, together, itemsize)
+                key = way.messages
+                known = merged.get(key)
+                merged[key] = replace(way, weight=odds + (known.weight if known else 0.0))
+        return tuple(merged.values())
     count = samples if samples is not None else (64 if n <= 8 else 16 if n <= 16 else 4 if n <= 32 else 1)
     rng = random.Random(f"gloo.alltoall:{n}:{size}")
-    pairs = [(a, c) for a in range(n) for c in range(a + 1, n)]
     out = []
     for _ in range(count):
         order = list(range(n))

@@ -14,7 +14,7 @@ one call sends and what each waits for; a `Network` says what the links carry:
 The replay is a fluid simulation: a message goes once everything it waits for has arrived
 (plus α); messages between the same two ranks in the same direction go one after another
 (one TCP connection); the messages under way share every cap they cross max-min fairly
-(as TCP flows through a shaped queue roughly do); a message arrives its path's latency
+(as a node's egress, a class per peer, shares its cable); a message arrives its path's latency
 after its last byte left. The call ends when its last message arrives. What comes out:
 the time, each message's start and end, the bytes per link, the critical path.
 """
@@ -243,12 +243,12 @@ def _share(now: float, dirty: set, active: dict, flows: dict, caps: dict,
     for f in group:                                  # bytes sent at the old rate until now
         f.left = max(0.0, f.left - f.rate * (now - f.since))
         f.since = now
-    # Max-min, unweighted. The lab's queues do not drop (workloads/_shape.py, 200 ms): TCP
-    # gets no loss to share a queue by, and BBR (the kernel's default here) paces each flow
-    # at the bandwidth it measured. Measured with one slow node (docs/network.md): a root
-    # sending to a fast and a slow rank at once split its cable evenly, as max-min says
-    # (175-195 ms at 1 MiB, max-min 175-185, the 1/RTT weighting of drop-tail queues
-    # (Mathis et al.) that fitted the 20 ms queues 219-235).
+    # Max-min, unweighted: what a shaped node's egress does, a class per peer served
+    # round-robin (workloads/_shape.py `fair_share`, as a host's per-flow queue). The lab's
+    # queues do not drop (200 ms), so TCP gets no loss to share a queue by. Measured with
+    # one slow node (docs/network.md): a root sending to a fast and a slow rank at once
+    # gives the fast one 51-52 % of its cable (56-61 % when its egress was one FIFO); the
+    # 1/RTT weighting of drop-tail queues (Mathis et al.) fitted the 20 ms queues that dropped.
     rates = _fill(seen_c, seen_f, active, flows, caps, None)
     for i in seen_f:
         flows[i].rate = max(rates[i], 0.0)
@@ -312,8 +312,9 @@ def alpha_beta(schedule: Schedule, net: Network, full: Result | None = None) -> 
 
 @dataclass(frozen=True)
 class Expected:
-    """What a call costs when it may go several ways with equal odds (gloo's all_to_all:
-    `Algorithm.schedules`): the mean over the ways, the fastest and the slowest."""
+    """What a call costs when it may go several ways (gloo's all_to_all: `Algorithm.schedules`,
+    each way with its odds, `Schedule.weight`): the mean over the ways weighted by their odds,
+    the fastest and the slowest."""
     seconds: float
     alpha_term: float
     beta_term: float
@@ -324,14 +325,17 @@ class Expected:
 
 
 def expected(schedules: Sequence[Schedule], net: Network) -> Expected:
-    """Replay every way a call may go (`alpha_beta` each) and average them."""
+    """Replay every way a call may go (`alpha_beta` each) and average them by their odds."""
     if not schedules:
         raise ValueError("expected: no schedule to replay")
     runs = [alpha_beta(s, net) for s in schedules]
     times = [r[2].seconds for r in runs]
-    k = len(runs)
-    return Expected(sum(times) / k, sum(r[0] for r in runs) / k, sum(r[1] for r in runs) / k,
-                    min(times), max(times), k, runs[0][2])
+    total = sum(s.weight for s in schedules)
+    if not total > 0:
+        raise ValueError("expected: the ways' odds add up to nothing")
+    mean = lambda xs: sum(s.weight * x for s, x in zip(schedules, xs)) / total     # noqa: E731
+    return Expected(mean(times), mean([r[0] for r in runs]), mean([r[1] for r in runs]),
+                    min(times), max(times), len(runs), runs[0][2])
 
 
 # ---- fitting α and the links' efficiency ----------------------------------------------
