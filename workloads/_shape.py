@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 DEVICE = "eth0"                  # the container's interface on the lab network
 IFB = "lab-in"                   # where eth0's ingress is redirected to be shaped
 UNLIMITED_BPS = 10 ** 12         # htb needs a rate: a direction without one gets 1 tbit/s
-DEFAULT_MINOR = 0x10             # class 1:10: the data no pair rule claims
+DEFAULT_MINOR = 0x10             # class 1:10: the data no peer's class claims
 ACK_MINOR = 0x2                  # class 1:2: its TCP ACKs, served first
 PEER_MINOR = 0x100               # class 1:<100 + peer node, in hex>: a pair rule's data
 PEER_ACK_MINOR = 0x2000          # class 1:<2000 + peer node>: its ACKs (own latency)
@@ -104,7 +104,7 @@ ACK_MATCH = ["match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0
 
 def _direction(dev: str, own: Mapping[str, Any], peers: Sequence[tuple[int, str, Mapping[str, Any]]],
                match: str, fair: Sequence[tuple[int, str]] = ()) -> list[list[str]]:
-    """htb on `dev`: 1:1 the node's rate; under it 1:10 the data no pair rule claims and 1:2
+    """htb on `dev`: 1:1 the node's rate; under it 1:10 the data no peer's class claims and 1:2
     its ACKs (first); per peer with a pair rule 1:1xx its data (and 1:2xxx its ACKs when
     the pair's latency differs). `match` is `dst` (egress: the peer is the destination)
     or `src` (ingress). `fair` (egress only): the other peers, each given a class 1:1xx of

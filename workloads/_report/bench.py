@@ -487,7 +487,7 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
             if world_size <= REPLAY_MAX_RANKS:
                 played = expected(algo.schedules(world_size, size, itemsize), net)
                 alpha_term, beta_term, result = played.alpha_term, played.beta_term, played.result
-                how = "replay" if played.ways == 1 else f"replay, mean of {played.ways} ways the ranks may enter"
+                how = "replay" if played.ways == 1 else f"replay, mean of {played.ways} ways the ranks may enter, by their odds"
                 messages, critical = result.messages, len(result.critical)
                 most = max(result.schedule.sent())
                 seconds, fastest, slowest = played.seconds, played.fastest, played.slowest
@@ -524,7 +524,7 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
             f"{fitted.efficiency:.3f} and α = {fitted.alpha_s * 1e6:.0f} us per message, both fitted on the "
             f"run's {fitted.source} (rms {100 * fitted.rms_error:.1f} %). β term: the replay without α and "
             "latency; α term: what they add; the larger dominates. An op that may go several ways by "
-            "how the ranks enter it (gloo's all_to_all) is the mean of them, its fastest and slowest way "
+            "how the ranks enter it (gloo's all_to_all) is the mean of them by their odds, its fastest and slowest way "
             "beside it.\n\n")
     return head + _table(
         ["op", "algorithm", "size (B)", "time (us)", "fastest–slowest (us)", "α term (us)", "β term (us)",
