@@ -2,7 +2,7 @@
 of 1 MiB and more, each rank's exit (ms after the first entry), and about 14 samples of the
 root's two data connections over the call: bytes acked since the call began, BBR's bandwidth
 estimate (Mbit/s), its pacing rate and gain, cwnd (packets), round trip (ms), bytes not yet
-sent, and the root's egress backlog (q, bytes in the first FIFO of eth0).
+sent, and the root's egress backlog (q, bytes in eth0's FIFOs, every class's).
 
     python benchmarks/root_sockets.py FOLDER
 """
@@ -10,14 +10,18 @@ import re, json, sys
 from pathlib import Path
 D = Path(sys.argv[1])
 def samples(path):
-    out = []; cur = None; dev = 0
+    out = []; cur = None
     for line in path.read_text(errors="replace").splitlines():
         if line.startswith("@ "):
-            cur = {"t": int(line[2:]) / 1e6, "bfifo": [], "conns": {}}; out.append(cur); continue
+            cur = {"t": int(line[2:]) / 1e6, "bfifo": [0, 0], "_dev": -1, "conns": {}}; out.append(cur); continue
         if cur is None: continue
-        if line.startswith("qdisc "): cur["_q"] = line.split()[1]
+        if line.startswith("qdisc "):
+            cur["_q"] = line.split()[1]
+            if line.startswith("qdisc htb 1: root"):     # eth0's tree, then lab-in's
+                cur["_dev"] += 1
         m = re.match(r"\s*backlog (\d+)b (\d+)p", line)
-        if m and cur.get("_q") == "bfifo": cur["bfifo"].append(int(m.group(1)))
+        if m and cur.get("_q") == "bfifo" and 0 <= cur["_dev"] <= 1:
+            cur["bfifo"][cur["_dev"]] += int(m.group(1))   # every class's FIFO of the device
         m = re.match(r"\d+\s+(\d+)\s+\S*?([\d.]+)\]?:(\d+)\s+\S*?([\d.]+)\]?:(\d+)", line)
         if m:
             cur["_c"] = (m.group(2), m.group(3), m.group(4), m.group(5)); cur["conns"][cur["_c"]] = {"sendq": int(m.group(1))}
@@ -51,7 +55,7 @@ for seq, es in sorted(by.items()):
     print(f"\nseq {seq} bytes {nb} exit per rank (ms) {rk} samples {len(win)}")
     base = {k: win[0]["conns"].get(k, {}).get("bytes_acked", 0) for k in ip}
     for s in win[::max(1, len(win)//14)]:
-        row = [f"{s['t']-st:7.1f}ms q={s['bfifo'][0] if s['bfifo'] else -1:7d}"]
+        row = [f"{s['t']-st:7.1f}ms q={s['bfifo'][0]:7d}"]
         for k in ip:
             c = s["conns"].get(k, {})
             row.append(f"{k[2]}: acked {(c.get('bytes_acked',0)-base[k])/1e6:5.2f}MB bw {c.get('bw',0)/1e6:5.1f} pace {c.get('pacing_rate',0)/1e6:5.1f} g {c.get('gain',0):.2f} cwnd {c.get('cwnd',0):3.0f} rtt {c.get('rtt',0):5.1f} notsent {c.get('notsent',0)/1e3:6.0f}k")

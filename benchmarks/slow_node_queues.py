@@ -12,13 +12,15 @@ def samples(path):
     out = []; cur = None
     for line in path.read_text(errors="replace").splitlines():
         if line.startswith("@ "):
-            cur = {"t": int(line[2:]), "bfifo": [], "conns": []}; out.append(cur); continue
+            cur = {"t": int(line[2:]), "bfifo": [0, 0], "_dev": -1, "conns": []}; out.append(cur); continue
         if cur is None: continue
         if line.startswith("qdisc "):
             cur["_q"] = line.split()[1]
+            if line.startswith("qdisc htb 1: root"):     # eth0's tree, then lab-in's
+                cur["_dev"] += 1
         m = re.match(r"\s*backlog (\d+)b (\d+)p", line)
-        if m and cur.get("_q") == "bfifo":
-            cur["bfifo"].append(int(m.group(1)))
+        if m and cur.get("_q") == "bfifo" and 0 <= cur["_dev"] <= 1:
+            cur["bfifo"][cur["_dev"]] += int(m.group(1))   # every class's FIFO of the device
         m = re.match(r"\d+\s+(\d+)\s+\S*?([\d.]+)\]?:(\d+)\s+\S*?([\d.]+)\]?:(\d+)", line)
         if m:
             cur["conns"].append({"sendq": int(m.group(1)), "local": m.group(2), "lport": m.group(3), "peer": m.group(4), "pport": m.group(5)})
@@ -51,8 +53,7 @@ for nb in (262144, 1048576):
         if b != nb: continue
         for s in s3:
             if st <= s["t"] <= en:
-                if len(s["bfifo"]) >= 2:
-                    eg.append(s["bfifo"][0]); ing.append(s["bfifo"][1])
+                eg.append(s["bfifo"][0]); ing.append(s["bfifo"][1])
                 for c in s["conns"]:
                     if c["peer"] == ip2 and "rtt" in c: rtt32.append((c["rtt"], c.get("cwnd"), c.get("snd_wnd"), c.get("rcv_space"), c.get("rcv_ssthresh")))
     eg.sort(); ing.sort()
