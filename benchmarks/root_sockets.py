@@ -6,33 +6,13 @@ sent, and the root's egress backlog (q, bytes in eth0's FIFOs, every class's).
 
     python benchmarks/root_sockets.py FOLDER
 """
-import re, json, sys
+import json
+import sys
 from pathlib import Path
+
+from _queues import samples
+
 D = Path(sys.argv[1])
-def samples(path):
-    out = []; cur = None
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("@ "):
-            cur = {"t": int(line[2:]) / 1e6, "bfifo": [0, 0], "_dev": -1, "conns": {}}; out.append(cur); continue
-        if cur is None: continue
-        if line.startswith("qdisc "):
-            cur["_q"] = line.split()[1]
-            if line.startswith("qdisc htb 1: root"):     # eth0's tree, then lab-in's
-                cur["_dev"] += 1
-        m = re.match(r"\s*backlog (\d+)b (\d+)p", line)
-        if m and cur.get("_q") == "bfifo" and 0 <= cur["_dev"] <= 1:
-            cur["bfifo"][cur["_dev"]] += int(m.group(1))   # every class's FIFO of the device
-        m = re.match(r"\d+\s+(\d+)\s+\S*?([\d.]+)\]?:(\d+)\s+\S*?([\d.]+)\]?:(\d+)", line)
-        if m:
-            cur["_c"] = (m.group(2), m.group(3), m.group(4), m.group(5)); cur["conns"][cur["_c"]] = {"sendq": int(m.group(1))}
-        if line.startswith("\t") and cur.get("_c"):
-            c = cur["conns"][cur["_c"]]
-            for k in ("rtt", "cwnd", "bytes_acked", "bytes_received", "pacing_rate", "delivery_rate", "notsent", "snd_wnd", "rcv_space"):
-                mm = re.search(rf"\b{k}[: ]([\d.]+)", line)
-                if mm: c[k] = float(mm.group(1))
-            mm = re.search(r"bbr:\(bw:(\d+)bps,mrtt:([\d.]+),pacing_gain:([\d.]+)", line)
-            if mm: c["bw"], c["mrtt"], c["gain"] = float(mm.group(1)), float(mm.group(2)), float(mm.group(3))
-    return out
 s0 = samples(D / "s0.txt")
 tr = json.loads((D / "run/trace.json").read_text())
 t0 = tr["metadata"]["t0_unix_ns"] / 1e6
@@ -48,14 +28,14 @@ for seq, es in sorted(by.items()):
     nb = es[0]["args"].get("bytes")
     st = t0 + min(e["ts"] for e in es) / 1000; en = t0 + max(e["ts"] + e["dur"] for e in es) / 1000
     rk = {e["args"]["rank"]: round((e["ts"] + e["dur"]) / 1000 + t0 - st) for e in es}
-    win = [s for s in s0 if st - 5 <= s["t"] <= en + 5]
+    win = [s for s in s0 if st - 5 <= s["t_ms"] <= en + 5]
     if not win: continue
     if not nb or nb < 1 << 20:
         continue
     print(f"\nseq {seq} bytes {nb} exit per rank (ms) {rk} samples {len(win)}")
     base = {k: win[0]["conns"].get(k, {}).get("bytes_acked", 0) for k in ip}
     for s in win[::max(1, len(win)//14)]:
-        row = [f"{s['t']-st:7.1f}ms q={s['bfifo'][0]:7d}"]
+        row = [f"{s['t_ms']-st:7.1f}ms q={s['fifo'][0]:7d}"]
         for k in ip:
             c = s["conns"].get(k, {})
             row.append(f"{k[2]}: acked {(c.get('bytes_acked',0)-base[k])/1e6:5.2f}MB bw {c.get('bw',0)/1e6:5.1f} pace {c.get('pacing_rate',0)/1e6:5.1f} g {c.get('gain',0):.2f} cwnd {c.get('cwnd',0):3.0f} rtt {c.get('rtt',0):5.1f} notsent {c.get('notsent',0)/1e3:6.0f}k")

@@ -5,56 +5,45 @@ queue backlog while a call ran, and the TCP state of the connections between nod
 
     python benchmarks/slow_node_queues.py FOLDER
 """
-import re, json, sys
+import json
+import sys
 from pathlib import Path
+
+from _queues import samples
+
 D = Path(sys.argv[1])
-def samples(path):
-    out = []; cur = None
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("@ "):
-            cur = {"t": int(line[2:]), "bfifo": [0, 0], "_dev": -1, "conns": []}; out.append(cur); continue
-        if cur is None: continue
-        if line.startswith("qdisc "):
-            cur["_q"] = line.split()[1]
-            if line.startswith("qdisc htb 1: root"):     # eth0's tree, then lab-in's
-                cur["_dev"] += 1
-        m = re.match(r"\s*backlog (\d+)b (\d+)p", line)
-        if m and cur.get("_q") == "bfifo" and 0 <= cur["_dev"] <= 1:
-            cur["bfifo"][cur["_dev"]] += int(m.group(1))   # every class's FIFO of the device
-        m = re.match(r"\d+\s+(\d+)\s+\S*?([\d.]+)\]?:(\d+)\s+\S*?([\d.]+)\]?:(\d+)", line)
-        if m:
-            cur["conns"].append({"sendq": int(m.group(1)), "local": m.group(2), "lport": m.group(3), "peer": m.group(4), "pport": m.group(5)})
-        if line.startswith("\t") and cur["conns"]:
-            c = cur["conns"][-1]
-            for k in ("rtt", "cwnd", "snd_wnd", "rcv_space", "bytes_received", "bytes_acked", "rcv_ssthresh"):
-                m = re.search(rf"\b{k}:([\d.]+)", line)
-                if m: c[k] = float(m.group(1))
-    return out
+
+
+def conns(sample):
+    """A sample's connections as dicts with their addresses in them."""
+    return [{"local": k[0], "lport": k[1], "peer": k[2], "pport": k[3], **c} for k, c in sample["conns"].items()]
+
+
 s3, s2 = samples(D / "s3.txt"), samples(D / "s2.txt")
 tr = json.loads((D / "run/trace.json").read_text())
-t0 = tr["metadata"]["t0_unix_ns"]
+t0 = tr["metadata"]["t0_unix_ns"] / 1e6
 ag = [e for e in tr["traceEvents"] if e.get("ph") == "X" and "all_gather" in e["name"] and e["args"].get("bytes") in (262144, 1048576)]
 by = {}
 for e in ag:
     by.setdefault((e["args"]["seq"], e["args"]["bytes"]), []).append(e)
 calls = []
 for (seq, nb), es in sorted(by.items()):
-    start = t0 + min(e["ts"] for e in es) * 1000; end = t0 + max(e["ts"] + e["dur"] for e in es) * 1000
+    start = t0 + min(e["ts"] for e in es) / 1000; end = t0 + max(e["ts"] + e["dur"] for e in es) / 1000
     calls.append((seq, nb, start, end, {e["args"]["rank"]: round(e["dur"] / 1000, 1) for e in es}))
 print("calls (seq, per-rank block bytes, ms per rank):")
 for c in calls: print(c[0], c[1], c[4])
 # node 3's own IP, and node 2's
-ip3 = next(c["local"] for s in s3 for c in s["conns"])
-ip2 = next(c["local"] for s in s2 for c in s["conns"])
+ip3 = next(c["local"] for s in s3 for c in conns(s))
+ip2 = next(c["local"] for s in s2 for c in conns(s))
 print("ip3", ip3, "ip2", ip2)
 for nb in (262144, 1048576):
     eg, ing, rtt32 = [], [], []
     for seq, b, st, en, _ in calls:
         if b != nb: continue
         for s in s3:
-            if st <= s["t"] <= en:
-                eg.append(s["bfifo"][0]); ing.append(s["bfifo"][1])
-                for c in s["conns"]:
+            if st <= s["t_ms"] <= en:
+                eg.append(s["fifo"][0]); ing.append(s["fifo"][1])
+                for c in conns(s):
                     if c["peer"] == ip2 and "rtt" in c: rtt32.append((c["rtt"], c.get("cwnd"), c.get("snd_wnd"), c.get("rcv_space"), c.get("rcv_ssthresh")))
     eg.sort(); ing.sort()
     q = lambda xs, p: xs[int(p * (len(xs) - 1))] if xs else None
@@ -65,7 +54,7 @@ for nb in (262144, 1048576):
     for seq, b, st, en, _ in calls:
         if b != nb: continue
         for s in s2:
-            if st <= s["t"] <= en:
-                for c in s["conns"]:
+            if st <= s["t_ms"] <= en:
+                for c in conns(s):
                     if c["peer"] == ip3 and "rtt" in c: v2.append((c["rtt"], c.get("cwnd"), c.get("snd_wnd"), c["sendq"]))
     print("  node2->node3 (rtt ms, cwnd, snd_wnd, send-q):", sorted(v2)[::max(1, len(v2)//12)])
