@@ -221,6 +221,16 @@ def test_a_shaped_nodes_egress_has_a_class_per_peer_sharing_its_rate_evenly():
                   if c.startswith("tc class add dev eth0") and "classid 1:1 " not in c]
     assert sum(guaranteed) <= 50 * M
     assert not any(c.startswith("tc class add dev lab-in") and "classid 1:100" in c for c in cmds)
+    # every peer with a pair rule: no fair peer left, and still the node's rate shared
+    # evenly on egress; the ingress keeps the pair class's own guarantee
+    both = shaping.node_shaping(lab(nodes=2, links={"default": "100mbit", "pairs": {"0-1": "50mbit"}}).links,
+                                0, HOSTS[:2])
+    assert both["fair"] == []
+    cmds2 = [" ".join(c) for c in _shape.commands(both, {"lab-1": "10.0.0.2"})]
+    assert any(c.startswith("tc class add dev eth0") and f"classid 1:101 htb rate {45 * M}bit ceil {50 * M}bit" in c
+               for c in cmds2)
+    assert any(c.startswith("tc class add dev lab-in") and f"classid 1:101 htb rate {50 * M}bit ceil {50 * M}bit" in c
+               for c in cmds2)
     # a peer that did not resolve is left in the common class; the node log says so
     cmds = [" ".join(c) for c in _shape.commands(shape, {"lab-1": "10.0.0.2"})]
     assert not any("classid 1:100" in c for c in cmds)

@@ -103,16 +103,17 @@ ACK_MATCH = ["match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0
 
 
 def _direction(dev: str, own: Mapping[str, Any], peers: Sequence[tuple[int, str, Mapping[str, Any]]],
-               match: str, fair: Sequence[tuple[int, str]] = ()) -> list[list[str]]:
+               match: str, fair: Sequence[tuple[int, str]] | None = None) -> list[list[str]]:
     """htb on `dev`: 1:1 the node's rate; under it 1:10 the data no peer's class claims and 1:2
     its ACKs (first); per peer with a pair rule 1:1xx its data (and 1:2xxx its ACKs when
     the pair's latency differs). `match` is `dst` (egress: the peer is the destination)
-    or `src` (ingress). `fair` (egress only): the other peers, each given a class 1:1xx of
-    its own, so that the node's rate is shared per peer (see `fair_share`)."""
+    or `src` (ingress). `fair` (egress only; None on ingress): the peers without a pair
+    rule, each given a class 1:1xx of its own; then every peer class and 1:10 share the
+    node's rate evenly (see `fair_share`), pair rule or not."""
     top = own.get("rate_bps") or UNLIMITED_BPS
     own_delay = own.get("latency_us")
-    buckets = len(peers) + len(fair) + 1            # every peer's class and 1:10
-    share = fair_share(top, buckets) if fair else None
+    classes = len(peers) + len(fair or ()) + 1      # every peer's class and 1:10
+    share = fair_share(top, classes) if fair is not None and classes > 1 else None
     cmds = [["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
              "default", f"{DEFAULT_MINOR:x}"],
             ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
@@ -136,7 +137,7 @@ def _direction(dev: str, own: Mapping[str, Any], peers: Sequence[tuple[int, str,
                 cmds.append(_leaf(dev, acks, rate, delay))
             cmds.append(_filter(dev, 1, [*ACK_MATCH, *peer], acks))
         cmds.append(_filter(dev, 3, peer, data))
-    for node, address in fair:
+    for node, address in fair or ():
         data = PEER_MINOR + node
         cmds += [_class(dev, data, share, top, 1, quantum(top)), _leaf(dev, data, top, own_delay),
                  _filter(dev, 3, ["match", "ip", match, f"{address}/32"], data)]
@@ -164,7 +165,8 @@ def commands(shape: Mapping[str, Any], addresses: Mapping[str, str]) -> list[lis
     peers = shape.get("peers", [])
     fair = [(p["node"], addresses[p["host"]]) for p in shape.get("fair", []) if p["host"] in addresses]
     egress = _direction(device, shape["egress"],
-                        [(p["node"], addresses[p["host"]], p["egress"]) for p in peers], "dst", fair)
+                        [(p["node"], addresses[p["host"]], p["egress"]) for p in peers], "dst",
+                        fair if "fair" in shape else None)
     redirect = [["ip", "link", "add", ifb, "type", "ifb"],
                 ["ip", "link", "set", ifb, "up"],
                 ["tc", "qdisc", "add", "dev", device, "handle", "ffff:", "ingress"],

@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from . import _common, _link, _linkmath
 from ._protocol import Env
-from ._shape import SHAPED_ENV          # set by the shaping step before it execs the node
+from ._shape import PEER_MINOR, SHAPED_ENV   # SHAPED_ENV: set by the shaping step before it execs the node
 
 NET_ADMIN_BIT = 12          # linux/capability.h: CAP_NET_ADMIN
 
@@ -111,9 +111,9 @@ def egress_class_bytes(device: str = "eth0") -> dict[str, int]:
 
 def check_shared_per_peer(ctx: _common.Context, node: int, peers: list[int]) -> None:
     """After the pair matrix: on a node whose egress is shared per peer (workloads/_shape.py),
-    each peer's data went through that peer's own class (1:1xx, xx = 0x100 + its node)."""
+    each peer's data went through that peer's own class (1:<PEER_MINOR + its node, in hex>)."""
     classes = egress_class_bytes()
-    per_peer = {str(p): classes.get(f"1:{0x100 + p:x}") for p in peers}
+    per_peer = {str(p): classes.get(f"1:{PEER_MINOR + p:x}") for p in peers}
     ok = bool(classes) and all(v for v in per_peer.values())
     ctx.record("egress_shared_per_peer", ok, node=node, per_peer_bytes=per_peer,
                common_bytes=classes.get("1:10"),
