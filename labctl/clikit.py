@@ -84,9 +84,10 @@ class IntRange(Read, click.IntRange):
 
 
 class Seconds(Read, click.FloatRange):
-    def __init__(self):
-        super().__init__(0, fields.MAX_SECONDS, min_open=True)
-        self.parse = fields.Seconds().flag_value
+    def __init__(self, read: fields.Seconds | None = None):
+        read = read or fields.Seconds()
+        super().__init__(read.lo or 0, read.hi or fields.MAX_SECONDS, min_open=read.lo is None)
+        self.parse = read.flag_value
 
 
 class ByteSize(Read, click.ParamType):
@@ -158,7 +159,7 @@ def _lab_flag(key: str, decl: fields.LabField):
     if isinstance(read, fields.Int):
         kind: Any = IntRange(read)
     elif isinstance(read, fields.Seconds):
-        kind = Seconds()
+        kind = Seconds(read)
     elif isinstance(read, fields.Choice):
         kind = Choice(read.choices if read.choices is not None else backend_registry.NAMES)
     elif isinstance(read, fields.Folder):
@@ -193,7 +194,12 @@ def spec_and_options(spec_file, script_args, flags, notes: bool = True):
 
 
 def progress_printer(quiet: bool):
-    return (lambda line: None) if quiet else (lambda line: say(line, err=True))
+    """Progress lines on stderr; `quiet`: none (and no live view: `printer.quiet`)."""
+    def printer(line: str) -> None:
+        if not quiet:
+            say(line, err=True)
+    printer.quiet = quiet           # type: ignore[attr-defined]
+    return printer
 
 
 def report_and_exit(run) -> None:

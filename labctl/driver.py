@@ -33,7 +33,7 @@ import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Protocol, TypeVar
 
 from .backends.base import (Backend, BackendFailure, BackendState, BeginFault, EndFault,
                             Progress, Stop, TakeStacks)
@@ -51,6 +51,12 @@ FOLLOW_BYTES = 16 << 20   # node log bytes split per node and poll while the lab
 RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _T = TypeVar("_T")
+
+
+class LiveWatch(Protocol):
+    """What the loop asks of the live watcher (labctl/live/watcher.py, a layer above)."""
+    def poll(self, outcomes: list[NodeOutcome]) -> bool: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -287,6 +293,8 @@ class Session:
         self.signals = signals or Signals()
         self.own_signals = signals is None        # else the caller installed them and keeps them
         self.fault_notes: list[str] = []          # faults that never fired, and why (status.json notes)
+        self.live: LiveWatch | None = None         # the live watcher (labctl/live/), where there is one
+        self.hang_named = False                   # it named a hang and the lab must end (on_hang stop)
 
     def elapsed(self) -> float:
         return round(self.clock() - self.t0, 3)
@@ -355,6 +363,9 @@ class Session:
                 return
             self.fire_due(now)
             behind = self.keep_logs()
+            if self.live is not None and self.live.poll(self.outcomes):
+                self.hang_named = True
+                return
             bad = self.failed()
             if bad and first_failure is None and grace is not None:
                 first_failure = now
@@ -515,6 +526,11 @@ class Session:
             if self.first_bad is not None:
                 self.ending = Ending.NODE_FAILED
                 self.stop_reason = f"stopped by labctl after node {self.first_bad.index} failed"
+            if self.hang_named:
+                self.ending = Ending.HANG
+                self.message = "hang named live (on_hang: stop)"
+                self.stop_reason = "stopped by labctl: a hang, named live (on_hang: stop)"
+                self.say("stopping the lab: the hang above (on_hang: stop)")
             if self.deadline_passed:
                 self.ending = Ending.DEADLINE
                 self.message = f"deadline of {self.plan.spec.timeout:g}s passed"
@@ -524,6 +540,8 @@ class Session:
                     self.say(note)
 
         def cleanup() -> _Finished:
+            if self.live is not None:
+                self.live.close()
             self.end_faults()
             return self.finish()
 
@@ -646,11 +664,14 @@ class Session:
 
 
 def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
-        grace: float | None = None, clock=time.monotonic, signals: Signals | None = None) -> RunResult:
+        grace: float | None = None, clock=time.monotonic, signals: Signals | None = None,
+        live: "LiveWatch | None" = None) -> RunResult:
     """Run the lab to its end on `backend`; the run folder holds every node's log afterwards.
     `signals`: a regime the caller installed (`signals_raise()`) and keeps after the run
-    (lab.py protects the run folder's finish with it), else one for the run alone."""
+    (lab.py protects the run folder's finish with it), else one for the run alone. `live`:
+    the live watcher, polled from the loop (labctl/live/)."""
     session = Session(plan, backend, rundir, progress, clock, signals=signals)
+    session.live = live
     return session.run(FAILURE_GRACE_S if grace is None else grace)
 
 

@@ -92,22 +92,39 @@ class Seconds(Reader):
     """A finite number of seconds in (0, MAX_SECONDS]; `whole`: the line for a fraction,
     when only whole seconds will do."""
     whole: str | None = None
+    lo: float | None = None         # bounds narrower than (0, MAX_SECONDS] (the stall window)
+    hi: float | None = None
 
     def read(self, value: Any, key: str, lab: Reading) -> float:
         seconds = seconds_of(value, key, lab.bad)
         if self.whole and not seconds.is_integer():
             raise lab.bad(key, value, self.whole)
+        if not self._within(seconds):
+            raise lab.bad(key, value, f"{self._range()} (example: {key}: {self.lo or 1:g})")
         return seconds
 
+    def _within(self, seconds: float) -> bool:
+        return (self.lo is None or seconds >= self.lo) and (self.hi is None or seconds <= self.hi)
+
+    def _range(self) -> str:
+        return f"a number of seconds from {self.lo or 0:g} to {self.hi or MAX_SECONDS:g}"
+
     def values(self) -> str:
+        if self.lo is not None or self.hi is not None:
+            return f"seconds, {self.lo or 0:g} to {self.hi or MAX_SECONDS:g}"
         return "whole seconds > 0" if self.whole else "seconds > 0"
 
     def flag_value(self, text: Any) -> float:
         """A flag's value, read as the file's; ValueError else."""
         def bad(*_: Any) -> ValueError:
+            if self.lo is not None or self.hi is not None:
+                return ValueError(f"expected {self._range()}, given {text!r}")
             return ValueError(f"expected a number of seconds > 0 and at most {MAX_SECONDS:,}, "
                               f"given {text!r}")
-        return seconds_of(text, "", bad)
+        seconds = seconds_of(text, "", bad)
+        if not self._within(seconds):
+            raise bad()
+        return seconds
 
 
 @dataclass(frozen=True)

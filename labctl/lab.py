@@ -66,13 +66,32 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     progress(f"run {the_plan.run_id}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es), "
              f"{spec.launcher}, {spec.dist_backend}, backend {spec.backend} -> {run.path}")
     t0 = time.monotonic()
+    live = _live(run, backend, progress)
+    if live is not None and live.view is not None:
+        progress = _above(progress, live.view)
     with driver.signals_raise(signals) as signals:  # one regime from the start to the report
-        result = driver.run(the_plan, backend, run, progress, signals=signals)
+        result = driver.run(the_plan, backend, run, progress, signals=signals, live=live)
         run.record.seconds = round(time.monotonic() - t0, 3)
         finish.write_down(run, result, progress, signals)
     if result.error is not None:
         raise _kept_said(result.error, run) if result.kept else result.error
     return run
+
+
+def _live(run: RunDir, backend: Backend, progress: Progress):
+    """The live watcher (labctl/live/), showing its view where progress is shown."""
+    from . import live
+
+    quiet = getattr(progress, "quiet", False)
+    return live.watcher_for(run, backend, progress, show=not quiet)
+
+
+def _above(progress: Progress, view) -> Progress:
+    """`progress` that takes the live view's block off the screen first."""
+    def say(line: str) -> None:
+        view.clear()
+        progress(line)
+    return say
 
 
 def _kept_said(error: LabError, run: RunDir) -> LabError:

@@ -231,6 +231,41 @@ class TraceSummary:
                 if v is not None or k not in ("straggler", "mismatch")}
 
 
+@dataclass
+class LiveDiagnosis:
+    """What the live watcher said while the lab hung (labctl/live/): status.json's `live`,
+    written when it was said, so `labctl report RUN` and the page show it while the lab
+    still runs; the finish says whether the final diagnosis confirmed it."""
+    made_at: float                      # epoch s: when it was said
+    since: float                        # epoch s: when the hang began (the first rank's last op)
+    reason: str                         # why the lab was called stalled
+    text: str                           # who, what and where (the first failure's sentence)
+    rank: int | None = None
+    ranks: list[int] = field(default_factory=list)
+    op: str | None = None
+    caller: str | None = None
+    where: dict[str, dict] = field(default_factory=dict)   # rank -> its stack's place (logs.where_stuck)
+    waiting: list[str] = field(default_factory=list)       # what the others wait in
+    resumed_at: float | None = None     # epoch s: progress came back after it was said
+    verdict: str | None = None          # at the finish: "confirmed" or "corrected: <the final answer>"
+
+    @property
+    def after_s(self) -> float:
+        """Seconds from the hang's start to the answer."""
+        return round(self.made_at - self.since, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LiveDiagnosis | None":
+        names = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError:
+            return None
+
+
 @dataclass(frozen=True)
 class Controller:
     """The labctl that runs the lab: `report`/`down` tell a live run from an abandoned one."""
@@ -287,6 +322,7 @@ class RunRecord:
     logs_uncollected: bool = False              # `labctl down` must save the logs first
     faults: list[FiredFault] = field(default_factory=list)
     trace: TraceSummary | None = None
+    live: LiveDiagnosis | None = None           # what the live watcher said while the lab hung
     # -- how it ended (verdict.decide) and what the logs showed
     first_failure: FirstFailure | None = None
     finished: str | None = None
@@ -355,6 +391,8 @@ class RunRecord:
             d["message"] = self.message
         if self.trace is not None:
             d["trace"] = self.trace.to_dict()
+        if self.live is not None:
+            d["live"] = self.live.to_dict()
         _put(d, "finalize_seconds", self.finalize_seconds)
         if self.unfinished:
             d["unfinished"] = list(self.unfinished)
@@ -400,6 +438,8 @@ class RunRecord:
                                      list(t.get("missing_ranks") or []), t.get("bad_records", 0),
                                      t["straggler"] if isinstance(t.get("straggler"), dict) else None,
                                      t["mismatch"] if isinstance(t.get("mismatch"), dict) else None)
+        if isinstance(d.get("live"), dict):
+            rec.live = LiveDiagnosis.from_dict(d["live"])
         if d.get("first_failure"):
             rec.first_failure = FirstFailure.from_dict(d["first_failure"])
         rec.finished = d.get("finished")

@@ -26,6 +26,8 @@ from workloads._protocol import Env, records
 from .links import LinkError, Links
 DIST_BACKENDS = ("gloo", "nccl", "auto")
 LAUNCHERS = ("torchrun", "direct")
+ON_HANG = ("report", "stop")          # the live watcher, once it names a hang (labctl/live/)
+STALL_WINDOW_MAX = 86_400.0           # a stall window past a day is no window
 WORKDIRS = ("node", "invoking")
 INIT_METHODS = ("env", "tcp", "file")
 FAULT_CLOCKS = ("start", "join")     # a fault's T counts from every node started / every rank joined
@@ -471,6 +473,23 @@ workloads:               # run in this order inside one process group
             "workloads, and of a script that gives none (labctl's script wrapper passes it; a "
             "script that gives its own keeps it, and rank 0 says so once); workers see it as "
             "`LAB_PG_TIMEOUT` ([docs/failures.md](failures.md#the-process-group-timeout-pg_timeout))")
+    on_hang: str = lab_field(               # what the live watcher does once it names a hang (labctl/live/)
+        "report", read=Choice(ON_HANG, " (example: on_hang: stop)"), flag="--on-hang", null_ok=False,
+        help="When the lab stops making progress: report (say who, what, where at once and keep the "
+             "processes for a debugger until the deadline) or stop (say it, then end the lab as a hang).",
+        starter="# on_hang: stop          # default report: name a hang at once, keep the ranks; stop: end the lab",
+        doc="what happens once the live watcher names a hang (no progress for the stall window): "
+            "`report` says who, what and where at once and keeps the processes until the deadline "
+            "(a debugger can attach; `labctl stacks` still works), `stop` says it, then ends the lab as "
+            "a hang ([docs/diagnosis.md](diagnosis.md#live-diagnosis))")
+    stall_window: float = lab_field(        # the live watcher's floor, seconds (labctl/live/window.py)
+        10.0, read=Seconds(lo=1.0, hi=STALL_WINDOW_MAX), flag="--stall-window", null_ok=False,
+        help="Seconds an op may wait for a peer before the lab is called stalled (a floor: a large op "
+             "over a slow link gets a multiple of its expected time).",
+        starter="# stall_window: 10       # seconds an op may wait for its peers before the lab is called stalled",
+        doc="the live watcher's stall window's floor, seconds: an op in flight longer than the larger of "
+            "this and a multiple of its expected time (its size over the lab's links) is a stall "
+            "([docs/diagnosis.md](diagnosis.md#live-diagnosis))")
     debug: bool = lab_field(                # TORCH_DISTRIBUTED_DEBUG=DETAIL and friends on every node
         False, read=Bool("true or false (true: TORCH_DISTRIBUTED_DEBUG=DETAIL, TORCH_CPP_LOG_LEVEL=INFO, "
                          "NCCL_DEBUG=INFO for nccl)"),

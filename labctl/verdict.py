@@ -41,6 +41,7 @@ class Ending(enum.Enum):
     ALL_ENDED = "every node ended"
     NODE_FAILED = "a node failed and the grace after it ran out"
     DEADLINE = "the lab's deadline passed"
+    HANG = "the live watcher named a hang (on_hang: stop)"
     SIGNAL = "a signal stopped the lab"
     BACKEND_FAILURE = "the backend saw the lab fail"
     ERROR = "the backend could not run the lab"
@@ -263,7 +264,7 @@ def _state(ev: Evidence, outcomes: list[NodeOutcome], gone: set[int], folder: st
                                 + before)
     if seen.abandoned:
         return RunState.ABANDONED, seen.message
-    state = {Ending.SIGNAL: RunState.INTERRUPTED, Ending.DEADLINE: RunState.TIMEOUT,
+    state = {Ending.SIGNAL: RunState.INTERRUPTED, Ending.DEADLINE: RunState.TIMEOUT, Ending.HANG: RunState.TIMEOUT,
              Ending.BACKEND_FAILURE: RunState.FAILED, Ending.ERROR: RunState.ERROR}.get(
         seen.ending, RunState.PASSED)
     message = seen.message

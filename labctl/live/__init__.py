@@ -1,0 +1,39 @@
+"""Live diagnosis (issue 49): a hang named while the lab hangs, and the per-rank progress
+view, from the ranks' records as they are written.
+
+    window.py    how long an op may wait: the floor, or a multiple of its expected time
+    stall.py     when the lab has stopped making progress (pure)
+    ranks.py     every rank's records followed: what each has begun, is inside, last said
+    view.py      the progress view (a block on a terminal, a line now and then in a log)
+    diagnose.py  the stacks, then the finish's own diagnosis on copies under live/
+    watcher.py   the loop's step: poll, show, find a stall, say it, re-arm on progress
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from ..backends.base import Backend
+from ..rundir import RunDir
+from .view import View
+from .watcher import Watcher
+
+# backends whose ranks write their record files into the run folder as they go
+FOLLOWED = ("local", "compose")
+
+
+def watcher_for(run: RunDir, backend: Backend, say: Callable[[str], None], show: bool = True,
+                started_at: float | None = None) -> Watcher | None:
+    """The live watcher of `run`, or None with a line that says why there is none."""
+    spec = run.spec
+    if not spec.trace:
+        say("live: tracing is off (--no-trace): no records to follow, so no hang is named before "
+            "the deadline")
+        return None
+    if backend.name not in FOLLOWED:
+        say(f"live: the {backend.name} backend's records reach labctl only with the logs at the end: "
+            "no hang is named before the deadline")
+        return None
+    view = View(sys.stderr) if show else None
+    return Watcher(run, backend, spec.stall_window, spec.on_hang, spec.links, spec.dist_backend, say,
+                   view, started_at=started_at)
