@@ -9,6 +9,7 @@ import click
 
 from . import backends as backend_registry
 from . import commands, fields
+from .errors import Refused
 from . import spec as specmod
 from .clikit import (ByteSize, IntRange, Seconds, open_run_folder, progress_printer, report_and_exit, backend_options,
                      friendly, lab_options, say)
@@ -125,6 +126,31 @@ def stacks(run, **options) -> None:
     r = open_run_folder(run)
     options = backend_registry.options_for(r.record.backend, options)
     say(commands.stacks_text(r, progress=lambda line: say(line, err=True), options=options))
+
+
+@click.command()
+@click.argument("run", type=click.Path())
+@backend_options
+@friendly
+def watch(run, **options) -> None:
+    """Watch a running lab live: every rank's op count, the op it is in and for how long,
+    and a hang named within seconds of its start (who, what, where), without stopping it.
+
+    For a lab another `labctl up` runs (another terminal). What it names goes to the
+    terminal and to <run>/live/watch-<pid>/watch.json; it never stops the lab. Exit 0
+    when the lab ended (or Ctrl-C) with no hang named, 1 when it named one.
+    """
+    from . import lab
+    from .rundir import RunDir
+
+    try:
+        r = RunDir.open(run)
+    except (OSError, ValueError) as exc:      # not a run folder, a damaged status.json
+        raise Refused(str(exc)) from None
+    options = backend_registry.options_for(r.record.backend, options)
+    named = lab.watch(r, progress=lambda line: say(line, err=True), options=options)
+    if named:
+        raise SystemExit(1)
 
 
 @click.command("trace")
@@ -256,4 +282,4 @@ def compare(run_a, run_b, fmt) -> None:
     say(report.compare(open_run_folder(run_a), open_run_folder(run_b), fmt), nl=False)
 
 
-COMMANDS = (collect, logs, report, down, stacks, trace_cmd, exercise, predict, compare)
+COMMANDS = (collect, logs, report, down, stacks, watch, trace_cmd, exercise, predict, compare)

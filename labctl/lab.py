@@ -11,7 +11,7 @@ from typing import Callable
 
 from . import backends, driver, finish
 from .backends.base import Backend, BackendOptions, TakeStacks
-from .errors import Interrupted, LabError
+from .errors import Interrupted, LabError, Refused
 from .outcome import INTERRUPT_EXIT, NodeState
 from .plan import LaunchPlan, new_run_id, plan
 from .record import Collected
@@ -76,6 +76,60 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     if result.error is not None:
         raise _kept_said(result.error, run) if result.kept else result.error
     return run
+
+
+def watch(run: RunDir, progress: Progress = print, options: BackendOptions | None = None,
+          poll_s: float = 0.5, clock: Callable[[], float] = time.monotonic) -> int:
+    """`labctl watch`: the live view and watcher on a lab another labctl runs, until it
+    ends (or Ctrl-C). What it names goes to the terminal and to live/watch.json, never
+    into the running labctl's status.json. Returns the hangs it named."""
+    from . import live
+
+    rec = run.record
+    if rec.ended:
+        raise Refused(f"run {rec.run_id} has ended ({rec.state.value}): nothing to watch; "
+                        f"`labctl report {run.path}` says how it went")
+    if run.controller_gone():
+        raise Refused(f"run {rec.run_id}'s labctl is gone: nothing runs it to watch; "
+                        f"`labctl down {run.path}` saves what it left")
+    backend = backends.create(rec.backend, progress, options)
+    backend.attach(run)
+    watcher = live.watcher_for(run, backend, progress, started_at=_started_epoch(rec.started),
+                               owner=False)
+    if watcher is None:
+        raise Refused(f"run {rec.run_id} cannot be watched live (see the line above)")
+    named, last = 0, None
+    try:
+        while True:
+            watcher.poll(backend.describe().outcomes)
+            if watcher.stalled is not None and watcher.said is not None and watcher.said is not last:
+                named, last = named + 1, watcher.said
+            if _ended(run):
+                break
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        progress("watch: stopped (the lab goes on)")
+    finally:
+        watcher.close()
+    if _ended(run):
+        progress(f"watch: run {rec.run_id} ended; `labctl report {run.path}` says how it went")
+    return named
+
+
+def _ended(run: RunDir) -> bool:
+    try:
+        return RunDir.open(run.path).record.ended or run.controller_gone()
+    except Exception:       # noqa: BLE001 - status.json mid-write: look again
+        return False
+
+
+def _started_epoch(started: str) -> float | None:
+    import datetime as _dt
+
+    try:
+        return _dt.datetime.fromisoformat(started).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 def _live(run: RunDir, backend: Backend, progress: Progress):

@@ -230,6 +230,8 @@ def markdown(run: RunDir, brief: bool = False) -> str:
         if first.peer_error:
             parts.append(f"- what the others saw: rank {first.peer_rank}: "
                          f"`{first.peer_error.get('exception')}`")
+    if m.live is not None:
+        parts += ["", live_line(m.live, m.ended)]
     if m.faults:
         parts += ["", "## Faults and what the nodes did", "", fault_timeline(m)]
     if codes or bad_nodes:
@@ -303,6 +305,20 @@ def fault_timeline(m: RunRecord) -> str:
     caption = ("Seconds after labctl started the lab" + (f"; {since} at {clock:.1f} s "
                "(the faults' T counts from there)" if clock is not None else "") + ".\n\n")
     return caption + table(("t (s)", "event", "detail"), ((f"{t:.1f}", what, d) for t, _, what, d in rows))
+
+
+def live_line(live, ended: bool) -> str:
+    """The live watcher's answer (labctl/live/), said while the lab hung, and at the end
+    whether the final diagnosis confirmed it."""
+    head = f"**Live diagnosis, {live.after_s:.1f} s after the hang began:** {live.text}"
+    if live.resumed_at is not None:
+        head += f" (the ranks moved again {live.resumed_at - live.since:.0f} s after it began)"
+    if live.verdict:
+        head += f" — {live.verdict} by the final diagnosis" if live.verdict == "confirmed" else \
+            f" — the final diagnosis {live.verdict}"
+    elif not ended:
+        head += " — the lab still runs"
+    return head
 
 
 def stacks_table(where: dict[str, dict], run: RunDir, codes: dict | None = None) -> str:

@@ -16,15 +16,14 @@ from typing import Callable
 from ..backends.base import Backend
 from ..rundir import RunDir
 from .view import View
-from .watcher import Watcher
-
-# backends whose ranks write their record files into the run folder as they go
-FOLLOWED = ("local", "compose")
+from .watcher import FOLLOWED, Watcher
 
 
 def watcher_for(run: RunDir, backend: Backend, say: Callable[[str], None], show: bool = True,
-                started_at: float | None = None) -> Watcher | None:
-    """The live watcher of `run`, or None with a line that says why there is none."""
+                started_at: float | None = None, owner: bool = True) -> Watcher | None:
+    """The live watcher of `run`, or None with a line that says why there is none. `owner`:
+    this labctl runs the lab (`labctl up`: it writes status.json's `live` and may stop the
+    lab); else it watches another's (`labctl watch`: live/watch.json, never a stop)."""
     spec = run.spec
     if not spec.trace:
         say("live: tracing is off (--no-trace): no records to follow, so no hang is named before "
@@ -35,5 +34,5 @@ def watcher_for(run: RunDir, backend: Backend, say: Callable[[str], None], show:
             "no hang is named before the deadline")
         return None
     view = View(sys.stderr) if show else None
-    return Watcher(run, backend, spec.stall_window, spec.on_hang, spec.links, spec.dist_backend, say,
-                   view, started_at=started_at)
+    return Watcher(run, backend, spec.stall_window, spec.on_hang if owner else "report", spec.links,
+                   spec.dist_backend, say, view, started_at=started_at, owner=owner)

@@ -59,11 +59,12 @@ def stacks_now(run: RunDir) -> dict[int, dict]:
     return {rank: logs.where_stuck(lines) for rank, lines in dumps.items()}
 
 
-def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: str) -> LiveDiagnosis:
-    """Who, what and where, as the finish would say it at a deadline now."""
+def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: str,
+             folder: Path) -> LiveDiagnosis:
+    """Who, what and where, as the finish would say it at a deadline now; the copies it
+    reads and writes go under `folder` (the run folder's live/)."""
     from .. import trace
 
-    folder = run.path / LIVE_SUBDIR
     (folder / "ranks").mkdir(parents=True, exist_ok=True)
     rec = run.record
     spec = run.spec

@@ -87,6 +87,8 @@ class View:
             self._write("\n".join(block) + "\n")
             self.drawn = len(block)
             return
+        if not any(r.ops for r in ranks.values()):
+            return                      # nothing recorded yet: start-up says enough
         changed = head.split("] ", 1)[-1] != self.last_line.split("] ", 1)[-1]
         if changed and (self.last_line_at is None or now_s - self.last_line_at >= self.every_s):
             self._write(head + "\n")

@@ -13,17 +13,20 @@ writes the stacks and the rank goes on).
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from typing import Callable
 
 from workloads._protocol import one_line
 
+from .. import atomicfile
 from ..backends.base import Backend
 from ..links import Links
 from ..outcome import NodeOutcome
 from ..record import LiveDiagnosis
 from ..rundir import RunDir
-from .diagnose import diagnose, stacks_now, take_stacks
+from .diagnose import LIVE_SUBDIR, diagnose, stacks_now, take_stacks
 from .ranks import RankRecords
 from .stall import NS, InFlight, Kind, Stall, find, judge_stacks
 from .view import View
@@ -34,14 +37,19 @@ PROBE_BACKOFF = 2.0                  # nothing moves: the next stack look comes 
 SETUP_CALLS = frozenset({"init_process_group", "new_group", "new_subgroups", "split_group",
                          "init_device_mesh", "_store_based_barrier"})
 
+BORROW_WAIT_S = 15.0                 # labctl watch waits this long for the running labctl's own answer
+FOLLOWED = ("local", "compose")   # backends whose ranks write record files into the run folder as they go
+
 Say = Callable[[str], None]
 
 
 class Watcher:
     def __init__(self, run: RunDir, backend: Backend | None, floor_s: float, on_hang: str,
                  links: Links | None, dist_backend: str | None, say: Say, view: View | None = None,
-                 started_at: float | None = None, clock: Callable[[], float] = time.time):
+                 started_at: float | None = None, clock: Callable[[], float] = time.time,
+                 owner: bool = True):
         self.run, self.backend, self.on_hang, self.say = run, backend, on_hang, say
+        self.owner = owner                         # else `labctl watch`: never writes status.json
         self.view = view
         self.clock = clock
         self.window = Window.of(floor_s, links, dist_backend)
@@ -55,6 +63,7 @@ class Watcher:
         self.probe_at: float | None = None         # when nothing moves: the next stack look
         self.probe_gap = floor_s
         self.moved_at_ops = -1
+        self.folder = run.path / LIVE_SUBDIR / ("" if owner else f"watch-{os.getpid()}")
 
     def poll(self, outcomes: list[NodeOutcome]) -> bool:
         """One look, at most every POLL_S; True when the lab must now end as a hang
@@ -123,14 +132,35 @@ class Watcher:
         return still is None or all(o.start_ns != op.start_ns for o in still.inside)
 
     # ---- saying it ----------------------------------------------------------------
+    def _borrowed(self, found: Stall) -> LiveDiagnosis | None:
+        """`labctl watch` beside a `labctl up` that watches its own lab: that labctl's answer
+        (status.json's `live`), so that the ranks are not asked for their stacks twice at
+        once (two dumps at once interleave in a log). None when it says nothing in time."""
+        end = self.clock() + BORROW_WAIT_S
+        while self.clock() < end:
+            try:
+                live = RunDir.open(self.run.path).record.live
+            except Exception:            # noqa: BLE001 - status.json mid-write: look again
+                live = None
+            if live is not None and live.since >= found.since_ns / NS - self.window.floor_s:
+                return live
+            time.sleep(POLL_S)
+        return None
+
     def _diagnose(self, outcomes: list[NodeOutcome], found: Stall, reason: str) -> LiveDiagnosis:
+        if not self.owner and self.run.record.backend in FOLLOWED:
+            borrowed = self._borrowed(found)
+            if borrowed is not None:
+                self._say(borrowed)
+                self._record(borrowed)
+                return borrowed
         if self.backend is not None and found.kind is Kind.OP:
             try:
                 take_stacks(self.run, self.backend)
             except Exception as exc:     # noqa: BLE001 - the records alone still say something
                 self.say(f"note: live: could not take the stacks: {one_line(str(exc))}")
         try:
-            said = diagnose(self.run, outcomes, found.since_ns, reason)
+            said = diagnose(self.run, outcomes, found.since_ns, reason, self.folder)
         except Exception as exc:         # noqa: BLE001 - a watcher never sinks the lab
             said = LiveDiagnosis(made_at=self.clock(), since=found.since_ns / NS, reason=reason,
                                  text=f"{reason} (the diagnosis failed: {one_line(str(exc))})")
@@ -158,9 +188,12 @@ class Watcher:
                 self.say(line)
 
     def _record(self, d: LiveDiagnosis) -> None:
-        self.run.record.live = d
         try:
-            self.run.save()
+            if self.owner:
+                self.run.record.live = d
+                self.run.save()
+            else:                        # another labctl owns status.json
+                atomicfile.write_text(self.folder / "watch.json", json.dumps(d.to_dict(), indent=2) + "\n")
         except OSError:                  # the storage guard says it at the next poll
             pass
 

@@ -94,6 +94,27 @@ def _helper(*args: str) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(argv, 124, "", "timed out after 60 s")
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _settled(logs: list[Path], before: list[int], longest: float, quiet: float = 0.3) -> None:
+    """Wait until every node log has grown since `before` and then stayed the same for
+    `quiet` seconds (the dumps are in), or `longest` seconds in all."""
+    end = time.monotonic() + longest
+    last, still_since = before, time.monotonic()
+    while time.monotonic() < end:
+        time.sleep(0.05)
+        now = [_size(p) for p in logs]
+        if now != last:
+            last, still_since = now, time.monotonic()
+        elif all(a > b for a, b in zip(now, before)) and time.monotonic() - still_since >= quiet:
+            return
+
+
 def kill_processes(pids: list[int], grace: float = 2.0) -> list[dict]:
     """SIGTERM, then SIGKILL what is left; returns what was found (pid, command)."""
     found = [{"pid": pid, "command": procs.command_of(pid)} for pid in pids]
@@ -343,8 +364,14 @@ class LocalBackend(Backend):
         """SIGUSR1 to every rank: the helper every backend runs in the node's context
         (`python -m workloads._stacks RUN_ID`, here on this machine); the dumps land in
         the node logs."""
+        folder = getattr(self, "folder", None)
+        logs = [folder.node_log(i) for i in self.run.hostnames] if folder is not None else []
+        before = [_size(p) for p in logs]
         done = _helper(self.run.run_id)
-        time.sleep(STACK_WAIT_S)          # faulthandler writes at once; torchrun's tee follows
+        if logs:                          # faulthandler writes at once; torchrun's tee follows
+            _settled(logs, before, STACK_WAIT_S)
+        else:
+            time.sleep(STACK_WAIT_S)
         ranks = sorted(int(pair.split(":")[0]) for pair in done.stdout.split() if ":" in pair)
         return [f"asked rank(s) {', '.join(map(str, ranks)) or 'none'} for their stacks"]
 
