@@ -1,0 +1,238 @@
+"""The live watcher (labctl/live/, issue 49): its rules as pure functions, the record
+follower on files written in pieces, the view's bounds, and real labs: a hang named while
+the lab still runs (and `labctl watch` beside it), `--on-hang stop` ending a 600 s lab
+within the window, a lab without a trace (the watcher says so and stays quiet), bad input."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LABCTL, REPO
+from labctl.links import Link, Links
+from labctl.live import stall
+from labctl.live.ranks import RankRecords, RecordFollower
+from labctl.live.stall import NS, InFlight, Kind, RankNow
+from labctl.live.view import View
+from labctl.live.window import MULTIPLE, Window
+from workloads._protocol import TRACE_MARKER
+
+ZOO = REPO / "benchmarks" / "zoo"
+
+
+# ---- the window -----------------------------------------------------------------------
+def test_a_small_op_gets_the_floor_and_a_large_one_over_a_slow_link_a_multiple_of_its_time():
+    plain = Window.of(10.0, None, "gloo")
+    assert plain.for_op("all_reduce", 4096, 4) == 10.0
+    slow = Window.of(10.0, Links(nodes={1: Link(rate_bps=10_000_000)}), "gloo")
+    expected = slow.expected_s("all_reduce", 32 << 20, 3)      # 2(n-1)/n * 32 MiB at 1.25 MB/s
+    assert 30 < expected < 40
+    assert slow.for_op("all_reduce", 32 << 20, 3) == pytest.approx(MULTIPLE * expected)
+    assert slow.for_op("barrier", 0, 3) == 10.0
+    assert slow.for_op("send", 32 << 20, 2) > 4 * 26          # one message: S / B
+
+
+# ---- the rules --------------------------------------------------------------------------
+def _op(rank: int, start_s: float, op: str = "all_reduce", seq: int | None = 5, members: int = 3) -> InFlight:
+    return InFlight(rank, op, op, "default_pg", seq, None, 64, "job.py:9", int(start_s * NS), members)
+
+
+def _ranks(*states: RankNow) -> dict[int, RankNow]:
+    return {s.rank: s for s in states}
+
+
+def test_an_op_past_its_window_on_a_quiet_rank_is_a_stall_and_within_it_is_not():
+    inside = [RankNow(r, ops=5, inside=[_op(r, 100.0)], seen_ns=100 * NS) for r in (0, 1)]
+    ranks = _ranks(*inside, RankNow(2, ops=4, seen_ns=99 * NS))
+    assert stall.find(ranks, int(109 * NS), 10.0, lambda op: 10.0, 0) is None
+    found = stall.find(ranks, int(111 * NS), 10.0, lambda op: 10.0, 0)
+    assert found is not None and found.kind is Kind.OP and found.since_ns == 100 * NS
+    # a large op's own window: not yet
+    assert stall.find(ranks, int(111 * NS), 10.0, lambda op: 60.0, 0) is None
+
+
+def test_a_rank_that_keeps_recording_while_holding_an_open_op_is_not_stuck():
+    busy = RankNow(0, ops=900, inside=[_op(0, 100.0, "isend", None)], seen_ns=int(130 * NS))
+    assert stall.find(_ranks(busy), int(131 * NS), 10.0, lambda op: 10.0, 0) is None
+
+
+def test_nothing_in_flight_and_nothing_recorded_for_the_floor_asks_for_the_stacks():
+    ranks = _ranks(RankNow(0, ops=3, seen_ns=100 * NS), RankNow(1, ops=3, seen_ns=101 * NS))
+    assert stall.find(ranks, int(105 * NS), 10.0, lambda op: 10.0, 0) is None
+    found = stall.find(ranks, int(112 * NS), 10.0, lambda op: 10.0, 0)
+    assert found is not None and found.kind is Kind.STILL
+    # no record at all yet: measured from the lab's start
+    assert stall.find({}, int(109 * NS), 10.0, lambda op: 10.0, 100 * NS) is None
+    assert stall.find({}, int(111 * NS), 10.0, lambda op: 10.0, 100 * NS).kind is Kind.STILL
+
+
+def test_the_stacks_say_a_setup_hang_or_the_same_place_twice_and_nothing_while_importing():
+    setup = frozenset({"init_process_group"})
+    here = {"file": "job.py", "line": 9, "function": "<module>", "call": None}
+    held = {"file": "job.py", "line": 4, "function": "<module>", "call": "init_process_group"}
+    assert "wait in init_process_group for rank(s) 2" in stall.judge_stacks({0: held, 1: held, 2: here},
+                                                                           None, 3, setup)
+    assert stall.judge_stacks({0: here, 1: here}, None, 2, setup) is None          # first look: compute?
+    assert stall.judge_stacks({0: here, 1: here}, {0: here, 1: here}, 2, setup) is not None
+    moved = dict(here, line=10)
+    assert stall.judge_stacks({0: moved, 1: here}, {0: here, 1: here}, 2, setup) is None
+    importing = {"file": "<frozen importlib._bootstrap>", "line": 1, "function": "_load", "call": None}
+    assert stall.judge_stacks({0: held, 1: importing}, None, 2, setup) is None
+    assert stall.judge_stacks({0: held}, None, 2, setup) is None                  # a rank without a stack
+
+
+# ---- following the records ----------------------------------------------------------------
+def _line(payload: str) -> bytes:
+    return (TRACE_MARKER + payload + "\n").encode()
+
+
+def test_the_follower_reads_complete_lines_only_past_a_nul_tail_and_across_segments(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    seg1 = records / "rank-1.0000000000000000100.42.0000.rec"
+    header = _line('{"k":"H","v":2,"t0":1000000000,"pid":42}')
+    site = _line('{"k":"S","s":1,"op":"all_reduce","pg":"default_pg","kind":"c","bytes":64,'
+                 '"dtype":"float32","shape":[16],"caller":"job.py:9"}')
+    begin = _line("B 1 1 0 500")
+    seg1.write_bytes(header + site + begin[:7] + b"\0" * 64)       # the B line half written
+    ranks = RankRecords(tmp_path, 2)
+    now = ranks.poll()[1]
+    assert now.ops == 0 and now.inside == []
+    seg1.write_bytes(header + site + begin + b"\0" * 64)
+    now = ranks.poll()[1]
+    assert now.ops == 1 and [o.op for o in now.inside] == ["all_reduce"]
+    assert now.inside[0].start_ns == 1_000_000_000 + 500 and now.inside[0].caller == "job.py:9"
+    # the second segment of the same process refers to the first one's site
+    seg2 = records / "rank-1.0000000000000000100.42.0001.rec"
+    seg2.write_bytes(_line("E 1 900") + _line("B 2 1 1 1000") + b"\0" * 16)
+    now = ranks.poll()[1]
+    assert now.ops == 2 and [o.seq for o in now.inside] == [1] and now.seen_ns == 1_000_000_000 + 1000
+    assert RecordFollower(tmp_path).bad == 0
+
+
+# ---- the view ----------------------------------------------------------------------------
+def test_the_view_in_a_log_writes_a_bounded_number_of_lines_and_on_a_tty_redraws_in_place():
+    out = io.StringIO()
+    view = View(out, tty=False, every_s=10.0)
+    for i in range(600):                         # 60 s of polls, ten a second, every one a change
+        t = 100.0 + i / 10
+        ranks = _ranks(RankNow(0, ops=i + 1, inside=[_op(0, t - 0.05)], seen_ns=int(t * NS)))
+        view.show(ranks, int(t * NS), t, t - 100)
+    assert 5 <= view.lines_written <= 7 and out.getvalue().count("\n") == view.lines_written
+    tty = io.StringIO()
+    view = View(tty, tty=True)
+    ranks = _ranks(RankNow(0, ops=3, inside=[_op(0, 100.0)], seen_ns=100 * NS), RankNow(1, ops=2))
+    view.show(ranks, int(103 * NS), 103.0, 3.0)
+    view.show(ranks, int(104 * NS), 104.0, 4.0)
+    text = tty.getvalue()
+    assert "\x1b[3F\x1b[J" in text and "in all_reduce #5 for 4.0 s at job.py:9" in text
+
+
+# ---- real labs -----------------------------------------------------------------------------
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(LABCTL + args, stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=REPO,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _wait_for(what, deadline_s: float, proc: subprocess.Popen | None = None):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        if proc is not None and proc.poll() is not None:
+            return what()
+        time.sleep(0.2)
+    return None
+
+
+def _live(run: Path) -> dict | None:
+    try:
+        return json.loads((run / "status.json").read_text()).get("live")
+    except (OSError, ValueError):
+        return None
+
+
+def test_a_mismatch_hang_is_named_live_while_the_lab_runs_and_labctl_watch_shows_it(tmp_path):
+    run = tmp_path / "run"
+    lab = _start(["up", "--script", str(ZOO / "missing_collective.py"), "--nodes", "1", "--nproc-per-node", "4",
+                  "--timeout", "90", "--stall-window", "10", "--out", str(run)], tmp_path / "up.log")
+    try:
+        assert _wait_for(lambda: (run / "status.json").is_file(), 60, lab)
+        watch = subprocess.run(LABCTL + ["watch", str(run)], capture_output=True, text=True, cwd=REPO,
+                               timeout=180)
+        live = _live(run)
+        assert live is not None, (tmp_path / "up.log").read_text()[-3000:]
+        assert live["rank"] == 3 and live["op"] == "barrier" and live["caller"].endswith("missing_collective.py:14")
+        assert live["made_at"] - live["since"] < 20
+        up_said = (tmp_path / "up.log").read_text()
+        assert "HANG (live," in up_said and "kept as they are" in up_said
+        # named while the lab still ran: its deadline came ~60 s later
+        status = json.loads((run / "status.json").read_text())
+        assert status["state"] == "timeout" and status["seconds"] > live["made_at"] - live["since"] + 30
+        assert status["live"]["verdict"] == "confirmed"
+        # the watch saw the same answer (borrowed, no second stack take) and exited 1: a hang named
+        assert watch.returncode == 1, watch.stderr[-2000:]
+        assert "HANG (live," in watch.stderr and "rank 3" in watch.stderr
+        assert "ended" in watch.stderr
+        lines = [x for x in up_said.splitlines() if "] live:" in x]
+        assert 1 <= len(lines) <= status["seconds"] / 10 + 2       # a log line every 10 s at most
+    finally:
+        lab.kill()
+        lab.wait()
+
+
+def test_on_hang_stop_ends_a_600_s_lab_within_the_window_and_the_report_says_it(tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run(LABCTL + ["up", "--script", str(ZOO / "recv_recv_deadlock.py"), "--nodes", "1",
+                                    "--nproc-per-node", "2", "--on-hang", "stop", "--out", str(run)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "timeout" and status["message"].startswith("hang named live")
+    live = status["live"]
+    assert sorted(live["ranks"]) == [0, 1] and live["op"] == "recv"
+    assert live["made_at"] - live["since"] < 20
+    assert status["seconds"] < 60                    # the deadline was 600 s
+    report = (run / "report.md").read_text()
+    assert "Live diagnosis" in report
+
+
+def test_without_a_trace_the_watcher_says_it_cannot_watch_and_stays_quiet(tmp_path):
+    done = subprocess.run(LABCTL + ["up", "--no-trace", "--workload", "env", "--nodes", "1", "--nproc-per-node", "2",
+                                    "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "live: tracing is off" in done.stderr and "HANG" not in done.stderr
+
+
+@pytest.mark.parametrize("args,said", [
+    (["up", "--on-hang", "maybe"], "--on-hang: expected one of report, stop, given 'maybe'"),
+    (["up", "--stall-window", "-1"], "--stall-window: expected a number of seconds from 1 to 86400"),
+    (["up", "--stall-window", "1e9"], "--stall-window: expected a number of seconds from 1 to 86400"),
+    (["watch", "/nonexistent-run"], "not a run folder"),
+])
+def test_bad_live_input_is_one_line_and_exit_2(args, said):
+    done = subprocess.run(LABCTL + args, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_watch_refuses_an_ended_run_and_one_whose_labctl_is_gone(tmp_path):
+    for state, controller, said in (("passed", None, "has ended (passed)"),
+                                    ("running", {"pid": 2 ** 22 + 7, "host": os.uname().nodename,
+                                                 "start_ticks": 1}, "labctl is gone")):
+        folder = tmp_path / state
+        folder.mkdir()
+        status = {"run_id": "r", "lab": "l", "backend": "local", "launcher": "torchrun", "dist_backend": "gloo",
+                  "nodes": 1, "nproc_per_node": 1, "world_size": 1, "state": state, "started": ""}
+        if controller:
+            status["controller"] = controller
+        (folder / "status.json").write_text(json.dumps(status))
+        done = subprocess.run(LABCTL + ["watch", str(folder)], capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
