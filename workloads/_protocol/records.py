@@ -1,6 +1,8 @@
 """The rank's trace and Flight Recorder records, one codec (issue 36): what the recorder
-writes (workloads/_trace.py) and what labctl's one reader takes (labctl/trace.py), spelled
-here once. Standard library only.
+writes (workloads/_trace/) and what labctl's one reader takes (labctl/trace.py), spelled
+here once, both ways: `encode` makes each typed record's marked line (the recorder writes
+through it), `decode` reads one back, so that decode(encode(x)) == x for every family
+(issue 48). Standard library only.
 
 A record is one marked line, `@@labctl-trace ` or `@@labctl-fr ` and a payload. Ops use a
 compact text form (they are most of the lines); everything else is a JSON object with a
@@ -9,7 +11,9 @@ back is untrusted input: `decode` checks every field once (whole numbers in rang
 of bounded length, shapes of whole numbers) and raises BadRecord with a sentence naming
 the field; nothing else parses a payload.
 
-    {"k":"H","v":2,"t0":..,"pid":..}      Header        this process's time origin
+    {"k":"H","v":2,"t0":..,"pid":..,      Header        this process's time origin; which recorder
+     "rec":"python","cost_ns":..}                       wrote the file and its own work per op (ns,
+                                                        measured at start-up); both absent in older files
     {"k":"M",...}                         Who           rank, world, node, local_rank, backend, host, pid, t
     {"k":"C","offset_ns":..,"rtt_ns":..}  Clock         the clock against rank 0's (or "error")
     {"k":"G","pg":..,"ranks":[..]}        Group         a process group's global ranks
@@ -54,19 +58,26 @@ TRACE = TRACE_MARKER.encode()
 FR = FR_MARKER.encode()
 
 # The writer's forms of the op records (bytes %-formatting: the cheapest on the op's path).
+# They are the encoders of Begin and End (`encode` uses them too); the recorder's wrappers
+# take them from here and fill them inline.
 BEGIN = TRACE + b"B %d %d %d %d\n"          # ident, site, seq, t
+BEGUN_ENDED = TRACE + b"X %d %d %d %d %d\n"  # ident, site, seq, t, end (the earlier recorder's)
 END = TRACE + b"E %d %d\n"                  # ident, t
 END_FROM = TRACE + b"E %d %d %d\n"          # ident, t, the sender of a recv from any source
-HEADER = TRACE + b'{"k":"H","v":%d,"t0":%d,"pid":%d}\n'     # VERSION, t0, pid
 
 
 def trace_line(record: dict[str, Any]) -> bytes:
-    """A JSON trace record (every kind but the op lines) as its marked line."""
-    return TRACE + json.dumps(record, separators=(",", ":")).encode() + b"\n"
+    """A JSON trace record given as a dict (every kind but the op lines) as its marked line;
+    the recorder writes typed records through `encode`."""
+    return TRACE + _json(record)
 
 
 def fr_line(record: dict[str, Any]) -> bytes:
-    return FR + json.dumps(record, separators=(",", ":")).encode() + b"\n"
+    return FR + _json(record)
+
+
+def _json(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
 # ---------------------------------------------------------------- what a reader gets
@@ -80,6 +91,8 @@ class Header:
     t0: int
     pid: int | None
     version: int
+    recorder: str | None = None         # which recorder wrote the file ("python"); None: an older one
+    cost_ns: int | None = None          # its own work per op (a B and an E line), measured at start-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +100,11 @@ class Who:
     rank: int | None
     node: int | None
     host: str | None
+    world: int | None = None
+    local_rank: int | None = None
+    backend: str | None = None
+    pid: int | None = None
+    t: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,15 +311,19 @@ def _decode_json(kind: Any, rec: dict) -> Record:
                     via=opt_text(rec.get("via"), "via"), reduce=opt_text(rec.get("reduce"), "reduce"))
     if kind == "H":
         return Header(whole(rec["t0"], "t0"), opt_whole(rec.get("pid"), "pid"),
-                      whole(rec.get("v", 1), "version"))
+                      whole(rec.get("v", 1), "version"), opt_text(rec.get("rec"), "recorder"),
+                      opt_whole(rec.get("cost_ns"), "cost per op"))
     if kind == "G":
         ranks = rec["ranks"]
         if type(ranks) is not list or len(ranks) > MAX_RANKS:
             raise BadRecord(f"trace record with unusable ranks: {str(ranks)[:40]}")
         return Group(text(rec["pg"], "pg"), [whole(r, "rank") for r in ranks])
     if kind == "M":
+        t = rec.get("t")
         return Who(opt_whole(rec.get("rank"), "rank"), opt_whole(rec.get("node"), "node"),
-                   opt_text(rec.get("host"), "host"))
+                   opt_text(rec.get("host"), "host"), opt_whole(rec.get("world"), "world"),
+                   opt_whole(rec.get("local_rank"), "local rank"), opt_text(rec.get("backend"), "backend"),
+                   opt_whole(rec.get("pid"), "pid"), None if t is None else when(t))
     if kind == "C":
         if "error" in rec:
             return Clock(error=str(rec["error"])[:200])
@@ -353,6 +375,83 @@ _FR_DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloa
 
 def _fr_dtype(name: Any) -> str | None:
     return _FR_DTYPES.get(name, name) if isinstance(name, str) else None
+
+
+# ---------------------------------------------------------------- what a writer makes
+
+def encode(rec: Record | FrRecord) -> bytes:
+    """One typed record as its marked line (a newline at its end): what `decode` (or
+    `decode_fr`) reads back as the same record. Begin and End are the %-templates above."""
+    return _ENCODERS[type(rec)](rec)
+
+
+def _header(r: Header) -> bytes:
+    out: dict[str, Any] = {"k": "H", "v": r.version, "t0": r.t0, "pid": r.pid}
+    if r.recorder is not None:
+        out["rec"] = r.recorder
+    if r.cost_ns is not None:
+        out["cost_ns"] = r.cost_ns
+    return trace_line(out)
+
+
+def _who(r: Who) -> bytes:
+    return trace_line({"k": "M", **_present(rank=r.rank, world=r.world, node=r.node, local_rank=r.local_rank,
+                                            backend=r.backend, host=r.host, pid=r.pid, t=r.t)})
+
+
+def _clock(r: Clock) -> bytes:
+    if r.error is not None:
+        return trace_line({"k": "C", "error": r.error[:200]})
+    return trace_line({"k": "C", "offset_ns": r.offset_ns, "rtt_ns": r.rtt_ns})
+
+
+def _site(r: Site) -> bytes:
+    out: dict[str, Any] = {"k": "S", "s": r.ident, "op": r.op, "pg": r.pg, "kind": "p" if r.p2p else "c",
+                           "bytes": r.nbytes}
+    out.update(_present(dtype=r.dtype, shape=r.shape, peer=r.peer, root=r.root, reduce=r.reduce))
+    out["caller"] = r.caller
+    out.update(_present(api=r.api, via=r.via))
+    return trace_line(out)
+
+
+def _begin(r: Begin) -> bytes:
+    if r.end is None:
+        return BEGIN % (r.ident, r.site, r.seq, r.t)
+    return BEGUN_ENDED % (r.ident, r.site, r.seq, r.t, r.end)
+
+
+def _end(r: End) -> bytes:
+    return END % (r.ident, r.t) if r.peer is None else END_FROM % (r.ident, r.t, r.peer)
+
+
+def _old_op(r: OldOp) -> bytes:
+    return trace_line({"k": "B", "i": r.ident, "op": r.op, "pg": r.pg, "bytes": r.nbytes, "caller": r.caller,
+                       "t": r.t, **_present(seq=r.seq, p2p=r.p2p, peer=r.peer, root=r.root, shape=r.shape,
+                                            dtype=r.dtype)})
+
+
+def _old_end(r: OldEnd) -> bytes:
+    return trace_line({"k": "E", "i": r.ident, "t": r.t, **_present(peer=r.peer)})
+
+
+def _fr_entry(r: FrEntry) -> bytes:
+    return fr_line({"rank": r.rank, "pg": r.pg, "seq": r.seq, "op": r.op, "shape": r.shape, "dtype": r.dtype,
+                    "t": r.t})
+
+
+def _present(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+_ENCODERS: dict[type, Any] = {
+    Header: _header, Who: _who, Clock: _clock, Site: _site, Begin: _begin, End: _end,
+    Group: lambda r: trace_line({"k": "G", "pg": r.pg, "ranks": r.ranks}),
+    Raised: lambda r: trace_line({"k": "R", "i": r.ident, "t": r.t, "error": r.error[:300]}),
+    Alive: lambda r: trace_line({"k": "T", "t": r.t}),
+    OldOp: _old_op, OldEnd: _old_end, FrEntry: _fr_entry,
+    FrDone: lambda r: fr_line({"rank": r.rank, "done": r.entries}),
+    FrError: lambda r: fr_line({"error": r.error[:200]}),
+}
 
 
 # ---------------------------------------------------------------- results and joins
