@@ -272,6 +272,22 @@ _OPTYPE = {"ALLREDUCE": "all_reduce", "BROADCAST": "broadcast", "REDUCE": "reduc
 
 
 @dataclass
+def live_answer(status: Mapping[str, Any] | None, script: str) -> Answer:
+    """The live watcher's answer (status.json's `live`, said while the lab hung): its rank
+    (or ranks), op and line; its seconds are from the hang's start (the first rank's last
+    op) to the answer. Silent when it named no hang, or when the hang it named ended."""
+    live = (status or {}).get("live")
+    if not isinstance(live, dict) or live.get("resumed_at") is not None:
+        return Answer(text="no live hang named")
+    culprits: tuple[int, ...] = (live["rank"],) if isinstance(live.get("rank"), int) else \
+        tuple(r for r in live.get("ranks") or [] if isinstance(r, int))
+    line = _caller_line(live.get("caller"), script) or _line_in(live.get("text"), script)
+    seconds = live["made_at"] - live["since"] if isinstance(live.get("made_at"), (int, float)) and \
+        isinstance(live.get("since"), (int, float)) else None
+    return Answer(culprits, live.get("op"), line, str(live.get("text", "")), seconds)
+
+
+@dataclass(frozen=True)
 class Traceback:
     frames: list[tuple[str, int, str, str]] = field(default_factory=list)   # file, line, function, source
     exception: str = ""

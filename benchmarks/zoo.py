@@ -8,6 +8,8 @@ own tools, and score each tool's answer against the case's header.
 Tools (benchmarks/zoo/README.md says what each reads):
   lab       `labctl up --script CASE` (this checkout), status.json's first_failure (a run that
             passed: the trace's straggler or mismatch in status.json's `trace`)
+  live      the same run's live diagnosis (status.json's `live`, said while the lab hung): its
+            seconds are from the hang's start (the first rank's last op) to the answer
   fr_trace  torch's Flight Recorder analyzer (`python -m torch.distributed.flight_recorder.fr_trace`)
             on the pickle dumps the same lab run wrote (`--env LAB_FR_DUMP_DIR=<dir>`)
   detail    `torchrun` with TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_CPP_LOG_LEVEL=INFO (what
@@ -44,11 +46,11 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from _zoo import (Answer, BadCase, Case, debug_server_answer, frtrace_answer, lab_answer, load_case,  # noqa: E402
-                  score, stack_lines, torchrun_answer)
+from _zoo import (Answer, BadCase, Case, debug_server_answer, frtrace_answer, lab_answer, live_answer,  # noqa: E402
+                  load_case, score, stack_lines, torchrun_answer)
 from labctl.tables import table  # noqa: E402
 
-TOOLS = ("lab", "fr_trace", "detail", "torchrun", "debug_server")
+TOOLS = ("lab", "live", "fr_trace", "detail", "torchrun", "debug_server")
 ZOO = HERE / "zoo"
 CONTROL = "control_pass"
 
@@ -190,8 +192,11 @@ def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: 
     folder.mkdir(parents=True, exist_ok=True)
     script = case.path.name
     found: dict[str, dict] = {}
-    if "lab" in tools or "fr_trace" in tools:
+    if "lab" in tools or "fr_trace" in tools or "live" in tools:
         status, dumps, seconds, output = run_lab(case, folder / "lab", backend, image, slack)
+        if "live" in tools:
+            found["live"] = {"answer": live_answer(status, script), "raw": ((status or {}).get("live") or {})
+                             .get("reason", "")}
         if "lab" in tools:
             answer = lab_answer(status, script, seconds) if status else \
                 Answer(text=f"no status.json: {output.strip()[-200:]}", seconds=seconds)
@@ -217,6 +222,41 @@ def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: 
                   f"line={a.line} {a.seconds if a.seconds is None else round(a.seconds, 1)}s: {a.text[:160]}",
                   flush=True)
     return found
+
+
+HANG_KINDS = ("hang", "deadlock", "timeout", "mismatch")
+QUIET_KINDS = ("pass", "straggler")   # runs that pass: no live hang may be named (a stall that resumed is none)
+
+
+def live_summary(cases: list[Case], results: dict[str, dict]) -> str:
+    """The live answer on the cases that hang (their kind, or the lab's final answer says a
+    hang), and its false alarms on the blameless ones: the issue's bars."""
+    hangs, right, seconds, alarms, blameless = 0, 0, [], [], 0
+    for case in cases:
+        got = results.get(case.name, {}).get("found")
+        if not got or "live" not in got:
+            continue
+        answer = got["live"]["answer"]
+        if case.blameless or case.kind in QUIET_KINDS:     # healthy, if slow: the live answer must be silent
+            blameless += 1
+            if not answer.silent:
+                alarms.append(case.name)
+            continue
+        final = (got.get("lab") or {}).get("answer")
+        hung = case.kind in HANG_KINDS and (not answer.silent or "hang" in (final.text if final else ""))
+        if not hung:
+            continue
+        hangs += 1
+        right += score(case, answer).all
+        if answer.seconds is not None:
+            seconds.append(answer.seconds)
+    seconds.sort()
+    median = seconds[len(seconds) // 2] if seconds else float("nan")
+    within = sum(1 for s in seconds if s <= 15)
+    return (f"live: culprit, op and line right in {right}/{hangs} hang cases; answered in {len(seconds)}, "
+            f"{within} within 15 s of the hang's start (median {median:.1f} s, max "
+            f"{max(seconds) if seconds else float('nan'):.1f} s); false alarms on {len(alarms)}/{blameless} "
+            f"cases that pass{': ' + ', '.join(alarms) if alarms else ''}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         for tool in tools:
             answer = got["found"][tool]["answer"]
             verdict = score(case, answer)
-            after = None if answer.seconds is None else max(0.0, answer.seconds - baseline.get(tool, 0.0))
+            base = 0.0 if tool == "live" else baseline.get(tool, 0.0)     # live: from the hang's start already
+            after = None if answer.seconds is None else max(0.0, answer.seconds - base)
             cells.append(f"{verdict.marks()} {'' if after is None else f'{after:.0f} s'}".strip())
             if case.name != CONTROL:
                 t = totals[tool]
@@ -299,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
                  for tool, (n, c, o, ln, a) in totals.items())))
     print(f"\ncells: culprit / op / line (✓ right, ✗ wrong or not said), then seconds from the fault to the "
           f"answer (launch to answer, less the tool's time on {CONTROL}: "
-          + ", ".join(f"{t} {s:.1f} s" for t, s in baseline.items()) + ")")
+          + ", ".join(f"{t} {s:.1f} s" for t, s in baseline.items() if t != "live")
+          + "; live: seconds from the hang's start, the first rank's last op)")
+    if "live" in tools:
+        print(live_summary(cases, results))
     if args.json:
         data = {name: ({"skipped": r["skipped"]} if "skipped" in r else
                        {tool: {**asdict(g["answer"]), "verdict": asdict(score(r["case"], g["answer"])),

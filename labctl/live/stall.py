@@ -10,10 +10,11 @@ Two rules, from the records alone:
    entered, a recv whose sender sends elsewhere, a partitioned node: all end here.
 2. **Nothing moves**: no rank is inside an op and no rank has written a record for the
    floor. The records cannot tell a long compute phase from a lock that never opens, so
-   this only asks for a look at the stacks (`Probe`); `judge_stacks` says from them
-   whether it is a stall: ranks held in a call every rank must make (init_process_group,
-   new_group) while others are elsewhere, or every rank at the very same place two looks
-   apart. A rank still importing, or one with no stack yet, is not stuck.
+   this only asks for a look at the stacks; `judge_stacks` says from them whether it is a
+   stall: ranks held in a call every rank must make (init_process_group, new_group) while
+   others are elsewhere. Every rank at the same place two looks apart is not enough: a
+   slow DataLoader warm-up on every rank looks just so (a store wait every rank sits in is
+   named at the deadline). A rank still importing, or one with no stack yet, is not stuck.
 """
 from __future__ import annotations
 
@@ -97,10 +98,9 @@ def find(ranks: dict[int, RankNow], now_ns: int, floor_s: float,
 SETTING_UP = ("<frozen importlib", "importlib/__init__.py")   # a rank still importing (torch takes seconds)
 
 
-def judge_stacks(where: dict[int, dict], before: dict[int, dict] | None, world: int,
-                 setup_calls: frozenset[str]) -> str | None:
-    """From every rank's stack (logs.where_stuck: file, line, function, call) at a look
-    and the look before it: why this is a stall (a sentence), or None."""
+def judge_stacks(where: dict[int, dict], world: int, setup_calls: frozenset[str]) -> str | None:
+    """From every rank's stack (logs.where_stuck: file, line, function, call) at a look:
+    why this is a stall (a sentence), or None."""
     if len(where) < world or any(not w.get("file") for w in where.values()):
         return None                 # a rank with no stack (not started, not Python): cannot say
     if any(str(w.get("file", "")).startswith(SETTING_UP) for w in where.values()):
@@ -109,10 +109,4 @@ def judge_stacks(where: dict[int, dict], before: dict[int, dict] | None, world: 
     if held and len(held) < world:
         return (f"rank(s) {', '.join(map(str, held))} wait in {where[held[0]]['call']} "
                 f"for rank(s) {', '.join(str(r) for r in sorted(set(where) - set(held)))}")
-    if before is not None and all(_place(before.get(r)) == _place(w) for r, w in where.items()):
-        return "every rank is where it was at the last look, with no op recorded in between"
     return None
-
-
-def _place(w: dict | None) -> tuple | None:
-    return None if w is None else (w.get("file"), w.get("line"), w.get("function"), w.get("call"))

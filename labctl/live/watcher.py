@@ -59,7 +59,6 @@ class Watcher:
         self.next_poll = 0.0
         self.stalled: Stall | None = None          # the stall said, until progress comes back
         self.said: LiveDiagnosis | None = None
-        self.last_probe: dict[int, dict] | None = None
         self.probe_at: float | None = None         # when nothing moves: the next stack look
         self.probe_gap = floor_s
         self.moved_at_ops = -1
@@ -83,7 +82,7 @@ class Watcher:
             return False
         found = find(ranks, now_ns, self.window.floor_s, self._window_for, self.started_ns)
         if found is None:
-            self.probe_at, self.last_probe, self.probe_gap = None, None, self.window.floor_s
+            self.probe_at, self.probe_gap = None, self.window.floor_s
             return False
         reason = self._reason(found, ranks, now_ns)
         if found.kind is Kind.STILL:
@@ -116,8 +115,7 @@ class Watcher:
             return None
         take_stacks(self.run, self.backend)
         where = stacks_now(self.run)
-        said = judge_stacks(where, self.last_probe, self.run.record.world_size, SETUP_CALLS)
-        self.last_probe = where
+        said = judge_stacks(where, self.run.record.world_size, SETUP_CALLS)
         self.probe_at = now + self.probe_gap
         self.probe_gap *= PROBE_BACKOFF
         return said
@@ -209,7 +207,7 @@ class Watcher:
             d.resumed_at = now
             self._record(d)
         self.stalled = None
-        self.probe_at, self.last_probe, self.probe_gap = None, None, self.window.floor_s
+        self.probe_at, self.probe_gap = None, self.window.floor_s
 
     def close(self) -> None:
         if self.view is not None:
