@@ -13,7 +13,7 @@ PYTEST_ARGS   ?=
 
 .PHONY: setup lab test docker browser images images-cuda e2e-compose bench clean
 
-$(STAMP): pyproject.toml setup.py workloads/_tracefast.c Makefile
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
