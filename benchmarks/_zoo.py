@@ -271,7 +271,6 @@ _OPTYPE = {"ALLREDUCE": "all_reduce", "BROADCAST": "broadcast", "REDUCE": "reduc
            "_REDUCE_SCATTER_BASE": "reduce_scatter_tensor"}
 
 
-@dataclass
 def live_answer(status: Mapping[str, Any] | None, script: str) -> Answer:
     """The live watcher's answer (status.json's `live`, said while the lab hung): its rank
     (or ranks), op and line; its seconds are from the hang's start (the first rank's last
@@ -287,7 +286,7 @@ def live_answer(status: Mapping[str, Any] | None, script: str) -> Answer:
     return Answer(culprits, live.get("op"), line, str(live.get("text", "")), seconds)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Traceback:
     frames: list[tuple[str, int, str, str]] = field(default_factory=list)   # file, line, function, source
     exception: str = ""

@@ -142,6 +142,7 @@
       r.message ? h("p", { class: "message", text: r.message }) : null,
       h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", { text: String(v) })))));
     if (D.failure) out.appendChild(failureBox(D.failure));
+    if (D.live) out.appendChild(liveBox(D.live));
     if (D.problems && D.problems.length) {
       out.appendChild(h("div", { class: "problems", id: "problems" },
         h("b", { text: "What is missing or damaged in this run folder (the rest of the page is drawn from what is there):" }),
@@ -149,6 +150,15 @@
     }
     if (D.notes && D.notes.length) out.appendChild(h("ul", { class: "muted" }, D.notes.map((n) => h("li", { text: "note: " + n }))));
     return out;
+  }
+  function liveBox(l) {
+    // what the live watcher said while the lab hung, and what the finish made of it
+    const then = l.resumed_at ? ` (the ranks moved again ${Math.round(l.resumed_at - l.since)} s after it began)`
+      : l.verdict ? ` (${l.verdict === "confirmed" ? "confirmed by the final diagnosis" : "the final diagnosis " + l.verdict})`
+      : " (the lab still runs)";
+    return h("div", { class: "failure live", id: "live-diagnosis" },
+      h("div", { class: "what" }, `Live diagnosis, ${Number(l.after_s).toFixed(1)} s after the hang began: `, l.text || ""),
+      h("p", { class: "muted", text: (l.reason || "") + then }));
   }
   function failureBox(f) {
     const box = h("div", { class: "failure", id: "first-failure" },
