@@ -73,6 +73,7 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "run": problems.guard("the run's facts", lambda: _facts(path, record, plan, spec, state, results), {}),
         "failure": problems.guard("the first failure", lambda: _failure(run), None),
+        "live": problems.guard("the live diagnosis", lambda: _live(record), None),
         "topology": problems.guard("the topology", lambda: _topology(record, plan, results, trace_nodes, log_nodes), None),
         "checks": problems.guard("the checks", lambda: _checks(results), None),
         "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems), []),
@@ -185,6 +186,14 @@ def _failure(run: RunDir) -> dict | None:
     if isinstance(error, dict) and error.get("file") and isinstance(error.get("line"), int):
         out["code"] = _source_line(Path(error["file"]), error["line"])
     return out
+
+
+def _live(record: RunRecord | None) -> dict | None:
+    """What the live watcher said while the lab hung (labctl/live/), with how long after
+    the hang began, and whether the final diagnosis confirmed it."""
+    if record is None or record.live is None:
+        return None
+    return {**record.live.to_dict(), "after_s": record.live.after_s}
 
 
 def last_traceback(log: Path) -> list[str] | None:
