@@ -129,20 +129,35 @@ def stacks(run, **options) -> None:
 
 
 @click.command()
-@click.argument("run", type=click.Path())
+@click.argument("run", type=click.Path(), required=False)
+@click.option("--backend", "backend_name", type=click.Choice(backend_registry.collect_targets()),
+              help="With --run-id: a lab `docker compose` or `kubectl` started (as `labctl collect`).")
+@click.option("--run-id", help="The run id of a lab started outside labctl (with --backend).")
 @backend_options
 @friendly
-def watch(run, **options) -> None:
+def watch(run, backend_name, run_id, **options) -> None:
     """Watch a running lab live: every rank's op count, the op it is in and for how long,
     and a hang named within seconds of its start (who, what, where), without stopping it.
 
-    For a lab another `labctl up` runs (another terminal). What it names goes to the
-    terminal and to <run>/live/watch-<pid>/watch.json; it never stops the lab. Exit 0
-    when the lab ended (or Ctrl-C) with no hang named, 1 when it named one.
+    RUN: a lab another `labctl up` runs (another terminal); what it names goes to the
+    terminal and to <run>/live/watch-<pid>/watch.json. --backend B --run-id ID: a lab
+    `docker compose` or `kubectl` started from a rendered file; watched until it ends, then
+    collected into a run folder as `labctl collect` does (nothing is stopped). Exit 0 when
+    the lab ended (or Ctrl-C) with no hang named, 1 when it named one.
     """
     from . import lab
     from .rundir import RunDir
 
+    if (run is None) == (backend_name is None or run_id is None):
+        raise Refused("give a run folder, or --backend and --run-id of a lab started outside labctl "
+                      "(example: labctl watch runs/<run> or labctl watch --backend compose --run-id ID)")
+    if run is None:
+        options = backend_registry.options_for(backend_name, options)
+        folder = lab.collect(backend_name, run_id, wait=True, progress=lambda line: say(line, err=True),
+                             options=options)
+        if folder.record.live is not None and folder.record.live.resumed_at is None:
+            raise SystemExit(1)
+        return
     try:
         r = RunDir.open(run)
     except (OSError, ValueError) as exc:      # not a run folder, a damaged status.json

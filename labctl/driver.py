@@ -645,6 +645,8 @@ class Session:
 
         def cleanup() -> list[NodeOutcome]:
             nonlocal failure
+            if self.live is not None:
+                self.live.close()
             try:
                 return self.backend.stream(self.rundir)
             except Exception as exc:      # nothing was saved: say so, never pretend
@@ -677,7 +679,7 @@ def run(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
 
 def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progress,
            timeout: float, wait: bool = True, clock=time.monotonic,
-           signals: Signals | None = None) -> RunResult:
+           signals: Signals | None = None, live: LiveWatch | None = None) -> RunResult:
     """Watch a run that labctl did not start (kubectl, docker compose, a labctl that
     died) through `backend.attach`, then stream every node's log into the folder.
 
@@ -686,5 +688,6 @@ def follow(plan: LaunchPlan, backend: Backend, rundir: RunDir, progress: Progres
     False) the run is written down as still running. A signal ends the watching,
     not the lab; the logs are collected all the same.
     """
-    return Session(plan, backend, rundir, progress, clock, started_here=False,
-                   signals=signals).follow(timeout, wait)
+    session = Session(plan, backend, rundir, progress, clock, started_here=False, signals=signals)
+    session.live = live                   # its on_hang is report: a lab started elsewhere is never stopped
+    return session.follow(timeout, wait)

@@ -132,12 +132,14 @@ def _started_epoch(started: str) -> float | None:
         return None
 
 
-def _live(run: RunDir, backend: Backend, progress: Progress):
-    """The live watcher (labctl/live/), showing its view where progress is shown."""
+def _live(run: RunDir, backend: Backend, progress: Progress, elsewhere: bool = False):
+    """The live watcher (labctl/live/), showing its view where progress is shown.
+    `elsewhere`: a lab started outside labctl (`collect`): never stopped, its records read
+    from its log stream."""
     from . import live
 
     quiet = getattr(progress, "quiet", False)
-    return live.watcher_for(run, backend, progress, show=not quiet)
+    return live.watcher_for(run, backend, progress, show=not quiet, elsewhere=elsewhere)
 
 
 def _above(progress: Progress, view) -> Progress:
@@ -185,10 +187,13 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
              f"{spec.launcher}, {spec.dist_backend}, started outside labctl on {backend_name} "
              f"-> {run.path}")
     t0 = time.monotonic()
+    live = _live(run, backend, progress, elsewhere=True) if wait else None
+    if live is not None and live.view is not None:
+        progress = _above(progress, live.view)
     with driver.signals_raise() as signals:
         result = driver.follow(the_plan, backend, run, progress,
                                timeout=spec.timeout if timeout is None else timeout, wait=wait,
-                               signals=signals)
+                               signals=signals, live=live)
         run.record.seconds_watched = round(time.monotonic() - t0, 3)
         if delete and result.error is None:
             for o in result.outcomes:

@@ -136,3 +136,40 @@ def test_collect_of_a_compose_lab_with_a_failing_rank_names_it_and_keeps_its_log
         assert left_of(run_id) == ("", "")
     finally:
         remove(run_id)
+
+
+HANGING = """\
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(8)
+for step in range(3):
+    if dist.get_rank() == 1 and step == 1:
+        continue                 # the bug: one all_reduce fewer on rank 1
+    dist.all_reduce(t)
+dist.barrier()
+"""
+
+
+def test_watch_of_a_compose_lab_docker_compose_started_names_its_hang_live(tmp_path):
+    """`labctl watch --backend compose --run-id ID` on a rendered lab `docker compose up`
+    started: its records come through the log stream, the hang is named while it hangs
+    (status.json's live, before the lab's deadline), and the folder is collected after."""
+    run_id = f"chang-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "hang.py").write_text(HANGING)
+    rendered = labctl("render", "compose", "--script", "hang.py", "--name", "chang", "--nodes", "2",
+                      "--nproc-per-node", "1", "--run-id", run_id, "--timeout", "100", "-o", "lab", cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr
+    (tmp_path / "lab" / "hang.py").write_text(HANGING)
+    try:
+        compose_up(tmp_path / "lab" / "compose.yaml")
+        done = labctl("watch", "--backend", "compose", "--run-id", run_id, cwd=tmp_path, timeout=400)
+        assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
+        assert "HANG (live," in done.stderr
+        status = json.loads((tmp_path / "runs" / run_id / "status.json").read_text())
+        live = status["live"]
+        assert live["rank"] == 1 and live["op"] == "barrier", live
+        assert live["made_at"] - live["since"] < 30
+        assert status["state"] == "running"          # the deadline came first: it was not stopped
+    finally:
+        remove(run_id)

@@ -112,6 +112,22 @@ def test_the_follower_reads_complete_lines_only_past_a_nul_tail_and_across_segme
     assert RecordFollower(tmp_path).bad == 0
 
 
+def test_without_record_files_the_records_come_from_the_node_logs_split_by_rank(tmp_path):
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    log = nodes / "node-0.log"
+    header = '{"k":"H","v":2,"t0":1000000000,"pid":42}'
+    site = ('{"k":"S","s":1,"op":"recv","pg":"default_pg","kind":"p","bytes":4,"dtype":"float32",'
+            '"shape":[1],"peer":1,"caller":"job.py:7"}')
+    lines = [f"[rank0]:{TRACE_MARKER}{header}", f"[rank0]:{TRACE_MARKER}{site}", "[rank0]:hello",
+             f"[rank1]:{TRACE_MARKER}{header}", f"[rank0]:{TRACE_MARKER}B 1 1 0 70"]
+    log.write_text("\n".join(lines) + "\n" + f"[rank1]:{TRACE_MARKER}" + '{"k":"S"')   # rank 1's S half written
+    ranks = RankRecords(tmp_path, 2)
+    now = ranks.poll()
+    assert now[0].ops == 1 and now[0].inside[0].op == "recv" and now[0].inside[0].peer == 1
+    assert now[1].ops == 0 and now[1].seen_ns is None
+
+
 # ---- the view ----------------------------------------------------------------------------
 def test_the_view_in_a_log_writes_a_bounded_number_of_lines_and_on_a_tty_redraws_in_place():
     out = io.StringIO()

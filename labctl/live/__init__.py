@@ -20,19 +20,23 @@ from .watcher import FOLLOWED, Watcher
 
 
 def watcher_for(run: RunDir, backend: Backend, say: Callable[[str], None], show: bool = True,
-                started_at: float | None = None, owner: bool = True) -> Watcher | None:
+                started_at: float | None = None, owner: bool = True,
+                elsewhere: bool = False) -> Watcher | None:
     """The live watcher of `run`, or None with a line that says why there is none. `owner`:
-    this labctl runs the lab (`labctl up`: it writes status.json's `live` and may stop the
-    lab); else it watches another's (`labctl watch`: live/watch.json, never a stop)."""
+    this labctl writes the folder's status.json (`labctl up`, `labctl collect`); else it
+    watches another's lab (`labctl watch RUN`: live/watch-<pid>/, never a stop).
+    `elsewhere`: a lab started outside labctl (`collect`): never stopped, and its records
+    come through its log stream, which the watcher brings into the folder as it goes."""
     spec = run.spec
     if not spec.trace:
         say("live: tracing is off (--no-trace): no records to follow, so no hang is named before "
             "the deadline")
         return None
-    if backend.name not in FOLLOWED:
+    if backend.name not in FOLLOWED and not elsewhere:
         say(f"live: the {backend.name} backend's records reach labctl only with the logs at the end: "
             "no hang is named before the deadline")
         return None
     view = View(sys.stderr) if show else None
-    return Watcher(run, backend, spec.stall_window, spec.on_hang if owner else "report", spec.links,
-                   spec.dist_backend, say, view, started_at=started_at, owner=owner)
+    on_hang = spec.on_hang if owner and not elsewhere else "report"
+    return Watcher(run, backend, spec.stall_window, on_hang, spec.links, spec.dist_backend, say, view,
+                   started_at=started_at, owner=owner, stream_logs=elsewhere and not backend.live_logs)

@@ -14,6 +14,7 @@ from workloads._protocol import records
 
 from workloads._protocol import RECORD_FILE_SUFFIX, RECORDS_SUBDIR, TRACE_MARKER
 
+from .. import logs
 from .stall import InFlight, RankNow
 
 _MARK = TRACE_MARKER.encode()
@@ -128,16 +129,78 @@ class _Rank:
         return self.now
 
 
+class LogFollower:
+    """The records a run's ranks sent through their log stream (a lab `docker compose` or
+    `kubectl` started from a rendered file: no record files), read from the node logs in
+    the run folder as the backend streams them there, split by rank as the finish splits
+    them (logs.NodeLogReader). A rank's process is numbered by its H lines."""
+
+    def __init__(self, run_path: Path):
+        self.folder = run_path / "nodes"
+        self.offsets: dict[Path, int] = {}
+        self.readers: dict[Path, logs.NodeLogReader] = {}
+        self.headers: dict[int, int] = {}
+        self.found: list[tuple[int, bytes]] = []
+        self.bad = 0
+
+    def poll(self):
+        try:
+            paths = sorted(p for p in self.folder.glob("node-*.log") if p.is_file())
+        except OSError:
+            return
+        for path in paths:
+            start = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    data = f.read(READ_BYTES)
+            except OSError:
+                continue
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            self.offsets[path] = start + end + 1
+            reader = self.readers.get(path)
+            if reader is None:
+                reader = self.readers[path] = logs.NodeLogReader(write=self._rank_bytes)
+            reader.feed_bytes(data[:end + 1])
+            found, self.found = self.found, []
+            for rank, line in found:
+                at = line.find(_MARK)
+                try:
+                    rec = records.decode(line[at + len(_MARK):])
+                except records.BadRecord:
+                    self.bad += 1
+                    continue
+                if isinstance(rec, records.Header):
+                    self.headers[rank] = self.headers.get(rank, 0) + 1
+                yield rank, str(self.headers.get(rank, 0)), rec
+
+    def _rank_bytes(self, rank: int, data: bytes) -> None:
+        if _MARK in data:
+            self.found.extend((rank, line) for line in data.split(b"\n") if _MARK in line)
+
+
 class RankRecords:
-    """Every rank of a run, followed: `poll()` reads what was appended since the last one."""
+    """Every rank of a run, followed: `poll()` reads what was appended since the last one,
+    from the record files, or where a rank writes none (a lab started from a rendered
+    file), from the node logs."""
 
     def __init__(self, run_path: Path, world: int):
-        self.follower = RecordFollower(Path(run_path))
+        self.files = RecordFollower(Path(run_path))
+        self.logs = LogFollower(Path(run_path))
         self.world = world
         self.ranks: dict[int, _Rank] = {}
 
+    @property
+    def has_files(self) -> bool:
+        return bool(self.files.offsets)
+
     def poll(self) -> dict[int, RankNow]:
-        for rank, process, rec in self.follower.poll():
+        found = list(self.files.poll())
+        if not found and not self.has_files:
+            found = list(self.logs.poll())
+        for rank, process, rec in found:
             state = self.ranks.get(rank)
             if state is None:
                 state = self.ranks[rank] = _Rank(rank, self.world)

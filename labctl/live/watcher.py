@@ -33,6 +33,7 @@ from .view import View
 from .window import Window
 
 POLL_S = 0.5                         # records are read this often
+STREAM_S = 2.0                       # a lab started elsewhere: its logs are brought in this often
 PROBE_BACKOFF = 2.0                  # nothing moves: the next stack look comes this many times later
 SETUP_CALLS = frozenset({"init_process_group", "new_group", "new_subgroups", "split_group",
                          "init_device_mesh", "_store_based_barrier"})
@@ -47,9 +48,11 @@ class Watcher:
     def __init__(self, run: RunDir, backend: Backend | None, floor_s: float, on_hang: str,
                  links: Links | None, dist_backend: str | None, say: Say, view: View | None = None,
                  started_at: float | None = None, clock: Callable[[], float] = time.time,
-                 owner: bool = True):
+                 owner: bool = True, stream_logs: bool = False):
         self.run, self.backend, self.on_hang, self.say = run, backend, on_hang, say
         self.owner = owner                         # else `labctl watch`: never writes status.json
+        self.stream_logs = stream_logs             # the records come through the log stream
+        self.next_stream = 0.0
         self.view = view
         self.clock = clock
         self.window = Window.of(floor_s, links, dist_backend)
@@ -71,6 +74,12 @@ class Watcher:
         if now < self.next_poll:
             return False
         self.next_poll = now + POLL_S
+        if self.stream_logs and now >= self.next_stream and self.backend is not None:
+            self.next_stream = now + STREAM_S
+            try:                         # the node logs so far, into the folder (the records in them)
+                self.backend.stream(self.run)
+            except Exception as exc:     # noqa: BLE001 - the next look tries again
+                self.say(f"note: live: the logs could not be read yet: {one_line(str(exc))}")
         ranks = self.records.poll()
         now_ns = int(now * NS)
         if self.view is not None:
