@@ -329,6 +329,7 @@ class StackTracker:
 
     def __init__(self) -> None:
         self.capturing: list[str] | None = None
+        self.threads: set[str] = set()          # the thread ids of the dump being read
         self.last: list[str] | None = None
 
     def feed(self, line: str) -> None:
@@ -336,8 +337,12 @@ class StackTracker:
         if self.capturing is not None and text.startswith("@@labctl-"):
             return      # a marker line (stdout: the trace flusher, results) amid a dump on stderr
         if _STACK_HEADER.match(text):
+            thread = text.split(" (", 1)[0].split()[-1]
+            if self.capturing is not None and thread in self.threads:
+                self.close()            # the next dump, glued to this one: a thread seen twice
             if self.capturing is None:
-                self.capturing = []
+                self.capturing, self.threads = [], set()
+            self.threads.add(thread)
             if len(self.capturing) < MAX_STACK_LINES:
                 self.capturing.append(text)
             return

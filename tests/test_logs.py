@@ -358,3 +358,20 @@ def test_a_dump_s_threads_and_the_ranks_in_a_node_log_are_read_once():
     assert logs.dump_threads(dump) == [("Thread 0x1 (most recent call first):", ['  File "x", line 1 in w', ""]),
                                        ("Current thread 0x2 (most recent call first):", ['  File "/t/a.py", line 3 in f'])]
     assert logs.ranks_in(b"[rank3]: a\n[rank1]: b\nnot [rank7]: c\n[rank3]: d\n[rank10]:") == [3, 1, 10]
+
+
+def test_two_stack_dumps_glued_together_are_two_and_the_last_one_is_where_the_rank_is():
+    """A rank asked for its stacks twice (the live watcher, then the deadline) prints two
+    faulthandler dumps with no line between them: the second one is where it is now."""
+    first = ['Thread 0x00007f1 (most recent call first):', '  File "/x/t.py", line 3 in waiter', '',
+             'Current thread 0x00007f2 (most recent call first):',
+             '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1899 in init_process_group',
+             '  File "/x/job.py", line 6 in <module>']
+    second = [line.replace("line 1899 in init_process_group", "line 3252 in all_reduce")
+              .replace("line 6 in", "line 20 in") for line in first]
+    tracker = logs.StackTracker()
+    for line in first + second:
+        tracker.feed(f"[rank0]:{line}")
+    tracker.close()
+    assert logs.where_stuck(tracker.last) == {"file": "/x/job.py", "line": 20, "function": "<module>",
+                                              "call": "all_reduce"}
