@@ -80,6 +80,7 @@ def test_the_stacks_say_a_setup_hang_and_nothing_while_importing_or_computing():
     assert stall.judge_stacks({0: here, 1: here}, 2, setup) is None       # a slow warm-up on every rank
     importing = {"file": "<frozen importlib._bootstrap>", "line": 1, "function": "_load", "call": None}
     assert stall.judge_stacks({0: held, 1: importing}, 2, setup) is None
+    assert stall.judge_stacks({0: held, 1: dict(here, importing=True)}, 2, setup) is None   # at `import torch`
     assert stall.judge_stacks({0: held}, 2, setup) is None                # a rank without a stack
 
 

@@ -16,6 +16,7 @@ from ..rundir import RunDir
 from ..verdict import Ending, Evidence, Seen
 
 LIVE_SUBDIR = "live"
+IMPORTING = "<frozen importlib._bootstrap"     # a frame of a rank still importing (torch takes seconds)
 
 
 @dataclass
@@ -56,7 +57,8 @@ def stacks_now(run: RunDir) -> dict[int, dict]:
             reader.feed_file(run.node_log(node.index))
             reader.close()
             dumps.update(reader.stack_dumps())
-    return {rank: logs.where_stuck(lines) for rank, lines in dumps.items()}
+    return {rank: {**logs.where_stuck(lines), "importing": any(IMPORTING in line for line in lines)}
+            for rank, lines in dumps.items()}
 
 
 def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: str,

@@ -103,7 +103,7 @@ def judge_stacks(where: dict[int, dict], world: int, setup_calls: frozenset[str]
     why this is a stall (a sentence), or None."""
     if len(where) < world or any(not w.get("file") for w in where.values()):
         return None                 # a rank with no stack (not started, not Python): cannot say
-    if any(str(w.get("file", "")).startswith(SETTING_UP) for w in where.values()):
+    if any(w.get("importing") or str(w.get("file", "")).startswith(SETTING_UP) for w in where.values()):
         return None
     held = sorted(r for r, w in where.items() if w.get("call") in setup_calls)
     if held and len(held) < world:
