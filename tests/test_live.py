@@ -111,6 +111,10 @@ def test_the_follower_reads_complete_lines_only_past_a_nul_tail_and_across_segme
     now = ranks.poll()[1]
     assert now.ops == 2 and [o.seq for o in now.inside] == [1] and now.seen_ns == 1_000_000_000 + 1000
     assert RecordFollower(tmp_path).bad == 0
+    # torchrun restarts the rank: a new process; what the old one was inside is over
+    (records / "rank-1.0000000000000000200.43.0000.rec").write_bytes(
+        _line('{"k":"H","v":2,"t0":2000000000,"pid":43}') + b"\0" * 8)
+    assert ranks.poll()[1].inside == []
 
 
 def test_without_record_files_the_records_come_from_the_node_logs_split_by_rank(tmp_path):

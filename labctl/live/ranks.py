@@ -90,7 +90,9 @@ class _Rank:
 
     def feed(self, process: str, rec: records.Record) -> None:
         p = self.processes.get(process)
-        if p is None:
+        if p is None:                   # a new process of this rank (torchrun restarted it, a fork):
+            for old in self.processes.values():   # what the old ones were inside is over
+                old.open.clear()
             p = self.processes[process] = _Process()
         if isinstance(rec, records.Header):
             p.base = rec.t0
