@@ -32,6 +32,7 @@ from workloads._protocol.exercises import (DEFAULT_DEADLINE_S, DEFAULT_SEED, ENV
                                   RECORD_DEADLINE, RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_THREADS,
                                   RECORD_TIME, SENDS, WORKLOAD, Call, Config, Exercise, describe_cases,
                                   least_received, traffic, worlds)
+from workloads._protocol.ops import COLLECTIVE_CALLS
 
 from . import backends, verdict
 from .backends.base import BackendOptions
@@ -609,12 +610,7 @@ def _traffic_hint(ex: Exercise) -> str:
 BELOW_TORCH = {"_get_backend": "a process group's backend, below torch.distributed",
                "_functional_collectives": "torch's functional collectives",
                "_c10d_functional": "torch's functional collectives", "c10d": "torch.ops.c10d"}
-COLLECTIVES = frozenset({
-    "all_reduce", "allreduce", "allreduce_coalesced", "all_reduce_coalesced", "all_gather", "allgather",
-    "all_gather_into_tensor", "_allgather_base", "allgather_into_tensor_coalesced", "all_gather_object",
-    "allgather_coalesced", "all_to_all", "alltoall", "all_to_all_single", "alltoall_base", "broadcast",
-    "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
-    "reduce_scatter_tensor_coalesced", "gather", "scatter", "gather_object", "scatter_object_list"})
+COLLECTIVES = COLLECTIVE_CALLS     # the op table's: every name a script may call that moves data in a collective
 ARRIVED_FACTOR = 2          # right values with under 1/2 of what a rank must receive: not by p2p
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from . import Env
+from . import Env, ops
 from .algorithms import ALGORITHMS, Traffic
 
 ENV = Env.EXERCISE                # the runner's Config, JSON; set by labctl for `exercise check`
@@ -25,8 +25,8 @@ FLOAT_RTOL = 1e-5                   # floats: |got - expected| <= FLOAT_ATOL + F
 FLOAT_ATOL = 1e-5
 TIME_ELEMENTS = 1 << 20             # the timed size (float32: 4 MiB; gathers and all-to-all split it by the world)
 TIME_REPEATS = 5
-P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
-SENDS = frozenset({"send", "isend"})
+P2P_OPS = ops.ONE_PEER_P2P        # the point-to-point ops a learner's function may call (the op table's)
+SENDS = ops.SENDS                   # ... those that send
 
 # result records (each also carries workload=WORKLOAD, rank, ok, and the entry of
 # Config.exercises it is about with its exercise name; all but RECORD_LOAD the world size)
