@@ -272,7 +272,8 @@ if arm.startswith("recorder"):
                 os.write(self.fd, data)
             def flush(self):
                 pass
-        _trace._sink = Append()
+        from workloads._trace import sink
+        sink.proc.sink = Append()
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
 t = torch.ones(1)

@@ -35,17 +35,18 @@ if os.environ.get("P2P_NOOP_WRAPPERS"):
         setattr(cls, name, wrapper)
     for cls, name in ((dist.ProcessGroup, "send"), (dist.ProcessGroup, "recv"), (dist.Work, "wait")):
         wrap(cls, name)
-ABLATE = set(filter(None, os.environ.get("P2P_ABLATE", "").split(","))) - {"python"}
+ABLATE = set(filter(None, os.environ.get("P2P_ABLATE", "").split(",")))
 if ABLATE:                                         # --ablate: the recorder without some of its steps
-    from workloads import _trace
+    from workloads._trace import pyops, sink
+    from workloads._trace.bound import T
     if "where" in ABLATE:                          # no frame walk to the caller
-        _trace._where = lambda frame: (None, 0, None)
+        pyops._where = lambda frame: (None, 0, None)
     if "toggle" in ABLATE:                         # autograd excluded once for the thread, not per op
-        _trace._exclude(_trace._AUTOGRAD, True)
+        T.exclude(T.autograd, True)
     if "write" in ABLATE:                          # records go nowhere
         class _Nowhere:
             def write(self, data): pass
-        _trace._sink = _Nowhere()
+        sink.proc.sink = _Nowhere()
 dist.init_process_group("gloo")
 r = dist.get_rank(); peer = 1 - r
 one = torch.ones(1)
@@ -86,8 +87,7 @@ def once(checkout: Path, traced: bool, script: Path, noop: bool = False, pin: st
     fastest batch."""
     with tempfile.TemporaryDirectory() as records:
         env = {**os.environ, "LAB_PIN_CPUS": pin, "PYTHONPATH": str(checkout), "LAB_TRACE": "1" if traced else "0",
-               "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else "", "P2P_ABLATE": ablate,
-               "LAB_TRACE_FAST": "0" if ablate == "python" else "1"}
+               "LAB_TRACE_DIR": records, "P2P_NOOP_WRAPPERS": "1" if noop else "", "P2P_ABLATE": ablate}
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                                "2", "-m", "workloads._script", str(script)], capture_output=True, text=True,
                               env=env, cwd=checkout, timeout=600)
@@ -106,12 +106,12 @@ def main() -> None:
                         help="more traced arms, each without some of the recorder's steps (frame walk, "
                              "dispatch-key toggles, record writes): which of them the cost is")
     args = parser.parse_args()
-    if args.other is not None and not (args.other / "workloads" / "_trace.py").is_file():
-        parser.error(f"--other {args.other}: not a labctl checkout (no workloads/_trace.py)")
+    if args.other is not None and not ((args.other / "workloads" / "_trace.py").is_file()
+                                       or (args.other / "workloads" / "_trace" / "__init__.py").is_file()):
+        parser.error(f"--other {args.other}: not a labctl checkout (no workloads/_trace)")
     arms = [("untraced", REPO, False, False, ""),
             ("untraced, no-op Python wrappers on send/recv/wait (a Python recorder's floor)", REPO, False, True, ""),
-            ("traced (this checkout)", REPO, True, False, ""),
-            ("traced, the Python wrappers alone (LAB_TRACE_FAST=0: no C fast path)", REPO, True, False, "python")]
+            ("traced (this checkout)", REPO, True, False, "")]
     if args.other is not None:
         arms.append((f"traced ({args.other})", args.other, True, False, ""))
     if args.ablate:

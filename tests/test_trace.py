@@ -601,7 +601,7 @@ def test_a_rank_killed_right_after_an_op_is_said_to_have_entered_it(tmp_path):
 
 KILLED_IN_DUMP = """
 import os, sys, torch.distributed as dist
-from workloads import _trace
+from workloads._trace import fr as _trace
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1] + "/store", rank=0, world_size=1)
 _trace._with_pg_config = lambda *a: os._exit(9)      # SIGKILL's effect: the dump is cut short
 _trace.dump_flight_recorder()

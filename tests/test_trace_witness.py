@@ -1,5 +1,5 @@
 """Issue 36: the trace as a witness. Every op's record is written before torch is called,
-into a memory-mapped file the kernel keeps when the rank dies (workloads/_trace.py, the
+into a memory-mapped file the kernel keeps when the rank dies (workloads/_trace/sink.py, the
 file sink), so a rank that ends in os._exit, SIGABRT or SIGKILL loses nothing it issued;
 the recorder writes into no descriptor a script can close or reuse; an op that raised
 before it was issued is recorded as raised, not as a collective; every functional
@@ -312,7 +312,8 @@ def test_the_clock_exchange_costs_one_bounded_wait_for_ranks_that_never_come(mon
     once whatever the others do, and three ranks that never come cost one wait of
     CLOCK_WAIT_S in all (it was 60 s for each, one after another)."""
     import torch.distributed as dist
-    from workloads import _protocol, _trace
+    from workloads import _protocol
+    from workloads._trace import clock as _trace
 
     monkeypatch.setattr(_trace, "CLOCK_WAIT_S", 3)
     port = free_port()
@@ -375,7 +376,7 @@ def test_a_forked_child_starts_with_no_recorder_state_and_writes_into_a_file_of_
 
 CONTENDED = """
 import itertools, os, signal, sys, threading
-from workloads import _trace
+from workloads._trace import sink as _trace
 _trace.SEGMENT = 1 << 16                      # many segment changes
 sys.setswitchinterval(1e-6)                   # threads switch at every chance (a Python call
                                               # between reading and moving pos loses records so)
@@ -435,7 +436,7 @@ def test_a_write_while_the_old_segment_is_freed_lands_in_order(tmp_path, monkeyp
     suite run). The old mapping is freed only once both are in place."""
     import mmap
 
-    from workloads import _trace
+    from workloads._trace import sink as _trace
 
     monkeypatch.setattr(_trace, "SEGMENT", 64)
     held: dict = {}
@@ -470,7 +471,7 @@ def test_a_signal_handler_that_writes_during_a_segment_change_keeps_the_order_an
     segment (and itself overflows) claims the segment after it; each record stays, in the
     order written (was: the handler's record after later ones, or the tracing ended on an
     O_EXCL clash; seen once in 1,341 tests under load)."""
-    from workloads import _trace
+    from workloads._trace import sink as _trace
 
     monkeypatch.setattr(_trace, "SEGMENT", 64)
     opened = []

@@ -135,7 +135,7 @@ def main() -> None:
     say_when_joined()
     apply_pg_timeout()
     _trace.install_flight_recorder()    # its newest entries into the log when labctl asks (a FIFO)
-    _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace.py)
+    _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace/)
     _debugserver.install()  # LAB_DEBUG_SERVER: torch's debug server, started after init
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))

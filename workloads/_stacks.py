@@ -11,7 +11,7 @@ nothing of labctl can be asked too.
 that has RANK in its environment *and* catches SIGUSR1 (the default action of
 SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). Once those
 signals were delivered, each rank that runs the Flight Recorder dump thread of
-workloads/_trace.py gets a byte on its request FIFO (`fr_request_path`) and prints its
+workloads/_trace/fr.py gets a byte on its request FIFO (`fr_request_path`) and prints its
 newest Flight Recorder entries: the stacks first, then the entries, never both at once
 (faulthandler's C handler walking a thread that runs Python can crash). labctl
 calls it locally; on compose it runs inside each container:
@@ -37,7 +37,7 @@ AFTER_STACKS_S = 0.2        # faulthandler writes a dump in well under a millise
 
 
 def fr_request_path(pid: int) -> str:
-    """The FIFO whose byte asks process `pid` for its Flight Recorder (workloads/_trace.py)."""
+    """The FIFO whose byte asks process `pid` for its Flight Recorder (workloads/_trace/fr.py)."""
     return os.path.join(tempfile.gettempdir(), f"labctl-fr-{os.getuid()}", str(pid))
 
 

@@ -1,0 +1,210 @@
+"""Call sites: which frame is the user's (the script's or the workload's line an op was
+called from), and the S record that says, once per call site, what repeats between its
+ops (op, group, dtype, shape, bytes, peer or root, caller); an op's B line names its site.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from typing import Any
+
+from .._protocol import ops, records
+from .bound import T
+from .sink import _new_sink, proc, write
+
+MAX_SITES = 20_000                  # call sites remembered; past that they are numbered afresh
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep     # the recorder's own files
+
+_sites: dict[tuple, int] = {}        # what repeats between ops of one call site -> its number
+_site_ids = itertools.count(1)
+
+
+def _site(route: Any, dtype: Any, shape: Any, nbytes: Any, where: Any, code: Any, lasti: int,
+          name: Any, api: Any, reduce: Any = None) -> int:
+    """The number of a call site, with its S line the first time it is seen. `reduce`: a
+    reducing op's ReduceOp.RedOpType (SUM, MAX ...), None for the rest."""
+    key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce)   # id: a code object's hash is not cached
+    site = _sites.get(key)
+    if site is not None:
+        return site
+    if len(_sites) >= MAX_SITES:
+        _sites.clear()
+    site = _sites[key] = next(_site_ids)
+    if api in ops.ONE_OP_APIS:
+        name = api                      # send() posts an isend and waits; all_gather_into_tensor calls all_gather_single
+    if nbytes is None:
+        nbytes = dtype.itemsize * _numel(shape)
+    where = int(where) if where is not None else None
+    write(records.Site(
+        ident=site, op=name or route.op, pg=route.pg, p2p=route.p2p, nbytes=int(nbytes),
+        dtype=_dtype_name(dtype) if dtype is not None else None,
+        shape=[int(x) for x in shape] if dtype is not None else None,
+        peer=where if route.p2p else None, root=None if route.p2p else where,
+        caller=f"{code.co_filename}:{_line_of(code, lasti)}" if code is not None else "?",
+        api=api or None, via="c++" if route.via_cpp else None,
+        reduce=getattr(reduce, "name", str(reduce)) if reduce is not None else None))
+    return site
+
+
+def begin(ident: int, route: Any, seq: int, dtype: Any, shape: Any, nbytes: Any, where: Any,
+          code: Any, lasti: int, name: Any, api: Any, entered: int) -> None:
+    """Op `ident`'s B line, written before torch is called: a rank that hangs or dies in
+    the op has said which op it was in."""
+    site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api)
+    (proc.sink or _new_sink()).write(records.BEGIN % (ident, site, seq, entered - proc.t0))
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for x in shape:
+        n *= int(x)
+    return n
+
+
+_line_tables: dict[Any, list] = {}
+
+
+def _line_of(code: Any, lasti: int) -> int:
+    """The source line of instruction offset `lasti` in `code` (co_lines, once per code)."""
+    table = _line_tables.get(code)
+    if table is None:
+        table = _line_tables[code] = [(start, end, line) for start, end, line in code.co_lines()]
+    for start, end, line in table:
+        if start <= lasti < end:
+            return line if line is not None else code.co_firstlineno
+    return code.co_firstlineno
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = str(dtype)
+    return name[6:] if name.startswith("torch.") else name
+
+
+# ---------------------------------------------------------------- which frame is the user's
+
+_torch_dir = ""
+_c10d_file = ""
+_USER, _PLAIN = 1, 0
+# Both keyed by id(code): a code object's hash is not cached, and hashes its constants,
+# nested functions' code included (6.9 µs for workloads/bench.py's module: every op of a
+# loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
+_frames: dict[int, Any] = {}         # id(code) -> _USER, _PLAIN, or the torch.distributed function's name
+_names: dict[int, Any] = {}          # id(code of the direct caller) -> the op's name (isend ...) or None
+_codes: list[Any] = []               # every code in either: alive, so that their ids stay theirs
+_WRAPPERS = frozenset({"wrapper", "_wrapper", "inner", "decorator", "decorate_context", "_fn"})
+_PUBLIC: frozenset[str] = frozenset()
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+
+
+def bind(torch: Any) -> None:
+    """Where torch is (its frames are not the user's) and its public c10d functions."""
+    global _torch_dir, _c10d_file, _PUBLIC
+    c10d = torch.distributed.distributed_c10d
+    _torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    _c10d_file = os.path.abspath(c10d.__file__)
+    _PUBLIC = frozenset(n for n in getattr(c10d, "__all__", ()) if not n[0].isupper())
+
+
+@contextlib.contextmanager
+def forgetting_frames() -> Any:
+    """Frames classified inside are forgotten after (the start-up measurement, cost.py:
+    before install torch's folder is not known, and they would stay classified wrong); a
+    frame there outside the recorder is the user's."""
+    global _torch_dir
+    known, kept, torch_dir = set(_frames), len(_codes), _torch_dir
+    if not torch_dir:
+        _torch_dir = os.sep + "\0"     # no path: the first frame outside the recorder is the user's
+    try:
+        yield
+    finally:
+        _torch_dir = torch_dir
+        for key in [key for key in _frames if key not in known]:
+            del _frames[key]
+        del _codes[kept:]
+
+
+def _shim(path: str) -> bool:
+    """The standard library's or typing_extensions' code (a `@deprecated` wrapper around a
+    torch function): not the script's line."""
+    if path.startswith(_STDLIB) and "-packages" + os.sep not in path:
+        return True
+    return path.endswith(os.sep + "typing_extensions.py")
+
+
+def _classify(code: Any) -> Any:
+    path = code.co_filename
+    if path.startswith(_HERE) or _shim(path) or path.startswith("<frozen"):
+        kind = _PLAIN
+    elif not path.startswith(_torch_dir):
+        kind = _USER
+    elif os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
+            and code.co_name not in _WRAPPERS:
+        kind = code.co_name             # a public torch.distributed function (all_gather_object ...)
+    else:
+        kind = _PLAIN
+    _frames[id(code)] = kind
+    _codes.append(code)
+    return kind
+
+
+def _where(frame: Any) -> tuple[Any, int, str | None]:
+    """(code, instruction offset) of the first frame outside torch and this recorder (the
+    script's or the workload's call), and the outermost public torch.distributed function
+    on the way (all_gather_object for the all_gather it makes; None when called directly).
+    The offset, not the line: `f_lineno` scans the code's line table, 17 µs at the end of a
+    3,000-line module; the site's S line, written once, has the line (`_line_of`)."""
+    api = None
+    get = _frames.get
+    while frame is not None:
+        code = frame.f_code
+        kind = get(id(code))
+        if kind is None:
+            kind = _classify(code)
+        if kind is _USER:
+            return code, frame.f_lasti, api
+        if kind is not _PLAIN:
+            api = kind
+        frame = frame.f_back
+    return None, 0, api
+
+
+def _op_name(code: Any) -> str | None:
+    """The name the direct caller gives the op: the torch.distributed function that called
+    the group's method (isend and send both call `group.send`), else None."""
+    name = _names.get(id(code), False)
+    if name is False:
+        _codes.append(code)
+        name = _names[id(code)] = code.co_name if code.co_filename == _c10d_file \
+            and code.co_name in _PUBLIC else None
+    return name
+
+
+def _tensor_info(value: Any) -> tuple[Any, Any, int | None]:
+    """(dtype, shape, bytes) of an op's input: a tensor, or a list (of lists) of them:
+    the first tensor's dtype and shape, every tensor's bytes. Bytes None: one tensor's,
+    worked out from dtype and shape when the site's S line is written."""
+    tensor_class = T.tensor
+    if isinstance(value, tensor_class):
+        return value.dtype, value.shape, None
+    if type(value) is list and len(value) == 1 and isinstance(value[0], tensor_class):
+        return value[0].dtype, value[0].shape, None          # group.allreduce([tensor], opts)
+    if isinstance(value, (list, tuple)):
+        flat = []
+        for v in value:
+            if isinstance(v, (list, tuple)):
+                flat.extend(v)
+            else:
+                flat.append(v)
+        tensors = [v for v in flat if isinstance(v, tensor_class)]
+        if tensors:
+            return tensors[0].dtype, tensors[0].shape, sum(t.nbytes for t in tensors)
+    return None, None, 0
+
+
+def _forked() -> None:
+    """A forked child's file describes its own call sites."""
+    _sites.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
