@@ -1,4 +1,4 @@
-"""What tracing (on by default; workloads/_trace.py) costs, printed as tables (issue 30's
+"""What tracing (on by default; workloads/_trace/) costs, printed as tables (issue 30's
 bars; docs/trace.md, "What it costs").
 
 Every comparison runs the same lab twice, traced (the default) and with --no-trace, as a
