@@ -129,7 +129,7 @@ class _Finish:
         except Exception as exc:                # noqa: BLE001 - the run's results matter more
             run.record.notes.append(f"trace: merge failed: {exc}")
             return None
-        straggler = summary.straggler()
+        straggler = trace.straggler(summary)
         mismatch = summary.mismatch_found[0] if summary.mismatch_found else None
         run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
                                         len(summary.problems) + summary.more_problems, straggler, mismatch)
@@ -151,7 +151,7 @@ class _Finish:
             return None
         # the trace names the stuck op; when it cannot (no rank left an op record), the
         # Flight Recorder entries the ranks dumped may
-        return summary.diagnosis() or trace.flight_recorder(run.path, run.record.world_size)
+        return trace.diagnosis(summary) or trace.flight_recorder(run.path, run.record.world_size)
 
     def write_reports(self) -> None:
         """report.md, report.html (the page) and whatever files the run's workloads add

@@ -1,0 +1,286 @@
+"""One rank's records -> its ops (labctl/trace/): the rank's Begin/End/Raised records
+matched into `Op`s with their times on rank 0's clock, in the order they completed, and
+what the rank was last seen doing (the ops it never left, its last collective per process
+group). Standard library only."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from workloads._protocol import TRACE_MARKER as MARKER
+from workloads._protocol import records
+from workloads._protocol.ops import BLOCKING_P2P, ONE_PEER_P2P, SENDS
+from workloads._protocol.records import MAX_INT, BadRecord
+
+from .loader import MAX_LINE, TORN, source_lines
+from .model import Op, RankInfo, Summary
+
+_MARKER_BYTES = MARKER.encode()
+MAX_PENDING_OPS = 100_000           # ops begun and not yet ended that the merge holds, all ranks
+MAX_SITES = 200_000                 # call sites held per rank (the ranks renumber past 20,000)
+
+
+class RankReader:
+    """Ops of one rank, in the order they completed; never-completed ones at the end. A
+    rank's records come from its record files (one process after another, in the order
+    they started: an elastic restart, a forked child) and from its log (records a rank
+    sent through its log stream)."""
+
+    def __init__(self, paths: Path | list[Path], rank: int, summary: Summary,
+                 max_pending: int = MAX_PENDING_OPS):
+        self.paths = [paths] if isinstance(paths, Path) else list(paths)
+        self.rank, self.summary = rank, summary
+        self.max_pending = max_pending              # ops begun and not yet ended, held at most
+        self.info = summary.ranks.setdefault(rank, RankInfo(rank))
+        self.groups: dict[str, list[int]] = {}
+        self.last: dict[str, Op] = {}               # pg -> last collective entered
+        self.sites: dict[int, records.Site] = {}
+        self.base = 0                               # the rank's time origin (H line); 0 for old records
+        self.alive = 0                              # latest time seen (rank 0's clock)
+        self.last_op: Op | None = None              # the last op it began
+
+    @property
+    def path(self) -> Path:
+        return self.paths[0]
+
+    def first_start(self) -> int | None:
+        """The start of this rank's first op on rank 0's clock (None: no op), reading no
+        further than that op: where the trace's time 0 is."""
+        base, offset = 0, 0
+        for path in self.paths:
+            for raw, whole in source_lines(path):
+                at = raw.find(_MARKER_BYTES)
+                if at < 0 or not whole:
+                    continue
+                try:
+                    rec = records.decode(raw[at + len(_MARKER_BYTES):])
+                except BadRecord:
+                    continue
+                if isinstance(rec, records.Header):
+                    base = rec.t0
+                elif isinstance(rec, records.Clock) and rec.error is None:
+                    offset = rec.offset_ns
+                elif isinstance(rec, records.Begin):
+                    return base + rec.t + offset
+                elif isinstance(rec, records.OldOp):
+                    return rec.t + offset
+        return None
+
+    def __iter__(self) -> Iterator[Op]:
+        pending: OrderedDict[Any, Op] = OrderedDict()   # begun, not yet ended, oldest first
+        before: dict[Any, Op | None] = {}               # a pending collective -> the pg's last before it
+        let_go: int | None = None   # ops up to this id were given up on unended (MAX_PENDING_OPS)
+        for source, path in enumerate(self.paths):
+            name = str(path)
+            self.sites = {}                             # call sites are numbered per process
+            lines = enumerate(source_lines(path), 1)
+            for number, (raw, whole) in lines:
+                at = raw.find(_MARKER_BYTES)
+                if at < 0:
+                    continue
+                if TORN in raw:
+                    self.summary.torn.append(self.rank)
+                    self.summary.problem(name, number, f"rank {self.rank}'s last record was cut short "
+                                         "(the rank died while writing it): skipped")
+                    continue
+                if not whole:
+                    self.summary.problem(name, number, f"a line of more than {MAX_LINE >> 20} MiB "
+                                         "holds a trace record: skipped")
+                    continue
+                try:
+                    rec = records.decode(raw[at + len(_MARKER_BYTES):])
+                except BadRecord as exc:
+                    if str(exc).startswith("garbled"):
+                        self.summary.problem(name, number, str(exc))
+                        continue
+                    self.info.records += 1
+                    self.summary.problem(name, number, str(exc))
+                    continue
+                self.info.records += 1
+                try:
+                    if isinstance(rec, (records.Begin, records.OldOp)):
+                        op, ident = self._begin(rec)
+                        key = (source, ident)
+                        self.info.ops += 1
+                        self.last_op = op
+                        if op.seq is not None:
+                            before[key] = self.last.get(op.pg)
+                            self.last[op.pg] = op
+                        if op.end is not None:
+                            before.pop(key, None)
+                            yield op
+                            continue
+                        pending[key] = op
+                        if len(pending) > self.max_pending:
+                            # isends never waited on, say: holding them all would cost the
+                            # merge memory without bound. The oldest is shown unfinished
+                            # (not named as stuck: its end may still come).
+                            old, oldest = pending.popitem(last=False)
+                            before.pop(old, None)
+                            if let_go is None:
+                                self.summary.problem(name, number, f"more than {self.max_pending} ops of "
+                                                     f"rank {self.rank} begun and not ended (async ops "
+                                                     "never waited on?): the oldest are shown unfinished")
+                            let_go = max(let_go or 0, old[1] if isinstance(old[1], int) else 0)
+                            yield oldest
+                    elif isinstance(rec, (records.End, records.OldEnd)):
+                        ident = rec.ident
+                        op = pending.pop((source, ident), None)
+                        before.pop((source, ident), None)
+                        if op is None:
+                            if not (isinstance(ident, int) and let_go and ident <= let_go):
+                                self.summary.problem(name, number, f"end of op {ident} that never began")
+                            continue
+                        op.end = max(self._time(rec.t) if isinstance(rec, records.End)
+                                     else self._abs_time(rec.t), op.start)
+                        if op.peer is None and rec.peer is not None:
+                            op.peer = rec.peer
+                        yield op
+                    elif isinstance(rec, records.Raised):
+                        op = pending.pop((source, rec.ident), None)
+                        if op is None:
+                            self.summary.problem(name, number, f"op {rec.ident} raised but never began")
+                            continue
+                        if op.seq is not None:      # never issued: the pg's last collective is the one before
+                            previous = before.pop((source, rec.ident), None)
+                            if self.last.get(op.pg) is op:
+                                if previous is None:
+                                    del self.last[op.pg]
+                                else:
+                                    self.last[op.pg] = previous
+                        op.end = max(self._time(rec.t), op.start)
+                        op.raised = rec.error
+                        op.seq = None
+                        yield op
+                    else:
+                        self._other(rec)
+                except OverflowError as exc:
+                    self.summary.problem(name, number, f"trace record without a usable {exc}")
+                except BadRecord as exc:
+                    self.summary.problem(name, number, str(exc))
+        self.info.ended_in = _ended_in(list(pending.values()), self.last_op)
+        if self.info.ended_in is not None:
+            inside = bool(pending)
+            op = max(pending.values(), key=lambda o: o.start) if inside else self.last_op
+            self.info.ended_at = {"op": op.call, "caller": op.caller, "inside": inside}
+        for op in pending.values():
+            yield self._unfinished(op)
+
+    def _time(self, t: int) -> int:
+        """A record's time (ns after the process's t0) on rank 0's clock (ns)."""
+        t = self.base + t + self.info.offset_ns
+        if t > self.alive:
+            self.alive = t
+        return t
+
+    def _abs_time(self, t: int) -> int:
+        """The first recorder's absolute times, on rank 0's clock."""
+        t = t + self.info.offset_ns
+        self.alive = max(self.alive, t)
+        return t
+
+    def _begin(self, rec: records.Begin | records.OldOp) -> tuple[Op, Any]:
+        if isinstance(rec, records.OldOp):          # the first recorder's lines: everything inline
+            return Op(rank=self.rank, op=rec.op, pg=rec.pg, seq=rec.seq, p2p=rec.p2p, peer=rec.peer,
+                      root=rec.root, shape=rec.shape, dtype=rec.dtype, nbytes=rec.nbytes, caller=rec.caller,
+                      start=self._abs_time(rec.t), end=None), rec.ident
+        site = self.sites.get(rec.site)
+        if site is None:
+            raise BadRecord(f"op of call site {rec.site}, which no S line described")
+        start = self._time(rec.t)
+        end = max(self._time(rec.end), start) if rec.end is not None else None
+        return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p else rec.seq,
+                  p2p=rec.seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
+                  dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
+                  api=site.api, via=site.via, reduce=site.reduce), rec.ident
+
+    def _other(self, rec: records.Record) -> None:
+        if isinstance(rec, records.Site):
+            if len(self.sites) >= MAX_SITES:           # the rank renumbers its sites: the oldest go
+                del self.sites[next(iter(self.sites))]
+            self.sites[rec.ident] = rec
+        elif isinstance(rec, records.Header):
+            self.base = rec.t0
+        elif isinstance(rec, records.Group):
+            self.groups[rec.pg] = rec.ranks
+        elif isinstance(rec, records.Who):
+            self.info.node = rec.node
+            self.info.host = rec.host
+        elif isinstance(rec, records.Clock):
+            self._clock(rec)
+        elif isinstance(rec, records.Alive):
+            self._time(rec.t)
+
+    def _clock(self, rec: records.Clock) -> None:
+        if rec.error is not None:
+            self.info.clock_error = rec.error
+        else:
+            self.info.offset_ns, self.info.rtt_ns = rec.offset_ns, rec.rtt_ns
+
+    def _unfinished(self, op: Op) -> Op:
+        """An op that never ended: a p2p one is named (the first 50)."""
+        if op.p2p is not None and len(self.summary.blocked_p2p) < 50:
+            self.summary.blocked_p2p.append(op)
+        if op.p2p is not None and len(self.summary.stuck_p2p) < 50:
+            peer = "any rank" if op.peer is None else f"rank {op.peer}"
+            way = "to" if op.op in SENDS else "from"
+            where = f"(p2p #{op.p2p} of {op.pg}, at {op.caller})"
+            if op.op in ONE_PEER_P2P - BLOCKING_P2P:     # isend, irecv: it ends when wait() returns: it may have run
+                said = f"rank {op.rank}'s {op.op} {way} {peer} was never waited on, or its wait never returned"
+            else:
+                said = f"rank {op.rank} never finished {op.op} {way} {peer}"
+            self.summary.stuck_p2p.append(f"{said} {where}")
+        return op
+
+
+def _where_op(op: Op) -> str:
+    number = f"collective #{op.seq} of {op.pg}" if op.seq is not None else f"p2p #{op.p2p} of {op.pg}"
+    return f"{op.label} ({number}) at {op.caller}"
+
+
+def _ended_in(unfinished: list[Op], last: Op | None) -> str | None:
+    """Where a rank's records end, said for a rank that died without a traceback: the op
+    it was inside (the latest begun of those it never left), else the last op it began."""
+    if unfinished:
+        return "in " + _where_op(max(unfinished, key=lambda o: o.start))
+    if last is not None:
+        return "after " + _where_op(last) if last.raised is None else None
+    return None
+
+
+# ---------------------------------------------------------------- one rank's ops, as it recorded them
+
+@dataclass(frozen=True, slots=True)
+class RankOp:
+    """One op of one rank with its times on that rank's own clock (ns, no clock offset
+    applied): for setting against times the rank itself wrote (labctl/exercise.py)."""
+    op: str
+    peer: int | None
+    nbytes: int
+    caller: str
+    begin: int
+    end: int | None                 # None: never completed (hang, crash, async op never waited on)
+
+
+class _OwnClock(RankReader):
+    """A rank's ops with its times as the rank took them: its clock offset to rank 0
+    (the C record) is not applied."""
+
+    def _clock(self, rec: records.Clock) -> None:
+        """Not applied: the rank's own clock."""
+
+
+def rank_ops(paths: str | Path | list[Path]) -> list[RankOp]:
+    """Every op one rank recorded (its record files and log: `record_sources`), in the order
+    the rank began them, read as the merge reads them (both record formats); an op that
+    raised before torch issued it is not one. Records that cannot be read are skipped
+    (merge() names them)."""
+    paths = [Path(p) for p in paths] if isinstance(paths, list) else [Path(paths)]
+    reader = _OwnClock(paths, 0, Summary(path=paths[0] if paths else None), max_pending=MAX_INT)
+    ops = [RankOp(op=o.op, peer=o.peer, nbytes=o.nbytes, caller=o.caller, begin=o.start, end=o.end)
+           for o in reader if o.raised is None]
+    ops.sort(key=lambda o: o.begin)
+    return ops
+

@@ -1,0 +1,258 @@
+"""Stuck collectives, mismatches and blame (labctl/trace/): per process group where the
+ranks stopped (`Stuck`), collectives whose ranks' calls differed, and who the others
+wait for (the hang diagnosis status.json carries); the run's straggler. Functions over
+the ops and the merge's `Summary`. Standard library only."""
+from __future__ import annotations
+
+from typing import Any
+
+from workloads._protocol.ops import BLOCKING_P2P, RECVS
+
+from .model import Op, Stuck, Summary
+
+STRAGGLER_SHARE = 0.75              # a rank last at this share of its collectives (at least
+STRAGGLER_MIN = 4                   # this many), typically this late, is the run's straggler
+STRAGGLER_NS = 20_000_000
+
+
+def _differs(seen: dict[int, Op]) -> list[str]:
+    """What differs between the ranks' calls of one collective: the op, else the size (the
+    element count) or the shape (the same count), the dtype; and the root."""
+    ops = list(seen.values())
+    what = []
+    if len({o.op for o in ops}) > 1:
+        what.append("op")
+    else:
+        if len({o.shape_text for o in ops}) > 1:
+            counts = {None if o.shape is None else _count(o.shape) for o in ops}
+            what.append("size" if len(counts) > 1 else "shape")
+        if len({o.dtype for o in ops}) > 1:
+            what.append("dtype")
+    if all(o.root is not None for o in ops) and len({o.root for o in ops}) > 1:
+        what.append("root")
+    if len({o.reduce_op for o in ops}) > 1:
+        what.append("reduce op")
+    return what
+
+
+def _count(shape: list[int]) -> int:
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
+def _groups_by_signature(seen: dict[int, Op]) -> list[tuple[str, list[int]]]:
+    """Ranks grouped by what they called, the most common first, each group said by what
+    tells it apart: the call and shape, with the dtype when the dtype differs and the root
+    when the root does."""
+    what = _differs(seen)
+    said: dict[str, str] = {}
+    by_signature: dict[str, list[int]] = {}
+    for rank, o in sorted(seen.items()):
+        by_signature.setdefault(o.signature, []).append(rank)
+        text = o.label + (f" {o.dtype}" if "dtype" in what and o.dtype else "")
+        text += f" with {o.reduce_op or 'SUM'}" if "reduce op" in what else ""
+        said.setdefault(o.signature, text + (f" from root {o.root}" if "root" in what else ""))
+    return sorted(((said[sig], ranks) for sig, ranks in by_signature.items()),
+                  key=lambda kv: (-len(kv[1]), kv[1][0]))
+
+
+def _odd_ranks(seen: dict[int, Op]) -> list[int]:
+    """The ranks that called something else than the most of them; none when no call is
+    the most common (two ranks that disagree: neither is the odd one)."""
+    groups = _groups_by_signature(seen)
+    if len(groups) < 2 or len(groups[0][1]) == len(groups[1][1]):
+        return []
+    return sorted(r for _, ranks in groups[1:] for r in ranks)
+
+
+def mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
+    """"rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #4 of
+    default_pg (the op differs)": the odd ranks are the fewer. With no odd one (two ranks),
+    what each called and where: "rank 0 called all_reduce [1000] at a.py:7; rank 1 called
+    all_reduce [12] at a.py:7, collective #1 of default_pg (the size differs; no rank is
+    the odd one out)"."""
+    ordered = _groups_by_signature(seen)
+    what = _differs(seen)
+    differs = f"the {' and the '.join(what)} differ{'s' if len(what) == 1 else ''}" if what else ""
+    if _odd_ranks(seen):
+        common_label, common_ranks = ordered[0]
+        odd = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}" for label, ranks in ordered[1:])
+        return (f"{odd} where rank {common_ranks[0]} called {common_label}, collective #{seq} of {pg}"
+                + (f" ({differs})" if differs else ""))
+    each = "; ".join(f"rank {', '.join(map(str, ranks))} called {label}"
+                     + (f" at {seen[ranks[0]].caller}" if seen[ranks[0]].caller not in ("", "?") else "")
+                     for label, ranks in ordered)
+    return f"{each}, collective #{seq} of {pg} ({differs + '; ' if differs else ''}no rank is the odd one out)"
+
+
+def mismatch_of(pg: str, seq: int, seen: dict[int, Op]) -> dict[str, Any]:
+    """A mismatched collective as status.json gives it: the odd ranks (every rank when none
+    is), the call of the odd one and where it was made, what differs, the sentence."""
+    odd = _odd_ranks(seen)
+    first = seen[odd[0]] if odd else None
+    return {"pg": pg, "seq": seq, "ranks": odd or sorted(seen), "rank": odd[0] if len(odd) == 1 else None,
+            "op": first.call if first else None, "caller": first.caller if first else None,
+            "differs": _differs(seen), "calls": {str(r): o.where() for r, o in sorted(seen.items())},
+            "unfinished": sorted(r for r, o in seen.items() if o.end is None),
+            "text": mismatch_text(pg, seq, seen)}
+
+
+def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False,
+           silent: list[int] | None = None) -> tuple[list[Stuck], list[str]]:
+    """Per process group with an op some rank never completed: the furthest collective,
+    who is inside it, who never entered it, and a mismatch at that sequence number.
+    `only_clear`: name a group only for a missing rank or a mismatch (Flight Recorder
+    entries on gloo never say whether an op completed). `silent`: ranks that wrote no op
+    record at all (said so, not "last entered: none")."""
+    found, mismatches = [], []
+    for pg, by_rank in sorted(last.items()):
+        if all(op.end is not None for op in by_rank.values()):
+            continue                                # every rank left its last collective
+        members = groups.get(pg) or sorted(by_rank)
+        top = max(op.seq for op in by_rank.values())
+        inside = {r: op for r, op in by_rank.items() if op.seq == top}
+        waiting = sorted(r for r, op in inside.items() if op.end is None)
+        missing = sorted(r for r in members if r not in inside)
+        mismatch = None
+        if len({op.signature for op in inside.values()}) > 1:
+            mismatch = mismatch_text(pg, top, inside)
+            mismatches.append(mismatch)
+        if (not waiting or only_clear) and not missing and not mismatch:
+            continue
+        odd = _odd_ranks(inside) if mismatch else []
+        common = [op for r, op in sorted(inside.items()) if r not in odd]
+        any_op = (common or list(inside.values()))[0]
+        targets = odd or missing
+        found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing,
+                           culprit=targets[0] if len(targets) == 1 else None,
+                           last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},
+                           mismatch=mismatch, silent=[r for r in missing if r in (silent or [])],
+                           call=any_op.call, calls={r: op.where() for r, op in inside.items()}, odd=odd,
+                           started=min(op.start for op in inside.values())))
+    return found, mismatches
+
+
+def blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None, str | None]:
+    """Who the stuck collectives wait for, across process groups: the rank the most ranks
+    wait for (a rank that reduced in its subgroup first, while the three others wait for it
+    in the world's collective, is the one; the rank it waits for in the subgroup is not).
+    Several as many: no one culprit, all of them named. With the culprit (or the first of
+    them), its call (the one it made that the others did not, or the one they wait in that
+    it never entered) and its line when it made the call. (culprit, ranks, op, caller)."""
+    waited: dict[int, set[int]] = {}
+    for st in stuck:
+        for target in st.targets:
+            waited.setdefault(target, set()).update(r for r in [*st.waiting, *st.calls] if r not in st.targets)
+    if not waited:                      # a mismatch where no call is the most common: every rank in it
+        st = next((st for st in stuck if st.calls), None)
+        if st is None:
+            return None, [], None, None
+        ranks = sorted(st.calls)
+        return None, ranks, st.calls[ranks[0]]["call"], None
+    top = max(len(w) for w in waited.values())
+    ranks = sorted(r for r, w in waited.items() if len(w) == top)
+    culprit = ranks[0] if len(ranks) == 1 else None
+    st = min((st for st in stuck if ranks[0] in st.targets), key=lambda st: st.started)
+    call = st.calls.get(ranks[0])
+    if call is not None:                # it called something else
+        return culprit, ranks, call["call"], call["caller"]
+    return culprit, ranks, st.call or st.op, None
+
+
+def diagnosis(s: Summary) -> dict[str, Any] | None:
+    """What status.json's first failure carries: the stuck collective per pg, and who
+    is to blame (`rank`, or `ranks` when no one rank is), the call and its line."""
+    if not s.stuck and not s.mismatches and not s.stuck_p2p:
+        return None
+    culprit, ranks, op, caller, lead = blame(s)
+    said = [st.describe() for st in s.stuck] or s.mismatches[:1]
+    left_in = _left_in_a_mismatch(s)
+    return {"rank": culprit, "ranks": ranks, "op": op, "caller": caller,
+            **({"mismatch": left_in} if left_in else {}),
+            "stuck": [st.to_dict() for st in s.stuck], "mismatches": s.mismatches[:5],
+            "p2p": s.stuck_p2p[:10], "text": "; ".join([*lead, *said, *s.stuck_p2p[:4]])}
+
+
+def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, list[str]]:
+    """(culprit, ranks, op, caller, a sentence to lead with): a rank waiting to receive
+    from a rank that sent to another one, which never received it, is waiting for a
+    send to the wrong peer; else the stuck collectives' culprit (`blame_stuck`); else a
+    completed mismatch's odd rank; else the ranks in blocking p2p ops that never ended
+    (a deadlock: all of them). A collective of differing calls some rank never left
+    (`_left_in_a_mismatch`) comes before the stuck collectives: they came after it."""
+    for op in s.blocked_p2p:
+        if op.op not in RECVS or op.peer is None:
+            continue
+        wrong = sorted((dst, caller) for (pg, src, dst), caller in s.unmatched_sends.items()
+                       if pg == op.pg and src == op.peer and dst != op.rank)
+        if wrong:
+            dst, caller = wrong[0]
+            return op.peer, [op.peer], "send", caller, [
+                f"rank {op.peer} sent to rank {dst} at {caller}, and rank {dst} never received it, while "
+                f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (a send to the wrong peer?)"]
+    left_in = _left_in_a_mismatch(s)
+    if left_in:                     # a rank died or hangs inside it: what came after is its effect
+        return left_in["rank"], left_in["ranks"], left_in["op"], left_in["caller"], [
+            f"{left_in['text']}; rank {', '.join(map(str, left_in['unfinished']))} never left it"]
+    if s.stuck:
+        culprit, ranks, op, caller = blame_stuck(s.stuck)
+        earlier = _mismatch_before(s, culprit)
+        if earlier is not None:             # the odd call it made first is what the rest follows from
+            return culprit, ranks, earlier["op"], earlier["caller"], [earlier["text"]]
+        if ranks:
+            return culprit, ranks, op, caller, []
+    if s.mismatch_found:
+        m = s.mismatch_found[0]
+        return m["rank"], m["ranks"], m["op"], m["caller"], []
+    blocked = [op for op in s.blocked_p2p if op.op in BLOCKING_P2P] or s.blocked_p2p
+    ranks = sorted({op.rank for op in blocked})
+    if not ranks:
+        return None, [], None, None, []
+    mine = next(op for op in blocked if op.rank == ranks[0])
+    culprit = ranks[0] if len(ranks) == 1 else None
+    return culprit, ranks, mine.call, mine.caller, []
+
+
+def _mismatch_before(s: Summary, culprit: int | None) -> dict[str, Any] | None:
+    """A completed collective whose calls differed, with `culprit` its odd rank, before
+    a stuck collective of the same group that the culprit never entered or never left:
+    broadcast_object_list with lists of other lengths, where the odd rank then dies
+    unpickling what it got and the others wait for it in the next all_reduce. The odd
+    call is the cause; the stuck collective its effect."""
+    if culprit is None:
+        return None
+    for m in s.mismatch_found:
+        if m["rank"] == culprit and any(st.pg == m["pg"] and st.seq > m["seq"] and culprit in st.targets
+                                        for st in s.stuck):
+            return m
+    return None
+
+
+def _left_in_a_mismatch(s: Summary) -> dict[str, Any] | None:
+    """The first collective every member entered with calls that differ, an odd rank
+    among them, and a rank that never left it (gloo's size check aborted it there, or
+    it hangs there): the cause of whatever the other ranks then wait in."""
+    stuck = {(st.pg, st.seq) for st in s.stuck}       # said there already
+    return next((m for m in s.mismatch_found if m["unfinished"] and m["rank"] is not None
+                 and (m["pg"], m["seq"]) not in stuck), None)
+
+
+def straggler(s: Summary) -> dict[str, Any] | None:
+    """The rank that arrived last at most of its collectives (STRAGGLER_SHARE of at least
+    STRAGGLER_MIN), typically STRAGGLER_NS or more after the first: status.json's
+    `trace.straggler`. None: no rank stands out."""
+    found = [(late.last, late.late_ns, rank) for rank, late in s.lateness.items()
+             if late.last >= max(STRAGGLER_MIN, STRAGGLER_SHARE * late.collectives)
+             and late.typical_ns >= STRAGGLER_NS]
+    if not found:
+        return None
+    rank = max(found)[2]
+    late = s.lateness[rank]
+    call, caller = late.most() or (None, None)
+    mean = late.late_ns / late.last / 1e6
+    return {"rank": rank, "ranks": [rank], "op": call, "caller": caller, "last": late.last,
+            "of": late.collectives, "late_ms": round(mean, 3),
+            "text": f"rank {rank} arrived last at {late.last} of {late.collectives} collectives, by "
+                    f"{mean:.0f} ms on average (most often in {call} at {caller})"}

@@ -1,0 +1,253 @@
+"""The trace's types (labctl/trace/): one op of one rank, what the merge saw of each rank,
+per (pg, op) totals, stragglers, where the ranks of a process group stopped (`Stuck`), the
+merge's `Summary`, and the hang diagnosis status.json carries (`Diagnosis`, `Mismatch`).
+Data and small properties only; standard library only (labctl/record.py stores a
+`Diagnosis`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STRAGGLERS = 10
+MAX_PROBLEMS = 20                   # bad records named one by one; the rest counted
+CPP_OPS_NOTE = 10_000               # this many ops issued from C++: say what tracing them costs
+CPP_OP_COST = "about 20-80 µs of CPU each"   # benchmarks/trace.py, CPU table (docs/trace.md)
+
+
+@dataclass(slots=True)
+class Op:
+    """One op of one rank, times in ns on rank 0's clock (the rank's offset applied).
+    Slots and shared strings: the merge may hold MAX_PENDING_OPS of them."""
+    rank: int
+    op: str
+    pg: str
+    seq: int | None                 # per-pg collective number; None for p2p
+    p2p: int | None
+    peer: int | None
+    root: int | None
+    shape: list[int] | None
+    dtype: str | None
+    nbytes: int
+    caller: str
+    start: int
+    end: int | None                 # None: never completed (hang, crash, async never waited)
+    api: str | None = None          # the torch.distributed function called (all_gather_object ...)
+    via: str | None = None          # "c++": issued by torch's C++ (DDP's Reducer, functional collectives)
+    raised: str | None = None       # the exception it raised before torch issued it (never a collective)
+    reduce: str | None = None       # a reducing op's reduce op (SUM, MAX ...); None: not one, or not known
+
+    @property
+    def call(self) -> str:
+        """The torch.distributed function the script called: the outermost public one on the
+        way (`api`: all_gather_object, batch_isend_irecv), else the op itself."""
+        return self.api if self.api and self.api != self.op else self.op
+
+    @property
+    def shape_text(self) -> str:
+        return "[" + ", ".join(map(str, self.shape)) + "]" if self.shape is not None else "[]"
+
+    @property
+    def label(self) -> str:
+        """"all_reduce [1000]"; the script's call first when it is another function:
+        "all_gather_object (its all_gather [1])"."""
+        if self.call != self.op:
+            return f"{self.call} (its {self.op} {self.shape_text})"
+        return f"{self.op} {self.shape_text}"
+
+    @property
+    def reduce_op(self) -> str | None:
+        """The reduce op where it must agree: SUM is the default, and an op torch's C++
+        issued (DDP, functional collectives) carries none; both count as SUM."""
+        return self.reduce if self.reduce not in (None, "SUM") else None
+
+    @property
+    def signature(self) -> str:
+        """What must agree across ranks at one sequence number: op, shape, dtype, root and
+        reduce op."""
+        root = f" root {self.root}" if self.root is not None else ""
+        reduce = f" {self.reduce_op}" if self.reduce_op else ""
+        return f"{self.op} {self.shape_text} {self.dtype or ''}{root}{reduce}".strip()
+
+    def where(self) -> dict[str, Any]:
+        """The call as status.json gives it (a stuck collective's `calls`)."""
+        return {"op": self.op, "call": self.call, "shape": self.shape, "dtype": self.dtype, "root": self.root,
+                **({"reduce": self.reduce} if self.reduce else {}), "caller": self.caller}
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    node: int | None = None
+    host: str | None = None
+    offset_ns: int = 0
+    rtt_ns: int | None = None
+    clock_error: str | None = None
+    records: int = 0
+    ops: int = 0                    # op records (B/X) seen
+    ended_in: str | None = None     # where its records end: the op it never left, or its last op
+    ended_at: dict | None = None    # ... as {"op": the script's call, "caller": file:line, "inside": bool}
+
+
+@dataclass
+class Problem:
+    file: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.text}"
+
+
+@dataclass
+class OpTotal:
+    count: int = 0
+    nbytes: int = 0
+    total_ns: int = 0
+    slowest_ns: int = 0
+    slowest_rank: int | None = None
+    unfinished: int = 0
+
+
+@dataclass
+class Straggler:
+    pg: str
+    seq: int
+    op: str
+    rank: int                       # the rank that arrived last
+    late_ns: int                    # after the first rank arrived
+
+
+@dataclass
+class Lateness:
+    """How often one rank arrived last at a collective every member reached, and by how much
+    after the first (a straggler per rank, where `Straggler` is one per collective)."""
+    collectives: int = 0            # collectives of two or more ranks it took part in
+    last: int = 0                   # ... at which it arrived last
+    late_ns: int = 0                # summed over those
+    worst_ns: int = 0
+    where: dict[tuple[str, str], int] = field(default_factory=dict)   # (call, caller) -> times last there
+
+    def add(self, late: int, op: Op) -> None:
+        self.last += 1
+        self.late_ns += late
+        self.worst_ns = max(self.worst_ns, late)
+        key = (op.call, op.caller)
+        if key in self.where or len(self.where) < 100:
+            self.where[key] = self.where.get(key, 0) + 1
+
+    @property
+    def typical_ns(self) -> int:
+        """Its mean lateness without its worst one (the first collective after the join
+        often waits for a slow start, once)."""
+        if self.last <= 1:
+            return self.late_ns
+        return (self.late_ns - self.worst_ns) // (self.last - 1)
+
+    def most(self) -> tuple[str, str] | None:
+        return max(self.where.items(), key=lambda kv: kv[1])[0] if self.where else None
+
+
+@dataclass
+class Stuck:
+    """Where the ranks of one process group stopped, when some op never completed."""
+    pg: str
+    seq: int                        # the collective the furthest rank is in
+    op: str
+    waiting: list[int]              # ranks inside it that never left it
+    missing: list[int]              # member ranks that never entered it
+    last: dict[int, str]            # rank -> its last collective entered ("#5 all_reduce [1000]")
+    mismatch: str | None = None
+    culprit: int | None = None      # the rank that called something else, or never came (one)
+    silent: list[int] = field(default_factory=list)   # missing ranks without a single trace record
+    call: str | None = None         # the script's call the ranks inside made (all_gather_object ...)
+    calls: dict[int, dict] = field(default_factory=dict)   # rank inside -> its call (Op.where)
+    odd: list[int] = field(default_factory=list)   # a mismatch's odd ranks (none: no call is the most common)
+    started: int = 0                # when the first rank entered it (rank 0's clock, ns)
+
+    @property
+    def targets(self) -> list[int]:
+        """The ranks the others wait for here: the odd ones of a mismatch, else the missing."""
+        return self.odd or self.missing
+
+    @property
+    def said_op(self) -> str:
+        return self.op if not self.call or self.call == self.op else f"{self.call} (its {self.op})"
+
+    def describe(self) -> str:
+        parts = []
+        if self.mismatch:
+            parts.append(self.mismatch)
+        if self.missing:
+            who = ", ".join(f"rank {r}" for r in self.missing)
+            was = "; ".join(self._last_of(r) for r in self.missing)
+            inside = ", ".join(map(str, self.waiting))
+            verb = "ranks {} wait" if len(self.waiting) > 1 else "rank {} waits"
+            parts.append(f"{verb.format(inside)} in {self.said_op} (collective #{self.seq} of {self.pg}) "
+                         f"which {who} never entered ({was})" if self.waiting else
+                         f"{who} never entered collective #{self.seq} of {self.pg}")
+        if not parts:
+            parts.append(f"rank {', '.join(map(str, self.waiting))} never left {self.said_op} "
+                         f"(collective #{self.seq} of {self.pg})")
+        return "; ".join(parts)
+
+    def _last_of(self, rank: int) -> str:
+        if rank in self.last:
+            return f"last entered: rank {rank}: {self.last[rank]}"
+        if rank in self.silent:     # not "none": its records may have died with it
+            return f"rank {rank} left no op record: it ended or was killed before writing one"
+        return f"last entered: rank {rank}: none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pg": self.pg, "seq": self.seq, "op": self.op, "waiting": self.waiting,
+                "missing": self.missing, "last": {str(r): v for r, v in sorted(self.last.items())},
+                "mismatch": self.mismatch, "rank": self.culprit, "ranks": self.targets, "no_records": self.silent,
+                "call": self.call or self.op, "calls": {str(r): c for r, c in sorted(self.calls.items())},
+                "text": self.describe()}
+
+
+@dataclass
+class Summary:
+    path: Path | None = None
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    missing_ranks: list[int] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    more_problems: int = 0
+    totals: dict[tuple[str, str], OpTotal] = field(default_factory=dict)
+    stragglers: list[Straggler] = field(default_factory=list)
+    stuck: list[Stuck] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    stuck_p2p: list[str] = field(default_factory=list)   # "rank 1 waits in recv from rank 0 ..."
+    ops: int = 0
+    flows: int = 0
+    unfinished: int = 0
+    t0_ns: int | None = None        # the run's first op, on rank 0's clock: ts 0 in trace.json
+    end_ns: int | None = None       # the last moment any rank was known alive: where unfinished ops end
+    lanes: dict[int, int] = field(default_factory=dict)   # rank -> threads its ops needed
+    cpp_ops: int = 0                # ops torch's C++ issued (functional collectives, DDP's Reducer)
+    raised: list[str] = field(default_factory=list)   # "rank 0's broadcast at x.py:5 raised ValueError: ..."
+    raised_count: int = 0
+    torn: list[int] = field(default_factory=list)     # ranks whose last record was cut by their death
+    mismatch_found: list[dict] = field(default_factory=list)   # the first mismatches, as status.json says them
+    lateness: dict[int, Lateness] = field(default_factory=dict)  # rank -> how often it arrived last
+    blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
+    unmatched_sends: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (pg, src, dst) -> caller
+
+    @property
+    def empty(self) -> bool:
+        return self.ops == 0
+
+    @property
+    def cost_note(self) -> str | None:
+        """Many ops issued from C++ (DTensor, functional collectives in a loop): the case
+        where tracing costs more than the rest, said with its measured cost."""
+        if self.cpp_ops < CPP_OPS_NOTE:
+            return None
+        return (f"{self.cpp_ops} ops were issued by torch's C++ (functional collectives, DTensor, DDP) and "
+                f"traced at {CPP_OP_COST} (docs/trace.md, \"What it costs\"); --no-trace turns tracing off")
+
+    def problem(self, file: str, line: int, text: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(Problem(file, line, text))
+        else:
+            self.more_problems += 1
