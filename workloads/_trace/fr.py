@@ -218,8 +218,10 @@ def dump_flight_recorder() -> int:
     shape, dtype, time created); with LAB_FR_DUMP_DIR also torch's own pickle dump
     (<dir>/rank_<R>, what `torchfrtrace` reads). Returns the entries written."""
     torch = sys.modules.get("torch")
-    if torch is None:
-        return 0
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return 0                        # not imported, or the main thread is still importing it: a
+                                        # second thread's import of torch.distributed then ran
+                                        # beside it ("'torch._C' is not a package", then SIGSEGV)
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
