@@ -323,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             verdict = score(case, answer)
             base = 0.0 if tool == "live" else baseline.get(tool, 0.0)     # live: from the hang's start already
             after = None if answer.seconds is None else max(0.0, answer.seconds - base)
+            if tool == "live" and not case.blameless and case.kind in QUIET_KINDS:
+                cells.append("quiet ✓" if answer.silent else "alarm ✗")   # healthy: silence is right
+                continue
             cells.append(f"{verdict.marks()} {'' if after is None else f'{after:.0f} s'}".strip())
             if case.name != CONTROL:
                 t = totals[tool]

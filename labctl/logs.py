@@ -310,11 +310,12 @@ def _quoted(line: str) -> str:
 # script's call's)
 _HARNESS = ("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py", "workloads/_trace.py",
             "workloads/_record.py")
+_HARNESS_PACKAGES = ("/workloads/_trace/",)     # the recorder, a package of its own
 
 
 def _own(file: str) -> bool:
     """A frame in the user's script or a workload, not in a library or labctl's harness."""
-    if file.endswith(_HARNESS):
+    if file.endswith(_HARNESS) or any(p in file for p in _HARNESS_PACKAGES):
         return False
     return "/workloads/" in file or not any(s in file for s in _LIBRARY)
 
