@@ -1,4 +1,4 @@
-# zoo: culprit=none kind=pass nproc=2 timeout=150
+# zoo: culprit=none kind=pass nproc=2 timeout=120
 # zoo: about=every rank computes for 60 s with no op in flight, then all_reduces: slow, not stalled
 import time
 
