@@ -354,7 +354,7 @@ def _common_env(spec: LabSpec, placement: Placement, run_id: str, node: int,
         env[Env.PG_TIMEOUT] = f"{spec.pg_timeout:g}"
     if spec.debug:
         env.update(debug_env(spec))
-    if spec.trace:                      # workloads/_trace.py records every op (docs/trace.md)
+    if spec.trace:                      # workloads/_trace/ records every op (docs/trace.md)
         env[Env.TRACE] = "1"
     if spec.fault_clock == "join" and spec.faults:   # ranks say when they joined (_common.say_joined)
         env[Env.FAULT_CLOCK] = "join"

@@ -35,7 +35,7 @@ class Env:
     INIT_METHOD = "LAB_INIT_METHOD"    # the URL a worker joins through (env://, tcp://, file://)
     SHARED_DIR = "LAB_SHARED_DIR"      # a directory every node sees (file:// init, checkpoints)
     PG_TIMEOUT = "LAB_PG_TIMEOUT"      # seconds a collective waits for its peers
-    TRACE = "LAB_TRACE"                # "1": record every op (workloads/_trace.py)
+    TRACE = "LAB_TRACE"                # "1": record every op (workloads/_trace/)
     TRACE_DIR = "LAB_TRACE_DIR"        # a folder labctl reads itself: the ranks' record files go there
     FAULT_CLOCK = "LAB_FAULT_CLOCK"    # "join": each rank says when it joined (JOINED_MARKER)
     FR_DUMP_DIR = "LAB_FR_DUMP_DIR"    # where ranks dump Flight Recorder pickles at a hang
@@ -48,7 +48,7 @@ class Env:
 
 # The run folder's subfolder where local ranks write their record files (LAB_TRACE_DIR):
 # rank-<RANK>.<t0 ns, 19 digits>.<pid>.<segment, 4 digits>.rec, each the marked lines below,
-# NUL-padded past the last one written (workloads/_trace.py, _FileSink).
+# NUL-padded past the last one written (workloads/_trace/sink.py, _FileSink).
 RECORDS_SUBDIR = "records"
 # The run folder's subfolder where torch's debug server writes its dumps (LAB_DEBUG_SERVER_DIR).
 DEBUG_SERVER_SUBDIR = "debug-server"
