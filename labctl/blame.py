@@ -28,6 +28,7 @@ from workloads._protocol import DATA, WORKLOAD_DONE
 from . import logs
 from .faults import parse as parse_fault
 from .record import FiredFault, FirstFailure
+from .trace.model import STACKS, Diagnosis
 from .outcome import NodeOutcome, NodeState, signal_name
 from .rundir import RunDir
 
@@ -532,7 +533,7 @@ SETUP_CALLS = ("init_process_group", "new_group", "new_subgroups", "new_subgroup
                "init_device_mesh")
 
 
-def setup_hang(where: dict[int, dict], world: int | None) -> dict | None:
+def setup_hang(where: dict[int, dict], world: int | None) -> Diagnosis | None:
     """At a hang, from the ranks' stacks (logs.where_stuck: their innermost own frame and
     the torch.distributed call it is in): ranks held in a call every rank must make
     (init_process_group, new_group) wait for the ranks that are not in it, and those are to
@@ -558,6 +559,5 @@ def setup_hang(where: dict[int, dict], world: int | None) -> dict | None:
             f"rank {', '.join(map(str, others))} never called it ({elsewhere})")
     one = others[0] if len(others) == 1 else None
     at = where.get(one, {}) if one is not None else {}
-    return {"rank": one, "ranks": others, "op": call,
-            "caller": f"{at['file']}:{at['line']}" if at.get("file") else None,
-            "source": "stacks", "stuck": [], "mismatches": [], "p2p": [], "text": text}
+    return Diagnosis(rank=one, ranks=others, op=call, caller=f"{at['file']}:{at['line']}" if at.get("file") else None,
+                     source=STACKS, text=text)

@@ -790,9 +790,9 @@ def _ranks(ranks: list[int], one: str = "", many: str = "") -> str:
 def _stuck_p2p(run: RunDir, file_name: str) -> list[str]:
     """The hang diagnosis's unfinished p2p ops in the learner's file, its paths shortened."""
     first = run.record.first_failure
-    diagnosis = (first.collective if first else None) or {}
+    diagnosis = first.collective if first else None
     found = []
-    for line in diagnosis.get("p2p") or []:
+    for line in diagnosis.p2p if diagnosis is not None else []:
         short = re.sub(r"at (?:\S*/)?([^/\s]+\.py:\d+)", r"at \1", str(line))
         if f"at {file_name}:" in short:
             found.append(short)

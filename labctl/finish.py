@@ -25,6 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
+from .trace.model import Diagnosis
 from .rundir import RunDir, StorageError, now, storage_cause
 from .verdict import Cut, Evidence, Seen
 
@@ -62,7 +63,7 @@ class _Finish:
         self.step: FinishStep | None = None
         self.written: set[str] = set()
         self.found: blame.Findings | None = None
-        self.diagnosis: dict | None = None
+        self.diagnosis: Diagnosis | None = None
         self.ended_in: dict[int, str] = {}     # rank -> where its trace records end
         self.ended_at: dict[int, dict] = {}    # ... as the op and its caller
 
@@ -112,7 +113,7 @@ class _Finish:
         run.save()
         self.write_reports()
 
-    def merge_trace(self, traced: bool, failed: bool) -> dict | None:
+    def merge_trace(self, traced: bool, failed: bool) -> Diagnosis | None:
         """trace.json from the rank logs when the lab recorded ops (labctl/trace.py); the
         stuck or mismatched collective when the run failed, from the trace or from the
         Flight Recorder ring the ranks dumped at a hang. A merge problem is a note, never
@@ -139,7 +140,7 @@ class _Finish:
             run.record.notes.append(f"trace: {straggler['text']} (`labctl trace` has every rank's)")
         if mismatch and run.record.ok:
             run.record.notes.append(f"trace: a collective completed although its ranks' calls differed: "
-                                    f"{mismatch['text']}")
+                                    f"{mismatch.text}")
         if not run.record.ok:
             self.ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in}
             self.ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at}

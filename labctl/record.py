@@ -22,6 +22,7 @@ from typing import Any, Mapping, TypedDict
 from workloads._protocol import records
 
 from .outcome import NodeOutcome, NodeState, RunState
+from .trace.model import Diagnosis, Mismatch
 
 # The largest lab labctl runs (labctl/spec.py's MAX_WORLD, MAX_TOTAL_NODES,
 # MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
@@ -72,7 +73,7 @@ class FirstFailure:
     peer_error: ErrorQuote | None = None  # with a fault: what the peers then raised
     peer_rank: int | None = None
     after_fault: str | None = None       # a freeze or cut-off that came before it
-    collective: dict | None = None       # where the collectives stopped (labctl/trace.py)
+    collective: Diagnosis | None = None  # where the collectives stopped (labctl/trace/)
     # where the failed rank's trace records end, when its error names no line of its own
     # (a signal, os._exit): "in all_reduce [1] (collective #3 of default_pg) at job.py:9"
     last_op: str | None = None
@@ -97,14 +98,19 @@ class FirstFailure:
             keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal", "blamed_for", "peer_rank",
                     "peer_error")
             always = {"rank", "node", "exit_code"}
-        return {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op", "op", "caller")
-                if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
+        d = {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op", "op", "caller")
+             if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
+        if self.collective is not None:
+            d["collective"] = self.collective.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FirstFailure":
         """From status.json (keys this version does not know are ignored)."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        first = cls(**{k: v for k, v in data.items() if k in names})
+        first.collective = Diagnosis.from_dict(data.get("collective"))
+        return first
 
     def describe(self) -> str:
         """One sentence: who failed first and why (the exception and where it was raised)."""
@@ -125,7 +131,7 @@ class FirstFailure:
         if self.lost:
             return f"node {self.node} lost: {self.lost}"
         if self.hang and self.collective:
-            said = self.collective['text']
+            said = self.collective.text
             if self.rank is not None and self.caller and self.caller not in said:
                 said += f" (rank {self.rank} at {self.caller})"
             return f"hang in a collective: {said}"
@@ -135,7 +141,7 @@ class FirstFailure:
             how = f"raised {said.split(':', 1)[0]}" if self.peer_error.get("file") else said.split(": ", 1)[0]
             what = ("made the odd call of a mismatched collective" if self.blamed_for == "odd call"
                     else "is the rank the others waited for")
-            return f"{who} {what}: {self.collective['text']}; rank {self.peer_rank} {how}"
+            return f"{who} {what}: {self.collective.text}; rank {self.peer_rank} {how}"
         text = f"rank {self.rank}" if self.rank is not None else "the launcher"
         if self.node is not None:
             text += f" on node {self.node}"
@@ -222,13 +228,15 @@ class TraceSummary:
     ops: int
     missing_ranks: list[int] = field(default_factory=list)
     bad_records: int = 0
-    straggler: dict | None = None       # the rank that arrived last at most collectives (labctl/trace.py)
-    mismatch: dict | None = None        # a collective whose ranks' calls differed, though it completed
+    straggler: dict | None = None       # the rank that arrived last at most collectives (labctl/trace/)
+    mismatch: Mismatch | None = None    # a collective whose ranks' calls differed, though it completed
 
     def to_dict(self) -> dict[str, Any]:
         """status.json's `trace` (what a run without a straggler or a mismatch wrote before)."""
-        return {k: v for k, v in dataclasses.asdict(self).items()
-                if v is not None or k not in ("straggler", "mismatch")}
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.mismatch is not None:
+            d["mismatch"] = self.mismatch.to_dict()
+        return {k: v for k, v in d.items() if v is not None or k not in ("straggler", "mismatch")}
 
 
 @dataclass
@@ -437,7 +445,7 @@ class RunRecord:
             rec.trace = TraceSummary(t.get("file", "trace.json"), t.get("ops", 0),
                                      list(t.get("missing_ranks") or []), t.get("bad_records", 0),
                                      t["straggler"] if isinstance(t.get("straggler"), dict) else None,
-                                     t["mismatch"] if isinstance(t.get("mismatch"), dict) else None)
+                                     Mismatch.from_dict(t.get("mismatch")))
         if isinstance(d.get("live"), dict):
             rec.live = LiveDiagnosis.from_dict(d["live"])
         if d.get("first_failure"):

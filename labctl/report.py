@@ -225,8 +225,8 @@ def markdown(run: RunDir, brief: bool = False) -> str:
         if first.left_early and first.error:
             parts.append(f"- what the others saw: rank {first.symptom_rank}: "
                          f"`{first.error.get('exception')}`")
-        if (first.collective or {}).get("text"):
-            parts.append(f"- where the collectives stopped: {first.collective['text']}")
+        if first.collective is not None and first.collective.text:
+            parts.append(f"- where the collectives stopped: {first.collective.text}")
         if first.peer_error:
             parts.append(f"- what the others saw: rank {first.peer_rank}: "
                          f"`{first.peer_error.get('exception')}`")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from . import blame, logs
 from .outcome import NodeOutcome, NodeState, RunState, spared
 from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
+from .trace.model import Diagnosis, Mismatch, Stuck
 
 
 class Ending(enum.Enum):
@@ -88,7 +89,7 @@ class Evidence:
     has_workloads: bool
     faults: list[FiredFault] = field(default_factory=list)
     found: blame.Findings | None = None
-    diagnosis: dict | None = None     # where the collectives stopped (labctl/trace.py)
+    diagnosis: Diagnosis | None = None   # where the collectives stopped (labctl/trace/)
     ended_in: dict[int, str] = field(default_factory=dict)   # rank -> where its trace records end
     ended_at: dict[int, dict] = field(default_factory=dict)  # ... as {"op", "caller", "inside"}
     storage_failure: str = ""         # the run folder could not be written: why
@@ -128,7 +129,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             diagnosis = blame.setup_hang(where, out.world_size) or diagnosis
         if diagnosis is not None and state is not RunState.PASSED:
             if first is None:                  # a hang: nobody failed, the deadline came
-                first = FirstFailure(diagnosis.get("rank"), hang=True)
+                first = FirstFailure(diagnosis.rank, hang=True)
             first.collective = diagnosis
         if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
                 and not (first.error and first.error.get("file")):
@@ -154,7 +155,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
     return out
 
 
-def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings) -> FirstFailure | None:
+def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Findings) -> FirstFailure | None:
     """The cause behind a first failure that is only a symptom, where the trace names it: a
     rank that died without a line of its own (gloo's size check aborts the rank that
     receives more than it expected: SIGABRT) inside a collective whose ranks' calls differed
@@ -163,19 +164,19 @@ def _odd_call_behind(first: FirstFailure, diagnosis: dict, found: blame.Findings
     (a rank that finished and was then stopped with the others, SIGTERM, is no failure of
     its own). The other rank is then the first failure, the first rank's end its
     `peer_rank`, `peer_error`. None: not so."""
-    culprit = diagnosis.get("rank")
+    culprit = diagnosis.rank
     if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early:
         return None
     error = first.error or {}
     gone = logs.peer_gone(error.get("exception"))
     if error.get("file") and not gone:
         return None                     # its own error, in its own code
-    stuck = [st for st in diagnosis.get("stuck") or [] if isinstance(st, dict)]
-    mismatches = [st for st in stuck if st.get("mismatch")] + \
-        ([diagnosis["mismatch"]] if isinstance(diagnosis.get("mismatch"), dict) else [])
-    odd = any(culprit in (m.get("ranks") or []) and str(first.rank) in (m.get("calls") or {}) for m in mismatches)
-    waited = gone and any(culprit in (st.get("missing") or []) and first.rank in (st.get("waiting") or [])
-                          for st in stuck)
+    stuck = diagnosis.stuck
+    mismatches: list[Stuck | Mismatch] = [st for st in stuck if st.mismatch]
+    mismatches += [diagnosis.mismatch] if diagnosis.mismatch is not None else []
+    odd = any(culprit in (m.ranks if isinstance(m, Mismatch) else m.targets) and first.rank in m.calls
+              for m in mismatches)
+    waited = gone and any(culprit in st.missing and first.rank in st.waiting for st in stuck)
     if not (odd or waited):
         return None
     if error.get("file"):
@@ -195,14 +196,14 @@ def _killed_by_fault(first: FirstFailure) -> bool:
     return bool(first.fault) and first.fault.split(":", 1)[0] in ("kill-rank", "kill-node")
 
 
-def _the_leavers_waited_for(first: FirstFailure, diagnosis: dict) -> None:
+def _the_leavers_waited_for(first: FirstFailure, diagnosis: Diagnosis) -> None:
     """Of the ranks that left early, the ones the stuck collective waits for: ranks that
     exited 0 after a world all_reduce while rank 2 waits in its subgroup's for rank 3 did
     nothing wrong but rank 3."""
     if not first.left_early:
         return
     leavers = first.ranks or ([first.rank] if first.rank is not None else [])
-    named = diagnosis.get("ranks") or ([diagnosis["rank"]] if diagnosis.get("rank") is not None else [])
+    named = diagnosis.ranks or ([diagnosis.rank] if diagnosis.rank is not None else [])
     kept = [r for r in leavers if r in named]
     if not kept or len(kept) == len(leavers):
         return
@@ -226,20 +227,20 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     rank = first.rank
     if rank is None or _killed_by_fault(first):
         return
-    diagnosis = first.collective or {}
-    named = diagnosis.get("rank") == rank
+    diagnosis = first.collective
+    named = diagnosis is not None and diagnosis.rank == rank
     ended = ended_at.get(rank) or {}
     error = None if first.left_early else first.error
     at = f"{error['file']}:{error['line']}" if error and error.get("file") else None
     silent = at is None and not first.hang and not first.left_early
     op = ended.get("op") if at is not None and ended.get("caller") == at else None
     op = op or (error or {}).get("call")     # raised inside a torch.distributed call before it issued an op
-    op = op or (diagnosis.get("op") if named else None) or (ended.get("op") if silent else None)
+    op = op or (diagnosis.op if diagnosis and named else None) or (ended.get("op") if silent else None)
     absent = None                       # the collective it never entered, where the others called it
-    if first.blamed_for == "absence":
-        absent = next((((st.get("calls") or {}).get(str(first.peer_rank)) or {}).get("caller")
-                       for st in diagnosis.get("stuck") or [] if rank in (st.get("missing") or [])), None)
-    caller = at or (diagnosis.get("caller") if named else None) or absent or (ended.get("caller") if silent else None)
+    if first.blamed_for == "absence" and diagnosis is not None:
+        absent = next(((st.calls.get(first.peer_rank) or {}).get("caller")
+                       for st in diagnosis.stuck if rank in st.missing), None)
+    caller = at or (diagnosis.caller if diagnosis and named else None) or absent or (ended.get("caller") if silent else None)
     stack = where.get(rank) or {}
     if caller is None and stack.get("file") and not first.left_early:
         caller = f"{stack['file']}:{stack['line']}"

@@ -14,6 +14,7 @@ import pytest
 from labctl.outcome import NodeOutcome, NodeState, RunState
 from labctl.record import (Checks, Collected, Controller, FailedCheck, FiredFault, FirstFailure,
                            Leftover, RecordDamaged, RunRecord, TraceSummary)
+from labctl.trace.model import Mismatch
 
 GOLDEN = Path(__file__).parent / "golden" / "status"
 
@@ -29,7 +30,7 @@ def test_status_json_of_older_runs_reads_and_writes_back_byte_for_byte(name):
 def test_the_golden_records_are_typed_all_the_way_down():
     hang = RunRecord.from_json((GOLDEN / "hang.json").read_text())
     assert isinstance(hang.first_failure, FirstFailure) and hang.first_failure.hang
-    assert "all_reduce" in hang.first_failure.collective["text"]
+    assert "all_reduce" in hang.first_failure.collective.text
     assert isinstance(hang.trace, TraceSummary) and hang.trace.ops > 0
     assert all(isinstance(o, NodeOutcome) and o.state is NodeState.STOPPED for o in hang.node_outcomes)
     assert set(hang.stacks) == {0, 1}, "ranks are ints in the record, strings only in JSON"
@@ -123,6 +124,6 @@ def test_a_trace_without_a_straggler_or_a_mismatch_writes_what_it_wrote_before()
     """status.json's `trace` gains `straggler` and `mismatch` only when the merge found one."""
     plain = TraceSummary("trace.json", 10, [3], 1)
     assert plain.to_dict() == {"file": "trace.json", "ops": 10, "missing_ranks": [3], "bad_records": 1}
-    found = TraceSummary("trace.json", 10, mismatch={"rank": 1, "text": "rank 1 called ..."})
+    found = TraceSummary("trace.json", 10, mismatch=Mismatch.from_dict({"rank": 1, "text": "rank 1 called ..."}))
     assert found.to_dict()["mismatch"]["rank"] == 1 and "straggler" not in found.to_dict()
     assert FirstFailure(1, 0, 1).to_dict() == {"rank": 1, "node": 0, "exit_code": 1}

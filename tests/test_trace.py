@@ -534,7 +534,7 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
     assert "Where each rank was" in stdout.read_text()
     assert_nothing_left(status["run_id"])
 
-    fr = trace.flight_recorder(out, world=4)        # what a lab with tracing off reports
+    fr = trace.flight_recorder(out, world=4).to_dict()        # what a lab with tracing off reports
     assert fr is not None and fr["source"] == "flight recorder", fr
     by_pg = {s["pg"]: s for s in fr["stuck"]}
     assert by_pg["pg1"]["mismatch"] == ("rank 0 called all_reduce [1000]; rank 1 called broadcast [1000], "
@@ -1013,7 +1013,7 @@ def test_flight_recorder_dumps_name_only_ranks_that_dumped(tmp_path):
         return "\n".join(lines + ([trace.FR_MARKER + json.dumps({"rank": rank, "done": seqs})] if done else [])) + "\n"
 
     run = _fake_run(tmp_path, {0: dump(0, 6), 1: dump(1, 6), 2: dump(2, 5), 3: dump(3, 4, done=False)}, world=4)
-    found = trace.flight_recorder(run, world=4)
+    found = trace.flight_recorder(run, world=4).to_dict()
     assert found["stuck"][0]["missing"] == [2] and found["stuck"][0]["waiting"] == [0, 1]
     assert found["no_dump"] == [3]
     assert found["text"] == ("ranks 0, 1 wait in all_reduce (collective #6 of default_pg) which rank 2 never "
@@ -1047,7 +1047,7 @@ def test_an_unfinished_recv_is_named_with_its_peer(tmp_path):
                       "bytes": 16, "peer": 0, "caller": "job.py:7", "t": 5})
     run = _fake_run(tmp_path, {0: _lines({"k": "M", "rank": 0, "node": 0, "host": "h"}), 1: records}, world=2)
     summary = trace.merge(run, world=2)
-    assert trace.diagnosis(summary)["text"] == "rank 1 never finished recv from rank 0 (p2p #3 of default_pg, at job.py:7)"
+    assert trace.diagnosis(summary).text == "rank 1 never finished recv from rank 0 (p2p #3 of default_pg, at job.py:7)"
     data = json.loads((run / "trace.json").read_text())
     assert [e["args"].get("unfinished") for e in data["traceEvents"] if e["ph"] == "X"] == [True]
 
@@ -1183,21 +1183,21 @@ def test_a_mismatch_says_what_differs_and_who_the_odd_one_is(tmp_path):
         return [{"op": "broadcast", "seq": 1, "root": root, "t": 1, "caller": f"job.py:{7 if rank != 2 else 8}"}]
 
     s = _diagnosed(tmp_path, {0: bcast(0, 0), 1: bcast(1, 0), 2: bcast(2, 1)})
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert d["text"] == ("rank 2 called broadcast [4] from root 1 where rank 0 called broadcast [4] from root 0, "
                          "collective #1 of default_pg (the root differs)"), d
     assert (d["rank"], d["ranks"], d["op"], d["caller"]) == (2, [2], "broadcast", "job.py:8")
     assert d["stuck"][0]["calls"]["2"]["root"] == 1
     s = _diagnosed(tmp_path / "dtype", {r: [{"op": "all_reduce", "seq": 1, "t": 1, "dtype": "float64" if r == 2
                                               else "float32"}] for r in range(3)})
-    assert trace.diagnosis(s)["text"].endswith("collective #1 of default_pg (the dtype differs)")
-    assert "rank 2 called all_reduce [4] float64 where rank 0 called all_reduce [4] float32" in trace.diagnosis(s)["text"]
+    assert trace.diagnosis(s).text.endswith("collective #1 of default_pg (the dtype differs)")
+    assert "rank 2 called all_reduce [4] float64 where rank 0 called all_reduce [4] float32" in trace.diagnosis(s).text
     # the reduce op: gloo never checks it, every rank completes with other values; SUM is
     # the default and an op torch's C++ issued carries none (both SUM)
     s = _diagnosed(tmp_path / "reduce", {r: [{"op": "all_reduce", "seq": 1, "t": 1, "end": 2,
                                               **({"reduce": "MAX"} if r == 1 else {"reduce": "SUM"} if r == 0 else {})}]
                                          for r in range(3)})
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert d["text"] == ("rank 1 called all_reduce [4] with MAX where rank 0 called all_reduce [4] with SUM, "
                          "collective #1 of default_pg (the reduce op differs)"), d
     assert (d["rank"], d["op"]) == (1, "all_reduce")
@@ -1215,7 +1215,7 @@ def test_an_odd_call_before_the_collective_the_others_wait_in_is_the_cause(tmp_p
             mine.append({"op": "all_reduce", "seq": 2, "t": 3, "caller": "job.py:12"})
         return mine
 
-    d = trace.diagnosis(_diagnosed(tmp_path, {r: ops(r) for r in range(3)}))
+    d = trace.diagnosis(_diagnosed(tmp_path, {r: ops(r) for r in range(3)})).to_dict()
     assert (d["rank"], d["op"], d["caller"]) == (2, "broadcast_object_list", "job.py:11"), d
     assert d["text"].startswith("rank 2 called broadcast_object_list (its broadcast [2]) where rank 0 called "
                                 "broadcast_object_list (its broadcast [1])"), d["text"]
@@ -1227,7 +1227,7 @@ def test_with_two_ranks_that_disagree_neither_is_the_odd_one(tmp_path):
     """Two ranks, two calls: no majority, so no culprit; the text says what each called and where."""
     s = _diagnosed(tmp_path, {0: [{"op": "all_reduce", "seq": 1, "shape": [1000], "t": 1, "caller": "job.py:7"}],
                               1: [{"op": "all_reduce", "seq": 1, "shape": [12], "t": 1, "caller": "job.py:7"}]})
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert d["text"] == ("rank 0 called all_reduce [1000] at job.py:7; rank 1 called all_reduce [12] at job.py:7, "
                          "collective #1 of default_pg (the size differs; no rank is the odd one out)")
     assert (d["rank"], d["ranks"], d["op"]) == (None, [0, 1], "all_reduce")
@@ -1238,11 +1238,11 @@ def test_the_script_s_call_is_named_not_the_op_it_issued(tmp_path):
     gather = {"op": "all_gather", "api": "all_gather_object", "seq": 1, "shape": [1], "t": 1, "caller": "job.py:9"}
     s = _diagnosed(tmp_path, {0: [gather], 1: [gather], 2: [{"op": "barrier", "seq": 1, "t": 1, "shape": [],
                                                               "caller": "job.py:10"}]})
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert d["text"].startswith("rank 2 called barrier [] where rank 0 called all_gather_object (its all_gather [1])")
     assert (d["rank"], d["op"]) == (2, "barrier")
     s = _diagnosed(tmp_path / "missing", {0: [gather], 1: [gather], 2: []})
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert d["text"].startswith("ranks 0, 1 wait in all_gather_object (its all_gather) (collective #1 of default_pg)"
                                 " which rank 2 never entered"), d["text"]
     assert (d["rank"], d["op"], d["stuck"][0]["call"]) == (2, "all_gather_object", "all_gather_object")
@@ -1255,7 +1255,7 @@ def test_across_groups_the_rank_the_most_ranks_wait_for_is_the_culprit(tmp_path)
     groups = {"default_pg": [0, 1, 2], "pg1": [0, 1, 2], "pg2": [0, 1, 2]}
     first, second = ({"op": "all_reduce", "pg": pg, "seq": 1, "t": 1} for pg in ("pg1", "pg2"))
     s = _diagnosed(tmp_path, {0: [second], 1: [second], 2: [{**first, "caller": "job.py:30"}]}, groups)
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert (d["rank"], d["ranks"], d["op"]) == (2, [2], "all_reduce"), d
     assert [st["ranks"] for st in d["stuck"]] == [[0, 1], [2]]
 
@@ -1265,7 +1265,7 @@ def test_a_recv_from_a_rank_that_sent_to_another_blames_the_sender(tmp_path):
     s = _diagnosed(tmp_path, {0: [{"op": "send", "p2p": 1, "peer": 2, "t": 1, "end": 2, "caller": "job.py:9"}],
                               1: [{"op": "recv", "p2p": 1, "peer": 0, "t": 1, "caller": "job.py:11"}],
                               2: []})
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert (d["rank"], d["op"], d["caller"]) == (0, "send", "job.py:9")
     assert d["text"].startswith("rank 0 sent to rank 2 at job.py:9, and rank 2 never received it, while rank 1 "
                                 "waits to receive from rank 0 at job.py:11")
@@ -1273,7 +1273,7 @@ def test_a_recv_from_a_rank_that_sent_to_another_blames_the_sender(tmp_path):
 
 def test_a_p2p_deadlock_names_every_rank_in_it(tmp_path):
     s = _diagnosed(tmp_path, {r: [{"op": "recv", "p2p": 1, "peer": 1 - r, "t": 1}] for r in (0, 1)})
-    d = trace.diagnosis(s)
+    d = trace.diagnosis(s).to_dict()
     assert (d["rank"], d["ranks"], d["op"], d["caller"]) == (None, [0, 1], "recv", "job.py:11")
 
 
@@ -1300,9 +1300,9 @@ def test_a_mismatch_that_completed_is_kept_for_a_run_that_passed(tmp_path):
     """[2, 3] and [3, 2]: the same bytes, gloo completes, the values are wrong."""
     s = _diagnosed(tmp_path, {r: [{"op": "all_reduce", "seq": 1, "shape": [3, 2] if r == 1 else [2, 3], "t": 1,
                                    "end": 2, "caller": f"job.py:{8 if r == 1 else 9}"}] for r in range(3)})
-    found = s.mismatch_found[0]
+    found = s.mismatch_found[0].to_dict()
     assert (found["rank"], found["op"], found["caller"], found["differs"]) == (1, "all_reduce", "job.py:8", ["shape"])
-    assert trace.diagnosis(s)["rank"] == 1
+    assert trace.diagnosis(s).rank == 1
 
 
 def test_a_mismatch_a_rank_never_left_comes_before_what_the_others_wait_in_next(tmp_path):
@@ -1314,7 +1314,7 @@ def test_a_mismatch_a_rank_never_left_comes_before_what_the_others_wait_in_next(
                "end": None if r == 0 else 2, "caller": "job.py:12"}
         return [a2a] + ([] if r == 0 else [{"op": "all_reduce", "seq": 2, "t": 3, "caller": "job.py:13"}])
 
-    d = trace.diagnosis(_diagnosed(tmp_path, {r: ranks_ops(r) for r in range(3)}))
+    d = trace.diagnosis(_diagnosed(tmp_path, {r: ranks_ops(r) for r in range(3)})).to_dict()
     assert (d["rank"], d["op"], d["caller"]) == (1, "all_to_all_single", "job.py:12"), d
     assert d["text"].startswith("rank 1 called all_to_all_single [4] where rank 0 called all_to_all_single [3], "
                                 "collective #1 of default_pg (the size differs); rank 0 never left it; ranks 1, 2 "

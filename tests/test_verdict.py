@@ -15,6 +15,7 @@ from labctl import verdict
 from labctl.blame import Findings
 from labctl.outcome import NodeOutcome, NodeState, RunState
 from labctl.record import FailedCheck, FiredFault, RunRecord
+from labctl.trace.model import Diagnosis
 from labctl.verdict import Collection, Cut, Ending, Evidence, Seen
 
 LABCTL = Path(__file__).resolve().parents[1] / "labctl"
@@ -214,7 +215,7 @@ def test_first_failure_names_the_call_and_its_line():
     own (SIGKILL): where its records end. A rank whose error was raised on the line of the op
     its records end in: that op (all_gather_object raised its IndexError after the gather)."""
     hang = {"rank": 1, "ranks": [1], "op": "broadcast", "caller": "/x/job.py:8", "text": "rank 1 called ..."}
-    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=hang)
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=Diagnosis.from_dict(hang))
     first = rec.first_failure
     assert (first.rank, first.hang, first.op, first.caller) == (1, True, "broadcast", "/x/job.py:8")
     assert first.to_dict()["op"] == "broadcast" and first.to_dict()["caller"] == "/x/job.py:8"
@@ -229,12 +230,12 @@ def test_first_failure_names_the_call_and_its_line():
     raised = _found(exit_codes={1: 1}, errors={1: {"exception": "IndexError: x", "file": "/x/job.py", "line": 10}})
     others = {"rank": 1, "ranks": [1], "op": "all_reduce", "caller": None, "text": "..."}
     rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), raised,
-                  diagnosis=others, ended_at={1: {"op": "all_gather_object", "caller": "/x/job.py:10",
+                  diagnosis=Diagnosis.from_dict(others), ended_at={1: {"op": "all_gather_object", "caller": "/x/job.py:10",
                                                    "inside": False}})
     first = rec.first_failure
     assert (first.rank, first.op, first.caller) == (1, "all_gather_object", "/x/job.py:10"), first
     rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), raised,
-                  diagnosis=others, ended_at={1: {"op": "all_reduce", "caller": "/x/job.py:12", "inside": False}})
+                  diagnosis=Diagnosis.from_dict(others), ended_at={1: {"op": "all_reduce", "caller": "/x/job.py:12", "inside": False}})
     assert (rec.first_failure.op, rec.first_failure.caller) == ("all_reduce", "/x/job.py:10")
 
 
@@ -247,12 +248,12 @@ def test_ranks_held_in_new_group_wait_for_the_ranks_elsewhere():
     found = _found(stacks={0: held, 1: held, 2: waits, 3: waits})
     records = {"rank": 0, "ranks": [0, 1], "op": "all_reduce", "text": "ranks 2, 3 wait in all_reduce ..."}
     rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
-                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, diagnosis=records),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, diagnosis=Diagnosis.from_dict(records)),
                          "runs/x")
     first = rec.first_failure
-    assert (first.rank, first.hang, first.collective["ranks"], first.collective["op"]) == (None, True, [2, 3],
+    assert (first.rank, first.hang, first.collective.ranks, first.collective.op) == (None, True, [2, 3],
                                                                                         "new_group")
-    assert first.collective["text"] == ("ranks 0, 1 wait in new_group (at /x/job.py:12), which every rank must call; "
+    assert first.collective.text == ("ranks 0, 1 wait in new_group (at /x/job.py:12), which every rank must call; "
                                         "rank 2, 3 never called it (rank 2 at /x/job.py:15 in all_reduce; rank 3 at "
                                         "/x/job.py:15 in all_reduce)")
     sleeper = _stack(("/usr/lib/python3.11/time.py", 1, "sleep"), ("/x/job.py", 10, "<module>"))
@@ -280,7 +281,7 @@ def test_a_rank_aborted_by_gloo_s_size_check_is_the_symptom_of_the_odd_call():
     aborted = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
     rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
                          Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
-                                  diagnosis=mismatch), "runs/x")
+                                  diagnosis=Diagnosis.from_dict(mismatch)), "runs/x")
     first = rec.first_failure
     assert (first.rank, first.peer_rank, first.op, first.caller) == (2, 1, "all_reduce", "/x/job.py:11"), first
     assert first.describe() == ("rank 2 on node 0 made the odd call of a mismatched collective: " + mismatch["text"]
@@ -290,7 +291,7 @@ def test_a_rank_aborted_by_gloo_s_size_check_is_the_symptom_of_the_odd_call():
     itself = {**mismatch, "rank": 1, "ranks": [1]}
     rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
                          Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
-                                  diagnosis=itself), "runs/x")
+                                  diagnosis=Diagnosis.from_dict(itself)), "runs/x")
     assert (rec.first_failure.rank, rec.first_failure.signal, rec.first_failure.peer_rank) == (1, "SIGABRT", None)
 
 
@@ -305,7 +306,7 @@ def test_of_the_ranks_that_left_early_the_one_the_stuck_collective_waits_for_is_
              "text": "rank 2 waits in all_reduce (collective #1 of pg1) which rank 3 never entered"}
     rec = verdict.decide(RunRecord("lab-1", "lab", "local", "direct", "gloo", 1, 4, 4),
                          Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
-                                  1, 1, False, found=found, diagnosis=stuck), "runs/x")
+                                  1, 1, False, found=found, diagnosis=Diagnosis.from_dict(stuck)), "runs/x")
     first = rec.first_failure
     assert (first.left_early, first.rank, first.ranks, first.op) == (True, 3, None, "all_reduce"), first
     assert first.describe().startswith("rank 3 on node 0 exited 0 while the others were still in a collective")
@@ -326,7 +327,7 @@ def test_a_rank_whose_peer_went_away_while_it_waited_for_another_is_that_one_s_s
                         "calls": {"2": {"call": "all_reduce", "caller": "/x/job.py:13"}}}]}
     rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
                          Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
-                                  1, 1, False, found=found, diagnosis=stuck), "runs/x")
+                                  1, 1, False, found=found, diagnosis=Diagnosis.from_dict(stuck)), "runs/x")
     first = rec.first_failure
     assert (first.rank, first.blamed_for, first.peer_rank, first.op, first.caller) == (
         3, "absence", 2, "all_reduce", "/x/job.py:13"), first

@@ -359,7 +359,7 @@ def _hang(run: RunDir) -> dict | None:
     """Where the collectives stopped and each rank's stack, when the run has either."""
     record: RunRecord | None = run.record
     first = record.first_failure if record is not None else None
-    collective = first.collective if first is not None and isinstance(first.collective, dict) else None
+    collective = first.collective.to_dict() if first is not None and first.collective is not None else None
     where = record.stacks if record is not None else {}
     files = run.stack_files()
     if not collective and not files:

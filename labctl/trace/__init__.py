@@ -9,7 +9,7 @@ is, C its clock offset against rank 0, T "alive at". They are in each rank's rec
 compose file). Split the way torch's Flight Recorder analyzer splits:
 
 - `loader`: where each rank's records are (`record_sources`) and their lines;
-- `model`: the types (`Op`, `Stuck`, `Summary` ...);
+- `model`: the types (`Op`, `Stuck`, `Summary`, `Diagnosis` ...);
 - `builder`: one rank's records -> its ops (`rank_ops`, the merge's readers);
 - `merge`: every rank's ops -> trace.json and a `Summary`, streamed (heapq.merge: only ops
   in flight and collectives some rank has not reached yet are held);
@@ -28,11 +28,13 @@ from .fr import flight_recorder
 from .loader import TORN, source_lines, rank_logs, record_files, record_sources, trim_record_files, written_size
 from .matcher import blame, diagnosis, straggler
 from .merge import LANE_TID, MAX_LANES, TRACE_FILE, merge
-from .model import (CPP_OPS_NOTE, STRAGGLERS, Lateness, Op, OpTotal, Problem, RankInfo, Straggler, Stuck,
-                    Summary)
+from .model import (CPP_OPS_NOTE, STRAGGLERS, Diagnosis, Lateness, Mismatch, Op, OpTotal, Problem, RankInfo,
+                    Straggler, Stuck, Summary)
 from .views import NO_TIMELINE, TIMELINE_FILE, text, write_timeline
 
-__all__ = ["FR_MARKER", "MARKER", "RankOp", "rank_ops", "flight_recorder", "TORN", "source_lines", "rank_logs",
+_source_lines = source_lines            # its name before the split (tests/test_trace_witness.py)
+
+__all__ = ["FR_MARKER", "MARKER", "Diagnosis", "Mismatch", "RankOp", "rank_ops", "flight_recorder", "TORN", "source_lines", "rank_logs",
            "record_files", "record_sources", "trim_record_files", "written_size", "blame", "diagnosis",
            "straggler", "LANE_TID", "MAX_LANES", "TRACE_FILE", "merge", "CPP_OPS_NOTE", "STRAGGLERS", "Lateness",
            "Op", "OpTotal", "Problem", "RankInfo", "Straggler", "Stuck", "Summary", "NO_TIMELINE",

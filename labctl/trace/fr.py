@@ -3,7 +3,6 @@ tracing was off (labctl/trace/). Standard library only."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from workloads._protocol import FR_MARKER
 from workloads._protocol import records
@@ -11,12 +10,12 @@ from workloads._protocol.records import BadRecord
 
 from .loader import source_lines, record_sources
 from .matcher import blame_stuck, stuck_collectives
-from .model import Op
+from .model import FLIGHT_RECORDER, Diagnosis, Op
 
 _FR_MARKER_BYTES = FR_MARKER.encode()
 
 
-def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str, Any] | None:
+def flight_recorder(run_path: str | Path, world: int | None = None) -> Diagnosis | None:
     """The stuck collective from the Flight Recorder entries the ranks dumped when labctl
     asked (at the deadline, with their stacks): each rank's newest collective per group
     counts as the one it is in. None: no rank dumped, or nothing to name."""
@@ -61,8 +60,7 @@ def flight_recorder(run_path: str | Path, world: int | None = None) -> dict[str,
     text = "; ".join(s.describe() for s in stuck)
     if silent:
         text += f" (no Flight Recorder dump from rank {', '.join(map(str, silent))})"
-    return {"rank": culprit, "ranks": ranks, "op": op, "source": "flight recorder",
-            "stuck": [s.to_dict() for s in stuck],
-            "mismatches": mismatches[:5], "no_dump": silent, "text": text}
+    return Diagnosis(rank=culprit, ranks=ranks, op=op, source=FLIGHT_RECORDER, stuck=stuck,
+                     mismatches=mismatches[:5], no_dump=silent, text=text)
 
 

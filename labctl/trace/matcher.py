@@ -8,7 +8,7 @@ from typing import Any
 
 from workloads._protocol.ops import BLOCKING_P2P, RECVS
 
-from .model import Op, Stuck, Summary
+from .model import Diagnosis, Mismatch, Op, Stuck, Summary
 
 STRAGGLER_SHARE = 0.75              # a rank last at this share of its collectives (at least
 STRAGGLER_MIN = 4                   # this many), typically this late, is the run's straggler
@@ -87,16 +87,16 @@ def mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
     return f"{each}, collective #{seq} of {pg} ({differs + '; ' if differs else ''}no rank is the odd one out)"
 
 
-def mismatch_of(pg: str, seq: int, seen: dict[int, Op]) -> dict[str, Any]:
+def mismatch_of(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch:
     """A mismatched collective as status.json gives it: the odd ranks (every rank when none
     is), the call of the odd one and where it was made, what differs, the sentence."""
     odd = _odd_ranks(seen)
     first = seen[odd[0]] if odd else None
-    return {"pg": pg, "seq": seq, "ranks": odd or sorted(seen), "rank": odd[0] if len(odd) == 1 else None,
-            "op": first.call if first else None, "caller": first.caller if first else None,
-            "differs": _differs(seen), "calls": {str(r): o.where() for r, o in sorted(seen.items())},
-            "unfinished": sorted(r for r, o in seen.items() if o.end is None),
-            "text": mismatch_text(pg, seq, seen)}
+    return Mismatch(pg=pg, seq=seq, ranks=odd or sorted(seen), rank=odd[0] if len(odd) == 1 else None,
+                    op=first.call if first else None, caller=first.caller if first else None,
+                    differs=_differs(seen), calls={r: o.where() for r, o in sorted(seen.items())},
+                    unfinished=sorted(r for r, o in seen.items() if o.end is None),
+                    text=mismatch_text(pg, seq, seen))
 
 
 def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False,
@@ -161,18 +161,16 @@ def blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None, 
     return culprit, ranks, st.call or st.op, None
 
 
-def diagnosis(s: Summary) -> dict[str, Any] | None:
+def diagnosis(s: Summary) -> Diagnosis | None:
     """What status.json's first failure carries: the stuck collective per pg, and who
     is to blame (`rank`, or `ranks` when no one rank is), the call and its line."""
     if not s.stuck and not s.mismatches and not s.stuck_p2p:
         return None
     culprit, ranks, op, caller, lead = blame(s)
     said = [st.describe() for st in s.stuck] or s.mismatches[:1]
-    left_in = _left_in_a_mismatch(s)
-    return {"rank": culprit, "ranks": ranks, "op": op, "caller": caller,
-            **({"mismatch": left_in} if left_in else {}),
-            "stuck": [st.to_dict() for st in s.stuck], "mismatches": s.mismatches[:5],
-            "p2p": s.stuck_p2p[:10], "text": "; ".join([*lead, *said, *s.stuck_p2p[:4]])}
+    return Diagnosis(rank=culprit, ranks=ranks, op=op, caller=caller, mismatch=_left_in_a_mismatch(s),
+                     stuck=list(s.stuck), mismatches=s.mismatches[:5], p2p=s.stuck_p2p[:10],
+                     text="; ".join([*lead, *said, *s.stuck_p2p[:4]]))
 
 
 def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, list[str]]:
@@ -194,18 +192,18 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
                 f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (a send to the wrong peer?)"]
     left_in = _left_in_a_mismatch(s)
     if left_in:                     # a rank died or hangs inside it: what came after is its effect
-        return left_in["rank"], left_in["ranks"], left_in["op"], left_in["caller"], [
-            f"{left_in['text']}; rank {', '.join(map(str, left_in['unfinished']))} never left it"]
+        return left_in.rank, left_in.ranks, left_in.op, left_in.caller, [
+            f"{left_in.text}; rank {', '.join(map(str, left_in.unfinished))} never left it"]
     if s.stuck:
         culprit, ranks, op, caller = blame_stuck(s.stuck)
         earlier = _mismatch_before(s, culprit)
         if earlier is not None:             # the odd call it made first is what the rest follows from
-            return culprit, ranks, earlier["op"], earlier["caller"], [earlier["text"]]
+            return culprit, ranks, earlier.op, earlier.caller, [earlier.text]
         if ranks:
             return culprit, ranks, op, caller, []
     if s.mismatch_found:
         m = s.mismatch_found[0]
-        return m["rank"], m["ranks"], m["op"], m["caller"], []
+        return m.rank, m.ranks, m.op, m.caller, []
     blocked = [op for op in s.blocked_p2p if op.op in BLOCKING_P2P] or s.blocked_p2p
     ranks = sorted({op.rank for op in blocked})
     if not ranks:
@@ -215,7 +213,7 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     return culprit, ranks, mine.call, mine.caller, []
 
 
-def _mismatch_before(s: Summary, culprit: int | None) -> dict[str, Any] | None:
+def _mismatch_before(s: Summary, culprit: int | None) -> Mismatch | None:
     """A completed collective whose calls differed, with `culprit` its odd rank, before
     a stuck collective of the same group that the culprit never entered or never left:
     broadcast_object_list with lists of other lengths, where the odd rank then dies
@@ -224,19 +222,19 @@ def _mismatch_before(s: Summary, culprit: int | None) -> dict[str, Any] | None:
     if culprit is None:
         return None
     for m in s.mismatch_found:
-        if m["rank"] == culprit and any(st.pg == m["pg"] and st.seq > m["seq"] and culprit in st.targets
+        if m.rank == culprit and any(st.pg == m.pg and st.seq > m.seq and culprit in st.targets
                                         for st in s.stuck):
             return m
     return None
 
 
-def _left_in_a_mismatch(s: Summary) -> dict[str, Any] | None:
+def _left_in_a_mismatch(s: Summary) -> Mismatch | None:
     """The first collective every member entered with calls that differ, an odd rank
     among them, and a rank that never left it (gloo's size check aborted it there, or
     it hangs there): the cause of whatever the other ranks then wait in."""
     stuck = {(st.pg, st.seq) for st in s.stuck}       # said there already
-    return next((m for m in s.mismatch_found if m["unfinished"] and m["rank"] is not None
-                 and (m["pg"], m["seq"]) not in stuck), None)
+    return next((m for m in s.mismatch_found if m.unfinished and m.rank is not None
+                 and (m.pg, m.seq) not in stuck), None)
 
 
 def straggler(s: Summary) -> dict[str, Any] | None:

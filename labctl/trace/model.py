@@ -15,6 +15,25 @@ CPP_OPS_NOTE = 10_000               # this many ops issued from C++: say what tr
 CPP_OP_COST = "about 20-80 µs of CPU each"   # benchmarks/trace.py, CPU table (docs/trace.md)
 
 
+def _ints(value: Any) -> list[int]:
+    return [v for v in value if type(v) is int] if isinstance(value, list) else []
+
+
+def _texts(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _by_rank(value: Any) -> dict[int, Any]:
+    """A JSON object keyed by rank ("0": ...) with int keys; other keys left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {int(k): v for k, v in value.items() if isinstance(k, str) and k.isdigit()}
+
+
+def _opt(value: Any, kind: type) -> Any:
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
 @dataclass(slots=True)
 class Op:
     """One op of one rank, times in ns on rank 0's clock (the rank's offset applied).
@@ -163,7 +182,8 @@ class Stuck:
     call: str | None = None         # the script's call the ranks inside made (all_gather_object ...)
     calls: dict[int, dict] = field(default_factory=dict)   # rank inside -> its call (Op.where)
     odd: list[int] = field(default_factory=list)   # a mismatch's odd ranks (none: no call is the most common)
-    started: int = 0                # when the first rank entered it (rank 0's clock, ns)
+    started: int = field(default=0, compare=False)   # when the first rank entered it (rank 0's clock, ns)
+    as_read: dict | None = field(default=None, compare=False, repr=False)   # from status.json: written back as read
 
     @property
     def targets(self) -> list[int]:
@@ -199,11 +219,121 @@ class Stuck:
         return f"last entered: rank {rank}: none"
 
     def to_dict(self) -> dict[str, Any]:
+        if self.as_read is not None:
+            return dict(self.as_read)
         return {"pg": self.pg, "seq": self.seq, "op": self.op, "waiting": self.waiting,
                 "missing": self.missing, "last": {str(r): v for r, v in sorted(self.last.items())},
                 "mismatch": self.mismatch, "rank": self.culprit, "ranks": self.targets, "no_records": self.silent,
                 "call": self.call or self.op, "calls": {str(r): c for r, c in sorted(self.calls.items())},
                 "text": self.describe()}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Stuck | None":
+        """From status.json, any labctl's (None: not an object); written back as read."""
+        if not isinstance(data, dict):
+            return None
+        missing, ranks = _ints(data.get("missing")), _ints(data.get("ranks"))
+        return cls(pg=str(data.get("pg", "")), seq=_opt(data.get("seq"), int) or 0, op=str(data.get("op", "")),
+                   waiting=_ints(data.get("waiting")), missing=missing,
+                   last={r: str(v) for r, v in _by_rank(data.get("last")).items()},
+                   mismatch=_opt(data.get("mismatch"), str), culprit=_opt(data.get("rank"), int),
+                   silent=_ints(data.get("no_records")), call=_opt(data.get("call"), str),
+                   calls={r: c for r, c in _by_rank(data.get("calls")).items() if isinstance(c, dict)},
+                   odd=ranks if ranks != missing else [], as_read=dict(data))
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A collective every member entered with calls that differ (status.json's
+    `first_failure.collective.mismatch` and `trace.mismatch`)."""
+    pg: str
+    seq: int
+    ranks: list[int]                # the odd ranks; every rank when none is the odd one
+    rank: int | None                # the odd rank, when there is one
+    op: str | None                  # the odd rank's call (the first of them)
+    caller: str | None              # ... and where it made it
+    differs: list[str]              # "op", "size", "shape", "dtype", "root", "reduce op"
+    calls: dict[int, dict]          # rank -> its call (Op.where)
+    unfinished: list[int]           # ranks that never left it
+    text: str
+    as_read: dict | None = field(default=None, compare=False, repr=False)   # from status.json: written back as read
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.as_read is not None:
+            return dict(self.as_read)
+        return {"pg": self.pg, "seq": self.seq, "ranks": self.ranks, "rank": self.rank, "op": self.op,
+                "caller": self.caller, "differs": self.differs,
+                "calls": {str(r): c for r, c in sorted(self.calls.items())},
+                "unfinished": self.unfinished, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Mismatch | None":
+        """From status.json (None: not an object); what it lacks is empty, and it is
+        written back as it was read."""
+        if not isinstance(data, dict):
+            return None
+        return cls(pg=str(data.get("pg", "")), seq=_opt(data.get("seq"), int) or 0, ranks=_ints(data.get("ranks")),
+                   rank=_opt(data.get("rank"), int), op=_opt(data.get("op"), str),
+                   caller=_opt(data.get("caller"), str), differs=_texts(data.get("differs")),
+                   calls=_by_rank(data.get("calls")), unfinished=_ints(data.get("unfinished")),
+                   text=str(data.get("text", "")), as_read=dict(data))
+
+
+FLIGHT_RECORDER = "flight recorder"   # a Diagnosis' source: the ranks' Flight Recorder dumps (tracing off)
+STACKS = "stacks"                     # ... the ranks' stacks (a call every rank must make)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Where the collectives stopped and who the others wait for: status.json's
+    `first_failure.collective` (labctl/trace/matcher.py `diagnosis`, labctl/trace/fr.py,
+    labctl/blame.py `setup_hang`)."""
+    text: str                       # the sentence the report and the page show
+    rank: int | None = None         # the culprit, when one rank is
+    ranks: list[int] = field(default_factory=list)   # ... or every rank the others wait for
+    op: str | None = None           # the call it made (or never made) and where
+    caller: str | None = None
+    mismatch: Mismatch | None = None   # a collective of differing calls some rank never left: the cause
+    stuck: list[Stuck] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    p2p: list[str] = field(default_factory=list)     # unfinished p2p ops, said
+    source: str | None = None       # None: the trace; FLIGHT_RECORDER; STACKS
+    no_dump: list[int] = field(default_factory=list)  # FLIGHT_RECORDER: ranks that dumped nothing
+    as_read: dict | None = field(default=None, compare=False, repr=False)   # from status.json: written back as read
+
+    def to_dict(self) -> dict[str, Any]:
+        """status.json's shape, the same as ever (each source its own keys)."""
+        if self.as_read is not None:
+            return dict(self.as_read)
+        fr = self.source == FLIGHT_RECORDER
+        d: dict[str, Any] = {"rank": self.rank, "ranks": self.ranks, "op": self.op}
+        if not fr:
+            d["caller"] = self.caller
+        if self.source is not None:
+            d["source"] = self.source
+        if self.mismatch is not None:
+            d["mismatch"] = self.mismatch.to_dict()
+        d["stuck"] = [s.to_dict() for s in self.stuck]
+        d["mismatches"] = self.mismatches
+        if fr:
+            d["no_dump"] = self.no_dump
+        else:
+            d["p2p"] = self.p2p
+        d["text"] = self.text
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Diagnosis | None":
+        """From status.json, any labctl's (None: not an object); written back as read."""
+        if not isinstance(data, dict):
+            return None
+        stuck = data.get("stuck")
+        return cls(text=str(data.get("text", "")), rank=_opt(data.get("rank"), int), ranks=_ints(data.get("ranks")),
+                   op=_opt(data.get("op"), str), caller=_opt(data.get("caller"), str),
+                   mismatch=Mismatch.from_dict(data.get("mismatch")),
+                   stuck=[s for s in map(Stuck.from_dict, stuck if isinstance(stuck, list) else []) if s],
+                   mismatches=_texts(data.get("mismatches")), p2p=_texts(data.get("p2p")),
+                   source=_opt(data.get("source"), str), no_dump=_ints(data.get("no_dump")), as_read=dict(data))
 
 
 @dataclass
@@ -228,7 +358,7 @@ class Summary:
     raised: list[str] = field(default_factory=list)   # "rank 0's broadcast at x.py:5 raised ValueError: ..."
     raised_count: int = 0
     torn: list[int] = field(default_factory=list)     # ranks whose last record was cut by their death
-    mismatch_found: list[dict] = field(default_factory=list)   # the first mismatches, as status.json says them
+    mismatch_found: list[Mismatch] = field(default_factory=list)   # the first mismatches
     lateness: dict[int, Lateness] = field(default_factory=dict)  # rank -> how often it arrived last
     blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
     unmatched_sends: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (pg, src, dst) -> caller
