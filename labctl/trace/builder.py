@@ -9,168 +9,167 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from workloads._protocol import TRACE_MARKER as MARKER
 from workloads._protocol import records
 from workloads._protocol.ops import BLOCKING_P2P, ONE_PEER_P2P, SENDS
 from workloads._protocol.records import MAX_INT, BadRecord
 
-from .loader import MAX_LINE, TORN, source_lines
+from .loader import TORN_LINE, BadLine, SourceTail, decode_line, source_lines
 from .model import Op, RankInfo, Summary
 
-_MARKER_BYTES = MARKER.encode()
 MAX_PENDING_OPS = 100_000           # ops begun and not yet ended that the merge holds, all ranks
 MAX_SITES = 200_000                 # call sites held per rank (the ranks renumber past 20,000)
 
 
-class RankReader:
-    """Ops of one rank, in the order they completed; never-completed ones at the end. A
-    rank's records come from its record files (one process after another, in the order
-    they started: an elastic restart, a forked child) and from its log (records a rank
-    sent through its log stream)."""
+class _Process:
+    """One process of a rank: its call sites and time origin (the H line). A process's
+    segment files are one stream: its sites run on from one into the next."""
+    __slots__ = ("sites", "base")
 
-    def __init__(self, paths: Path | list[Path], rank: int, summary: Summary,
-                 max_pending: int = MAX_PENDING_OPS):
-        self.paths = [paths] if isinstance(paths, Path) else list(paths)
-        self.rank, self.summary = rank, summary
+    def __init__(self) -> None:
+        self.sites: dict[int, records.Site] = {}
+        self.base = 0                               # its time origin (H line); 0 for old records
+
+
+class RankBuilder:
+    """One rank's ops built from its records, fed one at a time (`feed`): the merge's
+    one-shot read of a finished rank (`RankReader`) and the live watcher's follower
+    (labctl/trace/loader.py RankFollower) both drive it. Between records it says what the
+    rank is doing: `inside` (ops begun and not ended, with their start times), `last_op`
+    (the last op it began), `last` (per process group, the last collective it entered),
+    `ops` (op records seen), `alive` (the latest time it was seen alive); times in ns on
+    rank 0's clock. Problems go to `summary` (the merge's; a new one when none is given)."""
+
+    def __init__(self, rank: int, summary: Summary | None = None, max_pending: int = MAX_PENDING_OPS):
+        self.rank = rank
+        self.summary = summary if summary is not None else Summary()
         self.max_pending = max_pending              # ops begun and not yet ended, held at most
-        self.info = summary.ranks.setdefault(rank, RankInfo(rank))
+        self.info = self.summary.ranks.setdefault(rank, RankInfo(rank))
         self.groups: dict[str, list[int]] = {}
         self.last: dict[str, Op] = {}               # pg -> last collective entered
-        self.sites: dict[int, records.Site] = {}
-        self.base = 0                               # the rank's time origin (H line); 0 for old records
+        self.processes: dict[str, _Process] = {}
         self.alive = 0                              # latest time seen (rank 0's clock)
         self.last_op: Op | None = None              # the last op it began
+        self.pending: OrderedDict[Any, Op] = OrderedDict()   # (process, op id) -> begun, not yet ended
+        self._before: dict[Any, Op | None] = {}     # a pending collective -> the pg's last before it
+        self._let_go: int | None = None             # ops up to this id were given up on unended
 
     @property
-    def path(self) -> Path:
-        return self.paths[0]
+    def inside(self) -> list[Op]:
+        """The ops begun and not ended, oldest first (each with its `start`)."""
+        return list(self.pending.values())
 
-    def first_start(self) -> int | None:
-        """The start of this rank's first op on rank 0's clock (None: no op), reading no
-        further than that op: where the trace's time 0 is."""
-        base, offset = 0, 0
-        for path in self.paths:
-            for raw, whole in source_lines(path):
-                at = raw.find(_MARKER_BYTES)
-                if at < 0 or not whole:
-                    continue
-                try:
-                    rec = records.decode(raw[at + len(_MARKER_BYTES):])
-                except BadRecord:
-                    continue
-                if isinstance(rec, records.Header):
-                    base = rec.t0
-                elif isinstance(rec, records.Clock) and rec.error is None:
-                    offset = rec.offset_ns
-                elif isinstance(rec, records.Begin):
-                    return base + rec.t + offset
-                elif isinstance(rec, records.OldOp):
-                    return rec.t + offset
+    @property
+    def ops(self) -> int:
+        return self.info.ops
+
+    def feed(self, rec: records.Record, process: str = "", file: str = "", line: int = 0) -> Op | None:
+        """One record of `process` (its call sites and time origin are that process's); the
+        op it completed (or gave up on: past `max_pending` ops begun and not ended, the
+        oldest), else None. `file`, `line`: where it was read, for the problems said."""
+        p = self.processes.get(process)
+        if p is None:
+            base = next(reversed(self.processes.values())).base if self.processes else 0
+            p = self.processes[process] = _Process()
+            p.base = base                           # a source without its own H line: the one before's
+        self.info.records += 1
+        try:
+            if isinstance(rec, (records.Begin, records.OldOp)):
+                return self._began(p, rec, process, file, line)
+            if isinstance(rec, (records.End, records.OldEnd)):
+                return self._ended(p, rec, process, file, line)
+            if isinstance(rec, records.Raised):
+                return self._raised(p, rec, process, file, line)
+            self._other(p, rec)
+        except OverflowError as exc:
+            self.summary.problem(file, line, f"trace record without a usable {exc}")
+        except BadRecord as exc:
+            self.summary.problem(file, line, str(exc))
         return None
 
-    def __iter__(self) -> Iterator[Op]:
-        pending: OrderedDict[Any, Op] = OrderedDict()   # begun, not yet ended, oldest first
-        before: dict[Any, Op | None] = {}               # a pending collective -> the pg's last before it
-        let_go: int | None = None   # ops up to this id were given up on unended (MAX_PENDING_OPS)
-        for source, path in enumerate(self.paths):
-            name = str(path)
-            self.sites = {}                             # call sites are numbered per process
-            lines = enumerate(source_lines(path), 1)
-            for number, (raw, whole) in lines:
-                at = raw.find(_MARKER_BYTES)
-                if at < 0:
-                    continue
-                if TORN in raw:
-                    self.summary.torn.append(self.rank)
-                    self.summary.problem(name, number, f"rank {self.rank}'s last record was cut short "
-                                         "(the rank died while writing it): skipped")
-                    continue
-                if not whole:
-                    self.summary.problem(name, number, f"a line of more than {MAX_LINE >> 20} MiB "
-                                         "holds a trace record: skipped")
-                    continue
-                try:
-                    rec = records.decode(raw[at + len(_MARKER_BYTES):])
-                except BadRecord as exc:
-                    if str(exc).startswith("garbled"):
-                        self.summary.problem(name, number, str(exc))
-                        continue
-                    self.info.records += 1
-                    self.summary.problem(name, number, str(exc))
-                    continue
-                self.info.records += 1
-                try:
-                    if isinstance(rec, (records.Begin, records.OldOp)):
-                        op, ident = self._begin(rec)
-                        key = (source, ident)
-                        self.info.ops += 1
-                        self.last_op = op
-                        if op.seq is not None:
-                            before[key] = self.last.get(op.pg)
-                            self.last[op.pg] = op
-                        if op.end is not None:
-                            before.pop(key, None)
-                            yield op
-                            continue
-                        pending[key] = op
-                        if len(pending) > self.max_pending:
-                            # isends never waited on, say: holding them all would cost the
-                            # merge memory without bound. The oldest is shown unfinished
-                            # (not named as stuck: its end may still come).
-                            old, oldest = pending.popitem(last=False)
-                            before.pop(old, None)
-                            if let_go is None:
-                                self.summary.problem(name, number, f"more than {self.max_pending} ops of "
-                                                     f"rank {self.rank} begun and not ended (async ops "
-                                                     "never waited on?): the oldest are shown unfinished")
-                            let_go = max(let_go or 0, old[1] if isinstance(old[1], int) else 0)
-                            yield oldest
-                    elif isinstance(rec, (records.End, records.OldEnd)):
-                        ident = rec.ident
-                        op = pending.pop((source, ident), None)
-                        before.pop((source, ident), None)
-                        if op is None:
-                            if not (isinstance(ident, int) and let_go and ident <= let_go):
-                                self.summary.problem(name, number, f"end of op {ident} that never began")
-                            continue
-                        op.end = max(self._time(rec.t) if isinstance(rec, records.End)
-                                     else self._abs_time(rec.t), op.start)
-                        if op.peer is None and rec.peer is not None:
-                            op.peer = rec.peer
-                        yield op
-                    elif isinstance(rec, records.Raised):
-                        op = pending.pop((source, rec.ident), None)
-                        if op is None:
-                            self.summary.problem(name, number, f"op {rec.ident} raised but never began")
-                            continue
-                        if op.seq is not None:      # never issued: the pg's last collective is the one before
-                            previous = before.pop((source, rec.ident), None)
-                            if self.last.get(op.pg) is op:
-                                if previous is None:
-                                    del self.last[op.pg]
-                                else:
-                                    self.last[op.pg] = previous
-                        op.end = max(self._time(rec.t), op.start)
-                        op.raised = rec.error
-                        op.seq = None
-                        yield op
-                    else:
-                        self._other(rec)
-                except OverflowError as exc:
-                    self.summary.problem(name, number, f"trace record without a usable {exc}")
-                except BadRecord as exc:
-                    self.summary.problem(name, number, str(exc))
+    def bad(self, item: BadLine, file: str = "", line: int = 0) -> None:
+        """A line that is no usable record (loader.decode_line), said as a problem."""
+        if item.kind == TORN_LINE:
+            self.summary.torn.append(self.rank)
+            self.summary.problem(file, line, f"rank {self.rank}'s last record was cut short "
+                                 "(the rank died while writing it): skipped")
+            return
+        if item.counted:
+            self.info.records += 1
+        self.summary.problem(file, line, item.text)
+
+    def finish(self) -> list[Op]:
+        """The rank's records are over: where they end (`info.ended_in`, `ended_at`), and
+        every op never ended, as unfinished."""
+        pending = self.pending
         self.info.ended_in = _ended_in(list(pending.values()), self.last_op)
         if self.info.ended_in is not None:
             inside = bool(pending)
             op = max(pending.values(), key=lambda o: o.start) if inside else self.last_op
             self.info.ended_at = {"op": op.call, "caller": op.caller, "inside": inside}
-        for op in pending.values():
-            yield self._unfinished(op)
+        ops = [self._unfinished(op) for op in pending.values()]
+        self.pending = OrderedDict()
+        self._before = {}
+        return ops
 
-    def _time(self, t: int) -> int:
+    def _began(self, p: _Process, rec: records.Begin | records.OldOp, process: str, file: str,
+               line: int) -> Op | None:
+        op, ident = self._begin(p, rec)
+        key = (process, ident)
+        self.info.ops += 1
+        self.last_op = op
+        if op.seq is not None:
+            self._before[key] = self.last.get(op.pg)
+            self.last[op.pg] = op
+        if op.end is not None:
+            self._before.pop(key, None)
+            return op
+        self.pending[key] = op
+        if len(self.pending) <= self.max_pending:
+            return None
+        # isends never waited on, say: holding them all would cost the merge memory without
+        # bound. The oldest is shown unfinished (not named as stuck: its end may still come).
+        old, oldest = self.pending.popitem(last=False)
+        self._before.pop(old, None)
+        if self._let_go is None:
+            self.summary.problem(file, line, f"more than {self.max_pending} ops of rank {self.rank} begun and "
+                                 "not ended (async ops never waited on?): the oldest are shown unfinished")
+        self._let_go = max(self._let_go or 0, old[1] if isinstance(old[1], int) else 0)
+        return oldest
+
+    def _ended(self, p: _Process, rec: records.End | records.OldEnd, process: str, file: str,
+               line: int) -> Op | None:
+        ident = rec.ident
+        op = self.pending.pop((process, ident), None)
+        self._before.pop((process, ident), None)
+        if op is None:
+            if not (isinstance(ident, int) and self._let_go and ident <= self._let_go):
+                self.summary.problem(file, line, f"end of op {ident} that never began")
+            return None
+        op.end = max(self._time(p, rec.t) if isinstance(rec, records.End) else self._abs_time(rec.t), op.start)
+        if op.peer is None and rec.peer is not None:
+            op.peer = rec.peer
+        return op
+
+    def _raised(self, p: _Process, rec: records.Raised, process: str, file: str, line: int) -> Op | None:
+        op = self.pending.pop((process, rec.ident), None)
+        if op is None:
+            self.summary.problem(file, line, f"op {rec.ident} raised but never began")
+            return None
+        if op.seq is not None:      # never issued: the pg's last collective is the one before
+            previous = self._before.pop((process, rec.ident), None)
+            if self.last.get(op.pg) is op:
+                if previous is None:
+                    del self.last[op.pg]
+                else:
+                    self.last[op.pg] = previous
+        op.end = max(self._time(p, rec.t), op.start)
+        op.raised = rec.error
+        op.seq = None
+        return op
+
+    def _time(self, p: _Process, t: int) -> int:
         """A record's time (ns after the process's t0) on rank 0's clock (ns)."""
-        t = self.base + t + self.info.offset_ns
+        t = p.base + t + self.info.offset_ns
         if t > self.alive:
             self.alive = t
         return t
@@ -181,28 +180,28 @@ class RankReader:
         self.alive = max(self.alive, t)
         return t
 
-    def _begin(self, rec: records.Begin | records.OldOp) -> tuple[Op, Any]:
+    def _begin(self, p: _Process, rec: records.Begin | records.OldOp) -> tuple[Op, Any]:
         if isinstance(rec, records.OldOp):          # the first recorder's lines: everything inline
             return Op(rank=self.rank, op=rec.op, pg=rec.pg, seq=rec.seq, p2p=rec.p2p, peer=rec.peer,
                       root=rec.root, shape=rec.shape, dtype=rec.dtype, nbytes=rec.nbytes, caller=rec.caller,
                       start=self._abs_time(rec.t), end=None), rec.ident
-        site = self.sites.get(rec.site)
+        site = p.sites.get(rec.site)
         if site is None:
             raise BadRecord(f"op of call site {rec.site}, which no S line described")
-        start = self._time(rec.t)
-        end = max(self._time(rec.end), start) if rec.end is not None else None
+        start = self._time(p, rec.t)
+        end = max(self._time(p, rec.end), start) if rec.end is not None else None
         return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p else rec.seq,
                   p2p=rec.seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
                   dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
                   api=site.api, via=site.via, reduce=site.reduce), rec.ident
 
-    def _other(self, rec: records.Record) -> None:
+    def _other(self, p: _Process, rec: records.Record) -> None:
         if isinstance(rec, records.Site):
-            if len(self.sites) >= MAX_SITES:           # the rank renumbers its sites: the oldest go
-                del self.sites[next(iter(self.sites))]
-            self.sites[rec.ident] = rec
+            if len(p.sites) >= MAX_SITES:              # the rank renumbers its sites: the oldest go
+                del p.sites[next(iter(p.sites))]
+            p.sites[rec.ident] = rec
         elif isinstance(rec, records.Header):
-            self.base = rec.t0
+            p.base = rec.t0
         elif isinstance(rec, records.Group):
             self.groups[rec.pg] = rec.ranks
         elif isinstance(rec, records.Who):
@@ -211,7 +210,7 @@ class RankReader:
         elif isinstance(rec, records.Clock):
             self._clock(rec)
         elif isinstance(rec, records.Alive):
-            self._time(rec.t)
+            self._time(p, rec.t)
 
     def _clock(self, rec: records.Clock) -> None:
         if rec.error is not None:
@@ -233,6 +232,59 @@ class RankReader:
                 said = f"rank {op.rank} never finished {op.op} {way} {peer}"
             self.summary.stuck_p2p.append(f"{said} {where}")
         return op
+
+
+class RankReader(RankBuilder):
+    """Ops of one rank, in the order they completed; never-completed ones at the end. A
+    rank's records come from its record files (one process after another, in the order
+    they started: an elastic restart, a forked child; a process's segments one stream) and
+    from its log (records a rank sent through its log stream)."""
+
+    def __init__(self, paths: Path | list[Path], rank: int, summary: Summary,
+                 max_pending: int = MAX_PENDING_OPS):
+        super().__init__(rank, summary, max_pending)
+        self.paths = [paths] if isinstance(paths, Path) else list(paths)
+
+    @property
+    def path(self) -> Path:
+        return self.paths[0]
+
+    def first_start(self) -> int | None:
+        """The start of this rank's first op on rank 0's clock (None: no op), reading no
+        further than that op: where the trace's time 0 is."""
+        base, offset = 0, 0
+        for path in self.paths:
+            for raw, whole in source_lines(path):
+                rec = decode_line(raw, whole)
+                if rec is None or isinstance(rec, BadLine):
+                    continue
+                if isinstance(rec, records.Header):
+                    base = rec.t0
+                elif isinstance(rec, records.Clock) and rec.error is None:
+                    offset = rec.offset_ns
+                elif isinstance(rec, records.Begin):
+                    return base + rec.t + offset
+                elif isinstance(rec, records.OldOp):
+                    return rec.t + offset
+        return None
+
+    def __iter__(self) -> Iterator[Op]:
+        for path in self.paths:
+            name, process = str(path), self._process(path)
+            for number, raw, whole in SourceTail(path).lines(final=True):
+                rec = decode_line(raw, whole)
+                if rec is None:
+                    continue
+                if isinstance(rec, BadLine):
+                    self.bad(rec, name, number)
+                    continue
+                op = self.feed(rec, process, name, number)
+                if op is not None:
+                    yield op
+        yield from self.finish()
+
+    def _process(self, path: Path) -> str:
+        return str(path)                            # call sites are numbered per file
 
 
 def _where_op(op: Op) -> str:
