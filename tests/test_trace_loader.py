@@ -1,9 +1,11 @@
-"""labctl/trace/loader.py's follower and labctl/trace/builder.py's feed API (issue 48)."""
+"""labctl/trace/loader.py's follower and labctl/trace/builder.py's feed API (issue 48), and
+a process's record segments read as one stream (issue 52)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from labctl import trace
 from labctl.trace import RankBuilder, RankFollower, RecordFollower
 from workloads._protocol import TRACE_MARKER, records
 
@@ -140,3 +142,25 @@ def test_a_second_process_has_its_own_sites():
     b.feed(records.Site(1, "all_reduce", "default_pg", False, 4, None, [1], None, None, "a.py:1", None, None), "p1")
     b.feed(records.Begin(1, 1, 1, 10), "p2")                # site 1 of another process: never described
     assert b.inside == [] and "no S line described" in b.summary.problems[0].text
+
+
+def test_a_process_s_second_segment_refers_to_sites_of_its_first(tmp_path):
+    """Issue 52, item 1: a process that writes more than a segment's worth of ops goes on
+    in a second file (same t0 and pid, the next segment number) whose ops refer to call
+    sites its first described: one stream, not two."""
+    run = tmp_path / "run"
+    (run / "records").mkdir(parents=True)
+    (run / "ranks").mkdir()
+    first = run / "records" / segment_name(0, 0)
+    second = run / "records" / segment_name(0, 1)
+    first.write_bytes(HEADER + line({"k": "M", "rank": 0, "node": 0, "host": "h"})
+                      + line({"k": "G", "pg": "default_pg", "ranks": [0]}) + site(1, "broadcast", root=0)
+                      + line("B 1 1 1 100") + line("E 1 200"))
+    second.write_bytes(line("B 2 1 2 300") + line("E 2 450"))
+    summary = trace.merge(run, world=1)
+    assert [str(p) for p in summary.problems] == []
+    ops = trace.rank_ops(trace.record_sources(run)[0])
+    assert [(o.op, o.caller, o.end - o.begin) for o in ops] == [("broadcast", "job.py:1", 100),
+                                                                 ("broadcast", "job.py:1", 150)]
+    assert [(o.begin - ops[0].begin) for o in ops] == [0, 200], "the second segment's times: the first's t0"
+    assert summary.ops == 2 and summary.totals[("default_pg", "broadcast")].count == 2

@@ -13,7 +13,7 @@ from workloads._protocol import records
 from workloads._protocol.ops import BLOCKING_P2P, ONE_PEER_P2P, SENDS
 from workloads._protocol.records import MAX_INT, BadRecord
 
-from .loader import TORN_LINE, BadLine, SourceTail, decode_line, source_lines
+from .loader import TORN_LINE, BadLine, source_lines, SourceTail, decode_line, process_of
 from .model import Op, RankInfo, Summary
 
 MAX_PENDING_OPS = 100_000           # ops begun and not yet ended that the merge holds, all ranks
@@ -284,7 +284,7 @@ class RankReader(RankBuilder):
         yield from self.finish()
 
     def _process(self, path: Path) -> str:
-        return str(path)                            # call sites are numbered per file
+        return process_of(path)                     # a process's segments are one stream
 
 
 def _where_op(op: Op) -> str:
