@@ -108,6 +108,7 @@ class _Finish:
         self.diagnosis = self.merge_trace(traced, failed=not rec.ok)
         if self.diagnosis is not None or self.ended_in:   # the stuck/mismatched collective, a rank's last op
             self.decide()
+        _confirm_live(run.record)
         run.record.finalize_seconds = round(time.monotonic() - t0, 3)
         run.release_reserve()
         run.save()
@@ -187,6 +188,20 @@ class _Finish:
         self.decide(storage_failure=why)
         self.run.record.finished = now()
         _save_anyway(self.run)
+
+
+def _confirm_live(rec) -> None:
+    """The live diagnosis (labctl/live/), checked against the final one: the same culprit,
+    op and line confirm it; anything else is said as the correction."""
+    live, first = rec.live, rec.first_failure
+    if live is None or live.resumed_at is not None:
+        return
+    if first is None:
+        live.verdict = "found no failure (corrected)"
+        return
+    rank, ranks, op, caller = first.answer()
+    same = (rank, sorted(ranks), op, caller) == (live.rank, sorted(live.ranks), live.op, live.caller)
+    live.verdict = "confirmed" if same else f"corrected it: {first.describe()}"
 
 
 def write_down(run: RunDir, result: RunResult, progress: Progress, signals: Signals) -> None:

@@ -112,6 +112,16 @@ class FirstFailure:
         first.collective = Diagnosis.from_dict(data.get("collective"))
         return first
 
+    def answer(self) -> tuple[int | None, list[int], str | None, str | None]:
+        """(rank, ranks, op, caller) as one answer: its own, else its diagnosis' (the ranks a
+        p2p deadlock's every rank waits on, the op and line the others wait in)."""
+        said = self.collective
+        ranks = list(self.ranks or []) or ([self.rank] if self.rank is not None else []) \
+            or list(said.ranks if said is not None else [])
+        op = self.op or (said.op if said is not None else None)
+        caller = self.caller or (said.caller if said is not None else None)
+        return self.rank, ranks, op, caller
+
     def describe(self) -> str:
         """One sentence: who failed first and why (the exception and where it was raised)."""
         if self.left_early:

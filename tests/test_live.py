@@ -110,7 +110,7 @@ def test_the_follower_reads_complete_lines_only_past_a_nul_tail_and_across_segme
     seg2.write_bytes(_line("E 1 900") + _line("B 2 1 1 1000") + b"\0" * 16)
     now = ranks.poll()[1]
     assert now.ops == 2 and [o.seq for o in now.inside] == [1] and now.seen_ns == 1_000_000_000 + 1000
-    assert RecordFollower(tmp_path).bad == 0
+    assert RecordFollower(tmp_path).problems == []
     # torchrun restarts the rank: a new process; what the old one was inside is over
     (records / "rank-1.0000000000000000200.43.0000.rec").write_bytes(
         _line('{"k":"H","v":2,"t0":2000000000,"pid":43}') + b"\0" * 8)

@@ -81,7 +81,7 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
                                   out=folder / "trace.json")
         except Exception:           # noqa: BLE001 - the stacks alone still say something
             summary = None
-    diagnosis = summary.diagnosis() if summary is not None else None
+    diagnosis = trace.diagnosis(summary) if summary is not None else None
     ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in} if summary else {}
     ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at} if summary else {}
     seen = Seen(Ending.DEADLINE, outcomes, reason)
@@ -89,14 +89,10 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
                   diagnosis, ended_in=ended_in, ended_at=ended_at)
     decided = verdict.decide(rec, ev, str(run.path))
     first = decided.first_failure
-    waiting = _waiting(summary)
+    rank, ranks, op, caller = first.answer() if first is not None else (None, [], None, None)
     return LiveDiagnosis(made_at=time.time(), since=since_ns / 1e9, reason=reason,
-                         text=first.describe() if first else reason,
-                         rank=first.rank if first else None,
-                         ranks=list(first.ranks or ([first.rank] if first and first.rank is not None else []))
-                         if first else [],
-                         op=first.op if first else None, caller=first.caller if first else None,
-                         where={str(r): w for r, w in where.items()}, waiting=waiting)
+                         text=first.describe() if first else reason, rank=rank, ranks=ranks, op=op,
+                         caller=caller, where={str(r): w for r, w in where.items()}, waiting=_waiting(summary))
 
 
 def _waiting(summary) -> list[str]:
