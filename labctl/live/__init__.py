@@ -32,9 +32,9 @@ def watcher_for(run: RunDir, backend: Backend, say: Callable[[str], None], show:
         say("live: tracing is off (--no-trace): no records to follow, so no hang is named before "
             "the deadline")
         return None
-    if backend.name not in FOLLOWED and not elsewhere:
+    if backend.name not in FOLLOWED:
         say(f"live: the {backend.name} backend's records reach labctl only with the logs at the end: "
-            "no hang is named before the deadline")
+            "no hang is named before the deadline")     # k8s: reading pod logs mid-run is not done yet
         return None
     view = View(sys.stderr) if show else None
     on_hang = spec.on_hang if owner and not elsewhere else "report"

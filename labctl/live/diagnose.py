@@ -77,7 +77,9 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
     summary = None
     if spec.trace:
         try:
-            summary = trace.merge(run.path, world=rec.world_size, hostnames=run.hostnames,
+            # the record files where the ranks write them, else their logs as split just now
+            source = run.path if trace.record_files(run.path) else folder
+            summary = trace.merge(source, world=rec.world_size, hostnames=run.hostnames,
                                   out=folder / "trace.json")
         except Exception:           # noqa: BLE001 - the stacks alone still say something
             summary = None
