@@ -158,7 +158,7 @@ def test_watch_of_a_compose_lab_docker_compose_started_names_its_hang_live(tmp_p
     run_id = f"chang-{uuid.uuid4().hex[:8]}"
     (tmp_path / "hang.py").write_text(HANGING)
     rendered = labctl("render", "compose", "--script", "hang.py", "--name", "chang", "--nodes", "2",
-                      "--nproc-per-node", "1", "--run-id", run_id, "--timeout", "100", "-o", "lab", cwd=tmp_path)
+                      "--nproc-per-node", "1", "--run-id", run_id, "--timeout", "70", "-o", "lab", cwd=tmp_path)
     assert rendered.returncode == 0, rendered.stderr
     (tmp_path / "lab" / "hang.py").write_text(HANGING)
     try:

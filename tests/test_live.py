@@ -179,7 +179,7 @@ def _live(run: Path) -> dict | None:
 def test_a_mismatch_hang_is_named_live_while_the_lab_runs_and_labctl_watch_shows_it(tmp_path):
     run = tmp_path / "run"
     lab = _start(["up", "--script", str(ZOO / "missing_collective.py"), "--nodes", "1", "--nproc-per-node", "4",
-                  "--timeout", "90", "--stall-window", "10", "--out", str(run)], tmp_path / "up.log")
+                  "--timeout", "50", "--stall-window", "10", "--out", str(run)], tmp_path / "up.log")
     try:
         assert _wait_for(lambda: (run / "status.json").is_file(), 60, lab)
         watch = subprocess.run(LABCTL + ["watch", str(run)], capture_output=True, text=True, cwd=REPO,
@@ -190,9 +190,9 @@ def test_a_mismatch_hang_is_named_live_while_the_lab_runs_and_labctl_watch_shows
         assert live["made_at"] - live["since"] < 20
         up_said = (tmp_path / "up.log").read_text()
         assert "HANG (live," in up_said and "kept as they are" in up_said
-        # named while the lab still ran: its deadline came ~60 s later
+        # named while the lab still ran: its deadline came later
         status = json.loads((run / "status.json").read_text())
-        assert status["state"] == "timeout" and status["seconds"] > live["made_at"] - live["since"] + 30
+        assert status["state"] == "timeout" and status["seconds"] > live["made_at"] - live["since"] + 10
         assert status["live"]["verdict"] == "confirmed"
         # the watch saw the same answer (borrowed, no second stack take) and exited 1: a hang named
         assert watch.returncode == 1, watch.stderr[-2000:]
