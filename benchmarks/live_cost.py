@@ -48,6 +48,13 @@ dist.destroy_process_group()
 """
 
 
+def quiet(line: str) -> None:
+    """No progress lines, and no live view (`progress.quiet`, as `labctl up -q`)."""
+
+
+quiet.quiet = True                  # type: ignore[attr-defined]
+
+
 def run_once(folder: Path, script: Path, watcher: bool) -> tuple[float, float, float]:
     """(the loop's seconds, labctl's CPU seconds, the lab's seconds) of one lab."""
     original = live.watcher_for
@@ -57,7 +64,7 @@ def run_once(folder: Path, script: Path, watcher: bool) -> tuple[float, float, f
         spec = from_dict({"script": str(script), "nodes": 1, "nproc_per_node": 2, "timeout": 600,
                           "out": str(folder)}, source="live_cost")
         cpu0, t0 = time.process_time(), time.monotonic()
-        run = lab.up(spec, progress=lambda line: None)
+        run = lab.up(spec, progress=quiet)
         cpu, took = time.process_time() - cpu0, time.monotonic() - t0
     finally:
         live.watcher_for = original

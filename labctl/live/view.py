@@ -55,7 +55,7 @@ class View:
         total = sum(r.ops for r in ranks.values())
         rate = sum(self.rates.values())
         waits = [r for r in ranks.values() if r.innermost is not None]
-        text = f"[{elapsed_s:6.1f}s] live: {total:,} ops, {rate:,.0f} ops/s"
+        text = f"[{elapsed_s:6.1f}s] live: {total:,} ops" + (f", {rate:,.0f} ops/s" if self.rates else "")
         if waits:
             longest = min(waits, key=lambda r: r.innermost.start_ns)
             op = longest.innermost
