@@ -57,7 +57,6 @@ class Watcher:
         self.clock = clock
         self.window = Window.of(floor_s, links, dist_backend)
         self.records = RankRecords(run.path, run.record.world_size)
-        self.started_ns = int((started_at if started_at is not None else clock()) * NS)
         self.started_s = started_at if started_at is not None else clock()
         self.next_poll = 0.0
         self.stalled: Stall | None = None          # the stall said, until progress comes back
@@ -89,15 +88,13 @@ class Watcher:
             if self._moved(ranks, total):
                 self._resumed(now)
             return False
-        found = find(ranks, now_ns, self.window.floor_s, self._window_for, self.started_ns)
+        found = find(ranks, now_ns, self.window.floor_s, self._window_for, int(self.started_s * NS))
         if found is None:
             self.probe_at, self.probe_gap = None, self.window.floor_s
             return False
-        reason = self._reason(found, ranks, now_ns)
-        if found.kind is Kind.STILL:
-            reason = self._probe(now, ranks)
-            if reason is None:
-                return False
+        reason = self._probe(now) if found.kind is Kind.STILL else self._reason(found, ranks, now_ns)
+        if reason is None:
+            return False
         self.stalled, self.moved_at_ops = found, total
         self.said = self._diagnose(outcomes, found, reason)
         return self.on_hang == "stop"
@@ -108,8 +105,6 @@ class Watcher:
 
     def _reason(self, found: Stall, ranks: dict, now_ns: int) -> str:
         op = found.op
-        if op is None:
-            return f"no rank has recorded an op for {(now_ns - found.since_ns) / NS:.0f} s"
         inside = sorted(r.rank for r in ranks.values() if any(
             o.pg == op.pg and o.seq == op.seq and o.op == op.op for o in r.inside)) if op.seq is not None \
             else [op.rank]
@@ -117,7 +112,7 @@ class Watcher:
         return (f"{who} waited in {op.label} ({op.pg}) for {(now_ns - op.start_ns) / NS:.0f} s, past "
                 f"its stall window of {found.window_s:.0f} s")
 
-    def _probe(self, now: float, ranks: dict) -> str | None:
+    def _probe(self, now: float) -> str | None:
         """Nothing moves: look at the stacks (with a growing gap between looks, so a long
         compute phase costs a few looks); a stall when they say so."""
         if self.backend is None or (self.probe_at is not None and now < self.probe_at):
@@ -130,8 +125,6 @@ class Watcher:
         return said
 
     def _moved(self, ranks: dict, total: int) -> bool:
-        if self.stalled is None:
-            return False
         if self.stalled.kind is Kind.STILL:
             return total != self.moved_at_ops
         op = self.stalled.op
