@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 HEADER = re.compile(r"^#\s*zoo:\s*(.*)$")
 KEYS = {"culprit", "op", "line", "kind", "backend", "nodes", "nproc", "timeout", "faults",
-        "pg_timeout", "links", "about"}
+        "pg_timeout", "links", "about", "source"}
+SPLITS = ("dev", "heldout")             # heldout: the cases in zoo/heldout/, scored only at the end
 BACKENDS = ("local", "compose")
 
 # torch.distributed functions a user calls (what a traceback's line or a tool may name)
@@ -52,6 +53,9 @@ class Case:
     links: tuple[str, ...] = ()
     pg_timeout: float | None = None
     about: str = ""
+    source: str = ""                    # the report the case comes from (a URL, or where to find it)
+    together: bool = False              # culprit=a+b: all of these must be blamed (a|b: any of them)
+    split: str = "dev"                  # heldout: zoo/heldout/, written apart from the fixes
 
     @property
     def world(self) -> int:
@@ -79,8 +83,9 @@ def parse_header(text: str, name: str, path: Path | None = None) -> Case:
                 break                   # the header ends where the code begins
             continue
         rest = m.group(1).strip()
-        if rest.startswith("about="):
-            fields["about"] = rest[len("about="):].strip()
+        if rest.startswith(("about=", "source=")):
+            key, _, value = rest.partition("=")
+            fields[key] = (fields.get(key, "") + " " + value.strip()).strip()
             continue
         for token in rest.split():
             key, sep, value = token.partition("=")
@@ -108,7 +113,10 @@ def parse_header(text: str, name: str, path: Path | None = None) -> Case:
         pg_timeout = float(fields["pg_timeout"]) if "pg_timeout" in fields else None
     except ValueError as exc:
         raise BadCase(f"{name}: zoo header: {exc}") from None
-    culprits = frozenset() if blameless else _ints(fields["culprit"], "culprit", name)
+    together = "+" in fields["culprit"]
+    if together and "|" in fields["culprit"]:
+        raise BadCase(f"{name}: zoo header: culprit={fields['culprit']!r} mixes + (all of) and | (any of)")
+    culprits = frozenset() if blameless else _ints(fields["culprit"].replace("+", "|"), "culprit", name)
     if any(not 0 <= r < nodes * nproc for r in culprits):
         raise BadCase(f"{name}: zoo header: culprit {fields['culprit']} is not a rank of "
                       f"{nodes} x {nproc}")
@@ -117,7 +125,8 @@ def parse_header(text: str, name: str, path: Path | None = None) -> Case:
                 lines=_ints(fields.get("line", ""), "line", name), kind=fields["kind"], backend=backend,
                 nodes=nodes, nproc=nproc, timeout=timeout,
                 faults=tuple(fields.get("faults", "").split()), links=tuple(fields.get("links", "").split()),
-                pg_timeout=pg_timeout, about=fields.get("about", ""))
+                pg_timeout=pg_timeout, about=fields.get("about", ""), source=fields.get("source", ""),
+                together=together, split="heldout" if path is not None and path.parent.name == "heldout" else "dev")
 
 
 def load_case(path: Path) -> Case:
@@ -164,16 +173,18 @@ class Verdict:
 
 
 def score(case: Case, answer: Answer) -> Verdict:
-    """Right culprit: the ranks blamed are some of the expected ones (a tool that blames
-    every rank of a two-rank mismatch where either may be it is right; one that blames a
-    rank outside the set is not). Right op: the op named is one of the expected. Right
+    """Strict. Right culprit: the ranks blamed are some of the expected ones (`a|b`: a tool
+    that blames both ranks of a two-rank deadlock where either may be it is right; one that
+    blames a rank outside the set, such as the one that waits, is not), or exactly all of
+    them (`a+b`: two guilty ranks, both to be named). Right op: the op named is one of the expected. Right
     line: the line pointed at is one of the expected. A blameless case (culprit=none) is
     right on all three only when the tool blames nobody."""
     if case.blameless:
         quiet = not answer.culprits
         return Verdict(quiet, quiet, quiet)
     blamed = set(answer.culprits)
-    return Verdict(culprit=bool(blamed) and blamed <= case.culprits,
+    right = blamed == case.culprits if case.together else bool(blamed) and blamed <= case.culprits
+    return Verdict(culprit=right,
                    op=answer.op is not None and answer.op in case.ops,
                    line=answer.line is not None and answer.line in case.lines)
 

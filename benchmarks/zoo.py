@@ -59,14 +59,23 @@ class Refused(Exception):
     """Bad input: one line, exit 2."""
 
 
-def select(zoo: Path, names: str | None) -> list[Case]:
-    available = sorted(p.stem for p in zoo.glob("*.py"))
+def case_files(zoo: Path, split: str) -> dict[str, Path]:
+    """The cases of a split by name: dev, zoo/*.py; heldout, zoo/heldout/*.py (written apart
+    from the fixes, run only at the end of a round); all, both."""
+    folders = {"dev": [zoo], "heldout": [zoo / "heldout"], "all": [zoo, zoo / "heldout"]}[split]
+    return {p.stem: p for folder in folders for p in sorted(folder.glob("*.py"))}
+
+
+def select(zoo: Path, names: str | None, split: str = "dev") -> list[Case]:
+    files = case_files(zoo, split)
+    available = sorted(files)
     wanted = [n.strip() for n in names.split(",") if n.strip()] if names else available
     unknown = [n for n in wanted if n not in available]
     if unknown:
-        raise Refused(f"unknown zoo case {unknown[0]!r} (cases in {zoo}: {', '.join(available) or 'none'})")
+        raise Refused(f"unknown zoo case {unknown[0]!r} (the {split} cases in {zoo}: "
+                      f"{', '.join(available) or 'none'})")
     try:
-        return [load_case(zoo / f"{n}.py") for n in wanted]
+        return [load_case(files[n]) for n in wanted]
     except BadCase as exc:
         raise Refused(str(exc)) from None
 
@@ -262,7 +271,10 @@ def live_summary(cases: list[Case], results: dict[str, dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="local", choices=("local", "compose"))
-    parser.add_argument("--cases", help="comma list of case names (default: every case of the zoo)")
+    parser.add_argument("--cases", help="comma list of case names (default: every case of the split)")
+    parser.add_argument("--split", default="dev", choices=("dev", "heldout", "all"),
+                        help="dev: zoo/*.py (default); heldout: zoo/heldout/*.py, the cases written apart "
+                        "from the fixes, run at the end of a round; all: both")
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma list of {', '.join(TOOLS)}")
     parser.add_argument("--zoo", type=Path, default=ZOO, help="the cases' folder (default benchmarks/zoo)")
     parser.add_argument("--out", type=Path, help="where the runs go (default: a new temporary folder)")
@@ -277,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = [t for t in tools if t not in TOOLS]
         if bad or not tools:
             raise Refused(f"unknown tool {bad[0] if bad else args.tools!r} (tools: {', '.join(TOOLS)})")
-        cases = select(args.zoo, args.cases)
+        cases = select(args.zoo, args.cases, args.split)
     except Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -311,11 +323,12 @@ def main(argv: list[str] | None = None) -> int:
         marks = " ".join(f"{t} {score(case, g['answer']).marks()}" for t, g in found.items())
         print(f"{case.name}: {marks} ({time.monotonic() - started:.0f} s)", flush=True)
     shown = [c for c in cases]
-    rows, totals = [], {t: [0, 0, 0, 0, 0] for t in tools}
+    splits = sorted({c.split for c in shown})
+    rows, totals = [], {(t, sp): [0, 0, 0, 0, 0] for t in tools for sp in splits}
     for case in shown:
         got = results.get(case.name, {})
         if "skipped" in got:
-            rows.append((case.name, case.kind, *(["not run"] * len(tools))))
+            rows.append((case.name, case.split, case.kind, *(["not run"] * len(tools))))
             continue
         cells = []
         for tool in tools:
@@ -328,19 +341,19 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             cells.append(f"{verdict.marks()} {'' if after is None else f'{after:.0f} s'}".strip())
             if case.name != CONTROL:
-                t = totals[tool]
+                t = totals[tool, case.split]
                 t[0] += 1
                 t[1] += verdict.culprit
                 t[2] += verdict.op
                 t[3] += verdict.line
                 t[4] += verdict.all
-        rows.append((case.name, case.kind, *cells))
+        rows.append((case.name, case.split, case.kind, *cells))
     print()
-    print(table(("case", "kind", *tools), rows))
+    print(table(("case", "split", "kind", *tools), rows))
     print()
-    print(table(("tool", "cases", "culprit", "op", "line", "all three"),
-                ((tool, n, *(f"{x}/{n} ({100 * x / n:.0f} %)" if n else "-" for x in (c, o, ln, a)))
-                 for tool, (n, c, o, ln, a) in totals.items())))
+    print(table(("tool", "split", "cases", "culprit", "op", "line", "all three"),
+                ((tool, split, n, *(f"{x}/{n} ({100 * x / n:.0f} %)" if n else "-" for x in (c, o, ln, a)))
+                 for (tool, split), (n, c, o, ln, a) in totals.items())))
     print(f"\ncells: culprit / op / line (✓ right, ✗ wrong or not said), then seconds from the fault to the "
           f"answer (launch to answer, less the tool's time on {CONTROL}: "
           + ", ".join(f"{t} {s:.1f} s" for t, s in baseline.items() if t != "live")

@@ -26,7 +26,7 @@ def case(header: str, name: str = "c"):
 # ---------------------------------------------------------------- headers
 
 def test_every_zoo_case_has_a_header_whose_lines_are_code_of_its_script():
-    cases = sorted(ZOO.glob("*.py"))
+    cases = sorted(ZOO.glob("*.py")) + sorted((ZOO / "heldout").glob("*.py"))
     assert len([p for p in cases if "culprit=none" not in p.read_text()]) >= 30
     for path in cases:
         c = _zoo.load_case(path)
@@ -37,6 +37,29 @@ def test_every_zoo_case_has_a_header_whose_lines_are_code_of_its_script():
             code = lines[n - 1].strip()
             assert code and not code.startswith("#"), f"{path.name}: line {n} is not code: {code!r}"
         assert c.timeout <= 120 and c.culprits <= set(range(c.world)), path.name
+
+
+def test_a_header_reads_all_of_and_a_source():
+    c = case("# zoo: culprit=1+2 op=new_group line=7 kind=hang nproc=4\n"
+             "# zoo: source=https://github.com/pytorch/pytorch/issues/1\n# zoo: source=(the forum thread too)")
+    assert c.culprits == {1, 2} and c.together and c.split == "dev"
+    assert c.source == "https://github.com/pytorch/pytorch/issues/1 (the forum thread too)"
+    assert score(c, Answer((1, 2), "new_group", 7)).all
+    assert not score(c, Answer((1,), "new_group", 7)).culprit          # all of them, not some
+    with pytest.raises(BadCase, match="mixes"):
+        case("# zoo: culprit=1+2|3 op=x line=1 kind=hang nproc=4")
+
+
+def test_the_heldout_cases_are_their_own_split(tmp_path):
+    (tmp_path / "heldout").mkdir()
+    (tmp_path / "a.py").write_text("# zoo: culprit=none kind=pass\nimport torch\n")
+    (tmp_path / "heldout" / "b.py").write_text("# zoo: culprit=1 op=send line=3 kind=hang\nimport torch\nx = 1\n")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import zoo as runner
+    assert [c.name for c in runner.select(tmp_path, None)] == ["a"]
+    held = runner.select(tmp_path, None, "heldout")
+    assert [(c.name, c.split) for c in held] == [("b", "heldout")]
+    assert [c.name for c in runner.select(tmp_path, None, "all")] == ["a", "b"]
 
 
 def test_a_header_reads_alternatives_and_defaults():
@@ -192,7 +215,7 @@ def test_one_real_case_through_the_lab_is_scored_right(tmp_path):
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("| exception |"))
     assert "✓✓✓" in row, done.stdout
-    assert "| lab | 1 | 1/1 (100 %) | 1/1 (100 %) | 1/1 (100 %) | 1/1 (100 %) |" in done.stdout
+    assert "| lab | dev | 1 | 1/1 (100 %) | 1/1 (100 %) | 1/1 (100 %) | 1/1 (100 %) |" in done.stdout
 
 
 DUMP = """=== Rank 0: http://127.0.0.1:1/handler/dump_traceback? ===
