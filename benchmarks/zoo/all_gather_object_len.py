@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_gather_object line=10 kind=exception nproc=3 timeout=30
+# zoo: culprit=1 op=all_gather_object line=11 kind=exception nproc=3 timeout=30
 # zoo: about=rank 1's output list of all_gather_object is one short: it raises once the gather is done
+# zoo: source=https://github.com/pytorch/pytorch/issues/27440 (an output list whose length is not the group's size)
 import torch
 import torch.distributed as dist
 

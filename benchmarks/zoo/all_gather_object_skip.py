@@ -1,5 +1,6 @@
-# zoo: culprit=3 op=all_gather_object|barrier line=11|12 kind=mismatch nproc=4 timeout=30
+# zoo: culprit=3 op=all_gather_object|barrier line=12|13 kind=mismatch nproc=4 timeout=30
 # zoo: about=rank 3 skips all_gather_object and goes on to the barrier
+# zoo: source=https://github.com/Lightning-AI/pytorch-lightning/issues/6430 (one rank skips what the others call, the object gather of the next hook hangs)
 import torch
 import torch.distributed as dist
 

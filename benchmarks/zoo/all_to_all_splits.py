@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_to_all_single line=12|10 kind=abort nproc=3 timeout=30
+# zoo: culprit=1 op=all_to_all_single line=13|11 kind=abort nproc=3 timeout=30
 # zoo: about=rank 1's input splits send rank 0 two rows where rank 0 expects one: gloo aborts the receiver
+# zoo: source=https://github.com/pytorch/pytorch/issues/117486
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=0|1 op=batch_isend_irecv|irecv line=14|15|13 kind=deadlock nproc=2 timeout=30
+# zoo: culprit=0|1 op=batch_isend_irecv|irecv line=15|16|14 kind=deadlock nproc=2 timeout=30
 # zoo: about=rank 1 posts two irecvs from rank 0 in batch_isend_irecv, rank 0 sends one message (either may be the bug)
+# zoo: source=https://github.com/NVIDIA/nccl/issues/2130
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=broadcast_object_list line=11 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=2 op=broadcast_object_list line=12 kind=mismatch nproc=3 timeout=30
 # zoo: about=rank 2 passes a list of 2 objects to broadcast_object_list, the root a list of 1
+# zoo: source=https://github.com/Ascend/pytorch/issues/58 (the list's length must be the same on every rank)
 import torch
 import torch.distributed as dist
 

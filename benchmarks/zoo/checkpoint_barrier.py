@@ -1,5 +1,6 @@
 # zoo: culprit=none kind=pass nproc=3 timeout=120
 # zoo: about=rank 0 writes a checkpoint for 30 s while the others wait at the barrier: the live view shows it, then the ranks move on
+# zoo: source=https://github.com/mosaicml/llm-foundry/pull/733
 import os
 import tempfile
 import time

@@ -1,6 +1,7 @@
-# zoo: culprit=1 op=all_reduce line=14 kind=timeout backend=compose nodes=2 nproc=1 timeout=90
+# zoo: culprit=1 op=all_reduce line=15 kind=timeout backend=compose nodes=2 nproc=1 timeout=90
 # zoo: faults=stop-node:1@5+60 pg_timeout=10
 # zoo: about=node 1 is frozen (docker pause) for 60 s; the others time out in all_reduce after pg_timeout
+# zoo: source=https://github.com/NVIDIA/Megatron-LM/issues/1207
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=init_process_group line=10 kind=hang backend=compose nodes=2 nproc=1 timeout=60
+# zoo: culprit=1 op=init_process_group line=11 kind=hang backend=compose nodes=2 nproc=1 timeout=60
 # zoo: about=node 1's rank sleeps before it joins
+# zoo: source=https://github.com/pytorch/pytorch/issues/81704
 import os
 import time
 

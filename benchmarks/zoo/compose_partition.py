@@ -1,6 +1,7 @@
-# zoo: culprit=1 op=all_reduce line=14 kind=timeout backend=compose nodes=2 nproc=1 timeout=90
+# zoo: culprit=1 op=all_reduce line=15 kind=timeout backend=compose nodes=2 nproc=1 timeout=90
 # zoo: faults=partition:1@5+60 pg_timeout=10
 # zoo: about=node 1 is cut off the network for 60 s
+# zoo: source=https://github.com/pytorch/pytorch/issues/118369
 import torch
 import torch.distributed as dist
 

@@ -1,6 +1,7 @@
-# zoo: culprit=1 op=all_reduce line=12 kind=straggler backend=compose nodes=3 nproc=1 timeout=120
+# zoo: culprit=1 op=all_reduce line=13 kind=straggler backend=compose nodes=3 nproc=1 timeout=120
 # zoo: links=1=10mbit
 # zoo: about=node 1's link is 10 Mbit/s (tc tbf); the others are fast
+# zoo: source=https://github.com/intelligent-machine-learning/dlrover/issues/678
 import torch
 import torch.distributed as dist
 

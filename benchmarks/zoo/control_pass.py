@@ -1,5 +1,6 @@
 # zoo: culprit=none kind=pass nproc=2 timeout=60
 # zoo: about=a correct script (the control: no tool should blame anyone; its time is each tool's start and end)
+# zoo: source=https://github.com/pytorch/pytorch/issues/150433 (its script with the bug line left commented out)
 import torch
 import torch.distributed as dist
 

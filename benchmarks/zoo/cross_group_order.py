@@ -1,5 +1,6 @@
-# zoo: culprit=0 op=all_reduce line=13 kind=deadlock nproc=4 timeout=30
+# zoo: culprit=0 op=all_reduce line=14 kind=deadlock nproc=4 timeout=30
 # zoo: about=rank 0 reduces in its subgroup [0, 1] before the world all_reduce; the others the other way round
+# zoo: source=https://github.com/NVIDIA/apex/pull/18
 import torch
 import torch.distributed as dist
 

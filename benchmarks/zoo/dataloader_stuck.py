@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_reduce line=19|23 kind=hang nproc=3 timeout=30
+# zoo: culprit=1 op=all_reduce line=20|24 kind=hang nproc=3 timeout=30
 # zoo: about=rank 1's dataset blocks on its fourth item: the others wait in all_reduce
+# zoo: source=https://github.com/pytorch/pytorch/issues/87995
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce|barrier line=13|15|18 kind=mismatch nproc=3 timeout=40
+# zoo: culprit=2 op=all_reduce|barrier line=14|16|19 kind=mismatch nproc=3 timeout=40
 # zoo: about=DDP, rank 2 has one batch fewer than the others: they wait in the gradient all_reduce
+# zoo: source=https://github.com/deepspeedai/DeepSpeed/issues/2223
 import torch
 import torch.distributed as dist
 

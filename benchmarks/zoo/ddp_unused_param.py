@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_reduce line=23|18 kind=exception nproc=3 timeout=40
+# zoo: culprit=1 op=all_reduce line=24|19 kind=exception nproc=3 timeout=40
 # zoo: about=DDP: rank 1 skips a layer in forward, so its gradient bucket is never reduced there
+# zoo: source=https://github.com/open-mmlab/mmsegmentation/issues/3737
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce line=11 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=2 op=all_reduce line=12 kind=mismatch nproc=3 timeout=30
 # zoo: about=rank 2 all_reduces float64 where the others use float32
+# zoo: source=https://github.com/pytorch/pytorch/issues/150433
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_reduce line=12|13 kind=exception nproc=3 timeout=30
+# zoo: culprit=1 op=all_reduce line=13|14 kind=exception nproc=3 timeout=30
 # zoo: about=rank 1 raises in Python between two all_reduces
+# zoo: source=https://github.com/pytorch/torchtitan/issues/1790
 import torch
 import torch.distributed as dist
 

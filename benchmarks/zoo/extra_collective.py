@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=barrier line=12 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=1 op=barrier line=13 kind=mismatch nproc=3 timeout=30
 # zoo: about=rank 1 adds a barrier (a debugging sync) the others do not call
+# zoo: source=https://github.com/pytorch/pytorch/issues/54059
 import torch
 import torch.distributed as dist
 

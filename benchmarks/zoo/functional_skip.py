@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce|barrier line=13|15 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=2 op=all_reduce|barrier line=14|16 kind=mismatch nproc=3 timeout=30
 # zoo: about=ranks 0 and 1 call a functional all_reduce that rank 2 skips
+# zoo: source=https://github.com/pytorch/pytorch/pull/155558 (one rank skips a compiler collective the others run)
 import torch
 import torch.distributed as dist
 

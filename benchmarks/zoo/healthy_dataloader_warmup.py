@@ -1,5 +1,6 @@
 # zoo: culprit=none kind=pass nproc=2 timeout=120
 # zoo: about=every rank's DataLoader takes 25 s for its first batches (a slow warm-up), then trains
+# zoo: source=https://github.com/pytorch/pytorch/issues/82077 (a slow first batch read as a hang)
 import time
 
 import torch

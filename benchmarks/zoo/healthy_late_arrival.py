@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce line=13|14 kind=straggler nproc=3 timeout=90
+# zoo: culprit=2 op=all_reduce line=14|15 kind=straggler nproc=3 timeout=90
 # zoo: about=rank 2 arrives 5 s late at every all_reduce (inside the stall window): slow, not stalled
+# zoo: source=https://github.com/traceopt-ai/traceml/issues/252
 import time
 
 import torch

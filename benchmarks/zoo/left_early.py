@@ -1,5 +1,6 @@
-# zoo: culprit=3 op=all_reduce line=12|13 kind=exit0 nodes=2 nproc=2 timeout=30
+# zoo: culprit=3 op=all_reduce line=13|14 kind=exit0 nodes=2 nproc=2 timeout=30
 # zoo: about=rank 3 leaves the training loop early and exits 0; the others wait in the next all_reduce
+# zoo: source=https://github.com/pytorch/pytorch/issues/28257
 import torch
 import torch.distributed as dist
 

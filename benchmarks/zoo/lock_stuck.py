@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce line=18 kind=hang nproc=3 timeout=30
+# zoo: culprit=2 op=all_reduce line=19 kind=hang nproc=3 timeout=30
 # zoo: about=rank 2's main thread waits for a lock a background thread never releases
+# zoo: source=https://github.com/horovod/horovod/issues/3352
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce line=14 kind=exception nproc=3 timeout=30
+# zoo: culprit=2 op=all_reduce line=15 kind=exception nproc=3 timeout=30
 # zoo: about=rank 2 runs out of address space (RLIMIT_AS) allocating an activation
+# zoo: source=https://github.com/pytorch/pytorch/issues/17113
 import torch
 import torch.distributed as dist
 

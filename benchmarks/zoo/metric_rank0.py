@@ -1,5 +1,6 @@
-# zoo: culprit=0 op=all_reduce line=14 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=0 op=all_reduce line=15 kind=mismatch nproc=3 timeout=30
 # zoo: about=a metric all_reduce under `if rank == 0:` meets the others' next gradient all_reduce
+# zoo: source=https://github.com/meta-llama/llama-cookbook/issues/297
 import torch
 import torch.distributed as dist
 

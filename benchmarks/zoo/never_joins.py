@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=init_process_group line=10|11 kind=hang nproc=3 timeout=30
+# zoo: culprit=2 op=init_process_group line=11|12 kind=hang nproc=3 timeout=30
 # zoo: about=rank 2 sleeps before init_process_group: the others wait in the rendezvous
+# zoo: source=https://github.com/pytorch/pytorch/issues/49846
 import os
 import time
 

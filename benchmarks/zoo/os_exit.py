@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce line=14|15 kind=exit nproc=3 timeout=30
+# zoo: culprit=2 op=all_reduce line=15|16 kind=exit nproc=3 timeout=30
 # zoo: about=rank 2 calls os._exit(3) between two all_reduces: no traceback
+# zoo: source=https://github.com/facebookresearch/fairseq/issues/810
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=0|1 op=recv line=11 kind=deadlock nproc=2 timeout=30
+# zoo: culprit=0|1 op=recv line=12 kind=deadlock nproc=2 timeout=30
 # zoo: about=both ranks recv before they send
+# zoo: source=https://github.com/NVIDIA/nccl/issues/479
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=reduce line=11 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=1 op=reduce line=12 kind=mismatch nproc=3 timeout=30
 # zoo: about=rank 1 reduces to dst 1, the others to dst 0
+# zoo: source=https://github.com/pytorch/pytorch/issues/39706
 import torch
 import torch.distributed as dist
 

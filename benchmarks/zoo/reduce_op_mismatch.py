@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_reduce line=13 kind=silent nproc=3 timeout=30
+# zoo: culprit=1 op=all_reduce line=14 kind=silent nproc=3 timeout=30
 # zoo: about=rank 1 all_reduces with MAX where the others SUM: gloo does not check the reduce op, every rank completes with other values
+# zoo: source=https://github.com/mosaicml/llm-foundry/issues/578
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=broadcast line=12 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=2 op=broadcast line=13 kind=mismatch nproc=3 timeout=30
 # zoo: about=rank 2 broadcasts from root 1, the others from root 0
+# zoo: source=https://github.com/pytorch/pytorch/issues/39706 (an inconsistent root across ranks)
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=0|1|2 op=send line=10 kind=deadlock nproc=3 timeout=30
+# zoo: culprit=0|1|2 op=send line=11 kind=deadlock nproc=3 timeout=30
 # zoo: about=a ring of blocking sends of 64 MB: every rank sends before it receives
+# zoo: source=https://github.com/NVIDIA/nccl/issues/479
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=0|1 op=all_reduce line=10 kind=abort nproc=2 timeout=30
+# zoo: culprit=0|1 op=all_reduce line=11 kind=abort nproc=2 timeout=30
 # zoo: about=two ranks, 1000 and 12 elements: gloo's size check aborts a rank (SIGABRT, no traceback)
+# zoo: source=https://github.com/NVIDIA/nccl/issues/1394
 import torch
 import torch.distributed as dist
 

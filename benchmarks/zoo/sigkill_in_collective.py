@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=barrier line=19|16 kind=killed nproc=3 timeout=30
+# zoo: culprit=1 op=barrier line=20|17 kind=killed nproc=3 timeout=30
 # zoo: about=rank 1 is SIGKILLed (a thread of its own) while it waits in a barrier
+# zoo: source=https://github.com/pytorch/pytorch/issues/54823
 import torch
 import torch.distributed as dist
 

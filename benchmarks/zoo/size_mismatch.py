@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_reduce line=11 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=1 op=all_reduce line=12 kind=mismatch nproc=3 timeout=30
 # zoo: about=rank 1 all_reduces 1000 elements where the others have 10
+# zoo: source=https://github.com/pytorch/pytorch/issues/97191
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=1 op=all_reduce line=15 kind=hang nproc=3 timeout=30
+# zoo: culprit=1 op=all_reduce line=16 kind=hang nproc=3 timeout=30
 # zoo: about=rank 1 waits on a store key nobody sets
+# zoo: source=https://github.com/pytorch/pytorch/issues/53840
 import torch
 import torch.distributed as dist
 

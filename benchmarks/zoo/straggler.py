@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce line=14|15 kind=straggler nproc=3 timeout=60
+# zoo: culprit=2 op=all_reduce line=15|16 kind=straggler nproc=3 timeout=60
 # zoo: about=rank 2 sleeps 0.3 s before each of 16 all_reduces; the run passes
+# zoo: source=https://github.com/horovod/horovod/issues/867
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=3 op=all_reduce line=13 kind=hang nproc=4 timeout=30
+# zoo: culprit=3 op=all_reduce line=14 kind=hang nproc=4 timeout=30
 # zoo: about=rank 3 skips its subgroup's all_reduce and ends; rank 2 waits in it
+# zoo: source=https://github.com/pytorch/pytorch/issues/81291
 import torch
 import torch.distributed as dist
 

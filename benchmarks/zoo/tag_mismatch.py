@@ -1,5 +1,6 @@
-# zoo: culprit=0|1 op=send|recv line=11|13 kind=deadlock nproc=2 timeout=30
+# zoo: culprit=0|1 op=send|recv line=12|14 kind=deadlock nproc=2 timeout=30
 # zoo: about=rank 0 sends with tag 1, rank 1 receives with tag 0
+# zoo: source=https://github.com/pytorch/pytorch/issues/94819
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=all_reduce line=12 kind=deadlock nproc=3 timeout=30
+# zoo: culprit=2 op=all_reduce line=13 kind=deadlock nproc=3 timeout=30
 # zoo: about=two groups of every rank; rank 2 uses them in the other order
+# zoo: source=https://github.com/NVIDIA/apex/pull/18
 import torch
 import torch.distributed as dist
 

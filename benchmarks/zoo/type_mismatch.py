@@ -1,5 +1,6 @@
-# zoo: culprit=2 op=broadcast line=13 kind=mismatch nproc=4 timeout=30
+# zoo: culprit=2 op=broadcast line=14 kind=mismatch nproc=4 timeout=30
 # zoo: about=rank 2 calls broadcast where the others call all_reduce, same tensor
+# zoo: source=https://github.com/Lightning-AI/pytorch-lightning/issues/19680
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=2|3 op=broadcast line=12 kind=exception nproc=4 timeout=30
+# zoo: culprit=2|3 op=broadcast line=13 kind=exception nproc=4 timeout=30
 # zoo: about=a subgroup [2, 3] broadcasts from src=0, a group rank where torch wants a global one
+# zoo: source=https://github.com/pytorch/pytorch/issues/74602
 import torch
 import torch.distributed as dist
 

@@ -1,5 +1,6 @@
-# zoo: culprit=0 op=send line=11 kind=deadlock nproc=3 timeout=30
+# zoo: culprit=0 op=send line=12 kind=deadlock nproc=3 timeout=30
 # zoo: about=rank 0 sends to rank 2 where rank 1 waits for the message
+# zoo: source=https://github.com/hpc/mpifileutils/pull/26
 import torch
 import torch.distributed as dist
 
