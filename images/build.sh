@@ -98,12 +98,12 @@ PLATFORMS=()
 for glibc in $(seq 36 -1 17); do PLATFORMS+=(--platform "manylinux_2_${glibc}_x86_64"); done
 PLATFORMS+=(--platform manylinux2014_x86_64)
 
-fetch_wheels() {  # $1: folder, $2: the torch requirement; adds numpy + labctl's runtime deps
+fetch_wheels() {  # $1: folder, $2: the torch requirement; adds labctl's runtime deps (numpy among them)
     local dest=$1 torch_req=$2
     # the runtime deps and the `debug` extra (torch's debug server frontend: --debug-server)
     local deps; deps=$("$PYTHON" -c 'import tomllib; p = tomllib.load(open("pyproject.toml","rb"))["project"]; print(" ".join(p["dependencies"] + p["optional-dependencies"]["debug"]))')
-    # numpy: torch warns on every import without it.
-    local want="$torch_req numpy $deps setuptools>=61 wheel"
+    # numpy is one of them (torch warns on every import without it; pipelining needs it)
+    local want="$torch_req $deps setuptools>=61 wheel"
     if [ -f "$dest.req" ] && [ "$(cat "$dest.req")" = "$want" ] && ls "$dest"/torch-* >/dev/null 2>&1; then
         say "wheels in $dest up to date ($want)"
         return
