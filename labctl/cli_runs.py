@@ -297,4 +297,25 @@ def compare(run_a, run_b, fmt) -> None:
     say(report.compare(open_run_folder(run_a), open_run_folder(run_b), fmt), nl=False)
 
 
-COMMANDS = (collect, logs, report, down, stacks, watch, trace_cmd, exercise, predict, compare)
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              help="json: the culprit, op, line, group and the lab's diagnosis as one object.")
+@friendly
+def diagnose(path, fmt) -> None:
+    """Who is to blame, the call and its line, from torch's own Flight Recorder dumps.
+
+    PATH is a folder of one job's dumps (TORCH_FR_DUMP_TEMP_FILE=<prefix> writes
+    <prefix><rank>; _dump_fr_trace / _dump_nccl_trace pickles, gloo or NCCL, with or
+    without stack traces; _dump_fr_trace_json and the debug server's JSON), one rank's
+    dump, or a lab run folder (its own diagnosis, and its torch dumps if it holds
+    any). The lab's matcher names the rank the others wait for or the one whose call
+    differs, the call, the group and the line (docs/diagnosis.md, "Diagnosing torch's
+    own dumps"). A pickle is never run: one that names any class or function is
+    refused. Exit 0 when the dumps were read, 2 when PATH holds none."""
+    from . import diagnose as diagnosis
+
+    say(diagnosis.diagnose(path, fmt), nl=False)
+
+
+COMMANDS = (collect, logs, report, down, stacks, watch, trace_cmd, exercise, predict, compare, diagnose)
