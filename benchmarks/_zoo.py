@@ -12,6 +12,7 @@ op it names and the line it points at; `score` gives a verdict on each.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,6 +444,29 @@ def frtrace_answer(output: str, script: str, seconds: float | None = None) -> An
     first_line = block.strip().splitlines()[0]
     said = re.search(r"error msg: (.*)", block)
     return Answer(culprits, op, line, f"{first_line}; {said.group(1) if said else ''}".strip("; ")[:300], seconds)
+
+
+# ---------------------------------------------------------------- labctl diagnose on torch's dumps
+
+def dumps_answer(output: str, script: str, seconds: float | None = None) -> Answer:
+    """`labctl diagnose DIR --format json` on the run's torch dumps: its culprit (or every
+    rank it names when no one rank is), its op and its line in the case's script; its one
+    error line (exit 2) or nothing found: silent."""
+    start = output.find("{")                # past whatever else reached the terminal first
+    try:
+        said = json.loads(output[start:]) if start >= 0 else None
+    except ValueError:
+        said = None
+    if said is None:
+        return Answer(text=output.strip().splitlines()[0][:300] if output.strip() else "", seconds=seconds)
+    if not isinstance(said, dict):
+        return Answer(text="not an object", seconds=seconds)
+    culprits = tuple(r for r in said.get("culprits") or [] if type(r) is int)
+    if not culprits and type(said.get("rank")) is int:
+        culprits = (said["rank"],)
+    op = said.get("op") if isinstance(said.get("op"), str) else None
+    return Answer(culprits, op, _caller_line(said.get("line"), script), str(said.get("text") or "nothing stuck")[:300],
+                  seconds)
 
 
 # ---------------------------------------------------------------- torch's debug server

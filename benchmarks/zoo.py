@@ -2,7 +2,7 @@
 own tools, and score each tool's answer against the case's header.
 
     python benchmarks/zoo.py [--backend local|compose] [--cases a,b]
-                             [--tools lab,fr_trace,detail,torchrun,debug_server]
+                             [--tools lab,fr_trace,dumps,detail,torchrun,debug_server]
                              [--out DIR] [--json FILE] [--zoo DIR] [--slack S] [--image I] [-v]
 
 Tools (benchmarks/zoo/README.md says what each reads):
@@ -12,6 +12,8 @@ Tools (benchmarks/zoo/README.md says what each reads):
             seconds are from the hang's start (the first rank's last op) to the answer
   fr_trace  torch's Flight Recorder analyzer (`python -m torch.distributed.flight_recorder.fr_trace`)
             on the pickle dumps the same lab run wrote (`--env LAB_FR_DUMP_DIR=<dir>`)
+  dumps     `labctl diagnose <that dir> --format json`: the lab's matcher on the same torch
+            dumps fr_trace reads (dumps only, none of the lab's own records)
   detail    `torchrun` with TORCH_DISTRIBUTED_DEBUG=DETAIL and TORCH_CPP_LOG_LEVEL=INFO (what
             `--debug` sets): the errors it prints
   torchrun  plain `python -m torch.distributed.run --standalone --nproc-per-node N CASE`, killed
@@ -46,11 +48,11 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from _zoo import (Answer, BadCase, Case, debug_server_answer, frtrace_answer, lab_answer, live_answer,  # noqa: E402
-                  load_case, score, stack_lines, torchrun_answer)
+from _zoo import (Answer, BadCase, Case, debug_server_answer, dumps_answer, frtrace_answer, lab_answer,  # noqa: E402
+                  live_answer, load_case, score, stack_lines, torchrun_answer)
 from labctl.tables import table  # noqa: E402
 
-TOOLS = ("lab", "live", "fr_trace", "detail", "torchrun", "debug_server")
+TOOLS = ("lab", "live", "fr_trace", "dumps", "detail", "torchrun", "debug_server")
 ZOO = HERE / "zoo"
 CONTROL = "control_pass"
 
@@ -132,7 +134,7 @@ def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, sl
     timeout = case.timeout + slack
     argv = [sys.executable, "-m", "labctl.cli", "up", "--backend", backend, "--script", str(case.path),
             "--nodes", str(case.nodes), "--nproc-per-node", str(case.nproc), "--timeout", f"{timeout:g}",
-            "--out", str(out), "-q", "--env", f"LAB_FR_DUMP_DIR={dumps}"]
+            "--out", str(out), "-q", "--env", f"LAB_FR_DUMP_DIR={dumps}", "--env", "LAB_FR_DUMP_STACKS=1"]
     if image and backend == "compose":
         argv += ["--image", image]
     if debug_server:
@@ -160,6 +162,16 @@ def run_frtrace(dumps: Path, folder: Path) -> tuple[str, float]:
     argv = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(dumps), "-p", "rank_",
             "--allow-incomplete-ranks"]
     output, seconds, _ = _run(argv, 300, dict(os.environ), folder)
+    return output, seconds
+
+
+def run_dumps(dumps: Path, folder: Path) -> tuple[str, float]:
+    """`labctl diagnose DIR --format json` (this checkout's) on the run's torch dumps."""
+    if not dumps.is_dir() or not any(dumps.glob("rank_*")):
+        return "", 0.0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    argv = [sys.executable, "-m", "labctl.cli", "diagnose", str(dumps), "--format", "json"]
+    output, seconds, _ = _run(argv, 120, env, folder)
     return output, seconds
 
 
@@ -201,7 +213,7 @@ def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: 
     folder.mkdir(parents=True, exist_ok=True)
     script = case.path.name
     found: dict[str, dict] = {}
-    if "lab" in tools or "fr_trace" in tools or "live" in tools:
+    if "lab" in tools or "fr_trace" in tools or "live" in tools or "dumps" in tools:
         status, dumps, seconds, output = run_lab(case, folder / "lab", backend, image, slack)
         if "live" in tools:
             found["live"] = {"answer": live_answer(status, script), "raw": ((status or {}).get("live") or {})
@@ -215,6 +227,11 @@ def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: 
             answer = frtrace_answer(said, script, seconds + more) if said else \
                 Answer(text="no Flight Recorder dump", seconds=None)
             found["fr_trace"] = {"answer": answer, "raw": said[-4000:]}
+        if "dumps" in tools:
+            said, more = run_dumps(dumps, folder)
+            answer = dumps_answer(said, script, seconds + more) if said else \
+                Answer(text="no Flight Recorder dump", seconds=None)
+            found["dumps"] = {"answer": answer, "raw": said[-4000:]}
     if "debug_server" in tools:
         found["debug_server"] = run_debug_server(case, folder / "debug_server", backend, image, slack)
     for tool in ("detail", "torchrun"):

@@ -254,3 +254,16 @@ def test_the_debug_server_s_stacks_are_read_as_a_user_reads_its_page():
     assert split.culprits == () and not _zoo.score(case, split).culprit
     gone = _zoo.debug_server_answer({0: 13, 1: 13, 2: 13, 3: None}, source)
     assert (gone.culprits, gone.line) == ((3,), None) and not _zoo.score(case, gone).all
+
+
+def test_the_dumps_answer_reads_labctl_diagnose_json():
+    said = ('{"rank": 3, "culprits": [3], "op": "barrier", "line": "/z/missing_collective.py:14", '
+            '"text": "rank 3 called barrier [] where rank 0 called all_reduce [64]"}')
+    a = _zoo.dumps_answer(said, "missing_collective.py", 4.0)
+    assert (a.culprits, a.op, a.line, a.seconds) == ((3,), "barrier", 14, 4.0)
+    a = _zoo.dumps_answer('note: x\n{"rank": null, "culprits": [0, 1], "op": "all_reduce", "line": null}', "c.py")
+    assert (a.culprits, a.op, a.line) == ((0, 1), "all_reduce", None)
+    a = _zoo.dumps_answer('{"rank": null, "culprits": [], "op": null, "line": "/z/other.py:3", "text": ""}', "c.py")
+    assert a.silent and a.text == "nothing stuck"
+    a = _zoo.dumps_answer("error: /x: no dump in it\n", "c.py")
+    assert a.silent and a.text == "error: /x: no dump in it"

@@ -39,6 +39,7 @@ class Env:
     TRACE_DIR = "LAB_TRACE_DIR"        # a folder labctl reads itself: the ranks' record files go there
     FAULT_CLOCK = "LAB_FAULT_CLOCK"    # "join": each rank says when it joined (JOINED_MARKER)
     FR_DUMP_DIR = "LAB_FR_DUMP_DIR"    # where ranks dump Flight Recorder pickles at a hang
+    FR_DUMP_STACKS = "LAB_FR_DUMP_STACKS"  # "1": those pickles carry each entry's Python stack (as torch's own do)
     EXERCISE = "LAB_EXERCISE"          # `labctl exercise check`: the runner's config, JSON
     LINKS = "LAB_LINKS"                # the lab's configured links (labctl/links.py), JSON
     DEBUG_SERVER = "LAB_DEBUG_SERVER"  # torch's debug server: its frontend's port on rank 0

@@ -245,13 +245,22 @@ def dump_flight_recorder() -> int:
     folder = os.environ.get(Env.FR_DUMP_DIR)
     if folder:
         os.makedirs(folder, exist_ok=True)
-        # torchfrtrace reads every file whose name holds the prefix ("rank_"): a dump
-        # cut short by SIGKILL must leave nothing it would take for a rank's dump
-        partial = os.path.join(folder, f".partial-{os.getpid()}")
-        with open(partial, "wb") as f:
-            f.write(_with_pg_config(dist, c10d._dump_fr_trace(True, False)))
-        os.replace(partial, os.path.join(folder, f"rank_{rank}"))
+        _write_dump(folder, rank, _with_pg_config(dist, c10d._dump_fr_trace(True, False)))
+        if os.environ.get(Env.FR_DUMP_STACKS) == "1":
+            # then with stack traces, over it: the first symbolizing imports ~800 modules
+            # (1-11 s here), and a rank stopped meanwhile keeps the dump without them
+            _write_dump(folder, rank, _with_pg_config(dist, c10d._dump_fr_trace(True, True)))
     return written
+
+
+def _write_dump(folder: str, rank: int, data: bytes) -> None:
+    """<folder>/rank_<R>, whole or not at all: torchfrtrace reads every file whose name
+    holds the prefix ("rank_"), so a dump cut short by SIGKILL must leave nothing it
+    would take for a rank's dump."""
+    partial = os.path.join(folder, f".partial-{os.getpid()}")
+    with open(partial, "wb") as f:
+        f.write(data)
+    os.replace(partial, os.path.join(folder, f"rank_{rank}"))
 
 
 def _with_pg_config(dist: Any, raw: bytes) -> bytes:
