@@ -12,7 +12,7 @@ from typing import Any
 
 from workloads._protocol import Env
 
-from .errors import Refused
+from .errors import LabError, Refused
 from .trace.frdiag import Reading, read
 from .trace.frdump import BadDump, load
 
@@ -36,8 +36,9 @@ def dumps_text(path: str | Path, r: Reading) -> str:
     d = r.diagnosis
     kinds = sorted({x.kind for x in r.dumps})
     frames = any(x.has_frames for x in r.dumps)
+    backends = sorted({x.backend for x in r.dumps if x.entries})
     lines = [f"torch Flight Recorder dumps in {path}: rank {_ranks([x.rank for x in r.dumps])} "
-             f"({'/'.join(sorted({x.backend for x in r.dumps}))}, version {r.dumps[0].version}, "
+             f"({'/'.join(backends) or 'no entries'}, version {r.dumps[0].version}, "
              f"{'/'.join(kinds)}, {'with' if frames else 'no'} stack traces; "
              f"{sum(len(x.entries) for x in r.dumps)} entries)"]
     if r.no_dump:
@@ -96,7 +97,10 @@ def run_text(run: Path) -> str:
     from . import trace
     from .commands import open_run
 
-    r, note = open_run(str(run))
+    try:
+        r, note = open_run(str(run))
+    except ValueError as exc:               # a status.json that is no run record
+        raise Refused(f"{run}: {exc}") from None
     rec = r.record
     lines = [f"run {rec.run_id}: {rec.state.value}{': ' + rec.message if rec.message else ''}"]
     if note:
@@ -104,11 +108,16 @@ def run_text(run: Path) -> str:
     first = rec.first_failure
     if first is not None and (first.rank is not None or first.ranks):
         who = f"rank {first.rank}" if first.rank is not None else f"ranks {_ranks(first.ranks or [])}"
-        lines.append(f"first failure (status.json): {who}, {first.op or '?'} at {first.caller or '?'}")
+        lines.append(f"first failure (status.json): {who}" + (f", {first.op}" if first.op else "")
+                     + (f" at {first.caller}" if first.caller else ""))
     made = None
+    try:
+        traced = r.spec.trace
+    except (OSError, ValueError, LabError):     # no spec.yaml (a copied folder): its records tell
+        traced = (r.path / "records").is_dir() or (r.path / "ranks").is_dir()
     if not rec.ok:
         with tempfile.TemporaryDirectory(prefix="labctl-diagnose-") as scratch:
-            if r.spec.trace:
+            if traced:
                 summary = trace.merge(r.path, world=rec.world_size, hostnames=r.hostnames,
                                       out=Path(scratch) / trace.TRACE_FILE)
                 made = trace.diagnosis(summary)

@@ -245,3 +245,20 @@ def test_deep_or_odd_values_are_bounded_not_crashes():
                                       "process_group": None, "collective_seq_id": "7"}, "junk", None]}
     d = frdump.decode(pickle.dumps(odd), 0)
     assert [(e.seq, e.group, e.input_sizes, e.frames) for e in d.entries] == [(7, "pg", [], (frdump.Frame("", "", 0),))]
+
+
+def test_a_run_folder_says_its_own_diagnosis_then_its_torch_dumps(tmp_path, dumps):
+    run = tmp_path / "run"
+    (run / "fr").mkdir(parents=True)
+    (run / "status.json").write_text((REPO / "tests" / "golden" / "status" / "hang.json").read_text())
+    for rank in (0, 1):
+        (run / "fr" / f"rank_{rank}").write_bytes((dumps / "pickle" / f"rank_{rank}").read_bytes())
+    done = labctl("diagnose", str(run), timeout=60)
+    assert done.returncode == 0, done.stderr
+    own, _, theirs = done.stdout.partition("\n\n")
+    assert own.startswith("run lab-20261125-113609-d4ab: timeout: deadline of 25s passed\n")
+    assert "first failure (status.json): rank 1" in own
+    assert theirs.startswith(f"torch Flight Recorder dumps in {run / 'fr'}: rank 0, 1 (gloo")
+    assert "culprit: rank 1\nop: all_reduce\n" in theirs
+    (run / "status.json").write_text('{"state": ')
+    _refused(run, "the run folder is damaged")
