@@ -182,6 +182,12 @@ class Traffic(TorchDispatchMode):
     new step. A functional collective's own c10d op is not seen twice: the mode is off
     while it runs the op it caught."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing here is compiled; torch would otherwise wrap __torch_dispatch__ in
+        # torch._disable_dynamo, whose first call imports torch._dynamo (~3 s of CPU a rank).
+        return False
+
     def __init__(self):
         super().__init__()
         self.steps: list[dict[str, float]] = []
@@ -255,8 +261,23 @@ def blocks(count: int, d: int, hidden: int, seed: int) -> nn.Sequential:
     return nn.Sequential(*[Block(d, hidden) for _ in range(count)])
 
 
-def param_bytes(module: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters())
+class SGD:
+    """Plain SGD, p -= lr grad: what torch.optim.SGD computes without momentum (the same
+    add_), without its first use's cost: torch.optim imports torch._dynamo then, ~3 s of
+    CPU a rank on a shared 2-core machine."""
+
+    def __init__(self, params, lr: float):
+        self.params, self.lr = list(params), lr
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        with torch.no_grad():
+            for p in self.params:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-self.lr)
 
 
 # ---- tensor parallelism by hand (Megatron's f and g; sequence parallelism's pair) -----

@@ -60,7 +60,7 @@ def run(ctx: _common.Context, steps: int = 3, tokens: int = 16, d: int = 16, hid
     ref_losses = [float(v) for v in _patterns.from_rank0([torch.tensor(ref[1])] if ref else None,
                                                          [torch.zeros(steps)])[0]]
     expert = _patterns.mlp([d, hidden, d], seed + 2 + me)
-    opt = torch.optim.SGD(expert.parameters(), lr=lr)
+    opt = _patterns.SGD(expert.parameters(), lr)
     traffic = _patterns.Traffic()
     losses, formula, splits = [], [], []
     with traffic:
@@ -107,7 +107,7 @@ def moe(x, router, expert, n):
 
 def reference(experts, router, batches, lr):
     """ONE process: every expert, every token."""
-    opt = torch.optim.SGD([p for e in experts for p in e.parameters()], lr=lr)
+    opt = _patterns.SGD([p for e in experts for p in e.parameters()], lr)
     losses = []
     for x, y in batches:
         opt.zero_grad()

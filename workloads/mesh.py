@@ -57,7 +57,7 @@ def run(ctx: _common.Context, variant: str = "all", tp: int = 2, steps: int = 3,
                  else _patterns.tp_manual(blocks, d, hidden, seed, tp_group))
         params = list(model.parameters())
         local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
-        opt = torch.optim.SGD(params, lr=lr)
+        opt = _patterns.SGD(params, lr)
         traffic = _patterns.Traffic()
         losses = []
         with traffic:
@@ -89,7 +89,7 @@ def run(ctx: _common.Context, variant: str = "all", tp: int = 2, steps: int = 3,
 def reference(count, d, hidden, seed, batches, lr):
     """ONE process, the whole model, the whole global batch."""
     model = _patterns.blocks(count, d, hidden, seed)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = _patterns.SGD(model.parameters(), lr)
     losses = []
     for x, y in batches:
         opt.zero_grad()

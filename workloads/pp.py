@@ -75,7 +75,7 @@ def chain(total: int, d: int, seed: int) -> list[nn.Module]:
 def reference(total, d, seed, batches, microbatches, lr):
     """ONE process: the whole chain, microbatch by microbatch, gradients / microbatches."""
     model = nn.Sequential(*chain(total, d, seed))
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = _patterns.SGD(model.parameters(), lr)
     losses = []
     for x, y in batches:
         opt.zero_grad()
@@ -102,7 +102,7 @@ def train(name, total, d, seed, batches, microbatches, rows, lr, traffic, n, me)
         schedule = ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
     else:
         schedule = (ScheduleGPipe if name == "gpipe" else Schedule1F1B)(stages[0], microbatches, loss_fn=loss_fn)
-    opt = torch.optim.SGD([p for m in mine for p in m.parameters()], lr=lr)
+    opt = _patterns.SGD([p for m in mine for p in m.parameters()], lr)
     first, last = me == 0, (total - 1) % n == me
     losses = []
     with traffic:

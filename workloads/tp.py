@@ -66,7 +66,7 @@ def run(ctx: _common.Context, variant: str = "all", steps: int = 3, tokens: int 
 def reference(count, d, hidden, seed, batches, lr):
     """ONE process, the whole model."""
     model = _patterns.blocks(count, d, hidden, seed)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = _patterns.SGD(model.parameters(), lr)
     losses = []
     for x, y in batches:
         opt.zero_grad()
@@ -89,7 +89,7 @@ def dtensor_model(count, d, hidden, seed, sequence):
 
 def train(model, batches, lr, traffic, sequence):
     """SGD; sequence parallel: this rank's tokens only, its loss their share of the mean."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = _patterns.SGD(model.parameters(), lr)
     n, me = dist.get_world_size(), dist.get_rank()
     losses = []
     with traffic:
