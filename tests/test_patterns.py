@@ -90,6 +90,19 @@ def test_a_bad_variant_is_refused_when_the_lab_loads():
     assert backends.from_dict({"workloads": [{"pp": {"schedule": "gpipe,1f1b"}}]}).workloads[0].options
 
 
+@pytest.mark.parametrize("entry, says", [
+    ({"tp": {"tokens": 10}}, "workloads.tp.options.tokens: expected a multiple of the world size 4"),
+    ({"cp": {"tokens": 30}}, "workloads.cp.options.tokens: expected a multiple of the world size 4"),
+    ({"mesh": {"tp": 3}}, "workloads.mesh.options.tp: expected a divisor of the world size 4"),
+    ({"pp": {"batch": 6}}, "workloads.pp.options.batch: expected a multiple of microbatches (4)"),
+])
+def test_sizes_that_cannot_split_over_the_ranks_are_refused_when_the_lab_loads(entry, says):
+    with pytest.raises(SpecError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        backends.from_dict({"nodes": 2, "nproc_per_node": 2, "workloads": [entry]})
+    backends.from_dict({"nodes": 1, "nproc_per_node": 2, "workloads": [{"tp": {}}, {"cp": {}}, {"mesh": {}},
+                                                                         {"pp": {}}, {"fsdp": {}}, {"ep": {}}]})
+
+
 def test_the_report_row_per_variant():
     results = [{"workload": "pp", "name": "gpipe-matches-single-process", "rank": r, "ok": True,
                 "max_diff": 0.0, "tolerance": 0.0, "bitwise": True} for r in range(2)]

@@ -45,12 +45,15 @@ def run(ctx: _common.Context, variant: str = "all", steps: int = 3, batch_per_ra
     ref_losses = [float(v) for v in _patterns.from_rank0([torch.tensor(ref[1])] if ref else None,
                                                          [torch.zeros(steps)])[0]]
     param_bytes = sum(p.numel() * 4 for p in shapes)
+    # FSDP2 cuts every parameter along dim 0 into n equal shards, the last ones padded
+    sharded_bytes = sum(-(-p.shape[0] // n) * n * (p.numel() // p.shape[0]) * 4 for p in shapes)
     for name in _patterns.variants(variant, VARIANTS):
         traffic = _patterns.Traffic()
         if name == "fsdp2":
             params, losses, state = fsdp2(dims, seed, mine, lr, traffic)
-            formula = _patterns.fsdp2_bytes(param_bytes, n)
-            text = f"3 (n-1)/n P = 3 x {n - 1}/{n} x {param_bytes} B"
+            formula = _patterns.fsdp2_bytes(sharded_bytes, n)
+            text = f"3 (n-1)/n P = 3 x {n - 1}/{n} x {sharded_bytes} B" + (
+                " (each parameter's dim 0 padded to a multiple of n)" if sharded_bytes != param_bytes else "")
         else:
             params, losses, state, padded = zero1(dims, seed, mine, lr, traffic, n, me)
             formula = _patterns.zero1_bytes(padded, n)

@@ -48,8 +48,11 @@ def section(workload: str, title: str, caption: str) -> Callable[[list[dict]], l
     return views
 
 
-def plugin(workload: str, title: str, caption: str, options: dict[str, tuple[str, ...]] | None = None) -> Workload:
-    """The pattern's plugin: its section, and its variant names checked at lab load."""
+def plugin(workload: str, title: str, caption: str, options: dict[str, tuple[str, ...]] | None = None,
+           world_multiples: tuple[str, ...] = (), rule: Callable[[dict, int], None] | None = None) -> Workload:
+    """The pattern's plugin: its section, its variant names checked at lab load, and the
+    sizes that must split evenly over the lab's ranks (`world_multiples`: options that must
+    be multiples of the world size; `rule(options, world size)` raises ValueError)."""
     def check_options(given: dict, defaults: dict) -> None:
         for key, known in (options or {}).items():
             value = given.get(key)
@@ -60,7 +63,16 @@ def plugin(workload: str, title: str, caption: str, options: dict[str, tuple[str
             if bad or not names:
                 raise ValueError(f"{key}: expected all, or one or more of {', '.join(known)} (comma-separated), "
                                  f"given {value!r}")
-    return Workload(workload, views=section(workload, title, caption), check_options=check_options)
+    def check_lab(spec: Any, given: dict, defaults: dict) -> None:
+        merged, n = {**defaults, **given}, spec.world_size
+        for key in world_multiples:
+            if isinstance(merged.get(key), int) and merged[key] % n:
+                raise ValueError(f"workloads.{workload}.options.{key}: expected a multiple of the world size "
+                                 f"{n} (it is split over the ranks), given {merged[key]}")
+        if rule is not None:
+            rule(merged, n)
+    return Workload(workload, views=section(workload, title, caption), check_options=check_options,
+                    check_lab=check_lab)
 
 
 def _passed(records: list[dict]) -> str:

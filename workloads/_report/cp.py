@@ -8,4 +8,4 @@ WORKLOAD = _patterns.plugin(
     "cp", "CP: context parallel (ring attention)",
     "Each rank's K/V block goes around the ring (isend/irecv, n-1 hops) while the ranks attend to the "
     "block they hold, the softmax merged online: 2 (n-1) (T/n) d x 4 bytes per rank per step (forward).",
-    {"variant": ("full", "causal")})
+    {"variant": ("full", "causal")}, world_multiples=("tokens",))
