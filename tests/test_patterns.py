@@ -149,6 +149,15 @@ def test_one_lab_per_pattern(tmp_path: Path, pattern: str):
             counted = sent["per_step"][sent.get("warmup_steps", 0):]
             want = sent["formula_per_step"][sent.get("warmup_steps", 0):]
             assert counted and all(math.isclose(s, f, rel_tol=0.01) for s, f in zip(counted, want)), sent
+    if pattern in ("pp", "cp"):
+        # p2p only: the lab's own trace records each send's buffer, which is what a send
+        # sends: every rank's sends there are the counter's, step by step, all variants
+        events = json.loads((out / "trace.json").read_text())["traceEvents"]
+        for rank in range(4):
+            traced = sum(e["args"]["bytes"] for e in events if e.get("name") in ("send", "isend")
+                         and e["args"].get("rank") == rank)
+            counted = sum(sum(mine[(f"{v}-bytes-per-step", rank)]["per_step"]) for v in variants)
+            assert traced == counted, (rank, traced, counted)
     report_md = (out / "report.md").read_text()
     assert f"| {variants[0]} | yes (4/4 ranks) |" in report_md, report_md
     assert_nothing_left(status["run_id"])

@@ -61,8 +61,8 @@ def run(ctx: _common.Context, schedule: str = "all", microbatches: int = 4, batc
         act = rows * d * 4
         formula = _patterns.pp_bytes(me, n, per_rank, microbatches, act)
         _patterns.bytes_check(ctx, name, traffic, formula,
-                              f"(stages sending forward + backward) x M x A = {int(formula // (microbatches * act))}"
-                              f" x {microbatches} x {act} B", microbatches=microbatches, stages_per_rank=per_rank,
+                              f"(stages sending forward + stages sending backward) x M x A, M = {microbatches}, "
+                              f"A = {act} B", microbatches=microbatches, stages_per_rank=per_rank,
                               activation_bytes=act, ranks=n, warmup=1)
 
 
