@@ -186,7 +186,7 @@ def score(case: Case, answer: Answer) -> Verdict:
     blamed = set(answer.culprits)
     right = blamed == case.culprits if case.together else bool(blamed) and blamed <= case.culprits
     return Verdict(culprit=right,
-                   op=answer.op is not None and answer.op in case.ops,
+                   op=answer.op is not None and (answer.op in case.ops or answer.op.rpartition(".")[2] in case.ops),
                    line=answer.line is not None and answer.line in case.lines)
 
 

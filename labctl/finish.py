@@ -25,6 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
+from .trace.calls import destroyed_before
 from .trace.model import Diagnosis
 from .rundir import RunDir, StorageError, now, storage_cause
 from .verdict import Cut, Evidence, Seen
@@ -66,12 +67,14 @@ class _Finish:
         self.diagnosis: Diagnosis | None = None
         self.ended_in: dict[int, str] = {}     # rank -> where its trace records end
         self.ended_at: dict[int, dict] = {}    # ... as the op and its caller
+        self.destroyed: dict[int, str] = {}    # rank -> where it last called destroy_process_group
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
         return Evidence(self.seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads),
                         list(self.run.record.faults), self.found, self.diagnosis,
-                        ended_in=self.ended_in, ended_at=self.ended_at, previous=self.previous, **more)
+                        ended_in=self.ended_in, ended_at=self.ended_at, destroyed=self.destroyed,
+                        previous=self.previous, **more)
 
     def decide(self, **more) -> None:
         self.run.record = verdict.decide(self.run.record, self.evidence(**more), str(self.run.path))
@@ -145,6 +148,8 @@ class _Finish:
         if not run.record.ok:
             self.ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in}
             self.ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at}
+            self.destroyed = {r: op.caller for r, calls in summary.calls.items()
+                              if (op := destroyed_before(calls)) is not None}
         if summary.raised_count:
             first = summary.raised[0] if summary.raised else ""
             run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "

@@ -228,6 +228,7 @@ class ErrorTracker:
     def __init__(self) -> None:
         self.in_traceback = False
         self.frames: list[tuple[str, int, str]] = []
+        self.sources: dict[int, str] = {}  # index in frames -> its source line, as the traceback shows it
         self.error: dict | None = None
         self.thrown: str | None = None     # terminate named a C++ type: its what() comes next
         self._native = False               # the error is a native abort's (not a traceback's)
@@ -242,17 +243,22 @@ class ErrorTracker:
         if self._native_line(stripped):
             return
         if stripped.startswith(TRACEBACK_HEADER):
-            self.in_traceback, self.frames = True, []
+            self.in_traceback, self.frames, self.sources = True, [], {}
             return
         if not self.in_traceback or stripped.startswith(MARKER_PREFIX):
             return                    # a marked line from the rank's other stream (stdout) is no part of it
         m = _FRAME.match(stripped)
         if m:
+            if len(self.frames) >= 64:
+                del self.frames[0]
+                self.sources = {i - 1: text for i, text in self.sources.items() if i > 0}
             self.frames.append((m.group(1), int(m.group(2)), m.group(3).strip()))
-            del self.frames[:-64]
             return
         if inside_traceback(stripped):
-            return                    # source lines and caret markers inside the traceback
+            last = len(self.frames) - 1  # source lines and caret markers inside the traceback
+            if last >= 0 and last not in self.sources and stripped.strip() and stripped.strip()[0] not in "~^":
+                self.sources[last] = stripped.strip()[:300]
+            return
         self.in_traceback, self._native = False, False
         self.error = {"exception": _quoted(stripped), **self._where()}
 
@@ -296,7 +302,27 @@ class ErrorTracker:
                         None)
             if call is not None:
                 where["call"] = call
+            called = called_on_line(self.sources.get(self.frames.index(own[-1]), ""), [f[2] for f in inner])
+            if called is not None:
+                where["called"] = called      # what the script's line called (DistributedDataParallel)
         return where
+
+
+_CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
+
+
+def called_on_line(source: str, inner: list[str]) -> str | None:
+    """The function the script's line called on the way to the error: the first name the
+    line calls that is the next frame's function (`dist.all_gather_object(...)` ->
+    all_gather_object), or, where that frame is a constructor, the class the line names
+    (`DistributedDataParallel(model)`). None: the line does not say."""
+    names = _CALLED.findall(source)
+    if not names or not inner:
+        return None
+    callee = next((f for f in inner if f not in _DIST_WRAPPERS), None)
+    if callee == "__init__":
+        return next((n for n in names if n[:1].isupper()), None)
+    return next((n for n in names if n == callee), None)
 
 
 def _quoted(line: str) -> str:

@@ -82,7 +82,8 @@ class FirstFailure:
     op: str | None = None
     caller: str | None = None
     # a first failure that is another rank's symptom: "odd call" (the rank died in a
-    # collective this one called differently) or "absence" (it waited for this one)
+    # collective this one called differently), "absence" (it waited for this one) or
+    # "named by torch" (torch's own check, on that rank, named this one: labctl/torchsays.py)
     blamed_for: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,8 +96,8 @@ class FirstFailure:
         elif self.hang:
             keys, always = ("rank", "node", "exit_code", "hang"), {"rank", "node", "exit_code"}
         else:
-            keys = ("rank", "node", "exit_code", "check", "lost", "error", "signal", "blamed_for", "peer_rank",
-                    "peer_error")
+            keys = ("rank", "ranks", "node", "exit_code", "check", "lost", "error", "signal", "blamed_for",
+                    "peer_rank", "peer_error")
             always = {"rank", "node", "exit_code"}
         d = {k: getattr(self, k) for k in (*keys, "after_fault", "collective", "last_op", "op", "caller")
              if k in always or getattr(self, k) is not None and getattr(self, k) is not False}
@@ -145,6 +146,13 @@ class FirstFailure:
             if self.rank is not None and self.caller and self.caller not in said:
                 said += f" (rank {self.rank} at {self.caller})"
             return f"hang in a collective: {said}"
+        if self.blamed_for == "named by torch" and self.peer_error is not None:
+            who = (f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
+                   if self.rank is not None else f"ranks {', '.join(map(str, self.ranks or []))}")
+            what = f" in {self.op}" if self.op else ""
+            return (f"{who} is the rank torch's own check named{what}"
+                    + (f" (at {self.caller})" if self.caller else "")
+                    + f": rank {self.peer_rank} raised {self.peer_error.get('exception', '')[:300]}")
         if self.blamed_for and self.peer_error is not None and self.collective:   # another rank's symptom
             who = f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
             said = self.peer_error["exception"]                      # its words: peer_error, the report
@@ -163,6 +171,8 @@ class FirstFailure:
             text += f" exited with code {self.exit_code}"
         if self.error:
             text += f": {self.error['exception']}{where(self.error)}"
+        if self.op == "destroy_process_group" and self.caller:
+            text += f" (its own destroy_process_group at {self.caller} had torn the group down)"
         if self.last_op:
             text += f" ({'it was ' if self.last_op.startswith('in ') else ''}{self.last_op})"
         if self.after_fault:

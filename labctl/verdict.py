@@ -31,9 +31,12 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from . import blame, logs
+from workloads._protocol.ops import CALLS
+
+from . import blame, logs, torchsays
 from .outcome import NodeOutcome, NodeState, RunState, spared
 from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
+from .trace.calls import says_uninitialized
 from .trace.model import Diagnosis, Mismatch, Stuck
 
 
@@ -92,6 +95,7 @@ class Evidence:
     diagnosis: Diagnosis | None = None   # where the collectives stopped (labctl/trace/)
     ended_in: dict[int, str] = field(default_factory=dict)   # rank -> where its trace records end
     ended_at: dict[int, dict] = field(default_factory=dict)  # ... as {"op", "caller", "inside"}
+    destroyed: dict[int, str] = field(default_factory=dict)  # rank -> where it called destroy_process_group
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -123,9 +127,10 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
                 first = blame.fault_cause(first, outcomes, ev.found, fired)
         where = {r: logs.where_stuck(lines) for r, lines in ev.found.stacks.items()}
         diagnosis = ev.diagnosis
-        if state is RunState.TIMEOUT and (first is None or first.hang):
+        if state is RunState.TIMEOUT and (first is None or first.hang) and not _group_made_apart(diagnosis):
             # ranks held in a call every rank must make (new_group) wait for those elsewhere,
-            # whatever the records of the ops after it say
+            # whatever the records of the ops after it say (unless the records show that every
+            # rank made it, with other members: that is the cause)
             diagnosis = blame.setup_hang(where, out.world_size) or diagnosis
         if diagnosis is not None and state is not RunState.PASSED:
             if first is None:                  # a hang: nobody failed, the deadline came
@@ -139,6 +144,8 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             _the_leavers_waited_for(first, diagnosis)
         if first is not None:
             _name_the_call(first, ev.ended_at, where)
+            _destroyed_first(first, ev.destroyed)
+            first = _named_by_torch(first, ev.found, out.world_size) or first
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -153,6 +160,11 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
     out.first_failure = first
     out.message = message or (first.describe() if first else "")
     return out
+
+
+def _group_made_apart(diagnosis: Diagnosis | None) -> bool:
+    """The trace saw ranks create one group with other members (labctl/trace/calls.py)."""
+    return diagnosis is not None and diagnosis.mismatch is not None and "members" in diagnosis.mismatch.differs
 
 
 def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Findings) -> FirstFailure | None:
@@ -233,7 +245,13 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     error = None if first.left_early else first.error
     at = f"{error['file']}:{error['line']}" if error and error.get("file") else None
     silent = at is None and not first.hang and not first.left_early
+    if first.hang and ended.get("inside") and ended.get("op") in CALLS:
+        # held in a call the others cannot see (a store read nobody answers, a new_group the
+        # others made otherwise): that call, not the collective it never entered
+        first.op, first.caller = ended["op"], ended.get("caller")
+        return
     op = ended.get("op") if at is not None and ended.get("caller") == at else None
+    op = (error or {}).get("called") or op   # the call the script's line made (DistributedDataParallel)
     op = op or (error or {}).get("call")     # raised inside a torch.distributed call before it issued an op
     op = op or (diagnosis.op if diagnosis and named else None) or (ended.get("op") if silent else None)
     absent = None                       # the collective it never entered, where the others called it
@@ -245,6 +263,44 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     if caller is None and stack.get("file") and not first.left_early:
         caller = f"{stack['file']}:{stack['line']}"
     first.op, first.caller = op, caller
+
+
+def _named_by_torch(first: FirstFailure, found: blame.Findings, world: int | None) -> FirstFailure | None:
+    """torch's own check named the rank at fault in another rank's error (torchsays.py): a
+    first failure that is not that rank is its victim. The named rank is the first failure,
+    the victim its `peer_rank`/`peer_error`; the op is the check's call (the monitored
+    barrier the named rank never reached: its line is where the others waited). None:
+    torch named nobody, or named the first failure itself (its op then said here)."""
+    if first.fault or first.left_early:
+        return None
+    named = torchsays.named_culprits(found.errors, world)
+    if named is None or not named.ranks:
+        return None
+    said = found.errors.get(named.by) or {}
+    at = f"{said['file']}:{said['line']}" if said.get("file") else None
+    if first.rank is not None and first.rank in named.ranks and len(named.ranks) == 1:
+        if named.op is not None:
+            first.op = named.op
+        return None
+    one = named.ranks[0] if len(named.ranks) == 1 else None
+    own = found.errors.get(one) if one is not None else None
+    caller = f"{own['file']}:{own['line']}" if own and own.get("file") and named.op != torchsays.MONITORED_BARRIER \
+        else at
+    return FirstFailure(one, blame.node_of_rank(one, found) if one is not None else None,
+                        found.exit_codes.get(one) if one is not None else None,
+                        ranks=list(named.ranks) if one is None else None, error=own,
+                        peer_rank=named.by, peer_error=dict(said) or {"exception": named.text},
+                        blamed_for="named by torch", op=named.op or first.op, caller=caller or first.caller)
+
+
+def _destroyed_first(first: FirstFailure, destroyed: dict[int, str]) -> None:
+    """A rank that raised "not initialized" (or "destroyed") after destroying the group
+    itself: the destroy is the call to name, its line the one to show (its error's line
+    is where it found out)."""
+    if first.rank is None or first.rank not in destroyed or first.left_early:
+        return
+    if says_uninitialized((first.error or {}).get("exception")):
+        first.op, first.caller = "destroy_process_group", destroyed[first.rank]
 
 
 def _state(ev: Evidence, outcomes: list[NodeOutcome], gone: set[int], folder: str) -> tuple[RunState, str]:

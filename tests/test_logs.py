@@ -326,7 +326,7 @@ def test_an_error_raised_inside_a_torch_distributed_call_says_which():
                  "ValueError: Global rank 0 is not part of group"]:
         tracker.feed(line)
     assert tracker.error == {"exception": "ValueError: Global rank 0 is not part of group", "file": "/x/job.py",
-                             "line": 12, "function": "<module>", "call": "broadcast"}
+                             "line": 12, "function": "<module>", "call": "broadcast", "called": "broadcast"}
     tracker = logs.ErrorTracker()
     for line in ["Traceback (most recent call last):", '  File "/x/job.py", line 3, in <module>', "ValueError: boom"]:
         tracker.feed(line)
@@ -375,3 +375,28 @@ def test_two_stack_dumps_glued_together_are_two_and_the_last_one_is_where_the_ra
     tracker.close()
     assert logs.where_stuck(tracker.last) == {"file": "/x/job.py", "line": 20, "function": "<module>",
                                               "call": "all_reduce"}
+
+
+def test_an_error_says_the_call_the_script_s_line_made():
+    """The call the script's line made on the way to the error (issue 50): the function the
+    next frame runs (all_gather_object, past torch's logging wrapper), or the class whose
+    constructor it is (DistributedDataParallel); nothing where the line does not say."""
+    tb = [
+        "Traceback (most recent call last):",
+        '  File "/x/job.py", line 13, in <module>',
+        "    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, hidden)))",
+        "            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '  File "/v/site-packages/torch/nn/parallel/distributed.py", line 825, in __init__',
+        "    _verify_param_shape_across_processes(self.process_group, parameters)",
+        '  File "/v/site-packages/torch/distributed/utils.py", line 288, in _verify_param_shape_across_processes',
+        "    return dist._verify_params_across_processes(process_group, tensors, logger)",
+        "RuntimeError: [1]: params[0] in this process with sizes [64, 8] appears not to match",
+    ]
+    tracker = logs.ErrorTracker()
+    for line in tb:
+        tracker.feed(line)
+    assert (tracker.error["line"], tracker.error["called"]) == (13, "DistributedDataParallel"), tracker.error
+    assert logs.called_on_line("out = dist.all_gather_object(objs, x)", ["wrapper", "all_gather_object"]) \
+        == "all_gather_object"
+    assert logs.called_on_line("step(model)", ["_wrapped_call_impl"]) is None
+    assert logs.called_on_line("", ["all_reduce"]) is None

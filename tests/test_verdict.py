@@ -333,3 +333,61 @@ def test_a_rank_whose_peer_went_away_while_it_waited_for_another_is_that_one_s_s
         3, "absence", 2, "all_reduce", "/x/job.py:13"), first
     assert first.describe() == ("rank 3 on node 0 is the rank the others waited for: " + stuck["text"]
                                 + "; rank 2 raised RuntimeError")
+
+
+# ---------------------------------------------------------------- the cause before the first victim (issue 50)
+
+def test_a_rank_torch_s_monitored_barrier_names_is_the_cause_not_the_rank_that_raised():
+    """Rank 0 raised first ("Rank 2 failed to pass monitoredBarrier"): rank 2, which never
+    arrived, is the first failure, with the barrier it never reached and the line the
+    others waited at; rank 0's error is what it caused."""
+    said = {"exception": "RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 5000 ms",
+            "file": "/x/job.py", "line": 13, "function": "<module>", "called": "monitored_barrier"}
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={0: 1, 1: 1, 2: -15}, errors={0: said},
+                     root_causes={0: 0}, node_ranks={0: [0, 1, 2]})
+    failed = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller, first.peer_rank) == (2, "monitored_barrier", "/x/job.py:13", 0)
+    assert first.blamed_for == "named by torch" and first.to_dict()["peer_error"]["exception"] == said["exception"]
+    assert first.describe().startswith("rank 2 on node 0 is the rank torch's own check named in monitored_barrier")
+
+
+def test_a_rank_that_destroyed_its_group_is_named_with_the_destroy():
+    """Rank 1 raised "not initialized" at its all_reduce on line 15: its own
+    destroy_process_group on line 14 is the call to name."""
+    error = {"exception": "ValueError: Default process group has not been initialized, please make sure to "
+                          "call init_process_group.", "file": "/x/job.py", "line": 15, "function": "<module>",
+             "called": "all_reduce"}
+    found = _found(exit_codes={1: 1}, errors={1: error}, root_causes={0: 1})
+    failed = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    rec = _decide(Seen(Ending.NODE_FAILED, [failed, _ok(1)]), found, destroyed={1: "/x/job.py:14"})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "destroy_process_group", "/x/job.py:14"), first
+    assert "its own destroy_process_group at /x/job.py:14 had torn the group down" in first.describe()
+    rec = _decide(Seen(Ending.NODE_FAILED, [failed, _ok(1)]), found)          # no destroy recorded: its own line
+    assert (rec.first_failure.op, rec.first_failure.caller) == ("all_reduce", "/x/job.py:15")
+
+
+def test_a_rank_held_in_a_store_read_is_named_with_it():
+    """Rank 0 never entered the barrier the others wait in: its records end inside a store
+    get the script made, which is the call to name, at its line."""
+    hang = {"rank": 0, "ranks": [0], "op": "barrier", "caller": None, "text": "rank 1 waits in barrier ..."}
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=Diagnosis.from_dict(hang),
+                  ended_at={0: {"op": "store.get", "caller": "/x/job.py:13", "inside": True}})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (0, "store.get", "/x/job.py:13"), first
+
+
+def test_the_call_the_script_s_line_made_is_the_op_not_the_collective_inside_it():
+    """DDP's constructor raised inside a broadcast it issued: the op is the call on the
+    script's line (DistributedDataParallel), not the broadcast its records end in."""
+    error = {"exception": "RuntimeError: [1]: params[0] in this process with sizes [64, 8] appears not to "
+                          "match sizes of the same param in process 0.", "file": "/x/job.py", "line": 13,
+             "function": "<module>", "call": "_verify_param_shape_across_processes",
+             "called": "DistributedDataParallel"}
+    found = _found(exit_codes={1: 1}, errors={1: error}, root_causes={0: 1})
+    rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), found,
+                  ended_at={1: {"op": "broadcast", "caller": "/x/job.py:13", "inside": False}})
+    assert (rec.first_failure.rank, rec.first_failure.op) == (1, "DistributedDataParallel")

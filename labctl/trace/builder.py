@@ -190,10 +190,11 @@ class RankBuilder:
             raise BadRecord(f"op of call site {rec.site}, which no S line described")
         start = self._time(p, rec.t)
         end = max(self._time(p, rec.end), start) if rec.end is not None else None
-        return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p else rec.seq,
+        return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p or site.call else rec.seq,
                   p2p=rec.seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
                   dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
-                  api=site.api, via=site.via, reduce=site.reduce), rec.ident
+                  api=site.api, via=site.via, reduce=site.reduce, members=site.members,
+                  key=site.key), rec.ident
 
     def _other(self, p: _Process, rec: records.Record) -> None:
         if isinstance(rec, records.Site):
@@ -288,6 +289,8 @@ class RankReader(RankBuilder):
 
 
 def _where_op(op: Op) -> str:
+    if op.is_call:
+        return f"{op.op}{f' {op.key!r}' if op.key is not None else ''} at {op.caller}"
     number = f"collective #{op.seq} of {op.pg}" if op.seq is not None else f"p2p #{op.p2p} of {op.pg}"
     return f"{op.label} ({number}) at {op.caller}"
 
@@ -327,12 +330,12 @@ class _OwnClock(RankReader):
 def rank_ops(paths: str | Path | list[Path]) -> list[RankOp]:
     """Every op one rank recorded (its record files and log: `record_sources`), in the order
     the rank began them, read as the merge reads them (both record formats); an op that
-    raised before torch issued it is not one. Records that cannot be read are skipped
+    raised before torch issued it is not one, nor a call (new_group, a store read). Records that cannot be read are skipped
     (merge() names them)."""
     paths = [Path(p) for p in paths] if isinstance(paths, list) else [Path(paths)]
     reader = _OwnClock(paths, 0, Summary(path=paths[0] if paths else None), max_pending=MAX_INT)
     ops = [RankOp(op=o.op, peer=o.peer, nbytes=o.nbytes, caller=o.caller, begin=o.start, end=o.end)
-           for o in reader if o.raised is None]
+           for o in reader if o.raised is None and not o.is_call]
     ops.sort(key=lambda o: o.begin)
     return ops
 

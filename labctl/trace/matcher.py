@@ -164,11 +164,12 @@ def blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None, 
 def diagnosis(s: Summary) -> Diagnosis | None:
     """What status.json's first failure carries: the stuck collective per pg, and who
     is to blame (`rank`, or `ranks` when no one rank is), the call and its line."""
-    if not s.stuck and not s.mismatches and not s.stuck_p2p:
+    if not s.stuck and not s.mismatches and not s.stuck_p2p and s.group_mismatch is None:
         return None
     culprit, ranks, op, caller, lead = blame(s)
     said = [st.describe() for st in s.stuck] or s.mismatches[:1]
-    return Diagnosis(rank=culprit, ranks=ranks, op=op, caller=caller, mismatch=_left_in_a_mismatch(s),
+    return Diagnosis(rank=culprit, ranks=ranks, op=op, caller=caller,
+                     mismatch=s.group_mismatch or _left_in_a_mismatch(s),
                      stuck=list(s.stuck), mismatches=s.mismatches[:5], p2p=s.stuck_p2p[:10],
                      text="; ".join([*lead, *said, *s.stuck_p2p[:4]]))
 
@@ -179,7 +180,11 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     send to the wrong peer; else the stuck collectives' culprit (`blame_stuck`); else a
     completed mismatch's odd rank; else the ranks in blocking p2p ops that never ended
     (a deadlock: all of them). A collective of differing calls some rank never left
-    (`_left_in_a_mismatch`) comes before the stuck collectives: they came after it."""
+    (`_left_in_a_mismatch`) comes before the stuck collectives: they came after it; a
+    new_group made with other members on some ranks (calls.odd_new_group) before all."""
+    odd = s.group_mismatch
+    if odd is not None:
+        return odd.rank, odd.ranks, odd.op, odd.caller, [odd.text]
     for op in s.blocked_p2p:
         if op.op not in RECVS or op.peer is None:
             continue

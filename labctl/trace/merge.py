@@ -18,7 +18,8 @@ from .. import atomicfile
 from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
 from .matcher import mismatch_of, mismatch_text, stuck_collectives
-from .model import MAX_PROBLEMS, STRAGGLERS, Lateness, Op, OpTotal, Straggler, Stuck, Summary
+from .calls import odd_new_group
+from .model import MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Op, OpTotal, Straggler, Stuck, Summary
 
 TRACE_FILE = "trace.json"
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
@@ -113,19 +114,18 @@ class _Merge:
                         "pid": self.node_of(op.rank), "tid": self.thread(op.rank, 0),
                         "ts": _us(max(op.start - self.t0, 0)), "args": args})
             return
+        if op.is_call:                          # no op of a group: drawn, kept for the diagnosis, not counted
+            kept = s.calls.setdefault(op.rank, [])
+            if len(kept) < MAX_CALLS:
+                kept.append(op)
+            self.place(op)
+            return
         s.ops += 1
         if op.via is not None:
             s.cpp_ops += 1
         if op.end is None:
             s.unfinished += 1
-            item = (op.start, self.tiebreak, op)
-            self.tiebreak += 1
-            if len(self.unfinished) < MAX_UNFINISHED_DRAWN:
-                heapq.heappush(self.unfinished, item)
-            else:                                   # keep the latest: the op a rank hangs in is one
-                self.draw_instant(heapq.heappushpop(self.unfinished, item)[2])
-        else:
-            self.draw(op, op.end)
+        self.place(op)
         total = s.totals.setdefault((op.pg, op.op), OpTotal())
         total.count += 1
         total.nbytes += op.nbytes
@@ -138,6 +138,18 @@ class _Merge:
                 total.slowest_ns, total.slowest_rank = dur, op.rank
         if op.seq is not None:
             self.collective(op, groups.get(op.pg))
+
+    def place(self, op: Op) -> None:
+        """The op's slice; an unfinished one's once the trace's end is known."""
+        if op.end is None:
+            item = (op.start, self.tiebreak, op)
+            self.tiebreak += 1
+            if len(self.unfinished) < MAX_UNFINISHED_DRAWN:
+                heapq.heappush(self.unfinished, item)
+            else:                                   # keep the latest: the op a rank hangs in is one
+                self.draw_instant(heapq.heappushpop(self.unfinished, item)[2])
+        else:
+            self.draw(op, op.end)
 
     def args(self, op: Op) -> dict[str, Any]:
         args: dict[str, Any] = {"rank": op.rank, "pg": op.pg, "seq": op.seq, "bytes": op.nbytes,
@@ -154,6 +166,10 @@ class _Merge:
             args["via"] = op.via
         if op.reduce is not None:
             args["reduce"] = op.reduce
+        if op.members is not None:
+            args["members"] = op.members
+        if op.key is not None:
+            args["key"] = op.key
         return args
 
     def draw(self, op: Op, end: int) -> None:
@@ -272,6 +288,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         silent = [r for r in expected if summary.ranks.get(r) is None or summary.ranks[r].ops == 0]
         summary.stuck, extra = _stuck_from_readers(readers, groups, silent)
         summary.mismatches.extend(x for x in extra if x not in summary.mismatches)
+        summary.group_mismatch = odd_new_group(summary.calls)
         f.write("\n],\n")
         f.write('"displayTimeUnit":"ms",\n"metadata":' + json.dumps(_metadata(summary), sort_keys=True)
                 + "}\n")

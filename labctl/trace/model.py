@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workloads._protocol.ops import CALLS
+
 STRAGGLERS = 10
+MAX_CALLS = 1000                    # a rank's calls (new_group, store reads ...) kept for the diagnosis
 MAX_PROBLEMS = 20                   # bad records named one by one; the rest counted
 CPP_OPS_NOTE = 10_000               # this many ops issued from C++: say what tracing them costs
 CPP_OP_COST = "about 20-80 µs of CPU each"   # benchmarks/trace.py, CPU table (docs/trace.md)
@@ -55,6 +58,14 @@ class Op:
     via: str | None = None          # "c++": issued by torch's C++ (DDP's Reducer, functional collectives)
     raised: str | None = None       # the exception it raised before torch issued it (never a collective)
     reduce: str | None = None       # a reducing op's reduce op (SUM, MAX ...); None: not one, or not known
+    members: list[int] | None = None   # a new_group call's ranks as the script passed them
+    key: str | None = None          # a store read's key(s)
+
+    @property
+    def is_call(self) -> bool:
+        """A call, no op of a group (the op table's Kind.CALL): new_group,
+        destroy_process_group, a store read the script made."""
+        return self.op in CALLS
 
     @property
     def call(self) -> str:
@@ -362,6 +373,8 @@ class Summary:
     lateness: dict[int, Lateness] = field(default_factory=dict)  # rank -> how often it arrived last
     blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
     unmatched_sends: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (pg, src, dst) -> caller
+    calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS
+    group_mismatch: "Mismatch | None" = None   # the ranks whose new_group members differed (labctl/trace/calls.py)
 
     @property
     def empty(self) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 class Kind(enum.Enum):
     COLLECTIVE = "c"                # numbered per process group: every member must make the same call
     P2P = "p"                       # numbered per process group apart from the collectives
+    CALL = "l"                      # no op of a group, numbered by none: the group's life cycle, a store read
 
 
 class Where(enum.Enum):
@@ -70,7 +71,18 @@ OPS: dict[str, Op] = {op.name: op for op in (
     _p("isend", sends=True, blocking=False),
     _p("irecv", sends=False, blocking=False),
     _p("batch_p2p_ops", sends=False, blocking=False, where=None),
+    Op("new_group", Kind.CALL),
+    Op("destroy_process_group", Kind.CALL),
+    Op("store.get", Kind.CALL),
+    Op("store.wait", Kind.CALL),
 )}
+
+# the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life
+# cycle, which every member must go through alike, and the store reads a script makes
+# itself, which block until another rank writes (a rank held there holds up the others)
+LIFECYCLE_CALLS = ("new_group", "destroy_process_group")
+STORE_READS = ("get", "wait")                 # Store methods, traced as "store.get", "store.wait"
+CALLS = frozenset(name for name, op in OPS.items() if op.kind is Kind.CALL)
 
 P2P = frozenset(name for name, op in OPS.items() if op.p2p)
 SENDS = frozenset(name for name, op in OPS.items() if op.sends)

@@ -135,6 +135,9 @@ class Site:
     api: str | None
     via: str | None
     reduce: str | None = None           # a reducing op's reduce op (SUM, MAX ...)
+    call: bool = False                  # a call, no op of a group: new_group, destroy_process_group, a store read
+    members: list[int] | None = None    # new_group's ranks as the script passed them (None: every rank)
+    key: str | None = None              # a store read's key(s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,11 +307,12 @@ def _decode_op(payload: bytes) -> Record:
 def _decode_json(kind: Any, rec: dict) -> Record:
     if kind == "S":
         return Site(ident=whole(rec["s"], "site"), op=text(rec["op"], "op"), pg=text(rec["pg"], "pg"),
-                    p2p=rec.get("kind") == "p", nbytes=whole(rec["bytes"], "bytes"),
+                    p2p=rec.get("kind") == "p", call=rec.get("kind") == "l", nbytes=whole(rec["bytes"], "bytes"),
                     dtype=opt_text(rec.get("dtype"), "dtype"), shape=shape(rec.get("shape")),
                     peer=opt_whole(rec.get("peer"), "peer"), root=opt_whole(rec.get("root"), "root"),
                     caller=text(rec.get("caller", "?"), "caller"), api=opt_text(rec.get("api"), "api"),
-                    via=opt_text(rec.get("via"), "via"), reduce=opt_text(rec.get("reduce"), "reduce"))
+                    via=opt_text(rec.get("via"), "via"), reduce=opt_text(rec.get("reduce"), "reduce"),
+                    members=_members(rec.get("members")), key=opt_text(rec.get("key"), "key"))
     if kind == "H":
         return Header(whole(rec["t0"], "t0"), opt_whole(rec.get("pid"), "pid"),
                       whole(rec.get("v", 1), "version"), opt_text(rec.get("rec"), "recorder"),
@@ -405,10 +409,19 @@ def _clock(r: Clock) -> bytes:
     return trace_line({"k": "C", "offset_ns": r.offset_ns, "rtt_ns": r.rtt_ns})
 
 
+def _members(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if type(value) is not list or len(value) > MAX_RANKS:
+        raise BadRecord(f"trace record with unusable members: {str(value)[:40]}")
+    return [whole(r, "rank") for r in value]
+
+
 def _site(r: Site) -> bytes:
-    out: dict[str, Any] = {"k": "S", "s": r.ident, "op": r.op, "pg": r.pg, "kind": "p" if r.p2p else "c",
-                           "bytes": r.nbytes}
-    out.update(_present(dtype=r.dtype, shape=r.shape, peer=r.peer, root=r.root, reduce=r.reduce))
+    out: dict[str, Any] = {"k": "S", "s": r.ident, "op": r.op, "pg": r.pg,
+                           "kind": "l" if r.call else "p" if r.p2p else "c", "bytes": r.nbytes}
+    out.update(_present(dtype=r.dtype, shape=r.shape, peer=r.peer, root=r.root, reduce=r.reduce,
+                        members=r.members, key=r.key))
     out["caller"] = r.caller
     out.update(_present(api=r.api, via=r.via))
     return trace_line(out)

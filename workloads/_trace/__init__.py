@@ -44,7 +44,7 @@ import os
 from typing import Any
 
 from .._protocol import Env
-from . import bound, clock, cost, kernels, pyops, sink, sites, works
+from . import bound, calls, clock, cost, kernels, pyops, sink, sites, works
 from .fr import dump_at_the_end, dump_flight_recorder, ended_badly
 from .fr import install_flight_recorder as _install_flight_recorder
 from .kernels import c10d_ops, functional_ops
@@ -93,6 +93,7 @@ def install() -> bool:
     pyops.install(torch)
     works.install(torch._C._distributed_c10d.Work)
     kernels.install(torch)
+    calls.install(torch)
 
     c10d = dist.distributed_c10d
     _original_init = c10d.init_process_group

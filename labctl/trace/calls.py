@@ -1,0 +1,61 @@
+"""The calls that are no op of a group (workloads/_trace/calls.py records them), read for
+what they say of a failure (issue 50): every member must create a group alike, so the
+ranks whose k-th new_group named other members than the rest are the cause of what
+followed (a rank held in the new group's rendezvous, a collective of a group the others do
+not have); a rank whose group was destroyed by its own call raises "not initialized" at its
+next collective, and the destroy is the cause. Functions over the merge's calls; standard
+library only."""
+from __future__ import annotations
+
+from .model import Mismatch, Op
+
+_UNINITIALIZED = ("has not been initialized", "not initialized", "Invalid process group", "destroyed")
+
+
+def odd_new_group(calls: dict[int, list[Op]], world: int | None = None) -> Mismatch | None:
+    """The first new_group (by its order on each rank) whose member lists differ across the
+    ranks that made it: the ranks of the rarer lists are the odd ones (every rank that made it,
+    where no list is the most common). None: every rank's lists agree."""
+    made: dict[int, list[Op]] = {r: [o for o in ops if o.op == "new_group"] for r, ops in calls.items()}
+    deepest = max((len(v) for v in made.values()), default=0)
+    for k in range(deepest):
+        seen = {r: ops[k] for r, ops in made.items() if len(ops) > k}
+        if len(seen) < 2:
+            continue
+        lists: dict[tuple[int, ...] | None, list[int]] = {}
+        for rank, op in sorted(seen.items()):
+            key = None if op.members is None else tuple(sorted(op.members))
+            lists.setdefault(key, []).append(rank)
+        if len(lists) < 2:
+            continue
+        ordered = sorted(lists.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+        top = len(ordered[0][1])
+        common = ordered[0][0] if sum(1 for _, rs in ordered if len(rs) == top) == 1 else None
+        odd = sorted(r for key, rs in ordered for r in rs if common is None or key != common)
+        if common is None:
+            odd = sorted(seen)
+        first = seen[odd[0]]
+
+        def said(key: tuple[int, ...] | None) -> str:
+            return "every rank" if key is None else "[" + ", ".join(map(str, key)) + "]"
+        text = (f"new_group #{k + 1} was called with other members on different ranks: "
+                + "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} "
+                            f"with {said(key)} (at {seen[rs[0]].caller})" for key, rs in ordered)
+                + f"; every rank must call new_group with the same ranks, in the same order")
+        return Mismatch(pg=first.pg, seq=k + 1, ranks=odd, rank=odd[0] if len(odd) == 1 else None,
+                        op="new_group", caller=first.caller, differs=["members"],
+                        calls={r: {"op": "new_group", "call": "new_group", "members": op.members,
+                                   "caller": op.caller} for r, op in sorted(seen.items())},
+                        unfinished=sorted(r for r, op in seen.items() if op.end is None), text=text)
+    return None
+
+
+def says_uninitialized(error: str | None) -> bool:
+    """An error that says the group it used is gone or was never made."""
+    return bool(error) and any(s in error for s in _UNINITIALIZED)
+
+
+def destroyed_before(calls: list[Op], before_ns: int | None = None) -> Op | None:
+    """The rank's last destroy_process_group call (before `before_ns`, when given)."""
+    found = [o for o in calls if o.op == "destroy_process_group" and (before_ns is None or o.start <= before_ns)]
+    return found[-1] if found else None

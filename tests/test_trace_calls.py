@@ -1,0 +1,91 @@
+"""The calls that are no op of a group, read for the diagnosis (labctl/trace/calls.py), and
+recorded by a real rank (workloads/_trace/calls.py) all the way to the first failure."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from labctl.trace.calls import destroyed_before, odd_new_group, says_uninitialized
+from labctl.trace.model import Op
+
+from conftest import REPO
+
+
+def _call(rank: int, name: str, members: list[int] | None = None, line: int = 9, start: int = 0,
+          end: int | None = 1) -> Op:
+    return Op(rank=rank, op=name, pg="default_pg", seq=None, p2p=None, peer=None, root=None, shape=None,
+              dtype=None, nbytes=0, caller=f"/x/job.py:{line}", start=start, end=end, members=members)
+
+
+def test_the_ranks_whose_new_group_names_other_members_are_the_odd_ones():
+    calls = {r: [_call(r, "new_group", [0, 1, 2], 11)] for r in range(3)}
+    calls[3] = [_call(3, "new_group", [0, 1, 2, 3], 13, end=None)]
+    odd = odd_new_group(calls)
+    assert (odd.rank, odd.ranks, odd.op, odd.caller, odd.differs, odd.unfinished) == (
+        3, [3], "new_group", "/x/job.py:13", ["members"], [3])
+    assert "rank 3 with [0, 1, 2, 3] (at /x/job.py:13)" in odd.text
+    assert odd_new_group({r: [_call(r, "new_group", [1, 0])] for r in range(2)}) is None   # the same ranks
+    assert odd_new_group({0: [_call(0, "new_group", [0, 1])], 1: [_call(1, "new_group", [0, 2])]}).ranks == [0, 1]
+
+
+def test_the_second_new_group_is_compared_with_the_second():
+    calls = {r: [_call(r, "new_group", [0, 1]), _call(r, "new_group", [2, 3] if r != 2 else [1, 2])]
+             for r in range(4)}
+    odd = odd_new_group(calls)
+    assert (odd.seq, odd.rank) == (2, 2)
+
+
+def test_a_destroy_and_the_error_it_leads_to():
+    calls = [_call(1, "destroy_process_group", line=14, start=5), _call(1, "store.get", start=6)]
+    assert destroyed_before(calls).caller == "/x/job.py:14" and destroyed_before(calls, 4) is None
+    assert says_uninitialized("ValueError: Default process group has not been initialized, please make sure")
+    assert not says_uninitialized("RuntimeError: Connection closed by peer")
+
+
+SCRIPT = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(4)
+dist.all_reduce(t)
+if rank != 2:
+    group = dist.new_group([0, 1])
+else:
+    group = dist.new_group([0, 1, 2])
+if rank in (0, 1):
+    dist.all_reduce(t, group=group)
+store = dist.distributed_c10d._get_default_store()
+store.set("k", "v")
+assert store.get("k") == b"v"
+dist.all_reduce(t)
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_records_its_calls_and_the_odd_new_group_is_the_first_failure(tmp_path):
+    """One real lab: rank 2 creates a group of three where ranks 0 and 1 create a group of
+    two; it is held in the group's setup while the others wait for it in the next world
+    all_reduce. The records carry every new_group with its members, the store read the
+    script made (and none of torch's own), and the first failure names rank 2's
+    new_group at line 11, stopped by the live watcher."""
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--script", str(script), "--nodes", "1",
+                           "--nproc-per-node", "3", "--timeout", "240", "--on-hang", "stop", "--out", str(out), "-q"],
+                          capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert done.returncode != 0, done.stdout[-2000:]
+    status = json.loads((out / "status.json").read_text())
+    first = status["first_failure"]
+    assert (first["rank"], first["op"], first["caller"]) == (2, "new_group", f"{script}:11"), first
+    sites = [json.loads(line.split(" ", 1)[1]) for path in sorted((out / "records").glob("rank-*.rec"))
+             for line in path.read_bytes().rstrip(b"\0").decode().splitlines()
+             if line.startswith("@@labctl-trace {") and '"kind":"l"' in line]
+    calls = {(s["op"], s["caller"].rsplit(":", 1)[1], tuple(s.get("members") or ()), s.get("key")) for s in sites}
+    assert ("new_group", "9", (0, 1), None) in calls and ("new_group", "11", (0, 1, 2), None) in calls, calls
+    assert ("store.get", "16", (), "k") in calls, calls
+    assert all(s["caller"].startswith(str(script)) for s in sites), sites     # torch's own store reads are not the script's

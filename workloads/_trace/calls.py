@@ -1,0 +1,139 @@
+"""Calls that are no op of a group but decide whether the ops can run (issue 50): the
+group's life cycle (new_group, destroy_process_group) and the store reads a script makes
+itself (Store.get, Store.wait). Each is recorded as an op of its own kind (the op table's
+Kind.CALL: a B line before torch is called, E when it returns, R when it raises), so that
+a rank held in one says so, and the diagnosis can compare new_group's member lists across
+ranks and find the destroy that came before a "not initialized". A store read is recorded
+only when the script's own line made it: torch's and the lab's own store traffic (the
+rendezvous, the store-based barrier, the clock exchange) is not the script's."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from .._protocol import ops, records
+from .groups import _name_group, _groups, op_ids
+from .sink import _new_sink, end, proc, write
+from .sites import _USER, _classify, _frames, _line_of, _site_ids, _where
+
+MAX_KEY = 200                       # characters of a store key kept
+_call_sites: dict[tuple, int] = {}
+
+
+def _group_name(group: Any) -> str:
+    """The trace's name of the group a call acts on (None: the default group)."""
+    if group is None:
+        return "default_pg"
+    named = _groups.get(id(group))
+    if named is not None and named[0]() is group:
+        return named[1]
+    try:
+        return _name_group(group)[1]
+    except Exception:               # noqa: BLE001 - not a group torch.distributed knows
+        return "?"
+
+
+def _members(value: Any) -> list[int] | None:
+    try:
+        return [int(r) for r in value][:1 << 16] if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _site(name: str, pg: str, code: Any, lasti: int, members: list[int] | None, key: str | None) -> int:
+    skey = (name, pg, id(code), lasti, tuple(members) if members is not None else None, key)
+    site = _call_sites.get(skey)
+    if site is None:
+        site = _call_sites[skey] = next(_site_ids)
+        write(records.Site(ident=site, op=name, pg=pg, p2p=False, nbytes=0, dtype=None, shape=None, peer=None,
+                           root=None, caller=f"{code.co_filename}:{_line_of(code, lasti)}", api=None, via=None,
+                           call=True, members=members, key=key))
+    return site
+
+
+def _record(name: str, pg: str, members: list[int] | None, key: str | None, call: Any, frame: Any) -> Any:
+    """`call()` between its B line and its E (or R) line."""
+    code, lasti, _ = _where(frame)
+    if code is None:
+        return call()
+    ident = next(op_ids)
+    site = _site(name, pg, code, lasti, members, key)
+    (proc.sink or _new_sink()).write(records.BEGIN % (ident, site, 0, time.time_ns() - proc.t0))
+    try:
+        result = call()
+    except BaseException as exc:
+        write(records.Raised(ident, time.time_ns() - proc.t0, f"{type(exc).__name__}: {exc}"[:300]))
+        raise
+    end(ident, time.time_ns())
+    return result
+
+
+def _lifecycle(name: str, original: Any) -> Any:
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        if name == "new_group":
+            members, pg = _members(args[0] if args else kwargs.get("ranks")), "default_pg"
+        else:
+            members, pg = None, _group_name(args[0] if args else kwargs.get("group"))
+        return _record(name, pg, members, None, lambda: original(*args, **kwargs), sys._getframe(1))
+
+    traced.__name__, traced.__qualname__ = original.__name__, getattr(original, "__qualname__", name)
+    traced.__doc__, traced.__wrapped__, traced.__module__ = original.__doc__, original, original.__module__
+    traced._labctl_traced = True            # type: ignore[attr-defined]
+    return traced
+
+
+def _script_made(frame: Any) -> bool:
+    """The direct caller is the script's (or a workload's) own line."""
+    code = frame.f_code
+    kind = _frames.get(id(code))
+    if kind is None:
+        kind = _classify(code)
+    return kind is _USER
+
+
+def _store_read(name: str, original: Any) -> Any:
+    traced_name = f"store.{name}"
+
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        frame = sys._getframe(1)
+        if not _script_made(frame):
+            return original(self, *args, **kwargs)
+        keys = args[0] if args else kwargs.get("keys", kwargs.get("key"))
+        key = ", ".join(map(str, keys)) if isinstance(keys, (list, tuple)) else str(keys)
+        return _record(traced_name, "store", None, key[:MAX_KEY], lambda: original(self, *args, **kwargs), frame)
+
+    traced.__name__, traced.__qualname__ = original.__name__, getattr(original, "__qualname__", name)
+    traced.__doc__, traced.__wrapped__ = original.__doc__, original
+    return traced
+
+
+def install(torch: Any) -> None:
+    """torch.distributed's life-cycle functions and the Store's reads, replaced by
+    recording wrappers (after sites.bind)."""
+    dist = torch.distributed
+    c10d = dist.distributed_c10d
+    for name in ops.LIFECYCLE_CALLS:
+        original = getattr(c10d, name, None)
+        if original is not None and not getattr(original, "_labctl_traced", False):
+            traced = _lifecycle(name, original)
+            setattr(c10d, name, traced)
+            if getattr(dist, name, None) is original:
+                setattr(dist, name, traced)
+    store = getattr(torch._C._distributed_c10d, "Store", None)
+    for name in ops.STORE_READS:
+        original = store.__dict__.get(name) if store is not None else None
+        if original is not None:
+            try:
+                setattr(store, name, _store_read(name, original))
+            except (TypeError, AttributeError):
+                pass                # a torch whose Store takes no attribute: store reads are not recorded
+
+
+def _forked() -> None:
+    """A forked child's file describes its own call sites."""
+    _call_sites.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
