@@ -59,6 +59,8 @@ def test_pp_formula_end_ranks_send_half():
 def test_cp_formula():
     assert _patterns.cp_bytes(4, 8, 16) == 2 * 3 * 8 * 16 * 4 == 3072
     assert _patterns.cp_bytes(1, 32, 16) == 0
+    # training: the K/V gradients back the same n-1 hops, and the weights' all_reduce
+    assert _patterns.cp_bytes(4, 8, 16, backward=True, param_bytes=4096) == 2 * 3072 + 1.5 * 4096 == 12288
 
 
 def test_ep_formula_counts_the_uneven_splits():
@@ -119,7 +121,7 @@ LABS = {
     "fsdp": ((2, 2), ("fsdp2", "zero1"), 1e-5),
     "tp": ((1, 4), ("manual", "dtensor", "manual-sp", "dtensor-sp"), 1e-5),
     "pp": ((2, 2), ("gpipe", "1f1b", "interleaved"), 0.0),
-    "cp": ((1, 4), ("full", "causal"), 1e-5),
+    "cp": ((1, 4), ("full", "causal", "train"), 1e-5),
     "ep": ((2, 2), ("moe",), 1e-6),
     "mesh": ((2, 2), ("manual", "dtensor"), 1e-5),
 }
@@ -156,7 +158,7 @@ def test_one_lab_per_pattern(tmp_path: Path, pattern: str):
         for rank in range(4):
             traced = sum(e["args"]["bytes"] for e in events if e.get("name") in ("send", "isend")
                          and e["args"].get("rank") == rank)
-            counted = sum(sum(mine[(f"{v}-bytes-per-step", rank)]["per_step"]) for v in variants)
+            counted = sum(sum(mine[(f"{v}-bytes-per-step", rank)]["sends_per_step"]) for v in variants)
             assert traced == counted, (rank, traced, counted)
     report_md = (out / "report.md").read_text()
     assert f"| {variants[0]} | yes (4/4 ranks) |" in report_md, report_md

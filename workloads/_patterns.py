@@ -79,9 +79,13 @@ def pp_bytes(rank: int, n: int, stages_per_rank: int, microbatches: int, act_byt
     return sends * microbatches * act_bytes
 
 
-def cp_bytes(n: int, block_tokens: int, d: int, itemsize: int = 4) -> float:
-    """Ring attention: each rank's K and V blocks travel the ring, n-1 hops: 2 (n-1) B d."""
-    return 2.0 * (n - 1) * block_tokens * d * itemsize
+def cp_bytes(n: int, block_tokens: int, d: int, itemsize: int = 4, backward: bool = False,
+             param_bytes: float = 0) -> float:
+    """Ring attention: each rank's K and V blocks travel the ring, n-1 hops: 2 (n-1) B d.
+    Training (`backward`): their gradients travel back the same n-1 hops, and the weights'
+    gradients are all_reduced (every rank holds all of them): + 2 (n-1) B d + 2(n-1)/n P."""
+    ring_pass = 2.0 * (n - 1) * block_tokens * d * itemsize
+    return 2 * ring_pass + ring("all_reduce", param_bytes, n) if backward else ring_pass
 
 
 def ep_bytes(rank: int, counts: list[list[int]], d: int, itemsize: int = 4) -> float:
@@ -451,6 +455,7 @@ def bytes_check(ctx: _common.Context, variant: str, traffic: Traffic, formula: f
     return ctx.record(f"{variant}-bytes-per-step", ok, sent=round(sent[-1], 1) if sent else None,
                       formula=round(want[-1], 1) if want else None, formula_text=formula_text,
                       per_step=[round(s, 1) for s in sent], formula_per_step=[round(f, 1) for f in want],
+                      sends_per_step=[round(s.get("send", 0.0), 1) for s in traffic.steps],
                       by_op=by_op, unknown_ops=sorted(traffic.unknown), step_seconds=traffic.seconds(),
                       unit="bytes", **fields)
 

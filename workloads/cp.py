@@ -13,8 +13,16 @@ triangularly.
 Bytes per rank per step: the K and V blocks, n-1 hops: 2 (n-1) (T/n) d x 4. Rank 0
 computes full attention in ONE process on the whole sequence (softmax(Q K^T / sqrt(dh)) V)
 and each rank's output block must agree within TOLERANCE (the online merge rounds
-differently). Forward only: the backward ring (dK, dV travelling back) is not here.
-`variant`: all, or one of full, causal.
+differently).
+
+`train`: an attention layer (q, k, v and output projections, replicated) trained with
+SGD on sequence shards: the same ring in forward, each hop through `RingPass`, whose
+backward sends the K/V block's gradient back one hop, so dK and dV travel back around
+the ring to the rank that owns the block; then each weight's gradient is all_reduced
+(every rank saw only its tokens). 2 x 2 (n-1) (T/n) d x 4 + 2(n-1)/n P bytes per rank
+per step. Checked against the same layer trained in ONE process on the whole sequence
+(the loss and the weights; breaking the gradient's way back shows as a 1e-3 difference).
+`variant`: all, or a comma list of full, causal, train.
 """
 from __future__ import annotations
 
@@ -25,18 +33,21 @@ import torch.distributed as dist
 
 from . import _common, _patterns
 
-VARIANTS = ("full", "causal")
+VARIANTS = ("full", "causal", "train")
 TOLERANCE = 1e-5
 
 
 def run(ctx: _common.Context, variant: str = "all", steps: int = 2, tokens: int = 32, heads: int = 2,
-        head_dim: int = 8, seed: int = 0) -> None:
+        head_dim: int = 8, lr: float = 0.1, seed: int = 0) -> None:
     n, me = ctx.world_size, ctx.rank
     block = tokens // n
     d = heads * head_dim
     g = torch.Generator().manual_seed(seed)
     qkv = [torch.randn(3, tokens, heads, head_dim, generator=g) for _ in range(steps)]
     for name in _patterns.variants(variant, VARIANTS):
+        if name == "train":
+            train(ctx, steps, tokens, heads, head_dim, seed, lr)
+            continue
         causal = name == "causal"
         ref = [attention(*t, causal) for t in qkv] if me == 0 else None
         ref = _patterns.from_rank0(ref, [torch.empty(tokens, heads, head_dim)] * steps)
@@ -62,8 +73,95 @@ def attention(q, k, v, causal: bool):
     return torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v)
 
 
-def ring_attention(q, k, v, causal: bool):
-    """This rank's queries against every rank's K/V block, the blocks passed around the ring."""
+class RingPass(torch.autograd.Function):
+    """Forward: send a block to the next rank, take the previous rank's; backward: the
+    block's gradient goes the other way, back towards the rank that owns the block."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _shift(x, 1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _shift(grad, -1)
+
+
+def _shift(x, step: int):
+    n, me = dist.get_world_size(), dist.get_rank()
+    out = torch.empty_like(x)
+    works = [dist.isend(x.contiguous(), (me + step) % n), dist.irecv(out, (me - step) % n)]
+    for w in works:
+        w.wait()
+    return out
+
+
+class Attention(torch.nn.Module):
+    """One attention layer (no biases): q, k, v and the output projection."""
+
+    def __init__(self, d: int, heads: int, seed: int):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.heads = heads
+        self.qkv = torch.nn.Linear(d, 3 * d, bias=False)
+        self.out = torch.nn.Linear(d, d, bias=False)
+
+    def forward(self, x, ring: bool = False):
+        q, k, v = self.qkv(x).unflatten(-1, (3, self.heads, -1)).unbind(1)
+        o = ring_attention(q, k, v, False, differentiable=True) if ring else attention(q, k, v, False)
+        return self.out(o.flatten(1))
+
+
+def train(ctx, steps, tokens, heads, head_dim, seed, lr):
+    """`train`: an attention layer trained on sequence shards, ring attention in forward
+    and, through RingPass, the K/V gradients travelling back around the ring in backward;
+    the replicated weights' gradients all_reduced (each rank saw only its tokens)."""
+    n, me, d = ctx.world_size, ctx.rank, heads * head_dim
+    block = tokens // n
+    x, y = _patterns.data(steps * tokens, d, d, seed)
+    batches = [(x[s * tokens:(s + 1) * tokens], y[s * tokens:(s + 1) * tokens]) for s in range(steps)]
+    shapes = [p.detach() for p in Attention(d, heads, seed).parameters()]
+    ref = None
+    if me == 0:                                                   # ONE process, the whole sequence
+        model = Attention(d, heads, seed)
+        opt, ref_losses = _patterns.SGD(model.parameters(), lr), []
+        for bx, by in batches:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(bx), by)
+            loss.backward()
+            opt.step()
+            ref_losses.append(float(loss))
+        ref = [p.detach() for p in model.parameters()], ref_losses
+    ref_params = _patterns.from_rank0(ref[0] if ref else None, shapes)
+    ref_losses = [float(v) for v in _patterns.from_rank0([torch.tensor(ref[1])] if ref else None,
+                                                         [torch.zeros(steps)])[0]]
+    model = Attention(d, heads, seed)
+    opt, losses = _patterns.SGD(model.parameters(), lr), []
+    traffic = _patterns.Traffic()
+    with traffic:
+        for bx, by in batches:
+            traffic.step()
+            opt.zero_grad()
+            out = model(bx[me * block:(me + 1) * block], ring=True)
+            loss = ((out - by[me * block:(me + 1) * block]) ** 2).sum() / by.numel()   # my tokens' share
+            loss.backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)                          # the weights are every rank's
+            opt.step()
+            losses.append(float(loss))
+    params = [p.detach() for p in model.parameters()]
+    _patterns.matches(ctx, "train", _patterns.global_losses(losses), ref_losses, params, ref_params, TOLERANCE,
+                      block_tokens=block)
+    p_bytes = sum(t.numel() * 4 for t in shapes)
+    _patterns.bytes_check(ctx, "train", traffic, _patterns.cp_bytes(n, block, d, backward=True, param_bytes=p_bytes),
+                          f"2 x 2 (n-1) (T/n) d x 4 + 2(n-1)/n P = 2 x 2 x {n - 1} x {block} x {d} x 4 B + "
+                          f"2 x {n - 1}/{n} x {p_bytes} B", block_tokens=block, tokens=tokens, ranks=n,
+                          param_bytes=p_bytes)
+
+
+def ring_attention(q, k, v, causal: bool, differentiable: bool = False):
+    """This rank's queries against every rank's K/V block, the blocks passed around the ring
+    (`differentiable`: through RingPass, waiting for each block before computing with the
+    one it holds, so that autograd can send the gradients back)."""
     n, me = dist.get_world_size(), dist.get_rank()
     scale = 1.0 / math.sqrt(q.shape[-1])
     kv = torch.stack([k, v]).contiguous()
@@ -72,7 +170,10 @@ def ring_attention(q, k, v, causal: bool):
     acc = torch.zeros_like(q)                                     # running weighted sum of values
     for hop in range(n):
         src = (me - hop) % n                                      # whose block this rank holds now
-        if hop < n - 1:                                           # pass it on while computing
+        works = []
+        if differentiable and hop < n - 1:
+            incoming = RingPass.apply(kv)
+        elif hop < n - 1:                                         # pass it on while computing
             incoming = torch.empty_like(kv)
             works = [dist.isend(kv, (me + 1) % n), dist.irecv(incoming, (me - 1) % n)]
         if not (causal and src > me):
