@@ -122,6 +122,7 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+ON_HANG = "report"                  # --on-hang: stop ends a hang's lab once the live watcher names it
 COMPOSE_START_S = 60                # --slack's default on compose: containers take that long to start here
 
 
@@ -139,6 +140,8 @@ def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, sl
         argv += ["--image", image]
     if debug_server:
         argv += ["--debug-server"]
+    if ON_HANG != "report":
+        argv += ["--on-hang", ON_HANG]
     if case.faults:                     # a fault's time counts from every rank's init, however long start-up took
         argv += ["--fault-clock", "join"]
     for fault in case.faults:
@@ -299,8 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slack", type=float, help="seconds added to every case's timeout, for start-up "
                         f"(default: {COMPOSE_START_S} on compose, 0 on local; more on a loaded machine)")
     parser.add_argument("--image", help="the container image of compose labs (default: the lab's, labctl-cpu:latest)")
+    parser.add_argument("--on-hang", choices=("report", "stop"), default="report",
+                        help="report (default): a hang's lab runs to the case's deadline; stop: it ends once the "
+                        "live watcher names the hang (~10 s in: the whole zoo in about half the time)")
     parser.add_argument("-v", "--verbose", action="store_true", help="each answer as it comes")
     args = parser.parse_args(argv)
+    global ON_HANG
+    ON_HANG = args.on_hang
     try:
         tools = [t.strip() for t in args.tools.split(",") if t.strip()]
         bad = [t for t in tools if t not in TOOLS]
