@@ -11,7 +11,6 @@ import pickle
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -137,8 +136,8 @@ def test_torchs_op_names_are_the_labs():
 
 
 def test_the_caller_is_the_first_frame_not_torchs_nor_pythons_and_the_api_the_outermost():
-    frames = (frdump.Frame("all_gather", "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 1),
-              frdump.Frame("all_gather_object", "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 2),
+    c10d = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    frames = (frdump.Frame("all_gather", c10d, 1), frdump.Frame("all_gather_object", c10d, 2),
               frdump.Frame("wrapper", "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", 83),
               frdump.Frame("inner", "/usr/lib/python3.11/contextlib.py", 81),
               frdump.Frame("main", "/work/train.py", 12))

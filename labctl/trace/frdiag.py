@@ -13,6 +13,7 @@ from .frdump import Dump, ops_of
 from .matcher import diagnosis, mismatch_of, stuck_collectives
 from .model import Diagnosis, Mismatch, Op, Stuck, Summary
 
+
 @dataclass
 class Reading:
     """What the dumps say: who the others wait for, the call and its line (the lab's

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workloads._protocol.ops import ONE_OP_APIS, OBJECT_APIS, P2P, SENDS, traced_name
+from workloads._protocol.ops import ONE_OP_APIS, OBJECT_APIS, P2P, traced_name
 
 from .model import Op
 
