@@ -1023,6 +1023,26 @@ def out_refusal(path: Path) -> str | None:
     return None
 
 
+MAX_SCRIPT_BYTES = 16 << 20         # a script larger than this is not compiled before the start
+
+
+def _compiles(code: bytes, name: str, source: str) -> None:
+    """A script that does not compile fails every rank the same way, after their start-up
+    and with the blame on runpy: said here, before any rank starts, at its own line."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(code, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+        raise SpecError(f"{source}: script: {name} does not compile ({where}: {exc.msg}); "
+                        "no rank was started") from None
+    except ValueError as exc:           # source code with null bytes
+        raise SpecError(f"{source}: script: {name} does not compile ({exc}); no rank was started") from None
+
+
 def check_files(spec: LabSpec, source: str = "lab spec", out: bool = True) -> None:
     """What the lab names on this machine, checked before anything starts (validate, up,
     render): the script is a readable file, and `out` (with `out`) can become a new run
@@ -1038,10 +1058,12 @@ def check_files(spec: LabSpec, source: str = "lab spec", out: bool = True) -> No
             if not script.is_file():
                 raise SpecError(f"{source}: script: {spec.script} is not a file (example: "
                                 "script: train.py)")
-            with open(script, "rb"):
-                pass
+            with open(script, "rb") as f:
+                code = f.read(MAX_SCRIPT_BYTES + 1)
         except OSError as exc:
             raise SpecError(f"{source}: script: cannot read {spec.script}: {exc.strerror or exc}") from None
+        if len(code) <= MAX_SCRIPT_BYTES:
+            _compiles(code, spec.script, source)
     if out and spec.out:
         why = out_refusal(Path(spec.out))
         if why:

@@ -1,4 +1,6 @@
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -584,3 +586,17 @@ def test_every_lab_field_is_declared_and_its_flag_is_the_cli_s():
         if decl.flag:
             assert flags[name].opts[0] == decl.flag.split("/")[0] and flags[name].help == decl.help
     assert set(flags) - {"spec_file"} == {n for n, d in declared.items() if d.flag}
+
+
+def test_a_script_that_does_not_compile_is_refused_before_any_rank_starts(tmp_path):
+    """A syntax error fails every rank alike, ~9 s in, blamed on runpy: said at validation,
+    at the script's own line, one line, exit 2, no run folder (issue 53)."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nx = (1,\nprint('hi')\n")
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--script", str(script),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not (tmp_path / "run").exists(), done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: lab spec: script: {script} does not compile (line 2, column 5: '(' was never closed); "
+        "no rank was started"], done.stderr
+    assert "runpy" not in done.stderr
