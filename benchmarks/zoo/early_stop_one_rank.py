@@ -1,4 +1,4 @@
-# zoo: culprit=1 op=all_reduce line=14|21 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=1 op=all_reduce|barrier line=14|21|22 kind=mismatch nproc=3 timeout=30
 # zoo: about=each rank decides early stopping on its own validation loss: rank 1 stops, the others start another epoch's all_reduce
 # zoo: source=https://github.com/pytorch/pytorch/issues/134920
 import torch

@@ -1,4 +1,4 @@
-# zoo: culprit=2 op=barrier line=19|21 kind=hang nproc=3 timeout=30
+# zoo: culprit=2 op=barrier line=19|20|21 kind=hang nproc=3 timeout=30
 # zoo: about=rank 2 polls for the done-file rank 0 writes, but under the wrong name: it loops for ever, the others wait at the barrier
 # zoo: source=https://github.com/mosaicml/composer/pull/2071 (a busy wait for a file a local rank writes)
 import torch

@@ -1,4 +1,4 @@
-# zoo: culprit=2 op=all_reduce line=15|16 kind=mismatch nproc=3 timeout=30
+# zoo: culprit=2 op=all_reduce|broadcast line=15|16|17 kind=mismatch nproc=3 timeout=30
 # zoo: about=rank 2 skips a step whose loss is NaN (continue), so it is one gradient all_reduce behind the others from then on
 # zoo: source=https://github.com/Lightning-AI/pytorch-lightning/issues/6430 (one rank skips a batch, the implicit sync breaks)
 import torch

@@ -1,4 +1,4 @@
-# zoo: culprit=1 op=new_group|all_reduce line=12|13 kind=hang nproc=3 timeout=30
+# zoo: culprit=1 op=new_group|all_reduce line=12|13|18 kind=hang nproc=3 timeout=30
 # zoo: about=rank 1 creates the data-parallel and the model-parallel group in the other order, so its groups do not meet the others'
 # zoo: source=https://github.com/vllm-project/vllm/pull/41509 (new_group is a collective: every rank must create the same groups in the same order)
 import torch

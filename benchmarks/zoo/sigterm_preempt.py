@@ -1,4 +1,4 @@
-# zoo: culprit=1 op=all_reduce line=19|21 kind=killed nproc=3 timeout=30
+# zoo: culprit=1 op=all_reduce line=19|20|21 kind=killed nproc=3 timeout=30
 # zoo: about=rank 1 is preempted: a watchdog thread of its own sends it SIGTERM in its third step, with no handler to save or tell the others
 # zoo: source=https://github.com/kyutai-labs/pocket-tts/pull/277 (a rank that exits alone on SIGTERM deadlocks the others in the next collective)
 import torch

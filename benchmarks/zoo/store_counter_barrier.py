@@ -1,4 +1,4 @@
-# zoo: culprit=0 op=add line=16|22 kind=hang nproc=3 timeout=30
+# zoo: culprit=0 op=add|all_reduce line=16|22|27 kind=hang nproc=3 timeout=30
 # zoo: about=a home-made store barrier (add, then poll get): rank 0 returns early before it adds, so the others poll for ever
 # zoo: source=https://github.com/ai-dynamo/nixl/pull/1539 (a store barrier built on add and get)
 import torch
