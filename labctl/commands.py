@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 from . import backends as backend_registry
 from . import spec as specmod
 from .errors import Interrupted, LabError, Refused
+from .rundir import NotARunFolder
 
 EXIT_SPEC = 2
 
@@ -36,6 +37,8 @@ def exit_for(exc: BaseException) -> tuple[str, int] | None:
         return "interrupted", 130
     if isinstance(exc, BrokenPipeError):
         return "broken pipe (a process labctl was writing to went away)", 1
+    if isinstance(exc, NotARunFolder):      # a path given as a run folder that is none: bad input
+        return str(exc).strip("'\""), EXIT_SPEC
     if isinstance(exc, OSError):            # permissions, a full disk, a read-only folder ...
         if exc.filename is None and not exc.strerror:
             return str(exc).strip("'\""), 1     # our own message, e.g. "x: not a run folder"
@@ -104,7 +107,7 @@ def write_starter(path: str, name: str, force: bool) -> None:
     """`labctl init`: the starter lab description (spec.STARTER) with its name."""
     target = Path(path)
     if target.exists() and not force:
-        raise LabError(f"{path} exists; use --force to overwrite it")
+        raise Refused(f"{path} exists; use --force to overwrite it")
     text = specmod.STARTER.format(name=name)
     specmod.from_dict({"name": name}, source="--name")      # validate the name
     target.write_text(text)

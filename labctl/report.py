@@ -22,7 +22,7 @@ from . import draw
 from .outcome import NodeState, RunState
 from .record import RunRecord, where as _where
 from .verdict import as_seen_now
-from .errors import LabError
+from .errors import LabError, Refused
 from .faults import parse as parse_fault
 from .plugins import module as hook, plugin  # noqa: F401  (hook: a workload's own module, e.g. preflight's run_table)
 from .rundir import RunDir
@@ -59,7 +59,7 @@ def compare(run_a: RunDir, run_b: RunDir, fmt: str = "md") -> str:
     for _, workload in hooks_for(run_a.results()):
         if workload.compare is not None:
             return workload.compare(run_a, run_b, fmt)
-    raise LabError(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
+    raise Refused(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
                    "measurements (make some with: labctl up --workload bench)")
 
 def predict(run: RunDir, world_size: int, sizes: list[int] | None = None, fmt: str = "md",

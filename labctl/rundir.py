@@ -55,6 +55,10 @@ RESERVE_BYTES = 64 << 10
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENOENT, errno.EIO, errno.EACCES)
 
 
+
+class NotARunFolder(FileNotFoundError):
+    """A path given as a run folder that has no status.json: bad input (exit 2)."""
+
 class StorageError(LabError):
     """The run folder cannot be written (full, read-only, gone): the lab is stopped."""
 
@@ -215,8 +219,8 @@ class RunDir:
         """An existing run folder; a damaged status.json is one clear error (exit 2)."""
         path = Path(path)
         if not (path / "status.json").is_file():
-            raise FileNotFoundError(f"{path}: not a run folder (no status.json); "
-                                    "runs live under runs/<lab>-<stamp>/")
+            raise NotARunFolder(f"{path}: not a run folder (no status.json); "
+                                "runs live under runs/<lab>-<stamp>/")
         try:
             record = RunRecord.read(path / "status.json")
         except RecordDamaged as exc:

@@ -443,3 +443,15 @@ def _pending(pid: int, signum: int) -> bool:
         return False
     mask = 1 << (signum - 1)
     return any(int(fields.get(k, "0").strip(), 16) & mask for k in ("SigPnd", "ShdPnd"))
+
+
+def test_bad_input_to_down_init_and_compare_is_exit_2(tmp_path):
+    """A run folder that is none, a file init would overwrite, a compare with nothing to
+    compare: bad input, one line, exit 2 (issue 53: each was 1)."""
+    (tmp_path / "lab.yaml").write_text("nodes: 1\n")
+    (tmp_path / "empty").mkdir()
+    for args, words in ((["down", str(tmp_path / "missing")], "not a run folder"),
+                        (["init", str(tmp_path / "lab.yaml")], "exists; use --force"),
+                        (["report", str(tmp_path / "empty")], "not a run folder")):
+        line = one_line_error(labctl(*args, cwd=tmp_path), 2)
+        assert words in line, line

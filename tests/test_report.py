@@ -156,10 +156,10 @@ def test_json_and_csv_say_the_same_records(tmp_path):
 def test_a_run_with_nothing_to_compare_or_predict_says_so_in_one_line(tmp_path):
     import pytest
 
-    from labctl.errors import LabError
+    from labctl.errors import LabError, Refused
 
     run = RunDir.open(write_folder(tmp_path / "run", world=2, nodes=1, results=RESULTS))
-    with pytest.raises(LabError, match="nothing to compare: none of its workloads"):
+    with pytest.raises(Refused, match="nothing to compare: none of its workloads"):     # bad input: exit 2
         report.compare(run, run)
     with pytest.raises(LabError, match="nothing to predict from"):
         report.predict(run, 8)
