@@ -47,3 +47,13 @@ def test_each_diagnosis_source_keeps_its_own_keys_and_round_trips():
     assert said["mismatch"]["calls"] == {"2": {"op": "broadcast"}} and said["stuck"][0]["ranks"] == [1]
     assert said["stuck"][0]["text"] == stuck.describe()
     assert Diagnosis.from_dict("not an object") is None and Mismatch.from_dict(None) is None
+
+
+def test_a_rank_without_op_records_is_not_called_dead():
+    """A rank held before its first op (a data loader, a lock) is alive: the words for a
+    rank that left no op record do not say it ended (issue 53 item 3)."""
+    from labctl.trace.model import Stuck
+    st = Stuck(pg="default_pg", seq=1, op="all_reduce", waiting=[0], missing=[1], last={}, silent=[1])
+    text = st.describe()
+    assert "rank 1 left no op record: it issued none, or ended before writing one" in text, text
+    assert "killed" not in text

@@ -226,7 +226,8 @@ class Stuck:
         if rank in self.last:
             return f"last entered: rank {rank}: {self.last[rank]}"
         if rank in self.silent:     # not "none": its records may have died with it
-            return f"rank {rank} left no op record: it ended or was killed before writing one"
+            # not "dead": a rank held before its first op (a data loader, a lock) is alive
+            return f"rank {rank} left no op record: it issued none, or ended before writing one"
         return f"last entered: rank {rank}: none"
 
     def to_dict(self) -> dict[str, Any]:
