@@ -934,18 +934,20 @@ def test_namespace_comes_from_the_flag_then_the_context(clean_env, tmp_path, mon
     assert backend.connect(context="second", namespace="mine").namespace == "mine"
 
 
-def test_cli_up_without_a_cluster_exits_1_with_one_line_and_leaves_a_run_folder(tmp_path):
+def test_cli_up_and_preflight_without_a_cluster_exit_1_with_one_line_and_create_nothing(tmp_path):
+    """No cluster: one line, exit 1, no run folder and nothing on stdout about collecting
+    or finishing one (issue 53 item 4: a run folder was made and finished first)."""
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "missing"), "HOME": str(tmp_path)}
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    out = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--backend", "k8s",
-                          "--out", str(tmp_path / "run")], capture_output=True, text=True,
-                         env=env, cwd=REPO, timeout=120)
-    assert out.returncode == 1
-    errors = [l for l in out.stderr.splitlines() if l.startswith("error:")]
-    assert errors == [f"error: no Kubernetes cluster reachable: no kubeconfig at {tmp_path / 'missing'} "
-                      "and not running in a pod; set KUBECONFIG or --context"]
-    assert "Traceback" not in out.stderr
-    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "error"
+    for command in (["up", "--out", str(tmp_path / "run")], ["preflight"]):
+        out = subprocess.run([sys.executable, "-m", "labctl.cli", *command, "--backend", "k8s"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        assert out.returncode == 1, out.stderr
+        assert out.stderr.strip().splitlines() == [
+            f"error: no Kubernetes cluster reachable: no kubeconfig at {tmp_path / 'missing'} "
+            "and not running in a pod; set KUBECONFIG or --context"], out.stderr
+        assert "collecting" not in out.stdout and "finishing" not in out.stdout, out.stdout
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
 
 
 def k8s_node(name: str, gpus: int | None) -> dict:

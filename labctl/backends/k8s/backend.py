@@ -517,15 +517,13 @@ class K8sBackend(Backend):
 
         Only when the API answers: no cluster, or no right to list nodes (RBAC on a
         shared cluster), leaves the question to the scheduler, as before; an API that
-        keeps failing (ApiUnavailable) is said at once, before anything is created."""
+        keeps failing (ApiUnavailable) is said at once, before anything is created. No
+        cluster at all is said here too: before the run folder is made (one line, nothing
+        created, as docs/kubernetes.md promises)."""
         spec = plan.spec
+        cluster = self._connect(self.options.context, self.options.namespace)
         if _is_jobset(spec):
-            try:
-                cluster = self._connect(self.options.context, self.options.namespace)
-            except LabError:          # no cluster: `start` says so, with nothing created
-                cluster = None
-            if cluster is not None:
-                require_jobset_crd(cluster)
+            require_jobset_crd(cluster)
         if spec.dist_backend != "nccl":
             return
         try:
