@@ -253,12 +253,16 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     op = ended.get("op") if at is not None and ended.get("caller") == at else None
     op = (error or {}).get("called") or op   # the call the script's line made (DistributedDataParallel)
     op = op or (error or {}).get("call")     # raised inside a torch.distributed call before it issued an op
+    if silent and ended.get("inside"):       # it died inside an op (gloo's abort): that op, not the one it then missed
+        op = op or ended.get("op")
     op = op or (diagnosis.op if diagnosis and named else None) or (ended.get("op") if silent else None)
     absent = None                       # the collective it never entered, where the others called it
     if first.blamed_for == "absence" and diagnosis is not None:
         absent = next(((st.calls.get(first.peer_rank) or {}).get("caller")
                        for st in diagnosis.stuck if rank in st.missing), None)
-    caller = at or (diagnosis.caller if diagnosis and named else None) or absent or (ended.get("caller") if silent else None)
+    inside = ended.get("caller") if silent and ended.get("inside") else None
+    caller = at or inside or (diagnosis.caller if diagnosis and named else None) or absent or \
+        (ended.get("caller") if silent else None)
     stack = where.get(rank) or {}
     if caller is None and stack.get("file") and not first.left_early:
         caller = f"{stack['file']}:{stack['line']}"

@@ -1164,7 +1164,7 @@ def _calls(rank: int, ops: list[dict], groups: dict[str, list[int]]) -> str:
     for i, o in enumerate(ops, 1):
         p2p = "p2p" in o
         site = {"k": "S", "s": i, "op": o["op"], "pg": o.get("pg", "default_pg"), "kind": "p" if p2p else "c",
-                "bytes": 4, "dtype": o.get("dtype", "float32"), "shape": o.get("shape", [4]),
+                "bytes": o.get("bytes", 4), "dtype": o.get("dtype", "float32"), "shape": o.get("shape", [4]),
                 "caller": o.get("caller", f"job.py:{10 + i}")}
         site.update({k: o[k] for k in ("root", "peer", "api", "reduce") if k in o})
         lines += [site, f"B {i} {i} {o['p2p'] if p2p else o['seq']} {int(o['t'] * 1e6)}"]
@@ -1273,6 +1273,34 @@ def test_a_recv_from_a_rank_that_sent_to_another_blames_the_sender(tmp_path):
     assert (d["rank"], d["op"], d["caller"]) == (0, "send", "job.py:9")
     assert d["text"].startswith("rank 0 sent to rank 2 at job.py:9, and rank 2 never received it, while rank 1 "
                                 "waits to receive from rank 0 at job.py:11")
+
+
+def test_a_recv_from_a_rank_that_sent_it_nothing_blames_the_receiver(tmp_path):
+    """Rank 0 sent to rank 1; rank 1 waits to receive from rank 2, which sent it nothing:
+    rank 1 named the wrong source (issue 50: it was the ranks missing from the barrier)."""
+    s = _diagnosed(tmp_path, {0: [{"op": "send", "p2p": 1, "peer": 1, "t": 1, "caller": "job.py:9"}],
+                              1: [{"op": "recv", "p2p": 1, "peer": 2, "t": 1, "caller": "job.py:12"}],
+                              2: [{"op": "barrier", "seq": 1, "t": 2, "caller": "job.py:13"}]})
+    d = trace.diagnosis(s).to_dict()
+    assert (d["rank"], d["ranks"], d["op"], d["caller"]) == (1, [1], "recv", "job.py:12"), d
+    assert d["text"].startswith("rank 1 waits to receive from rank 2 at job.py:12, which sent it nothing, while "
+                                "rank 0's send to rank 1 at job.py:9 was never received (the wrong source?)")
+
+
+def test_a_send_and_the_recv_that_took_it_with_other_sizes_is_a_mismatch(tmp_path):
+    """Rank 0 sent 12 bytes where rank 1's recv took 20: gloo completes it; the pair's
+    sizes differ, said as the completed mismatch of a run that passed."""
+    s = _diagnosed(tmp_path, {0: [{"op": "send", "p2p": 1, "peer": 1, "t": 1, "end": 2, "bytes": 12, "shape": [3],
+                                   "caller": "job.py:12"}],
+                              1: [{"op": "recv", "p2p": 1, "peer": 0, "t": 1, "end": 2, "bytes": 20, "shape": [5],
+                                   "caller": "job.py:15"}]})
+    m = s.mismatch_found[0]
+    assert (m.ranks, m.rank, m.op, m.caller, m.differs) == ([0, 1], None, "send", "job.py:12", ["size"])
+    assert m.text == ("rank 0's send to rank 1 at job.py:12 sent 12 bytes ([3] float32) where rank 1's recv from "
+                      "rank 0 at job.py:15 takes 20 ([5] float32): p2p #1 of default_pg (the size differs)")
+    same = _diagnosed(tmp_path / "same", {0: [{"op": "send", "p2p": 1, "peer": 1, "t": 1, "end": 2}],
+                                          1: [{"op": "recv", "p2p": 1, "peer": 0, "t": 1, "end": 2}]})
+    assert same.mismatch_found == []
 
 
 def test_a_p2p_deadlock_names_every_rank_in_it(tmp_path):

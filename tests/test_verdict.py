@@ -391,3 +391,17 @@ def test_the_call_the_script_s_line_made_is_the_op_not_the_collective_inside_it(
     rec = _decide(Seen(Ending.NODE_FAILED, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0), _ok(1)]), found,
                   ended_at={1: {"op": "broadcast", "caller": "/x/job.py:13", "inside": False}})
     assert (rec.first_failure.rank, rec.first_failure.op) == (1, "DistributedDataParallel")
+
+
+def test_a_rank_that_died_inside_an_op_is_named_with_that_op():
+    """Rank 1 was aborted by gloo inside its recv (SIGABRT, no line of its own); the others
+    then waited for it in a barrier it never reached: the op is the recv it died in, at its
+    line, not the barrier."""
+    killed = NodeOutcome(0, "lab-0", -6, NodeState.FAILED, 3.0, "SIGABRT")
+    found = _found(exit_codes={1: -6}, root_causes={0: 1},
+                   errors={1: {"exception": "gloo::EnforceNotMet: [enforce fail at pair.cc:456] 20 vs 12"}})
+    hang = {"rank": 1, "ranks": [1], "op": "barrier", "caller": None, "text": "rank 0 waits in barrier ..."}
+    rec = _decide(Seen(Ending.NODE_FAILED, [killed, _ok(1)]), found, diagnosis=Diagnosis.from_dict(hang),
+                  ended_at={1: {"op": "recv", "caller": "/x/job.py:15", "inside": True}})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "recv", "/x/job.py:15"), first

@@ -195,6 +195,9 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
             return op.peer, [op.peer], "send", caller, [
                 f"rank {op.peer} sent to rank {dst} at {caller}, and rank {dst} never received it, while "
                 f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (a send to the wrong peer?)"]
+    wrong_source = _waits_on_the_wrong_source(s)
+    if wrong_source is not None:
+        return wrong_source
     left_in = _left_in_a_mismatch(s)
     if left_in:                     # a rank died or hangs inside it: what came after is its effect
         return left_in.rank, left_in.ranks, left_in.op, left_in.caller, [
@@ -216,6 +219,25 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     mine = next(op for op in blocked if op.rank == ranks[0])
     culprit = ranks[0] if len(ranks) == 1 else None
     return culprit, ranks, mine.call, mine.caller, []
+
+
+def _waits_on_the_wrong_source(s: Summary) -> tuple[int | None, list[int], str | None, str | None, list[str]] | None:
+    """A rank waiting to receive from a peer that sent it nothing, while another rank's
+    send to it was never received: the receiver named the wrong source (a stage index off
+    by one, the wrong ring neighbour). None: no such receive."""
+    for op in s.blocked_p2p:
+        if op.op not in RECVS or op.peer is None:
+            continue
+        if any(pg == op.pg and src == op.peer and dst == op.rank for (pg, src, dst) in s.unmatched_sends):
+            continue                # its peer did send to it: not the source that is wrong
+        senders = sorted((src, caller) for (pg, src, dst), caller in s.unmatched_sends.items()
+                         if pg == op.pg and dst == op.rank and src != op.peer)
+        if senders:
+            src, caller = senders[0]
+            return op.rank, [op.rank], op.call, op.caller, [
+                f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller}, which sent it nothing, "
+                f"while rank {src}'s send to rank {op.rank} at {caller} was never received (the wrong source?)"]
+    return None
 
 
 def _mismatch_before(s: Summary, culprit: int | None) -> Mismatch | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,7 +20,7 @@ from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
 from .matcher import mismatch_of, mismatch_text, stuck_collectives
 from .calls import odd_new_group
-from .model import MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Op, OpTotal, Straggler, Stuck, Summary
+from .model import MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, Straggler, Stuck, Summary
 
 TRACE_FILE = "trace.json"
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
@@ -67,6 +68,7 @@ class _Merge:
         self.sent: dict[tuple[str, int, int], int] = {}      # (pg, src, dst) -> sends so far
         self.send_caller: dict[tuple[str, int, int], str] = {}   # (pg, src, dst) -> its last send's caller
         self.received: dict[tuple[str, int, int], int] = {}
+        self.pairs = _P2pPairs(summary)
         # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
         self.open: dict[tuple[str, int], dict[int, tuple[int, Op]]] = {}
         self.worst: list[tuple[int, int, Straggler]] = []     # min-heap of the worst ten
@@ -138,6 +140,8 @@ class _Merge:
                 total.slowest_ns, total.slowest_rank = dur, op.rank
         if op.seq is not None:
             self.collective(op, groups.get(op.pg))
+        elif op.p2p is not None and op.peer is not None:
+            self.pairs.add(op)
 
     def place(self, op: Op) -> None:
         """The op's slice; an unfinished one's once the trace's end is known."""
@@ -293,6 +297,46 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         f.write('"displayTimeUnit":"ms",\n"metadata":' + json.dumps(_metadata(summary), sort_keys=True)
                 + "}\n")
     return summary
+
+
+class _P2pPairs:
+    """Each send paired with the receive that takes it (the k-th send from a rank to a peer
+    on a group with the peer's k-th receive from it, in the order they began) and their
+    sizes compared: a receive that takes another byte count than was sent is a mismatch
+    gloo may complete without a word (a smaller message into a larger buffer) or abort
+    on. The first MAX_PROBLEMS are kept; at most MAX_PENDING waiting per direction."""
+    MAX_PENDING = 1000
+
+    def __init__(self, summary: Summary):
+        self.s = summary
+        self.sends: dict[tuple[str, int, int], deque[Op]] = {}
+        self.recvs: dict[tuple[str, int, int], deque[Op]] = {}
+
+    def add(self, op: Op) -> None:
+        sending = op.op in SENDS
+        key = (op.pg, op.rank, op.peer) if sending else (op.pg, op.peer, op.rank)
+        mine, theirs = (self.sends, self.recvs) if sending else (self.recvs, self.sends)
+        waiting = theirs.get(key)
+        if waiting:
+            other = waiting.popleft()
+            send, recv = (op, other) if sending else (other, op)
+            if send.nbytes != recv.nbytes and len(self.s.mismatch_found) < MAX_PROBLEMS:
+                self.s.mismatch_found.append(_p2p_mismatch(send, recv))
+            return
+        queue = mine.setdefault(key, deque())
+        if len(queue) < self.MAX_PENDING:
+            queue.append(op)
+
+
+def _p2p_mismatch(send: Op, recv: Op) -> Mismatch:
+    text = (f"rank {send.rank}'s {send.call} to rank {recv.rank} at {send.caller} sent {send.nbytes} bytes "
+            f"({send.shape_text} {send.dtype or ''}) where rank {recv.rank}'s {recv.call} from rank {send.rank} "
+            f"at {recv.caller} takes {recv.nbytes} ({recv.shape_text} {recv.dtype or ''}): p2p #{send.p2p} of "
+            f"{send.pg} (the size differs)").replace(" )", ")")
+    return Mismatch(pg=send.pg, seq=send.p2p or 0, ranks=sorted({send.rank, recv.rank}), rank=None,
+                    op=send.call, caller=send.caller, differs=["size"],
+                    calls={send.rank: send.where(), recv.rank: recv.where()},
+                    unfinished=sorted(o.rank for o in (send, recv) if o.end is None), text=text)
 
 
 def _metadata(s: Summary) -> dict[str, Any]:
