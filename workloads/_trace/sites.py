@@ -85,7 +85,7 @@ def _dtype_name(dtype: Any) -> str:
 
 _torch_dir = ""
 _c10d_file = ""
-_USER, _PLAIN = 1, 0
+_USER, _PLAIN, _TORCH = 1, 0, 2     # _TORCH: torch's own code outside torch.distributed (autograd, nn.Module)
 # Both keyed by id(code): a code object's hash is not cached, and hashes its constants,
 # nested functions' code included (6.9 µs for workloads/bench.py's module: every op of a
 # loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
@@ -141,6 +141,8 @@ def _classify(code: Any) -> Any:
     elif os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
             and code.co_name not in _WRAPPERS:
         kind = code.co_name             # a public torch.distributed function (all_gather_object ...)
+    elif os.sep + "distributed" + os.sep not in path and os.sep + "_dynamo" + os.sep not in path:
+        kind = _TORCH
     else:
         kind = _PLAIN
     _frames[id(code)] = kind
@@ -151,7 +153,9 @@ def _classify(code: Any) -> Any:
 def _where(frame: Any) -> tuple[Any, int, str | None]:
     """(code, instruction offset) of the first frame outside torch and this recorder (the
     script's or the workload's call), and the outermost public torch.distributed function
-    on the way (all_gather_object for the all_gather it makes; None when called directly).
+    on the way (all_gather_object for the all_gather it makes; None when called directly,
+    or when torch's own code outside torch.distributed stands between it and the script:
+    FSDP's post_backward under `loss.backward()` is not the script's call).
     The offset, not the line: `f_lineno` scans the code's line table, 17 µs at the end of a
     3,000-line module; the site's S line, written once, has the line (`_line_of`)."""
     api = None
@@ -163,7 +167,10 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
             kind = _classify(code)
         if kind is _USER:
             return code, frame.f_lasti, api
-        if kind is not _PLAIN:
+        if kind is _TORCH:
+            api = None                  # reached through torch's own code (backward(), a module's
+                                        # call): FSDP's hooks are no call the script made
+        elif kind is not _PLAIN:
             api = kind
         frame = frame.f_back
     return None, 0, api
