@@ -160,9 +160,12 @@ class FirstFailure:
             what = ("made the odd call of a mismatched collective" if self.blamed_for == "odd call"
                     else "is the rank the others waited for")
             return f"{who} {what}: {self.collective.text}; rank {self.peer_rank} {how}"
-        text = f"rank {self.rank}" if self.rank is not None else "the launcher"
-        if self.node is not None:
-            text += f" on node {self.node}"
+        if self.rank is None and self.ranks and self.error:   # every one of them raised it
+            text = self._who_left() + (" each" if len(self.ranks) > 1 else "")
+        else:
+            text = f"rank {self.rank}" if self.rank is not None else "the launcher"
+            if self.node is not None:
+                text += f" on node {self.node}"
         if self.check:
             text += f" failed check {self.check}"
         elif self.signal:

@@ -146,6 +146,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             _name_the_call(first, ev.ended_at, where)
             _destroyed_first(first, ev.destroyed)
             first = _named_by_torch(first, ev.found, out.world_size) or first
+            _everyone_raised_it(first, ev.found)
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -295,6 +296,23 @@ def _named_by_torch(first: FirstFailure, found: blame.Findings, world: int | Non
                         ranks=list(named.ranks) if one is None else None, error=own,
                         peer_rank=named.by, peer_error=dict(said) or {"exception": named.text},
                         blamed_for="named by torch", op=named.op or first.op, caller=caller or first.caller)
+
+
+def _everyone_raised_it(first: FirstFailure, found: blame.Findings) -> None:
+    """Several ranks raised the same error at the same line of their own (the script's bug
+    on each of them, not a peer's symptom): every one of them is the first failure
+    (`ranks`), not only the first to exit."""
+    error = first.error or {}
+    if first.rank is None or first.blamed_for or first.fault or first.left_early or not error.get("file") \
+            or blame.comm_symptom(error.get("exception")):
+        return
+    same = sorted(r for r, e in found.errors.items()
+                  if found.exit_codes.get(r, 0) != 0 and (e or {}).get("exception") == error.get("exception")
+                  and e.get("file") == error["file"] and e.get("line") == error.get("line"))
+    if len(same) > 1 and first.rank in same:
+        nodes = [blame.node_of_rank(r, found) for r in same]
+        first.rank, first.ranks = None, same
+        first.nodes = nodes if len(set(nodes)) > 1 else None
 
 
 def _destroyed_first(first: FirstFailure, destroyed: dict[int, str]) -> None:

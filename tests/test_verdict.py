@@ -405,3 +405,23 @@ def test_a_rank_that_died_inside_an_op_is_named_with_that_op():
                   ended_at={1: {"op": "recv", "caller": "/x/job.py:15", "inside": True}})
     first = rec.first_failure
     assert (first.rank, first.op, first.caller) == (1, "recv", "/x/job.py:15"), first
+
+
+def test_ranks_that_each_raised_the_same_error_at_the_same_line_are_all_named():
+    """Ranks 0 and 1 each broadcast on a group they are not in and raise the same error at
+    the same line; ranks 2 and 3 then lose them. Both are the first failure, not only the
+    one that exited first; a peer's lost connection is never such an error."""
+    error = {"exception": "ValueError: Invalid process group specified", "file": "/x/job.py", "line": 14,
+             "function": "<module>", "called": "broadcast"}
+    gone = {"exception": "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1", "file": "/x/job.py",
+            "line": 17, "function": "<module>"}
+    found = Findings(world=4, ranks={0, 1, 2, 3}, exit_codes={0: 1, 1: 1, 2: 1, 3: 1},
+                     errors={0: error, 1: dict(error), 2: gone, 3: dict(gone)}, root_causes={0: 1},
+                     node_ranks={0: [0, 1, 2, 3]})
+    failed = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.ranks, first.op, first.caller) == (None, [0, 1], "broadcast", "/x/job.py:14"), first
+    assert first.describe().startswith("rank 0, 1 on node 0 each exited with code 1: ValueError: Invalid process group")
+    assert first.answer()[:2] == (None, [0, 1])
