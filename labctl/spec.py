@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import importlib.util
 import json
@@ -846,7 +847,9 @@ def from_dict(data: Mapping[str, Any], source: str = "lab spec") -> LabSpec:
 
     unknown = sorted(set(data) - _FIELDS, key=str)
     if unknown:
-        raise SpecError(f"{source}: unknown field {short(unknown[0])}; "
+        close = difflib.get_close_matches(str(unknown[0]), sorted(_FIELDS), n=1, cutoff=0.75)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise SpecError(f"{source}: unknown field {short(unknown[0])}; {hint}"
                         f"known fields: {', '.join(sorted(_FIELDS))}")
     nul = _nul_in(data, "")
     if nul:

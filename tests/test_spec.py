@@ -600,3 +600,14 @@ def test_a_script_that_does_not_compile_is_refused_before_any_rank_starts(tmp_pa
         f"error: lab spec: script: {script} does not compile (line 2, column 5: '(' was never closed); "
         "no rank was started"], done.stderr
     assert "runpy" not in done.stderr
+
+
+def test_an_unknown_field_says_the_known_one_it_is_close_to():
+    """A typo gets "did you mean" (issue 53 item 9); a field like no other gets the list alone."""
+    with pytest.raises(SpecError) as typo:
+        spec.from_dict({"nodes": 1, "nproc_per_nod": 2}, "lab.yaml")
+    assert str(typo.value).startswith("lab.yaml: unknown field 'nproc_per_nod'; did you mean 'nproc_per_node'? "
+                                      "known fields: backend,")
+    with pytest.raises(SpecError) as other:
+        spec.from_dict({"colour": "red"}, "lab.yaml")
+    assert "did you mean" not in str(other.value) and "known fields:" in str(other.value)
