@@ -342,8 +342,23 @@ class Session:
         self.stop_reason = stop.stop_reason
         if stop.signal is not None:
             self.say(f"{stop.message}: stopping the lab")
+            self.stacks_before_stop()
         elif stop.ending is Ending.BACKEND_FAILURE:       # the lab failed
             self.say(f"{stop.message}; stopping the lab" if self.started_here else stop.message)
+
+    def stacks_before_stop(self) -> None:
+        """Ctrl-C on a lab that still runs (a hang, most often): every rank's stack first, as
+        at the deadline, so that the report says where each one was. A second signal
+        waits for it (seconds), then the lab is stopped and its folder finished."""
+        if not self.started or all(o.state.ended for o in self.outcomes):
+            return
+        self.signals.raising = False
+        self.say("taking every rank's stack first (where each one was when stopped)")
+        try:
+            for note in self.backend.signal(TakeStacks(self.rundir)):
+                self.say(note)
+        except Exception as exc:          # noqa: BLE001 - the stop goes on without them
+            self.say(f"could not take the stacks: {exc}")
 
     def watch(self, deadline: float, grace: float | None) -> None:
         """The one poll loop: until every node has ended, the grace after the first failure

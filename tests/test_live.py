@@ -253,3 +253,47 @@ def test_watch_refuses_an_ended_run_and_one_whose_labctl_is_gone(tmp_path):
         (folder / "status.json").write_text(json.dumps(status))
         done = subprocess.run(LABCTL + ["watch", str(folder)], capture_output=True, text=True, cwd=REPO, timeout=60)
         assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
+SLEEPS = """\
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(4)
+dist.all_reduce(t)
+if dist.get_rank() == 1:
+    time.sleep(3600)
+dist.all_reduce(t)
+"""
+
+
+def test_ctrl_c_on_a_hang_takes_every_rank_s_stack_before_the_stop(tmp_path):
+    """Ctrl-C on a hang (issue 53 item 5): every rank's stack is taken first, as at the
+    deadline, so the report names the line rank 1 was held at (its sleep), not only the
+    collective the others wait in."""
+    import signal
+
+    script = tmp_path / "job.py"
+    script.write_text(SLEEPS)
+    run = tmp_path / "run"
+    lab = subprocess.Popen(LABCTL + ["up", "--script", str(script), "--nodes", "1", "--nproc-per-node", "2",
+                                     "--timeout", "300", "--out", str(run)],
+                           stdout=open(tmp_path / "up.log", "w"), stderr=subprocess.STDOUT, cwd=REPO,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    try:
+        assert _wait_for(lambda: _live(run), 180, lab), (tmp_path / "up.log").read_text()[-3000:]
+        os.killpg(lab.pid, signal.SIGINT)
+        assert lab.wait(timeout=180) == 130, (tmp_path / "up.log").read_text()[-3000:]
+    finally:
+        if lab.poll() is None:
+            os.killpg(lab.pid, signal.SIGKILL)
+            lab.wait()
+    said = (tmp_path / "up.log").read_text()
+    assert "taking every rank's stack first" in said, said[-3000:]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted", status["message"]
+    assert (run / "stacks" / "rank-1.txt").is_file()
+    first = status["first_failure"]
+    assert first["rank"] == 1 and first["caller"] == f"{script}:9", first
