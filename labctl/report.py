@@ -18,7 +18,7 @@ from typing import Any, Callable
 from workloads._protocol import DATA, WORKLOAD_DONE, visible
 from workloads._protocol.plugin import InputError, Workload
 
-from . import draw
+from . import draw, stepcomm
 from .outcome import NodeState, RunState
 from .record import RunRecord, where as _where
 from .verdict import as_seen_now
@@ -83,11 +83,22 @@ def rank_rows(results: list[dict]) -> list[dict]:
             for row in workload.rank_rows(results)]
 
 
-def page_sections(results: list[dict]) -> list[tuple[str, Callable[[], list[dict]]]]:
+def page_sections(results: list[dict], extra: dict[str, list] | None = None
+                  ) -> list[tuple[str, Callable[[], list[dict]]]]:
     """Each workload's section of the page, to be drawn (its views, as the JSON island
-    holds them): the same view model report.md draws."""
-    return [(name, lambda w=workload: draw.page([*w.head(results), *w.views(results)]))
+    holds them): the same view model report.md draws (`extra`: as in `_sections`)."""
+    return [(name, lambda w=workload, n=name: draw.page([*w.head(results), *w.views(results),
+                                                         *(extra or {}).get(n, [])]))
             for name, workload in hooks_for(results)]
+
+
+def step_views(run_path: Path, results: list[dict]) -> dict[str, list]:
+    """One step's communication per workload, from trace.json (labctl/stepcomm.py); a
+    damaged trace costs that section, never the report."""
+    try:
+        return stepcomm.views(run_path, results)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
 
 
 def workload_summary(results: list[dict]) -> list[dict]:
@@ -149,17 +160,20 @@ def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{len(ranks)} ranks"
 
 
-def _sections(results: list[dict], head: bool = False, brief: bool = False) -> list[str]:
+def _sections(results: list[dict], head: bool = False, brief: bool = False,
+              extra: dict[str, list] | None = None) -> list[str]:
     """Each workload's views (`head`: its head, before the checks per workload), drawn as
     Markdown, a blank line before each. `brief`: what `labctl up` prints, without the
-    sections of workloads that draw a table row per call (said in one line instead)."""
+    sections of workloads that draw a table row per call (said in one line instead);
+    `extra`: views read elsewhere than the results, by workload (one step's communication)."""
     parts: list[str] = []
     left_out = []
     for name, workload in hooks_for(results):
         if brief and not head and not workload.brief:
             left_out.append(name)
             continue
-        section = draw.markdown(workload.head(results) if head else workload.views(results))
+        section = draw.markdown(workload.head(results) if head else
+                                [*workload.views(results), *(extra or {}).get(name, [])])
         if section:
             parts += ["", section]
     if left_out:
@@ -199,7 +213,7 @@ def markdown(run: RunDir, brief: bool = False) -> str:
                         ((s["workload"], s["ranks"], s["passed"], s["failed"], s["skipped"],
                           f"{s['seconds']:.2f}") for s in summary))]
 
-    parts += _sections(results, brief=brief)
+    parts += _sections(results, brief=brief, extra=None if brief else step_views(run.path, results))
 
     skips = skipped(results)
     if skips:

@@ -196,15 +196,23 @@ class Traffic(TorchDispatchMode):
         super().__init__()
         self.steps: list[dict[str, float]] = []
         self.started: list[float] = []
+        self.wall_us: list[int] = []           # each step's begin (and the end) on the wall clock
         self.unknown: set[str] = set()
 
     def step(self) -> None:
         self.steps.append({})
         self.started.append(time.perf_counter())
+        self.wall_us.append(time.time_ns() // 1000)
 
     def __exit__(self, *exc):
         self.started.append(time.perf_counter())
+        self.wall_us.append(time.time_ns() // 1000)
         return super().__exit__(*exc)
+
+    def last_window(self) -> list[int] | None:
+        """The last step's [begin, end] in µs since the epoch, this rank's wall clock: the
+        step marker labctl picks that step's ops from trace.json by (labctl/commsteps.py)."""
+        return self.wall_us[-2:] if len(self.wall_us) >= 2 else None
 
     def seconds(self) -> list[float]:
         """How long each step took (the last one until the mode was left)."""
@@ -457,7 +465,28 @@ def bytes_check(ctx: _common.Context, variant: str, traffic: Traffic, formula: f
                       per_step=[round(s, 1) for s in sent], formula_per_step=[round(f, 1) for f in want],
                       sends_per_step=[round(s.get("send", 0.0), 1) for s in traffic.steps],
                       by_op=by_op, unknown_ops=sorted(traffic.unknown), step_seconds=traffic.seconds(),
-                      unit="bytes", **fields)
+                      step_window_us=traffic.last_window(), groups=groups(), unit="bytes", **fields)
+
+
+def groups() -> dict[str, list[int]]:
+    """The process groups this rank is in, by the name the trace gives each op's group
+    (workloads/_trace/groups.py: default_pg, the group's description, else pg<name>): the
+    trace carries the name only, so the page learns each group's ranks from here."""
+    c10d = dist.distributed_c10d
+    world = getattr(getattr(c10d, "_world", None), "default_pg", None)
+    out: dict[str, list[int]] = {}
+    for group in list(getattr(getattr(c10d, "_world", None), "pg_names", {})):
+        try:
+            ranks = [int(r) for r in dist.get_process_group_ranks(group)]
+        except Exception:        # noqa: BLE001 - a group torch no longer knows
+            continue
+        if dist.get_rank() not in ranks:
+            continue
+        desc = getattr(group, "group_desc", "") or ""
+        name = "default_pg" if group is world else (
+            desc if desc and desc != "undefined" else f"pg{getattr(group, 'group_name', id(group))}")
+        out[name] = ranks
+    return out
 
 
 def global_losses(local: list[float], divide: int = 1) -> list[float]:

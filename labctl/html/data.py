@@ -76,7 +76,8 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
         "live": problems.guard("the live diagnosis", lambda: _live(record), None),
         "topology": problems.guard("the topology", lambda: _topology(record, plan, results, trace_nodes, log_nodes), None),
         "checks": problems.guard("the checks", lambda: _checks(results), None),
-        "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems), []),
+        "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems, path),
+                                    []),
         "timeline": None, "totals": None, "stragglers": None,
         "hang": problems.guard("the hang", lambda: _hang(run), None),
         "logs": problems.guard("the logs", lambda: _logs(run, world, problems), None),
@@ -345,10 +346,12 @@ def _checks(results: list[dict]) -> dict:
             "failed_total": len(failed), "skipped": report.skipped(results)}
 
 
-def _workloads(results: list[dict], problems: _Problems) -> list[dict]:
-    """Each workload's section: its views (report.page_sections), one guard each."""
+def _workloads(results: list[dict], problems: _Problems, path: Path) -> list[dict]:
+    """Each workload's section: its views (report.page_sections) and its step's
+    communication from trace.json (report.step_views), one guard each."""
     sections = []
-    for name, views in report.page_sections(results):
+    steps = problems.guard("one step's communication", lambda: report.step_views(path, results), {}) or {}
+    for name, views in report.page_sections(results, steps):
         drawn = problems.guard(f"workload {name}'s section", views, None)
         if drawn:
             sections.append({"workload": name, "views": drawn})

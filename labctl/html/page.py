@@ -1,7 +1,7 @@
 """The page itself: one HTML file, its CSS, script and data inline, nothing fetched.
 
 `render(data)` puts the JSON island (`<script type="application/json" id="run-data">`)
-and the page's own script and style (report.js, report.css beside this module) into
+and the page's own script and style (SCRIPTS and report.css beside this module) into
 frame.html. The page's Content-Security-Policy allows no request at all, so
 it works the same from file:// on an air-gapped machine as attached to a mail.
 """
@@ -17,6 +17,7 @@ from typing import Any
 from ..report import PAGE_FILE  # noqa: F401  (the page's name, known to the Markdown report too)
 
 ASSETS = Path(__file__).parent
+SCRIPTS = ("views.js", "report.js")     # in this order: report.js draws, views.js adds kinds first
 _SLOT = re.compile(r"\{\{(title|style|data|script)\}\}")
 
 
@@ -37,7 +38,7 @@ def render(data: dict[str, Any]) -> str:
     run = data.get("run") or {}
     title = f"Lab {run.get('lab') or '?'}: {str(run.get('state') or '?').upper()} — labctl"
     parts = {"title": html.escape(title), "style": _asset("report.css"),
-             "data": island(_finite(data)), "script": _asset("report.js")}
+             "data": island(_finite(data)), "script": "\n".join(_asset(name) for name in SCRIPTS)}
     # one pass over the frame: text inside the data is never taken for a placeholder
     return _SLOT.sub(lambda m: parts[m.group(1)], _asset("frame.html"))
 

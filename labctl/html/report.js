@@ -262,7 +262,10 @@
       case "messages": return messagesView(v);
       case "lines": return linesView(v);
       case "matrix": return matrixView(v);
-      default: return h("p", { class: "muted", text: `(a view of kind ${v.kind} this page cannot draw)` });
+      default: {
+        const other = (window.labctlViews || {})[v.kind];      // views.js: gantt, grid
+        return other ? other(v) : h("p", { class: "muted", text: `(a view of kind ${v.kind} this page cannot draw)` });
+      }
     }
   }
   function beforeAfter(v) {

@@ -5,7 +5,7 @@ Standard library only, and nothing here runs. Each `workloads/_report/<name>.py`
 labctl loads that by the workload's name (labctl/plugins.py) and knows no workload.
 
 What a workload's results show is a list of views (`Heading`, `Text`, `Table`,
-`Group`, `BeforeAfter`, `Messages`, `Lines`, `Matrix`): renderers that know no
+`Group`, `BeforeAfter`, `Messages`, `Lines`, `Matrix`; page only: `Gantt`, `Grid`): renderers that know no
 workload draw them as report.md (labctl/draw.py), as the page (`View.as_dict`, the
 JSON island's `workloads[].views`, drawn by labctl/html/report.js by `kind`) and as
 CSV (`Csv`). A view's `show` says where it is drawn: "both" (the default), "md"
@@ -156,7 +156,45 @@ class Matrix:
                 "texts": [list(t) for t in self.texts], "marked": [list(m) for m in self.marked]}
 
 
-View = Union[Heading, Text, Table, Group, BeforeAfter, Messages, Lines, Matrix]
+@dataclass(frozen=True)
+class Gantt:
+    """Boxes on a time axis, a row per lane (a pipeline stage): each row {label, boxes:
+    [{begin, end, kind, label}]} in ms from the axis' 0, `kinds` {kind: its name in the
+    legend}; the gaps are what the lane waited. Page only: report.md gets a table of the
+    numbers beside it."""
+    kind: ClassVar[str] = "gantt"
+    id: str
+    title: str
+    rows: Sequence[dict]
+    kinds: dict
+    caption: str = ""
+    show: str = PAGE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "gantt", "id": self.id, "title": self.title, "caption": self.caption,
+                "rows": list(self.rows), "kinds": dict(self.kinds)}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The ranks as a grid of `columns` per row, drawn once per layer (a process group's
+    name): each layer {name, groups: [[rank, ...]]}, the cells of one group one colour.
+    Page only: report.md gets a table of the groups beside it."""
+    kind: ClassVar[str] = "grid"
+    id: str
+    title: str
+    ranks: Sequence[int]
+    columns: int
+    layers: Sequence[dict]
+    caption: str = ""
+    show: str = PAGE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": "grid", "id": self.id, "title": self.title, "caption": self.caption,
+                "ranks": list(self.ranks), "columns": self.columns, "layers": list(self.layers)}
+
+
+View = Union[Heading, Text, Table, Group, BeforeAfter, Messages, Lines, Matrix, Gantt, Grid]
 
 
 @dataclass(frozen=True)
