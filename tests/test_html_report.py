@@ -601,6 +601,26 @@ def test_a_links_run_s_page_draws_the_pair_matrix_with_the_slow_pairs_ringed(tmp
     assert page.js("document.querySelectorAll('#links-topology tbody tr').length") == 3
 
 
+def test_a_pp_run_s_page_draws_each_stage_s_schedule_as_gantt_rows(tmp_path, chromium):
+    """Issue 51: the pp workload's timing records drawn as a Gantt chart, a row per rank and
+    a box per forward and backward (views.js), the bubble table beside it."""
+    intervals = {r: [[1, r, k, kind, 1000 * (r + k + 4 * (kind == "B")), 1000 * (r + k + 4 * (kind == "B")) + 900]
+                     for k in range(4) for kind in "FB"] for r in range(4)}
+    results = [{"workload": "pp", "name": f"gpipe-{c}", "rank": r, "ok": True, "max_diff": 0.0, "tolerance": 0.0,
+                "bitwise": True, "sent": 512.0, "formula": 512.0, "formula_text": "x"}
+               for r in range(4) for c in ("matches-single-process", "bytes-per-step")]
+    results += [{"workload": "pp", "name": DATA, "rank": r, "ok": True, "call": "gpipe-schedule", "op": "pipeline",
+                 "intervals": intervals[r], "microbatches": 4, "stages_per_rank": 1, "ranks": 4, "compute_ms": 1}
+                for r in range(4)]
+    run = write_folder(tmp_path / "run", world=4, nodes=1, results=results)
+    html.write(run)
+    page = open_page(chromium, run)
+    _clean(page)
+    assert page.js("document.querySelectorAll('#pp-gantt-gpipe .gantt-row').length") == 4
+    assert page.js("document.querySelectorAll('#pp-gantt-gpipe .gantt-box[data-kind=B]').length") == 16
+    assert page.js("document.querySelectorAll('#pp-bubble tbody tr').length") == 1
+
+
 def test_a_hang_without_stacks_has_no_stacks_heading(tmp_path, chromium):
     """Issue 38: a failure page without stacks showed the stacks' heading over nothing."""
     stuck = {"pg": "default_pg", "seq": 3, "op": "all_reduce", "waiting": [0], "missing": [1],

@@ -19,6 +19,7 @@ from labctl import backends
 from labctl.spec import SpecError
 from workloads import _patterns
 from workloads._report import _patterns as report
+from workloads._report import pp as pp_report
 
 
 # ---- the formulas -----------------------------------------------------------------------
@@ -115,6 +116,51 @@ def test_the_report_row_per_variant():
                    "yes (2/2 ranks)"]
 
 
+def gpipe(p: int, m: int, f: float = 1.0, b: float = 2.0) -> dict[int, list[tuple[float, float]]]:
+    """GPipe's ideal schedule by hand: stage s runs forward k at (s + k) f, and backward k
+    (the last microbatch's first) once the stage after it is done with it."""
+    lanes: dict[int, list[tuple[float, float]]] = {s: [] for s in range(p)}
+    fwd_end = (p + m - 1) * f
+    for s in range(p):
+        lanes[s] += [((s + k) * f, (s + k + 1) * f) for k in range(m)]
+        lanes[s] += [(fwd_end + (p - 1 - s + k) * b, fwd_end + (p - s + k) * b) for k in range(m)]
+    return lanes
+
+
+def test_the_bubble_from_known_intervals():
+    # the ideal GPipe schedule's bubble is the formula's, whatever F and B cost
+    for m in (4, 8):
+        found = pp_report.bubble(gpipe(4, m))
+        assert math.isclose(found.mean, pp_report.formula(4, m)) and math.isclose(found.span, (m + 3) * 3.0)
+        assert math.isclose(pp_report.bubble(gpipe(4, m, 3.0, 5.0)).mean, 3 / (m + 3))
+    assert math.isclose(pp_report.formula(4, 4), 3 / 7) and math.isclose(pp_report.formula(4, 4, 2), 3 / 11)
+    # a lane busy the whole span has none; overlapping intervals count once; idle is span less busy
+    found = pp_report.bubble({0: [(0, 10)], 1: [(0, 4), (2, 6)], 2: []})
+    assert found.span == 10 and found.idle == {0: 0.0, 1: 0.4, 2: 1.0} and math.isclose(found.mean, 1.4 / 3)
+    assert pp_report.bubble({}).mean == 0.0
+
+
+def test_the_measured_bubble_leaves_out_the_first_step():
+    lanes = gpipe(2, 2)
+    records = [{"rank": s, "intervals": [[step, s, 0, "F", b + 100 * step, e + 100 * step] for b, e in lanes[s]]
+                + ([[0, s, 0, "F", 50, 60]] if s == 0 else [])} for s in range(2) for step in (0, 1)]
+    merged = [{"rank": s, "intervals": [iv for r in records if r["rank"] == s for iv in r["intervals"]]}
+              for s in range(2)]
+    mean, per = pp_report.measured(merged)
+    assert len(per) == 2 and per[0] > per[1] and math.isclose(mean, pp_report.formula(2, 2))
+
+
+def test_the_step_s_window_moves_onto_the_trace_s_clock_and_the_grid_s_rows_are_the_inner_groups():
+    from labctl import stepcomm
+
+    results = [{"workload": "mesh", "name": "manual-bytes-per-step", "rank": 1, "ok": True,
+                "step_window_us": [1_000_000, 1_002_000], "groups": {"mesh_tp": [0, 1]}}]
+    (w,) = stepcomm.windows(results, t0_us=999_000, offsets_ms={"1": 0.5})
+    assert (w.variant, w.rank, w.begin, w.end, w.groups) == ("manual", 1, 1_500, 3_500, {"mesh_tp": (0, 1)})
+    assert stepcomm.columns_of([0, 1, 2, 3], {"mesh_tp": {(0, 1), (2, 3)}, "mesh_dp": {(0, 2), (1, 3)}}) == 2
+    assert stepcomm.columns_of([0, 1, 2, 3], {"default_pg": {(0, 1, 2, 3)}}) == 4
+
+
 # ---- one lab per pattern ------------------------------------------------------------------
 # pattern -> (lab shape nodes x nproc, its variants, the tolerance each must meet)
 LABS = {
@@ -162,4 +208,26 @@ def test_one_lab_per_pattern(tmp_path: Path, pattern: str):
             assert traced == counted, (rank, traced, counted)
     report_md = (out / "report.md").read_text()
     assert f"| {variants[0]} | yes (4/4 ranks) |" in report_md, report_md
+    # one step's communication, from trace.json: the groups and, per variant, its ops in order
+    assert f"### {pattern}: the process groups" in report_md and "| default_pg | 0, 1, 2, 3 |" in report_md
+    for variant in variants:
+        assert f"### {variant}: one step's communication" in report_md, report_md
+    step = report_md.split(f"### {variants[0]}: one step's communication", 1)[1]
+    assert "| 1 | " in step, step[:2000]
+    if pattern == "mesh":
+        assert "| mesh_dp | 0, 2; 1, 3 |" in report_md and "| mesh_tp | 0, 1; 2, 3 |" in report_md
+        assert "| mesh_tp | all_reduce | 512 | 0, 1 |" in step and "| mesh_dp | all_reduce |" in step
+    if pattern == "pp":
+        # each step's gpipe sends: 3 links x 4 microbatches x 2 ways, each from its rank to its peer
+        assert step.split("\n\n### ", 1)[0].count("| isend | 128 |") == 24
+        assert "| 0 → 1 |" in step and "| 1 → 0 |" in step
+        # the measured schedule: the bubble beside the formula, each rank's boxes in order
+        assert "### pp: the measured bubble against the formula" in report_md
+        assert "| gpipe | 4 | 4 | 10 / 20 |" in report_md and "(p-1)/(m+p-1) = 3/7 = 42.9 %" in report_md
+        assert "| 3 | 3 | F0 B0 F1 B1 F2 B2 F3 B3 |" in report_md            # 1F1B's last stage
+        for name, records in pp_report.schedules(results).items():
+            mean, _ = pp_report.measured(records)
+            # sleep-timed work: the sends and Python around it only add idle time (the
+            # 5-point bar needs longer work: benchmarks/bubble.py)
+            assert pp_report.formula(4, 4, records[0]["stages_per_rank"]) - 0.05 <= mean < 1.0, (name, mean)
     assert_nothing_left(status["run_id"])

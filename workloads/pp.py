@@ -20,8 +20,18 @@ schedule's scale_grads does); each rank's stages and the loss must be bitwise eq
 its: the same operations in the same order (TOLERANCE 0). The first step's bytes are not checked: the stages
 learn each other's shapes then (a few hundred bytes of objects). `schedule`: all, or a comma list of gpipe, 1f1b,
 interleaved.
+
+The measured schedule: each stage's work is `Work`, `compute_ms` of sleep in forward and twice that in
+backward, standing for the stage's compute (0: none). A sleep, not matmuls or a busy-wait: 4 ranks on 2
+shared cores time-share the CPU, so busy work would stretch with whatever else runs and the bubble
+measured would be the machine's, not the schedule's; a sleep takes its time whatever the load, and the
+sends, receives and Python around it stay small beside it. Each rank prints `<schedule>-schedule`, a data
+record with every forward's and backward's [begin, end] on its wall clock per step and microbatch; the
+plugin measures the bubble from them (workloads/_report/pp.py) and draws them as a Gantt chart.
 """
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +44,7 @@ TOLERANCE = 0.0                      # bitwise: the same ops in the same order
 
 
 def run(ctx: _common.Context, schedule: str = "all", microbatches: int = 4, batch: int = 8, d: int = 16,
-        steps: int = 3, lr: float = 0.05, seed: int = 0) -> None:
+        steps: int = 3, lr: float = 0.05, seed: int = 0, compute_ms: float = 10.0) -> None:
     n, me = ctx.world_size, ctx.rank
     names = _patterns.variants(schedule, SCHEDULES)
     if n < 2:
@@ -53,7 +63,10 @@ def run(ctx: _common.Context, schedule: str = "all", microbatches: int = 4, batc
         ref_losses = [float(v) for v in _patterns.from_rank0([torch.tensor(ref[1])] if ref else None,
                                                              [torch.zeros(steps)])[0]]
         traffic = _patterns.Traffic()
-        mine, losses = train(name, total, d, seed, batches, microbatches, rows, lr, traffic, n, me)
+        clock = Clock(compute_ms / 1000.0)
+        mine, losses = train(name, total, d, seed, batches, microbatches, rows, lr, traffic, n, me, clock)
+        ctx.show(f"{name}-schedule", op="pipeline", intervals=clock.intervals, microbatches=microbatches,
+                 stages_per_rank=per_rank, ranks=n, compute_ms=compute_ms, steps=len(batches))
         params = [p.detach() for s in mine for p in s.parameters()]
         want = [ref_params[2 * s + k] for s in range(me, total, n) for k in (0, 1)]
         _patterns.matches(ctx, name, _patterns.global_losses(losses), ref_losses, params, want, TOLERANCE,
@@ -91,12 +104,64 @@ def reference(total, d, seed, batches, microbatches, lr):
     return [p.detach().clone() for p in model.parameters()], losses
 
 
-def train(name, total, d, seed, batches, microbatches, rows, lr, traffic, n, me):
+class Clock:
+    """Each stage's forwards and backwards, timed: [step, stage, microbatch, "F" or "B",
+    begin µs, end µs] on this rank's wall clock (the trace's clock before its offset)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.step = seconds, -1
+        self.intervals: list[list] = []
+        self.forwards: dict[int, int] = {}
+
+    def next_step(self) -> None:
+        self.step, self.forwards = self.step + 1, {}
+
+    def work(self, stage: int, microbatch: int, kind: str, seconds: float) -> None:
+        begin = time.time_ns() // 1000
+        if seconds > 0:
+            time.sleep(seconds)
+        self.intervals.append([self.step, stage, microbatch, kind, begin, time.time_ns() // 1000])
+
+
+class Work(torch.autograd.Function):
+    """The stage's compute: the identity, `clock.seconds` of sleep forward and twice that
+    backward (a backward costs about two forwards), each timed. A stage's forwards come in
+    microbatch order in every schedule, so the count is the microbatch; its backward is told
+    which one by the forward's ctx."""
+
+    @staticmethod
+    def forward(ctx, x, clock, stage):
+        if x.device.type == "meta":           # the schedule learning shapes: no work to time
+            return x.view_as(x)
+        microbatch = clock.forwards.get(stage, 0)
+        clock.forwards[stage] = microbatch + 1
+        clock.work(stage, microbatch, "F", clock.seconds)
+        ctx.clock, ctx.stage, ctx.microbatch = clock, stage, microbatch
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.clock.work(ctx.stage, ctx.microbatch, "B", 2 * ctx.clock.seconds)
+        return grad, None, None
+
+
+class Timed(nn.Module):
+    """A stage's module, then its `Work` (the same values: bitwise as before)."""
+
+    def __init__(self, inner: nn.Module, clock: Clock, stage: int):
+        super().__init__()
+        self.inner, self.clock, self.stage = inner, clock, stage
+
+    def forward(self, x):
+        return Work.apply(self.inner(x), self.clock, self.stage)
+
+
+def train(name, total, d, seed, batches, microbatches, rows, lr, traffic, n, me, clock):
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     modules = chain(total, d, seed)
     mine = [modules[s] for s in range(me, total, n)]
-    stages = [PipelineStage(modules[s], s, total, torch.device("cpu")) for s in range(me, total, n)]
+    stages = [PipelineStage(Timed(modules[s], clock, s), s, total, torch.device("cpu")) for s in range(me, total, n)]
     loss_fn = F.mse_loss
     if name == "interleaved":
         schedule = ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
@@ -108,6 +173,7 @@ def train(name, total, d, seed, batches, microbatches, rows, lr, traffic, n, me)
     with traffic:
         for x, y in batches:
             traffic.step()
+            clock.next_step()
             opt.zero_grad()
             parts: list = []
             schedule.step(*((x,) if first else ()), **({"target": y, "losses": parts} if last else {}))

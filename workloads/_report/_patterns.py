@@ -49,10 +49,12 @@ def section(workload: str, title: str, caption: str) -> Callable[[list[dict]], l
 
 
 def plugin(workload: str, title: str, caption: str, options: dict[str, tuple[str, ...]] | None = None,
-           world_multiples: tuple[str, ...] = (), rule: Callable[[dict, int], None] | None = None) -> Workload:
+           world_multiples: tuple[str, ...] = (), rule: Callable[[dict, int], None] | None = None,
+           views: Callable[[list[dict]], list] | None = None) -> Workload:
     """The pattern's plugin: its section, its variant names checked at lab load, and the
     sizes that must split evenly over the lab's ranks (`world_multiples`: options that must
-    be multiples of the world size; `rule(options, world size)` raises ValueError)."""
+    be multiples of the world size; `rule(options, world size)` raises ValueError; `views`:
+    the pattern's own, in place of `section`'s table alone)."""
     def check_options(given: dict, defaults: dict) -> None:
         for key, known in (options or {}).items():
             value = given.get(key)
@@ -71,7 +73,7 @@ def plugin(workload: str, title: str, caption: str, options: dict[str, tuple[str
                                  f"{n} (it is split over the ranks), given {merged[key]}")
         if rule is not None:
             rule(merged, n)
-    return Workload(workload, views=section(workload, title, caption), check_options=check_options,
+    return Workload(workload, views=views or section(workload, title, caption), check_options=check_options,
                     check_lab=check_lab)
 
 
