@@ -37,7 +37,9 @@ def ranks_in(data: bytes) -> list[int]:
 
 
 def parse_results(lines: Iterable[str], rank: int | None = None) -> list[dict]:
-    """The JSON records behind RESULT_MARKER; a garbled line becomes a failed record."""
+    """The JSON records behind RESULT_MARKER; a garbled line becomes a failed record.
+    With `rank` (the rank whose stream carried the lines), every record is that rank's,
+    whatever its own "rank" field says: a rank may print any line, another rank's too."""
     records = []
     for line in lines:
         at = line.find(RESULT_MARKER)
@@ -50,7 +52,7 @@ def parse_results(lines: Iterable[str], rank: int | None = None) -> list[dict]:
             record = {"workload": "labctl", "name": "unparsable_result_line", "ok": False,
                       "detail": payload[:200]}
         if rank is not None:
-            record.setdefault("rank", rank)
+            record["rank"] = rank
         records.append(record)
     return records
 
@@ -187,10 +189,16 @@ NATIVE_ERROR_HINTS = (b"terminate called", b"Fatal Python error: ")
 TRACEBACK_HEADER = "Traceback (most recent call last):"
 
 
-def without_rank_prefix(line: str) -> str:
+def without_rank_prefix(line: str, rank: int | None = None) -> str:
     """A rank's line without the `[rankN]: ` torch puts before a worker's own lines (its
-    traceback, its dumps), on top of torchrun's tee."""
-    return _TORCH_RANK_PREFIX.sub("", line, count=1)
+    traceback, its dumps), on top of torchrun's tee. With `rank`, only that rank's own
+    (torch prefixes a worker's lines with its own rank: another's was printed by the script)."""
+    if rank is None:
+        return _TORCH_RANK_PREFIX.sub("", line, count=1)
+    own = f"[rank{rank}]:"
+    if not line.startswith(own):
+        return line
+    return line[len(own) + 1:] if line[len(own):len(own) + 1] == " " else line[len(own):]
 
 
 def inside_traceback(line: str) -> bool:
@@ -225,7 +233,8 @@ class ErrorTracker:
     throwing an instance of '...'` and the `what():` line after it; `Fatal Python
     error: ...`), which names no frame. Whichever came last is the error."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int | None = None) -> None:
+        self.rank = rank                   # the stream's rank: only its own torch prefix is cut
         self.in_traceback = False
         self.frames: list[tuple[str, int, str]] = []
         self.sources: dict[int, str] = {}  # index in frames -> its source line, as the traceback shows it
@@ -239,7 +248,7 @@ class ErrorTracker:
         return self.in_traceback or self.thrown is not None
 
     def feed(self, line: str) -> None:
-        stripped = without_rank_prefix(line.rstrip("\n"))
+        stripped = without_rank_prefix(line.rstrip("\n"), self.rank)
         if self._native_line(stripped):
             return
         if stripped.startswith(TRACEBACK_HEADER):
@@ -354,13 +363,14 @@ MAX_STACK_LINES = 500
 class StackTracker:
     """The last faulthandler dump (all threads) one rank printed (workloads/_stacks.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int | None = None) -> None:
+        self.rank = rank                        # the stream's rank: only its own torch prefix is cut
         self.capturing: list[str] | None = None
         self.threads: set[str] = set()          # the thread ids of the dump being read
         self.last: list[str] | None = None
 
     def feed(self, line: str) -> None:
-        text = without_rank_prefix(line)
+        text = without_rank_prefix(line, self.rank)
         if self.capturing is not None and text.startswith("@@labctl-"):
             return      # a marker line (stdout: the trace flusher, results) amid a dump on stderr
         if _STACK_HEADER.match(text):
@@ -489,9 +499,13 @@ class NodeLogReader:
                 if complete:
                     self._agent_line(line.decode(errors="replace"))
                 return
+            # torchrun's tee writes a prefix and then what it read of a line, never nothing:
+            # another rank's prefix begins a segment only after some of this rank's text (a
+            # half line glued to the next write). Right after a prefix it is the rank's own
+            # text (a script that prints "[rank1]:Traceback ..." stays the printing rank's).
             rank, start = int(m.group(1)), m.end()
             for inner in _ANY_RANK_PREFIX.finditer(line, m.end()):
-                if int(inner.group(1)) != rank:
+                if int(inner.group(1)) != rank and inner.start() > start:
                     self._piece(rank, line[start:inner.start()], False)
                     rank, start = int(inner.group(1)), inner.end()
             self._piece(rank, line[start:], complete)
@@ -526,13 +540,13 @@ class NodeLogReader:
         if tracker is not None and tracker.expecting or b"Traceback (most recent" in data \
                 or data.startswith(NATIVE_ERROR_HINTS):
             if tracker is None:
-                tracker = self.error_trackers[rank] = ErrorTracker()
+                tracker = self.error_trackers[rank] = ErrorTracker(rank)
             text = data.decode(errors="replace")
             tracker.feed(text)
         stack = self.stacks.get(rank)
         if stack is not None and stack.capturing is not None or b"(most recent call first):" in data:
             if stack is None:
-                stack = self.stacks[rank] = StackTracker()
+                stack = self.stacks[rank] = StackTracker(rank)
             text = text if text is not None else data.decode(errors="replace")
             stack.feed(text)
         if self.on_result is not None and _RESULT_MARKER_BYTES in data:

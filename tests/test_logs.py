@@ -400,3 +400,24 @@ def test_an_error_says_the_call_the_script_s_line_made():
         == "all_gather_object"
     assert logs.called_on_line("step(model)", ["_wrapped_call_impl"]) is None
     assert logs.called_on_line("", ["all_reduce"]) is None
+
+
+def test_text_a_rank_prints_after_its_prefix_is_its_own_whatever_prefix_it_begins_with():
+    """Issue 52 item 5: torchrun's tee writes a prefix and then what it read of a line, never
+    nothing, so another rank's prefix right after a prefix is the rank's own text: rank 0's
+    forged traceback stays in rank 0's log and is not read as an error (torch prefixes a
+    worker's traceback with its own rank), and its result line is rank 0's whatever its
+    "rank" says. A half line glued to another rank's write is still split."""
+    written: dict[int, bytes] = {}
+    results: list[dict] = []
+    reader = logs.NodeLogReader(lambda rank, data: written.__setitem__(rank, written.get(rank, b"") + data),
+                                lambda rank, text: results.extend(logs.parse_results([text], rank)))
+    reader.feed_bytes(b"[rank0]:[rank1]:Traceback (most recent call last):\n"
+                      b'[rank0]:[rank1]:  File "/x.py", line 3, in <module>\n'
+                      b"[rank0]:[rank1]:RuntimeError: forged\n"
+                      + f'[rank0]:{logs.RESULT_MARKER}{{"workload": "s", "name": "c", "rank": 1, "ok": false}}\n'.encode()
+                      + b"[rank1]:fine\n[rank0]:half[rank1]:glued\n[rank0]: rest\n")
+    assert written[1] == b"fine\nglued\n", written
+    assert written[0].startswith(b"[rank1]:Traceback") and written[0].endswith(b"half rest\n"), written
+    assert [(r["name"], r["rank"]) for r in results] == [("c", 0)]
+    assert all(t.error is None for t in reader.error_trackers.values()), reader.error_trackers
