@@ -49,6 +49,8 @@ EVERY_FAMILY = [
                  call=True, members=[0, 2]),
     records.Site(7, "store.get", "store", False, 0, None, None, None, None, "job.py:5", None, None,
                  call=True, key="ckpt"),
+    records.Site(8, "all_to_all_single", "default_pg", False, 24, "float32", [6], None, None, "job.py:6", None,
+                 "c++", splits=[[3, 3], [3, 2]]),
     records.Begin(7, 3, 12, 5_000),
     records.Begin(1, 2, 3, 4, 5),
     records.End(7, 9_000),

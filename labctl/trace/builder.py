@@ -194,7 +194,7 @@ class RankBuilder:
                   p2p=rec.seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
                   dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
                   api=site.api, via=site.via, reduce=site.reduce, members=site.members,
-                  key=site.key), rec.ident
+                  key=site.key, splits=site.splits), rec.ident
 
     def _other(self, p: _Process, rec: records.Record) -> None:
         if isinstance(rec, records.Site):

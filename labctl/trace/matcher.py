@@ -99,6 +99,40 @@ def mismatch_of(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch:
                     text=mismatch_text(pg, seq, seen))
 
 
+def splits_mismatch(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch | None:
+    """all_to_all_single with uneven splits whose counts disagree: what the i-th member
+    sends the j-th (its input split j) must be what the j-th expects from the i-th (its
+    output split i); gloo moves the bytes it is told to and completes, with rows missing
+    or garbage. The odd rank is in every disagreeing pair (none: two ranks, or several
+    pairs apart). None: every rank's splits agree, or some rank gave none."""
+    members = sorted(seen)                      # group ranks in the order of their global ranks
+    if any(seen[r].splits is None for r in members):
+        return None
+    n = len(members)
+    split = {r: seen[r].splits for r in members}
+    if any(len(split[r][0]) != n or len(split[r][1]) != n for r in members):
+        return None                             # torch refuses these itself
+    pairs = [(a, b) for i, a in enumerate(members) for j, b in enumerate(members)
+             if split[a][0][j] != split[b][1][i]]
+    if not pairs:
+        return None
+    count: dict[int, int] = {}
+    for a, b in pairs:
+        for r in {a, b}:
+            count[r] = count.get(r, 0) + 1
+    odd = [r for r, c in count.items() if c == len(pairs)]
+    odd = odd if len(odd) == 1 else []
+    said = "; ".join(f"rank {a} sends rank {b} {split[a][0][members.index(b)]} where rank {b} expects "
+                     f"{split[b][1][members.index(a)]} from it" for a, b in pairs[:4])
+    first = seen[odd[0]] if odd else seen[pairs[0][1]]
+    text = (f"{said}, {first.call} #{seq} of {pg} (the split sizes disagree"
+            + (f"; rank {odd[0]} is in every disagreement)" if odd else "; no rank is the odd one out)"))
+    return Mismatch(pg=pg, seq=seq, ranks=odd or sorted({r for p in pairs for r in p}), rank=odd[0] if odd else None,
+                    op=first.call, caller=first.caller, differs=["splits"],
+                    calls={r: {**o.where(), "splits": o.splits} for r, o in sorted(seen.items())},
+                    unfinished=sorted(r for r, o in seen.items() if o.end is None), text=text)
+
+
 def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False,
            silent: list[int] | None = None) -> tuple[list[Stuck], list[str]]:
     """Per process group with an op some rank never completed: the furthest collective,

@@ -18,7 +18,7 @@ from workloads._protocol.ops import RECVS, SENDS
 from .. import atomicfile
 from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
-from .matcher import mismatch_of, mismatch_text, stuck_collectives
+from .matcher import mismatch_of, mismatch_text, splits_mismatch, stuck_collectives
 from .calls import odd_new_group
 from .model import MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, Straggler, Stuck, Summary
 
@@ -238,6 +238,11 @@ class _Merge:
             if len(self.s.mismatch_found) < 5:
                 self.s.mismatch_found.append(mismatch_of(op.pg, op.seq, calls))
             return                      # not a straggler: they never were in one collective
+        if op.splits is not None:
+            uneven = splits_mismatch(op.pg, op.seq, {r: o for r, (_, o) in seen.items()})
+            if uneven is not None and len(self.s.mismatch_found) < 5:
+                self.s.mismatches.append(uneven.text)
+                self.s.mismatch_found.append(uneven)
         starts = sorted((t, r) for r, (t, _) in seen.items())
         late = starts[-1][0] - starts[0][0]
         if len(starts) > 1:

@@ -60,6 +60,7 @@ class Op:
     reduce: str | None = None       # a reducing op's reduce op (SUM, MAX ...); None: not one, or not known
     members: list[int] | None = None   # a new_group call's ranks as the script passed them
     key: str | None = None          # a store read's key(s)
+    splits: list[list[int]] | None = None   # all_to_all_single: [input split sizes, output split sizes]
 
     @property
     def is_call(self) -> bool:

@@ -138,6 +138,7 @@ class Site:
     call: bool = False                  # a call, no op of a group: new_group, destroy_process_group, a store read
     members: list[int] | None = None    # new_group's ranks as the script passed them (None: every rank)
     key: str | None = None              # a store read's key(s)
+    splits: list[list[int]] | None = None   # all_to_all_single: [input split sizes, output split sizes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +313,8 @@ def _decode_json(kind: Any, rec: dict) -> Record:
                     peer=opt_whole(rec.get("peer"), "peer"), root=opt_whole(rec.get("root"), "root"),
                     caller=text(rec.get("caller", "?"), "caller"), api=opt_text(rec.get("api"), "api"),
                     via=opt_text(rec.get("via"), "via"), reduce=opt_text(rec.get("reduce"), "reduce"),
-                    members=_members(rec.get("members")), key=opt_text(rec.get("key"), "key"))
+                    members=_members(rec.get("members")), key=opt_text(rec.get("key"), "key"),
+                    splits=_splits(rec.get("splits")))
     if kind == "H":
         return Header(whole(rec["t0"], "t0"), opt_whole(rec.get("pid"), "pid"),
                       whole(rec.get("v", 1), "version"), opt_text(rec.get("rec"), "recorder"),
@@ -417,11 +419,19 @@ def _members(value: Any) -> list[int] | None:
     return [whole(r, "rank") for r in value]
 
 
+def _splits(value: Any) -> list[list[int]] | None:
+    if value is None:
+        return None
+    if type(value) is not list or len(value) != 2 or any(type(v) is not list or len(v) > MAX_RANKS for v in value):
+        raise BadRecord(f"trace record with unusable splits: {str(value)[:40]}")
+    return [[whole(x, "split size") for x in v] for v in value]
+
+
 def _site(r: Site) -> bytes:
     out: dict[str, Any] = {"k": "S", "s": r.ident, "op": r.op, "pg": r.pg,
                            "kind": "l" if r.call else "p" if r.p2p else "c", "bytes": r.nbytes}
     out.update(_present(dtype=r.dtype, shape=r.shape, peer=r.peer, root=r.root, reduce=r.reduce,
-                        members=r.members, key=r.key))
+                        members=r.members, key=r.key, splits=r.splits))
     out["caller"] = r.caller
     out.update(_present(api=r.api, via=r.via))
     return trace_line(out)

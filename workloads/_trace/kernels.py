@@ -18,7 +18,7 @@ from .._protocol import ops
 from .bound import T
 from .groups import _Route, op_ids, raised, route as find_route
 from .sink import end
-from .sites import _tensor_info, _where, begin
+from .sites import _tensor_info, _where, begin, split_sizes
 from .works import MAX_POLLED, pending, poll
 
 _libraries: dict[str, Any] = {}      # torch.library.Library per namespace (kept alive: they hold the kernels)
@@ -57,7 +57,7 @@ def _ops(namespace: str, key: str) -> dict[str, Any]:
 
 class _Shape:
     """Where an op's group, input and peer/root are among its schema's arguments."""
-    __slots__ = ("name", "group", "input", "where", "where_kind")
+    __slots__ = ("name", "group", "input", "where", "where_kind", "splits")
 
     def __init__(self, op: Any, name: str, group_arg: str):
         args = op._schema.arguments
@@ -75,6 +75,8 @@ class _Shape:
         for key, kind in (("dst", ops.Where.PEER), ("src", ops.Where.PEER), ("root_rank", ops.Where.ROOT)):
             if key in names:
                 self.where, self.where_kind = names.index(key), kind
+        self.splits = (names.index("input_split_sizes"), names.index("output_split_sizes")) \
+            if "input_split_sizes" in names and "output_split_sizes" in names else None
         known = ops.OPS.get(name)
         if self.where is not None and known is not None and known.where is not None:
             self.where_kind = known.where   # broadcast's `src` is its root
@@ -234,7 +236,8 @@ def _record_cpp(shape: _Shape, args: tuple, group: Any, frame: Any) -> tuple[int
     seq = route.count.next()
     if pending.polled:
         poll()
-    begin(ident, route, seq, dtype, shape_, nbytes, where, code, lasti, None, api, entered)
+    splits = split_sizes(args[shape.splits[0]], args[shape.splits[1]]) if shape.splits else None
+    begin(ident, route, seq, dtype, shape_, nbytes, where, code, lasti, None, api, entered, splits)
     return ident, route, seq
 
 

@@ -18,7 +18,7 @@ from .._protocol import ops, records
 from .bound import T
 from .groups import _Route, op_ids, raised, route as find_route
 from .sink import _new_sink, end, proc
-from .sites import _names, _op_name, _site, _sites, _tensor_info, _where
+from .sites import _names, _op_name, _site, _sites, _tensor_info, _where, split_sizes
 from .works import hold, pending, poll, sweep
 
 _red_op_type: Any = ()                # torch.distributed.ReduceOp.RedOpType, once installed
@@ -75,6 +75,7 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
     anysource = method.name == "recv_anysource"
     returns_work = method.name != "monitored_barrier"
     reducing = method.reduces
+    a2a = method.op == "all_to_all_single"  # (output, input, output_split_sizes, input_split_sizes, opts)
     routes: dict[int, _Route] = {}          # id(group) -> route
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -100,6 +101,7 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
         if where is not None and 0 <= where < len(route.ranks):
             where = route.ranks[where]
         reduce = _reduce_op(args, kwargs) if reducing else None
+        splits = split_sizes(args[3], args[2]) if a2a and len(args) > 3 else None
         caller = getframe(1)
         name = names.get(id(caller.f_code), False)
         if name is False:
@@ -111,9 +113,9 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
         if polled:
             poll()                          # works without a future that completed meanwhile
         # sites.begin, inline (the op's path: every call counts twice in a ping-pong of p2p ops)
-        site = sites_get((route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce))
+        site = sites_get((route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce, splits))
         if site is None:
-            site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api, reduce)
+            site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api, reduce, splits)
         (proc.sink or _new_sink()).write(begin_line % (ident, site, seq, entered - proc.t0))
         if grad and _is_grad_enabled():
             _warn_on_backprop(value, f"c10d::{method.name}")
@@ -152,12 +154,22 @@ def _needs_grad(value: Any) -> bool:
     return getattr(value, "requires_grad", False) is True
 
 
+_warning_nodes: dict[int, tuple[Any, int]] = {}    # id(tensor) -> (a weak ref to it, id of its node that warns)
+
+
 def _warn_on_backprop(value: Any, op: str) -> None:
     """What torch's autograd fallback does for a c10d op on a tensor that requires grad
-    (the op is entered below autograd when traced): warn when backward reaches it."""
+    (the op is entered below autograd when traced): warn when backward reaches it. torch's
+    hook is C++, out of the script's sight; one on the tensor would be in its
+    `_backward_hooks`, one more per op (3,000 broadcasts: 3,000 hooks). So the warning hangs
+    on the tensor's autograd node (its grad_fn, a leaf's AccumulateGrad), once per node: the
+    tensor's own hooks stay the script's. A leaf's AccumulateGrad lives only while a graph
+    holds it: a graph made after the op does not warn (torch's would)."""
     import warnings
 
-    def warn(grad: Any) -> None:
+    from torch.autograd.graph import get_gradient_edge
+
+    def warn(grads: Any) -> None:
         warnings.warn(f"{op}: an autograd kernel was not registered to the Autograd key(s) but we are "
                       "trying to backprop through it. This may lead to silently incorrect behavior.",
                       UserWarning, stacklevel=2)
@@ -167,7 +179,16 @@ def _warn_on_backprop(value: Any, op: str) -> None:
         if isinstance(t, (list, tuple)):
             _warn_on_backprop(t, op)
         elif getattr(t, "requires_grad", False):
-            t.register_hook(warn)
+            try:
+                node = get_gradient_edge(t).node
+                known = _warning_nodes.get(id(t))
+                if known is not None and known[0]() is t and known[1] == id(node):
+                    continue                # this node warns already
+                node.register_prehook(warn)
+                _warning_nodes[id(t)] = (weakref.ref(t, lambda _, key=id(t): _warning_nodes.pop(key, None)),
+                                         id(node))
+            except Exception:          # noqa: BLE001 - a warning must never stop the op
+                continue
 
 
 def _start_coalescing(original: Any) -> Any:

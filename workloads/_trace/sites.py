@@ -21,10 +21,11 @@ _site_ids = itertools.count(1)
 
 
 def _site(route: Any, dtype: Any, shape: Any, nbytes: Any, where: Any, code: Any, lasti: int,
-          name: Any, api: Any, reduce: Any = None) -> int:
+          name: Any, api: Any, reduce: Any = None, splits: Any = None) -> int:
     """The number of a call site, with its S line the first time it is seen. `reduce`: a
-    reducing op's ReduceOp.RedOpType (SUM, MAX ...), None for the rest."""
-    key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce)   # id: a code object's hash is not cached
+    reducing op's ReduceOp.RedOpType (SUM, MAX ...), None for the rest; `splits`:
+    all_to_all_single's (input split sizes, output split sizes) as tuples, None for the rest."""
+    key = (route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce, splits)   # id: a code object's hash is not cached
     site = _sites.get(key)
     if site is not None:
         return site
@@ -43,16 +44,28 @@ def _site(route: Any, dtype: Any, shape: Any, nbytes: Any, where: Any, code: Any
         peer=where if route.p2p else None, root=None if route.p2p else where,
         caller=f"{code.co_filename}:{_line_of(code, lasti)}" if code is not None else "?",
         api=api or None, via="c++" if route.via_cpp else None,
-        reduce=getattr(reduce, "name", str(reduce)) if reduce is not None else None))
+        reduce=getattr(reduce, "name", str(reduce)) if reduce is not None else None,
+        splits=[list(splits[0]), list(splits[1])] if splits is not None else None))
     return site
 
 
 def begin(ident: int, route: Any, seq: int, dtype: Any, shape: Any, nbytes: Any, where: Any,
-          code: Any, lasti: int, name: Any, api: Any, entered: int) -> None:
+          code: Any, lasti: int, name: Any, api: Any, entered: int, splits: Any = None) -> None:
     """Op `ident`'s B line, written before torch is called: a rank that hangs or dies in
     the op has said which op it was in."""
-    site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api)
+    site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api, None, splits)
     (proc.sink or _new_sink()).write(records.BEGIN % (ident, site, seq, entered - proc.t0))
+
+
+def split_sizes(inputs: Any, outputs: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """all_to_all_single's split sizes as the site keeps them; None where either is not
+    given (even splits: nothing to compare across ranks beyond the shape)."""
+    try:
+        if not inputs or not outputs:
+            return None
+        return tuple(int(x) for x in inputs), tuple(int(x) for x in outputs)
+    except (TypeError, ValueError):
+        return None
 
 
 def _numel(shape: Any) -> int:
@@ -85,7 +98,7 @@ def _dtype_name(dtype: Any) -> str:
 
 _torch_dir = ""
 _c10d_file = ""
-_USER, _PLAIN, _TORCH = 1, 0, 2     # _TORCH: torch's own code outside torch.distributed (autograd, nn.Module)
+_USER, _PLAIN = 1, 0
 # Both keyed by id(code): a code object's hash is not cached, and hashes its constants,
 # nested functions' code included (6.9 µs for workloads/bench.py's module: every op of a
 # loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
@@ -141,8 +154,6 @@ def _classify(code: Any) -> Any:
     elif os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
             and code.co_name not in _WRAPPERS:
         kind = code.co_name             # a public torch.distributed function (all_gather_object ...)
-    elif os.sep + "distributed" + os.sep not in path and os.sep + "_dynamo" + os.sep not in path:
-        kind = _TORCH
     else:
         kind = _PLAIN
     _frames[id(code)] = kind
@@ -153,9 +164,7 @@ def _classify(code: Any) -> Any:
 def _where(frame: Any) -> tuple[Any, int, str | None]:
     """(code, instruction offset) of the first frame outside torch and this recorder (the
     script's or the workload's call), and the outermost public torch.distributed function
-    on the way (all_gather_object for the all_gather it makes; None when called directly,
-    or when torch's own code outside torch.distributed stands between it and the script:
-    FSDP's post_backward under `loss.backward()` is not the script's call).
+    on the way (all_gather_object for the all_gather it makes; None when called directly).
     The offset, not the line: `f_lineno` scans the code's line table, 17 µs at the end of a
     3,000-line module; the site's S line, written once, has the line (`_line_of`)."""
     api = None
@@ -167,10 +176,7 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
             kind = _classify(code)
         if kind is _USER:
             return code, frame.f_lasti, api
-        if kind is _TORCH:
-            api = None                  # reached through torch's own code (backward(), a module's
-                                        # call): FSDP's hooks are no call the script made
-        elif kind is not _PLAIN:
+        if kind is not _PLAIN:
             api = kind
         frame = frame.f_back
     return None, 0, api
