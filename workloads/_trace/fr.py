@@ -116,7 +116,10 @@ def _dump_on_sigterm() -> None:
     runs only once the main thread is back in Python, never while it waits in a
     collective, so the handler's C part also writes the signal's number to a wakeup pipe
     (signal.set_wakeup_fd) that a daemon thread reads. Left alone: a process that
-    already handles SIGTERM or uses a wakeup fd (asyncio)."""
+    already handles SIGTERM or uses a wakeup fd (asyncio). A script that installs its own
+    SIGTERM handler afterwards (a preemption checkpoint) owns the signal, as untraced: the
+    thread then leaves it to that handler, and this handler, called by a script's handler
+    that chains to the one it replaced, dumps and returns (untraced, that one was SIG_DFL)."""
     import signal
 
     if threading.current_thread() is not threading.main_thread() \
@@ -137,6 +140,8 @@ def _dump_on_sigterm() -> None:
 
     def on_sigterm(signum: int, frame: Any) -> None:          # the main thread, in Python
         dump_at_the_end()
+        if signal.getsignal(signal.SIGTERM) is not on_sigterm:
+            return                                            # chained from the script's own
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -146,7 +151,7 @@ def _dump_on_sigterm() -> None:
                 data = os.read(read_fd, 64)
             except OSError:
                 return
-            if bytes([signal.SIGTERM]) in data:
+            if bytes([signal.SIGTERM]) in data and signal.getsignal(signal.SIGTERM) is on_sigterm:
                 dump_at_the_end()
                 _die_of(signal.SIGTERM)
 
