@@ -324,14 +324,19 @@ def called_on_line(source: str, inner: list[str]) -> str | None:
     """The function the script's line called on the way to the error: the first name the
     line calls that is the next frame's function (`dist.all_gather_object(...)` ->
     all_gather_object), or, where that frame is a constructor, the class the line names
-    (`DistributedDataParallel(model)`). None: the line does not say."""
+    (`DistributedDataParallel(model)`), or, where torch's decorator raised around the call
+    (c10d_logger's wrapper failing in its own message), the line's outermost call. None:
+    the line does not say."""
     names = _CALLED.findall(source)
     if not names or not inner:
         return None
     callee = next((f for f in inner if f not in _DIST_WRAPPERS), None)
     if callee == "__init__":
         return next((n for n in names if n[:1].isupper()), None)
-    return next((n for n in names if n == callee), None)
+    found = next((n for n in names if n == callee), None)
+    if found is None and inner[0] in _DIST_WRAPPERS:
+        return names[0]         # torch's logging wrapper raised around the call: the call the line made
+    return found
 
 
 def _quoted(line: str) -> str:

@@ -399,6 +399,7 @@ def test_an_error_says_the_call_the_script_s_line_made():
     assert logs.called_on_line("out = dist.all_gather_object(objs, x)", ["wrapper", "all_gather_object"]) \
         == "all_gather_object"
     assert logs.called_on_line("step(model)", ["_wrapped_call_impl"]) is None
+    assert logs.called_on_line("dist.broadcast(x, src=1, group=g23)", ["wrapper", "_get_msg_dict"]) == "broadcast"
     assert logs.called_on_line("", ["all_reduce"]) is None
 
 

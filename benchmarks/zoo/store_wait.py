@@ -1,5 +1,5 @@
-# zoo: culprit=1 op=all_reduce line=16 kind=hang nproc=3 timeout=30
-# zoo: about=rank 1 waits on a store key nobody sets
+# zoo: culprit=1 op=wait|all_reduce line=16|17 kind=hang nproc=3 timeout=30
+# zoo: about=rank 1 waits on a store key nobody sets (the store wait is the call to name; the all_reduce it never reached is right too)
 # zoo: source=https://github.com/pytorch/pytorch/issues/53840
 import torch
 import torch.distributed as dist
