@@ -357,3 +357,21 @@ def test_a_workload_rank_says_it_joined_only_on_the_join_fault_clock(tmp_path):
     before, after = done.stdout.split("between")
     assert "@@labctl-joined" not in before
     assert after.strip().startswith('@@labctl-joined {"rank": 0, "pid": ')
+
+
+def test_debug_runs_ddp(tmp_path):
+    """`labctl up --debug` (TORCH_DISTRIBUTED_DEBUG=DETAIL) with DDP: torch 2.13 dies of SIGSEGV
+    in DDP's construction log under DETAIL (plain torchrun too); the ranks skip that one
+    call, so the built-in ddp workload passes under --debug (issue 53 item 1)."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--debug", "--workload", "ddp", "--nodes", "1",
+                           "--nproc-per-node", "2", "--no-trace", "--out", str(out), "-q"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    status = json.loads((out / "status.json").read_text())
+    assert done.returncode == 0 and status["state"] == "passed", (status["message"], done.stderr[-2000:])

@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from . import _common, _debugserver, _settle, _stacks, _trace
+from . import _common, _debugserver, _detail, _settle, _stacks, _trace
 from ._protocol import WORKLOAD_DONE
 from ._record import recorded
 
@@ -33,6 +33,7 @@ def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _trace.install_flight_recorder()      # its newest entries when labctl asks through a FIFO (a hang without --debug)
     _trace.install()                      # LAB_TRACE=1: record every collective and p2p op
     _debugserver.install()                # LAB_DEBUG_SERVER: torch's debug server, started after init
+    _detail.install()                     # --debug (DETAIL): DDP's construction log, which crashes, skipped
     modules = {name: importlib.import_module(f"workloads.{name}") for name in names}
     join: dict = {}
     for name, module in modules.items():

@@ -22,7 +22,7 @@ import runpy
 import sys
 from typing import Callable
 
-from . import _common, _debugserver, _settle, _stacks, _trace
+from . import _common, _debugserver, _detail, _settle, _stacks, _trace
 from ._record import recorded
 from ._protocol import Env
 
@@ -137,6 +137,7 @@ def main() -> None:
     _trace.install_flight_recorder()    # its newest entries into the log when labctl asks (a FIFO)
     _trace.install()        # LAB_TRACE=1: record every collective and p2p op (workloads/_trace/)
     _debugserver.install()  # LAB_DEBUG_SERVER: torch's debug server, started after init
+    _detail.install()       # --debug (DETAIL): DDP's construction log, which crashes, skipped
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     if os.environ.get(Env.EXERCISE):    # `labctl exercise check`: import the file, call its function
