@@ -43,6 +43,7 @@ class Frame:
     line: int
     function: str
     call: str | None = None         # the torch.distributed function raised in, below this frame
+    called: str | None = None       # the call this frame's line made (logs.called_on_line)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ class ErrorFile:
         """The `error` of status.json's first_failure and rank_errors (the log's shape)."""
         where = {} if self.frame is None else {
             "file": self.frame.file, "line": self.frame.line, "function": self.frame.function,
-            **({"call": self.frame.call} if self.frame.call else {})}
+            **({"call": self.frame.call} if self.frame.call else {}),
+            **({"called": self.frame.called} if self.frame.called else {})}
         return {"exception": self.message, **where}
 
 
@@ -123,7 +125,8 @@ def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
     for line in stack.split("\n"):         # lines end at "\n" only, as in a log: a "\r" in a
         tracker.feed(line.removesuffix("\r"))   # message stays inside it (splitlines cut it there)
     error = tracker.error or {}
-    frame = Frame(error["file"], error["line"], error["function"], error.get("call")) if error.get("file") else None
+    frame = Frame(error["file"], error["line"], error["function"], error.get("call"), error.get("called")) \
+        if error.get("file") else None
     return ErrorFile(node, local_rank, rank if isinstance(rank, int) else None,
                      code if isinstance(code, int) else None,
                      error.get("exception") or text.split("\n", 1)[0].removesuffix("\r")[:500], frame, timestamp)

@@ -405,3 +405,25 @@ def test_a_rank_stopped_by_sigterm_is_not_the_one_that_hung_up():
                 NodeOutcome(1, "lab-1", 1, NodeState.FAILED, exited_s=2.1)]
     first = first_failure(outcomes, found)
     assert (first.left_early, first.rank, first.node) == (True, 3, 1), first
+
+
+def test_an_error_file_says_the_call_the_script_s_line_made(tmp_path):
+    """The error file's traceback is read as a log's: the call on the script's line
+    (broadcast, around which torch's logging wrapper raised) reaches first_failure.error."""
+    files = tmp_path / "node-0" / f"{RUN_ID}_called" / "attempt_0" / "0"
+    files.mkdir(parents=True)
+    stack = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/x/job.py", line 14, in <module>',
+        "    dist.broadcast(x, src=1, group=g23)",
+        '  File "/v/site-packages/torch/distributed/c10d_logger.py", line 85, in wrapper',
+        "    msg_dict = _get_msg_dict(func.__name__, *args, **kwargs)",
+        '  File "/v/site-packages/torch/distributed/c10d_logger.py", line 59, in _get_msg_dict',
+        '    "backend": f"{dist.get_backend(group)}",',
+        "ValueError: Invalid process group specified"])
+    (files / "error.json").write_text(json.dumps({
+        "message": {"message": "ValueError: Invalid process group specified",
+                    "extraInfo": {"py_callstack": stack, "timestamp": "1"}},
+        "labctl": {"rank": 0, "local_rank": 0, "time_ns": 1}}))
+    read, notes = read_error_files(tmp_path / "node-0", 0)
+    assert not notes and read[0].error()["called"] == "broadcast", read
