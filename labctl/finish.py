@@ -135,7 +135,7 @@ class _Finish:
             run.record.notes.append(f"trace: merge failed: {exc}")
             return None
         straggler = trace.straggler(summary)
-        mismatch = summary.mismatch_found[0] if summary.mismatch_found else None
+        mismatch = summary.group_mismatch or (summary.mismatch_found[0] if summary.mismatch_found else None)
         run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
                                         len(summary.problems) + summary.more_problems, straggler, mismatch)
         if summary.cost_note:
@@ -143,8 +143,9 @@ class _Finish:
         if straggler:
             run.record.notes.append(f"trace: {straggler['text']} (`labctl trace` has every rank's)")
         if mismatch and run.record.ok:
-            run.record.notes.append(f"trace: a collective completed although its ranks' calls differed: "
-                                    f"{mismatch.text}")
+            what = ("the ranks created a group with other members, and the run still passed"
+                    if "members" in mismatch.differs else "a collective completed although its ranks' calls differed")
+            run.record.notes.append(f"trace: {what}: {mismatch.text}")
         if not run.record.ok:
             self.ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in}
             self.ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at}

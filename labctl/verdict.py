@@ -283,8 +283,8 @@ def _named_by_torch(first: FirstFailure, found: blame.Findings, world: int | Non
         return None
     said = found.errors.get(named.by) or {}
     at = f"{said['file']}:{said['line']}" if said.get("file") else None
-    if first.rank is not None and first.rank in named.ranks and len(named.ranks) == 1:
-        if named.op is not None:
+    if first.rank is not None and first.rank in named.ranks:      # the first failure is among them: it stays
+        if named.op is not None and len(named.ranks) == 1:
             first.op = named.op
         return None
     one = named.ranks[0] if len(named.ranks) == 1 else None

@@ -208,7 +208,7 @@ def test_cli_compare_exit_code_and_output(tmp_path):
     assert "| pingpong | 4096 | float32 | 25.0 | 12.5 | 0.500 |" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "labctl.cli", "compare", str(a.path), str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO)
-    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
 
 
 # ---- plots ----------------------------------------------------------------------

@@ -68,20 +68,25 @@ dist.destroy_process_group()
 
 def test_a_rank_records_its_calls_and_the_odd_new_group_is_the_first_failure(tmp_path):
     """One real lab: rank 2 creates a group of three where ranks 0 and 1 create a group of
-    two; it is held in the group's setup while the others wait for it in the next world
-    all_reduce. The records carry every new_group with its members, the store read the
-    script made (and none of torch's own), and the first failure names rank 2's
-    new_group at line 11, stopped by the live watcher."""
+    two; it is mostly held in the group's setup while the others wait for it in the next
+    world all_reduce (gloo now and then lets the groups form: the run passes). The records
+    carry every new_group with its members, the store read the script made (and none of
+    torch's own), and the first failure (or, in a run that passed, the trace's mismatch
+    and a note) names rank 2's new_group at line 11."""
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--script", str(script), "--nodes", "1",
                            "--nproc-per-node", "3", "--timeout", "240", "--on-hang", "stop", "--out", str(out), "-q"],
                           capture_output=True, text=True, timeout=400, cwd=REPO)
-    assert done.returncode != 0, done.stdout[-2000:]
     status = json.loads((out / "status.json").read_text())
-    first = status["first_failure"]
-    assert (first["rank"], first["op"], first["caller"]) == (2, "new_group", f"{script}:11"), first
+    if done.returncode != 0:            # rank 2 held in the group's setup: the hang, named
+        first = status["first_failure"]
+        assert (first["rank"], first["op"], first["caller"]) == (2, "new_group", f"{script}:11"), first
+    else:                               # gloo let the groups form anyway (it does, now and then): said still
+        said = status["trace"]["mismatch"]
+        assert (said["rank"], said["op"], said["caller"]) == (2, "new_group", f"{script}:11"), said
+        assert any("created a group with other members" in n for n in status["notes"]), status["notes"]
     sites = [json.loads(line.split(" ", 1)[1]) for path in sorted((out / "records").glob("rank-*.rec"))
              for line in path.read_bytes().rstrip(b"\0").decode().splitlines()
              if line.startswith("@@labctl-trace {") and '"kind":"l"' in line]
