@@ -1413,3 +1413,15 @@ def test_all_to_all_single_splits_that_disagree_are_a_mismatch():
     even = {0: a2a(0, [3, 3], [3, 3]), 1: a2a(1, [3, 3], [3, 3])}
     even[0].splits = None
     assert splits_mismatch("default_pg", 1, even) is None                   # a rank without splits: nothing to compare
+
+
+def test_labctl_trace_says_an_op_that_never_finished_instead_of_0_ms(tmp_path):
+    """Rank 1 waits in a barrier rank 0 never entered: `labctl trace`'s totals say the
+    barrier never finished, not that it took 0.000 ms (issue 53 item 9)."""
+    s = _diagnosed(tmp_path, {0: [{"op": "all_reduce", "seq": 1, "t": 1, "end": 2}],
+                              1: [{"op": "all_reduce", "seq": 1, "t": 1, "end": 2},
+                                  {"op": "barrier", "seq": 2, "t": 3}]})
+    said = trace.views.text(s)
+    row = next(line for line in said.splitlines() if line.startswith("| default_pg | barrier |"))
+    assert row == "| default_pg | barrier | 1 (1 never finished) | 4 B | never finished | - |  |", row
+    assert "| default_pg | all_reduce | 2 | 8 B |" in said

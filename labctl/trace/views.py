@@ -13,6 +13,11 @@ from .merge import LANE_TID, TRACE_FILE
 from .model import STRAGGLERS, Summary
 
 
+def _count(count: int, unfinished: int) -> str:
+    """An op's count, with how many never finished (their time is in no total)."""
+    return f"{count} ({unfinished} never finished)" if unfinished else str(count)
+
+
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}"
 
@@ -36,7 +41,9 @@ def text(summary: Summary) -> str:
               "(open it in https://ui.perfetto.dev or chrome://tracing)", "",
               "## Per process group and op", "",
               table(("pg", "op", "count", "bytes", "total ms", "slowest ms", "slowest on"),
-                    ((pg, op, t.count, human_bytes(t.nbytes), _ms(t.total_ns), _ms(t.slowest_ns),
+                    ((pg, op, _count(t.count, t.unfinished), human_bytes(t.nbytes),
+                      _ms(t.total_ns) if t.count > t.unfinished else "never finished",
+                      _ms(t.slowest_ns) if t.count > t.unfinished else "-",
                       f"rank {t.slowest_rank}" if t.slowest_rank is not None else "")
                      for (pg, op), t in sorted(summary.totals.items())))]
     if summary.stragglers:
