@@ -18,6 +18,7 @@ The formulas are pure (no process group): tests/test_patterns.py checks them by 
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -290,6 +291,32 @@ class SGD:
             for p in self.params:
                 if p.grad is not None:
                     p.add_(p.grad, alpha=-self.lr)
+
+
+def train_steps(model: nn.Module, opt, batches, traffic: "Traffic | None" = None,
+                after_backward=None) -> list[float]:
+    """One mean-squared-error step per batch (zero, forward, backward, `after_backward()`
+    — a data-parallel average —, step), each step marked for `traffic`; the losses."""
+    losses = []
+    with traffic if traffic is not None else contextlib.nullcontext():
+        for x, y in batches:
+            if traffic is not None:
+                traffic.step()
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            if after_backward is not None:
+                after_backward()
+            opt.step()
+            losses.append(float(loss))
+    return losses
+
+
+def blocks_reference(count: int, d: int, hidden: int, seed: int, batches, lr: float):
+    """ONE process, the whole block model, the whole global batch: (parameters, losses)."""
+    model = blocks(count, d, hidden, seed)
+    losses = train_steps(model, SGD(model.parameters(), lr), batches)
+    return [p.detach().clone() for p in model.parameters()], losses
 
 
 # ---- tensor parallelism by hand (Megatron's f and g; sequence parallelism's pair) -----

@@ -67,14 +67,7 @@ def run(ctx: _common.Context, variant: str = "all", steps: int = 3, batch_per_ra
 def reference(dims, seed, batches, lr):
     """ONE process: the whole global batch at every step."""
     model = _patterns.mlp(dims, seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
+    losses = _patterns.train_steps(model, torch.optim.Adam(model.parameters(), lr=lr), batches)
     return [p.detach().clone() for p in model.parameters()], losses
 
 
@@ -87,15 +80,7 @@ def fsdp2(dims, seed, batches, lr, traffic):
             fully_shard(layer, reshard_after_forward=True)
     fully_shard(model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
-    with traffic:
-        for x, y in batches:
-            traffic.step()
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            losses.append(float(loss))
+    losses = _patterns.train_steps(model, opt, batches, traffic)
     state = sum(v.to_local().numel() * 4 for s in opt.state.values() for v in s.values()
                 if isinstance(v, torch.Tensor) and v.dim())
     return [p.full_tensor() for p in model.parameters()], losses, state

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from . import _common, _patterns
 
@@ -47,7 +46,7 @@ def run(ctx: _common.Context, variant: str = "all", tp: int = 2, steps: int = 3,
     mine = [(gx[replica * tokens:(replica + 1) * tokens], gy[replica * tokens:(replica + 1) * tokens])
             for gx, gy in whole]
     shapes = [p.detach() for p in _patterns.blocks(blocks, d, hidden, seed).parameters()]
-    ref = reference(blocks, d, hidden, seed, whole, lr) if ctx.rank == 0 else None
+    ref = _patterns.blocks_reference(blocks, d, hidden, seed, whole, lr) if ctx.rank == 0 else None
     ref_params = _patterns.from_rank0(ref[0] if ref else None, shapes)
     ref_losses = [float(v) for v in _patterns.from_rank0([torch.tensor(ref[1])] if ref else None,
                                                          [torch.zeros(steps)])[0]]
@@ -59,19 +58,13 @@ def run(ctx: _common.Context, variant: str = "all", tp: int = 2, steps: int = 3,
         local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
         opt = _patterns.SGD(params, lr)
         traffic = _patterns.Traffic()
-        losses = []
-        with traffic:
-            for bx, by in mine:
-                traffic.step()
-                opt.zero_grad()
-                loss = F.mse_loss(model(bx), by)
-                loss.backward()
-                for p in params:                      # data parallel: average over the replicas
-                    g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                    dist.all_reduce(g, group=dp_group)
-                    g /= dp
-                opt.step()
-                losses.append(float(loss))
+        def average() -> None:                        # data parallel: average over the replicas
+            for p in params:
+                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                dist.all_reduce(g, group=dp_group)
+                g /= dp
+
+        losses = _patterns.train_steps(model, opt, mine, traffic, average)
         shard_bytes = sum(t.numel() * 4 for t in local)
         act = tokens * d * 4
         # each replica's loss is its tokens' mean: the global loss is their mean (every tp rank
@@ -84,20 +77,6 @@ def run(ctx: _common.Context, variant: str = "all", tp: int = 2, steps: int = 3,
                               f"{act} B + 2 x {dp - 1}/{dp} x {shard_bytes} B", dp=dp, tp=tp,
                               activation_bytes=act, shard_param_bytes=shard_bytes,
                               mesh=[[r * tp + c for c in range(tp)] for r in range(dp)])
-
-
-def reference(count, d, hidden, seed, batches, lr):
-    """ONE process, the whole model, the whole global batch."""
-    model = _patterns.blocks(count, d, hidden, seed)
-    opt = _patterns.SGD(model.parameters(), lr)
-    losses = []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return [p.detach().clone() for p in model.parameters()], losses
 
 
 if __name__ == "__main__":

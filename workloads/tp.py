@@ -41,7 +41,7 @@ def run(ctx: _common.Context, variant: str = "all", steps: int = 3, tokens: int 
     x, y = _patterns.data(steps * tokens, d, d, seed)
     batches = [(x[s * tokens:(s + 1) * tokens], y[s * tokens:(s + 1) * tokens]) for s in range(steps)]
     shapes = [p.detach() for p in _patterns.blocks(blocks, d, hidden, seed).parameters()]
-    ref = reference(blocks, d, hidden, seed, batches, lr) if ctx.rank == 0 else None
+    ref = _patterns.blocks_reference(blocks, d, hidden, seed, batches, lr) if ctx.rank == 0 else None
     ref_params = _patterns.from_rank0(ref[0] if ref else None, shapes)
     ref_losses = [float(v) for v in _patterns.from_rank0([torch.tensor(ref[1])] if ref else None,
                                                          [torch.zeros(steps)])[0]]
@@ -61,20 +61,6 @@ def run(ctx: _common.Context, variant: str = "all", steps: int = 3, tokens: int 
                 else f"(2L-1) 2(n-1)/n A = {2 * blocks - 1} x 2 x {n - 1}/{n} x {act} B")
         _patterns.bytes_check(ctx, name, traffic, _patterns.tp_bytes(act, n, blocks, sequence), text,
                               activation_bytes=act, blocks=blocks, ranks=n)
-
-
-def reference(count, d, hidden, seed, batches, lr):
-    """ONE process, the whole model."""
-    model = _patterns.blocks(count, d, hidden, seed)
-    opt = _patterns.SGD(model.parameters(), lr)
-    losses = []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return [p.detach().clone() for p in model.parameters()], losses
 
 
 def manual_model(count, d, hidden, seed, sequence):
