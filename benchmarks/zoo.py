@@ -122,12 +122,11 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-ON_HANG = "report"                  # --on-hang: stop ends a hang's lab once the live watcher names it
 COMPOSE_START_S = 60                # --slack's default on compose: containers take that long to start here
 
 
 def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, slack: float = 0.0,
-            debug_server: bool = False) -> tuple[dict | None, Path, float, str]:
+            debug_server: bool = False, on_hang: str = "report") -> tuple[dict | None, Path, float, str]:
     """One lab run (this checkout's labctl) with Flight Recorder dumps: (status.json, the
     dumps' folder, seconds, labctl's output)."""
     out, dumps = folder / "run", folder / "fr"
@@ -140,8 +139,8 @@ def run_lab(case: Case, folder: Path, backend: str, image: str | None = None, sl
         argv += ["--image", image]
     if debug_server:
         argv += ["--debug-server"]
-    if ON_HANG != "report" and case.kind not in QUIET_KINDS:
-        argv += ["--on-hang", ON_HANG]      # a healthy slow case runs on: stopping it would be a false alarm
+    if on_hang != "report" and case.kind not in QUIET_KINDS:
+        argv += ["--on-hang", on_hang]      # a healthy slow case runs on: stopping it would be a false alarm
     if case.faults:                     # a fault's time counts from every rank's init, however long start-up took
         argv += ["--fault-clock", "join"]
     for fault in case.faults:
@@ -211,13 +210,13 @@ def run_debug_server(case: Case, folder: Path, backend: str, image: str | None, 
 
 
 def run_case(case: Case, tools: list[str], backend: str, folder: Path, verbose: bool,
-             image: str | None = None, slack: float = 0.0) -> dict[str, dict]:
+             image: str | None = None, slack: float = 0.0, on_hang: str = "report") -> dict[str, dict]:
     """Each tool's answer (seconds: launch to answer, not yet less the control's)."""
     folder.mkdir(parents=True, exist_ok=True)
     script = case.path.name
     found: dict[str, dict] = {}
     if "lab" in tools or "fr_trace" in tools or "live" in tools or "dumps" in tools:
-        status, dumps, seconds, output = run_lab(case, folder / "lab", backend, image, slack)
+        status, dumps, seconds, output = run_lab(case, folder / "lab", backend, image, slack, on_hang=on_hang)
         if "live" in tools:
             found["live"] = {"answer": live_answer(status, script), "raw": ((status or {}).get("live") or {})
                              .get("reason", "")}
@@ -308,8 +307,6 @@ def main(argv: list[str] | None = None) -> int:
                         "that pass, kind pass or straggler, still run with report)")
     parser.add_argument("-v", "--verbose", action="store_true", help="each answer as it comes")
     args = parser.parse_args(argv)
-    global ON_HANG
-    ON_HANG = args.on_hang
     try:
         tools = [t.strip() for t in args.tools.split(",") if t.strip()]
         bad = [t for t in tools if t not in TOOLS]
@@ -342,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         started = time.monotonic()
         slack = args.slack if args.slack is not None else COMPOSE_START_S if args.backend == "compose" else 0.0
-        found = run_case(case, tools, args.backend, out / case.name, args.verbose, args.image, slack)
+        found = run_case(case, tools, args.backend, out / case.name, args.verbose, args.image, slack, args.on_hang)
         if case is control:
             baseline = {t: g["answer"].seconds for t, g in found.items() if g["answer"].seconds is not None}
         results[case.name] = {"case": case, "found": found}
