@@ -212,3 +212,42 @@ def test_stacks_at_the_deadline_on_compose(compose_deadline_run):
     assert status["state"] == "timeout"
     where = status["stacks"]
     assert where["1"]["function"] == "sleep_forever" and where["0"]["call"] == "barrier"
+
+
+FORKS = """
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+child = os.fork()
+if child == 0:
+    print("child", flush=True)
+    time.sleep(120)
+    os._exit(0)
+print("parent", child, flush=True)
+time.sleep(120)
+"""
+
+
+def test_only_the_rank_s_own_process_is_asked_not_a_child_it_forked(tmp_path):
+    """A forked DataLoader worker inherits RANK and the SIGUSR1 dump: asked too, it printed
+    its stack into the rank's log, and the rank's own stack was read as the worker's line."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS)
+    env = {**os.environ, "RANK": "1", "LAB_RUN_ID": f"forks-{os.getpid()}"}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        while not line.startswith("parent"):
+            line = proc.stdout.readline()
+        child = int(line.split()[1])
+        deadline = time.monotonic() + 60
+        while not _stacks._catches(child, _stacks.SIGNAL) or not _stacks._catches(proc.pid, _stacks.SIGNAL):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert _stacks._rank_processes(env["LAB_RUN_ID"]) == [(proc.pid, "1")]
+    finally:
+        proc.kill()
+        proc.wait()
+        try:
+            os.kill(child, 9)
+        except (OSError, NameError):
+            pass

@@ -75,20 +75,30 @@ def _catches(pid: int, signum: int) -> bool:
     return masks is not None and masks.catches(signum)
 
 
+def _rank_processes(run_id: str | None) -> list[tuple[int, str]]:
+    """(pid, RANK) of each rank's own process: the topmost process with RANK in its
+    environment. A rank's children inherit its environment and its SIGUSR1 handler (a
+    forked DataLoader worker): asked too, they would print their stacks into the rank's
+    log, and the rank's own stack would be read as theirs."""
+    found: dict[int, tuple[int, str]] = {}          # pid -> (its parent, RANK)
+    for st in _proc.stats():
+        if st.pid == os.getpid():
+            continue
+        env = _proc.environ(st.pid)
+        if "RANK" in env and (not run_id or env.get(Env.RUN_ID) == run_id):
+            found[st.pid] = (st.ppid, env["RANK"])
+    return sorted((pid, rank) for pid, (parent, rank) in found.items() if parent not in found)
+
+
 def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
     """(pid, rank) of every rank process of the run that was asked for its stack."""
     asked = []
-    for pid in _proc.pids():
-        if pid == os.getpid():
-            continue
-        env = _proc.environ(pid)
-        if "RANK" not in env or (run_id and env.get(Env.RUN_ID) != run_id):
-            continue
+    for pid, rank in _rank_processes(run_id):
         if not _catches(pid, SIGNAL):
             continue
         try:
             os.kill(pid, SIGNAL)
-            asked.append((pid, int(env["RANK"]) if env["RANK"].isdigit() else -1))
+            asked.append((pid, int(rank) if rank.isdigit() else -1))
         except (ProcessLookupError, PermissionError):
             continue
     # The Flight Recorder only once every stack is out: the dump thread runs Python, and
@@ -106,12 +116,7 @@ def signal_ranks(run_id: str | None = None) -> list[tuple[int, int]]:
 def kill_rank(run_id: str, rank: int) -> list[int]:
     """SIGKILL the worker with RANK=`rank` of the run: the topmost process with that
     RANK (its children inherit it). Returns the pids killed (none: not running yet)."""
-    mine: dict[int, int] = {}           # pid -> its parent
-    for st in _proc.stats():
-        env = _proc.environ(st.pid) if st.pid != os.getpid() else {}
-        if env.get("RANK") == str(rank) and env.get(Env.RUN_ID) == run_id:
-            mine[st.pid] = st.ppid
-    top = sorted(pid for pid, parent in mine.items() if parent not in mine)
+    top = [pid for pid, found in _rank_processes(run_id) if found == str(rank)]
     for pid in top:
         try:
             os.kill(pid, signal.SIGKILL)
