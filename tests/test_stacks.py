@@ -219,10 +219,9 @@ import faulthandler, os, signal, sys, time
 faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
 child = os.fork()
 if child == 0:
-    print("child", flush=True)
     time.sleep(120)
     os._exit(0)
-print("parent", child, flush=True)
+os.write(1, f"parent {child}\n".encode())
 time.sleep(120)
 """
 
@@ -235,10 +234,7 @@ def test_only_the_rank_s_own_process_is_asked_not_a_child_it_forked(tmp_path):
     env = {**os.environ, "RANK": "1", "LAB_RUN_ID": f"forks-{os.getpid()}"}
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        while not line.startswith("parent"):
-            line = proc.stdout.readline()
-        child = int(line.split()[1])
+        child = int(proc.stdout.readline().split()[1])
         deadline = time.monotonic() + 60
         while not _stacks._catches(child, _stacks.SIGNAL) or not _stacks._catches(proc.pid, _stacks.SIGNAL):
             assert time.monotonic() < deadline
