@@ -221,7 +221,7 @@ child = os.fork()
 if child == 0:
     time.sleep(120)
     os._exit(0)
-os.write(1, f"parent {child}\n".encode())
+os.write(1, f"parent {child}\\n".encode())
 time.sleep(120)
 """
 
