@@ -311,13 +311,15 @@ class ErrorTracker:
                         None)
             if call is not None:
                 where["call"] = call
-            called = called_on_line(self.sources.get(self.frames.index(own[-1]), ""), [f[2] for f in inner])
-            if called is not None:
+            called = called_on_line(self.sources.get(self.frames.index(own[-1]), ""), [f[2] for f in inner]) \
+                if any(_DIST_SOURCE in f[0] or _DDP_SOURCE in f[0] for f in inner) else None
+            if called is not None:      # a call into torch.distributed or DDP; load_state_dict is no op to name
                 where["called"] = called      # what the script's line called (DistributedDataParallel)
         return where
 
 
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
+_DIST_SOURCE, _DDP_SOURCE = "torch/distributed/", "torch/nn/parallel/"
 
 
 def called_on_line(source: str, inner: list[str]) -> str | None:

@@ -401,6 +401,20 @@ def test_an_error_says_the_call_the_script_s_line_made():
     assert logs.called_on_line("step(model)", ["_wrapped_call_impl"]) is None
     assert logs.called_on_line("dist.broadcast(x, src=1, group=g23)", ["wrapper", "_get_msg_dict"]) == "broadcast"
     assert logs.called_on_line("", ["all_reduce"]) is None
+    # a call that never reached torch.distributed (load_state_dict raised on a renamed key)
+    # is no op: the op to name is the collective the rank then never entered
+    stale = [
+        "Traceback (most recent call last):",
+        '  File "/x/job.py", line 15, in <module>',
+        "    model.load_state_dict(state)",
+        '  File "/v/site-packages/torch/nn/modules/module.py", line 2581, in load_state_dict',
+        "    raise RuntimeError(",
+        "RuntimeError: Error(s) in loading state_dict for Sequential:",
+    ]
+    tracker = logs.ErrorTracker()
+    for line in stale:
+        tracker.feed(line)
+    assert tracker.error["line"] == 15 and "called" not in tracker.error, tracker.error
 
 
 def test_text_a_rank_prints_after_its_prefix_is_its_own_whatever_prefix_it_begins_with():
