@@ -510,9 +510,17 @@ def naive_allreduce(n: int, size: int, itemsize: int = 4, root: int = 0) -> Sche
 @dataclass(frozen=True)
 class Traffic:
     """The bytes one call of the algorithm sends: `rank_most` from one rank at most (its
-    chunks rounded up), `total` from all ranks together."""
+    chunks rounded up), `total` from all ranks together; `padded_total`: all ranks together
+    when every rank's chunks are padded to the largest (a ring on equal-sized buffers, n not
+    dividing S), what the chunking itself needs beyond `total` (None: no chunks to pad)."""
     rank_most: float
     total: float
+    padded_total: float | None = None
+
+    @property
+    def allowed_total(self) -> float:
+        """The most all ranks together may send: the optimum, or its padded chunks."""
+        return self.total if self.padded_total is None else max(self.total, self.padded_total)
 
 
 @dataclass(frozen=True)
@@ -633,7 +641,8 @@ ALGORITHMS: dict[str, Algorithm] = {a.key: a for a in (
     Algorithm("p2p.ring_allreduce", "all_reduce", "ring all-reduce, chunked (reduce-scatter, then all-gather)",
               "the tutorial's exercise", "2(n-1)", "2(n-1)/n", _ring2, _ar_factor, nccl_ring_allreduce,
               "2(n-1)/n x S per rank",
-              lambda n, rank, size, item: Traffic(2 * (n - 1) * math.ceil(size / n) * item, 2 * (n - 1) * size * item)),
+              lambda n, rank, size, item: Traffic(2 * (n - 1) * math.ceil(size / n) * item, 2 * (n - 1) * size * item,
+                                                  n * 2 * (n - 1) * math.ceil(size / n) * item)),
     Algorithm("p2p.naive_allreduce", "all_reduce", "through rank 0: everyone sends to it, it sends the sum back",
               "the baseline", "2", "2(n-1)", lambda n: 2.0, lambda n: 2.0 * (n - 1), naive_allreduce,
               "rank 0: (n-1) x S, the others: S",
