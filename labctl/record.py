@@ -83,7 +83,8 @@ class FirstFailure:
     caller: str | None = None
     # a first failure that is another rank's symptom: "odd call" (the rank died in a
     # collective this one called differently), "absence" (it waited for this one) or
-    # "named by torch" (torch's own check, on that rank, named this one: labctl/torchsays.py)
+    # "named by torch" (torch's own check, on that rank, named this one: labctl/torchsays.py),
+    # "sent it" (the root of an object collective whose object the others could not unpickle)
     blamed_for: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +152,11 @@ class FirstFailure:
                    if self.rank is not None else f"ranks {', '.join(map(str, self.ranks or []))}")
             what = f" in {self.op}" if self.op else ""
             return (f"{who} is the rank torch's own check named{what}"
+                    + (f" (at {self.caller})" if self.caller else "")
+                    + f": rank {self.peer_rank} raised {self.peer_error.get('exception', '')[:300]}")
+        if self.blamed_for == "sent it" and self.peer_error is not None:
+            return (f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
+                    + f" sent an object the other ranks could not load in {self.op}"
                     + (f" (at {self.caller})" if self.caller else "")
                     + f": rank {self.peer_rank} raised {self.peer_error.get('exception', '')[:300]}")
         if self.blamed_for and self.peer_error is not None and self.collective:   # another rank's symptom

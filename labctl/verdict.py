@@ -147,6 +147,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             _destroyed_first(first, ev.destroyed)
             first = _named_by_torch(first, ev.found, out.world_size) or first
             _everyone_raised_it(first, ev.found)
+            first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at) or first
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -313,6 +314,31 @@ def _everyone_raised_it(first: FirstFailure, found: blame.Findings) -> None:
         nodes = [blame.node_of_rank(r, found) for r in same]
         first.rank, first.ranks = None, same
         first.nodes = nodes if len(set(nodes)) > 1 else None
+
+
+_UNLOADABLE = ("Can't get attribute", "UnpicklingError", "No module named", "Can't pickle", "cannot import name")
+_FROM_ROOT = ("broadcast_object_list", "scatter_object_list")
+
+
+def _sent_what_could_not_be_loaded(first: FirstFailure, found: blame.Findings,
+                                   ended_at: dict[int, dict]) -> FirstFailure | None:
+    """The ranks that raised while unpickling what an object collective's root sent them (a
+    class only the root defined, a module only it imported) are its victims: the root is
+    the first failure, with the call and the line. None: not such a failure, or the root
+    is among those that raised."""
+    raisers = list(first.ranks or []) or ([first.rank] if first.rank is not None else [])
+    if not raisers or first.fault or first.left_early or first.blamed_for:
+        return None
+    error = found.errors.get(raisers[0]) or {}
+    ended = ended_at.get(raisers[0]) or {}
+    call = error.get("called") or error.get("call") or ended.get("op")
+    root = ended.get("root")
+    if call not in _FROM_ROOT or not isinstance(root, int) or root in raisers \
+            or not any(s in str(error.get("exception") or "") for s in _UNLOADABLE):
+        return None
+    at = f"{error['file']}:{error['line']}" if error.get("file") else ended.get("caller")
+    return FirstFailure(root, blame.node_of_rank(root, found), found.exit_codes.get(root),
+                        peer_rank=raisers[0], peer_error=dict(error), blamed_for="sent it", op=call, caller=at)
 
 
 def _destroyed_first(first: FirstFailure, destroyed: dict[int, str]) -> None:

@@ -425,3 +425,31 @@ def test_ranks_that_each_raised_the_same_error_at_the_same_line_are_all_named():
     assert (first.rank, first.ranks, first.op, first.caller) == (None, [0, 1], "broadcast", "/x/job.py:14"), first
     assert first.describe().startswith("rank 0, 1 on node 0 each exited with code 1: ValueError: Invalid process group")
     assert first.answer()[:2] == (None, [0, 1])
+
+
+def test_the_root_whose_object_the_others_could_not_unpickle_is_the_first_failure():
+    """Ranks 1 and 2 raised the same AttributeError inside broadcast_object_list: rank 0, its
+    root, had sent an instance of a class only it defined. Rank 0 is the first failure,
+    with the call and the line; the ranks that raised are its victims."""
+    error = {"exception": "AttributeError: Can't get attribute 'RunConfig' on <module '__main__'>",
+             "file": "/x/job.py", "line": 19, "function": "<module>", "call": "broadcast_object_list",
+             "called": "broadcast_object_list"}
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={1: 1, 2: 1, 0: -15}, errors={1: error, 2: dict(error)},
+                     root_causes={0: 1}, node_ranks={0: [0, 1, 2]})
+    failed = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    ended = {r: {"op": "broadcast_object_list", "caller": "/x/job.py:19", "inside": False, "root": 0} for r in (1, 2)}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found, ended_at=ended),
+                         "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller, first.blamed_for) == (0, "broadcast_object_list", "/x/job.py:19",
+                                                                       "sent it"), first
+    assert first.describe().startswith("rank 0 on node 0 sent an object the other ranks could not load")
+    # an error that is no unpickling failure keeps the ranks that raised it
+    other = {**error, "exception": "RuntimeError: something else"}
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={1: 1, 2: 1, 0: -15}, errors={1: other, 2: dict(other)},
+                     root_causes={0: 1}, node_ranks={0: [0, 1, 2]})
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found, ended_at=ended),
+                         "runs/x")
+    assert rec.first_failure.rank != 0 and rec.first_failure.blamed_for is None

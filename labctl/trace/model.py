@@ -117,7 +117,7 @@ class RankInfo:
     records: int = 0
     ops: int = 0                    # op records (B/X) seen
     ended_in: str | None = None     # where its records end: the op it never left, or its last op
-    ended_at: dict | None = None    # ... as {"op": the script's call, "caller": file:line, "inside": bool}
+    ended_at: dict | None = None    # ... as {"op": the script's call, "caller": file:line, "inside": bool, "root"}
 
 
 @dataclass
