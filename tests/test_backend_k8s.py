@@ -500,7 +500,7 @@ def test_a_passing_lab_is_created_in_order_watched_collected_and_deleted(tmp_pat
     assert RunDir.open(rundir.path).status["k8s"]["namespace"] == NS
     assert (rundir.path / "rendered" / "k8s.yaml").read_text() == render.text(p)
     finalize(rundir, outcomes, status, message)
-    assert rundir.status["state"] == "passed" and rundir.status["checks"]["total"] == 12
+    assert rundir.status["state"] == "passed" and rundir.status["checks"]["total"] == 6
 
 
 def test_a_script_lab_creates_its_configmap_first(tmp_path, monkeypatch):
@@ -754,7 +754,7 @@ def test_collect_of_a_finished_job_writes_the_run_folder_of_up(tmp_path):
     status = json.loads((run.path / "status.json").read_text())
     assert status["state"] == "passed" and status["ok"] is True
     assert status["run_id"] == "lab-applied" and status["world_size"] == 3
-    assert status["checks"] == {"total": 6, "failed": 0, "skipped": 0}
+    assert status["checks"] == {"total": 3, "failed": 0, "skipped": 0}
     assert status["k8s"]["namespace"] == NS
     assert [n["state"] for n in status["node_outcomes"]] == ["succeeded"] * 3
     # the plan rebuilt from the Job's annotation is the plan that was rendered
@@ -1014,7 +1014,7 @@ def test_a_log_that_is_not_utf8_arrives_byte_for_byte_in_the_node_and_rank_logs(
     assert (status, message) == ("passed", "")
     assert rundir.node_log(0).read_bytes() == served_bytes[0]
     finalize(rundir, outcomes, status, message)
-    assert rundir.status["state"] == "passed" and rundir.status["checks"]["total"] == 8
+    assert rundir.status["state"] == "passed" and rundir.status["checks"]["total"] == 4
     assert b"latin-1 \xe9t\xe9, a lone \xff, half a euro \xe2\x82 and NUL \x00\n" in rundir.rank_log(0).read_bytes()
     assert b"\xfe\xfe not UTF-8 at all\n" in rundir.rank_log(1).read_bytes()
 
