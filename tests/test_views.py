@@ -83,14 +83,15 @@ def test_families_of_calls_are_one_table_a_row_per_call():
     assert mixed.startswith("### g\n\na note\n\n| call |")
 
 
-def test_show_keeps_a_view_to_one_renderer_and_the_page_drops_markdown_s_bold():
+def test_show_keeps_a_view_to_one_renderer_and_the_page_keeps_markdown_s_bold_as_spans():
     views = [Heading("md only"), Table("both", ["a"], [[1]], id="t"), Text("**page**", id="p", show=PAGE),
              Text("md", show=MD), Group("g", [Text("in md", show=MD), Text("x", id="x")], id="g")]
     assert draw.markdown(views) == "## md only\n\n| a |\n|---|\n| 1 |\n\nmd\n\n### g\n\nin md\n\nx"
     assert draw.page(views) == [
         {"kind": "table", "id": "t", "title": "both", "caption": "", "columns": ["a"], "rows": [[1]]},
-        {"kind": "text", "id": "p", "text": "page"},
-        {"kind": "group", "id": "g", "title": "g", "caption": "", "views": [{"kind": "text", "id": "x", "text": "x"}]}]
+        {"kind": "text", "id": "p", "text": "page", "strong": [[0, 4]]},
+        {"kind": "group", "id": "g", "title": "g", "caption": "",
+         "views": [{"kind": "text", "id": "x", "text": "x", "strong": []}]}]
 
 
 def test_a_workload_s_csv_is_its_header_and_rows():

@@ -36,14 +36,22 @@ class Heading:
 
 @dataclass(frozen=True)
 class Text:
-    """A paragraph. Markdown's `**bold**` is kept in report.md and left out on the page."""
+    """A paragraph. Markdown's `**bold**` is kept in report.md; on the page the text comes
+    without the marks and `strong` says which spans were bold ([start, end) in that text),
+    so a verdict is as bold on the page as on the terminal."""
     kind: ClassVar[str] = "text"
     text: str
     id: str = ""
     show: str = BOTH
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": "text", "id": self.id, "text": self.text.replace("**", "")}
+        plain, strong = [], []
+        for i, part in enumerate(self.text.split("**")):
+            start = sum(map(len, plain))
+            if i % 2 and part:
+                strong.append([start, start + len(part)])
+            plain.append(part)
+        return {"kind": "text", "id": self.id, "text": "".join(plain), "strong": strong}
 
 
 @dataclass(frozen=True)
