@@ -10,7 +10,7 @@ import click
 
 from . import backends as backend_registry
 from . import cli_runs, commands
-from .clikit import (LabGroup, progress_printer, report_and_exit, spec_and_options,  # noqa: F401
+from .clikit import (RUN_ONLY, LabGroup, progress_printer, report_and_exit, spec_and_options,  # noqa: F401
                      backend_options, fail, friendly, lab_options, load_spec, say)
 from .commands import EXIT_SPEC, exit_for  # noqa: F401 - labctl.cli.exit_for: the one way errors end
 
@@ -34,7 +34,7 @@ def init(path: str, name: str, force: bool) -> None:
 
 
 @main.command()
-@lab_options
+@lab_options(leave_out=RUN_ONLY)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @friendly
 def validate(spec_file, script_args, **flags) -> None:
@@ -47,7 +47,7 @@ RENDER_TARGETS = backend_registry.render_targets()
 
 @main.command()
 @click.argument("target", type=click.Choice(RENDER_TARGETS))
-@lab_options
+@lab_options(leave_out=RUN_ONLY)
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),
               help="Write files into this folder instead of stdout.")
 @click.option("--run-id", help="Run id, also the rendezvous id (default: a fresh <lab>-<stamp>-<hex>); "

@@ -134,6 +134,13 @@ def friendly(fn):
     return wrapper
 
 
+# The lab fields that decide only what labctl does while a lab runs, not what the lab is:
+# where its run folder goes, local nodes' working directory, what the live watcher does at
+# a hang. `up` and `preflight` take their flags; `validate` and `render` do not (a render
+# never reads them; issue 53: their help listed them), though a lab file may hold them.
+RUN_ONLY = ("out", "workdir", "on_hang", "stall_window")
+
+
 def lab_options(fn=None, *, leave_out: tuple[str, ...] = ()):
     """The flags shared by `up`, `render` and `validate`; each overrides lab.yaml.
     `leave_out`: the destinations a command does not take (`exercise check`: its file is

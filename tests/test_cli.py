@@ -235,6 +235,13 @@ def test_up_help_shows_types_choices_and_the_specs_bounds():
                      "--init-method [env|tcp|file]", "--workdir [node|invoking]",
                      "--context TEXT", "--namespace TEXT"):
         assert expected in text, expected
+    # a run's own flags (its folder, the local nodes' directory, what the live watcher does)
+    # are `up`'s and `preflight`'s: validate and render read none of them (issue 53 item 9)
+    run_only = ("--out ", "--workdir ", "--on-hang ", "--stall-window ")
+    for command in (["validate"], ["render"], ["up"], ["preflight"]):
+        helped = " ".join(CliRunner().invoke(cli.main, [*command, "--help"], terminal_width=200).output.split())
+        assert "--nodes INTEGER RANGE" in helped and "--fault TEXT" in helped
+        assert [f for f in run_only if f in helped] == ([] if command[0] in ("validate", "render") else list(run_only))
     bare = CliRunner().invoke(cli.main, [])        # no command: click's usage and help, not an error line
     assert bare.output.startswith("Usage:") and "Commands:" in bare.output and "error:" not in bare.output
 
@@ -267,6 +274,8 @@ def test_a_bad_flag_value_is_one_line_exit_2(tmp_path, monkeypatch, command, arg
     from click.testing import CliRunner
 
     from labctl import cli
+    if command[0] in ("validate", "render") and args[0] in ("--out", "--workdir", "--on-hang", "--stall-window"):
+        words = f"No such option '{args[0]}'"           # a run's only: these commands take none of them
     monkeypatch.chdir(tmp_path)
     done = CliRunner().invoke(cli.main, [*command, *args])
     assert done.exit_code == 2, (done.stdout, done.stderr)
@@ -325,6 +334,8 @@ def test_what_would_fail_at_run_time_is_refused_before_it_starts(tmp_path, conte
     """Each was accepted, then failed at run time (or did not do what it said): `validate`
     said ok, `up` started the lab and exited 1 (or passed with --trace off)."""
     (tmp_path / "train.py").write_text("print('hello')\n")
+    if command == "validate" and args[:1] == ["--out"]:     # validate has no --out flag: the file's
+        content, args = f"out: {args[1]}\n", args[2:]
     if content is not None:
         (tmp_path / "lab.yaml").write_text(content)
         args = ["-f", "lab.yaml", *args]
