@@ -523,6 +523,25 @@ def test_every_rendered_file_names_the_run_id_on_its_first_line():
     assert k8s.text(p).splitlines()[0] == k8s.files(p)["job.yaml"].splitlines()[0]
 
 
+def test_the_render_says_how_to_start_it_as_compose_s_does():
+    """Issue 53 item 9: compose's header said `# Run: docker compose -f compose.yaml up -d`,
+    the k8s render said only how to collect. The stream says `kubectl apply -f` (saved as
+    the README's lab-k8s.yaml), the folder of files `kubectl apply -k`; then the collect."""
+    from labctl.backends.compose import render as compose
+
+    p = make_plan()
+    assert "# Run: docker compose -f compose.yaml up -d" in compose.text(p).splitlines()[:3]
+    head = k8s.text(p).splitlines()[:3]
+    assert head[1] == "# Run: kubectl apply --namespace NS -f lab-k8s.yaml  (this output, saved as lab-k8s.yaml)"
+    assert head[2].startswith(f"# Then: labctl collect --backend k8s --run-id {p.run_id} --namespace NS")
+    for name, text in k8s.files(p).items():
+        assert text.splitlines()[1] == "# Run: kubectl apply --namespace NS -k DIR  (DIR: the folder of these files)", name
+    from labctl.backends.k8s import jobset
+
+    s = backends.from_dict({"backend": "k8s", "k8s": {"kind": "jobset"}})
+    assert jobset.text(plan(s, jobset.placement(s), "run-1")).splitlines()[1] == head[1]
+
+
 def test_labels_and_annotations_go_on_every_object_without_touching_labctls():
     p, objects, _ = rendered("k8s-every-field")
     assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]

@@ -176,13 +176,13 @@ def _jobset(plan: LaunchPlan, replicated: list[dict[str, Any]]) -> dict[str, Any
 
 
 # ---- text ------------------------------------------------------------------
-def _header(plan: LaunchPlan) -> str:
+def _header(plan: LaunchPlan, run: str = k8s.RUN_FILE) -> str:
     spec = plan.spec
     shape = f"{spec.nodes} node(s) x {spec.nproc_per_node} process(es)"
     if spec.replicas > 1:
         shape = f"{spec.replicas} replicas of {shape}, and the replica store"
     return (f"# labctl render k8s: lab {spec.name}, run id {plan.run_id}, {shape}, as one JobSet "
-            f"({API_VERSION}: needs the JobSet controller)\n"
+            f"({API_VERSION}: needs the JobSet controller)\n" + run +
             f"# Then: labctl collect --backend k8s --run-id {plan.run_id} --namespace NS"
             "  (logs, results, report; --delete removes the lab)\n")
 
@@ -194,8 +194,8 @@ def text(plan: LaunchPlan, script_text: str | None = None) -> str:
 
 def files(plan: LaunchPlan, script_text: str | None = None) -> dict[str, str]:
     """One file per object plus a kustomization.yaml, for `kubectl apply -k DIR`."""
-    out = {f"{o['kind'].lower()}.yaml": _header(plan) + dump_yaml(o) for o in render(plan, script_text)}
-    out["kustomization.yaml"] = _header(plan) + dump_yaml({
+    out = {f"{o['kind'].lower()}.yaml": _header(plan, k8s.RUN_FOLDER) + dump_yaml(o) for o in render(plan, script_text)}
+    out["kustomization.yaml"] = _header(plan, k8s.RUN_FOLDER) + dump_yaml({
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [n for n in FILE_ORDER if n in out],

@@ -696,13 +696,20 @@ def _dump(obj: Any) -> str:
     return dump_yaml(obj)
 
 
-def _header(plan: LaunchPlan) -> str:
+# How to start what was rendered, as compose's header says it (`# Run: docker compose ...`):
+# the one stream saved as a file (`labctl render k8s > lab-k8s.yaml`), or the folder of
+# files with its kustomization.yaml (`labctl render k8s -o DIR`).
+RUN_FILE = "# Run: kubectl apply --namespace NS -f lab-k8s.yaml  (this output, saved as lab-k8s.yaml)\n"
+RUN_FOLDER = "# Run: kubectl apply --namespace NS -k DIR  (DIR: the folder of these files)\n"
+
+
+def _header(plan: LaunchPlan, run: str = RUN_FILE) -> str:
     shape = f"{plan.spec.nodes} node(s) x {plan.spec.nproc_per_node} process(es)"
     if plan.spec.replicas > 1:
         shape = f"{plan.spec.replicas} replicas of {shape}, and the replica store"
     debug = (f"# Debug server: {port_forward(plan, 'NS')}\n"
              if plan.placement.debug_server_port else "")
-    return (f"# labctl render k8s: lab {plan.spec.name}, run id {plan.run_id}, {shape}\n"
+    return (f"# labctl render k8s: lab {plan.spec.name}, run id {plan.run_id}, {shape}\n" + run +
             f"# Then: labctl collect --backend k8s --run-id {plan.run_id} --namespace NS"
             "  (logs, results, report; --delete removes the lab)\n" + debug)
 
@@ -721,9 +728,9 @@ def files(plan: LaunchPlan, script_text: str | None = None) -> dict[str, str]:
         kind = obj["kind"].lower()
         # One object per kind: `job.yaml`; several (replicas): `job-<name>.yaml`.
         name = f"{kind}.yaml" if kinds.count(obj["kind"]) == 1 else f"{kind}-{obj['metadata']['name']}.yaml"
-        out[name] = _header(plan) + _dump(obj)
+        out[name] = _header(plan, RUN_FOLDER) + _dump(obj)
     names = [n for n in FILE_ORDER if n in out] if plan.spec.replicas == 1 else list(out)
-    out["kustomization.yaml"] = _header(plan) + _dump({
+    out["kustomization.yaml"] = _header(plan, RUN_FOLDER) + _dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": names,
