@@ -1307,6 +1307,11 @@ def test_a_recv_from_a_rank_that_sent_to_another_blames_the_sender(tmp_path):
     assert (d["rank"], d["op"], d["caller"]) == (0, "send", "job.py:9")
     assert d["text"].startswith("rank 0 sent to rank 2 at job.py:9, and rank 2 never received it, while rank 1 "
                                 "waits to receive from rank 0 at job.py:11")
+    # the op named is the call the script made (batch_isend_irecv), not the send it issued
+    s = _diagnosed(tmp_path / "batch", {
+        0: [{"op": "send", "api": "batch_isend_irecv", "p2p": 1, "peer": 2, "t": 1, "end": 2, "caller": "job.py:9"}],
+        1: [{"op": "recv", "p2p": 1, "peer": 0, "t": 1, "caller": "job.py:11"}], 2: []})
+    assert trace.diagnosis(s).to_dict()["op"] == "batch_isend_irecv"
 
 
 def test_a_recv_from_a_rank_that_sent_it_nothing_blames_the_receiver(tmp_path):

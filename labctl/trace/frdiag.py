@@ -99,7 +99,7 @@ def _summary(dumps: list[Dump], ops: dict[int, list[Op]], all_said: bool) -> Sum
                 if op.p2p is not None and op.peer is not None:
                     key = (op.pg, r, op.peer) if op.op in SENDS else (op.pg, op.peer, r)
                     sends.setdefault(key, []).append(op)
-        s.unmatched_sends = {k: [o for o in v if o.op in SENDS][-1].caller for k, v in sends.items()
+        s.unmatched_sends = {k: [o for o in v if o.op in SENDS][-1] for k, v in sends.items()
                              if sum(o.op in SENDS for o in v) > sum(o.op not in SENDS for o in v)}
     return s
 

@@ -222,11 +222,12 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     for op in s.blocked_p2p:
         if op.op not in RECVS or op.peer is None:
             continue
-        wrong = sorted((dst, caller) for (pg, src, dst), caller in s.unmatched_sends.items()
-                       if pg == op.pg and src == op.peer and dst != op.rank)
+        wrong = sorted(((dst, send) for (pg, src, dst), send in s.unmatched_sends.items()
+                        if pg == op.pg and src == op.peer and dst != op.rank), key=lambda x: x[0])
         if wrong:
-            dst, caller = wrong[0]
-            return op.peer, [op.peer], "send", caller, [
+            dst, send = wrong[0]
+            caller = send.caller
+            return op.peer, [op.peer], send.call, caller, [
                 f"rank {op.peer} sent to rank {dst} at {caller}, and rank {dst} never received it, while "
                 f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (a send to the wrong peer?)"]
     wrong_source = _waits_on_the_wrong_source(s)
@@ -264,7 +265,7 @@ def _waits_on_the_wrong_source(s: Summary) -> tuple[int | None, list[int], str |
             continue
         if any(pg == op.pg and src == op.peer and dst == op.rank for (pg, src, dst) in s.unmatched_sends):
             continue                # its peer did send to it: not the source that is wrong
-        senders = sorted((src, caller) for (pg, src, dst), caller in s.unmatched_sends.items()
+        senders = sorted((src, send.caller) for (pg, src, dst), send in s.unmatched_sends.items()
                          if pg == op.pg and dst == op.rank and src != op.peer)
         if senders:
             src, caller = senders[0]

@@ -66,7 +66,7 @@ class _Merge:
         self.named_threads: set[tuple[int, int]] = set()
         self.lanes: dict[int, _Lanes] = {}
         self.sent: dict[tuple[str, int, int], int] = {}      # (pg, src, dst) -> sends so far
-        self.send_caller: dict[tuple[str, int, int], str] = {}   # (pg, src, dst) -> its last send's caller
+        self.last_send: dict[tuple[str, int, int], Op] = {}   # (pg, src, dst) -> its last send
         self.received: dict[tuple[str, int, int], int] = {}
         self.pairs = _P2pPairs(summary)
         # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
@@ -200,7 +200,7 @@ class _Merge:
         if op.peer is not None and op.op in SENDS:
             key = (op.pg, op.rank, op.peer)
             k = self.sent[key] = self.sent.get(key, 0) + 1
-            self.send_caller[key] = op.caller
+            self.last_send[key] = op
             self.event({"ph": "s", "id": _flow_id(op.pg, op.rank, op.peer, k), "name": "p2p",
                         "cat": "p2p", "pid": node, "tid": tid, "ts": _us(start)})
             self.s.flows += 1
@@ -288,7 +288,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         end = max([r.alive for r in readers] + [t0])
         summary.end_ns = end if firsts else None
         m.finish(end)
-        summary.unmatched_sends = {key: m.send_caller[key] for key, n in m.sent.items()
+        summary.unmatched_sends = {key: m.last_send[key] for key, n in m.sent.items()
                                    if n > m.received.get(key, 0)}
         summary.stragglers = [s for _, _, s in sorted(m.worst, key=lambda x: (-x[0], x[1]))]
         expected = range(world) if world is not None else sorted(logs)

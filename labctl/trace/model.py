@@ -374,7 +374,7 @@ class Summary:
     mismatch_found: list[Mismatch] = field(default_factory=list)   # the first mismatches
     lateness: dict[int, Lateness] = field(default_factory=dict)  # rank -> how often it arrived last
     blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
-    unmatched_sends: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (pg, src, dst) -> caller
+    unmatched_sends: dict[tuple[str, int, int], Op] = field(default_factory=dict)  # (pg, src, dst) -> its last send
     calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS
     group_mismatch: "Mismatch | None" = None   # the ranks whose new_group members differed (labctl/trace/calls.py)
 
