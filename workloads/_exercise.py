@@ -14,7 +14,10 @@ A call must return within the deadline: a watchdog thread then records where thi
 rank's main thread is (the learner's line), writes out the trace and ends the rank
 (os._exit: a rank blocked in a send cannot be unblocked). A function that raises ends
 the rank too, after its record. The other ranks then fail in their own ops, which
-the runner records as errors of the communication (`comm`), not the learner's.
+the runner records as errors of the communication (`comm`), not the learner's. While a
+call runs, the store's methods are counted (values sent through the store are no send):
+workloads/_exercise_watch.py. The pattern exercises' cases (column-parallel, 1F1B, ring
+attention, MoE) are workloads/_exercise_patterns.py.
 """
 from __future__ import annotations
 
@@ -22,21 +25,20 @@ import contextlib
 import copy
 import datetime
 import importlib.util
-import linecache
 import os
 import statistics
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, NamedTuple
 
-from . import _common, _trace
+from . import _common, _exercise_patterns
+from ._exercise_watch import StoreWatch, Watchdog, where_in
 from ._protocol import one_line
-from ._protocol.exercises import (ENV, EXERCISES, FLOAT_ATOL, FLOAT_RTOL, RECORD_CALL, RECORD_DEADLINE,
-                        RECORD_DONE, RECORD_LOAD, RECORD_RAISED, RECORD_THREADS, RECORD_TIME, TIME_ELEMENTS,
-                        TIME_REPEATS, WORKLOAD, Case, Config, cases, worlds)
+from ._protocol.exercises import (ENV, EXERCISES, FLOAT_ATOL, FLOAT_RTOL, PATTERNS, RECORD_CALL, RECORD_DONE,
+                                  RECORD_LOAD, RECORD_RAISED, RECORD_THREADS, RECORD_TIME, TIME_ELEMENTS,
+                                  TIME_REPEATS, WORKLOAD, Case, Config, StoreUse, cases, worlds)
 
-EXIT_DEADLINE = 3
 SENTINEL = 7777                     # what every output holds on entry: "never written" is visible
 GROUP_TIMEOUT_S = 60.0              # the runner's own ops (references, barriers) after a peer is gone
 TIME_DEADLINE_FACTOR = 20           # a timed call may take this many times torch's, plus the deadline
@@ -44,6 +46,13 @@ TIME_DEADLINE_FACTOR = 20           # a timed call may take this many times torc
 
 class Stopped(Exception):
     """This rank must end now; its record is out (a load problem, a raise, a peer gone)."""
+
+
+class Window(NamedTuple):
+    """One call on this rank's clock (time.time_ns), and the store's methods it used."""
+    begin: int
+    end: int
+    store: StoreUse | None
 
 
 class Runner:
@@ -57,6 +66,7 @@ class Runner:
         self.files = files
         self.entry = 0                  # which of Config.exercises runs now: every record says so
         self.watchdog = Watchdog(files)
+        self.store_watch = StoreWatch(files)
         self.left: dict[threading.Thread, dict[str, Any]] = {}   # threads a call left running: which call
 
     # ------------------------------------------------------------ inputs
@@ -81,8 +91,8 @@ class Runner:
     # ------------------------------------------------------------ one call
 
     def call(self, fn: Callable, args: tuple, exercise: str, world: int, case: Case,
-             deadline: float) -> tuple[int, int]:
-        """fn(*args) under the watchdog; its window on this rank's clock."""
+             deadline: float) -> Window:
+        """fn(*args) under the watchdog and the store's watch; its window on this rank's clock."""
         import torch.distributed as dist
 
         dist.barrier()                  # every rank enters together: the deadline means the same
@@ -90,7 +100,7 @@ class Runner:
                 "label": case.label}
         before = set(threading.enumerate())
         begin = time.time_ns()
-        with self.watchdog.armed(deadline, what):
+        with self.watchdog.armed(deadline, what), self.store_watch.watching() as store_used:
             try:
                 fn(*args)
                 if self.device.type == "cuda":  # a GPU-side wait (nccl) is part of the call
@@ -100,7 +110,7 @@ class Runner:
         end = time.time_ns()
         for t in set(threading.enumerate()) - before:
             self.left.setdefault(t, what)
-        return begin, end
+        return Window(begin, end, store_used())
 
     def threads_left(self) -> None:
         """A record of the threads the learner's calls started that still run, not daemon:
@@ -122,17 +132,25 @@ class Runner:
         comm = _comm_error(exc)
         _common.emit({"workload": WORKLOAD, "name": RECORD_RAISED, "rank": self.rank, "ok": False,
                       **what, "exception": _exception_line(exc), "comm": comm,
-                      "where": _where_in(exc.__traceback__, self.files)})
+                      "where": where_in(exc.__traceback__, self.files)})
         raise Stopped from exc
 
-    def emit_call(self, exercise: str, world: int, case: Case, window: tuple[int, int],
-                  problems: list[str], size: int, itemsize: int, root: int | None = None) -> bool:
+    def emit_call(self, exercise: str, world: int, case: Case, window: Window,
+                  problems: list[str], size: int, itemsize: int, root: int | None = None,
+                  dims: dict[str, int] | None = None) -> bool:
+        """One call's record: its values, window, sizes (a pattern's `dims`: what its
+        traffic optimum is made of), and the store's methods it used."""
         ok = not problems
-        _common.emit({"workload": WORKLOAD, "name": RECORD_CALL, "rank": self.rank, "ok": ok,
-                      "entry": self.entry, "exercise": exercise, "world": world, "case": case.index,
-                      "label": case.label,
-                      "detail": "; ".join(problems[:3]), "begin_ns": window[0], "end_ns": window[1],
-                      "size": size, "itemsize": itemsize, "root": root})
+        record = {"workload": WORKLOAD, "name": RECORD_CALL, "rank": self.rank, "ok": ok,
+                  "entry": self.entry, "exercise": exercise, "world": world, "case": case.index,
+                  "label": case.label,
+                  "detail": "; ".join(problems[:3]), "begin_ns": window.begin, "end_ns": window.end,
+                  "size": size, "itemsize": itemsize, "root": root}
+        if dims:
+            record["dims"] = dims
+        if window.store is not None:
+            record["store"] = window.store.to_record()
+        _common.emit(record)
         return ok
 
     # ------------------------------------------------------------ comparing
@@ -220,6 +238,8 @@ class Runner:
             return self.emit_call(exercise, world, case, window, problems, case.size, inputs[0].element_size())
         if exercise == "average_gradients":
             return self.gradients_case(fn, world, case)
+        if exercise in PATTERNS:
+            return _exercise_patterns.run_case(self, exercise, fn, world, case)
         raise ValueError(f"unknown exercise {exercise!r}")
 
     def model(self, width: int, case: Case, world: int):
@@ -314,8 +334,8 @@ class Runner:
             reference()
             theirs.append(time.perf_counter() - t0)
             deadline = self.config.deadline + TIME_DEADLINE_FACTOR * theirs[-1]
-            begin, end = self.call(fn, args, exercise, world, case, deadline)
-            mine.append((end - begin) / 1e9)
+            window = self.call(fn, args, exercise, world, case, deadline)
+            mine.append((window.end - window.begin) / 1e9)
         slowest = torch.tensor(mine + theirs, dtype=torch.float64, device=self.device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         values = slowest.cpu().tolist()
@@ -363,7 +383,7 @@ class Runner:
                     for case in cases(exercise, world):
                         what.update(case=case.index, label=case.label)
                         self.run_case(exercise, fn, world, case)
-                    if self.config.time and world == largest:
+                    if self.config.time and world == largest and EXERCISES[exercise].timed:
                         self.time_it(exercise, fn, world)
             except Stopped:
                 raise
@@ -373,93 +393,7 @@ class Runner:
         self.threads_left()
 
 
-# ---------------------------------------------------------------- the deadline
-
-class Watchdog:
-    """Ends this rank when a call does not return within its deadline: records where the
-    main thread is, writes out the trace, exits EXIT_DEADLINE. A thread, because the main
-    thread may be blocked in a send that nothing in this process can interrupt."""
-
-    def __init__(self, files: set[str]):
-        self.files = files
-        self.cond = threading.Condition()
-        self.until: float | None = None
-        self.what: dict[str, Any] = {}
-        self.main = threading.main_thread().ident
-        threading.Thread(target=self._watch, name="labctl-exercise-deadline", daemon=True).start()
-
-    @contextlib.contextmanager
-    def armed(self, seconds: float, what: dict[str, Any]) -> Iterator[None]:
-        with self.cond:
-            self.until, self.what = time.monotonic() + seconds, {**what, "seconds": seconds}
-            self.cond.notify()
-        try:
-            yield
-        finally:
-            with self.cond:
-                self.until = None
-                self.cond.notify()
-
-    def _watch(self) -> None:
-        with self.cond:
-            while True:
-                if self.until is None:
-                    self.cond.wait()
-                    continue
-                left = self.until - time.monotonic()
-                if left > 0:
-                    self.cond.wait(left)
-                    continue
-                self._fire()
-
-    def _fire(self) -> None:
-        frame = sys._current_frames().get(self.main)
-        rank = int(os.environ.get("RANK", "-1"))
-        try:
-            _common.emit({"workload": WORKLOAD, "name": RECORD_DEADLINE, "rank": rank, "ok": False,
-                          **self.what, "where": _where_in_frame(frame, self.files)})
-            sys.stderr.write(f"labctl exercise: rank {rank}: the call did not return within "
-                             f"{self.what.get('seconds')} s; ending this rank\n")
-            sys.stderr.flush()
-        finally:
-            os._exit(EXIT_DEADLINE)
-
-
-# ---------------------------------------------------------------- where, and what an error is
-
-def _source(path: str, line: int) -> str:
-    return linecache.getline(path, line).strip()
-
-
-def _where(frames: list[tuple[str, int]], files: set[str]) -> dict[str, Any] | None:
-    """The innermost frame in the learner's files, else the innermost outside torch and
-    this package: file (base name), line and its source."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    pick = next(((p, n) for p, n in frames if p in files), None)
-    if pick is None:
-        pick = next(((p, n) for p, n in frames if "torch" not in p.split(os.sep) and not p.startswith(here)),
-                    None)
-    if pick is None:
-        return None
-    path, line = pick
-    return {"file": os.path.basename(path), "line": line, "source": _source(path, line)}
-
-
-def _where_in(tb: Any, files: set[str]) -> dict[str, Any] | None:
-    frames = []
-    while tb is not None:
-        frames.append((os.path.abspath(tb.tb_frame.f_code.co_filename), tb.tb_lineno))
-        tb = tb.tb_next
-    return _where(frames[::-1], files)
-
-
-def _where_in_frame(frame: Any, files: set[str]) -> dict[str, Any] | None:
-    frames = []
-    while frame is not None:
-        frames.append((os.path.abspath(frame.f_code.co_filename), frame.f_lineno))
-        frame = frame.f_back
-    return _where(frames, files)
-
+# ---------------------------------------------------------------- what an error is
 
 def _comm_error(exc: BaseException) -> bool:
     """An error of the communication itself (a peer closed its connection, a timeout),
@@ -516,7 +450,7 @@ def _load(path: str, entry: int, exercise: str, modules: dict[str, Any], rank: i
             _common.emit({"workload": WORKLOAD, "name": RECORD_LOAD, "rank": rank, "ok": False,
                           "entry": entry, "exercise": exercise, "file": where,
                           "exception": _exception_line(exc),
-                          "where": _where_in(exc.__traceback__, {path})})
+                          "where": where_in(exc.__traceback__, {path})})
             raise Stopped from exc
         modules[path] = module
     fn = getattr(module, function, None)
