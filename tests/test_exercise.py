@@ -1,10 +1,11 @@
-"""`labctl exercise` (labctl/exercise.py, workloads/_exercise.py): real labs grade real files.
+"""`labctl exercise` (labctl/exercise*.py, workloads/_exercise.py): real labs grade real files.
 
 The reference solutions and the classic mistakes live in tests/exercises/ (never in the
 package: `init` hands out no answer). One lab (2 x 2 local ranks, so world sizes 4, 3
 and 2) runs every reference and the mistakes that do not end a lab; each mistake that
 ends one (a deadlock, a raise, a call that never returns) gets its own, through the CLI
-as a learner runs it.
+as a learner runs it. The pattern exercises (column-parallel, 1F1B, ring attention, MoE)
+are tests/test_exercise_patterns.py's.
 """
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ import pytest
 from conftest import LABCTL, REPO, assert_nothing_left, labctl, labctl_in_background
 from docker_support import require_compose, require_image
 from labctl import exercise as ex
+from labctl import exercise_checks as checks
 from labctl.rendered import RUN_LABEL
 from labctl.spec import SpecError
-from workloads._protocol.exercises import EXERCISES, Call, Config, traffic, worlds
+from workloads._protocol.exercises import EXERCISES, PATTERNS, Call, Config, traffic, worlds
 
 HERE = Path(__file__).resolve().parent / "exercises"
 REFERENCES = {"ring_allreduce": "ring_allreduce.py", "naive_allreduce": "naive_allreduce.py",
@@ -36,6 +38,8 @@ MISTAKES = {"whole tensor": ("ring_allreduce", "ring_whole_tensor.py"),
             "wrong chunks": ("ring_allreduce", "ring_wrong_chunks.py"),
             "calls all_reduce": ("ring_allreduce", "ring_calls_all_reduce.py"),
             "linear broadcast": ("tree_broadcast", "tree_linear.py")}
+ISSUE_52 = {"through the store": ("ring_allreduce", "ring_through_store.py"),     # item 7: must fail
+            "padded ring": ("ring_allreduce", "ring_padded.py")}                 # item 8: must pass
 
 
 # ---------------------------------------------------------------- one lab, many files
@@ -44,7 +48,7 @@ MISTAKES = {"whole tensor": ("ring_allreduce", "ring_whole_tensor.py"),
 def shared(tmp_path_factory):
     """Every reference and every mistake that lets the lab go on, in one 2 x 2 lab."""
     out = tmp_path_factory.mktemp("exercise") / "run"
-    named = [*((n, f) for n, f in REFERENCES.items()), *MISTAKES.values()]
+    named = [*((n, f) for n, f in REFERENCES.items()), *MISTAKES.values(), *ISSUE_52.values()]
     entries = [ex.entry(name, str(HERE / file)) for name, file in named]
     spec = ex.lab_spec(entries, None, {"out": str(out)}, ex.settings())
     run, grades = ex.check(spec, entries, progress=lambda line: None)
@@ -92,6 +96,42 @@ def test_the_whole_tensor_around_the_ring_fails_on_traffic_at_3_and_4_ranks(shar
     said = [f.text for f in g.findings]
     assert any("sent 2.0x the optimum" in t and "passing the whole tensor" in t for t in said), said
     assert [f.check for f in g.findings] == [ex.Check.TRAFFIC, ex.Check.TRAFFIC]
+    # what was extra, beyond the padding a ring may need (world 4: chunks of ceil(S/4))
+    (four,) = [t for t in said if "world size 4" in t]
+    assert "adds at most 1.1 KiB): 118.4 KiB was extra beyond that padding: are you passing" in four, four
+
+
+@pytest.mark.slow
+def test_values_that_arrive_through_the_store_fail_beside_a_decoy_ring_of_the_optimal_bytes(shared):
+    """Issue 52 item 7: each rank's `send` set into the lab's default store, a ring of zeros
+    sending exactly the optimum beside it, and `recv` the sum of what the store hands back.
+    Values, bytes, waits and deadline are all right; the store's methods, counted while
+    each call ran, fail it."""
+    run, grades = shared
+    g = grades["ring_through_store.py"]
+    assert not g.passed
+    for world in (4, 3, 2):
+        assert g.cells[(ex.Check.VALUES, world)].ok and g.cells[(ex.Check.WAITS, world)].ok
+        assert g.cells[(ex.Check.TRAFFIC, world)].text == "1.00x"          # the decoy: exactly the optimum
+        assert g.cells[(ex.Check.ONLY_P2P, world)].text == "FAIL"
+    (said,) = g.findings
+    assert said.check is ex.Check.ONLY_P2P
+    assert said.text.startswith("values arrived through the store (world size 4: ranks 0, 1, 2, 3 called "
+                                "store.get, store.set (the lab's key-value store) in 12 of 12 cases, the first "
+                                "at ring_through_store.py:30 (store.set("), said.text
+    assert "never the store's" in said.text
+    assert g.headline().startswith("values arrived through the store (world size 4")
+
+
+@pytest.mark.slow
+def test_a_ring_whose_chunks_are_padded_to_equal_size_passes_traffic(shared):
+    """Issue 52 item 8: a ring on chunks of ceil(S/n) elements (n not dividing S) sends
+    n x 2(n-1) x ceil(S/n) in all, the padding its chunking needs: allowed, and said."""
+    run, grades = shared
+    g = grades["ring_padded.py"]
+    assert g.passed, ex.text([g], run)
+    assert g.cells[(ex.Check.TRAFFIC, 4)].text == "1.01x padded"
+    assert all(g.cells[(ex.Check.TRAFFIC, w)].ok for w in (4, 3, 2))
 
 
 @pytest.mark.slow
@@ -334,7 +374,7 @@ def test_right_values_with_far_fewer_bytes_than_they_need_are_not_p2p():
 
     def grade(called, traced=frozenset({0, 1}), calls=None):
         g = ex.Grade(EXERCISES["all_to_all"], HERE / "all_to_all.py", [2])
-        ex._arrived(g, 2, calls or [call(0), call(1)], called, set(traced))
+        checks.arrived(g, 2, calls or [call(0), call(1)], called, set(traced))
         return g
 
     both = {(0, 0): [op("isend", 1, 96), op("irecv", 1, 96)], (0, 1): [op("isend", 0, 96), op("irecv", 0, 96)]}
@@ -351,6 +391,32 @@ def test_right_values_with_far_fewer_bytes_than_they_need_are_not_p2p():
     assert nothing.short.startswith("values arrived without any send you issued: a collective did the work "
                                     "(world size 2: ranks 0, 1 got right values with 0 bytes sent to them in 1 "
                                     "of 1 cases")
+
+
+
+def test_the_traffic_allowance_is_the_padding_the_ring_s_chunks_need_and_no_more():
+    """Issue 52 item 8, the rule on hand-made calls: a ring at n = 4 on 5 int64 elements
+    (chunks of ceil(5/4) = 2) may send 2(n-1) x 2 elements a rank; one element more per
+    message fails, and the line says how much was extra beyond that padding and asks
+    about the chunks, not the whole tensor."""
+    def ring_call(rank):
+        return Call(0, "ring_allreduce", 4, rank, 0, "int64 arange, 5 elements", True, "", 0, 1, 5, 8)
+
+    def grade(elements_per_message):
+        sent = [SimpleNamespace(op="isend", peer=(r + 1) % 4, nbytes=elements_per_message * 8, caller="x.py:3",
+                                begin=0, end=1) for r in range(4)]
+        called = {(0, r): [sent[r]] * 6 for r in range(4)}          # 2(n-1) messages a rank
+        g = ex.Grade(EXERCISES["ring_allreduce"], HERE / "ring_padded.py", [4])
+        checks.traffic_check(g, 4, [ring_call(r) for r in range(4)], called)
+        return g
+
+    padded = grade(2)                                               # 4 x 6 x 2 x 8 = 384 B, optimum 240 B
+    assert padded.cells[(ex.Check.TRAFFIC, 4)] == checks.Cell(True, "1.60x padded") and padded.findings == []
+    over = grade(3)                                                 # 576 B: 192 B past the padding
+    assert over.cells[(ex.Check.TRAFFIC, 4)].ok is False
+    (said,) = over.findings
+    assert "adds at most 144 B): 192 B was extra beyond that padding" in said.text, said.text
+    assert "are the chunks larger than ceil(S/n) elements?" in said.text and "whole tensor" not in said.text
 
 
 # ---------------------------------------------------------------- compose
@@ -386,7 +452,8 @@ def test_check_on_compose_passes_a_reference_solution(tmp_path):
     (["ring_allreduce", "."], "error: .: not a file (expected the Python file with your allreduce)"),
     (["ring", "nofunction.py"],
      "error: exercise: expected one of ring_allreduce, naive_allreduce, tree_broadcast, ring_allgather, "
-     "reduce_scatter, all_to_all, average_gradients, given 'ring' (labctl exercise list)"),
+     "reduce_scatter, all_to_all, average_gradients, column_parallel, pipeline_1f1b, ring_attention, "
+     "moe_dispatch, given 'ring' (labctl exercise list)"),
     (["ring_allreduce", "good.py", "--nodes", "1", "--nproc-per-node", "1"],
      "error: exercise check: needs at least 2 ranks, the lab has 1 (--nodes x --nproc-per-node; default 2 x 2)"),
     (["ring_allreduce", "good.py", "--replicas", "2"],
@@ -452,8 +519,8 @@ def test_a_starter_states_the_contract_and_hands_out_no_answer(name):
 
 def test_the_references_stay_out_of_the_package():
     shipped = {p.name for p in (REPO / "workloads" / "_exercises").rglob("*.py")}
-    for file in REFERENCES.values():
-        assert (HERE / file).is_file()
+    for name in [*REFERENCES, *PATTERNS]:
+        assert (HERE / f"{name}.py").is_file()
     assert shipped == {f"{n}.py" for n in EXERCISES}
     for name in EXERCISES:
         assert "NotImplementedError" in EXERCISES[name].starter.read_text()
@@ -472,6 +539,9 @@ def test_the_traffic_model_is_each_algorithm_s_optimum():
     ring = traffic("ring_allreduce", 4, 0, 1001, 8)
     assert ring.total == 2 * 3 * 1001 * 8                          # 2(n-1)/n x S per rank, n ranks
     assert ring.rank_most == 2 * 3 * 251 * 8                       # chunks of ceil(1001/4)
+    assert ring.allowed_total == 4 * 2 * 3 * 251 * 8               # every rank's chunks padded to 251
+    assert traffic("ring_allreduce", 4, 0, 12, 8).allowed_total == 2 * 3 * 12 * 8   # 4 divides 12: no padding
+    assert traffic("all_to_all", 4, 0, 5, 8).allowed_total == traffic("all_to_all", 4, 0, 5, 8).total
     assert traffic("naive_allreduce", 4, 0, 10, 4).rank_most == 3 * 40
     assert traffic("naive_allreduce", 4, 2, 10, 4).rank_most == 40
     assert traffic("tree_broadcast", 4, 1, 10, 4).rank_most == 2 * 40
