@@ -31,11 +31,13 @@ they cross (the replay decides how).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import math
 import random
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 P2P = ("pingpong", "ring")
@@ -124,11 +126,34 @@ class Schedule:
         return out
 
 
+class ScheduleTooLong(ValueError):
+    """A call of more messages than `at_most` allows: not built (its replay would take too long)."""
+
+
+_MOST: contextvars.ContextVar[int | None] = contextvars.ContextVar("most_messages", default=None)
+
+
+@contextlib.contextmanager
+def at_most(messages: int) -> Iterator[None]:
+    """Schedules built inside stop at `messages` messages (ScheduleTooLong): the work a
+    caller does grows with the size and world it is given (gloo's ring all_reduce cuts a
+    buffer into 1 MiB segments: 1 TiB at 2 ranks is two million messages), and a reader of
+    a run folder must not grow with a number a script printed."""
+    token = _MOST.set(messages)
+    try:
+        yield
+    finally:
+        _MOST.reset(token)
+
+
 class _Builder:
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self.most = _MOST.get()
 
     def add(self, src: int, dst: int, nbytes: int, after: Iterable[int | None] = (), step: int = 0) -> int:
+        if self.most is not None and len(self.messages) >= self.most:
+            raise ScheduleTooLong(f"more than {self.most:,} messages")
         deps = tuple(sorted({a for a in after if a is not None}))
         self.messages.append(Message(src, dst, max(0, int(nbytes)), deps, step))
         return len(self.messages) - 1
