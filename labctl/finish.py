@@ -25,7 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
-from .trace.calls import destroyed_before
+from .trace.calls import deleted_keys, destroyed_before
 from .trace.model import Diagnosis
 from .rundir import RunDir, StorageError, now, storage_cause
 from .verdict import Cut, Evidence, Seen
@@ -68,13 +68,14 @@ class _Finish:
         self.ended_in: dict[int, str] = {}     # rank -> where its trace records end
         self.ended_at: dict[int, dict] = {}    # ... as the op and its caller
         self.destroyed: dict[int, str] = {}    # rank -> where it last called destroy_process_group
+        self.deleted: dict[str, tuple[int, str]] = {}   # store key -> (rank, caller) that deleted it
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
         return Evidence(self.seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads),
                         list(self.run.record.faults), self.found, self.diagnosis,
                         ended_in=self.ended_in, ended_at=self.ended_at, destroyed=self.destroyed,
-                        previous=self.previous, **more)
+                        deleted=self.deleted, previous=self.previous, **more)
 
     def decide(self, **more) -> None:
         self.run.record = verdict.decide(self.run.record, self.evidence(**more), str(self.run.path))
@@ -90,6 +91,10 @@ class _Finish:
         indices = [o.index for o in self.seen.outcomes]
         self.reading = self.reading or blame.LogReading.of(run, indices)
         self.found = found = self.reading.finish()
+        ignored = self.reading.split.ignored
+        if ignored.count:                       # result lines out of the lab's bounds: left out, named
+            rec.ignored_results = ignored
+            rec.notes.append(f"results: {ignored.summary()}")
         for index in indices:                   # the workers' error files, where they are here
             log_dir = run.torchrun_logs(index)
             files, notes = blame.read_error_files(log_dir, index)
@@ -151,6 +156,7 @@ class _Finish:
             self.ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at}
             self.destroyed = {r: op.caller for r, calls in summary.calls.items()
                               if (op := destroyed_before(calls)) is not None}
+            self.deleted = deleted_keys(summary.calls)
         if summary.raised_count:
             first = summary.raised[0] if summary.raised else ""
             run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "

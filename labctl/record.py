@@ -84,7 +84,8 @@ class FirstFailure:
     # a first failure that is another rank's symptom: "odd call" (the rank died in a
     # collective this one called differently), "absence" (it waited for this one) or
     # "named by torch" (torch's own check, on that rank, named this one: labctl/torchsays.py),
-    # "sent it" (the root of an object collective whose object the others could not unpickle)
+    # "sent it" (the root of an object collective whose object the others could not unpickle),
+    # "deleted it" (a store key another rank was still to read)
     blamed_for: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,6 +155,11 @@ class FirstFailure:
             return (f"{who} is the rank torch's own check named{what}"
                     + (f" (at {self.caller})" if self.caller else "")
                     + f": rank {self.peer_rank} raised {self.peer_error.get('exception', '')[:300]}")
+        if self.blamed_for == "deleted it" and self.peer_error is not None:
+            return (f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
+                    + f" deleted a store key another rank still had to read (store.delete_key"
+                    + (f" at {self.caller}" if self.caller else "") + f"): rank {self.peer_rank} "
+                    + str(self.peer_error.get("exception", ""))[:300])
         if self.blamed_for == "sent it" and self.peer_error is not None:
             return (f"rank {self.rank}" + (f" on node {self.node}" if self.node is not None else "")
                     + f" sent an object the other ranks could not load in {self.op}"
@@ -372,6 +378,8 @@ class RunRecord:
     stacks: dict[int, dict] = field(default_factory=dict)   # rank -> where it was (logs.where_stuck)
     checks: Checks | None = None
     failed_checks: list[FailedCheck] = field(default_factory=list)
+    # result lines the ranks printed that were left out (a field out of the lab's bounds)
+    ignored_results: records.Ignored | None = None
     finalize_seconds: float | None = None
     unfinished: list[str] = field(default_factory=list)     # a cut finish: what is missing
     rank_logs_by_guards: bool = False
@@ -424,6 +432,8 @@ class RunRecord:
                     d["stacks"] = {str(k): v for k, v in sorted(self.stacks.items())}
                 d["checks"] = dataclasses.asdict(self.checks)
                 d["failed_checks"] = [dataclasses.asdict(c) for c in self.failed_checks]
+                if self.ignored_results is not None:
+                    d["ignored_results"] = self.ignored_results.to_dict()
         elif self.message:
             d["message"] = self.message
         if self.trace is not None:
@@ -491,6 +501,7 @@ class RunRecord:
             rec.checks = Checks(**{k: v for k, v in d["checks"].items() if k in ("total", "failed", "skipped")})
         rec.failed_checks = [FailedCheck(**{k: c.get(k) for k in ("workload", "name", "rank", "detail")})
                              for c in d.get("failed_checks") or []]
+        rec.ignored_results = records.Ignored.from_dict(d.get("ignored_results"))
         rec.finalize_seconds = d.get("finalize_seconds")
         rec.unfinished = list(d.get("unfinished") or [])
         rec.rank_logs_by_guards = d.get("rank_logs_by_guards") is True

@@ -96,6 +96,7 @@ class Evidence:
     ended_in: dict[int, str] = field(default_factory=dict)   # rank -> where its trace records end
     ended_at: dict[int, dict] = field(default_factory=dict)  # ... as {"op", "caller", "inside"}
     destroyed: dict[int, str] = field(default_factory=dict)  # rank -> where it called destroy_process_group
+    deleted: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that deleted it
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -148,6 +149,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first = _named_by_torch(first, ev.found, out.world_size) or first
             _everyone_raised_it(first, ev.found)
             first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at) or first
+            first = _deleted_before_it_was_read(first, ev.found, ev.ended_at, ev.deleted) or first
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -339,6 +341,30 @@ def _sent_what_could_not_be_loaded(first: FirstFailure, found: blame.Findings,
     at = f"{error['file']}:{error['line']}" if error.get("file") else ended.get("caller")
     return FirstFailure(root, blame.node_of_rank(root, found), found.exit_codes.get(root),
                         peer_rank=raisers[0], peer_error=dict(error), blamed_for="sent it", op=call, caller=at)
+
+
+_STORE_READ_CALLS = ("store.get", "store.wait")
+
+
+def _deleted_before_it_was_read(first: FirstFailure, found: blame.Findings, ended_at: dict[int, dict],
+                                deleted: dict[str, tuple[int, str]]) -> FirstFailure | None:
+    """A rank held in (or timed out of) a store read of a key another rank's script had
+    deleted: the delete is the cause, its rank the first failure (the reader its victim).
+    None: no such read."""
+    reader = first.rank
+    ended = ended_at.get(reader) if reader is not None else None
+    if not ended or ended.get("op") not in _STORE_READ_CALLS or first.fault or first.left_early:
+        return None
+    keys = [k.strip() for k in str(ended.get("key") or "").split(",")]
+    hit = next(((k, deleted[k]) for k in keys if k in deleted and deleted[k][0] != reader), None)
+    if hit is None:
+        return None
+    key, (rank, caller) = hit
+    said = dict(first.error) if first.error else {
+        "exception": f"held in {ended['op']}({key!r}) at {ended.get('caller')}, a key rank {rank} had deleted"}
+    return FirstFailure(rank, blame.node_of_rank(rank, found), found.exit_codes.get(rank), peer_rank=reader,
+                        peer_error=said, blamed_for="deleted it", op="store.delete_key", caller=caller,
+                        collective=first.collective)
 
 
 def _destroyed_first(first: FirstFailure, destroyed: dict[int, str]) -> None:

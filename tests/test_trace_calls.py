@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labctl.trace.calls import destroyed_before, odd_new_group, says_uninitialized
+from labctl.trace.calls import deleted_keys, destroyed_before, odd_new_group, says_uninitialized
 from labctl.trace.model import Op
 
 from conftest import REPO
@@ -44,6 +44,15 @@ def test_a_destroy_and_the_error_it_leads_to():
     assert not says_uninitialized("RuntimeError: Connection closed by peer")
 
 
+def test_the_first_delete_of_each_store_key_and_who_made_it():
+    def delete(rank, key, start, line):
+        return Op(rank=rank, op="store.delete_key", pg="store", seq=None, p2p=None, peer=None, root=None,
+                  shape=None, dtype=None, nbytes=0, caller=f"/x/job.py:{line}", start=start, end=start + 1, key=key)
+    calls = {0: [delete(0, "run_id", 9, 17)], 2: [delete(2, "run_id", 5, 30), delete(2, "other", 7, 31)],
+             1: [_call(1, "store.get", start=3)]}
+    assert deleted_keys(calls) == {"run_id": (2, "/x/job.py:30"), "other": (2, "/x/job.py:31")}
+
+
 SCRIPT = """\
 import torch
 import torch.distributed as dist
@@ -61,6 +70,9 @@ if rank in (0, 1):
 store = dist.distributed_c10d._get_default_store()
 store.set("k", "v")
 assert store.get("k") == b"v"
+store.add("n", 1)
+if rank == 0:
+    store.delete_key("k")
 dist.all_reduce(t)
 dist.destroy_process_group()
 """
@@ -92,5 +104,6 @@ def test_a_rank_records_its_calls_and_the_odd_new_group_is_the_first_failure(tmp
              if line.startswith("@@labctl-trace {") and '"kind":"l"' in line]
     calls = {(s["op"], s["caller"].rsplit(":", 1)[1], tuple(s.get("members") or ()), s.get("key")) for s in sites}
     assert ("new_group", "9", (0, 1), None) in calls and ("new_group", "11", (0, 1, 2), None) in calls, calls
-    assert ("store.get", "16", (), "k") in calls, calls
+    assert ("store.get", "16", (), "k") in calls and ("store.add", "17", (), "n") in calls, calls
+    assert ("store.delete_key", "19", (), "k") in calls, calls
     assert all(s["caller"].startswith(str(script)) for s in sites), sites     # torch's own store reads are not the script's

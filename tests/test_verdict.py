@@ -453,3 +453,27 @@ def test_the_root_whose_object_the_others_could_not_unpickle_is_the_first_failur
                          Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found, ended_at=ended),
                          "runs/x")
     assert rec.first_failure.rank != 0 and rec.first_failure.blamed_for is None
+
+
+def test_a_rank_held_in_a_store_read_of_a_key_another_rank_deleted_blames_the_delete():
+    """Rank 2 waits in store.get("run_id") (the lab's deadline came); rank 0 had deleted
+    that key: rank 0's delete is the first failure, rank 2 its victim."""
+    hang = {"rank": 2, "ranks": [2], "op": "barrier", "caller": None, "text": "ranks 0, 1 wait in barrier ..."}
+    found = Findings(world=3, ranks={0, 1, 2}, finished=set(), total=0, node_ranks={0: [0, 1, 2]})
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found,
+                                  diagnosis=Diagnosis.from_dict(hang),
+                                  ended_at={2: {"op": "store.get", "caller": "/x/job.py:23", "inside": True,
+                                                "key": "run_id"}},
+                                  deleted={"run_id": (0, "/x/job.py:17")}), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller, first.peer_rank) == (0, "store.delete_key", "/x/job.py:17", 2), first
+    assert first.describe().startswith("rank 0 on node 0 deleted a store key another rank still had to read")
+    # a key nobody deleted: the reader stays the first failure, with its read
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found,
+                                  diagnosis=Diagnosis.from_dict(hang),
+                                  ended_at={2: {"op": "store.get", "caller": "/x/job.py:23", "inside": True,
+                                                "key": "run_id"}},
+                                  deleted={"other": (0, "/x/job.py:17")}), "runs/x")
+    assert (rec.first_failure.rank, rec.first_failure.op) == (2, "store.get")

@@ -105,7 +105,8 @@ class RankBuilder:
         if self.info.ended_in is not None:
             inside = bool(pending)
             op = max(pending.values(), key=lambda o: o.start) if inside else self.last_op
-            self.info.ended_at = {"op": op.call, "caller": op.caller, "inside": inside, "root": op.root}
+            self.info.ended_at = {"op": op.call, "caller": op.caller, "inside": inside, "root": op.root,
+                                 "key": op.key}
         ops = [self._unfinished(op) for op in pending.values()]
         self.pending = OrderedDict()
         self._before = {}

@@ -55,6 +55,17 @@ def says_uninitialized(error: str | None) -> bool:
     return bool(error) and any(s in error for s in _UNINITIALIZED)
 
 
+def deleted_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
+    """key -> (rank, caller) of the first store.delete_key of each key the script deleted."""
+    found: dict[str, tuple[int, str]] = {}
+    for rank, ops in sorted(calls.items()):
+        for op in ops:
+            if op.op == "store.delete_key" and op.key and op.end is not None:
+                if op.key not in found or op.start < found[op.key][2]:
+                    found[op.key] = (rank, op.caller, op.start)
+    return {k: (r, c) for k, (r, c, _) in found.items()}
+
+
 def destroyed_before(calls: list[Op], before_ns: int | None = None) -> Op | None:
     """The rank's last destroy_process_group call (before `before_ns`, when given)."""
     found = [o for o in calls if o.op == "destroy_process_group" and (before_ns is None or o.start <= before_ns)]

@@ -75,13 +75,16 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("destroy_process_group", Kind.CALL),
     Op("store.get", Kind.CALL),
     Op("store.wait", Kind.CALL),
+    Op("store.add", Kind.CALL),
+    Op("store.delete_key", Kind.CALL),
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life
-# cycle, which every member must go through alike, and the store reads a script makes
-# itself, which block until another rank writes (a rank held there holds up the others)
+# cycle, which every member must go through alike, and the store calls a script makes
+# itself: reads block until another rank writes (a rank held there holds up the others), a
+# counter's add and a delete decide what the others' reads find
 LIFECYCLE_CALLS = ("new_group", "destroy_process_group")
-STORE_READS = ("get", "wait")                 # Store methods, traced as "store.get", "store.wait"
+STORE_CALLS = ("get", "wait", "add", "delete_key")   # Store methods, traced as "store.get" ...
 CALLS = frozenset(name for name, op in OPS.items() if op.kind is Kind.CALL)
 
 P2P = frozenset(name for name, op in OPS.items() if op.p2p)

@@ -93,7 +93,7 @@ def _script_made(frame: Any) -> bool:
     return kind is _USER
 
 
-def _store_read(name: str, original: Any) -> Any:
+def _store_call(name: str, original: Any) -> Any:
     traced_name = f"store.{name}"
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -122,11 +122,11 @@ def install(torch: Any) -> None:
             if getattr(dist, name, None) is original:
                 setattr(dist, name, traced)
     store = getattr(torch._C._distributed_c10d, "Store", None)
-    for name in ops.STORE_READS:
+    for name in ops.STORE_CALLS:
         original = store.__dict__.get(name) if store is not None else None
         if original is not None:
             try:
-                setattr(store, name, _store_read(name, original))
+                setattr(store, name, _store_call(name, original))
             except (TypeError, AttributeError):
                 pass                # a torch whose Store takes no attribute: store reads are not recorded
 
