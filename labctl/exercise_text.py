@@ -74,7 +74,7 @@ def raised_hint(exception: str, ex: Exercise) -> str:
     if exception.startswith("NotImplementedError"):
         return (f"That is the starter's placeholder: write your {ex.signature} in its place (the file's "
                 "docstring holds the contract and the hints)")
-    if "must be contiguous" in exception:
+    if "has to be contiguous" in exception or "must be contiguous" in exception:   # gloo's, torch's words
         return ("send/recv need contiguous tensors: a slice across columns (out[:, a:b]) is a strided view; "
                 "receive into a contiguous buffer, then copy_ it into place")
     return ""

@@ -194,3 +194,16 @@ def test_every_pattern_has_cases_with_their_shapes():
     assert cases("column_parallel", 3)[3].label == "int64 arange, 3 tokens x 4 -> 5 features"
     assert {c.kind for c in cases("moe_dispatch", 2)} == {"random", "one expert", "own expert"}
     assert not any(EXERCISES[name].timed for name in PATTERNS)
+
+
+def test_a_raise_says_what_it_most_often_means():
+    from labctl import exercise_text as words
+
+    column = EXERCISES["column_parallel"]
+    # what torch 2.13's gloo says of irecv(out[:, 1:3], peer) (measured)
+    assert words.raised_hint("RuntimeError: input tensor has to be contiguous", column).startswith(
+        "send/recv need contiguous tensors: a slice across columns (out[:, a:b]) is a strided view")
+    assert words.raised_hint("NotImplementedError: gather every rank's columns into out here", column) == (
+        "That is the starter's placeholder: write your column_parallel_linear(x, weight, bias, out) in its "
+        "place (the file's docstring holds the contract and the hints)")
+    assert words.raised_hint("ValueError: rank 1 gives up", column) == ""
