@@ -161,6 +161,58 @@ def test_the_step_s_window_moves_onto_the_trace_s_clock_and_the_grid_s_rows_are_
     assert stepcomm.columns_of([0, 1, 2, 3], {"default_pg": {(0, 1, 2, 3)}}) == 4
 
 
+# ---- labctl predict: one step at N ranks (workloads/_report/_patterncost.py) ----------------
+def test_a_pipeline_step_and_a_ring_pass_replayed_by_hand():
+    from workloads._protocol.replay import Network, replay
+    from workloads._report import _patterncost as cost
+
+    net = Network.uniform(3, 100.0)            # a rank a node, 100 B/s: a 100-byte message takes 1 s
+    # 3 stages, 2 microbatches: the activations 0 -> 1 -> 2, the gradients back; the ends send half
+    gpipe, f1b = cost._pp_schedule(3, 1, 2, 100, gpipe=True), cost._pp_schedule(3, 1, 2, 100, gpipe=False)
+    assert len(gpipe.messages) == 8 and gpipe.sent() == [200, 400, 200] == f1b.sent()
+    # GPipe: the last stage turns round once both activations came (t = 3), then the gradients
+    # follow one another: 3 + 3 = 6 s; 1F1B turns each round as it comes: microbatch 0's
+    # gradient leaves stage 2 at 2 while microbatch 1's activation crosses 1 -> 2: 5 s
+    assert math.isclose(replay(gpipe, net).seconds, 6.0) and math.isclose(replay(f1b, net).seconds, 5.0)
+    # a ring pass: 2 hops, every rank passing on what it received; backwards goes to r - 1
+    ring, back = cost._ring_pass(3, 100, 1), cost._ring_pass(3, 100, -1)
+    assert len(ring.messages) == 6 and math.isclose(replay(ring, net).seconds, 2.0)
+    assert {(m.src, m.dst) for m in back.messages} == {(0, 2), (1, 0), (2, 1)}
+
+
+def test_a_mesh_step_at_8_ranks_keeps_its_rows_and_its_columns_share_each_node_s_cable():
+    from types import SimpleNamespace
+
+    from labctl.links import parse
+    from workloads._report import _patterncost as cost
+
+    ops = [["all_reduce", "mesh_tp", 2, 512, None]] * 3 + [["all_reduce", "mesh_dp", 2, s, None]
+                                                            for s in (2048, 128, 2048, 2048, 128, 2048)]
+    results = [{"workload": "mesh", "name": "manual-bytes-per-step", "rank": r, "ok": True, "ops": ops,
+                "formula": 9984.0, "dp": 2, "tp": 2, "activation_bytes": 512, "shard_param_bytes": 8448}
+               for r in range(4)]
+    run = SimpleNamespace(path="RUN", results=lambda: results,
+                          spec=SimpleNamespace(links=parse({"default": "1gbit"}, 4), nproc_per_node=2))
+    (row,) = json.loads(cost.predict(run, 8, fmt="json"))["rows"]
+    steps = cost.phases("mesh", "manual", {r["rank"]: r for r in results}, 4, 8)
+    assert steps[0].groups == ((0, 1), (2, 3), (4, 5), (6, 7)) and steps[3].groups == ((0, 2, 4, 6), (1, 3, 5, 7))
+    want = _patterns.mesh_bytes(512, 4, 2, 2, 8448)                  # 1,536 + 12,672 B
+    assert row["bytes_per_rank"] == row["formula_bytes_per_rank"] == want and row["within_1pct"]
+    # the tp rows stay on a node (loopback); each node's cable carries both columns' rings at
+    # once, so each gets half of it: the dp all_reduces take twice their bytes over the link
+    dp_share = _patterns.ring("all_reduce", 8448, 4)
+    assert 2 * dp_share / 125e6 * 1e6 <= row["time_us"] <= 2 * dp_share / 125e6 * 1e6 * 1.02 + 2
+    with pytest.raises(cost.InputError, match="multiple of 2"):
+        cost.predict(run, 7)
+    with pytest.raises(cost.InputError, match="--size"):
+        cost.predict(run, 8, [1024])
+    bare = SimpleNamespace(path="RUN", results=lambda: results, spec=SimpleNamespace(links=None, nproc_per_node=2))
+    with pytest.raises(cost.InputError, match="--link"):
+        cost.predict(bare, 8)
+    assert json.loads(cost.predict(bare, 8, fmt="json", links={"default": "1gbit"}))["rows"][0]["time_us"] == \
+        row["time_us"]
+
+
 # ---- one lab per pattern ------------------------------------------------------------------
 # pattern -> (lab shape nodes x nproc, its variants, the tolerance each must meet)
 LABS = {
@@ -171,6 +223,23 @@ LABS = {
     "ep": ((2, 2), ("moe",), 1e-6),
     "mesh": ((2, 2), ("manual", "dtensor"), 1e-5),
 }
+
+
+def formula_at(pattern: str, variant: str, big: int) -> float:
+    """The most bytes a rank sends per step at `big` ranks by the pattern's formula, with the
+    labs' defaults (docs/patterns.md): what `labctl predict --world-size big` must say."""
+    if pattern == "fsdp":                 # P = 8,512 B: no parameter's dim 0 needs padding at 16
+        return (_patterns.fsdp2_bytes if variant == "fsdp2" else _patterns.zero1_bytes)(8512, big)
+    if pattern == "tp":                   # 16 tokens x d 16 x 4 B, 2 blocks
+        return _patterns.tp_bytes(1024, big, 2, variant.endswith("-sp"))
+    if pattern == "pp":                   # a middle rank: M = 4, A = 2 rows x 16 x 4 B
+        return _patterns.pp_bytes(1, big, 2 if variant == "interleaved" else 1, 4, 128)
+    if pattern == "cp":                   # T = 32 tokens, d = 16; train: P = 4,096 B
+        return _patterns.cp_bytes(big, 32 / big, 16, backward=variant == "train",
+                                  param_bytes=4096 if variant == "train" else 0)
+    if pattern == "ep":                   # 16 tokens a rank, each to any expert alike
+        return _patterns.ep_bytes(0, [[16 / big] * big] * big, 16)
+    return _patterns.mesh_bytes(512, big // 2, 2, 2, 8448)        # mesh: tp 2, A = 8 tokens x 16 x 4 B
 
 
 @pytest.mark.slow
@@ -212,6 +281,28 @@ def test_one_lab_per_pattern(tmp_path: Path, pattern: str):
     assert f"### {pattern}: the process groups" in report_md and "| default_pg | 0, 1, 2, 3 |" in report_md
     for variant in variants:
         assert f"### {variant}: one step's communication" in report_md, report_md
+    # labctl predict: each variant's step at 16 ranks over 1 Gbit/s links, its bytes the formula's
+    done = labctl("predict", str(out), "--world-size", "16", "--link", "1gbit", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    predicted = {r["variant"]: r for r in json.loads(done.stdout)["rows"]}
+    assert set(predicted) == set(variants), predicted
+    for variant, row in predicted.items():
+        want = formula_at(pattern, variant, 16)
+        assert math.isclose(row["bytes_per_rank"], want, rel_tol=0.01), (variant, row, want)
+        assert math.isclose(row["formula_bytes_per_rank"], want, rel_tol=0.01) and row["within_1pct"], row
+        assert row["world_size"] == 16 and row["n"] == 4 and row["time_us"] > row["time_us_at_run"] > 0, row
+        if pattern == "tp":
+            # 4 ranks a node: each ring crosses every node's 1 Gbit/s cable once, so the step
+            # takes what gloo's algorithms send (its reduce_scatter an all_reduce) over the cable
+            assert math.isclose(row["time_us"], row["gloo_bytes_per_rank"] / 125e6 * 1e6, rel_tol=0.02), row
+    if pattern == "tp":
+        shown = labctl("predict", str(out), "--world-size", "16", "--link", "1gbit")
+        assert shown.returncode == 0 and "## One step's communication at world size 16" in shown.stdout
+        for bad, says in ((["--world-size", "16"], "--link"), (["--world-size", "16", "--link", "1gbit",
+                                                                  "--size", "1MiB"], "--size")):
+            refused = labctl("predict", str(out), *bad)
+            assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     step = report_md.split(f"### {variants[0]}: one step's communication", 1)[1]
     assert "| 1 | " in step, step[:2000]
     if pattern == "mesh":

@@ -14,7 +14,8 @@
 - The result lines every pattern prints: the check against ONE process (`matches`) and
   the bytes per step against the formula (`bytes_check`).
 
-The formulas are pure (no process group): tests/test_patterns.py checks them by hand.
+The formulas are pure (no process group, no torch: workloads/_patternmath.py, which the
+plugins' `labctl predict` reads too): tests/test_patterns.py checks them by hand.
 """
 from __future__ import annotations
 
@@ -28,82 +29,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _common
+# the formulas, bytes one rank sends per step (pure; the plugins read them too): re-exported
+from ._patternmath import (  # noqa: F401
+    cp_bytes, ep_bytes, fsdp2_bytes, mesh_bytes, pp_bytes, ring, tp_bytes, zero1_bytes)
 
 BYTES_RTOL = 0.01                    # measured bytes per step within 1 % of the formula
-
-
-# ---- the formulas: bytes one rank sends ----------------------------------------------
-def ring(op: str, nbytes: float, n: int) -> float:
-    """Bytes one rank sends for one collective over n ranks, with the ring algorithm:
-    all_reduce of an S-byte buffer 2(n-1)/n S; all_gather (S: the gathered output) and
-    reduce_scatter (S: the input) (n-1)/n S; n = 1 sends nothing."""
-    if n <= 1:
-        return 0.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n * nbytes
-    if op in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n * nbytes
-    raise ValueError(f"ring: unknown op {op!r}")
-
-
-def fsdp2_bytes(param_bytes: float, n: int) -> float:
-    """FSDP2 (reshard after forward): all_gather the parameters in forward, again in
-    backward, reduce_scatter the gradients: 3 (n-1)/n P."""
-    return 3 * ring("all_gather", param_bytes, n)
-
-
-def zero1_bytes(param_bytes: float, n: int) -> float:
-    """ZeRO-1: reduce_scatter the flat gradient, all_gather the updated flat parameters:
-    2 (n-1)/n P, what DDP's all_reduce sends (P padded to a multiple of n)."""
-    return ring("reduce_scatter", param_bytes, n) + ring("all_gather", param_bytes, n)
-
-
-def tp_bytes(act_bytes: float, n: int, blocks: int, sequence: bool) -> float:
-    """Tensor parallelism over n ranks, `blocks` column->row MLP blocks, A = the activation
-    bytes (all tokens x d x itemsize); the first block's input needs no gradient.
-    Plain: an all_reduce after each row-parallel linear (forward), one before each column-
-    parallel linear but the first (backward): (2L-1) 2(n-1)/n A.
-    Sequence parallel: all_gather before and reduce_scatter after each block (forward), and
-    their mirror images in backward but the first block's all_gather: (4L-1) (n-1)/n A."""
-    if sequence:
-        return (4 * blocks - 1) * ring("all_gather", act_bytes, n)
-    return (2 * blocks - 1) * ring("all_reduce", act_bytes, n)
-
-
-def pp_bytes(rank: int, n: int, stages_per_rank: int, microbatches: int, act_bytes: float) -> float:
-    """Pipeline parallelism: stage s on rank s % n (s < n * stages_per_rank); every stage but
-    the last sends each microbatch's activation forward, every stage but the first sends its
-    gradient back: A bytes each (one microbatch's activation)."""
-    total = n * stages_per_rank
-    mine = [rank + k * n for k in range(stages_per_rank)]
-    sends = sum(1 for s in mine if s < total - 1) + sum(1 for s in mine if s > 0)
-    return sends * microbatches * act_bytes
-
-
-def cp_bytes(n: int, block_tokens: int, d: int, itemsize: int = 4, backward: bool = False,
-             param_bytes: float = 0) -> float:
-    """Ring attention: each rank's K and V blocks travel the ring, n-1 hops: 2 (n-1) B d.
-    Training (`backward`): their gradients travel back the same n-1 hops, and the weights'
-    gradients are all_reduced (every rank holds all of them): + 2 (n-1) B d + 2(n-1)/n P."""
-    ring_pass = 2.0 * (n - 1) * block_tokens * d * itemsize
-    return 2 * ring_pass + ring("all_reduce", param_bytes, n) if backward else ring_pass
-
-
-def ep_bytes(rank: int, counts: list[list[int]], d: int, itemsize: int = 4) -> float:
-    """Expert parallelism, counts[i][j] = tokens of rank i routed to rank j's expert: the
-    counts (n-1 int64), the tokens sent away (dispatch), the expert's answers sent back
-    (combine), and in backward the gradients of this rank's own tokens sent to their
-    experts (the input is data: no gradient goes back through the dispatch)."""
-    n = len(counts)
-    away = sum(counts[rank][j] for j in range(n) if j != rank)
-    came = sum(counts[i][rank] for i in range(n) if i != rank)
-    return 8.0 * (n - 1) + (2 * away + came) * d * itemsize
-
-
-def mesh_bytes(act_bytes: float, dp: int, tp: int, blocks: int, shard_param_bytes: float) -> float:
-    """2-D mesh: tensor parallel inside the tp group (`tp_bytes`, A = the replica's tokens),
-    then an all_reduce of this rank's parameter shard's gradients over the dp group."""
-    return tp_bytes(act_bytes, tp, blocks, False) + ring("all_reduce", shard_param_bytes, dp)
 
 
 # ---- the measurement -----------------------------------------------------------------
@@ -140,46 +70,78 @@ def _to_others(inp: torch.Tensor, splits, group) -> int:
     return _bytes(inp) - int(own) * row_bytes
 
 
+def issued(name: str, args: tuple, kwargs: dict) -> tuple[str, float, int, object, int | None] | None:
+    """One dispatched c10d op or functional collective as (op, bytes this rank sends, S, its
+    group, peer), None for what sends nothing (recv, barrier, wait_tensor, monitored
+    barriers). S is the call's size as nccl-tests counts it (an all_reduce's buffer, an
+    all_gather's whole output, a reduce_scatter's whole input, an all_to_all's send buffer,
+    a send's tensor); peer: a send's destination, the group's rank (else None)."""
+    a = list(args) + list(kwargs.values())
+
+    def gathered(one: int, group, n: int):              # all_gather: S = n x one rank's input
+        return "all_gather", (n - 1) * one, n * one, group, None
+
+    if name in ("c10d::allreduce_", "c10d::allreduce_coalesced_"):
+        return "all_reduce", ring("all_reduce", _bytes(a[0]), _size(a[1])), _bytes(a[0]), a[1], None
+    if name in ("_c10d_functional::all_reduce", "_c10d_functional::all_reduce_",
+                "_c10d_functional::all_reduce_coalesced"):
+        return "all_reduce", ring("all_reduce", _bytes(a[0]), _size(a[2])), _bytes(a[0]), a[2], None
+    if name in ("c10d::_allgather_base_", "c10d::allgather_into_tensor_coalesced_", "c10d::allgather_"):
+        return gathered(_bytes(a[1]), a[2], _size(a[2]))
+    if name in ("_c10d_functional::all_gather_into_tensor", "_c10d_functional::all_gather_into_tensor_coalesced",
+                "_c10d_functional::all_gather_into_tensor_out"):
+        return gathered(_bytes(a[0]), a[2], a[1])
+    if name in ("c10d::_reduce_scatter_base_", "c10d::reduce_scatter_tensor_coalesced_", "c10d::reduce_scatter_"):
+        return "reduce_scatter", ring("reduce_scatter", _bytes(a[1]), _size(a[2])), _bytes(a[1]), a[2], None
+    if name in ("_c10d_functional::reduce_scatter_tensor", "_c10d_functional::reduce_scatter_tensor_coalesced"):
+        return "reduce_scatter", ring("reduce_scatter", _bytes(a[0]), a[2]), _bytes(a[0]), a[3], None
+    if name == "c10d::alltoall_base_":
+        return "all_to_all", _to_others(a[1], a[4], a[2]), _bytes(a[1]), a[2], None
+    if name == "c10d::alltoall_":
+        me = _rank(a[2])
+        return "all_to_all", sum(_bytes(t) for i, t in enumerate(a[1]) if i != me), _bytes(a[1]), a[2], None
+    if name == "_c10d_functional::all_to_all_single":
+        return "all_to_all", _to_others(a[0], a[2], a[3]), _bytes(a[0]), a[3], None
+    if name == "c10d::send":
+        return "send", _bytes(a[0]), _bytes(a[0]), a[1], int(a[2])
+    if name == "_c10d_functional::isend":
+        return "send", _bytes(a[0]), _bytes(a[0]), a[3], int(a[1])
+    if name == "c10d::broadcast_":
+        return "broadcast", _bytes(a[0]) if _rank(a[1]) == a[2] else 0, _bytes(a[0]), a[1], None
+    if name == "_c10d_functional::broadcast":
+        return "broadcast", _bytes(a[0]) if _rank(a[2]) == a[1] else 0, _bytes(a[0]), a[2], None
+    return None
+
+
 def sent_bytes(name: str, args: tuple, kwargs: dict) -> tuple[str, float] | None:
     """(op, bytes this rank sends) for one dispatched c10d op or functional collective,
     None for what sends nothing (recv, barrier, wait_tensor, monitored barriers)."""
-    a = list(args) + list(kwargs.values())
-    if name in ("c10d::allreduce_", "c10d::allreduce_coalesced_"):
-        return "all_reduce", ring("all_reduce", _bytes(a[0]), _size(a[1]))
-    if name in ("_c10d_functional::all_reduce", "_c10d_functional::all_reduce_"):
-        return "all_reduce", ring("all_reduce", _bytes(a[0]), _size(a[2]))
-    if name == "_c10d_functional::all_reduce_coalesced":
-        return "all_reduce", ring("all_reduce", _bytes(a[0]), _size(a[2]))
-    if name in ("c10d::_allgather_base_", "c10d::allgather_into_tensor_coalesced_"):
-        return "all_gather", (_size(a[2]) - 1) * _bytes(a[1])
-    if name == "c10d::allgather_":
-        return "all_gather", (_size(a[2]) - 1) * _bytes(a[1])
-    if name in ("_c10d_functional::all_gather_into_tensor", "_c10d_functional::all_gather_into_tensor_coalesced"):
-        return "all_gather", (a[1] - 1) * _bytes(a[0])
-    if name == "_c10d_functional::all_gather_into_tensor_out":
-        return "all_gather", (a[1] - 1) * _bytes(a[0])
-    if name in ("c10d::_reduce_scatter_base_", "c10d::reduce_scatter_tensor_coalesced_"):
-        return "reduce_scatter", ring("reduce_scatter", _bytes(a[1]), _size(a[2]))
-    if name == "c10d::reduce_scatter_":
-        return "reduce_scatter", ring("reduce_scatter", _bytes(a[1]), _size(a[2]))
-    if name in ("_c10d_functional::reduce_scatter_tensor", "_c10d_functional::reduce_scatter_tensor_coalesced"):
-        return "reduce_scatter", ring("reduce_scatter", _bytes(a[0]), a[2])
-    if name == "c10d::alltoall_base_":
-        return "all_to_all", _to_others(a[1], a[4], a[2])
-    if name == "c10d::alltoall_":
-        me = _rank(a[2])
-        return "all_to_all", sum(_bytes(t) for i, t in enumerate(a[1]) if i != me)
-    if name == "_c10d_functional::all_to_all_single":
-        return "all_to_all", _to_others(a[0], a[2], a[3])
-    if name == "c10d::send":
-        return "send", _bytes(a[0])
-    if name == "_c10d_functional::isend":
-        return "send", _bytes(a[0])
-    if name == "c10d::broadcast_":
-        return "broadcast", _bytes(a[0]) if _rank(a[1]) == a[2] else 0
-    if name == "_c10d_functional::broadcast":
-        return "broadcast", _bytes(a[0]) if _rank(a[2]) == a[1] else 0
-    return None
+    found = issued(name, args, kwargs)
+    return None if found is None else (found[0], found[1])
+
+
+def trace_name(group: dist.ProcessGroup) -> str:
+    """A group's name as the trace gives it (workloads/_trace/groups.py): default_pg, the
+    group's description, else pg<name>."""
+    world = getattr(getattr(dist.distributed_c10d, "_world", None), "default_pg", None)
+    if world is not None and (group is world or getattr(group, "group_name", None) == world.group_name):
+        return "default_pg"
+    desc = getattr(group, "group_desc", "") or ""
+    return desc if desc and desc != "undefined" else f"pg{getattr(group, 'group_name', id(group))}"
+
+
+def op_row(name: str, args: tuple, kwargs: dict) -> tuple[str, float, list] | None:
+    """(op, bytes sent, the op as the pattern's per-step list holds it: [op, group (the
+    trace's name), the group's size, S, peer (a send's destination, a global rank; else
+    None)])."""
+    found = issued(name, args, kwargs)
+    if found is None:
+        return None
+    op, sent, size, group, peer = found
+    pg = _group(group)
+    if peer is not None:
+        peer = dist.get_global_rank(pg, peer) if pg is not None else peer
+    return op, sent, [op, trace_name(pg), pg.size(), int(size), peer]
 
 
 class Traffic(TorchDispatchMode):
@@ -196,12 +158,14 @@ class Traffic(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.steps: list[dict[str, float]] = []
+        self.ops: list[list[list]] = []        # each step's ops in order (`op_row`)
         self.started: list[float] = []
         self.wall_us: list[int] = []           # each step's begin (and the end) on the wall clock
         self.unknown: set[str] = set()
 
     def step(self) -> None:
         self.steps.append({})
+        self.ops.append([])
         self.started.append(time.perf_counter())
         self.wall_us.append(time.time_ns() // 1000)
 
@@ -222,10 +186,11 @@ class Traffic(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.namespace in ("c10d", "_c10d_functional") and self.steps:
-            found = sent_bytes(func._schema.name, args, kwargs)
+            found = op_row(func._schema.name, args, kwargs)
             if found is not None:
-                op, sent = found
+                op, sent, row = found
                 self.steps[-1][op] = self.steps[-1].get(op, 0.0) + sent
+                self.ops[-1].append(row)
             elif func._schema.name not in ("c10d::recv_", "c10d::barrier", "_c10d_functional::wait_tensor",
                                            "c10d::recv_any_source_", "c10d::monitored_barrier_",
                                            "_c10d_functional::irecv", "_c10d_functional::_wrap_tensor_autograd"):
@@ -479,7 +444,9 @@ def bytes_check(ctx: _common.Context, variant: str, traffic: Traffic, formula: f
                 formula_text: str, warmup: int = 0, **fields) -> bool:
     """`<variant>-bytes-per-step`: what this rank sent in each step against the formula
     (a number, or one per step), within 1 %, the first `warmup` steps left out (pipelining
-    learns the shapes then); the ops it sent them with in the last step."""
+    learns the shapes then); the bytes per op in the last step (`by_op`) and its ops in the
+    order issued (`ops`: [op, group, group size, S, peer] each, `op_row`), which `labctl
+    predict` scales to another world size."""
     sent = traffic.per_step()
     want = formula if isinstance(formula, list) else [formula] * len(sent)
     ok = len(sent) > warmup and all(abs(s - f) <= BYTES_RTOL * max(f, 1.0)
@@ -491,7 +458,7 @@ def bytes_check(ctx: _common.Context, variant: str, traffic: Traffic, formula: f
                       formula=round(want[-1], 1) if want else None, formula_text=formula_text,
                       per_step=[round(s, 1) for s in sent], formula_per_step=[round(f, 1) for f in want],
                       sends_per_step=[round(s.get("send", 0.0), 1) for s in traffic.steps],
-                      by_op=by_op, unknown_ops=sorted(traffic.unknown), step_seconds=traffic.seconds(),
+                      by_op=by_op, ops=traffic.ops[-1] if traffic.ops else [], unknown_ops=sorted(traffic.unknown), step_seconds=traffic.seconds(),
                       step_window_us=traffic.last_window(), groups=groups(), unit="bytes", **fields)
 
 
