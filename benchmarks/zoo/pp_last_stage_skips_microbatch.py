@@ -1,4 +1,4 @@
-# zoo: culprit=3 op=irecv|recv|isend|send|batch_isend_irecv line=21|26 kind=hang nproc=4 timeout=60
+# zoo: culprit=3 op=step|irecv|recv|isend|send|batch_isend_irecv line=21|26 kind=hang nproc=4 timeout=60
 # zoo: about=a GPipe pipeline of 4 stages: the last stage cuts its targets into 3 microbatches where the others run 4, so it never takes the 4th activation nor sends its gradient back, and stage 2 waits for it
 # zoo: source=https://github.com/pytorch/torchtitan/issues/775 https://github.com/deepspeedai/DeepSpeed/issues/5568
 import torch
