@@ -1061,7 +1061,7 @@ def test_flight_recorder_dumps_name_only_ranks_that_dumped(tmp_path):
 
 
 def test_a_rank_s_ops_are_read_back_on_its_own_clock_in_the_order_it_began_them(tmp_path):
-    """rank_ops (labctl/exercise.py sets them against windows the rank wrote itself): times
+    """rank_ops (labctl/exercise_grade.py sets them against windows the rank wrote itself): times
     as recorded, whatever the clock offset; an end pairs by id; a recv from any source
     gets its peer from the end; bad lines are skipped."""
     records = _lines({"k": "M", "rank": 1, "node": 0, "host": "h"}, {"k": "C", "offset_ns": 5_000_000, "rtt_ns": 1},

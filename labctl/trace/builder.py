@@ -311,7 +311,7 @@ def _ended_in(unfinished: list[Op], last: Op | None) -> str | None:
 @dataclass(frozen=True, slots=True)
 class RankOp:
     """One op of one rank with its times on that rank's own clock (ns, no clock offset
-    applied): for setting against times the rank itself wrote (labctl/exercise.py)."""
+    applied): for setting against times the rank itself wrote (labctl/exercise_grade.py)."""
     op: str
     peer: int | None
     nbytes: int

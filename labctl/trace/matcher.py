@@ -8,6 +8,7 @@ from typing import Any
 
 from workloads._protocol.ops import BLOCKING_P2P, RECVS
 
+from .branches import singled_out
 from .model import Diagnosis, Mismatch, Op, Stuck, Summary
 
 STRAGGLER_SHARE = 0.75              # a rank last at this share of its collectives (at least
@@ -67,6 +68,18 @@ def _odd_ranks(seen: dict[int, Op]) -> list[int]:
     return sorted(r for _, ranks in groups[1:] for r in ranks)
 
 
+def _odd_or_singled_out(seen: dict[int, Op]) -> tuple[list[int], int | None]:
+    """The odd ranks of calls that differ; where no call is the most common, the ranks of
+    the call of the rank the script's branches single out (and that rank; branches.py)."""
+    odd = _odd_ranks(seen)
+    if odd or len({o.signature for o in seen.values()}) < 2:
+        return odd, None
+    one = singled_out({r: o.caller for r, o in seen.items()})
+    if one is None:
+        return [], None
+    return [r for r, o in sorted(seen.items()) if o.signature == seen[one].signature], one
+
+
 def mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
     """"rank 1 called broadcast [1000] where rank 0 called all_reduce [1000], collective #4 of
     default_pg (the op differs)": the odd ranks are the fewer. With no odd one (two ranks),
@@ -89,14 +102,15 @@ def mismatch_text(pg: str, seq: int, seen: dict[int, Op]) -> str:
 
 def mismatch_of(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch:
     """A mismatched collective as status.json gives it: the odd ranks (every rank when none
-    is), the call of the odd one and where it was made, what differs, the sentence."""
-    odd = _odd_ranks(seen)
+    is, unless the script's own branches single one out: branches.py), the call of the odd
+    one and where it was made, what differs, the sentence."""
+    odd, one = _odd_or_singled_out(seen)
+    text = mismatch_text(pg, seq, seen) + (f"; the script's branches single out rank {one}" if one is not None else "")
     first = seen[odd[0]] if odd else None
     return Mismatch(pg=pg, seq=seq, ranks=odd or sorted(seen), rank=odd[0] if len(odd) == 1 else None,
                     op=first.call if first else None, caller=first.caller if first else None,
                     differs=_differs(seen), calls={r: o.where() for r, o in sorted(seen.items())},
-                    unfinished=sorted(r for r, o in seen.items() if o.end is None),
-                    text=mismatch_text(pg, seq, seen))
+                    unfinished=sorted(r for r, o in seen.items() if o.end is None), text=text)
 
 
 def splits_mismatch(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch | None:
@@ -122,11 +136,14 @@ def splits_mismatch(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch | None:
             count[r] = count.get(r, 0) + 1
     odd = [r for r, c in count.items() if c == len(pairs)]
     odd = odd if len(odd) == 1 else []
+    one = None if odd else singled_out({r: seen[r].caller for p in pairs for r in p})
+    odd = odd or ([one] if one is not None else [])
     said = "; ".join(f"rank {a} sends rank {b} {split[a][0][members.index(b)]} where rank {b} expects "
                      f"{split[b][1][members.index(a)]} from it" for a, b in pairs[:4])
     first = seen[odd[0]] if odd else seen[pairs[0][1]]
     text = (f"{said}, {first.call} #{seq} of {pg} (the split sizes disagree"
-            + (f"; rank {odd[0]} is in every disagreement)" if odd else "; no rank is the odd one out)"))
+            + (f"; the script's branches single out rank {one})" if one is not None
+               else f"; rank {odd[0]} is in every disagreement)" if odd else "; no rank is the odd one out)"))
     return Mismatch(pg=pg, seq=seq, ranks=odd or sorted({r for p in pairs for r in p}), rank=odd[0] if odd else None,
                     op=first.call, caller=first.caller, differs=["splits"],
                     calls={r: {**o.where(), "splits": o.splits} for r, o in sorted(seen.items())},
@@ -155,7 +172,10 @@ def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int
             mismatches.append(mismatch)
         if (not waiting or only_clear) and not missing and not mismatch:
             continue
-        odd = _odd_ranks(inside) if mismatch else []
+        odd, one = _odd_or_singled_out(inside) if mismatch else ([], None)
+        if one is not None:
+            mismatch += f"; the script's branches single out rank {one}"
+            mismatches[-1] = mismatch
         common = [op for r, op in sorted(inside.items()) if r not in odd]
         any_op = (common or list(inside.values()))[0]
         targets = odd or missing
@@ -286,6 +306,10 @@ def _mismatch_before(s: Summary, culprit: int | None) -> Mismatch | None:
     for m in s.mismatch_found:
         if m.rank == culprit and any(st.pg == m.pg and st.seq > m.seq and culprit in st.targets
                                         for st in s.stuck):
+            return m
+        # different ops at one number: every later collective of the group pairs calls that
+        # were never meant to meet, and the hang is its effect, whoever it leaves waiting
+        if m.rank is not None and "op" in m.differs and any(st.pg == m.pg and st.seq > m.seq for st in s.stuck):
             return m
     return None
 

@@ -1,0 +1,106 @@
+"""Which rank the script's own branches single out (issue 50). Two ranks that called
+different things at one collective are a tie the counting cannot break: "rank 0 ran an
+extra forward" and "rank 1 skipped it" leave the same records. A reader of the script
+breaks it by the code: `if rank == 0:` around the extra call names rank 0; `if rank != 1:`
+around it names rank 1 (the one left out). So do we: the ranks an `if` compares the rank
+with, first those of the branches around the ranks' own calls, else those of every branch
+in the script that does more than print. Standard library only; a file that cannot be read
+or parsed names nobody."""
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+_RANK_NAMES = ("rank", "global_rank", "local_rank", "my_rank", "rank_id", "get_rank")
+_QUIET_CALLS = ("print", "info", "debug", "warning", "log", "write", "flush", "sleep")
+
+
+def _is_rank(node: ast.AST) -> bool:
+    """A name, attribute or call that reads the rank: rank, args.rank, self.local_rank,
+    dist.get_rank()."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return node.id.lower() in _RANK_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr.lower() in _RANK_NAMES
+    return False
+
+
+def _named(test: ast.AST) -> set[int]:
+    """The int constants `test` compares a rank with (rank == 0, rank != 1, rank in (0, 2),
+    not rank, with `and`/`or`/`not` around them)."""
+    if isinstance(test, ast.BoolOp):
+        return set().union(*(_named(v) for v in test.values))
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return {0} if _is_rank(test.operand) else _named(test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right = test.left, test.comparators[0]
+        if _is_rank(right):
+            left, right = right, left
+        if not _is_rank(left):
+            return set()
+        values = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
+        return {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
+    return set()
+
+
+def _quiet(body: list[ast.stmt]) -> bool:
+    """A branch that only prints or logs (rank 0's progress line) says nothing of who is odd."""
+    for stmt in body:
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+            return False
+        func = stmt.value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name not in _QUIET_CALLS:
+            return False
+    return True
+
+
+def _branches(path: str) -> tuple[tuple[int, int, frozenset[int]], ...]:
+    """(first line, last line, ranks named) of each `if` on the rank in the file."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return ()
+    return _parsed(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozenset[int]], ...]:
+    if size > 4 << 20:                  # no script is that long: not one to read
+        return ()
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and not _quiet(node.body):
+            named = _named(node.test)
+            if named:
+                found.append((node.lineno, node.end_lineno or node.lineno, frozenset(named)))
+    return tuple(found)
+
+
+def singled_out(tied: dict[int, str]) -> int | None:
+    """The one rank of `tied` (rank -> its call's "file:line") that the script's branches
+    single out: first by the branches around those calls, else by every branch of the
+    files. None: they name none of the tied ranks, or more than one."""
+    where = {}
+    for rank, caller in tied.items():
+        file, _, line = (caller or "").rpartition(":")
+        if file and line.isdigit():
+            where[rank] = (file, int(line))
+    if not where:
+        return None
+    files = {file for file, _ in where.values()}
+    around = set().union(*(named for file, line in where.values()
+                           for first, last, named in _branches(file) if first <= line <= last))
+    anywhere = set().union(*(named for file in files for _, _, named in _branches(file)))
+    for named in (around, anywhere):
+        hit = [r for r in tied if r in named]
+        if hit:
+            return hit[0] if len(hit) == 1 else None
+    return None
