@@ -749,6 +749,7 @@ class LogSplit:
             if old not in kept:
                 old.unlink()
         self.results = open(target.results_path, "w")
+        self.ignored = codec.Ignored()          # result lines left out (a field out of bounds)
         self.readers = {i: NodeLogReader(on_result=self._result_line) if i in self.guard_ranks
                         else NodeLogReader(self._write, self._result_line) for i in indices}
         self.offsets: dict[Path, int] = {}
@@ -766,8 +767,15 @@ class LogSplit:
         self._rank_file(rank).write(data)
 
     def _result_line(self, rank: int, line: str) -> None:
-        """A line holding the result marker, decoded (undecodable bytes as U+FFFD)."""
+        """A line holding the result marker, decoded (undecodable bytes as U+FFFD) and
+        checked once (workloads/_protocol/records.py: its known fields typed and inside the
+        lab's bounds): a record that is not is left out of results.jsonl and of the checks,
+        counted and the first few named in `ignored` (status.json's `ignored_results`)."""
         for record in parse_results([line], rank=rank):
+            damage = codec.result_damage(record)
+            if damage:
+                self.ignored.add(f"{codec.result_who(record)}: {damage}")
+                continue
             self.results.write(json.dumps(record, sort_keys=True) + "\n")
             self.on_result(record)
 

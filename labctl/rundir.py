@@ -117,26 +117,37 @@ def folder_path(run_id: str, out: str | os.PathLike | None = None,
     return Path(out) if out else Path(root) / run_id
 
 
+WARNED_RESULTS = 5                  # skipped result lines warned of one by one; the rest counted
+
+
 def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
     """A results.jsonl one record at a time (none when it is missing); a garbled line, or
-    a record whose known fields have the wrong type (workloads/_protocol/records.py), is skipped with
-    one warning. Also for a folder whose status.json cannot be read."""
+    a record whose known fields have the wrong type or are outside the lab's bounds
+    (workloads/_protocol/records.py: checked there, once), is skipped: the first
+    WARNED_RESULTS with one warning each, the rest in one line at the end. Also for a
+    folder whose status.json cannot be read."""
     if not f.is_file():
         return
+    skipped = 0
     with open(f, errors="replace") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 result = records.decode_result(line)
+                damage = records.result_damage(result)
             except records.BadRecord as exc:
-                warn(f"{f}:{number}: skipped {exc}")
-                continue
-            damage = records.result_damage(result)
+                result, damage = None, str(exc)
             if damage:
-                warn(f"{f}:{number}: skipped {records.result_who(result)}: {damage}")
+                skipped += 1
+                if skipped <= WARNED_RESULTS:
+                    who = f"{records.result_who(result)}: " if result is not None else ""
+                    warn(f"{f}:{number}: skipped {who}{damage}")
                 continue
             yield result
+    if skipped > WARNED_RESULTS:
+        warn(f"{f}: ... and {skipped - WARNED_RESULTS:,} more result lines skipped (garbled, or a field "
+             "of the wrong type or outside the lab's bounds: docs/limits.md)")
 
 
 @dataclass(frozen=True)
@@ -152,6 +163,7 @@ class RunDir:
     path: Path
     record: RunRecord
     _identity: tuple[int, int] | None = field(default=None, repr=False)   # (st_dev, st_ino)
+    _results_warned: bool = field(default=False, repr=False)             # results() said what it skipped
 
     # ---- creating -------------------------------------------------------
     @classmethod
@@ -299,7 +311,12 @@ class RunDir:
         return read_results(self.results_path, warn)
 
     def results(self) -> list[dict[str, Any]]:
-        return list(self.iter_results())
+        """results.jsonl's usable records. What was skipped is warned of on the first read
+        only: a command reads them once per section (`labctl report`: the tables, the
+        nccl-tests files, the plots), and the same few warnings each time are noise."""
+        warned = self._results_warned
+        self._results_warned = True
+        return list(self.iter_results(warn=(lambda text: None) if warned else _warn))
 
     # ---- the controller ---------------------------------------------------
     def controller_gone(self) -> bool:

@@ -163,7 +163,7 @@ def test_results_and_joins_are_the_same_codec():
     assert records.result_damage({"workload": "p2p", "name": "ring", "ok": "no"}) == \
         "'ok' should be true or false, found a string"
     assert records.result_damage({"name": "data", "rank": 1, "group": 5}) == \
-        "'group' should be a list of rank numbers or null, found a number"
+        "'group' should be a list of rank numbers or null, found 5"
     assert records.result_who({"rank": 1, "workload": "p2p", "name": "ring"}) == "rank 1's record p2p/ring"
     joined = records.joined_line(3, 4242)
     assert records.decode_joined(joined[len(records.JOINED_MARKER):]) == (3, 4242)

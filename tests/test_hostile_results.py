@@ -1,0 +1,104 @@
+"""Nothing a script prints can sink the lab (issue 52 item 2): a real lab whose rank prints
+1,000 hostile `@@labctl-result` lines (huge, negative, NaN, infinite, nested, wrongly typed
+values in every field labctl computes with) beside an honest bench sweep. Three such lines
+once took `labctl up` to 23 GB writing the report; `report`, the page and `predict` hung.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LABCTL, REPO, labctl
+from hostile_results import honest_sweep, hostile_lines, script
+
+LINES = 1000
+RSS_LIMIT_MIB = 200
+
+
+def peak_rss(argv: list[str], out: Path, kill_above_mib: int = 2048, timeout: float = 600
+             ) -> tuple[int, float, str, str]:
+    """Run `argv` with stdout and stderr in files; its own peak RSS (VmHWM, read until it
+    exits) in MiB. A process past `kill_above_mib` is killed (the code before this fix grew
+    to 23 GB on a machine others share), and so is one past `timeout`."""
+    stdout, stderr = out / "stdout.txt", out / "stderr.txt"
+    with open(stdout, "w") as o, open(stderr, "w") as e:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=o, stderr=e)
+    peak, started = 0.0, time.monotonic()
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            peak = max(peak, int(fields["VmHWM"].split()[0]) / 1024)
+            if int(fields["VmRSS"].split()[0]) / 1024 > kill_above_mib or time.monotonic() - started > timeout:
+                os.kill(proc.pid, signal.SIGKILL)
+        except (OSError, KeyError, ValueError):
+            pass
+        time.sleep(0.02)         # sampling a process's memory: there is no event to wait on
+    return proc.returncode, peak, stdout.read_text(), stderr.read_text()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One real lab for every assertion: 1 node x 2, rank 0 prints the honest sweep and
+    LINES hostile lines."""
+    folder = tmp_path_factory.mktemp("hostile")
+    path = folder / "hostile.py"
+    path.write_text(script(LINES))
+    out = folder / "run"
+    code, peak, stdout, stderr = peak_rss([*LABCTL, "up", "--script", str(path), "--nodes", "1",
+                                           "--nproc-per-node", "2", "--launcher", "direct",
+                                           "--out", str(out)], folder)
+    return out, code, peak, stdout, stderr
+
+
+def test_labctl_up_ends_as_the_script_did_in_flat_memory_naming_every_hostile_line(lab):
+    out, code, peak, stdout, stderr = lab
+    assert code == 0, stderr[-2000:]
+    assert peak < RSS_LIMIT_MIB, f"labctl's peak RSS was {peak:.0f} MiB"
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "passed"
+    # every hostile line counted, the first ten named with the field and why; no line of noise each
+    ignored = status["ignored_results"]
+    assert ignored["count"] == LINES and len(ignored["first"]) == 10
+    assert all(" should be " in text and text.startswith("rank 0's record ") for text in ignored["first"])
+    assert stderr.count("\n") < 20 and stdout.count("should be") <= 2
+    note = f"results: {LINES:,} result line(s) ignored"
+    assert any(n.startswith(note) for n in status["notes"])
+    assert note in (out / "report.md").read_text()
+    # the honest records are kept, and only they: results.jsonl and the checks
+    kept = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(kept) == len(honest_sweep()) and status["checks"]["total"] == len(honest_sweep())
+    # the page names them too (its notes), and is made whole
+    assert note in (out / "report.html").read_text()
+
+
+def test_the_commands_on_the_folder_answer_from_the_honest_rows(lab):
+    out = lab[0]
+    for args in (["report", str(out)], ["report", str(out), "--format", "json"],
+                 ["report", str(out), "--format", "html"], ["compare", str(out), str(out)],
+                 ["predict", str(out), "-n", "4"]):
+        done = labctl(*args, timeout=120)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "Traceback" not in done.stderr and "warning" not in done.stderr, (args, done.stderr)
+    predicted = json.loads(labctl("predict", str(out), "-n", "4", "--format", "json").stdout)
+    assert {r["op"] for r in predicted["rows"]} == {"pingpong", "all_reduce"}
+    assert all(0 < r["time_us"] < 1e7 for r in predicted["rows"])
+
+
+def test_hostile_lines_written_into_results_jsonl_by_hand_are_a_few_warnings_and_a_count(lab, tmp_path):
+    out = tmp_path / "edited"
+    subprocess.run(["cp", "-r", str(lab[0]), str(out)], check=True)
+    with open(out / "results.jsonl", "a") as f:
+        f.writelines(f'{line[:-1]}, "rank": 0}}\n' for line in hostile_lines(LINES))
+    done = labctl("report", str(out), timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 6, warnings
+    assert warnings[-1].endswith(f"... and {LINES - 5:,} more result lines skipped (garbled, or a field of "
+                                 "the wrong type or outside the lab's bounds: docs/limits.md)")
