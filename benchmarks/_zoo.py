@@ -220,7 +220,7 @@ def lab_answer(status: Mapping[str, Any], script: str, seconds: float | None = N
     first = status.get("first_failure") or {}
     trace = status.get("trace") or {}
     if not first:
-        for key in ("mismatch", "straggler"):
+        for key in ("mismatch", "hazard", "straggler"):
             found = trace.get(key)
             if isinstance(found, dict) and found.get("ranks"):
                 return Answer(tuple(found["ranks"]), found.get("op"), _caller_line(found.get("caller"), script),

@@ -25,7 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
-from .trace.calls import deleted_keys, destroyed_before
+from .trace.calls import deleted_keys, destroyed_before, not_a_member
 from .trace.model import Diagnosis
 from .rundir import RunDir, StorageError, now, storage_cause
 from .verdict import Cut, Evidence, Seen
@@ -141,8 +141,11 @@ class _Finish:
             return None
         straggler = trace.straggler(summary)
         mismatch = summary.group_mismatch or (summary.mismatch_found[0] if summary.mismatch_found else None)
+        hazard = not_a_member(summary.calls)
         run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
-                                        len(summary.problems) + summary.more_problems, straggler, mismatch)
+                                        len(summary.problems) + summary.more_problems, straggler, mismatch, hazard)
+        if hazard is not None:
+            run.record.notes.append(f"trace: {hazard.text}")
         if summary.cost_note:
             run.record.notes.append(f"trace: {summary.cost_note}")
         if straggler:

@@ -22,7 +22,7 @@ from typing import Any, Mapping, TypedDict
 from workloads._protocol import records
 
 from .outcome import NodeOutcome, NodeState, RunState
-from .trace.model import Diagnosis, Mismatch
+from .trace.model import Diagnosis, Hazard, Mismatch
 
 # The largest lab labctl runs (labctl/spec.py's MAX_WORLD, MAX_TOTAL_NODES,
 # MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
@@ -265,13 +265,15 @@ class TraceSummary:
     bad_records: int = 0
     straggler: dict | None = None       # the rank that arrived last at most collectives (labctl/trace/)
     mismatch: Mismatch | None = None    # a collective whose ranks' calls differed, though it completed
+    hazard: Hazard | None = None        # a call torch let pass that is almost always a bug
 
     def to_dict(self) -> dict[str, Any]:
         """status.json's `trace` (what a run without a straggler or a mismatch wrote before)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        if self.mismatch is not None:
-            d["mismatch"] = self.mismatch.to_dict()
-        return {k: v for k, v in d.items() if v is not None or k not in ("straggler", "mismatch")}
+        for key in ("mismatch", "hazard"):
+            if d[key] is not None:
+                d[key] = d[key].to_dict()
+        return {k: v for k, v in d.items() if v is not None or k not in ("straggler", "mismatch", "hazard")}
 
 
 @dataclass
@@ -484,7 +486,7 @@ class RunRecord:
             rec.trace = TraceSummary(t.get("file", "trace.json"), t.get("ops", 0),
                                      list(t.get("missing_ranks") or []), t.get("bad_records", 0),
                                      t["straggler"] if isinstance(t.get("straggler"), dict) else None,
-                                     Mismatch.from_dict(t.get("mismatch")))
+                                     Mismatch.from_dict(t.get("mismatch")), Hazard.from_dict(t.get("hazard")))
         if isinstance(d.get("live"), dict):
             rec.live = LiveDiagnosis.from_dict(d["live"])
         if d.get("first_failure"):

@@ -107,3 +107,35 @@ def test_a_rank_records_its_calls_and_the_odd_new_group_is_the_first_failure(tmp
     assert ("store.get", "16", (), "k") in calls and ("store.add", "17", (), "n") in calls, calls
     assert ("store.delete_key", "19", (), "k") in calls, calls
     assert all(s["caller"].startswith(str(script)) for s in sites), sites     # torch's own store reads are not the script's
+
+
+NOT_A_MEMBER = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+trainers = dist.new_group([0, 1])
+weights = torch.full((4,), float(rank))
+if rank < 3:
+    dist.broadcast(weights, src=0, group=trainers)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_collective_on_a_group_the_rank_is_not_in_is_said_though_the_run_passed(tmp_path):
+    """Rank 2 broadcasts over a group of ranks 0 and 1: torch returns at once, the rank keeps
+    its own weights, and the run passes. The trace names rank 2, the broadcast and line 9
+    (status.json's trace.hazard, and a note)."""
+    script = tmp_path / "job.py"
+    script.write_text(NOT_A_MEMBER)
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--script", str(script), "--nodes", "1",
+                           "--nproc-per-node", "3", "--timeout", "240", "--out", str(out), "-q"],
+                          capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status = json.loads((out / "status.json").read_text())
+    said = status["trace"]["hazard"]
+    assert (said["rank"], said["op"], said["caller"]) == (2, "broadcast", f"{script}:9"), said
+    assert any("not a member of" in n for n in status["notes"]), status["notes"]

@@ -7,7 +7,7 @@ next collective, and the destroy is the cause. Functions over the merge's calls;
 library only."""
 from __future__ import annotations
 
-from .model import Mismatch, Op
+from .model import Hazard, Mismatch, Op
 
 _UNINITIALIZED = ("has not been initialized", "not initialized", "Invalid process group", "destroyed")
 
@@ -48,6 +48,20 @@ def odd_new_group(calls: dict[int, list[Op]], world: int | None = None) -> Misma
                                    "caller": op.caller} for r, op in sorted(seen.items())},
                         unfinished=sorted(r for r, op in seen.items() if op.end is None), text=text)
     return None
+
+
+def not_a_member(calls: dict[int, list[Op]]) -> Hazard | None:
+    """The first collective a rank called on a group it is not a member of (torch returned
+    at once: the rank took no part, its tensors are as they were)."""
+    found = sorted((op.start, rank, op) for rank, ops in calls.items() for op in ops if op.op == "not_a_member")
+    if not found:
+        return None
+    _, rank, op = found[0]
+    what = op.key or "a collective"
+    return Hazard(rank=rank, op=what, caller=op.caller,
+                  text=f"rank {rank} called {what} at {op.caller} on a group it is not a member of: torch returned "
+                       f"at once, and the rank took no part (its tensors are as they were; build the group with "
+                       f"every rank that calls it, or call it only on its members)")
 
 
 def says_uninitialized(error: str | None) -> bool:

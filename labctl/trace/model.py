@@ -292,6 +292,27 @@ class Mismatch:
                    text=str(data.get("text", "")), as_read=dict(data))
 
 
+@dataclass(frozen=True)
+class Hazard:
+    """A call torch let pass that is almost always a bug, seen in a rank's calls (status.json's
+    `trace.hazard`): a collective on a group the rank is not a member of (torch returns at
+    once; the rank takes no part and its tensors stay as they were)."""
+    rank: int
+    op: str                         # the call the script made
+    caller: str | None
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": [self.rank], "rank": self.rank, "op": self.op, "caller": self.caller, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Hazard | None":
+        if not isinstance(data, dict) or _opt(data.get("rank"), int) is None:
+            return None
+        return cls(rank=data["rank"], op=str(data.get("op", "")), caller=_opt(data.get("caller"), str),
+                   text=str(data.get("text", "")))
+
+
 FLIGHT_RECORDER = "flight recorder"   # a Diagnosis' source: the ranks' Flight Recorder dumps (tracing off)
 STACKS = "stacks"                     # ... the ranks' stacks (a call every rank must make)
 

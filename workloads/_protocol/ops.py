@@ -77,6 +77,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("store.wait", Kind.CALL),
     Op("store.add", Kind.CALL),
     Op("store.delete_key", Kind.CALL),
+    Op("not_a_member", Kind.CALL),  # a collective on a group the rank is not in (its key: which)
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life

@@ -109,6 +109,19 @@ def _store_call(name: str, original: Any) -> Any:
     return traced
 
 
+def _not_a_member(original: Any) -> Any:
+    """torch's `_warn_not_in_group(op_name)`: a collective called on a group the rank is not
+    a member of returns at once, doing nothing. Recorded as a call at the script's line, the
+    collective's name its key: torch's warning names neither the line nor the group."""
+    def traced(op_name: Any, *args: Any, **kwargs: Any) -> Any:
+        return _record("not_a_member", "?", None, str(op_name)[:MAX_KEY],
+                       lambda: original(op_name, *args, **kwargs), sys._getframe(1))
+
+    traced.__name__, traced.__doc__, traced.__wrapped__ = original.__name__, original.__doc__, original
+    traced._labctl_traced = True            # type: ignore[attr-defined]
+    return traced
+
+
 def install(torch: Any) -> None:
     """torch.distributed's life-cycle functions and the Store's reads, replaced by
     recording wrappers (after sites.bind)."""
@@ -121,6 +134,9 @@ def install(torch: Any) -> None:
             setattr(c10d, name, traced)
             if getattr(dist, name, None) is original:
                 setattr(dist, name, traced)
+    warn = getattr(c10d, "_warn_not_in_group", None)
+    if warn is not None and not getattr(warn, "_labctl_traced", False):
+        c10d._warn_not_in_group = _not_a_member(warn)
     store = getattr(torch._C._distributed_c10d, "Store", None)
     for name in ops.STORE_CALLS:
         original = store.__dict__.get(name) if store is not None else None
