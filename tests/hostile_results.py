@@ -10,6 +10,11 @@ kept: `labctl up` ends as the script did, in flat memory, and `report`, the page
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 # (workload, name, the honest record's other fields, the fields to spoil): one record of
 # each kind labctl's plugins read, as the workloads write it
@@ -93,3 +98,25 @@ def script(count: int = 1000) -> str:
         "        sys.stdout.write('@@labctl-result ' + line + '\\n')\n"
         "    sys.stdout.flush()\n"
     )
+
+
+def peak_rss(argv: list[str], out: Path, cwd: Path, kill_above_mib: int = 2048, timeout: float = 600
+             ) -> tuple[int, float, str, str]:
+    """Run `argv` with stdout and stderr in files; its own peak RSS (VmHWM, read until it
+    exits) in MiB. A process past `kill_above_mib` is killed (the code before this fix grew
+    to 23 GB on a machine others share), and so is one past `timeout`."""
+    stdout, stderr = out / "stdout.txt", out / "stderr.txt"
+    with open(stdout, "w") as o, open(stderr, "w") as e:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=o, stderr=e)
+    peak, started = 0.0, time.monotonic()
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            peak = max(peak, int(fields["VmHWM"].split()[0]) / 1024)
+            if int(fields["VmRSS"].split()[0]) / 1024 > kill_above_mib or time.monotonic() - started > timeout:
+                os.kill(proc.pid, signal.SIGKILL)
+        except (OSError, KeyError, ValueError):
+            pass
+        time.sleep(0.02)         # sampling a process's memory: there is no event to wait on
+    return proc.returncode, peak, stdout.read_text(), stderr.read_text()

@@ -6,41 +6,15 @@ once took `labctl up` to 23 GB writing the report; `report`, the page and `predi
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
 from conftest import LABCTL, REPO, labctl
-from hostile_results import honest_sweep, hostile_lines, script
+from hostile_results import honest_sweep, hostile_lines, peak_rss, script
 
 LINES = 1000
 RSS_LIMIT_MIB = 200
-
-
-def peak_rss(argv: list[str], out: Path, kill_above_mib: int = 2048, timeout: float = 600
-             ) -> tuple[int, float, str, str]:
-    """Run `argv` with stdout and stderr in files; its own peak RSS (VmHWM, read until it
-    exits) in MiB. A process past `kill_above_mib` is killed (the code before this fix grew
-    to 23 GB on a machine others share), and so is one past `timeout`."""
-    stdout, stderr = out / "stdout.txt", out / "stderr.txt"
-    with open(stdout, "w") as o, open(stderr, "w") as e:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=o, stderr=e)
-    peak, started = 0.0, time.monotonic()
-    status = Path(f"/proc/{proc.pid}/status")
-    while proc.poll() is None:
-        try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
-            peak = max(peak, int(fields["VmHWM"].split()[0]) / 1024)
-            if int(fields["VmRSS"].split()[0]) / 1024 > kill_above_mib or time.monotonic() - started > timeout:
-                os.kill(proc.pid, signal.SIGKILL)
-        except (OSError, KeyError, ValueError):
-            pass
-        time.sleep(0.02)         # sampling a process's memory: there is no event to wait on
-    return proc.returncode, peak, stdout.read_text(), stderr.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +27,7 @@ def lab(tmp_path_factory):
     out = folder / "run"
     code, peak, stdout, stderr = peak_rss([*LABCTL, "up", "--script", str(path), "--nodes", "1",
                                            "--nproc-per-node", "2", "--launcher", "direct",
-                                           "--out", str(out)], folder)
+                                           "--out", str(out)], folder, cwd=REPO)
     return out, code, peak, stdout, stderr
 
 
