@@ -106,6 +106,89 @@ def open_page(b, run: Path, width: int = 1300, height: int = 900) -> Page:
     return Page(page, (Path(run) / "report.html").resolve().as_uri()).load()
 
 
+# What a person sees cut off or broken on the page at its width (issue 53 item 8), as one
+# line each: the page wider than its window; an element that clips or scrolls what it
+# holds sideways (its scrollWidth past its clientWidth); an element that sticks out of the
+# page's column; an SVG label out of its picture; a word (a run of letters and digits)
+# broken over two lines; a timeline tick label past the canvas's edge. The details of a
+# closed <details> are not looked at (they are not drawn).
+LAYOUT_JS = r"""() => {
+  const out = [];
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+    (typeof el.className === 'string' && el.className ? '.' + el.className.trim().split(/\s+/).join('.') : '');
+  const where = (el) => { const sec = el.closest('section'); return name(el) + (sec ? ' in #' + sec.id : ''); };
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth + 1) out.push(`the page is ${root.scrollWidth} px wide in a ${root.clientWidth} px window`);
+  const main = document.querySelector('main');
+  const box = main.getBoundingClientRect(), pad = parseFloat(getComputedStyle(main).paddingRight) || 0;
+  const right = box.right - pad + 1;
+  const shown = (el) => !el.closest('details:not([open]) > :not(summary)') && el.getClientRects().length > 0;
+  for (const el of main.querySelectorAll('*')) {
+    if (!shown(el)) continue;
+    const cs = getComputedStyle(el);
+    if (cs.overflowX !== 'visible' && el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1 && el.tagName !== 'CANVAS')
+      out.push(`${where(el)} holds ${el.scrollWidth} px in ${el.clientWidth} px: cut off`);
+    const r = el.getBoundingClientRect(), up = el.parentElement.getBoundingClientRect();
+    if (r.width > 0 && r.right > right && !el.closest('svg') && !(up.right > right && el.parentElement !== main))
+      out.push(`${where(el)} ends at ${Math.round(r.right)} px, past the page's column (${Math.round(right)} px)`);
+  }
+  for (const t of main.querySelectorAll('svg text')) {
+    if (!shown(t)) continue;
+    const b = t.getBoundingClientRect(), s = t.ownerSVGElement.getBoundingClientRect();
+    if (b.right > s.right + 1 || b.left < s.left - 1) out.push(`${where(t.ownerSVGElement)}: its label "${t.textContent.slice(0, 40)}" is cut`);
+  }
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!el || !shown(el) || el.closest('svg')) continue;
+    for (const m of n.data.matchAll(/[A-Za-z0-9]{2,}/g)) {
+      range.setStart(n, m.index); range.setEnd(n, m.index + m[0].length);
+      const tops = new Set([...range.getClientRects()].filter((q) => q.width > 0).map((q) => Math.round(q.top)));
+      if (tops.size > 1) out.push(`${where(el)}: the word "${m[0]}" is broken over ${tops.size} lines`);
+    }
+  }
+  const tl = window.labctlReport && window.labctlReport.timeline;
+  if (tl) {
+    const d = tl.lastDraw();
+    for (const t of d.ticks || []) if (t.right > d.width || t.left < 0) out.push(`timeline: its tick label "${t.text}" is cut`);
+  }
+  return out;
+}"""
+
+
+def layout_problems(page: "Page") -> list[str]:
+    """LAYOUT_JS on a loaded page: what is cut off or broken there, one line each."""
+    return page.js(LAYOUT_JS)
+
+
+# A kill-node lab whose fault lands inside a collective: node 1's ranks wait in an
+# all_reduce for node 0's, which poll until node 1's processes are gone (the fault) and then
+# call it, and get gloo's "Connection closed by peer" (run with --fault kill-node:1@2
+# --fault-clock join: tests/test_html_report.py, scripts/screenshots.py).
+KILLED_INSIDE = """\
+import os, time, torch, torch.distributed as dist
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+dist.init_process_group("gloo")
+who = [None] * dist.get_world_size()
+dist.all_gather_object(who, (os.getpid(), os.environ["NODE_RANK"]))
+t = torch.ones(8)
+if os.environ["NODE_RANK"] == "0":          # node 0 comes once node 1 is gone (the fault)
+    while any(alive(pid) for pid, node in who if node == "1"):
+        time.sleep(0.05)
+dist.all_reduce(t)                          # node 1's ranks wait in it when the fault kills them
+"""
+
+
 # ---------------------------------------------------------------- run folders by hand
 
 def write_folder(folder: Path, world: int = 4, nodes: int = 2, state: str = "passed",

@@ -5,26 +5,26 @@ holds, damaged folders named and never a traceback, Chrome trace semantics. Then
 labs, each run once (module fixtures), opened in a real headless Chromium (Debian's,
 through Playwright; tests/html_support.py): no console error, no request, every section
 there, the values shown equal the values recorded, the timeline holds exactly trace.json's
-slices and zooms. LABCTL_SCREENSHOTS=docs/img writes the docs' screenshots from the same
-pages (docs/report.md).
+slices and zooms; at 1400 and 1000 px nothing is cut off and no word broken (issue 53:
+the pages of scripts/screenshots.py, docs/img).
 """
 from __future__ import annotations
 
 import json
-import os
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, labctl, labctl_in_background
-from html_support import (browser, open_page, require_browser, synthetic_run, synthetic_trace,
-                          write_folder)
+from conftest import labctl, labctl_in_background
+from html_support import (KILLED_INSIDE, browser, layout_problems, open_page, require_browser,
+                          synthetic_run, synthetic_trace, write_folder)
 from labctl import blame, html, report
 from labctl.html import timeline as timeline_mod
 from workloads._protocol import DATA
 
-SHOTS = os.environ.get("LABCTL_SCREENSHOTS")
+WIDTHS = (1400, 1000)          # the widths the docs' screenshots are taken at (scripts/screenshots.py)
 
 
 def island(run: Path) -> dict:
@@ -284,18 +284,27 @@ def _sections(page) -> set[str]:
     return set(page.js("[...document.querySelectorAll('main > section')].map(s => s.id)"))
 
 
-def _shot(page, name: str, until: str | None = None) -> None:
-    if not SHOTS:
-        return
-    target = Path(SHOTS) if Path(SHOTS).is_absolute() else REPO / SHOTS
-    target.mkdir(parents=True, exist_ok=True)
-    if until:
-        box = page.page.locator(until).bounding_box()
-        page.js("window.scrollTo(0, 0)")
-        page.page.screenshot(path=str(target / name), full_page=True,
-                             clip={"x": 0, "y": 0, "width": 1300, "height": box["y"] + box["height"] + 16})
-    else:
-        page.page.screenshot(path=str(target / name), full_page=True)
+def _laid_out(chromium, run: Path) -> None:
+    """At each width: nothing cut off, no word broken (tests/html_support.py LAYOUT_JS:
+    the elements' scroll widths, their right edges, SVG labels, words' line boxes, the
+    timeline's tick labels)."""
+    for width in WIDTHS:
+        page = open_page(chromium, run, width=width)
+        assert layout_problems(page) == [], (width, layout_problems(page)[:20])
+        page.page.close()
+
+
+def _numbers_agree(page) -> None:
+    """Every number that summarises a table is that table's: the header's checks are the
+    Checks table's rows summed, the timeline's ops the per-op totals' counts summed."""
+    header = page.js("document.querySelector('[data-fact=checks] dd').textContent")
+    rows = page.js("[...document.querySelectorAll('#checks-table tbody tr')].map(r => [...r.cells].map(c => c.textContent))")
+    passed, failed, skipped = (sum(int(r[i]) for r in rows) for i in (2, 3, 4))
+    assert header == f"{passed + failed + skipped} recorded: {passed} passed, {failed} failed, {skipped} skipped"
+    caption = page.js("document.querySelector('#timeline .caption').textContent")
+    counted = sum(int(r[2]) for r in page.js(
+        "[...document.querySelectorAll('#totals-table tbody tr')].map(r => [...r.cells].map(c => c.textContent))"))
+    assert caption.startswith(f"{counted} ops"), (caption[:80], counted)
 
 
 @pytest.mark.slow
@@ -341,7 +350,11 @@ def test_the_default_lab_s_page_shows_every_rank_s_data_as_recorded(default_lab,
     assert series == [6, 6]
     agree = page.js("[...document.querySelectorAll('#ddp-compare tbody tr')].map(r => r.textContent)")
     assert len(agree) == 2 and all("yesyes" in row for row in agree), agree
-    _shot(page, "report-default.png", until="#family-broadcast")
+    # the legend names each series whole (it was cut in the SVG: "one process, whole batc")
+    legend = page.js("[...document.querySelectorAll('#data-ddp .legend [data-series]')].map(s => s.textContent)")
+    assert legend.count("one process, whole batch") == 2, legend
+    _numbers_agree(page)
+    _laid_out(chromium, run)
     # `labctl report --format html` writes the same page again and prints its path; its
     # island holds what the ranks recorded (it compared the island with itself)
     written = island(run)["workloads"]
@@ -409,6 +422,9 @@ def test_a_failing_lab_s_page_quotes_the_root_cause(failing_lab, chromium):
     quote = page.js("document.getElementById('failure-quote').textContent")
     assert quote.startswith("Traceback (most recent call last):")
     assert quote.rstrip().endswith("ValueError: learning rate -0.1 is negative"), quote
+    # the user's frames; the lab's own (its runner, the recorder, runpy) folded into one line
+    assert "fails.py" in quote and "workloads/_" not in quote and "runpy" not in quote, quote
+    assert [line.strip() for line in quote.splitlines()][1].endswith("lab frames"), quote
     assert page.js("document.querySelector('#topology .rank.first').dataset.rank") == "1"
 
 
@@ -432,6 +448,7 @@ def test_a_bench_lab_s_page_draws_busbw_and_latency_against_the_link(bench_lab, 
     assert charts[0][2] is True and charts[1][2] is False       # the link is busbw's ceiling
     link = page.js("document.querySelector('#bench-busbw line.ceiling').nextSibling.textContent")
     assert link == f"slowest link {bench.link_GBps(results):.3f} GB/s"
+    _laid_out(chromium, run)
 
 
 class RunResults(list):
@@ -598,7 +615,13 @@ def test_a_links_run_s_page_draws_the_pair_matrix_with_the_slow_pairs_ringed(tmp
     assert [c[2] for c in cells] == ["—", "20,000", "95", "20,000", "—", "95", "95", "95", "—"]
     assert sorted((a, b) for a, b, _, slow in cells if slow) == [(0, 2), (1, 2), (2, 0), (2, 1)]
     assert "Node 2 is slow" in page.js("document.getElementById('links-verdict').textContent")
+    # the verdict reads as on the terminal: its bold parts bold, in the text's colour
+    bold = page.js("""[...document.querySelectorAll('#links-verdict strong')].map(b => [b.textContent,
+        +getComputedStyle(b).fontWeight, getComputedStyle(b).color])""")
+    assert [b[0] for b in bold] == ["Slow pairs: 0-2, 1-2.", "Node 2 is slow"], bold
+    assert all(weight >= 600 and color == "rgb(29, 35, 43)" for _, weight, color in bold), bold
     assert page.js("document.querySelectorAll('#links-topology tbody tr').length") == 3
+    _laid_out(chromium, run)
 
 
 def test_a_pp_run_s_page_draws_each_stage_s_schedule_as_gantt_rows(tmp_path, chromium):
@@ -657,6 +680,16 @@ def test_the_timeline_zooms_and_pans_within_the_trace_only(tmp_path, chromium):
     assert abs(end - full[1]) < 1e-6 and start > 0
     page.js(f"{tl}.setRange(NaN, Infinity)")
     assert page.js(f"{tl}.visibleRange()") == full
+    # all of it is the trace, no more: the label names no time past its end, and the last
+    # tick's label is inside the canvas (it said "0.000 µs – 35.075 s of 34.387 s", cut "2.0")
+    assert full == page.js(f"{tl}.fullRange()")
+    page.wait_until("document.getElementById('tl-range').textContent.startsWith('showing all ')")
+    page.js(f"{tl}.zoom(0.5)")
+    page.wait_until("!document.getElementById('tl-range').textContent.startsWith('showing all')")
+    shown = page.js("document.getElementById('tl-range').textContent")
+    assert shown.startswith("showing ") and " of " in shown
+    ticks = page.js(f"{tl}.lastDraw()")
+    assert ticks["ticks"] and all(0 <= k["left"] < k["right"] <= ticks["width"] for k in ticks["ticks"]), ticks
 
 
 @pytest.mark.slow
@@ -675,11 +708,15 @@ def test_a_hang_s_page_draws_the_stuck_collective_beside_each_rank_s_stack(hang_
     stacks = page.js("[...document.querySelectorAll('#stacks .stack')].map(s => [+s.dataset.rank, s.querySelector('.own') && s.querySelector('.own').textContent])")
     assert [r for r, _ in stacks] == [0, 1, 2, 3]
     assert all(own and "hang.py" in own for _, own in stacks), stacks   # each rank's own line, marked
+    # each stack is the user's frames and torch's; the lab's own folded into "… N lab frames"
+    texts = page.js("[...document.querySelectorAll('#stacks .stack > pre')].map(p => p.textContent)")
+    assert len(texts) == 4 and all("workloads/_" not in s and "runpy" not in s for s in texts), texts
+    assert all(any(line.strip().endswith(("lab frame", "lab frames")) for line in s.splitlines()) for s in texts)
     # the broadcast rank 1 never left is drawn unfinished
     unfinished = page.js("window.labctlReport.timeline.findSlices('broadcast', 1).map(i => window.labctlReport.timeline.sliceFields(i).duration)")
     assert unfinished == ["never finished"]
     _counts_match(page, run)
-    _shot(page, "report-hang.png")
+    _laid_out(chromium, run)
 
 
 def test_which_node_ran_which_rank_comes_from_what_the_run_saw(tmp_path):
@@ -710,3 +747,35 @@ def test_a_page_that_cannot_be_written_is_a_note_and_the_run_keeps_its_report(tm
     assert said == ["note: report.html could not be written: no space left on device"]
     text = (run.path / "report.md").read_text()
     assert text.startswith("# Lab lab: PASSED") and "Page:" not in text
+
+
+@pytest.fixture(scope="module")
+def kill_node_lab(tmp_path_factory):
+    """A kill-node fault while node 1's ranks wait inside an all_reduce for node 0's, which
+    come once node 1 is gone (tests/html_support.py KILLED_INSIDE)."""
+    script = tmp_path_factory.mktemp("killed") / "killed.py"
+    script.write_text(KILLED_INSIDE)
+    return _up(tmp_path_factory, "kill-node", "--script", str(script), "--fault", "kill-node:1@2",
+               "--fault-clock", "join", "--pg-timeout", "10", "--timeout", "120", ok=False)
+
+
+@pytest.mark.slow
+def test_a_kill_node_page_shows_the_killed_ranks_killed_and_the_survivors_leaving(kill_node_lab, chromium):
+    """Issue 53 item 6: the killed ranks were drawn "inside it, waiting" and the survivors,
+    whose all_reduce raised, were left out."""
+    run, _ = kill_node_lab
+    page = open_page(chromium, run)
+    _clean(page)
+    log = (run / "nodes" / "node-1.log").read_text()
+    node_1 = sorted({int(r) for r in re.findall(r"^\[rank(\d+)\]:", log, re.M)})
+    everyone = list(range(4))
+    survivors = [r for r in everyone if r not in node_1]
+    assert len(node_1) == 2, node_1
+    roles = page.js("""Object.fromEntries(['killed', 'waiting', 'left', 'missing'].map(role => [role,
+        [...document.querySelectorAll(`#hang .stuck [data-role=${role}] .rank`)].map(r => +r.dataset.rank)]))""")
+    assert roles == {"killed": node_1, "waiting": [], "left": survivors, "missing": []}, roles
+    why = page.js("[...document.querySelectorAll('#hang [data-role=killed] .why')].map(w => w.textContent)")
+    assert why == ["node 1 killed by fault kill-node:1@2"] * 2, why
+    errors = page.js("[...document.querySelectorAll('#hang [data-role=left] .why')].map(w => w.textContent)")
+    assert all(e.startswith("RuntimeError: ") and "peer" in e for e in errors), errors
+    _laid_out(chromium, run)

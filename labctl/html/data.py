@@ -10,20 +10,21 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
 from .. import logs, report
-from ..outcome import RunState
+from ..outcome import NodeState, RunState
 from ..plan import rendezvous_of
 from ..record import RunRecord, read_bounded
 from ..rundir import RunDir, read_results
 from ..spec import MAX_FILE_BYTES
 from ..verdict import as_seen_now
 from .timeline import read as read_trace, stragglers, totals
-from workloads._protocol import Env
+from workloads._protocol import Env, one_line
 
 SCHEMA = 1
 MAX_QUOTE_LINES = 60                # lines of the first failure's traceback quoted
@@ -67,6 +68,7 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
         if trace_path.is_file() else None
     trace_nodes = timeline.rank_nodes() if timeline is not None else {}
     log_nodes = problems.guard("the node logs", lambda: ranks_in_node_logs(path), {}) or {}
+    topology = problems.guard("the topology", lambda: _topology(record, plan, results, trace_nodes, log_nodes), None)
 
     data: dict[str, Any] = {
         "schema": SCHEMA,
@@ -74,12 +76,12 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
         "run": problems.guard("the run's facts", lambda: _facts(path, record, plan, spec, state, results), {}),
         "failure": problems.guard("the first failure", lambda: _failure(run), None),
         "live": problems.guard("the live diagnosis", lambda: _live(record), None),
-        "topology": problems.guard("the topology", lambda: _topology(record, plan, results, trace_nodes, log_nodes), None),
+        "topology": topology,
         "checks": problems.guard("the checks", lambda: _checks(results), None),
         "workloads": problems.guard("the workloads' sections", lambda: _workloads(results, problems, path),
                                     []),
         "timeline": None, "totals": None, "stragglers": None,
-        "hang": problems.guard("the hang", lambda: _hang(run), None),
+        "hang": problems.guard("the hang", lambda: _hang(run, topology), None),
         "logs": problems.guard("the logs", lambda: _logs(run, world, problems), None),
         "notes": [str(n) for n in record.notes] if record is not None else [],
         "problems": problems,
@@ -209,9 +211,58 @@ def last_traceback(log: Path) -> list[str] | None:
     block = logs.last_traceback(text.splitlines())
     if block is None:
         return None
+    block = fold_lab_frames(block)
     if len(block) > MAX_QUOTE_LINES:
         block = block[:1] + [f"  ... ({len(block) - MAX_QUOTE_LINES} lines left out)"] + block[-(MAX_QUOTE_LINES - 2):]
     return block
+
+
+# A frame of a traceback (`  File "x.py", line 3, in f`) or of a faulthandler dump
+# (`  File "x.py", line 3 in f`); the lab's own: its runner and recorder, the private
+# modules of the workloads package (workloads/_script.py, _record.py, _trace/...), and the
+# runpy frames the runner starts the script through.
+_FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]*)", line \d+')
+_LAB_FILE = re.compile(r"(^|/)workloads/_[^/]+")
+_RUNPY = re.compile(r"^<frozen runpy>$|(^|/)runpy\.py$")
+_FOLDED = re.compile(r"^\s*… \d+ lab frames?$")
+_THREADING = re.compile(r'File "[^"]*(^|/)threading\.py", line')
+
+
+def fold_lab_frames(lines: list[str]) -> list[str]:
+    """A traceback's or a stack dump's lines with each run of the lab's own frames (and the
+    runpy frames beside them) folded into one line, `… N lab frames`: what is left is the
+    user's code and the libraries it called. A frame's source line and its ^^^ marks go
+    with it; a run of runpy frames with no lab frame in it is the user's and is kept."""
+    items: list[tuple[str, list[str]]] = []
+    for line in lines:
+        m = _FRAME.match(line)
+        if m:
+            file = m.group("file")
+            kind = "lab" if _LAB_FILE.search(file) else "runpy" if _RUNPY.search(file) else "frame"
+            items.append((kind, [line]))
+        elif items and items[-1][0] != "other" and line.startswith("    "):
+            items[-1][1].append(line)       # the frame's source line, its ^^^ marks
+        else:
+            items.append(("other", [line]))
+    out: list[str] = []
+    i = 0
+    while i < len(items):
+        if items[i][0] not in ("lab", "runpy"):
+            out.extend(items[i][1])
+            i += 1
+            continue
+        j = i
+        while j < len(items) and items[j][0] in ("lab", "runpy"):
+            j += 1
+        run = items[i:j]
+        if any(kind == "lab" for kind, _ in run):
+            m = _FRAME.match(run[0][1][0])
+            indent = m.group("indent") if m else "  "
+            out.append(f"{indent}… {len(run)} lab frame{'' if len(run) == 1 else 's'}")
+        else:
+            out.extend(line for _, block in run for line in block)
+        i = j
+    return out
 
 
 def _source_line(file: Path, line: int) -> str | None:
@@ -271,13 +322,16 @@ def _topology(record: RunRecord | None, plan: dict, results: list[dict], trace_n
             source = source or "launch plan"
             ranks = [{"rank": p["rank"], "local_rank": _int((p.get("env") or {}).get("LOCAL_RANK"))}
                      for p in planned]
+        elif log_nodes and replica == 0 and index in log_nodes.values():
+            # the node's own log carries each of its ranks' lines: what the node ran (trace.json
+            # names a rank's node by its GROUP_RANK, the rendezvous's order, which under
+            # torchrun need not be the node's index)
+            source = source or "the node logs (each rank's [rankN]: lines; LOCAL_RANK: its place there)"
+            here = sorted(r for r, n in log_nodes.items() if n == index)
+            ranks = [{"rank": r, "local_rank": i} for i, r in enumerate(here)]
         elif trace_nodes and replica == 0 and index in trace_nodes.values():
             source = source or "trace.json (the node each rank's records came from; LOCAL_RANK: its place there)"
             here = sorted(r for r, n in trace_nodes.items() if n == index)
-            ranks = [{"rank": r, "local_rank": i} for i, r in enumerate(here)]
-        elif log_nodes and replica == 0 and index in log_nodes.values():
-            source = source or "the node logs (each rank's [rankN]: lines; LOCAL_RANK: its place there)"
-            here = sorted(r for r, n in log_nodes.items() if n == index)
             ranks = [{"rank": r, "local_rank": i} for i, r in enumerate(here)]
         elif nproc and isinstance(env.get("NODE_RANK"), str) and env["NODE_RANK"].isdigit():
             source = source or "assumed: torchrun numbers ranks node by node"
@@ -358,11 +412,14 @@ def _workloads(results: list[dict], problems: _Problems, path: Path) -> list[dic
     return sections
 
 
-def _hang(run: RunDir) -> dict | None:
+def _hang(run: RunDir, topology: dict | None = None) -> dict | None:
     """Where the collectives stopped and each rank's stack, when the run has either."""
     record: RunRecord | None = run.record
     first = record.first_failure if record is not None else None
     collective = first.collective.to_dict() if first is not None and first.collective is not None else None
+    if collective and record is not None:
+        for stuck in collective.get("stuck") or []:
+            stuck.update(_how_ranks_left(stuck, record, topology))
     where = record.stacks if record is not None else {}
     files = run.stack_files()
     if not collective and not files:
@@ -372,14 +429,74 @@ def _hang(run: RunDir) -> dict | None:
         text = file.read_text(errors="replace")
         stacks.append({"rank": rank, "where": where.get(rank),
                        "threads": _threads(text[:MAX_STACK_CHARS]), "cut": len(text) > MAX_STACK_CHARS})
-    return {"collective": collective, "stacks": stacks, "more_stacks": max(0, len(files) - MAX_STACK_RANKS)}
+    # a lab that passed stopped nowhere: its stacks are the live watcher's looks while it
+    # seemed not to move (a slow start), not where it hung
+    looked = record is not None and record.state is RunState.PASSED and not collective
+    return {"collective": collective, "stacks": stacks, "more_stacks": max(0, len(files) - MAX_STACK_RANKS),
+            "looked": looked}
+
+
+def _how_ranks_left(stuck: dict, record: RunRecord, topology: dict | None) -> dict:
+    """What became of the ranks of a stuck collective, beyond who is inside and who never
+    came: `killed` (rank -> why): a rank inside it whose process was killed there (its node
+    killed or lost: a kill-node fault, the OOM killer; a kill-rank fault at it), so not
+    waiting; `left` (rank -> its error, or ""): a rank that entered it and left it, either
+    as the trace says (its op ended) or with the error its log shows raised at that very
+    call (the peers of a killed node: gloo's "Connection closed by peer"), which the trace
+    records as never finished."""
+    node_of = {r["rank"]: n for n in (topology or {}).get("nodes") or [] for r in n.get("ranks") or []
+               if isinstance(r.get("rank"), int)}
+    killed_ranks = {f.target: f"killed by fault {f.fault}" for f in record.faults
+                    if f.kind == "kill-rank" and f.phase == "begin" and f.ok}
+    calls = stuck.get("calls") or {}
+
+    def raised_here(rank: int) -> str | None:
+        """The rank's error, when it was raised at its call of this collective."""
+        error = record.rank_errors.get(rank)
+        if not isinstance(error, dict) or not error.get("exception"):
+            return None
+        call = calls.get(str(rank)) or {}
+        at = f"{error.get('file')}:{error.get('line')}"
+        return _short(one_line(str(error["exception"]))) if call.get("caller") == at else None
+
+    killed: dict[str, str] = {}
+    left: dict[str, str] = {}
+    for rank in stuck.get("waiting") or []:
+        node = node_of.get(rank)
+        if rank in killed_ranks:
+            killed[str(rank)] = killed_ranks[rank]
+        elif node is not None and node.get("state") in (NodeState.KILLED.value, NodeState.LOST.value):
+            killed[str(rank)] = f"node {node['index']} " + (node.get("reason") or node["state"])
+        elif (error := raised_here(rank)) is not None:
+            left[str(rank)] = error
+    seq = stuck.get("seq")
+    inside = set(stuck.get("waiting") or []) | set(stuck.get("missing") or [])
+    for key, last in (stuck.get("last") or {}).items():
+        if key.isdigit() and int(key) not in inside and isinstance(last, str) and last.startswith(f"#{seq} "):
+            error = record.rank_errors.get(int(key))
+            text = error.get("exception") if isinstance(error, dict) else None
+            left[key] = _short(one_line(str(text))) if text else ""
+    return {"killed": killed, "left": dict(sorted(left.items(), key=lambda kv: int(kv[0])))}
+
+
+def _short(text: str, most: int = 120) -> str:
+    """An error as a chip's line: its first sentence, at most `most` characters (…), without
+    the C++ source place torch's errors begin with ([/__w/pytorch/.../pair.cc:553])."""
+    text = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|c|h|hpp):\d+\]\s*", "", text)
+    m = re.search(r"[.!?](\s|$)", text)
+    text = text[:m.end()].strip() if m else text
+    return text if len(text) <= most else text[:most - 1].rstrip() + "…"
 
 
 def _threads(text: str) -> list[dict]:
     """A faulthandler dump's threads (logs.dump_threads), the current (main) thread first."""
     threads = [{"name": header.rstrip(":"), "current": header.startswith("Current"),
-                "frames": [line.rstrip() for line in lines if line.strip()]}
+                "frames": fold_lab_frames([line.rstrip() for line in lines if line.strip()])}
                for header, lines in logs.dump_threads(text.splitlines())]
+    for thread in threads:          # a thread the lab started (its recorder's): nothing of the user's
+        thread["lab"] = bool(thread["frames"]) and not thread["current"] and all(
+            _FOLDED.match(f) or _THREADING.search(f) for f in thread["frames"]) \
+            and any(_FOLDED.match(f) for f in thread["frames"])
     threads.sort(key=lambda t: not t["current"])
     return threads
 

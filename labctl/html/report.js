@@ -77,15 +77,41 @@
   function table(columns, rows, opts) {
     opts = opts || {};
     return h("table", { id: opts.id, class: opts.cls },
-      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { text: c })))),
+      // a column's name may break after '_' (LOCAL_WORLD_SIZE), a cell after '/' (a path)
+      h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, breakable(c, /(?<=[_\/])/))))),
       h("tbody", {}, rows.map((row, i) => {
         const tr = h("tr", opts.rowAttrs ? opts.rowAttrs(row, i) : {},
           row.map((cell) => cell instanceof Node ? h("td", {}, cell)
-            : h("td", { class: typeof cell === "number" ? "num" : null, text: typeof cell === "number" ? num(cell) : (cell === null || cell === undefined ? "" : String(cell)) })));
+            : typeof cell === "number" ? h("td", { class: "num", text: num(cell) })
+            : h("td", {}, breakable(cell === null || cell === undefined ? "" : String(cell)))));
         return tr;
       })));
   }
   const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  // A path or a long token as text with a break opportunity (<wbr>) after each '/': a
+  // narrow box wraps it between its parts, never inside a word.
+  function breakable(text, after) {
+    const parts = String(text === null || text === undefined ? "" : text).split(after || /(?<=\/)/);
+    return parts.flatMap((p, i) => (i ? [h("wbr", {}), p] : [p]));
+  }
+  // An ISO time as one reads it: 2026-11-29 13:51:54 UTC.
+  function when(iso) {
+    const m = /^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)?$/.exec(String(iso || ""));
+    if (!m) return String(iso);
+    return `${m[1]} ${m[2]}` + (!m[3] ? "" : m[3] === "Z" || m[3] === "+00:00" ? " UTC" : ` ${m[3]}`);
+  }
+  // Lines of code (a traceback, a stack): one block per line, a wrapped line indented under
+  // its start; the lab's own frames, folded by page_data into "… N lab frames", in grey.
+  const FOLDED = /^\s*… \d+ lab frames?$/;
+  function codeLines(pre, lines, mark) {
+    for (const line of lines) {
+      const top = !/^\s/.test(line);
+      const cls = "ln" + (top ? " top" : "") + (FOLDED.test(line) ? " fold" : "") + (mark && mark(line) ? " own" : "");
+      pre.appendChild(h("span", { class: cls, title: FOLDED.test(line) ? "the lab's own frames (its script runner and recorder): the whole stack is in the run folder" : null },
+        breakable(line.replace(/^\s+/, "")), "\n"));
+    }
+    return pre;
+  }
 
   // What a rank held: a tensor's first values as chips, a list as a bracketed group.
   function heldNode(held, rank, phase) {
@@ -125,22 +151,25 @@
   function outcome() {
     const r = D.run || {};
     const state = String(r.state || "?");
+    const nowrap = (v) => (v === null || v === undefined || v === "" ? null : h("span", { class: "nowrap", text: String(v) }));
     const facts = [
-      ["run", r.run_id], ["backend", r.backend], ["launcher", r.launcher], ["dist backend", r.dist_backend],
+      ["run", nowrap(r.run_id)], ["backend", r.backend], ["launcher", r.launcher], ["dist backend", r.dist_backend],
       ["layout", r.nodes !== undefined ? `${r.nodes} node(s) × ${r.nproc_per_node} process(es) = world ${r.world_size}` : null],
-      ["replicas", r.replicas > 1 ? r.replicas : null], ["init", r.init_method],
-      ["script", r.script ? [r.script.path, ...r.script.args].join(" ") : null],
+      ["replicas", r.replicas > 1 ? r.replicas : null], ["init", nowrap(r.init_method)],
+      ["script", r.script ? breakable([r.script.path, ...r.script.args].join(" ")) : null],
       ["workloads", !r.script && r.workloads && r.workloads.length ? r.workloads.join(", ") : null],
       ["traced", r.trace ? "yes (trace.json)" : "no"],
-      ["started", r.started], ["took", typeof r.seconds === "number" ? r.seconds.toFixed(1) + " s" : null],
-      ["checks", r.checks ? `${r.checks.total} recorded, ${r.checks.failed} failed, ${r.checks.skipped} skipped` : null],
-      ["folder", r.path],
+      ["started", r.started ? nowrap(when(r.started)) : null],
+      ["took", typeof r.seconds === "number" ? r.seconds.toFixed(1) + " s" : null],
+      ["checks", checksFact(r.checks)],
+      ["folder", r.path ? breakable(r.path) : null],
     ].filter(([, v]) => v !== null && v !== undefined && v !== "");
     const out = h("section", { id: "outcome" },
       h("h1", {}, `Lab ${r.lab || "?"}`, h("span", { class: `badge ${state}`, id: "state", text: state.toUpperCase() }),
         r.recorded_state ? h("span", { class: "muted", text: `(recorded: ${r.recorded_state})` }) : null),
       r.message ? h("p", { class: "message", text: r.message }) : null,
-      h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", {}, h("dt", { text: k }), h("dd", { text: String(v) })))));
+      h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", { "data-fact": k }, h("dt", { text: k }),
+        h("dd", {}, typeof v === "object" ? v : String(v))))));
     if (D.failure) out.appendChild(failureBox(D.failure));
     if (D.live) out.appendChild(liveBox(D.live));
     if (D.problems && D.problems.length) {
@@ -150,6 +179,12 @@
     }
     if (D.notes && D.notes.length) out.appendChild(h("ul", { class: "muted" }, D.notes.map((n) => h("li", { text: "note: " + n }))));
     return out;
+  }
+  // The checks the Checks table below counts (status.json's, which counts the same records).
+  function checksFact(c) {
+    if (!c) return null;
+    if (!c.total) return "none recorded";
+    return `${c.total} recorded: ${c.total - c.failed - c.skipped} passed, ${c.failed} failed, ${c.skipped} skipped`;
   }
   function liveBox(l) {
     // what the live watcher said while the lab hung, and what the finish made of it
@@ -162,18 +197,18 @@
   }
   function failureBox(f) {
     const box = h("div", { class: "failure", id: "first-failure" },
-      h("div", { class: "what" }, "First failure: ", f.text || ""));
+      h("div", { class: "what wrap" }, "First failure: ", breakable(f.text || "")));
     const err = f.error || f.peer_error;
     if (err && err.exception) {
-      box.appendChild(h("p", {}, "root cause: ", h("code", { text: err.exception }),
-        err.file ? ` at ${err.file}:${err.line}` + (err.function ? ` in ${err.function}` : "") : ""));
+      box.appendChild(h("p", {}, "root cause: ", h("code", {}, breakable(err.exception)),
+        err.file ? [" at ", h("span", { class: "wrap" }, breakable(`${err.file}:${err.line}`)), err.function ? ` in ${err.function}` : ""] : ""));
     }
     if (f.code) box.appendChild(h("pre", { class: "code", text: f.code }));
     if (f.quote && f.quote.length) {
-      box.appendChild(h("p", { class: "muted", text: `rank ${f.quote_rank}'s traceback (from ${f.log}):` }));
-      box.appendChild(h("pre", { class: "quote", id: "failure-quote", text: f.quote.join("\n") }));
+      box.appendChild(h("p", { class: "muted" }, `rank ${f.quote_rank}'s traceback (from `, breakable(f.log), "):"));
+      box.appendChild(codeLines(h("pre", { class: "quote", id: "failure-quote" }), f.quote));
     } else if (f.log) {
-      box.appendChild(h("p", { class: "muted", text: `log: ${f.log}` }));
+      box.appendChild(h("p", { class: "muted" }, "log: ", breakable(f.log)));
     }
     return box;
   }
@@ -251,7 +286,7 @@
   }
   function view(v) {
     switch (v.kind) {
-      case "text": return h("p", { class: "caption", id: v.id || null, text: v.text });
+      case "text": return textView(v);
       case "table": return h("div", { class: "view-table", id: v.id || null },
         h("h3", { text: v.title }), v.caption ? h("p", { class: "caption", text: v.caption }) : null,
         table(v.columns, v.rows));
@@ -267,6 +302,21 @@
         return other ? other(v) : h("p", { class: "muted", text: `(a view of kind ${v.kind} this page cannot draw)` });
       }
     }
+  }
+  // A paragraph; one with bold spans (a verdict: "Node 2 is slow") is text to read, not a
+  // caption: as bold here as on the terminal.
+  function textView(v) {
+    const strong = Array.isArray(v.strong) ? v.strong : [];
+    if (!strong.length) return h("p", { class: "caption", id: v.id || null, text: v.text });
+    const p = h("p", { class: "verdict", id: v.id || null });
+    let at = 0;
+    for (const [a, b] of strong) {
+      if (a > at) p.appendChild(document.createTextNode(v.text.slice(at, a)));
+      p.appendChild(h("strong", { text: v.text.slice(a, b) }));
+      at = b;
+    }
+    if (at < v.text.length) p.appendChild(document.createTextNode(v.text.slice(at)));
+    return p;
   }
   function beforeAfter(v) {
     const grid = h("div", { class: "ba-grid" },
@@ -377,7 +427,9 @@
 
   // A line chart in SVG (log or linear axes), for loss curves and bench sweeps.
   function linesView(v) {
-    const W = 660, H = 320, L = 64, R = 160, T = 16, B = 44;
+    // the legend is the page's own (HTML beside the plot, wrapping under it when narrow):
+    // in the SVG's margin a long series name was cut ("one process, whole batc")
+    const W = 540, H = 320, L = 64, R = 18, T = 16, B = 44;
     const pts = v.series.flatMap((se) => se.points).filter((p) => typeof p[0] === "number" && typeof p[1] === "number");
     const wrap = h("div", { class: "chart", id: v.id || null }, h("h3", { text: v.title }),
       v.caption ? h("p", { class: "caption", text: v.caption }) : null);
@@ -413,10 +465,11 @@
       if (good.length <= 64) good.forEach((p) => g.appendChild(s("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 2.5, fill: color },
         s("title", {}, `${se.name}: ${bytesAxis ? bytes(p[0]) : num(p[0])} → ${num(p[1], 4)}`))));
       svg.appendChild(g);
-      svg.appendChild(s("rect", { x: W - R + 10, y: T + 4 + 16 * i, width: 14, height: 8, fill: color }));
-      svg.appendChild(s("text", { x: W - R + 28, y: T + 12 + 16 * i, "font-size": 11 }, se.name));
     });
-    wrap.appendChild(svg);
+    const legend = h("div", { class: "legend side" }, v.series.map((se, i) => h("span", { "data-series": se.name },
+      h("span", { class: "swatch" + (se.dash ? " dashed" : ""), style: se.dash ? `border-color:${PALETTE[i % PALETTE.length]}`
+        : `background:${PALETTE[i % PALETTE.length]}` }), se.name)));
+    wrap.appendChild(h("div", { class: "plot" }, svg, legend));
     return wrap;
   }
   function scale(lo, hi, a, b, log, base2) {
@@ -462,8 +515,11 @@
     }
     const tl = new Timeline(T);
     api.timeline = tl.api();
+    // the ops the per-op totals count, and the calls drawn beside them (new_group, ...)
+    const calls = T.calls || 0;
     sec.appendChild(h("p", { class: "caption", text:
-      `${plural(T.total, "op")} on ${plural(T.lanes.length, "lane")} (a lane per rank, grouped by node; async ops on a lane of their own)` +
+      `${plural(T.total - calls, "op")}` + (calls ? ` and ${plural(calls, "call")} (${(T.call_names || []).join(", ")}: no op of a group, drawn, not counted)` : "") +
+      ` on ${plural(T.lanes.length, "lane")} (a lane per rank, grouped by node; async ops on a lane of their own)` +
       (T.aggregate ? `; ${T.detailed} drawn one by one, the ${T.aggregate.slices} after them as ${T.aggregate.bins} bins per lane` : "") +
       `. Wheel: zoom at the pointer · drag or shift+wheel: pan · double-click: all · click an op: its fields below. Arrows: send → recv (when ${MAX_ARROWS} or fewer are in view). Hatched: never finished.` }));
     sec.appendChild(h("div", { class: "tl-bar" },
@@ -539,7 +595,8 @@
       this.height = y + 6;
       this.byLaneY = this.layout.filter((l) => l.kind === "lane");
       this.laneMid = new Map(this.byLaneY.map((l) => [l.id, l.y + rowH / 2]));
-      this.t0 = 0; this.t1 = this.endUs * 1.02;
+      this.t0 = 0; this.t1 = this.endUs;
+      this.padR = 14;              // px right of the trace's end: its last op is not flush with the edge
       // the page's elements
       this.canvas = h("canvas", { id: "timeline-canvas", tabindex: 0, "aria-label": "timeline: a lane per rank" });
       this.tip = h("div", { class: "tip", id: "tl-tip" });
@@ -565,7 +622,7 @@
         sliceFields: (i) => self.fields(i),
         countsByRankOp: () => self.counts(),
         lanes: () => self.lanes,
-        lastDraw: () => ({ ms: self.lastDrawMs, rectangles: self.drawn }),
+        lastDraw: () => ({ ms: self.lastDrawMs, rectangles: self.drawn, ticks: self.ticks, width: self.width }),
         slicePosition: (i) => self.position(i),
         findSlices: (op, rank) => { const out = []; for (let i = 0; i < self.n; i++) if (self.T.strings[self.S.name[i]] === op && (rank === undefined || self.lanes[self.S.lane[i]].rank === rank)) out.push(i); return out; },
       };
@@ -619,12 +676,12 @@
       if (e < a) return null;
       return { x: (this.X(a) + this.X(e)) / 2, y: item.y + r * this.rowH + this.rowH / 2 };
     }
-    X(t) { const w = this.width - this.labelW - 8; return this.labelW + ((t - this.t0) / (this.t1 - this.t0)) * w; }
-    Tof(x) { const w = this.width - this.labelW - 8; return this.t0 + ((x - this.labelW) / w) * (this.t1 - this.t0); }
+    X(t) { const w = this.width - this.labelW - this.padR; return this.labelW + ((t - this.t0) / (this.t1 - this.t0)) * w; }
+    Tof(x) { const w = this.width - this.labelW - this.padR; return this.t0 + ((x - this.labelW) / w) * (this.t1 - this.t0); }
     setRange(a, b) {
       // clamped to the trace: never wider than all of it, never panned past either end
       // (it zoomed out without end into empty time before)
-      const full = this.endUs * 1.02, minSpan = 0.5;
+      const full = this.endUs, minSpan = Math.min(0.5, full);
       if (!isFinite(a) || !isFinite(b)) { a = 0; b = full; }
       let span = Math.min(Math.max(b - a, minSpan), full);
       const c = (a + b) / 2;
@@ -636,7 +693,7 @@
       const c = at === undefined ? (this.t0 + this.t1) / 2 : at;
       this.setRange(c - (c - this.t0) * f, c + (this.t1 - c) * f);
     }
-    fit() { this.setRange(0, this.endUs * 1.02); }
+    fit() { this.setRange(0, this.endUs); }
     showSlices(ids) {
       if (!ids || !ids.length) return;
       let a = Infinity, b = -Infinity;
@@ -682,11 +739,21 @@
       const span = this.t1 - this.t0, raw = span / Math.max(2, (W - this.labelW) / 110);
       const mag = Math.pow(10, Math.floor(Math.log10(raw)));
       const step = [1, 2, 5, 10].map((m) => m * mag).find((x) => x >= raw);
+      const tick = tickFormat(step);
       ctx.fillStyle = "#5c6773"; ctx.strokeStyle = "#eef1f4";
-      for (let t = Math.ceil(this.t0 / step) * step; t <= this.t1; t += step) {
-        const x = this.X(t);
+      // each tick's label right of its line; one that would run past the canvas's edge
+      // is set left of its line instead (the last one was cut: "2.0")
+      this.ticks = [];
+      let lastEnd = -Infinity;
+      for (let t = Math.ceil(this.t0 / step) * step; t <= this.t1 + step * 1e-9; t += step) {
+        const x = this.X(t), text = tick(t), w = ctx.measureText(text).width;
         ctx.beginPath(); ctx.moveTo(x + 0.5, this.axisH - 6); ctx.lineTo(x + 0.5, this.height); ctx.stroke();
-        ctx.fillText(ms(t), x + 3, 14);
+        let at = x + 3;
+        if (at + w > W - 2) at = x - 3 - w;
+        if (at < lastEnd + 6 || at < this.labelW) continue;
+        ctx.fillText(text, at, 14);
+        lastEnd = at + w;
+        this.ticks.push({ t, text, left: at, right: at + w });
       }
       // slices, lane by lane, row by row: at most one rectangle per pixel column and op
       let drawn = 0;
@@ -762,7 +829,8 @@
       this.drawn = drawn;
       this.lastDrawMs = performance.now() - started;
       const label = document.getElementById("tl-range");
-      if (label) label.textContent = `showing ${ms(this.t0)} – ${ms(this.t1)} of ${ms(this.endUs)}; ${drawn} rectangles drawn`;
+      if (label) label.textContent = (this.t0 <= 0 && this.t1 >= this.endUs ? `showing all ${ms(this.endUs)}`
+        : `showing ${ms(this.t0)} – ${ms(this.t1)} of ${ms(this.endUs)}`) + `; ${drawn} rectangles drawn`;
       this.wrap.setAttribute("data-start", this.t0);
       this.wrap.setAttribute("data-end", this.t1);
     }
@@ -833,6 +901,13 @@
       window.addEventListener("resize", () => this.schedule());
     }
   }
+  // A tick's label in the unit its step reads best in, with as many decimals as the step
+  // needs: 0 s, 0.5 s, 1 s ... or 0 ms, 200 ms ...
+  function tickFormat(step) {
+    const [unit, div] = step >= 1e5 ? ["s", 1e6] : step >= 100 ? ["ms", 1e3] : ["µs", 1];
+    const digits = Math.max(0, -Math.floor(Math.log10(step / div) + 1e-9));
+    return (t) => `${(t / div).toFixed(digits)} ${unit}`;
+  }
   function lowerBound(arr, v) {
     let lo = 0, hi = arr.length;
     while (lo < hi) { const mid = (lo + hi) >> 1; if (arr[mid] < v) lo = mid + 1; else hi = mid; }
@@ -856,7 +931,7 @@
   // ------------------------------------------------------------------ 5. a hang
   function hangSection() {
     const g = D.hang;
-    if (!g) return null;
+    if (!g || g.looked) return null;
     const sec = section("hang", "Where the ranks stopped");
     const left = h("div", { class: "hang-left" });
     const c = g.collective;
@@ -879,45 +954,62 @@
     sec.appendChild(h("div", { class: "hang-grid" + (right ? "" : " no-stacks") }, left, right));
     return sec;
   }
+  // The stacks of a lab that went on and passed: where the ranks were when labctl looked
+  // (the live watcher asks when nothing seems to move, as at a slow start), near the end.
+  function lookedSection() {
+    const g = D.hang;
+    if (!g || !g.looked || !g.stacks || !g.stacks.length) return null;
+    return section("stacks-looked", "Where the ranks were when labctl looked",
+      h("p", { class: "caption", text: "The lab went on and passed: labctl asked every rank for its stack while nothing seemed to move (a slow start, torch still importing), so this is no hang. The stacks are in stacks/." }),
+      h("div", { id: "stacks" }, g.stacks.map(stackBox)));
+  }
   function stuckBox(st) {
     const last = st.last || {};
+    const killed = st.killed || {}, left = st.left || {};
+    const waiting = (st.waiting || []).filter((r) => !(String(r) in killed) && !(String(r) in left));
     const labels = {};
-    for (const r of st.waiting || []) labels[r] = last[r] || "";
+    for (const r of waiting) labels[r] = last[r] || "";
     const counts = {};
     Object.values(labels).forEach((l) => { const op = l.split(" ").slice(1).join(" "); counts[op] = (counts[op] || 0) + 1; });
     const common = Object.entries(counts).sort((a, b) => b[1] - a[1])[0];
-    const chip = (r, odd) => h("span", { class: "rank" + (odd ? " bad first" : ""), "data-rank": r },
-      h("b", { text: `rank ${r}` }), last[r] || "none");
+    const chip = (r, odd, why) => h("span", { class: "rank" + (odd ? " bad first" : ""), "data-rank": r },
+      h("b", { text: `rank ${r}` }), last[r] || "none", why ? h("span", { class: "why wrap" }, breakable(why)) : null);
+    const box = (cls, role, title, ranks, make) => ranks.length
+      ? h("div", { class: cls }, h("div", { class: "muted", text: title }), h("div", { class: "ranks", "data-role": role }, ranks.map(make)))
+      : null;
+    const ranksOf = (o) => Object.keys(o).map(Number).sort((a, b) => a - b);
     return h("div", { class: "stuck", "data-pg": st.pg, "data-seq": st.seq },
       h("div", {}, h("b", { text: `${st.pg}: collective #${st.seq} (${st.op})` })),
-      h("div", { class: "inside" }, h("div", { class: "muted", text: "inside it, waiting:" }),
-        h("div", { class: "ranks", "data-role": "waiting" }, (st.waiting || []).map((r) => {
-          const op = (labels[r] || "").split(" ").slice(1).join(" ");
-          return chip(r, common && op !== common[0]);
-        }))),
-      (st.missing && st.missing.length) ? h("div", { class: "outside" }, h("div", { class: "muted", text: "never entered it (last collective entered):" }),
-        h("div", { class: "ranks", "data-role": "missing" }, st.missing.map((r) => chip(r, true)))) : null,
-      h("p", { class: st.mismatch ? "bad" : null, text: st.text || "" }));
+      // a rank killed inside it is not waiting there: it is gone (a kill-node fault's ranks)
+      box("killed", "killed", "killed inside it:", ranksOf(killed), (r) => chip(r, true, killed[r])),
+      box("inside", "waiting", "inside it, waiting:", waiting, (r) => {
+        const op = (labels[r] || "").split(" ").slice(1).join(" ");
+        return chip(r, common && op !== common[0]);
+      }),
+      box("left", "left", ranksOf(left).some((r) => left[r]) ? "entered it and left it with an error:" : "entered it and left it:",
+        ranksOf(left), (r) => chip(r, false, left[r])),
+      box("outside", "missing", "never entered it (last collective entered):", st.missing || [], (r) => chip(r, true)),
+      h("p", { class: (st.mismatch ? "bad " : "") + "wrap" }, breakable(st.text || "")));
   }
   function stackBox(st) {
     const w = st.where || {};
     const main = (st.threads || [])[0];
     const others = (st.threads || []).slice(1);
+    const lab = others.filter((t) => t.lab).length;
     const pre = h("pre", {});
     if (main) {
-      pre.appendChild(document.createTextNode(main.name + "\n"));
-      for (const line of main.frames) {
-        const own = w.file && line.includes(`"${w.file}", line ${w.line}`);
-        pre.appendChild(own ? h("span", { class: "own", text: line + "\n" }) : document.createTextNode(line + "\n"));
-      }
+      const own = (line) => w.file && line.includes(`"${w.file}", line ${w.line}`);
+      codeLines(pre, [main.name, ...(main.frames.length ? main.frames : ["  (no Python frame: the thread was in C or C++ code)"])], own);
     }
+    const threads = h("pre", {});
+    others.forEach((t, i) => codeLines(threads, [...(i ? [""] : []), t.name, ...t.frames]));
     return h("div", { class: "stack", "data-rank": st.rank },
       h("div", { class: "head" }, h("b", { text: `rank ${st.rank}` }),
-        w.file ? ` at ${w.file}:${w.line} in ${w.function}` : " (no frame in your code)",
+        w.file ? [" at ", h("span", { class: "wrap" }, breakable(`${w.file}:${w.line}`)), ` in ${w.function}`] : " (no frame in your code)",
         w.call ? ` · in torch.distributed.${w.call}` : ""),
       pre,
-      others.length ? h("details", {}, h("summary", { text: `${others.length} other thread(s)` }),
-        h("pre", { text: others.map((t) => [t.name, ...t.frames].join("\n")).join("\n\n") })) : null,
+      others.length ? h("details", {}, h("summary", { text: `${plural(others.length, "other thread")}` +
+        (lab ? ` (${lab === others.length ? "all" : lab} the lab's own)` : "") }), threads) : null,
       st.cut ? h("p", { class: "muted", text: "(cut: see stacks/ for the whole dump)" }) : null);
   }
 
@@ -963,7 +1055,8 @@
     const sections = [drawn("outcome", "Outcome", outcome), drawn("hang", "Where the ranks stopped", hangSection),
       drawn("topology", "Where every rank runs", topology), ...workloads(),
       drawn("timeline", "Timeline", timelineSection), drawn("totals", "Per-op totals", totalsSection),
-      drawn("checks", "Checks", checksSection), drawn("logs", "Logs and files", logsSection)].filter(Boolean);
+      drawn("checks", "Checks", checksSection), drawn("stacks-looked", "Where the ranks were when labctl looked", lookedSection),
+      drawn("logs", "Logs and files", logsSection)].filter(Boolean);
     if (drawErrors.length) {
       let box = sections[0].querySelector("#problems");
       if (!box) {

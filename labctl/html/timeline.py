@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..trace import STRAGGLERS
+from workloads._protocol.ops import CALLS
 
 MAX_SLICES = 300_000
 AGG_BINS = 2_000
@@ -281,10 +282,17 @@ class Timeline:
         counts: dict[str, dict[str, int]] = {}
         for (lane, name), n in self.counts.items():
             counts.setdefault(str(lane), {})[name] = n
+        # calls (new_group, destroy_process_group, a store read) are drawn beside the ops
+        # but are no op of a group: the per-op totals count none of them
+        calls: dict[str, int] = {}
+        for (_, name), n in self.counts.items():
+            if name in CALLS:
+                calls[name] = calls.get(name, 0) + n
         out = {
             "t0_us": t0, "end_us": round(self.end_ts() - t0, 3) if self.slices else 0.0,
             "lanes": lanes, "lane_order": order, "strings": self.strings, "slices": columns,
             "detailed": len(c["ts"]), "total": self.slices, "counts": counts,
+            "calls": sum(calls.values()), "call_names": sorted(set(calls)),
             "flows": [[a, round(ta - t0, 3), b, round(tb - t0, 3)] for a, ta, b, tb in self.flows],
             "instants": [[lane, round(t - t0, 3), s] for lane, t, s in self.instants],
             "aggregate": self._aggregate(t0) if starts else None,
@@ -503,6 +511,8 @@ def totals(t: Timeline) -> list[dict[str, Any]]:
     for i in range(len(c["ts"])):
         pg = t.strings[c["cat"][i]] if c["cat"][i] >= 0 else ""
         op = t.strings[c["name"][i]]
+        if op in CALLS:                 # no op of a group: drawn, not counted (as labctl's merge)
+            continue
         row = by.setdefault((pg, op), {"pg": pg, "op": op, "count": 0, "unfinished": 0, "bytes": 0,
                                        "total_ms": 0.0, "slowest_ms": 0.0, "slowest_rank": None,
                                        "slowest_slice": None})
@@ -518,6 +528,8 @@ def totals(t: Timeline) -> list[dict[str, Any]]:
     ids, names, _, durs = t.beyond
     for lane, name, dur in zip(ids, names, durs):
         op = t.strings[name]
+        if op in CALLS:
+            continue
         row = by.setdefault(("", op), {"pg": "", "op": op, "count": 0, "unfinished": 0, "bytes": 0,
                                        "total_ms": 0.0, "slowest_ms": 0.0, "slowest_rank": None,
                                        "slowest_slice": None})
