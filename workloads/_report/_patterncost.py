@@ -223,7 +223,7 @@ def formula(pattern: str, variant: str, records: dict[int, dict], n: int, big: i
     if pattern == "tp":
         act, blocks = float(r.get("activation_bytes") or 0), int(r.get("blocks") or 1)
         seq = variant.endswith("-sp")
-        text = f"(4L-1) (N-1)/N A" if seq else "(2L-1) 2(N-1)/N A"
+        text = "(4L-1) (N-1)/N A" if seq else "(2L-1) 2(N-1)/N A"
         return pm.tp_bytes(act, big, blocks, seq), f"{text}, L = {blocks}, A = {act:,.0f} B"
     if pattern == "pp":
         per_rank, m = int(r.get("stages_per_rank") or 1), int(r.get("microbatches") or 1)
@@ -273,7 +273,7 @@ def _ways(phase: Phase, family: str, big: int, itemsize: int = 4):
     from workloads._protocol.algorithms import Schedule
 
     if phase.schedule is not None:
-        return (phase.schedule,), None
+        return (phase.schedule,)
     algo = registry.algorithm(family, phase.op)
     per_group = [algo.schedules(len(g), phase.size, itemsize) for g in phase.groups]
     count = min(len(w) for w in per_group)
@@ -283,7 +283,7 @@ def _ways(phase: Phase, family: str, big: int, itemsize: int = 4):
         for g, ways in zip(phase.groups, per_group):
             messages += _spread(ways[i], g, big, len(messages))
         out.append(Schedule(algo.key, big, phase.size, tuple(messages), 1.0, per_group[0][i].weight))
-    return tuple(out), algo
+    return tuple(out)
 
 
 def play(phase: Phase, net, family: str, big: int, cache: dict) -> Played:
@@ -317,7 +317,7 @@ def play(phase: Phase, net, family: str, big: int, cache: dict) -> Played:
         lat = max(net.latency.values()) if net.latency else 0.0
         found = Played(beta + steps * lat, steps * lat, beta, "closed form (too many ranks to replay)", sent, [])
     else:
-        ways, _ = _ways(phase, family, big)
+        ways = _ways(phase, family, big)
         got = expected(ways, net)
         wire = ways[0].sent() if ways else []
         found = Played(got.seconds, got.alpha_term, got.beta_term,
@@ -385,7 +385,7 @@ def network(run, nodes: int, per_node: int, overrides: dict | None):
 
 
 # ---- labctl predict --------------------------------------------------------------------------
-def _layout(run, results: list[dict], n: int) -> int:
+def _layout(run, n: int) -> int:
     """Ranks per node of the run."""
     try:
         per = int(run.spec.nproc_per_node)
@@ -442,7 +442,7 @@ def predict(run, world_size: int, sizes: list[int] | None = None, fmt: str = "md
         if big % tp:
             raise InputError(f"--world-size {big}: the mesh's tp is {tp}, so its world is a multiple of {tp}")
     family = registry.family_for(next((r.get("dist_backend") for r in results if r.get("dist_backend")), "gloo"))
-    per = _layout(run, results, n)
+    per = _layout(run, n)
     out_rows = []
     described = ""
     for at in (n, big):
