@@ -277,7 +277,10 @@ def predict(run, world_size, sizes, fmt, link) -> None:
     NCCL's on paper) is replayed message by message over the lab's links (the run's
     `links:`, its measured pair matrix, or --link), with a per-message overhead and
     the links' efficiency fitted on the run's sweep (docs/network.md): the time, its
-    α and β terms, and which dominates.
+    α and β terms, and which dominates. On a parallelism pattern's run (fsdp, tp, pp,
+    cp, ep, mesh): each variant's step at N ranks, its ops scaled by the pattern's rule
+    and replayed over the run's links or --link, beside the pattern's formula
+    (docs/patterns.md).
     """
     from . import report
 
