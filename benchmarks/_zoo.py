@@ -173,6 +173,10 @@ class Verdict:
         return "".join("✓" if ok else "✗" for ok in (self.culprit, self.op, self.line))
 
 
+# the same call under torch 2.13's two names (all_gather_into_tensor is all_gather_single, deprecated)
+ALIASES = {"all_gather_single": "all_gather_into_tensor", "reduce_scatter_single": "reduce_scatter_tensor"}
+
+
 def score(case: Case, answer: Answer) -> Verdict:
     """Strict. Right culprit: the ranks blamed are some of the expected ones (`a|b`: a tool
     that blames both ranks of a two-rank deadlock where either may be it is right; one that
@@ -186,7 +190,8 @@ def score(case: Case, answer: Answer) -> Verdict:
     blamed = set(answer.culprits)
     right = blamed == case.culprits if case.together else bool(blamed) and blamed <= case.culprits
     return Verdict(culprit=right,
-                   op=answer.op is not None and (answer.op in case.ops or answer.op.rpartition(".")[2] in case.ops),
+                   op=answer.op is not None and bool({answer.op, answer.op.rpartition(".")[2],
+                                                       ALIASES.get(answer.op, "")} & set(case.ops)),
                    line=answer.line is not None and answer.line in case.lines)
 
 

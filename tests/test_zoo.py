@@ -111,6 +111,10 @@ CONTROL = "# zoo: culprit=none kind=pass nproc=2"
     (OBJECTS, Answer((1,), "all_gather", 8), Verdict(True, False, True)),         # the inner op is not the call
     (CONTROL, Answer(), Verdict(True, True, True)),
     (CONTROL, Answer((0,), None, None), Verdict(False, False, False)),            # blames a passing run
+    ("# zoo: culprit=0 op=all_gather_into_tensor line=3 kind=hang", Answer((0,), "all_gather_single", 3),
+     Verdict(True, True, True)),                   # torch 2.13's new name of the same call
+    ("# zoo: culprit=0 op=delete_key line=3 kind=hang", Answer((0,), "store.delete_key", 3),
+     Verdict(True, True, True)),
 ])
 def test_the_score_of_a_right_and_a_wrong_answer(header, answer, verdict):
     assert score(case(header), answer) == verdict

@@ -145,6 +145,18 @@ def _shim(path: str) -> bool:
     return path.endswith(os.sep + "typing_extensions.py")
 
 
+def _public_function(code: Any, path: str) -> bool:
+    """A module-level function of a public torch.distributed package: the call a script
+    could have made (all_gather_object, all_gather_tensor, allreduce_hook). A method
+    (FSDP2's FSDPParamGroup.pre_forward) or a function of a private package
+    (fsdp/_fully_shard/'s foreach_all_gather) is the machinery between the script's call
+    and the collective, not a call a script makes."""
+    if "." in getattr(code, "co_qualname", code.co_name):
+        return False
+    inside = path.split(os.sep + "distributed" + os.sep, 1)[1]
+    return not any(part.startswith("_") for part in inside.split(os.sep)[:-1])
+
+
 def _classify(code: Any) -> Any:
     path = code.co_filename
     if path.startswith(_HERE) or _shim(path) or path.startswith("<frozen"):
@@ -152,7 +164,7 @@ def _classify(code: Any) -> Any:
     elif not path.startswith(_torch_dir):
         kind = _USER
     elif os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
-            and code.co_name not in _WRAPPERS:
+            and code.co_name not in _WRAPPERS and _public_function(code, path):
         kind = code.co_name             # a public torch.distributed function (all_gather_object ...)
     else:
         kind = _PLAIN
