@@ -95,10 +95,13 @@ class Op:
     @property
     def signature(self) -> str:
         """What must agree across ranks at one sequence number: op, shape, dtype, root and
-        reduce op."""
+        reduce op. An all_to_all_single with uneven splits leaves the shape out: each rank's
+        buffer is as long as its own splits say (an MoE's dispatch), and the splits are
+        compared pair by pair instead (matcher.splits_mismatch)."""
         root = f" root {self.root}" if self.root is not None else ""
         reduce = f" {self.reduce_op}" if self.reduce_op else ""
-        return f"{self.op} {self.shape_text} {self.dtype or ''}{root}{reduce}".strip()
+        shape = "" if self.splits is not None else self.shape_text
+        return f"{self.op} {shape} {self.dtype or ''}{root}{reduce}".strip()
 
     def where(self) -> dict[str, Any]:
         """The call as status.json gives it (a stuck collective's `calls`)."""
