@@ -1307,6 +1307,16 @@ def test_a_recv_from_a_rank_that_sent_to_another_blames_the_sender(tmp_path):
     assert (d["rank"], d["op"], d["caller"]) == (0, "send", "job.py:9")
     assert d["text"].startswith("rank 0 sent to rank 2 at job.py:9, and rank 2 never received it, while rank 1 "
                                 "waits to receive from rank 0 at job.py:11")
+    # rank 2 had received from rank 0 before and took fewer than were sent: it skipped a
+    # receive (a pipeline stage running fewer microbatches), not rank 0 a wrong peer
+    s = _diagnosed(tmp_path / "dropped", {
+        0: [{"op": "send", "p2p": 1, "peer": 2, "t": 1, "end": 2, "caller": "job.py:9"},
+            {"op": "send", "p2p": 2, "peer": 2, "t": 3, "end": 4, "caller": "job.py:9"}],
+        1: [{"op": "recv", "p2p": 1, "peer": 0, "t": 1, "caller": "job.py:11"}],
+        2: [{"op": "recv", "p2p": 1, "peer": 0, "t": 1, "end": 2, "caller": "job.py:13"}]})
+    d = trace.diagnosis(s).to_dict()
+    assert (d["rank"], d["op"], d["caller"]) == (2, "recv", "job.py:13"), d
+    assert d["text"].startswith("rank 2 received 1 of the 2 messages rank 0 sent it"), d["text"]
     # the op named is the call the script made (batch_isend_irecv), not the send it issued
     s = _diagnosed(tmp_path / "batch", {
         0: [{"op": "send", "api": "batch_isend_irecv", "p2p": 1, "peer": 2, "t": 1, "end": 2, "caller": "job.py:9"}],

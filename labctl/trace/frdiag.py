@@ -11,7 +11,7 @@ from workloads._protocol.ops import SENDS
 
 from .frdump import Dump, ops_of
 from .matcher import diagnosis, mismatch_of, stuck_collectives
-from .model import Diagnosis, Mismatch, Op, Stuck, Summary
+from .model import Diagnosis, Mismatch, Op, Stuck, Summary, Unreceived
 
 
 @dataclass
@@ -99,8 +99,10 @@ def _summary(dumps: list[Dump], ops: dict[int, list[Op]], all_said: bool) -> Sum
                 if op.p2p is not None and op.peer is not None:
                     key = (op.pg, r, op.peer) if op.op in SENDS else (op.pg, op.peer, r)
                     sends.setdefault(key, []).append(op)
-        s.unmatched_sends = {k: [o for o in v if o.op in SENDS][-1] for k, v in sends.items()
-                             if sum(o.op in SENDS for o in v) > sum(o.op not in SENDS for o in v)}
+        for k, v in sends.items():
+            sent, got = [o for o in v if o.op in SENDS], [o for o in v if o.op not in SENDS]
+            if len(sent) > len(got):
+                s.unmatched_sends[k] = Unreceived(sent[-1], len(sent), len(got), got[-1] if got else None)
     return s
 
 

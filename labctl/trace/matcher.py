@@ -242,10 +242,19 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     for op in s.blocked_p2p:
         if op.op not in RECVS or op.peer is None:
             continue
-        wrong = sorted(((dst, send) for (pg, src, dst), send in s.unmatched_sends.items()
+        wrong = sorted(((dst, u) for (pg, src, dst), u in s.unmatched_sends.items()
                         if pg == op.pg and src == op.peer and dst != op.rank), key=lambda x: x[0])
+        dropped = next(((dst, u) for dst, u in wrong if u.last_recv is not None), None)
+        if dropped is not None:         # its peer all along, which took fewer than were sent: it skipped one
+            dst, u = dropped
+            recv = u.last_recv
+            return dst, [dst], recv.call, recv.caller, [
+                f"rank {dst} received {u.received} of the {u.sent} messages rank {op.peer} sent it (its last "
+                f"receive at {recv.caller}); rank {op.peer}'s send at {u.send.caller} was never received, while "
+                f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (rank {dst} skipped a receive?)"]
         if wrong:
-            dst, send = wrong[0]
+            dst, u = wrong[0]
+            send = u.send
             caller = send.caller
             return op.peer, [op.peer], send.call, caller, [
                 f"rank {op.peer} sent to rank {dst} at {caller}, and rank {dst} never received it, while "
@@ -285,7 +294,7 @@ def _waits_on_the_wrong_source(s: Summary) -> tuple[int | None, list[int], str |
             continue
         if any(pg == op.pg and src == op.peer and dst == op.rank for (pg, src, dst) in s.unmatched_sends):
             continue                # its peer did send to it: not the source that is wrong
-        senders = sorted((src, send.caller) for (pg, src, dst), send in s.unmatched_sends.items()
+        senders = sorted((src, u.send.caller) for (pg, src, dst), u in s.unmatched_sends.items()
                          if pg == op.pg and dst == op.rank and src != op.peer)
         if senders:
             src, caller = senders[0]

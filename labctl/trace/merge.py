@@ -20,7 +20,7 @@ from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
 from .matcher import mismatch_of, mismatch_text, splits_mismatch, stuck_collectives
 from .calls import odd_new_group
-from .model import MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, Straggler, Stuck, Summary
+from .model import MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, Straggler, Stuck, Summary, Unreceived
 
 TRACE_FILE = "trace.json"
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
@@ -67,6 +67,7 @@ class _Merge:
         self.lanes: dict[int, _Lanes] = {}
         self.sent: dict[tuple[str, int, int], int] = {}      # (pg, src, dst) -> sends so far
         self.last_send: dict[tuple[str, int, int], Op] = {}   # (pg, src, dst) -> its last send
+        self.last_recv: dict[tuple[str, int, int], Op] = {}   # ... -> the last receive of one
         self.received: dict[tuple[str, int, int], int] = {}
         self.pairs = _P2pPairs(summary)
         # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
@@ -207,6 +208,7 @@ class _Merge:
         elif op.peer is not None and op.op in RECVS:
             key = (op.pg, op.peer, op.rank)
             k = self.received[key] = self.received.get(key, 0) + 1
+            self.last_recv[key] = op
             self.event({"ph": "f", "bp": "e", "id": _flow_id(op.pg, op.peer, op.rank, k), "name": "p2p",
                         "cat": "p2p", "pid": node, "tid": tid, "ts": _us(stop)})
 
@@ -288,8 +290,8 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         end = max([r.alive for r in readers] + [t0])
         summary.end_ns = end if firsts else None
         m.finish(end)
-        summary.unmatched_sends = {key: m.last_send[key] for key, n in m.sent.items()
-                                   if n > m.received.get(key, 0)}
+        summary.unmatched_sends = {key: Unreceived(m.last_send[key], n, m.received.get(key, 0), m.last_recv.get(key))
+                                   for key, n in m.sent.items() if n > m.received.get(key, 0)}
         summary.stragglers = [s for _, _, s in sorted(m.worst, key=lambda x: (-x[0], x[1]))]
         expected = range(world) if world is not None else sorted(logs)
         summary.missing_ranks = [r for r in expected if summary.ranks.get(r) is None

@@ -296,6 +296,17 @@ class Mismatch:
 
 
 @dataclass(frozen=True)
+class Unreceived:
+    """Sends from one rank to another that the other received fewer of: the last send, how
+    many were sent and received, and the receiver's last receive from that sender (None:
+    it never received one, so the sender may have named the wrong peer)."""
+    send: Op
+    sent: int
+    received: int
+    last_recv: Op | None = None
+
+
+@dataclass(frozen=True)
 class Hazard:
     """A call torch let pass that is almost always a bug, seen in a rank's calls (status.json's
     `trace.hazard`): a collective on a group the rank is not a member of (torch returns at
@@ -398,7 +409,7 @@ class Summary:
     mismatch_found: list[Mismatch] = field(default_factory=list)   # the first mismatches
     lateness: dict[int, Lateness] = field(default_factory=dict)  # rank -> how often it arrived last
     blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
-    unmatched_sends: dict[tuple[str, int, int], Op] = field(default_factory=dict)  # (pg, src, dst) -> its last send
+    unmatched_sends: dict[tuple[str, int, int], "Unreceived"] = field(default_factory=dict)  # (pg, src, dst) ->
     calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS
     group_mismatch: "Mismatch | None" = None   # the ranks whose new_group members differed (labctl/trace/calls.py)
 
