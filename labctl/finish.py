@@ -25,7 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
-from .trace.calls import deleted_keys, destroyed_before, not_a_member
+from .trace.calls import deleted_keys, destroyed_before, not_a_member, swapped_senders
 from .trace.model import Diagnosis
 from .rundir import RunDir, StorageError, now, storage_cause
 from .verdict import Cut, Evidence, Seen
@@ -141,7 +141,7 @@ class _Finish:
             return None
         straggler = trace.straggler(summary)
         mismatch = summary.group_mismatch or (summary.mismatch_found[0] if summary.mismatch_found else None)
-        hazard = not_a_member(summary.calls)
+        hazard = not_a_member(summary.calls) or swapped_senders(summary.calls, summary.ranks)
         run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
                                         len(summary.problems) + summary.more_problems, straggler, mismatch, hazard)
         if hazard is not None:

@@ -139,3 +139,58 @@ def test_a_collective_on_a_group_the_rank_is_not_in_is_said_though_the_run_passe
     said = status["trace"]["hazard"]
     assert (said["rank"], said["op"], said["caller"]) == (2, "broadcast", f"{script}:9"), said
     assert any("not a member of" in n for n in status["notes"]), status["notes"]
+
+
+ANY_SOURCE = """\
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+store = dist.distributed_c10d._get_default_store()
+if rank == 1:
+    dist.send(torch.full((4,), 11.0), dst=2)
+elif rank == 0:
+    store.wait(["first"])
+    dist.send(torch.full((4,), 10.0), dst=2)
+else:
+    from_0, from_1 = torch.zeros(4), torch.zeros(4)
+    dist.recv(from_0)
+    store.set("first", "1")
+    dist.recv(from_1)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_receives_from_any_source_whose_lines_drop_the_sender_and_came_out_of_order_are_said(tmp_path):
+    """Rank 2 receives from any source twice, meaning rank 0's then rank 1's; rank 1's comes
+    first (rank 0 sends only once rank 2 said it has one). Both lines drop who sent each:
+    the run passes, and the trace's hazard names rank 2, recv, line 13."""
+    script = tmp_path / "job.py"
+    script.write_text(ANY_SOURCE)
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--script", str(script), "--nodes", "1",
+                           "--nproc-per-node", "3", "--timeout", "240", "-q", "--out", str(out)],
+                          capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads((out / "status.json").read_text())["trace"]["hazard"]
+    assert (said["rank"], said["op"], said["caller"]) == (2, "recv", f"{script}:13"), said
+    assert "came from ranks 1, 0 in that order" in said["text"], said["text"]
+
+
+def test_a_line_that_keeps_what_recv_returns_does_not_drop_the_sender():
+    from workloads._trace.calls import drops_result
+
+    def where(source: str) -> tuple:
+        import sys as _sys
+        seen = []
+
+        def recv(*_):
+            frame = _sys._getframe(1)
+            seen.append((frame.f_code, frame.f_lasti))
+            return 1
+        exec(compile(source, "job.py", "exec"), {"recv": recv})
+        return seen[0]
+    assert drops_result(*where("recv(1)\n"))
+    assert not drops_result(*where("src = recv(1)\n"))
+    assert not drops_result(*where("print(recv(1))\n"))

@@ -16,6 +16,7 @@ from workloads._protocol.records import MAX_INT, BadRecord
 from .loader import TORN_LINE, BadLine, source_lines, SourceTail, decode_line, process_of
 from .model import Op, RankInfo, Summary
 
+MAX_ANYSOURCE = 1_000                # receives from any source kept per rank (their senders)
 MAX_PENDING_OPS = 100_000           # ops begun and not yet ended that the merge holds, all ranks
 MAX_SITES = 200_000                 # call sites held per rank (the ranks renumber past 20,000)
 
@@ -149,6 +150,8 @@ class RankBuilder:
         op.end = max(self._time(p, rec.t) if isinstance(rec, records.End) else self._abs_time(rec.t), op.start)
         if op.peer is None and rec.peer is not None:
             op.peer = rec.peer
+            if len(self.info.anysource) < MAX_ANYSOURCE:
+                self.info.anysource.append((op.caller, rec.peer))
         return op
 
     def _raised(self, p: _Process, rec: records.Raised, process: str, file: str, line: int) -> Op | None:

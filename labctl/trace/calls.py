@@ -7,7 +7,7 @@ next collective, and the destroy is the cause. Functions over the merge's calls;
 library only."""
 from __future__ import annotations
 
-from .model import Hazard, Mismatch, Op
+from .model import Hazard, Mismatch, Op, RankInfo
 
 _UNINITIALIZED = ("has not been initialized", "not initialized", "Invalid process group", "destroyed")
 
@@ -62,6 +62,32 @@ def not_a_member(calls: dict[int, list[Op]]) -> Hazard | None:
                   text=f"rank {rank} called {what} at {op.caller} on a group it is not a member of: torch returned "
                        f"at once, and the rank took no part (its tensors are as they were; build the group with "
                        f"every rank that calls it, or call it only on its members)")
+
+
+def swapped_senders(calls: dict[int, list[Op]], ranks: dict[int, RankInfo]) -> Hazard | None:
+    """A rank whose receives from any source, at two or more lines that drop who sent each
+    (`dist.recv(t)` returns the sender's rank, and the line threw it away), got their
+    messages out of rank order: a script that reads them as if in rank order has them
+    swapped. None: no such rank (in order, one line, or the sender kept)."""
+    for rank, ops in sorted(calls.items()):
+        dropped = {op.caller for op in ops if op.op == "sender_dropped"}
+        info = ranks.get(rank)
+        if not dropped or info is None:
+            continue
+        first: dict[str, int] = {}
+        for caller, peer in info.anysource:
+            if caller in dropped:
+                first.setdefault(caller, peer)
+        peers = list(first.values())
+        if len(peers) >= 2 and peers != sorted(peers):
+            lines = ", ".join(c.rpartition(":")[2] for c in first)
+            at = next(iter(first))
+            return Hazard(rank=rank, op="recv", caller=at,
+                          text=f"rank {rank} received from any source at lines {lines} of {at.rpartition(':')[0]}, "
+                               f"and each line drops who sent it (recv returns the sender's rank): the messages "
+                               f"came from ranks {', '.join(map(str, peers))} in that order, so code that takes "
+                               f"them in rank order has them swapped (pass src=, or keep what recv returns)")
+    return None
 
 
 def says_uninitialized(error: str | None) -> bool:

@@ -121,6 +121,7 @@ class RankInfo:
     ops: int = 0                    # op records (B/X) seen
     ended_in: str | None = None     # where its records end: the op it never left, or its last op
     ended_at: dict | None = None    # ... as {"op": the script's call, "caller": file:line, "inside": bool, "root"}
+    anysource: list[tuple[str, int]] = field(default_factory=list)  # its receives from any source: (caller, sender)
 
 
 @dataclass

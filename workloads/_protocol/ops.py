@@ -78,6 +78,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("store.add", Kind.CALL),
     Op("store.delete_key", Kind.CALL),
     Op("not_a_member", Kind.CALL),  # a collective on a group the rank is not in (its key: which)
+    Op("sender_dropped", Kind.CALL),  # a recv from any source whose sender (its result) the line drops
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life

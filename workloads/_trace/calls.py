@@ -109,6 +109,27 @@ def _store_call(name: str, original: Any) -> Any:
     return traced
 
 
+def mark(name: str, key: str | None, code: Any, lasti: int) -> None:
+    """A call of no duration at the script's `code`/`lasti` (what the recorder saw the line
+    do, besides the op it made)."""
+    ident = next(op_ids)
+    site = _site(name, "?", code, lasti, None, key)
+    now = time.time_ns() - proc.t0
+    (proc.sink or _new_sink()).write(records.BEGIN % (ident, site, 0, now))
+    end(ident, time.time_ns())
+
+
+def drops_result(code: Any, lasti: int) -> bool:
+    """The call at `lasti` is a statement of its own: its result is popped unused
+    (`dist.recv(t)` rather than `src = dist.recv(t)`)."""
+    import dis
+    try:                                # lasti: the call's instruction, or its last inline cache (3.11)
+        after = next((ins for ins in dis.get_instructions(code) if ins.offset > lasti), None)
+    except Exception:          # noqa: BLE001 - a code object dis cannot read: say nothing
+        return False
+    return after is not None and after.opname == "POP_TOP"
+
+
 def _not_a_member(original: Any) -> Any:
     """torch's `_warn_not_in_group(op_name)`: a collective called on a group the rank is not
     a member of returns at once, doing nothing. Recorded as a call at the script's line, the

@@ -19,6 +19,7 @@ from .bound import T
 from .groups import _Route, op_ids, raised, route as find_route
 from .sink import _new_sink, end, proc
 from .sites import _names, _op_name, _site, _sites, _tensor_info, _where, split_sizes
+from .calls import drops_result, mark
 from .works import hold, pending, poll, sweep
 
 _red_op_type: Any = ()                # torch.distributed.ReduceOp.RedOpType, once installed
@@ -114,9 +115,13 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
             poll()                          # works without a future that completed meanwhile
         # sites.begin, inline (the op's path: every call counts twice in a ping-pong of p2p ops)
         site = sites_get((route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce, splits))
+        dropped = False
         if site is None:
             site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api, reduce, splits)
+            dropped = anysource and code is not None and drops_result(code, lasti)
         (proc.sink or _new_sink()).write(begin_line % (ident, site, seq, entered - proc.t0))
+        if dropped:                         # the script's line drops who sent it: said once per site
+            mark("sender_dropped", name or "recv", code, lasti)
         if grad and _is_grad_enabled():
             _warn_on_backprop(value, f"c10d::{method.name}")
         excluded = excluded_fn(autograd)
