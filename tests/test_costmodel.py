@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -109,8 +112,9 @@ def test_without_a_link_there_is_no_model_column():
 def _run_folder(tmp_path, results) -> str:
     folder = tmp_path / "run"
     folder.mkdir(parents=True)
+    world = max([r.get("world_size") or 2 for r in results if r.get("workload") == "bench"] or [2])
     (folder / "status.json").write_text(json.dumps({"run_id": "r", "lab": "lab", "state": "passed",
-                                                    "backend": "compose", "world_size": 2}))
+                                                    "backend": "compose", "world_size": world}))
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
     return str(folder)
 
@@ -200,3 +204,114 @@ def test_predict_reads_the_measured_pair_matrix_and_refuses_links_it_cannot_know
     bare = _run_folder(tmp_path / "u", bench_results(2, 1e-4, 12e6, links=None))
     with pytest.raises(LabError, match="no link rate to replay over"):
         bench.predict(RunDir.open(bare), 4, None, "md")
+
+
+# ---- edited results: one line and exit 2, or the answer of the rows that are right --------
+LINK = {"workload": "bench", "name": "link", "rank": 0, "ok": True, "bytes": 1 << 20, "seconds": 0.0839,
+        "GBps": 0.0125, "src_node": 0, "dst_node": 1, "dst_rank": 1}
+
+
+def _edited(results: list[dict], name: str, size: int | None, field: str, value: str) -> list[str]:
+    """results.jsonl's lines with one record's `field` written as `value` (JSON text, as a
+    hand or a script would: NaN, Infinity, 1e308)."""
+    lines = []
+    for r in results:
+        if r.get("name") == name and (size is None or r.get("size_bytes") == size):
+            r = dict(r)
+            r.pop(field, None)
+            lines.append(json.dumps(r)[:-1] + f', "{field}": {value}}}')
+            size = -1                       # one record only
+        else:
+            lines.append(json.dumps(r))
+    return lines
+
+
+EDITS = [   # (what, record name, its size, field, the text written, what predict must do)
+    ("a time of Infinity", "pingpong", 1 << 18, "time_us_median", "Infinity", "skip"),
+    ("a time of 1e308", "pingpong", 1 << 18, "time_us_median", "1e308", "skip"),
+    ("a time of NaN", "pingpong", 1 << 18, "time_us_median", "NaN", "skip"),
+    ("a size as a string", "all_reduce", 1 << 18, "size_bytes", '"262144"', "skip"),
+    ("a size of 1e20", "all_reduce", 1 << 18, "size_bytes", "1e20", "skip"),
+    ("a world size of 1e9", "all_reduce", 1 << 18, "world_size", "1000000000", "skip"),
+    ("a link of 1e-300 GB/s", "link", None, "GBps", "1e-300", "no link rate to replay over"),
+    ("a negative link", "link", None, "GBps", "-0.5", "no link rate to replay over"),
+    ("a link as a string", "link", None, "GBps", '"fast"', "no link rate to replay over"),
+    ("an environment of world size 1e9", "bench_env", None, "world_size", "1e9", "no usable bench_env record"),
+    ("a row at another run's world size", "all_reduce", 1 << 18, "world_size", "65536",
+     "say world size 65,536 in a run of 2 ranks"),
+]
+
+
+@pytest.mark.parametrize("what,name,size,field,value,expect", EDITS, ids=[e[0] for e in EDITS])
+def test_predict_and_report_on_edited_bench_results_answer_or_refuse_in_one_line(
+        tmp_path, what, name, size, field, value, expect):
+    """Issue 52 item 6: tracebacks (Infinity, 1e308, strings, a link of 1e-300 GB/s), hangs
+    (a size of 1e20, a world of 1e9, a negative link) and silent garbage (NaN: every time
+    0.0, exit 0) on a hand-edited results.jsonl. Each row is read once, against the lab's
+    bounds: a bad one is skipped and named, and predict answers as if it were not there;
+    what leaves nothing to answer from is one line, exit 2."""
+    results = bench_results(2, 200e-6, 12.5e6, links=None) + [LINK]
+    folder = Path(_run_folder(tmp_path / "edited", []))
+    (folder / "results.jsonl").write_text("\n".join(_edited(results, name, size, field, value)) + "\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", str(folder), "-n", "4", "--format", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - started < 30
+    assert "Traceback" not in done.stderr
+    if expect == "skip":
+        assert done.returncode == 0, done.stderr
+        assert f"'{field}' should be" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        kept = [r for r in results if not (r.get("name") == name and r.get("size_bytes") == size)]
+        clean = json.loads(bench.predict(RunDir.open(_run_folder(tmp_path / "clean", kept)), 4, None, "json"))
+        assert json.loads(done.stdout)["rows"] == clean["rows"]
+        assert all(math.isfinite(r["time_us"]) and r["time_us"] > 0 for r in clean["rows"])
+    else:
+        assert done.returncode == 2 and expect in done.stderr, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1
+    report = subprocess.run([sys.executable, "-m", "labctl.cli", "report", str(folder)],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+
+
+def test_a_size_a_row_may_name_is_predicted_without_replaying_millions_of_messages(tmp_path):
+    """1 TiB (the largest size a row may name, `--size`'s bound): gloo's ring cuts it into
+    1 MiB segments, two million messages at 2 ranks; the replay stops at REPLAY_MAX_MESSAGES
+    and the closed form stands in, said in the row."""
+    results = bench_results(2, 200e-6, 12.5e6)
+    for r in [r for r in results if r.get("size_bytes") == SIZES[-1]]:
+        t = cm.predict(GLOO[r["name"]], 200e-6, 12.5e6, 2, 1 << 40).seconds * 1e6
+        results.append({**r, "size_bytes": 1 << 40, "count": 1 << 38, "time_us_median": t, "time_us_p99": t,
+                        "algbw_GBps": (1 << 40) / t / 1e3, "busbw_GBps": (1 << 40) / t / 1e3})
+    folder = _run_folder(tmp_path, results)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, "-n", "8", "--format", "json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 60
+    rows = {(r["op"], r["size_bytes"]): r for r in json.loads(done.stdout)["rows"]}
+    huge = rows[("all_reduce", 1 << 40)]
+    assert huge["model"] == f"closed form (more than {bench.REPLAY_MAX_MESSAGES:,} messages to replay)"
+    expected = cm.predict(GLOO["all_reduce"], 200e-6, 12.5e6, 8, 1 << 40)
+    assert huge["beta_term_us"] == pytest.approx(expected.beta_term_s * 1e6, rel=1e-3)
+    assert rows[("all_reduce", SIZES[-1])]["model"] == "replay"
+
+
+def test_a_noisy_sweep_is_refused_for_its_noise_not_its_sizes(tmp_path):
+    """A real 2x1 sweep on a loaded 2-core machine: the small pingpongs took longer than
+    the large ones. The fit finds no rate for the link; the message says that, with the
+    sweep's own times (it blamed the sweep's sizes: "it needs two sizes or more")."""
+    results = [r for r in bench_results(2, 200e-6, 12.5e6, links=None) if r.get("name") != "pingpong"] + [LINK]
+    for size, t in zip(SIZES, (2400.0, 1900.0, 350.0, 700.0)):      # µs, as such a run measured them
+        results.append({"workload": "bench", "name": "pingpong", "rank": 0, "ok": True, "size_bytes": size,
+                        "count": size // 4, "dtype": "float32", "wrong": 0, "world_size": 2, "iters": 5,
+                        "time_us_median": t, "time_us_p99": t, "algbw_GBps": size / t / 1e3,
+                        "busbw_GBps": size / t / 1e3})
+    folder = _run_folder(tmp_path, results)
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "predict", folder, "-n", "4"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "two sizes" not in done.stderr
+    assert "its times do not grow with the size" in done.stderr
+    assert "64 KiB 2,400 µs, 256 KiB 1,900 µs, 1 MiB 350 µs, 4 MiB 700 µs" in done.stderr
+    assert "timing noise" in done.stderr

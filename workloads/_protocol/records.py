@@ -577,6 +577,8 @@ MAX_RATE_BPS = 125 * 10 ** 12       # bytes/s: 1 Pbit/s, faster than any link
 MAX_COUNT = 10 ** 9                 # iterations, steps, rounds: a count a lab could reach
 MAX_ITEMS = MAX_WORLD               # entries in one list of a result (a series, a lab's ranks)
 MAX_NESTING = 32                    # lists and objects within each other: a real record goes to ~20
+MAX_MICROBATCHES = 4_096            # a pipeline's microbatches per step, stages a rank holds: a
+MAX_STAGES_PER_RANK = 64            # step of more is no lab's (labctl predict replays M v N messages)
 
 Want = tuple  # (check(value) -> bool, what the value should be): one field's type and bounds
 
@@ -668,7 +670,7 @@ DATA_FIELDS: dict[str, Want] = {
     "intervals": _list_of((lambda v: isinstance(v, list) and len(v) == 6 and all(_COUNT[0](x) for x in v[:3])
                            and isinstance(v[3], str) and _WALL_US[0](v[4]) and _WALL_US[0](v[5]),
                            "[step, stage, microbatch, kind, begin µs, end µs]")),
-    "ranks": _whole(1, MAX_WORLD), "microbatches": _whole(1, MAX_COUNT), "stages_per_rank": _whole(1, MAX_COUNT),
+    "ranks": _WORLD, "microbatches": _whole(1, MAX_MICROBATCHES), "stages_per_rank": _whole(1, MAX_STAGES_PER_RANK),
     "compute_ms": _real(0, MAX_MICROSECONDS / 1e3),
 }
 
@@ -714,9 +716,21 @@ ELASTIC: dict[str, Want] = {
     "restart_count": _COUNT, "step": _COUNT, "first_step": _nullable(_COUNT), "steps_done": _COUNT,
     "loss": _nullable(_any_real()), "how": _OPT_TEXT,
 }
-PATTERN: dict[str, Want] = {           # fsdp, tp, pp, cp, ep, mesh: <variant>-matches-single-process, -bytes-per-step
-    "max_diff": _nullable(_any_real()), "tolerance": _nullable(_any_real()), "bitwise": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
+# fsdp, tp, pp, cp, ep, mesh: <variant>-matches-single-process, <variant>-bytes-per-step (its
+# last step's ops, [op, group, group size, S bytes, peer], which `labctl predict` scales)
+PATTERN: dict[str, Want] = {
+    "max_diff": _nullable(_any_real()), "tolerance": _nullable(_any_real()),
+    "bitwise": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
     "sent": _nullable(_real(0, MAX_INT)), "formula": _nullable(_real(0, MAX_INT)), "formula_text": _OPT_TEXT,
+    "ops": _list_of((lambda v: isinstance(v, list) and len(v) == 5 and isinstance(v[0], str)
+                     and (v[1] is None or isinstance(v[1], str)) and _WORLD[0](v[2]) and _BYTES[0](v[3])
+                     and (v[4] is None or _rank(v[4])), "[op, group, group size, bytes, peer or null]")),
+    "ranks": _WORLD, "tp": _WORLD, "dist_backend": _OPT_TEXT,
+    "microbatches": _whole(1, MAX_MICROBATCHES), "stages_per_rank": _whole(1, MAX_STAGES_PER_RANK),
+    "blocks": _whole(0, MAX_COUNT), "tokens": _whole(0, MAX_INT), "block_tokens": _whole(0, MAX_INT),
+    "activation_bytes": _real(0, MAX_MESSAGE_BYTES), "param_bytes": _real(0, MAX_MESSAGE_BYTES),
+    "shard_param_bytes": _real(0, MAX_MESSAGE_BYTES),
+    "send_splits": _list_of(_list_of(_whole(0, MAX_INT))),
 }
 PREFLIGHT: dict[str, Want] = {
     "node": _NODE, "peer": (lambda v: v == "all" or _NODE[0](v), f"a node number (0 to {MAX_NODES - 1:,}) or \"all\""),

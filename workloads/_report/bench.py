@@ -21,7 +21,7 @@ from workloads._benchmath import (  # noqa: F401  (re-exported: the one definiti
 )
 
 from labctl.atomicfile import atomic_open
-from labctl.errors import LabError
+from labctl.errors import LabError, Refused
 from labctl.draw import csv as _draw_csv, markdown as _draw
 from labctl.tables import table as _table
 from workloads._protocol.plugin import MD, PAGE, Csv, Heading, InputError, Table, Text, Workload
@@ -313,6 +313,9 @@ ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "f
 # pair: the cleanest measure of a message's cost and a link's rate), else every op.
 CALIBRATE_ON = ("pingpong",)
 REPLAY_MAX_RANKS = 64           # above: the closed form (gloo's ring all-reduce of 64 ranks: 16k messages, ~1 s)
+# a call of more messages is not replayed, the closed form stands in (a message built and replayed
+# costs about 45 µs here: gloo's ring all_reduce of 1 GiB at 64 ranks is 129,024 messages, 6 s)
+REPLAY_MAX_MESSAGES = 50_000
 SLOW_PAIR = 0.8                 # a measured pair below this x its nodes' rate is a pair cap of its own
 
 
@@ -418,7 +421,7 @@ def replay_network(results: list[dict], nodes: int, ranks_per_node: int, overrid
     elif tcp and not matrix:
         said.append(f"the slowest TCP link measured ({tcp:.4f} GB/s)")
     if not any(math.isfinite(x) for x in egress + ingress + list(pair.values())):
-        raise LabError("no link rate to replay over: the run's links are unshaped and it measured none "
+        raise Refused("no link rate to replay over: the run's links are unshaped and it measured none "
                        "(shape them with --link RATE, or keep the bench's link test: option link: true)")
     return Network(nodes, tuple(egress), tuple(ingress), pair, latency, ranks_per_node), "; ".join(said)
 
@@ -433,7 +436,9 @@ def _layout_of(results: list[dict]) -> tuple[int, int]:
 
 def replay_fit(results: list[dict], overrides: dict | None = None, ops: tuple[str, ...] | None = None):
     """α and the links' efficiency, fitted on the run's own sweep by replaying it (the
-    pingpong's rows, else every op's): (fit, network at the run's size, family, itemsize)."""
+    pingpong's rows, else every op's): (fit, network at the run's size, family, itemsize).
+    A row whose call has more than REPLAY_MAX_MESSAGES messages is not replayed (a size
+    or world a results line may name must not make the fit take minutes)."""
     from workloads._protocol import algorithms as registry
     from workloads._protocol.replay import fit as replay_fit_
 
@@ -448,13 +453,72 @@ def replay_fit(results: list[dict], overrides: dict | None = None, ops: tuple[st
     chosen = [r for r in data if r["op"] in wanted] if len({r["size_bytes"] for r in data
                                                             if r["op"] in wanted}) >= 2 else []
     chosen = chosen or data
-    points = [(registry.algorithm(family, r["op"]).schedule(r["world_size"] or world, r["size_bytes"], itemsize),
-               r["time_us_median"] / 1e6) for r in chosen if r.get("time_us_median")]
+    points, too_long = [], []
+    with registry.at_most(REPLAY_MAX_MESSAGES):
+        for r in chosen:
+            if not r.get("time_us_median"):
+                continue
+            try:
+                schedule = registry.algorithm(family, r["op"]).schedule(r["world_size"] or world, r["size_bytes"],
+                                                                        itemsize)
+            except registry.ScheduleTooLong:
+                too_long.append(r)
+                continue
+            points.append((schedule, r["time_us_median"] / 1e6))
     names = sorted({r["op"] for r in chosen}, key=OPS.index)
     found = replay_fit_(points, net, f"{', '.join(names)} at n = {world}")
     if found is None:
-        raise LabError("the run's sweep cannot be fitted (it needs two sizes or more of one op)")
+        raise Refused("the run's sweep cannot be fitted: " + _unfittable(chosen, points, too_long))
     return found, family, itemsize
+
+
+def _unfittable(chosen: list[dict], points: list, too_long: list[dict]) -> str:
+    """Why the replay's fit found no α and efficiency, in the sweep's own numbers."""
+    sizes = sorted({schedule.size for schedule, _ in points})
+    if len(sizes) < 2:
+        why = f"it needs two sizes or more of one op with a time, and it has {len(sizes)}"
+        if too_long:
+            why += (f" (left out: {len(too_long)} row(s) of more than {REPLAY_MAX_MESSAGES:,} messages to replay, "
+                    f"from {min(r['size_bytes'] for r in too_long):,} B)")
+        return why
+    op = min({r["op"] for r in chosen}, key=OPS.index)
+    times = sorted((r["size_bytes"], r["time_us_median"]) for r in chosen if r["op"] == op and r.get("time_us_median"))
+    shown = ", ".join(f"{_size_text(s)} {t:,.0f} µs" for s, t in times)
+    return (f"its times do not grow with the size as a link's would ({op}, the median by size: {shown}): "
+            "the cost per message its small sizes give (α) is more than its largest sizes took, which leaves "
+            "no rate for the link. That is timing noise (a loaded machine, the recorder in small ops); "
+            "measure again (more iters, --no-trace, an idle machine)")
+
+
+def _size_text(size: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+def _sweep(run) -> tuple[list[dict], list[dict]]:
+    """(results, rows) of the run's sweep as `labctl predict` reads them: the rows' numbers
+    are the lab's own (workloads/_protocol/records.py checked them, once, where
+    results.jsonl was read); here what only this run knows: its world (status.json's),
+    which no row or environment of its sweep may exceed, and the environment that says
+    which backend's algorithms ran. One line, exit 2, when the folder's records are not
+    this run's."""
+    results = run.results()
+    data = rows(results)
+    if not data:
+        raise LabError(f"{run.path}: no bench op with two sizes or more to fit "
+                       "(make some with: labctl up --workload bench)")
+    env = environment(results)
+    if not env:
+        raise Refused(f"{run.path}: its bench rows have no usable bench_env record (the backend whose "
+                      "algorithms ran, the layout): results.jsonl is damaged")
+    world = run.record.world_size
+    said = max([r["world_size"] or 0 for r in data] + [env.get("world_size") or 0])
+    if said > world:
+        raise Refused(f"{run.path}: its bench records say world size {said:,} in a run of {world:,} ranks "
+                      "(status.json): they are not this run's; results.jsonl is damaged")
+    return results, data
 
 
 def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "md",
@@ -468,11 +532,7 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
     from workloads._protocol import algorithms as registry
     from workloads._protocol.replay import expected
 
-    results = run.results()
-    data = rows(results)
-    if not data:
-        raise LabError(f"{run.path}: no bench op with two sizes or more to fit "
-                       "(make some with: labctl up --workload bench)")
+    results, data = _sweep(run)
     fitted, family, itemsize = replay_fit(results)
     world, nproc = _layout_of(results)
     nproc = nproc if world_size % nproc == 0 else 1
@@ -484,8 +544,15 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
         algo = registry.algorithm(family, op)
         wanted = sizes_ or sorted({r["size_bytes"] for r in data if r["op"] == op})
         for size in wanted:
+            schedules, how = None, "closed form (too many ranks to replay)"
             if world_size <= REPLAY_MAX_RANKS:
-                played = expected(algo.schedules(world_size, size, itemsize), net)
+                try:
+                    with registry.at_most(REPLAY_MAX_MESSAGES):
+                        schedules = algo.schedules(world_size, size, itemsize)
+                except registry.ScheduleTooLong:
+                    how = f"closed form (more than {REPLAY_MAX_MESSAGES:,} messages to replay)"
+            if schedules is not None:
+                played = expected(schedules, net)
                 alpha_term, beta_term, result = played.alpha_term, played.beta_term, played.result
                 how = "replay" if played.ways == 1 else f"replay, mean of {played.ways} ways the ranks may enter, by their odds"
                 messages, critical = result.messages, len(result.critical)
@@ -494,7 +561,7 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
             else:
                 alpha_term = algo.steps(world_size) * fitted.alpha_s
                 beta_term = algo.factor(world_size) * size / link_Bps if math.isfinite(link_Bps) else 0.0
-                how, messages, critical, most = "closed form (too many ranks to replay)", None, None, None
+                messages, critical, most = None, None, None
                 seconds = fastest = slowest = alpha_term + beta_term
             out.append({"op": op, "algorithm": algo.name, "algorithm_key": algo.key, "fitted_n": world,
                         "n": world_size, "size_bytes": size, "time_us": round(seconds * 1e6, 3),
@@ -533,7 +600,7 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
           f"{_num(r['fastest_us'], 1)}–{_num(r['slowest_us'], 1)}" if r["fastest_us"] != r["slowest_us"] else "",
           _num(r["alpha_term_us"], 1),
           _num(r["beta_term_us"], 1), r["dominant"], _num(r["busbw_GBps"], 4),
-          r["messages"] if r["messages"] is not None else ""] for r in out)) + "\n"
+          r["messages"] if r["messages"] is not None else r["model"]] for r in out)) + "\n"
 
 
 # ---- comparing two runs ----------------------------------------------------
