@@ -1425,6 +1425,10 @@ def test_all_to_all_single_splits_that_disagree_are_a_mismatch():
     assert (m.rank, m.ranks, m.op, m.caller, m.differs) == (2, [2], "all_to_all_single", "moe.py:22", ["splits"])
     assert m.text.startswith("rank 0 sends rank 2 3 where rank 2 expects 2 from it; rank 1 sends rank 2 1 where "
                              "rank 2 expects 2 from it, all_to_all_single #4 of default_pg")
+    # one pair disagrees (rank 1 sends rank 0 two rows where it expects one): rank 1's input
+    # splits are unlike the two others', so rank 1 is the odd one
+    one_pair = {0: a2a(0, [1, 1, 1], [1, 1, 1]), 1: a2a(1, [2, 1, 1], [1, 1, 1]), 2: a2a(2, [1, 1, 1], [1, 1, 1])}
+    assert splits_mismatch("default_pg", 2, one_pair).rank == 1
     two = {0: a2a(0, [3, 3], [3, 2]), 1: a2a(1, [2, 4], [4, 4])}
     assert (splits_mismatch("default_pg", 1, two).rank, splits_mismatch("default_pg", 1, two).ranks) == (None, [0, 1])
     even = {0: a2a(0, [3, 3], [3, 3]), 1: a2a(1, [3, 3], [3, 3])}

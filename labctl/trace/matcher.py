@@ -135,7 +135,7 @@ def splits_mismatch(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch | None:
         for r in {a, b}:
             count[r] = count.get(r, 0) + 1
     odd = [r for r, c in count.items() if c == len(pairs)]
-    odd = odd if len(odd) == 1 else []
+    odd = odd if len(odd) == 1 else _unlike_the_rest(split, {r for p in pairs for r in p})
     one = None if odd else singled_out({r: seen[r].caller for p in pairs for r in p})
     odd = odd or ([one] if one is not None else [])
     said = "; ".join(f"rank {a} sends rank {b} {split[a][0][members.index(b)]} where rank {b} expects "
@@ -148,6 +148,22 @@ def splits_mismatch(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch | None:
                     op=first.call, caller=first.caller, differs=["splits"],
                     calls={r: {**o.where(), "splits": o.splits} for r, o in sorted(seen.items())},
                     unfinished=sorted(r for r, o in seen.items() if o.end is None), text=text)
+
+
+def _unlike_the_rest(split: dict[int, list[list[int]]], suspects: set[int]) -> list[int]:
+    """The one rank of `suspects` whose input (or output) splits differ from those most of
+    the ranks gave, where most gave the same ([2, 1, 1] where the others send [1, 1, 1]);
+    none where no list is the most common (an MoE's splits all differ)."""
+    for side in (0, 1):
+        count: dict[tuple[int, ...], list[int]] = {}
+        for r, sp in split.items():
+            count.setdefault(tuple(sp[side]), []).append(r)
+        ordered = sorted(count.values(), key=len, reverse=True)
+        if len(ordered) > 1 and len(ordered[0]) >= 2 and len(ordered[0]) > len(ordered[1]):
+            odd = sorted(r for ranks in ordered[1:] for r in ranks if r in suspects)
+            if len(odd) == 1:
+                return odd
+    return []
 
 
 def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False,
