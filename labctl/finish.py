@@ -25,7 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
-from .trace.calls import deleted_keys, destroyed_before, not_a_member, swapped_senders
+from .trace.calls import deleted_keys, destroyed_before, not_a_member, read_before_wait, swapped_senders
 from .trace.model import Diagnosis
 from .rundir import RunDir, StorageError, now, storage_cause
 from .verdict import Cut, Evidence, Seen
@@ -141,11 +141,12 @@ class _Finish:
             return None
         straggler = trace.straggler(summary)
         mismatch = summary.group_mismatch or (summary.mismatch_found[0] if summary.mismatch_found else None)
-        hazard = not_a_member(summary.calls) or swapped_senders(summary.calls, summary.ranks)
+        hazards = [h for h in (not_a_member(summary.calls), read_before_wait(summary.calls),
+                               swapped_senders(summary.calls, summary.ranks)) if h is not None]
         run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
-                                        len(summary.problems) + summary.more_problems, straggler, mismatch, hazard)
-        if hazard is not None:
-            run.record.notes.append(f"trace: {hazard.text}")
+                                        len(summary.problems) + summary.more_problems, straggler, mismatch,
+                                        hazards[0] if hazards else None)
+        run.record.notes.extend(f"trace: {h.text}" for h in hazards)
         if summary.cost_note:
             run.record.notes.append(f"trace: {summary.cost_note}")
         if straggler:

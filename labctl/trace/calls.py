@@ -64,6 +64,18 @@ def not_a_member(calls: dict[int, list[Op]]) -> Hazard | None:
                        f"every rank that calls it, or call it only on its members)")
 
 
+def read_before_wait(calls: dict[int, list[Op]]) -> Hazard | None:
+    """The first line that read a receive's buffer before the receive was waited on."""
+    found = sorted((op.start, rank, op) for rank, ops in calls.items() for op in ops if op.op == "read_before_wait")
+    if not found:
+        return None
+    _, rank, op = found[0]
+    what = op.key or "irecv"
+    return Hazard(rank=rank, op=what, caller=op.caller,
+                  text=f"rank {rank} read the buffer of its {what} at {op.caller} before waiting on the {what}'s "
+                       f"work: what it read may not have arrived yet (call work.wait() first)")
+
+
 def swapped_senders(calls: dict[int, list[Op]], ranks: dict[int, RankInfo]) -> Hazard | None:
     """A rank whose receives from any source, at two or more lines that drop who sent each
     (`dist.recv(t)` returns the sender's rank, and the line threw it away), got their

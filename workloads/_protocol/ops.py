@@ -79,6 +79,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("store.delete_key", Kind.CALL),
     Op("not_a_member", Kind.CALL),  # a collective on a group the rank is not in (its key: which)
     Op("sender_dropped", Kind.CALL),  # a recv from any source whose sender (its result) the line drops
+    Op("read_before_wait", Kind.CALL),  # an irecv's buffer read before its work was waited on
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life

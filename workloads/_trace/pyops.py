@@ -20,6 +20,7 @@ from .groups import _Route, op_ids, raised, route as find_route
 from .sink import _new_sink, end, proc
 from .sites import _names, _op_name, _site, _sites, _tensor_info, _where, split_sizes
 from .calls import drops_result, mark
+from .unwaited import watch
 from .works import hold, pending, poll, sweep
 
 _red_op_type: Any = ()                # torch.distributed.ReduceOp.RedOpType, once installed
@@ -74,6 +75,7 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
     tensor_class, excluded_fn, exclude, autograd = T.tensor, T.excluded, T.exclude, T.autograd
     op, index, where_kind = method.op, method.input_index, method.where
     anysource = method.name == "recv_anysource"
+    receives = method.name in ("recv", "recv_anysource")
     returns_work = method.name != "monitored_barrier"
     reducing = method.reduces
     a2a = method.op == "all_to_all_single"  # (output, input, output_split_sizes, input_split_sizes, opts)
@@ -141,6 +143,8 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
             end(ident, time_ns())
         else:
             waiting[id(work)] = (weakref.ref(work), ident, route if anysource else None)
+            if receives and name == "irecv" and value is not None:
+                watch(value, work, name)    # its buffer read before the wait: said (unwaited.py)
             if len(waiting) > pending.sweep_at:
                 sweep()                     # works never waited on, freed since
         return work

@@ -11,6 +11,7 @@ from typing import Any
 
 from .._protocol import records
 from .sink import _new_sink, end, end_from, proc
+from .unwaited import _in_flight, waited
 
 
 class _Pending:
@@ -87,6 +88,8 @@ def _wrap_wait(original: Any) -> Any:
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
+        if _in_flight:
+            waited(self)
         if waiting:
             entry = waiting.get(id(self))
             if entry is not None and type(entry[1]) is int and entry[2] is None and entry[0]() is self:
@@ -105,6 +108,8 @@ def _wrap_is_completed(original: Any) -> Any:
 
     def is_completed(self: Any) -> Any:
         done = original(self)
+        if done and _in_flight:
+            waited(self)
         if done and waiting:
             _ended(self)
         return done
