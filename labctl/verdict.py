@@ -248,7 +248,9 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     ended = ended_at.get(rank) or {}
     error = None if first.left_early else first.error
     at = f"{error['file']}:{error['line']}" if error and error.get("file") else None
-    silent = at is None and not first.hang and not first.left_early
+    # died without a line of its own; not the odd caller the diagnosis named, which the
+    # launcher stopped wherever it waited after its odd call
+    silent = at is None and not first.hang and not first.left_early and first.blamed_for != "odd call"
     if first.hang and ended.get("inside") and ended.get("op") in CALLS:
         # held in a call the others cannot see (a store read nobody answers, a new_group the
         # others made otherwise): that call, not the collective it never entered

@@ -284,6 +284,14 @@ def test_a_rank_aborted_by_gloo_s_size_check_is_the_symptom_of_the_odd_call():
                                   diagnosis=Diagnosis.from_dict(mismatch)), "runs/x")
     first = rec.first_failure
     assert (first.rank, first.peer_rank, first.op, first.caller) == (2, 1, "all_reduce", "/x/job.py:11"), first
+    # the odd rank then waited in the next collective when the launcher stopped it: its odd
+    # call is still the op to name, not the one it was stopped in
+    rec2 = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                          Evidence(Seen(Ending.BACKEND_FAILURE, [aborted]), 1, 1, False, found=found,
+                                   diagnosis=Diagnosis.from_dict(mismatch),
+                                   ended_at={2: {"op": "barrier", "caller": "/x/job.py:14", "inside": True}}),
+                          "runs/x")
+    assert (rec2.first_failure.op, rec2.first_failure.caller) == ("all_reduce", "/x/job.py:11"), rec2.first_failure
     assert first.describe() == ("rank 2 on node 0 made the odd call of a mismatched collective: " + mismatch["text"]
                                 + "; rank 1 was killed by SIGABRT")
     assert first.blamed_for == "odd call"

@@ -135,7 +135,8 @@ def splits_mismatch(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch | None:
         for r in {a, b}:
             count[r] = count.get(r, 0) + 1
     odd = [r for r, c in count.items() if c == len(pairs)]
-    odd = odd if len(odd) == 1 else _unlike_the_rest(split, {r for p in pairs for r in p})
+    in_every = len(odd) == 1
+    odd = odd if in_every else _unlike_the_rest(split, {r for p in pairs for r in p})
     one = None if odd else singled_out({r: seen[r].caller for p in pairs for r in p})
     odd = odd or ([one] if one is not None else [])
     said = "; ".join(f"rank {a} sends rank {b} {split[a][0][members.index(b)]} where rank {b} expects "
@@ -143,7 +144,8 @@ def splits_mismatch(pg: str, seq: int, seen: dict[int, Op]) -> Mismatch | None:
     first = seen[odd[0]] if odd else seen[pairs[0][1]]
     text = (f"{said}, {first.call} #{seq} of {pg} (the split sizes disagree"
             + (f"; the script's branches single out rank {one})" if one is not None
-               else f"; rank {odd[0]} is in every disagreement)" if odd else "; no rank is the odd one out)"))
+               else f"; rank {odd[0]} is in every disagreement)" if in_every
+               else f"; rank {odd[0]}'s splits are unlike the others')" if odd else "; no rank is the odd one out)"))
     return Mismatch(pg=pg, seq=seq, ranks=odd or sorted({r for p in pairs for r in p}), rank=odd[0] if odd else None,
                     op=first.call, caller=first.caller, differs=["splits"],
                     calls={r: {**o.where(), "splits": o.splits} for r, o in sorted(seen.items())},
