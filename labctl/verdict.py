@@ -97,6 +97,7 @@ class Evidence:
     ended_at: dict[int, dict] = field(default_factory=dict)  # ... as {"op", "caller", "inside"}
     destroyed: dict[int, str] = field(default_factory=dict)  # rank -> where it called destroy_process_group
     deleted: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that deleted it
+    added: dict[str, tuple[list[int], str]] = field(default_factory=dict)  # store key -> (ranks, caller) that added
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -150,6 +151,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             _everyone_raised_it(first, ev.found)
             first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at) or first
             first = _deleted_before_it_was_read(first, ev.found, ev.ended_at, ev.deleted) or first
+            first = _never_added(first, ev.found, ev.ended_at, ev.added, out.world_size) or first
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -367,6 +369,29 @@ def _deleted_before_it_was_read(first: FirstFailure, found: blame.Findings, ende
     return FirstFailure(rank, blame.node_of_rank(rank, found), found.exit_codes.get(rank), peer_rank=reader,
                         peer_error=said, blamed_for="deleted it", op="store.delete_key", caller=caller,
                         collective=first.collective)
+
+
+def _never_added(first: FirstFailure, found: blame.Findings, ended_at: dict[int, dict],
+                 added: dict[str, tuple[list[int], str]], world: int | None) -> FirstFailure | None:
+    """A hang whose blamed ranks poll a store counter (their last call a read of a key they
+    added to: a home-made barrier) that some ranks never added to: those ranks are the
+    cause, with the add they skipped, at the line the others made it. None: no such key."""
+    blamed = list(first.ranks or []) or ([first.rank] if first.rank is not None else []) \
+        or list(first.collective.ranks if first.collective is not None else [])
+    if not first.hang or not blamed or not world:
+        return None
+    keys = {str((ended_at.get(r) or {}).get("key") or "") for r in blamed
+            if (ended_at.get(r) or {}).get("op") in _STORE_READ_CALLS}
+    if len(keys) != 1 or next(iter(keys)) not in added:
+        return None
+    adders, caller = added[next(iter(keys))]
+    skipped = [r for r in range(world) if r not in adders]
+    if not skipped or not set(blamed) <= set(adders):
+        return None
+    one = skipped[0] if len(skipped) == 1 else None
+    return FirstFailure(one, blame.node_of_rank(one, found) if one is not None else None, None,
+                        ranks=skipped if one is None else None, hang=True, collective=first.collective,
+                        op="store.add", caller=caller)
 
 
 def _destroyed_first(first: FirstFailure, destroyed: dict[int, str]) -> None:

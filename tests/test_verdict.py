@@ -485,3 +485,26 @@ def test_a_rank_held_in_a_store_read_of_a_key_another_rank_deleted_blames_the_de
                                                 "key": "run_id"}},
                                   deleted={"other": (0, "/x/job.py:17")}), "runs/x")
     assert (rec.first_failure.rank, rec.first_failure.op) == (2, "store.get")
+
+
+def test_ranks_polling_a_store_counter_others_never_added_to_blame_those_others():
+    """A home-made barrier: ranks 1 and 2 added to "bar/0" and poll it; rank 0 returned
+    before adding and waits in the next all_reduce, which the diagnosis says ranks 1 and 2
+    never entered. Rank 0, which never added, is the cause: store.add at the line the
+    others added at."""
+    hang = {"rank": None, "ranks": [1, 2], "op": "all_reduce", "caller": None,
+            "text": "rank 0 waits in all_reduce (collective #1 of default_pg) which ranks 1, 2 never entered"}
+    found = Findings(world=3, ranks={0, 1, 2}, finished=set(), total=0, node_ranks={0: [0, 1, 2]})
+    polling = {r: {"op": "store.get", "caller": "/x/job.py:17", "inside": False, "key": "bar/0"} for r in (1, 2)}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found,
+                                  diagnosis=Diagnosis.from_dict(hang), ended_at=polling,
+                                  added={"bar/0": ([1, 2], "/x/job.py:16")}), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller, first.hang) == (0, "store.add", "/x/job.py:16", True), first
+    # every rank added: a slow counter, not a skipped add
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found,
+                                  diagnosis=Diagnosis.from_dict(hang), ended_at=polling,
+                                  added={"bar/0": ([0, 1, 2], "/x/job.py:16")}), "runs/x")
+    assert rec.first_failure.op != "store.add" and rec.first_failure.rank is None

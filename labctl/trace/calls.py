@@ -118,6 +118,18 @@ def deleted_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
     return {k: (r, c) for k, (r, c, _) in found.items()}
 
 
+def added_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[list[int], str]]:
+    """key -> (the ranks whose script added to it, where the first of them did): a counter on
+    the store (a home-made barrier: add, then poll get until it reaches the world)."""
+    found: dict[str, tuple[set[int], str]] = {}
+    for rank, ops in sorted(calls.items()):
+        for op in ops:
+            if op.op == "store.add" and op.key and op.end is not None:
+                ranks, caller = found.setdefault(op.key, (set(), op.caller))
+                ranks.add(rank)
+    return {k: (sorted(r), c) for k, (r, c) in found.items()}
+
+
 def destroyed_before(calls: list[Op], before_ns: int | None = None) -> Op | None:
     """The rank's last destroy_process_group call (before `before_ns`, when given)."""
     found = [o for o in calls if o.op == "destroy_process_group" and (before_ns is None or o.start <= before_ns)]
