@@ -20,7 +20,8 @@ run record must hold (`BackendState`) the driver writes into it (`keep_state`).
 
 One Session object per run holds the loop's state; its methods are the steps
 (observe, watch, fire, finish). `run` and `follow` share it, the poll loop and
-one classification of what ends a lifecycle early (`classify`).
+one classification of what ends a lifecycle early (`classify`). The signal regime it
+runs under is labctl/signals.py's; the faults' clock is labctl/faults.py's `FaultClock`.
 
 Collection is part of the run. A signal during it is noted and the collection
 goes on (the outcome is then the lab's own); a second one cuts it short: state
@@ -29,27 +30,24 @@ nothing (state error or interrupted): `labctl down` saves the logs later.
 """
 from __future__ import annotations
 
-import signal
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, TypeVar
+from typing import Callable, Protocol, TypeVar
 
 from .backends.base import (Backend, BackendFailure, BackendState, BeginFault, EndFault,
                             Progress, Stop, TakeStacks)
 from .errors import Interrupted, LabError
-from .faults import Fault, NotYet
+from .faults import Fault, FaultClock, NotYet
 from .blame import LogReading
 from .outcome import NodeOutcome, NodeState, signal_name, spared
 from .plan import LaunchPlan
 from .record import FiredFault
 from .rundir import RunDir
+from .signals import Signals, signals_raise
 from .verdict import Collection, Ending, Seen
 
 FAILURE_GRACE_S = 8.0     # after the first failure, let the others notice and exit by themselves
 FOLLOW_BYTES = 16 << 20   # node log bytes split per node and poll while the lab runs (live logs)
-RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _T = TypeVar("_T")
 
 
@@ -73,127 +71,6 @@ class RunResult:
     @property
     def outcomes(self) -> list[NodeOutcome]:
         return self.seen.outcomes
-
-
-class Signals:
-    """How a handled signal acts, by phase of the run:
-
-    running     raises Interrupted (the lab is stopped, then collected)
-    protected   (collecting the logs, finishing the run folder) the first signal is
-                noted and the work goes on; a further one (the run's own interrupt
-                counts) raises Interrupted: that work is cut short
-    cleaning    noted only (stopping the nodes, deleting the lab, between phases)
-    """
-
-    def __init__(self) -> None:
-        self.raising = True
-        self.protecting: tuple[str, str] | None = None   # (what is done, what a cut means)
-        self.deferred: list[int] = []
-        self.seen = 0                 # handled signals so far, the run's interrupt included
-        self.say: Progress = lambda line: None
-
-    def handler(self, signum, frame) -> None:
-        self.seen += 1
-        if self.raising:
-            self.raising = False
-            raise Interrupted(signum)
-        if self.protecting is not None and self.seen > 1:
-            self.protecting = None
-            raise Interrupted(signum)
-        self.deferred.append(signum)
-        if self.protecting is not None:
-            what, cut = self.protecting
-            try:
-                self.say(f"{signal_name(signum)}: {what} first; send it again to cut {cut}")
-            except Exception:         # print reentered from a signal handler: never fatal
-                pass
-
-    @classmethod
-    def deferring(cls) -> "Signals":
-        """A regime for a caller that installed no handler (its signals act as Python's
-        defaults): never raises by itself."""
-        state = cls()
-        state.raising = False
-        return state
-
-    @contextmanager
-    def protect(self, what: str, cut: str) -> Iterator[None]:
-        """While `what` is done ("collecting the logs"; `cut`: what a second signal
-        cuts short, and what that means): see the class docstring."""
-        self.protecting = (what, cut)
-        try:
-            yield
-        finally:
-            self.protecting = None
-
-    def collection(self):
-        return self.protect("collecting the logs", "the collection short (the lab is then kept "
-                                                   "for `labctl down`)")
-
-
-@contextmanager
-def signals_raise(state: "Signals | None" = None) -> Iterator[Signals]:
-    """SIGINT, SIGTERM and SIGHUP raise Interrupted while the lab runs; once cleanup
-    starts (`.raising = False`) they are deferred, except a second one during a
-    protected phase (`.protect()`: the log collection, the run folder's finish), which
-    cuts it short. Given `state` (a regime its caller installed), nothing is installed."""
-    if state is not None:
-        yield state
-        return
-    state = Signals()
-    previous = {s: signal.signal(s, state.handler) for s in HANDLED_SIGNALS}
-    try:
-        yield state
-    finally:
-        state.raising = False
-        state.protecting = None
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-class FaultClock:
-    """The spec's faults as timed events (begin, and end for those with a duration),
-    on a clock that starts when every node is running: a fault at T means T seconds
-    after the last node started, whatever the backend's start-up time. With
-    `fault_clock: join` it starts when every rank has said it joined its process group
-    (`Backend.describe(joins=True)`): T seconds into the collectives, however long torch took to load."""
-
-    def __init__(self, faults: tuple[Fault, ...]):
-        events = []
-        for fault in faults:
-            events.append((fault.at, 0, fault, "begin"))
-            if fault.duration is not None:
-                events.append((fault.at + fault.duration, 1, fault, "end"))
-        self.events = sorted(events, key=lambda e: (e[0], e[1]))
-        self.started_at: float | None = None      # clock() when every node ran
-        self.active: list[Fault] = []              # begun, not yet ended
-        self.waiting: list[tuple[float, Fault, str]] = []   # due, but the target is not there yet
-
-    def start(self, now: float) -> None:
-        if self.started_at is None:
-            self.started_at = now
-
-    def due(self, now: float) -> list[tuple[float, Fault, str]]:
-        """Events whose time has come, those still waiting for their target first."""
-        if self.started_at is None:
-            return []
-        out, self.waiting = self.waiting, []
-        while self.events and self.started_at + self.events[0][0] <= now:
-            at, _, fault, phase = self.events.pop(0)
-            out.append((at, fault, phase))
-        return out
-
-    def retry(self, at: float, fault: Fault, phase: str) -> None:
-        """An event whose target is not there yet: tried again at the next poll."""
-        self.waiting.append((at, fault, phase))
-
-    def next_in(self, now: float) -> float:
-        """Seconds until the next event (a long time when none is scheduled yet)."""
-        if self.waiting:
-            return RETRY_S
-        if self.started_at is None or not self.events:
-            return 3600.0
-        return max(0.0, self.started_at + self.events[0][0] - now)
 
 
 def keep_state(rundir: RunDir, state: BackendState, save: bool = False) -> None:

@@ -167,10 +167,10 @@ def settings(deadline: float | None = None, seed: int | None = None, time: bool 
 def held_signals():
     """The signal regime `check` runs in, held by its caller until the grade is printed:
     a signal after the lab (while grading, saving, printing) is then noted, never a
-    KeyboardInterrupt that would say something status.json does not (labctl/driver.py)."""
-    from . import driver
+    KeyboardInterrupt that would say something status.json does not (labctl/signals.py)."""
+    from .signals import signals_raise
 
-    return driver.signals_raise()
+    return signals_raise()
 
 
 def check(spec: LabSpec, entries: list[Entry], progress: Callable[[str], None] = print,
@@ -179,9 +179,10 @@ def check(spec: LabSpec, entries: list[Entry], progress: Callable[[str], None] =
     """Run `lab_spec`'s lab to its end, grade it, and have the run's verdict judge the
     grade (labctl/verdict.py `judge`): status.json then says what `answer` says. The run
     folder and each entry's grade. `signals`: a regime from `held_signals()`."""
-    from . import driver, lab
+    from . import lab
+    from .signals import signals_raise
 
-    with driver.signals_raise(signals) as held:
+    with signals_raise(signals) as held:
         run = lab.up(spec, progress=progress, runs_root=runs_root, options=options, signals=held)
         before, deferred = run.record.state, len(held.deferred)
         try:

@@ -10,9 +10,10 @@ the lab has started:
     partition:N@T+D      cut node N off the lab network for D seconds, then reconnect
     delay:N=MS           MS milliseconds more latency on node N's traffic, the whole run
 
-The driver (labctl/driver.py) keeps the clock and asks the backend
-`signal(BeginFault(fault))` (and `signal(EndFault(fault))` at the end of a fault
-with a duration); which kinds a backend can do is its `fault_kinds`. Standard library only.
+`FaultClock` holds a lab's faults as timed events; the driver (labctl/driver.py) runs
+it and asks the backend `signal(BeginFault(fault))` (and `signal(EndFault(fault))` at the
+end of a fault with a duration); which kinds a backend can do is its `fault_kinds`.
+Standard library only.
 """
 from __future__ import annotations
 
@@ -96,3 +97,51 @@ def parse(text: str) -> Fault:
 _SYNTAX_TEXT = {"kill-rank": "kill-rank:R@T", "kill-node": "kill-node:N@T",
                 "stop-node": "stop-node:N@T+D", "partition": "partition:N@T+D",
                 "delay": "delay:N=MS"}
+
+
+RETRY_S = 0.5             # a fault whose target is not there yet is tried again this often
+
+
+class FaultClock:
+    """The spec's faults as timed events (begin, and end for those with a duration),
+    on a clock that starts when every node is running: a fault at T means T seconds
+    after the last node started, whatever the backend's start-up time. With
+    `fault_clock: join` it starts when every rank has said it joined its process group
+    (`Backend.describe(joins=True)`): T seconds into the collectives, however long torch took to load."""
+
+    def __init__(self, faults: tuple[Fault, ...]):
+        events = []
+        for fault in faults:
+            events.append((fault.at, 0, fault, "begin"))
+            if fault.duration is not None:
+                events.append((fault.at + fault.duration, 1, fault, "end"))
+        self.events = sorted(events, key=lambda e: (e[0], e[1]))
+        self.started_at: float | None = None      # clock() when every node ran
+        self.active: list[Fault] = []              # begun, not yet ended
+        self.waiting: list[tuple[float, Fault, str]] = []   # due, but the target is not there yet
+
+    def start(self, now: float) -> None:
+        if self.started_at is None:
+            self.started_at = now
+
+    def due(self, now: float) -> list[tuple[float, Fault, str]]:
+        """Events whose time has come, those still waiting for their target first."""
+        if self.started_at is None:
+            return []
+        out, self.waiting = self.waiting, []
+        while self.events and self.started_at + self.events[0][0] <= now:
+            at, _, fault, phase = self.events.pop(0)
+            out.append((at, fault, phase))
+        return out
+
+    def retry(self, at: float, fault: Fault, phase: str) -> None:
+        """An event whose target is not there yet: tried again at the next poll."""
+        self.waiting.append((at, fault, phase))
+
+    def next_in(self, now: float) -> float:
+        """Seconds until the next event (a long time when none is scheduled yet)."""
+        if self.waiting:
+            return RETRY_S
+        if self.started_at is None or not self.events:
+            return 3600.0
+        return max(0.0, self.started_at + self.events[0][0] - now)

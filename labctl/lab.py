@@ -16,6 +16,7 @@ from .outcome import INTERRUPT_EXIT, NodeState
 from .plan import LaunchPlan, new_run_id, plan
 from .record import Collected
 from .rundir import RunDir, folder_path
+from .signals import Signals, signals_raise
 from .spec import LabSpec, WorkloadSpec
 from .verdict import Ending, Seen
 
@@ -43,7 +44,7 @@ def make_plan(spec: LabSpec, run_id: str | None = None, backend: Backend | None 
 
 def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
        runs_root: str = "runs", backend: Backend | None = None,
-       options: BackendOptions | None = None, signals: driver.Signals | None = None) -> RunDir:
+       options: BackendOptions | None = None, signals: Signals | None = None) -> RunDir:
     """Run the lab to its end and return the finalized run folder.
 
     The folder is written whatever happens: a failing rank, the deadline,
@@ -51,7 +52,7 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     everything stopped and a finished status.json. Preflight refusals
     (exit 2) happen before the folder exists. `backend`: an instance to use
     instead of a new one of `spec.backend` (tests place nodes differently).
-    `signals`: a regime the caller installed (`driver.signals_raise()`) and keeps after
+    `signals`: a regime the caller installed (`signals_raise()`) and keeps after
     the run (`labctl exercise check` grades the run under it).
     """
     backend = backend or backends.create(spec.backend, progress, options)
@@ -69,7 +70,7 @@ def up(spec: LabSpec, out: str | None = None, progress: Progress = print,
     live = _live(run, backend, progress)
     if live is not None and live.view is not None:
         progress = _above(progress, live.view)
-    with driver.signals_raise(signals) as signals:  # one regime from the start to the report
+    with signals_raise(signals) as signals:  # one regime from the start to the report
         result = driver.run(the_plan, backend, run, progress, signals=signals, live=live)
         run.record.seconds = round(time.monotonic() - t0, 3)
         finish.write_down(run, result, progress, signals)
@@ -190,7 +191,7 @@ def collect(backend_name: str, run_id: str, out: str | None = None, wait: bool =
     live = _live(run, backend, progress, elsewhere=True) if wait else None
     if live is not None and live.view is not None:
         progress = _above(progress, live.view)
-    with driver.signals_raise() as signals:
+    with signals_raise() as signals:
         result = driver.follow(the_plan, backend, run, progress,
                                timeout=spec.timeout if timeout is None else timeout, wait=wait,
                                signals=signals, live=live)
@@ -315,7 +316,7 @@ def down(run: RunDir, discard_logs: bool = False, progress: Progress = print,
     what is left; it once died silently with 143.
     """
     step = _DownStep(run)
-    with driver.signals_raise() as signals:
+    with signals_raise() as signals:
         try:
             return _down(run, discard_logs, progress, force, options, backend, signals, step)
         except Interrupted as exc:
@@ -436,7 +437,7 @@ def _finalize_abandoned(run: RunDir, backend: Backend, progress: Progress, save:
                     "nodes wrote and stopped them" if not rec.ended else rec.message,
                     abandoned=True)
         previous = None
-    with driver.signals_raise(signals) as signals:     # the finish is protected as `up`'s is
+    with signals_raise(signals) as signals:     # the finish is protected as `up`'s is
         raising, signals.raising = signals.raising, False
         finish.finish(run, seen, progress, signals, previous=previous)
         signals.raising = raising

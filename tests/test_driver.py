@@ -324,7 +324,7 @@ def test_faults_fire_on_the_clock_retry_until_their_target_exists_and_end_before
     spec = dataclasses.replace(from_dict({"nodes": 3, "nproc_per_node": 1, "timeout": 600}),
                                faults=tuple(map(parse_fault, ("kill-rank:1@0", "stop-node:2@0+600", "partition:0@0+1"))))
     b = FaultyBackend(script={0: ["pending", "running", "running", "running", "failed"]})
-    monkeypatch.setattr(driver, "RETRY_S", 0.001)
+    monkeypatch.setattr("labctl.faults.RETRY_S", 0.001)
     p = plan(spec, b.placement(spec), "lab-test")
     rundir = RunDir.create(p, out=tmp_path / "run")
     driver.run(p, b, rundir, lambda line: None, grace=0.05)
