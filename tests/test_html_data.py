@@ -291,3 +291,32 @@ def test_the_page_takes_the_merge_s_totals_and_stragglers_and_points_at_their_sl
     page = timeline.read(run / "trace.json")
     assert timeline.totals(page)[0]["count"] == 999
     assert [(s["seq"], s["rank"]) for s in timeline.stragglers(page)][0] == (2, 1)
+
+
+def test_the_lab_s_own_frames_fold_into_one_line_and_the_user_s_stay():
+    """Issue 53 item 9: the lab's runner, recorder and the runpy frames between them filled
+    a user's traceback and stack on the page; a run of them is now one line. A runpy frame
+    with no lab frame beside it is the user's own (their code called runpy) and stays."""
+    from labctl.html.data import fold_lab_frames
+
+    traceback = ["Traceback (most recent call last):",
+                 '  File "<frozen runpy>", line 198, in _run_module_as_main',
+                 '  File "/opt/venv/lib/python3.11/site-packages/workloads/_script.py", line 155, in <module>',
+                 "    recorded(main)()", "    ^^^^^^^^^^^^^^^^",
+                 '  File "/work/workloads/_record.py", line 44, in wrapper', "    return fn(*args, **kwargs)",
+                 '  File "<frozen runpy>", line 291, in run_path',
+                 '  File "/me/train.py", line 9, in <module>', "    step()",
+                 '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code', "    exec(code)",
+                 '  File "/me/step.py", line 2, in step', "    raise ValueError('x')",
+                 "ValueError: x"]
+    assert fold_lab_frames(traceback) == [
+        "Traceback (most recent call last):", "  … 4 lab frames",
+        '  File "/me/train.py", line 9, in <module>', "    step()",
+        '  File "/usr/lib/python3.11/runpy.py", line 88, in _run_code', "    exec(code)",
+        '  File "/me/step.py", line 2, in step', "    raise ValueError('x')", "ValueError: x"]
+    dump = ["Current thread 0x00007f7e (most recent call first):",
+            '  File "/work/workloads/_trace/works.py", line 89 in wait',
+            '  File "/venv/torch/distributed/distributed_c10d.py", line 3252 in all_reduce',
+            '  File "/me/hang.py", line 20 in <module>',
+            '  File "<frozen runpy>", line 88 in _run_code', '  File "/work/workloads/_script.py", line 147 in main']
+    assert fold_lab_frames(dump) == [dump[0], "  … 1 lab frame", dump[2], dump[3], "  … 2 lab frames"]
