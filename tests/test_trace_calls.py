@@ -179,3 +179,42 @@ def test_a_line_that_keeps_what_recv_returns_does_not_drop_the_sender():
     assert drops_result(*where("recv(1)\n"))
     assert not drops_result(*where("src = recv(1)\n"))
     assert not drops_result(*where("print(recv(1))\n"))
+
+
+REINIT = """\
+import sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+pair = dist.new_group([0, 1])
+if rank in (0, 1):
+    dist.all_reduce(torch.ones(4), group=pair)
+dist.barrier()
+dist.destroy_process_group()
+dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}", rank=rank, world_size=world)
+pair = dist.new_group([1, 2])
+if rank == 2:
+    dist.all_reduce(torch.ones(4), group=pair)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_group_made_after_a_destroy_and_a_re_init_is_numbered_anew(tmp_path):
+    """Issue 52 item 4: after destroy_process_group() and a second init, torch names the new
+    groups as the old ones (pg1 again), and their count continued the old group's, so the
+    hang was blamed on rank 0, which is not in the new pair. The new generation's groups
+    are default_pg@2 and pg1@2, numbered from 1: rank 2, alone in the new pair's
+    all_reduce, is the rank the others wait for."""
+    script = tmp_path / "job.py"
+    script.write_text(REINIT)
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "labctl.cli", "up", "--script", str(script), "--nodes", "1",
+                    "--nproc-per-node", "3", "--timeout", "240", "--on-hang", "stop", "-q", "--out", str(out),
+                    "--", str(tmp_path / "store")], capture_output=True, text=True, timeout=400, cwd=REPO)
+    first = json.loads((out / "status.json").read_text())["first_failure"]
+    assert first["rank"] == 2, first
+    text = first["collective"]["text"]
+    assert "collective #1 of pg1@2" in text and "collective #1 of default_pg@2" in text, text

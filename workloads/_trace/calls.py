@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from .._protocol import ops, records
-from .groups import _name_group, _groups, op_ids
+from .groups import _name_group, _groups, op_ids, retire
 from .sink import _new_sink, end, proc, write
 from .sites import _USER, _classify, _frames, _line_of, _site_ids, _where
 
@@ -76,7 +76,10 @@ def _lifecycle(name: str, original: Any) -> Any:
             members, pg = _members(args[0] if args else kwargs.get("ranks")), "default_pg"
         else:
             members, pg = None, _group_name(args[0] if args else kwargs.get("group"))
-        return _record(name, pg, members, None, lambda: original(*args, **kwargs), sys._getframe(1))
+        result = _record(name, pg, members, None, lambda: original(*args, **kwargs), sys._getframe(1))
+        if name == "destroy_process_group":
+            retire(args[0] if args else kwargs.get("group"))
+        return result
 
     traced.__name__, traced.__qualname__ = original.__name__, getattr(original, "__qualname__", name)
     traced.__doc__, traced.__wrapped__, traced.__module__ = original.__doc__, original, original.__module__

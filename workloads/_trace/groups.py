@@ -54,6 +54,33 @@ _route_ids = itertools.count(1)
 _routes: dict[tuple[str, int, bool], _Route] = {}
 _counters: dict[tuple[str, bool], _Count] = {}   # (pg name, p2p) -> its numbers
 _groups: dict[int, tuple[Any, str, list[int]]] = {}  # id(group) -> (its ref, name, global ranks); G line written
+_retired: dict[str, int] = {}        # a destroyed subgroup's name -> how many groups had it
+_generation = 1                      # process groups made since the last whole destroy_process_group()
+
+
+def retire(group: Any) -> None:
+    """`destroy_process_group(group)` returned. The whole (group None): every group is gone,
+    and the groups of a later init_process_group are another generation, named
+    `<name>@2` (every rank destroys the whole, so every rank counts alike), numbered from 1.
+    One subgroup: its name is retired with its numbers; a later group under the same
+    name is `<name>@2`. Either way no new group continues an old group's count."""
+    global _generation
+    if group is None:
+        _generation += 1
+        _groups.clear()
+        _counters.clear()
+        _routes.clear()
+        _retired.clear()
+        return
+    named = _groups.pop(id(group), None)
+    if named is None:
+        return
+    name = named[1]
+    _retired[name] = _retired.get(name, 1) + 1
+    for p2p in (False, True):
+        _counters.pop((name, p2p), None)
+    for rkey in [k for k, r in _routes.items() if r.pg == name]:
+        _routes.pop(rkey, None)
 
 
 def route(op: str, group: Any, via_cpp: bool) -> _Route | None:
@@ -90,6 +117,10 @@ def _name_group(group: Any) -> tuple[Any, str, list[int]]:
     else:
         desc = getattr(group, "group_desc", "") or ""
         name = desc if desc and desc != "undefined" else f"pg{getattr(group, 'group_name', id(group))}"
+    if _generation > 1:
+        name = f"{name}@{_generation}"
+    if name in _retired:
+        name = f"{name}@{_retired[name]}"
     ranks = [int(r) for r in dist.get_process_group_ranks(group)]
     named = _groups[id(group)] = (_ref(group), name, ranks)
     write(records.Group(name, ranks))
