@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -186,6 +187,58 @@ def test_compare_gives_b_over_a_per_op_and_size(tmp_path):
     rows = list(csv.DictReader(io.StringIO(bench.compare(a, b, "csv"))))
     assert rows[0]["busbw_ratio"] == "0.5"
     assert json.loads(bench.compare(a, b, "json"))["rows"][0]["time_ratio"] == 2.0
+
+
+def _timed(op: str, size: int, times: list[float]) -> dict:
+    """A bench row with its iterations' times (the bench's `times_us`), the median its own."""
+    row = _row(op, size, sorted(times)[len(times) // 2])
+    return {**row, "times_us": times}
+
+
+def test_compare_marks_the_ratios_two_runs_of_the_same_lab_fall_within_as_noise(tmp_path):
+    """Issue 53 item 7: two runs of one lab gave ratios from 0.25 to 3.98 with no word about
+    noise. Each row's iterations (times_us) say how far apart two such runs' medians fall."""
+    import random
+    rng = random.Random(7)
+    noisy = lambda: [rng.lognormvariate(math.log(100), 0.6) for _ in range(10)]     # noqa: E731
+    tight = lambda k: [k * (1 + 0.01 * i) for i in range(10)]                         # noqa: E731
+    a = fake_run(tmp_path / "a", [ENV, _timed("all_reduce", 4096, noisy()), _timed("pingpong", 4096, tight(50)),
+                                  _row("all_reduce", 1 << 20, 1000)])
+    b = fake_run(tmp_path / "b", [ENV, _timed("all_reduce", 4096, noisy()), _timed("pingpong", 4096, tight(150)),
+                                  _row("all_reduce", 1 << 20, 1000)])
+    rows = {(r["op"], r["size_bytes"]): r for r in bench.comparison(a, b)}
+    same = rows[("all_reduce", 4096)]          # the same distribution: whatever the ratio, noise
+    assert same["same_lab_low"] < 1 < same["same_lab_high"] and same["noise"] is True
+    assert same["same_lab_low"] <= same["time_ratio"] <= same["same_lab_high"]
+    slower = rows[("pingpong", 4096)]          # three times as slow, 1 % apart within each run
+    assert slower["time_ratio"] == pytest.approx(3.0, rel=0.01) and slower["noise"] is False
+    assert slower["same_lab_high"] < 1.1
+    old = rows[("all_reduce", 1 << 20)]        # a row without its iterations: not judged
+    assert old["noise"] is None and old["same_lab_low"] is None
+    md = bench.compare(a, b, "md")
+    ratios = sorted(r["time_ratio"] for r in rows.values())
+    assert (f"**1 of 2 time ratios ({ratios[0]:.2f} to {ratios[-1]:.2f} in all) are inside the spread of the same "
+            "lab: noise. 1 row(s) without 6 iterations' times or more are not judged.**") in md
+    assert f"| {same['time_ratio']:.3f} noise | {same['same_lab_low']:.2f}–{same['same_lab_high']:.2f} |" in md
+    assert f"| {slower['time_ratio']:.3f} | {slower['same_lab_low']:.2f}–{slower['same_lab_high']:.2f} |" in md
+    assert "same lab: how far apart the medians of two runs of the same lab fall (about 95 % of them)" in md
+    rows_csv = list(csv.DictReader(io.StringIO(bench.compare(a, b, "csv"))))
+    assert [r["noise"] for r in rows_csv] == ["True", "", "False"]
+
+
+def test_the_spread_of_the_same_lab_holds_95_percent_of_the_ratios_of_two_such_runs():
+    import random
+    import statistics
+    rng = random.Random(3)
+    for spread, n in ((0.5, 10), (0.3, 6), (0.8, 40)):
+        inside = 0
+        for _ in range(1000):
+            a = [rng.lognormvariate(0, spread) for _ in range(n)]
+            b = [rng.lognormvariate(0, spread) for _ in range(n)]
+            lo, hi = bench.same_lab_spread(a, b)
+            inside += lo <= statistics.median(b) / statistics.median(a) <= hi
+        assert 0.9 <= inside / 1000 <= 0.99, (spread, n, inside)
+    assert bench.same_lab_spread([1.0] * 5, [1.0] * 10) is None       # fewer than 6 times: not judged
 
 
 def test_compare_errors_are_one_clear_line(tmp_path):

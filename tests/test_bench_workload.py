@@ -14,6 +14,7 @@ SMALL = {"min_bytes": 256, "max_bytes": 16384, "factor": 8, "warmup_iters": 1, "
 
 
 def up_bench(tmp_path, nodes: int, nproc: int, options: dict) -> tuple[RunDir, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     lab = tmp_path / "lab.yaml"
     lab.write_text(json.dumps({"name": "bench", "nodes": nodes, "nproc_per_node": nproc,
                                "timeout": 120, "workloads": [{"name": "bench", "options": options}]}))
@@ -123,3 +124,32 @@ def test_pattern_sums_stay_exact_in_small_dtypes():
             # and the reduction the backend performs in that dtype gives the same
             assert torch.equal(sum(bench.pattern(r, 50, dtype, cpu, modulus=mod) for r in range(n)).to(torch.int64),
                                exact), (dtype, n)
+
+
+@pytest.mark.slow
+def test_two_runs_of_one_lab_compare_with_their_spread_and_every_op_is_fitted_or_named(tmp_path):
+    """Issue 53 item 7, on real runs: `labctl compare` of two runs of the same lab gave ratios
+    from 0.25 to 3.98 with no word about noise, and the cost model dropped the ops it could not
+    fit without a word. Every row now carries the spread of the same lab (from its iterations)
+    and is marked noise exactly when its ratio is inside it; every op is in the cost model's
+    table or named under it with why."""
+    options = {"ops": ["all_reduce", "pingpong"], "min_bytes": 1024, "max_bytes": 16384, "factor": 4,
+               "warmup_iters": 1, "iters": 10, "link": False}
+    a, _ = up_bench(tmp_path / "a", 1, 2, options)
+    b, _ = up_bench(tmp_path / "b", 1, 2, options)
+    done = labctl("compare", str(a.path), str(b.path), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert len(rows) == 6
+    for r in rows:
+        assert r["same_lab_low"] < 1 < r["same_lab_high"]
+        assert r["noise"] == (r["same_lab_low"] <= r["time_ratio"] <= r["same_lab_high"])
+    md = labctl("compare", str(a.path), str(b.path)).stdout
+    noise = sum(r["noise"] for r in rows)
+    assert f"**{noise} of 6 time ratios (" in md and "inside the spread of the same lab: noise" in md
+    assert md.count(" noise | ") == noise
+    from workloads._report import bench
+
+    section = bench.cost_model_section(a.results())
+    for op in ("all_reduce", "pingpong"):
+        assert f"| {op} |" in section or f"**{op}**: " in section, section

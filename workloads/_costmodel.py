@@ -130,6 +130,45 @@ def fit(algo: Algorithm, n: int, points: Iterable[tuple[float, float]]) -> Fit |
                math.sqrt(sum(e * e for e in errors) / len(errors)), max(abs(e) for e in errors), len(pts))
 
 
+def why_not(points: Iterable[tuple[float, float]]) -> str:
+    """Why `fit` made no line of these (size bytes, seconds) points, in their own numbers."""
+    pts = sorted((float(s), float(t)) for s, t in points if t > 0)
+    sizes = sorted({s for s, _ in pts})
+    if len(sizes) < 2:
+        return f"{len(sizes)} size{'' if len(sizes) == 1 else 's'} with a time: a line needs two or more"
+    shown = ", ".join(f"{_size_text(s)} {t * 1e6:,.0f} µs" for s, t in pts)
+    return (f"its time does not grow with the size ({shown}): noise larger than what the bytes cost "
+            "(a loaded machine, the recorder in small ops)")
+
+
+def _size_text(size: float) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{int(size) >> shift} {unit}"
+    return f"{size:.0f} B"
+
+
+def unfitted(rows: Sequence[dict], model: dict[str, Algorithm]) -> dict[str, str]:
+    """The ops of `rows` that `fits` leaves out, and why (one line each)."""
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r.get("time_us_median") is None or not r.get("world_size"):
+            continue
+        by_op.setdefault(r["op"], []).append((r["size_bytes"], r["time_us_median"] / 1e6))
+    found = fits(rows, model)
+    out = {}
+    for op in dict.fromkeys(r["op"] for r in rows):
+        if op in found:
+            continue
+        if op not in model:
+            out[op] = "no model of its algorithm"
+        elif op not in by_op:
+            out[op] = "no row with a time and a world size"
+        else:
+            out[op] = why_not(by_op[op])
+    return out
+
+
 def relative_error(predicted: float, measured: float) -> float:
     """(predicted - measured) / measured."""
     return (predicted - measured) / measured

@@ -17,7 +17,8 @@ from typing import Any, Iterable
 
 from workloads import _costmodel as cm
 from workloads._benchmath import (  # noqa: F401  (re-exported: the one definition)
-    COLLECTIVES, OPS, P2P, algbw_GBps, busbw_factor, busbw_GBps, percentile, sizes, validate_sweep,
+    COLLECTIVES, OPS, P2P, algbw_GBps, busbw_factor, busbw_GBps, percentile, same_lab_spread, sizes,
+    validate_sweep,
 )
 
 from labctl.atomicfile import atomic_open
@@ -38,8 +39,8 @@ def _bench(results: Iterable[dict]) -> list[dict]:
     return [r for r in results if r.get("workload") == "bench"]
 
 
-def rows(results: Iterable[dict]) -> list[dict]:
-    """One row per (op, size, dtype), from the lowest rank that recorded it, in op then size order."""
+def _measured(results: Iterable[dict]) -> dict[tuple, dict]:
+    """(op, size, dtype) -> its record from the lowest rank that recorded it."""
     best: dict[tuple, dict] = {}
     for r in _bench(results):
         if r.get("name") not in OPS or "size_bytes" not in r:
@@ -47,6 +48,12 @@ def rows(results: Iterable[dict]) -> list[dict]:
         key = (r["name"], r["size_bytes"], r.get("dtype"))
         if key not in best or r.get("rank", 0) < best[key].get("rank", 0):
             best[key] = r
+    return best
+
+
+def rows(results: Iterable[dict]) -> list[dict]:
+    """One row per (op, size, dtype), from the lowest rank that recorded it, in op then size order."""
+    best = _measured(results)
     order = {op: i for i, op in enumerate(OPS)}
     out = [{"op": r["name"], **{f: r.get(f) for f in ROW_FIELDS[1:]}, "world_size": r.get("world_size"),
             "iters": r.get("iters")} for r in best.values()]
@@ -170,6 +177,7 @@ def as_json(results: list[dict]) -> dict[str, Any]:
                 "measured_link": measured.as_dict() if measured else None,
                 "configured_link_Bps": configured_Bps(results),
                 "fits": {op: _fit_dict(f, model) for op, f in fitted.items()},
+                "not_fitted": cm.unfitted(data, algorithms(results)),
             }}
 
 
@@ -288,8 +296,10 @@ def cost_model_section(results: list[dict]) -> str:
     name = model_name(results)
     head = [f"### Cost model: t = steps(n) α + factor(n) S / B, {name} algorithms "
             "(workloads/_costmodel.py)", ""]
+    left = cm.unfitted(rows(results), algorithms(results))
+    dropped = ["", "Not fitted: " + "; ".join(f"**{op}**: {why}" for op, why in left.items()) + "."] if left else []
     if not fitted:
-        return "\n".join(head + ["No op has two sizes or more: nothing to fit."])
+        return "\n".join(head + ["No op could be fitted."] + dropped)
     n = next(iter(fitted.values())).n
     lines = head + [
         f"Fitted per op on this sweep (n = {n}; least squares, weights 1/t). B / link: "
@@ -302,7 +312,7 @@ def cost_model_section(results: list[dict]) -> str:
                  _num(f.alpha_s * 1e6, 0), _num(f.bandwidth_Bps / 1e9, 4),
                  _num(f.bandwidth_Bps / model.bandwidth_Bps, 2) if model else "",
                  f"{100 * f.rms_error:.1f} % / {100 * f.max_error:.1f} %", f.points]
-                for op, f in sorted(fitted.items(), key=lambda kv: OPS.index(kv[0]))))]
+                for op, f in sorted(fitted.items(), key=lambda kv: OPS.index(kv[0]))))] + dropped
     return "\n".join(lines)
 
 
@@ -605,20 +615,31 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
 
 # ---- comparing two runs ----------------------------------------------------
 def comparison(run_a, run_b) -> list[dict]:
-    """Rows present in both runs, with B/A ratios of median time and busbw."""
-    a, b = _rows_or_error(run_a), _rows_or_error(run_b)
+    """Rows present in both runs, with B/A ratios of median time and busbw, and how far apart
+    two runs of the same lab fall there (`same_lab_spread` of the two rows' iteration times,
+    the `times_us` every bench row records): a time ratio inside it is noise (`noise`; None:
+    a row with fewer than 6 iterations' times is not judged)."""
+    results_a, results_b = _results_or_error(run_a), _results_or_error(run_b)
+    a, b = rows(results_a), rows(results_b)
+    times_a, times_b = _measured(results_a), _measured(results_b)
     b_by = {(r["op"], r["size_bytes"], r["dtype"]): r for r in b}
     out = []
     for r in a:
-        other = b_by.get((r["op"], r["size_bytes"], r["dtype"]))
+        key = (r["op"], r["size_bytes"], r["dtype"])
+        other = b_by.get(key)
         if other is None:
             continue
+        ratio = _ratio(other["time_us_median"], r["time_us_median"])
+        spread = same_lab_spread(times_a[key].get("times_us") or [], times_b[key].get("times_us") or [])
         out.append({
             "op": r["op"], "size_bytes": r["size_bytes"], "dtype": r["dtype"],
             "time_us_a": r["time_us_median"], "time_us_b": other["time_us_median"],
-            "time_ratio": _ratio(other["time_us_median"], r["time_us_median"]),
+            "time_ratio": ratio,
             "busbw_GBps_a": r["busbw_GBps"], "busbw_GBps_b": other["busbw_GBps"],
             "busbw_ratio": _ratio(other["busbw_GBps"], r["busbw_GBps"]),
+            "same_lab_low": round(spread[0], 4) if spread else None,
+            "same_lab_high": round(spread[1], 4) if spread else None,
+            "noise": (spread[0] <= ratio <= spread[1]) if spread and ratio is not None else None,
         })
     if not out:
         raise LabError(f"{run_a.path} and {run_b.path} share no (op, size, dtype): A has "
@@ -626,12 +647,12 @@ def comparison(run_a, run_b) -> list[dict]:
     return out
 
 
-def _rows_or_error(run) -> list[dict]:
-    found = rows(run.results())
-    if not found:
+def _results_or_error(run) -> list[dict]:
+    results = run.results()
+    if not rows(results):
         raise LabError(f"{run.path}: no bench results to compare "
                        f"(make some with: labctl up --workload bench)")
-    return found
+    return results
 
 
 def _what(data: list[dict]) -> str:
@@ -645,7 +666,12 @@ def _ratio(b: float | None, a: float | None) -> float | None:
 
 
 COMPARE_FIELDS = ("op", "size_bytes", "dtype", "time_us_a", "time_us_b", "time_ratio",
-                  "busbw_GBps_a", "busbw_GBps_b", "busbw_ratio")
+                  "busbw_GBps_a", "busbw_GBps_b", "busbw_ratio", "same_lab_low", "same_lab_high", "noise")
+SPREAD_TEXT = ("same lab: how far apart the medians of two runs of the same lab fall (about 95 % of them), from "
+               "each run's own iterations (every bench row records each iteration's time: the band of its median, "
+               "the two combined; docs/bench.md). A time ratio inside it is **noise**: these two runs cannot tell "
+               "those rows apart; busbw's ratio is its inverse. The spread knows the noise inside each run only: a "
+               "load that changed between the two runs (another job on the machine) is not in it.")
 
 
 def compare(run_a, run_b, fmt: str = "md") -> str:
@@ -658,14 +684,26 @@ def compare(run_a, run_b, fmt: str = "md") -> str:
         writer.writeheader()
         writer.writerows(data)
         return buf.getvalue()
+    judged = [r for r in data if r["noise"] is not None]
+    noise = sum(1 for r in judged if r["noise"])
+    ratios = [r["time_ratio"] for r in data if r["time_ratio"] is not None]
+    summary = (f"{noise} of {len(judged)} time ratios ({min(ratios):.2f} to {max(ratios):.2f} in all) are inside "
+               "the spread of the same lab: noise." if judged else
+               "No row of the two runs has 6 iterations' times or more (or they were recorded before `times_us`): "
+               "no spread to judge the ratios by.")
+    if len(judged) < len(data) and judged:
+        summary += f" {len(data) - len(judged)} row(s) without 6 iterations' times or more are not judged."
     head = (f"## Bench comparison: B / A\n\nA = {run_a.path} ({_layout(run_a)})  \n"
             f"B = {run_b.path} ({_layout(run_b)})\n\n"
-            "time ratio < 1: B is faster; busbw ratio > 1: B moves more data per second.\n\n")
+            f"time ratio < 1: B is faster; busbw ratio > 1: B moves more data per second. {SPREAD_TEXT}\n\n"
+            f"**{summary}**\n\n")
     return head + _table(
-        ["op", "size (B)", "type", "time A (us)", "time B (us)", "time B/A",
+        ["op", "size (B)", "type", "time A (us)", "time B (us)", "time B/A", "same lab",
          "busbw A (GB/s)", "busbw B (GB/s)", "busbw B/A"],
         ([r["op"], r["size_bytes"], r["dtype"], _num(r["time_us_a"], 1), _num(r["time_us_b"], 1),
-          _num(r["time_ratio"], 3), _num(r["busbw_GBps_a"], 3), _num(r["busbw_GBps_b"], 3),
+          _num(r["time_ratio"], 3) + (" noise" if r["noise"] else ""),
+          f"{r['same_lab_low']:.2f}–{r['same_lab_high']:.2f}" if r["same_lab_low"] is not None else "",
+          _num(r["busbw_GBps_a"], 3), _num(r["busbw_GBps_b"], 3),
           _num(r["busbw_ratio"], 3)] for r in data)) + "\n"
 
 
