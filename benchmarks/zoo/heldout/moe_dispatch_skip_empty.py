@@ -1,4 +1,4 @@
-# zoo: culprit=2 op=isend line=24|25|23 kind=hang nproc=4 timeout=30
+# zoo: culprit=2 op=isend|recv line=24|25|23 kind=hang nproc=4 timeout=30
 # zoo: about=MoE token dispatch over isend/recv sends each peer a count then its tokens, but skips a peer it routes no tokens to (not even a zero count): rank 2 routes none to rank 0, which waits in recv from rank 2
 # zoo: source=https://github.com/sgl-project/sgl-kernel-npu/issues/69
 import torch
