@@ -1,4 +1,4 @@
-# zoo: culprit=2 op=all_gather_object line=31|22 kind=exception nodes=2 nproc=2 timeout=30
+# zoo: culprit=2 op=all_gather_object line=31|22 kind=exception nproc=4 timeout=30
 # zoo: about=each rank reports the prediction files it wrote through all_gather_object; for a large shard the helper skips sorting and returns the directory's iterdir() generator, which cannot be pickled: rank 2 (the large shard) raises, the others wait in the gather
 # zoo: source=https://github.com/hustvl/YOLOP/issues/131
 import tempfile

@@ -1,4 +1,4 @@
-# zoo: culprit=3 op=all_reduce line=22|23|29|33 kind=hang nodes=2 nproc=2 timeout=30
+# zoo: culprit=3 op=all_reduce line=22|23|29|33 kind=hang nproc=4 timeout=30
 # zoo: about=a blended dataset refills a source when it runs out; the "code" source has 3 files for 4 ranks, so rank 3's shard of it is empty and the first time rank 3 draws from it the refill loop spins for ever; the others wait in all_reduce
 # zoo: source=https://github.com/NVIDIA/Megatron-Energon/pull/6
 import random

@@ -1,4 +1,4 @@
-# zoo: culprit=none kind=pass nodes=2 nproc=2 timeout=90
+# zoo: culprit=none kind=pass nproc=4 timeout=90
 # zoo: about=a correct script: rank 0 broadcasts the run config as an object, a 4-stage pipeline passes activations with irecv/isend (every work waited, one batch_isend_irecv per peer), the last two stages reduce the loss in a subgroup every rank created, and a store key marks the end
 # zoo: source=https://github.com/pytorch/PiPPy/pull/1000 (one batch_isend_irecv per peer, the fix for the skip-connection hang)
 import torch

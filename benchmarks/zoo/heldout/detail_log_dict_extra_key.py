@@ -1,4 +1,4 @@
-# zoo: culprit=3 op=all_reduce line=22|36 kind=mismatch nodes=2 nproc=2 timeout=40
+# zoo: culprit=3 op=all_reduce line=22|36 kind=mismatch nproc=4 timeout=40
 # zoo: about=with TORCH_DISTRIBUTED_DEBUG=DETAIL, a log_dict helper all_reduces each metric in key order; rank 3's batch holds the rare class, so its dict has one more key (an int64 count) and its second all_reduce is that count where the others reduce the float loss
 # zoo: source=https://github.com/Lightning-AI/pytorch-lightning/issues/19106
 import os

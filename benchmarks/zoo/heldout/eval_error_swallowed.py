@@ -1,4 +1,4 @@
-# zoo: culprit=2 op=all_reduce|gather_object line=20|28|33|17 kind=hang nodes=2 nproc=2 timeout=30
+# zoo: culprit=2 op=all_reduce|gather_object line=20|28|33|17 kind=hang nproc=4 timeout=30
 # zoo: about=an eval harness catches a task's exception, logs it and goes on, so torchrun never sees a failure to restart or stop on; rank 2 hits a malformed sample in its shard of the second task and skips that task's all_reduce, then waits in gather_object while the others reduce
 # zoo: source=https://github.com/EvolvingLMMs-Lab/lmms-eval/pull/1304
 import torch

@@ -1,4 +1,4 @@
-# zoo: culprit=3 op=all_reduce line=22|29|30|28 kind=abort nodes=2 nproc=2 timeout=30
+# zoo: culprit=3 op=all_reduce line=22|29|30|28 kind=abort nproc=4 timeout=30
 # zoo: about=a 2x2 (dp, tp) mesh with functional collectives; the shared-expert branch reduces its output over the dp submesh (a copy of the gradient code) instead of tp, and only rank 3's batch routes tokens to it: rank 3's activation reduce meets rank 1's gradient reduce in their dp group and gloo aborts rank 1
 # zoo: source=https://github.com/NVIDIA/Megatron-LM/pull/4851 (an MoE branch taken on some ranks only desynchronizes the tp/ep collectives)
 import torch

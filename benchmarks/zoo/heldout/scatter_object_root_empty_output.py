@@ -1,5 +1,5 @@
-# zoo: culprit=0 op=scatter_object_list line=23|20 kind=exception nproc=3 timeout=30
-# zoo: about=the data-shard assignment is scattered with scatter_object_list; following a tutorial that says the root's output list may be empty, rank 0 passes [] (the receivers pass [None]): torch raises on rank 0, the others wait in the scatter
+# zoo: culprit=0 op=scatter_object_list line=23|20 kind=exception nproc=2 timeout=30
+# zoo: about=the data-shard assignment is scattered with scatter_object_list; following a tutorial that says the root's output list may be empty, rank 0 passes [] (the receivers pass [None]): torch raises on rank 0, the other rank waits in the scatter
 # zoo: source=https://runebook.dev/en/docs/pytorch/distributed/torch.distributed.scatter_object_list (its parameter table: an empty list on the root rank)
 import torch
 import torch.distributed as dist

@@ -1,4 +1,4 @@
-# zoo: culprit=2 op=all_reduce line=34|44|47|13 kind=straggler nodes=2 nproc=2 timeout=90
+# zoo: culprit=2 op=all_reduce line=34|44|47|13 kind=straggler nproc=4 timeout=90
 # zoo: about=batches come from a prefetch queue with a 0.25 s get timeout and a synchronous fallback; rank 2's config sets prefetch_workers=0, so no thread fills its queue and every batch waits out the timeout; the others wait for it in all_reduce; the run passes
 # zoo: source=https://github.com/marin-community/marin/issues/7681 (prefetch-queue starvation on one host)
 import queue
