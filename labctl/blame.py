@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workloads._protocol import DATA, WORKLOAD_DONE
 
-from . import logs
+from . import logs, tracebacks
 from .faults import parse as parse_fault
 from .record import FiredFault, FirstFailure
 from .trace.model import STACKS, Diagnosis
@@ -43,7 +43,7 @@ class Frame:
     line: int
     function: str
     call: str | None = None         # the torch.distributed function raised in, below this frame
-    called: str | None = None       # the call this frame's line made (logs.called_on_line)
+    called: str | None = None       # the call this frame's line made (tracebacks.called_on_line)
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def _error_file(path: Path, node: int, local_rank: int) -> ErrorFile:
     rank = ours.get("rank")
     if isinstance(ours.get("time_ns"), int):
         timestamp = ours["time_ns"] / 1e9
-    tracker = logs.ErrorTracker()          # the same reading as a traceback in a log
+    tracker = tracebacks.ErrorTracker()          # the same reading as a traceback in a log
     for line in stack.split("\n"):         # lines end at "\n" only, as in a log: a "\r" in a
         tracker.feed(line.removesuffix("\r"))   # message stays inside it (splitlines cut it there)
     error = tracker.error or {}
@@ -189,7 +189,7 @@ class Findings:
         self.errors.update(reader.errors())
         self.stacks.update(reader.stack_dumps())
         agent_error = reader.agent_error()
-        if agent_error and not logs.launcher_wrapper(agent_error.get("exception")):
+        if agent_error and not tracebacks.launcher_wrapper(agent_error.get("exception")):
             self.agent_errors[index] = agent_error
         cause = logs.torchrun_root_cause(tail)
         if cause is None:
@@ -282,7 +282,7 @@ def first_failure(outcomes: list[NodeOutcome], found: Findings) -> FirstFailure 
             first.error = found.agent_errors[node.index]
     if first is None:
         return None
-    if first.rank is not None and logs.peer_gone((errors.get(first.rank) or {}).get("exception")):
+    if first.rank is not None and tracebacks.peer_gone((errors.get(first.rank) or {}).get("exception")):
         first = _culprit_behind_symptom(first, found) or first
     if first.rank is not None and first.rank in errors:
         first.error = errors[first.rank]
@@ -313,7 +313,7 @@ def _culprit_behind_symptom(first: FirstFailure, found: Findings) -> FirstFailur
     def own_failure(rank: int, code: int) -> bool:
         error = (found.errors.get(rank) or {}).get("exception")
         at = found.exit_times.get(rank, (None,))[0]
-        return rank != first.rank and code != 0 and not logs.peer_gone(error) and (
+        return rank != first.rank and code != 0 and not tracebacks.peer_gone(error) and (
             error is not None or code < 0 and code != -signal.SIGTERM) and (
             symptom_at is None or at is None or at <= symptom_at)
 
@@ -339,7 +339,7 @@ def _first_raised(failed: list[NodeOutcome], found: Findings) -> FirstFailure | 
     # one that hung up: a rank that left early (exit 0) is looked for next (`_left_early`)
     silent = {r: c for r, c in found.exit_codes.items() if c != 0 and r not in found.error_files
               and c != -signal.SIGTERM}
-    if silent and logs.peer_gone(raised.message):
+    if silent and tracebacks.peer_gone(raised.message):
         named = [found.root_causes[n.index] for n in failed if found.root_causes.get(n.index) in silent]
         rank = named[0] if named else min(silent, key=lambda r: (silent[r] <= 0, r))
         return FirstFailure(rank, node_of_rank(rank, found), silent[rank])
@@ -418,7 +418,7 @@ _TIMED_OUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.I)
 def comm_symptom(error: str | None) -> bool:
     """An error that says a rank waited for others in vain: a peer went away, or a
     collective's own timeout ran out."""
-    return bool(error and (logs.peer_gone(error) or _TIMED_OUT.search(error)))
+    return bool(error and (tracebacks.peer_gone(error) or _TIMED_OUT.search(error)))
 
 
 def _held_node_behind(first: FirstFailure | None, fired: list[FiredFault], found: Findings
@@ -457,7 +457,7 @@ def _peer_symptom(found: Findings, killed_rank: int | None,
     files = sorted((f.timestamp, r) for r, f in found.error_files.items() if r not in gone)
     if files:
         return files[0][1], found.errors.get(files[0][1])
-    others = sorted((not logs.peer_gone(e.get("exception")), r) for r, e in found.errors.items()
+    others = sorted((not tracebacks.peer_gone(e.get("exception")), r) for r, e in found.errors.items()
                     if r not in gone)
     return (others[0][1], found.errors[others[0][1]]) if others else (None, None)
 
@@ -466,7 +466,7 @@ def _left_early(outcomes: list[NodeOutcome], found: Findings, first: FirstFailur
     """The ranks that exited 0 before the first failure, when that failure only says a
     peer left: every one of them, on whichever node, a node that also holds a failing
     rank included."""
-    if not logs.peer_gone((first.error or {}).get("exception")):
+    if not tracebacks.peer_gone((first.error or {}).get("exception")):
         return None
     leavers = _leavers(outcomes, found)
     if not leavers:
@@ -538,7 +538,7 @@ SETUP_CALLS = ("init_process_group", "new_group", "new_subgroups", "new_subgroup
 
 
 def setup_hang(where: dict[int, dict], world: int | None) -> Diagnosis | None:
-    """At a hang, from the ranks' stacks (logs.where_stuck: their innermost own frame and
+    """At a hang, from the ranks' stacks (stackdumps.where_stuck: their innermost own frame and
     the torch.distributed call it is in): ranks held in a call every rank must make
     (init_process_group, new_group) wait for the ranks that are not in it, and those are to
     blame, whatever the others' op records say after it (ranks that skipped a new_group

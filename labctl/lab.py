@@ -450,7 +450,7 @@ def stacks(run: RunDir, progress: Progress = print,
     The ranks print their stacks into their logs (SIGUSR1, workloads/_stacks.py);
     they are read back from the node logs and written to stacks/rank-<r>.txt.
     """
-    from . import logs
+    from . import logs, stackdumps
 
     backend = backends.create(run.record.backend, progress, options)
     _attach(backend, run)
@@ -469,4 +469,4 @@ def stacks(run: RunDir, progress: Progress = print,
         reader.close()
         dumps.update(reader.stack_dumps())
     run.write_stacks(dumps)
-    return {str(rank): logs.where_stuck(lines) for rank, lines in sorted(dumps.items())}
+    return {str(rank): stackdumps.where_stuck(lines) for rank, lines in sorted(dumps.items())}

@@ -3,6 +3,12 @@
 Every backend ends up with one text stream per node. torchrun tees each
 worker's output with a `[rank<N>]:` prefix (workloads._protocol.RANK_PREFIX_TEMPLATE), and
 direct-mode backends add the same prefix themselves, so one parser serves all.
+
+The one reader of a node log (`NodeLogReader`) and the split of a run's node logs into
+rank logs and results.jsonl (`LogSplit`); on the way, the lines that say something: the
+result, join and exit lines, torchrun's failure summary. What a rank's errors and stack
+dumps say is read by the trackers the reader feeds: labctl/tracebacks.py
+(`ErrorTracker`), labctl/stackdumps.py (`StackTracker`, `where_stuck`).
 """
 from __future__ import annotations
 
@@ -12,9 +18,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
-from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKER, MARKER_PREFIX,
-                                MAX_PIECE as MAX_LINE, RESULT_MARKER)
+from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKER, MAX_PIECE as MAX_LINE,
+                                RESULT_MARKER)
 from workloads._protocol import records as codec
+
+from .stackdumps import StackTracker
+from .stackdumps import where_stuck  # noqa: F401  (finish.py's `logs.where_stuck`, until it imports stackdumps)
+from .tracebacks import NATIVE_ERROR_HINTS, ErrorTracker
 
 _RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:")
 # torchrun's failure summary: "rank      : 3 (local_rank: 1)" then "exitcode  : 1 (pid: 9)"
@@ -135,14 +145,6 @@ READ_CHUNK = 1 << 20             # node logs are read this much at a time
 _RANK_RUN = re.compile(rb"\[rank(\d+)\]:[^\n]*\n(?:\[rank\1\]:[^\n]*\n)*")
 _RESULT_MARKER_BYTES = RESULT_MARKER.encode()
 AGENT_TAIL_LINES = 400           # torchrun's failure summary sits at the end of a node log
-_PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|ECONNRESET|"
-                        r"EPIPE|Connection refused|peer closed|recvBytes|Socket closed", re.I)
-_TORCH_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
-_LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
-# torch's collective fingerprints (TORCH_DISTRIBUTED_DEBUG=DETAIL) spell out every tensor
-# option; shortened, the two ranks' op and shapes fit in the quoted line.
-_TENSOR_OPTIONS = re.compile(r"TensorOptions\((?:[^()]|\([^()]*\))*\)")
 
 
 def _needs_a_closer_look(data: bytes) -> bool:
@@ -157,299 +159,6 @@ def _needs_a_closer_look(data: bytes) -> bool:
 def _native_error_hint(data: bytes) -> bool:
     """A native abort's line may be in `data` (ErrorTracker reads it)."""
     return any(hint in data for hint in NATIVE_ERROR_HINTS)
-
-
-# torchrun's own wrapper of a failed worker (its summary follows): says only that a rank
-# failed, never why; the rank's own error file or log says that
-_LAUNCHER_WRAPPER = re.compile(r"^(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError\b")
-
-
-def launcher_wrapper(error: str | None) -> bool:
-    """The exception torchrun's agent raises when a worker failed (ChildFailedError)."""
-    return bool(error and _LAUNCHER_WRAPPER.match(error))
-
-
-def peer_gone(error: str | None) -> bool:
-    """An error that only says a *peer* went away: a symptom, rarely the cause."""
-    return bool(error and _PEER_GONE.search(error))
-
-
-# What a process prints when it dies in C++ (libstdc++'s verbose terminate handler, as
-# when gloo throws from its own thread: no Python exception, no error file, SIGABRT) or
-# in the interpreter itself (faulthandler).
-_TERMINATE_THROWN = re.compile(r"^terminate called after throwing an instance of '(.+)'$")
-_TERMINATE_OTHER = re.compile(r"^terminate called (without an active exception|recursively)$")
-_WHAT = re.compile(r"^\s*what\(\):\s+(.*)$")
-_FATAL_PYTHON = re.compile(r"^Fatal Python error: .+$")
-# the bytes that begin those lines (written straight to fd 2: no prefix of torch's); the
-# reader looks closer at a line that begins so, or a chunk holding one
-NATIVE_ERROR_HINTS = (b"terminate called", b"Fatal Python error: ")
-
-
-TRACEBACK_HEADER = "Traceback (most recent call last):"
-
-
-def without_rank_prefix(line: str, rank: int | None = None) -> str:
-    """A rank's line without the `[rankN]: ` torch puts before a worker's own lines (its
-    traceback, its dumps), on top of torchrun's tee. With `rank`, only that rank's own
-    (torch prefixes a worker's lines with its own rank: another's was printed by the script)."""
-    if rank is None:
-        return _TORCH_RANK_PREFIX.sub("", line, count=1)
-    own = f"[rank{rank}]:"
-    if not line.startswith(own):
-        return line
-    return line[len(own) + 1:] if line[len(own):len(own) + 1] == " " else line[len(own):]
-
-
-def inside_traceback(line: str) -> bool:
-    """A line (its rank prefix gone) that a Python traceback goes on past: a frame, its
-    source line, a caret marker, a blank line. The first other line is the exception's,
-    which ends the traceback."""
-    return (not line or line[:1].isspace() or line.startswith("^") or set(line) <= set("~^ ")
-            or bool(_FRAME.match(line)))
-
-
-def last_traceback(lines: Iterable[str]) -> list[str] | None:
-    """The last Python traceback in a rank's lines, from its header to the exception line,
-    each line without its rank prefix, as ErrorTracker reads it (a marked line of the rank's
-    other stream amid it is no part of it); None when they hold none."""
-    block: list[str] | None = None
-    done = False
-    for line in lines:
-        text = without_rank_prefix(line.rstrip("\n"))
-        if text.startswith(TRACEBACK_HEADER):
-            block, done = [text], False
-        elif block is not None and not done and not text.startswith(MARKER_PREFIX):
-            block.append(text)
-            done = not inside_traceback(text)
-    return block
-
-
-class ErrorTracker:
-    """Follows one stream's lines and keeps its last error: a Python exception's line
-    (`ValueError: boom`) with the innermost frame in the user's or workload's code, or
-    the line a native abort printed (`gloo::EnforceNotMet: [enforce fail at ...]
-    Received data size doesn't match expected size ...`, from `terminate called after
-    throwing an instance of '...'` and the `what():` line after it; `Fatal Python
-    error: ...`), which names no frame. Whichever came last is the error."""
-
-    def __init__(self, rank: int | None = None) -> None:
-        self.rank = rank                   # the stream's rank: only its own torch prefix is cut
-        self.in_traceback = False
-        self.frames: list[tuple[str, int, str]] = []
-        self.sources: dict[int, str] = {}  # index in frames -> its source line, as the traceback shows it
-        self.error: dict | None = None
-        self.thrown: str | None = None     # terminate named a C++ type: its what() comes next
-        self._native = False               # the error is a native abort's (not a traceback's)
-
-    @property
-    def expecting(self) -> bool:
-        """Inside something that goes on over the next lines (a traceback, a what())."""
-        return self.in_traceback or self.thrown is not None
-
-    def feed(self, line: str) -> None:
-        stripped = without_rank_prefix(line.rstrip("\n"), self.rank)
-        if self._native_line(stripped):
-            return
-        if stripped.startswith(TRACEBACK_HEADER):
-            self.in_traceback, self.frames, self.sources = True, [], {}
-            return
-        if not self.in_traceback or stripped.startswith(MARKER_PREFIX):
-            return                    # a marked line from the rank's other stream (stdout) is no part of it
-        m = _FRAME.match(stripped)
-        if m:
-            if len(self.frames) >= 64:
-                del self.frames[0]
-                self.sources = {i - 1: text for i, text in self.sources.items() if i > 0}
-            self.frames.append((m.group(1), int(m.group(2)), m.group(3).strip()))
-            return
-        if inside_traceback(stripped):
-            last = len(self.frames) - 1  # source lines and caret markers inside the traceback
-            if last >= 0 and last not in self.sources and stripped.strip() and stripped.strip()[0] not in "~^":
-                self.sources[last] = stripped.strip()[:300]
-            return
-        self.in_traceback, self._native = False, False
-        self.error = {"exception": _quoted(stripped), **self._where()}
-
-    def _native_line(self, text: str) -> bool:
-        """A native abort's line: kept as the error (True), or False for any other line."""
-        thrown, self.thrown = self.thrown, None
-        if thrown is not None:
-            m = _WHAT.match(text)
-            if m:                     # "gloo::EnforceNotMet: [enforce fail at ...] ..."
-                self._set_native(f"{thrown}: {m.group(1)}")
-                return True
-        if not text.startswith(("terminate called", "Fatal Python error: ")):
-            return False
-        m = _TERMINATE_THROWN.match(text)
-        if m:
-            self.thrown = m.group(1)
-            self._set_native(text)    # until its what() line says more
-        elif _TERMINATE_OTHER.match(text):
-            self._set_native(text)
-        elif _FATAL_PYTHON.match(text):
-            # faulthandler's word on the same abort says less than the terminate before it
-            if not self._native or self.error["exception"].startswith("Fatal Python error"):
-                self._set_native(text)
-        else:
-            return False
-        return True
-
-    def _set_native(self, text: str) -> None:
-        self.in_traceback, self.frames, self._native = False, [], True
-        self.error = {"exception": _quoted(text)}
-
-    def _where(self) -> dict:
-        if not self.frames:
-            return {}
-        own = [f for f in self.frames if _own(f[0])]
-        file, line, func = (own or self.frames)[-1]
-        where = {"file": file, "line": line, "function": func}
-        if own:                           # raised inside a torch.distributed call: which one
-            inner = self.frames[self.frames.index(own[-1]) + 1:]
-            call = next((f[2] for f in inner if "torch/distributed/" in f[0] and f[2] not in _DIST_WRAPPERS),
-                        None)
-            if call is not None:
-                where["call"] = call
-            called = called_on_line(self.sources.get(self.frames.index(own[-1]), ""), [f[2] for f in inner]) \
-                if any(_DIST_SOURCE in f[0] or _DDP_SOURCE in f[0] for f in inner) else None
-            if called is not None:      # a call into torch.distributed or DDP; load_state_dict is no op to name
-                where["called"] = called      # what the script's line called (DistributedDataParallel)
-        return where
-
-
-_CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
-_DIST_SOURCE, _DDP_SOURCE = "torch/distributed/", "torch/nn/parallel/"
-
-
-def called_on_line(source: str, inner: list[str]) -> str | None:
-    """The function the script's line called on the way to the error: the first name the
-    line calls that is the next frame's function (`dist.all_gather_object(...)` ->
-    all_gather_object), or, where that frame is a constructor, the class the line names
-    (`DistributedDataParallel(model)`), or, where torch's decorator raised around the call
-    (c10d_logger's wrapper failing in its own message), the line's outermost call. None:
-    the line does not say."""
-    names = _CALLED.findall(source)
-    if not names or not inner:
-        return None
-    callee = next((f for f in inner if f not in _DIST_WRAPPERS), None)
-    if callee == "__init__":
-        return next((n for n in names if n[:1].isupper()), None)
-    found = next((n for n in names if n == callee), None)
-    if found is None and inner[0] in _DIST_WRAPPERS:
-        return names[0]         # torch's logging wrapper raised around the call: the call the line made
-    return found
-
-
-def _quoted(line: str) -> str:
-    """An error line as the report quotes it: one line, torch's spelled-out tensor options
-    shortened, at most 500 characters."""
-    return _TENSOR_OPTIONS.sub("TensorOptions(...)", line.strip())[:500]
-
-
-# labctl's own machinery inside a rank: the runner, the stack dumper, the recorder (whose
-# wrappers stand between a script's call and torch's C++: an error raised there is the
-# script's call's)
-_HARNESS = ("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py", "workloads/_trace.py",
-            "workloads/_record.py")
-_HARNESS_PACKAGES = ("/workloads/_trace/",)     # the recorder, a package of its own
-
-
-def _own(file: str) -> bool:
-    """A frame in the user's script or a workload, not in a library or labctl's harness."""
-    if file.endswith(_HARNESS) or any(p in file for p in _HARNESS_PACKAGES):
-        return False
-    return "/workloads/" in file or not any(s in file for s in _LIBRARY)
-
-
-_STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
-_STACK_FRAME = re.compile(r'^\s+File "([^"]+)", line (\d+) in (.+)$')
-MAX_STACK_LINES = 500
-
-
-class StackTracker:
-    """The last faulthandler dump (all threads) one rank printed (workloads/_stacks.py)."""
-
-    def __init__(self, rank: int | None = None) -> None:
-        self.rank = rank                        # the stream's rank: only its own torch prefix is cut
-        self.capturing: list[str] | None = None
-        self.threads: set[str] = set()          # the thread ids of the dump being read
-        self.last: list[str] | None = None
-
-    def feed(self, line: str) -> None:
-        text = without_rank_prefix(line, self.rank)
-        if self.capturing is not None and text.startswith("@@labctl-"):
-            return      # a marker line (stdout: the trace flusher, results) amid a dump on stderr
-        if _STACK_HEADER.match(text):
-            thread = text.split(" (", 1)[0].split()[-1]
-            if self.capturing is not None and thread in self.threads:
-                self.close()            # the next dump, glued to this one: a thread seen twice
-            if self.capturing is None:
-                self.capturing, self.threads = [], set()
-            self.threads.add(thread)
-            if len(self.capturing) < MAX_STACK_LINES:
-                self.capturing.append(text)
-            return
-        if self.capturing is not None and (not text.strip() or _STACK_FRAME.match(text)
-                                           or text.strip().startswith("<")):
-            if len(self.capturing) < MAX_STACK_LINES:
-                self.capturing.append(text)
-            return
-        self.close()
-
-    def close(self) -> None:
-        if self.capturing:
-            while self.capturing and not self.capturing[-1].strip():
-                self.capturing.pop()
-            self.last = self.capturing
-        self.capturing = None
-
-
-_DIST_WRAPPERS = {"wrapper", "_wrapper", "inner", "decorator"}
-
-
-def dump_threads(dump: Iterable[str]) -> list[tuple[str, list[str]]]:
-    """A faulthandler dump (StackTracker's, or stacks/rank-<r>.txt) as its threads, in the
-    order it has them: each thread's header line (`Current thread 0x... (most recent call
-    first):`, `Thread 0x...`) and the lines under it; lines before the first header are
-    no thread's."""
-    threads: list[tuple[str, list[str]]] = []
-    for line in dump:
-        if line.startswith(("Current thread", "Thread ")):
-            threads.append((line, []))
-        elif threads:
-            threads[-1][1].append(line)
-    return threads
-
-
-def where_stuck(dump: list[str]) -> dict:
-    """From a faulthandler dump: the innermost frame in the user's or workload's code and
-    the torch.distributed call it is in (barrier, all_reduce, recv ...), per the busiest
-    thread: one in a torch.distributed call, else the main thread (the one that runs the
-    script's module code), else the first with a frame of its own."""
-    threads = [[(m.group(1), int(m.group(2)), m.group(3).strip())
-                for m in map(_STACK_FRAME.match, lines) if m] for _, lines in dump_threads(dump)]
-
-    def own(frame) -> bool:
-        return _own(frame[0])
-
-    best: dict = {}
-    rank = (False, False)
-    for frames in threads:                       # most recent call first
-        mine = next((i for i, f in enumerate(frames) if own(f)), None)
-        if mine is None:
-            continue
-        call = None
-        for file, _, func in reversed(frames[:mine]):   # from the user's frame inward
-            if "torch/distributed/" in file and func not in _DIST_WRAPPERS:
-                call = func
-                break
-        file, line, func = frames[mine]
-        found = {"file": file, "line": line, "function": func, "call": call}
-        main = any(f[2] == "<module>" and own(f) for f in frames)
-        if not best or (bool(call), main) > rank:
-            best, rank = found, (bool(call), main)
-    return best
 
 
 class NodeLogReader:

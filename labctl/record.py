@@ -289,7 +289,7 @@ class LiveDiagnosis:
     ranks: list[int] = field(default_factory=list)
     op: str | None = None
     caller: str | None = None
-    where: dict[str, dict] = field(default_factory=dict)   # rank -> its stack's place (logs.where_stuck)
+    where: dict[str, dict] = field(default_factory=dict)   # rank -> its stack's place (stackdumps.where_stuck)
     waiting: list[str] = field(default_factory=list)       # what the others wait in
     resumed_at: float | None = None     # epoch s: progress came back after it was said
     verdict: str | None = None          # at the finish: "confirmed" or "corrected: <the final answer>"
@@ -377,7 +377,7 @@ class RunRecord:
     rank_errors: dict[int, ErrorQuote] = field(default_factory=dict)
     failed_ranks: list[int] = field(default_factory=list)
     ranks_without_output: list[int] = field(default_factory=list)
-    stacks: dict[int, dict] = field(default_factory=dict)   # rank -> where it was (logs.where_stuck)
+    stacks: dict[int, dict] = field(default_factory=dict)   # rank -> where it was (stackdumps.where_stuck)
     checks: Checks | None = None
     failed_checks: list[FailedCheck] = field(default_factory=list)
     # result lines the ranks printed that were left out (a field out of the lab's bounds)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from workloads._protocol.ops import CALLS
 
-from . import blame, logs, torchsays
+from . import blame, stackdumps, torchsays, tracebacks
 from .outcome import NodeOutcome, NodeState, RunState, spared
 from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
 from .trace.calls import says_uninitialized
@@ -127,7 +127,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first = blame.first_failure(outcomes, ev.found)
             if fired and state is not RunState.INTERRUPTED:
                 first = blame.fault_cause(first, outcomes, ev.found, fired)
-        where = {r: logs.where_stuck(lines) for r, lines in ev.found.stacks.items()}
+        where = {r: stackdumps.where_stuck(lines) for r, lines in ev.found.stacks.items()}
         diagnosis = ev.diagnosis
         if state is RunState.TIMEOUT and (first is None or first.hang) and not _group_made_apart(diagnosis):
             # ranks held in a call every rank must make (new_group) wait for those elsewhere,
@@ -186,7 +186,7 @@ def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Fin
     if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early:
         return None
     error = first.error or {}
-    gone = logs.peer_gone(error.get("exception"))
+    gone = tracebacks.peer_gone(error.get("exception"))
     if error.get("file") and not gone:
         return None                     # its own error, in its own code
     stuck = diagnosis.stuck

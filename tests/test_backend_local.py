@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from labctl import lab, logs, spec
+from labctl import lab, spec, tracebacks
 from labctl.errors import LabError
 
 from conftest import assert_nothing_left, finalize
@@ -123,7 +123,7 @@ def test_ranks_that_left_early_are_named_on_every_node_beside_failing_ranks(tmp_
     node = {r: next(i for i in (0, 1) if r in _ranks_of_node(run, i)) for r in (0, 1, 2, 3)}
     assert node[0] == node[1] and node[2] == node[3] != node[1], "each leaver beside a failing rank"
     assert dict(zip(first["ranks"], first["nodes"])) == {1: node[1], 3: node[3]}
-    assert first["symptom_rank"] in (0, 2) and logs.peer_gone(first["error"]["exception"]), first
+    assert first["symptom_rank"] in (0, 2) and tracebacks.peer_gone(first["error"]["exception"]), first
     # in the order they left where that is known (direct mode), else by rank
     said = " and ".join(f"rank {r} on node {node[r]}" for r in first["ranks"]) + \
         " exited 0 while the others were still in a collective (left the group early)"

@@ -1,8 +1,9 @@
 import json
 import re
 
-from labctl import logs
+from labctl import logs, stackdumps
 from plan_runner import split_by_rank
+from test_tracebacks import ABORT, GLOO_MISMATCH
 import pytest
 
 
@@ -68,43 +69,6 @@ def test_torchrun_failure_summary():
     assert logs.torchrun_root_cause("all good\n") is None
 
 
-ABORT = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
-         "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
-         "op.preamble.length <= op.nbytes. 1000 vs 12. Received data size doesn't match expected size. "
-         "Is there a distributed collective mismatch in your code?\n")
-GLOO_MISMATCH = ("gloo::EnforceNotMet: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
-                 "tcp/pair.cc:456] op.preamble.length <= op.nbytes. 1000 vs 12. Received data size doesn't "
-                 "match expected size. Is there a distributed collective mismatch in your code?")
-
-
-def _tracked(text: str) -> dict | None:
-    tracker = logs.ErrorTracker()
-    for line in text.splitlines():
-        tracker.feed(line)
-    return tracker.error
-
-
-def test_a_native_abort_is_a_rank_s_error_in_its_own_words():
-    """gloo throws from its own thread: no Python exception, only what libstdc++'s
-    terminate handler prints; the type and the what() line make the error."""
-    assert _tracked(ABORT) == {"exception": GLOO_MISMATCH}
-    # faulthandler's word on the same abort (PYTHONFAULTHANDLER) says less: kept out
-    assert _tracked(ABORT + "Fatal Python error: Aborted\n\nThread 0x7f (most recent call first):\n") \
-        == {"exception": GLOO_MISMATCH}
-    assert _tracked("Fatal Python error: Segmentation fault\n") == {"exception": "Fatal Python error: Segmentation fault"}
-    assert _tracked("terminate called without an active exception\n") == {
-        "exception": "terminate called without an active exception"}
-    # the what() line cut off: the type at least
-    assert _tracked(ABORT.splitlines()[0]) == {"exception": ABORT.splitlines()[0]}
-    # whichever came last: a traceback after an abort line, an abort after a traceback
-    traceback = 'Traceback (most recent call last):\n  File "/t.py", line 4, in <module>\nValueError: boom\n'
-    assert _tracked(ABORT + traceback) == {"exception": "ValueError: boom", "file": "/t.py", "line": 4,
-                                           "function": "<module>"}
-    assert _tracked(traceback + ABORT) == {"exception": GLOO_MISMATCH}
-    # a what() that follows no terminate line is nobody's error
-    assert _tracked("  what():  nothing\n") is None
-
-
 @pytest.mark.parametrize("how", ["per line", "bytes", "stream"])
 def test_a_native_abort_in_a_run_of_plain_lines_is_found(how, tmp_path, monkeypatch):
     """The fast skip must not skip it: a chunk of rank 1's plain lines holding the abort."""
@@ -113,11 +77,6 @@ def test_a_native_abort_in_a_run_of_plain_lines_is_found(how, tmp_path, monkeypa
     (ranks, _), found, _ = _split(tmp_path, plain + abort + plain, how, monkeypatch)
     assert found.errors == {1: {"exception": GLOO_MISMATCH}}
     assert ranks["rank-1.log"] == (plain + abort + plain).replace(b"[rank1]:", b"")
-
-
-def test_torchrun_s_wrapper_is_no_rank_s_error():
-    assert logs.launcher_wrapper("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:")
-    assert not logs.launcher_wrapper("RuntimeError: ChildFailedError in a message")
 
 
 def _mixed_log(seed: int) -> bytes:
@@ -295,126 +254,12 @@ def test_the_joins_are_read_as_the_logs_grow_each_process_once(tmp_path):
     assert reader.offsets[str(node0)] == node0.stat().st_size
 
 
-def test_where_a_rank_was_is_its_main_thread_when_no_thread_is_in_a_collective():
-    """A rank whose main thread waits for a lock a thread of its own holds: the dump lists
-    that thread first; where the rank was is the main thread's line (the zoo's lock_stuck
-    case read the thread's line). A thread inside a collective still wins."""
-    dump = ["Thread 0x00007f01 (most recent call first):",
-            '  File "/x/job.py", line 14 in <lambda>',
-            '  File "/usr/lib/python3.11/threading.py", line 982 in run',
-            "Current thread 0x00007f02 (most recent call first):",
-            '  File "/x/job.py", line 18 in <module>',
-            '  File "<frozen runpy>", line 88 in _run_code']
-    assert logs.where_stuck(dump) == {"file": "/x/job.py", "line": 18, "function": "<module>", "call": None}
-    in_op = ["Thread 0x00007f03 (most recent call first):",
-             '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 9 in all_reduce',
-             '  File "/x/job.py", line 30 in worker']
-    assert logs.where_stuck(in_op + dump)["line"] == 30
-
-
-def test_an_error_raised_inside_a_torch_distributed_call_says_which():
-    """broadcast(src=0, group=[2, 3]) raises in torch's own check, before any op is issued
-    (the recorder sees none): the traceback says the call (first_failure.op); an error of
-    the script's own says none."""
-    tracker = logs.ErrorTracker()
-    for line in ["Traceback (most recent call last):",
-                 '  File "/x/job.py", line 12, in <module>',
-                 "    dist.broadcast(t, src=0, group=sub)",
-                 '  File "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper',
-                 '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3130, in broadcast',
-                 '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1090, in _canonicalize_group_rank',
-                 "ValueError: Global rank 0 is not part of group"]:
-        tracker.feed(line)
-    assert tracker.error == {"exception": "ValueError: Global rank 0 is not part of group", "file": "/x/job.py",
-                             "line": 12, "function": "<module>", "call": "broadcast", "called": "broadcast"}
-    tracker = logs.ErrorTracker()
-    for line in ["Traceback (most recent call last):", '  File "/x/job.py", line 3, in <module>', "ValueError: boom"]:
-        tracker.feed(line)
-    assert "call" not in tracker.error
-
-
-def test_the_last_traceback_is_the_one_the_error_tracker_reads():
-    """logs.last_traceback (the page's quote) ends where ErrorTracker finds the error: the
-    exception line, its rank prefix gone; a marked line of the rank's stdout amid it is no
-    part of it; None without a traceback."""
-    lines = ["[rank1]: Traceback (most recent call last):", "[rank1]: old: 1",
-             "[rank1]: Traceback (most recent call last):", '[rank1]:   File "/t/train.py", line 9, in <module>',
-             "@@labctl-result {}", "[rank1]:     step()", "[rank1]:     ~~~~^^", "", "[rank1]: ValueError: lr -0.1",
-             "[rank1]: after the exception"]
-    quote = logs.last_traceback(lines)
-    assert quote == ["Traceback (most recent call last):", '  File "/t/train.py", line 9, in <module>',
-                     "    step()", "    ~~~~^^", "", "ValueError: lr -0.1"]
-    tracker = logs.ErrorTracker()
-    for line in lines:
-        tracker.feed(line)
-    assert tracker.error["exception"] == quote[-1] and tracker.error["line"] == 9
-    assert logs.last_traceback(["no traceback here"]) is None
-    assert logs.without_rank_prefix("[rank12]: x") == "x" and logs.without_rank_prefix("x [rank1]: y") == "x [rank1]: y"
-
-
 def test_a_dump_s_threads_and_the_ranks_in_a_node_log_are_read_once():
     dump = ["before", "Thread 0x1 (most recent call first):", '  File "x", line 1 in w', "",
             "Current thread 0x2 (most recent call first):", '  File "/t/a.py", line 3 in f']
-    assert logs.dump_threads(dump) == [("Thread 0x1 (most recent call first):", ['  File "x", line 1 in w', ""]),
+    assert stackdumps.dump_threads(dump) == [("Thread 0x1 (most recent call first):", ['  File "x", line 1 in w', ""]),
                                        ("Current thread 0x2 (most recent call first):", ['  File "/t/a.py", line 3 in f'])]
     assert logs.ranks_in(b"[rank3]: a\n[rank1]: b\nnot [rank7]: c\n[rank3]: d\n[rank10]:") == [3, 1, 10]
-
-
-def test_two_stack_dumps_glued_together_are_two_and_the_last_one_is_where_the_rank_is():
-    """A rank asked for its stacks twice (the live watcher, then the deadline) prints two
-    faulthandler dumps with no line between them: the second one is where it is now."""
-    first = ['Thread 0x00007f1 (most recent call first):', '  File "/x/t.py", line 3 in waiter', '',
-             'Current thread 0x00007f2 (most recent call first):',
-             '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1899 in init_process_group',
-             '  File "/x/job.py", line 6 in <module>']
-    second = [line.replace("line 1899 in init_process_group", "line 3252 in all_reduce")
-              .replace("line 6 in", "line 20 in") for line in first]
-    tracker = logs.StackTracker()
-    for line in first + second:
-        tracker.feed(f"[rank0]:{line}")
-    tracker.close()
-    assert logs.where_stuck(tracker.last) == {"file": "/x/job.py", "line": 20, "function": "<module>",
-                                              "call": "all_reduce"}
-
-
-def test_an_error_says_the_call_the_script_s_line_made():
-    """The call the script's line made on the way to the error (issue 50): the function the
-    next frame runs (all_gather_object, past torch's logging wrapper), or the class whose
-    constructor it is (DistributedDataParallel); nothing where the line does not say."""
-    tb = [
-        "Traceback (most recent call last):",
-        '  File "/x/job.py", line 13, in <module>',
-        "    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, hidden)))",
-        "            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
-        '  File "/v/site-packages/torch/nn/parallel/distributed.py", line 825, in __init__',
-        "    _verify_param_shape_across_processes(self.process_group, parameters)",
-        '  File "/v/site-packages/torch/distributed/utils.py", line 288, in _verify_param_shape_across_processes',
-        "    return dist._verify_params_across_processes(process_group, tensors, logger)",
-        "RuntimeError: [1]: params[0] in this process with sizes [64, 8] appears not to match",
-    ]
-    tracker = logs.ErrorTracker()
-    for line in tb:
-        tracker.feed(line)
-    assert (tracker.error["line"], tracker.error["called"]) == (13, "DistributedDataParallel"), tracker.error
-    assert logs.called_on_line("out = dist.all_gather_object(objs, x)", ["wrapper", "all_gather_object"]) \
-        == "all_gather_object"
-    assert logs.called_on_line("step(model)", ["_wrapped_call_impl"]) is None
-    assert logs.called_on_line("dist.broadcast(x, src=1, group=g23)", ["wrapper", "_get_msg_dict"]) == "broadcast"
-    assert logs.called_on_line("", ["all_reduce"]) is None
-    # a call that never reached torch.distributed (load_state_dict raised on a renamed key)
-    # is no op: the op to name is the collective the rank then never entered
-    stale = [
-        "Traceback (most recent call last):",
-        '  File "/x/job.py", line 15, in <module>',
-        "    model.load_state_dict(state)",
-        '  File "/v/site-packages/torch/nn/modules/module.py", line 2581, in load_state_dict',
-        "    raise RuntimeError(",
-        "RuntimeError: Error(s) in loading state_dict for Sequential:",
-    ]
-    tracker = logs.ErrorTracker()
-    for line in stale:
-        tracker.feed(line)
-    assert tracker.error["line"] == 15 and "called" not in tracker.error, tracker.error
 
 
 def test_text_a_rank_prints_after_its_prefix_is_its_own_whatever_prefix_it_begins_with():

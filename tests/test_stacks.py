@@ -12,7 +12,7 @@ import pytest
 
 from conftest import LABCTL, REPO, assert_nothing_left, labctl, labctl_in_background, processes_of_run
 from docker_support import compose_lab_in_background, require_compose, require_image
-from labctl import logs
+from labctl import stackdumps
 from workloads import _stacks
 
 HANG = """
@@ -41,16 +41,16 @@ Current thread 0x00007f2 (most recent call first):
 
 
 def test_a_dump_names_the_innermost_own_frame_and_the_collective():
-    tracker = logs.StackTracker()
+    tracker = stackdumps.StackTracker()
     for line in ["before", *DUMP, "after"]:
         tracker.feed(line)
     assert tracker.last == DUMP
-    assert logs.where_stuck(tracker.last) == {"file": "/tmp/job.py", "line": 5,
+    assert stackdumps.where_stuck(tracker.last) == {"file": "/tmp/job.py", "line": 5,
                                                "function": "wait_all", "call": "barrier"}
     # a trace line the flusher thread wrote to stdout lands amid the dump (docker merges
     # stdout and stderr as they come): the dump stays whole
     mixed = DUMP[:4] + ['[rank0]:@@labctl-trace {"k":"E","i":3,"t":1}'] + DUMP[4:]
-    tracker = logs.StackTracker()
+    tracker = stackdumps.StackTracker()
     for line in ["before", *mixed, "after"]:
         tracker.feed(line)
     assert tracker.last == DUMP

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import yaml
 
-from .. import logs, report
+from .. import logs, report, stackdumps, tracebacks
 from ..outcome import NodeState, RunState
 from ..plan import rendezvous_of
 from ..record import RunRecord, read_bounded
@@ -200,7 +200,7 @@ def _live(record: RunRecord | None) -> dict | None:
 
 
 def last_traceback(log: Path) -> list[str] | None:
-    """The last Python traceback in a rank log's last TAIL_BYTES (logs.last_traceback: from
+    """The last Python traceback in a rank log's last TAIL_BYTES (tracebacks.last_traceback: from
     its header to the exception line), at most MAX_QUOTE_LINES, the innermost kept; None
     when the log holds none."""
     with open(log, "rb") as f:
@@ -208,7 +208,7 @@ def last_traceback(log: Path) -> list[str] | None:
         size = f.tell()
         f.seek(max(0, size - TAIL_BYTES))
         text = f.read().decode(errors="replace")
-    block = logs.last_traceback(text.splitlines())
+    block = tracebacks.last_traceback(text.splitlines())
     if block is None:
         return None
     block = fold_lab_frames(block)
@@ -489,10 +489,10 @@ def _short(text: str, most: int = 120) -> str:
 
 
 def _threads(text: str) -> list[dict]:
-    """A faulthandler dump's threads (logs.dump_threads), the current (main) thread first."""
+    """A faulthandler dump's threads (stackdumps.dump_threads), the current (main) thread first."""
     threads = [{"name": header.rstrip(":"), "current": header.startswith("Current"),
                 "frames": fold_lab_frames([line.rstrip() for line in lines if line.strip()])}
-               for header, lines in logs.dump_threads(text.splitlines())]
+               for header, lines in stackdumps.dump_threads(text.splitlines())]
     for thread in threads:          # a thread the lab started (its recorder's): nothing of the user's
         thread["lab"] = bool(thread["frames"]) and not thread["current"] and all(
             _FOLDED.match(f) or _THREADING.search(f) for f in thread["frames"]) \

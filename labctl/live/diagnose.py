@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import blame, logs, verdict
+from .. import blame, logs, stackdumps, verdict
 from ..backends.base import Backend, TakeStacks
 from ..outcome import NodeOutcome
 from ..record import LiveDiagnosis
@@ -49,7 +49,7 @@ def take_stacks(run: RunDir, backend: Backend) -> list[str]:
 
 
 def stacks_now(run: RunDir) -> dict[int, dict]:
-    """Every rank's place in its latest stack dump (logs.where_stuck), read from the node logs."""
+    """Every rank's place in its latest stack dump (stackdumps.where_stuck), read from the node logs."""
     dumps: dict[int, list[str]] = {}
     for node in run.planned_nodes:
         if run.node_log(node.index).is_file():
@@ -57,7 +57,7 @@ def stacks_now(run: RunDir) -> dict[int, dict]:
             reader.feed_file(run.node_log(node.index))
             reader.close()
             dumps.update(reader.stack_dumps())
-    return {rank: {**logs.where_stuck(lines), "importing": any(IMPORTING in line for line in lines)}
+    return {rank: {**stackdumps.where_stuck(lines), "importing": any(IMPORTING in line for line in lines)}
             for rank, lines in dumps.items()}
 
 
@@ -73,7 +73,7 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
     reading = blame.LogReading(_LiveTarget(run, folder), [n.index for n in run.planned_nodes],
                                rec.world_size, rec.nproc_per_node, None)
     found = reading.finish()
-    where = {r: logs.where_stuck(lines) for r, lines in sorted(found.stacks.items())}
+    where = {r: stackdumps.where_stuck(lines) for r, lines in sorted(found.stacks.items())}
     summary = None
     if spec.trace:
         try:

@@ -99,7 +99,7 @@ SETTING_UP = ("<frozen importlib", "importlib/__init__.py")   # a rank still imp
 
 
 def judge_stacks(where: dict[int, dict], world: int, setup_calls: frozenset[str]) -> str | None:
-    """From every rank's stack (logs.where_stuck: file, line, function, call) at a look:
+    """From every rank's stack (stackdumps.where_stuck: file, line, function, call) at a look:
     why this is a stall (a sentence), or None."""
     if len(where) < world or any(not w.get("file") for w in where.values()):
         return None                 # a rank with no stack (not started, not Python): cannot say

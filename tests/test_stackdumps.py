@@ -1,0 +1,37 @@
+"""A rank's faulthandler dumps (labctl/stackdumps.py): the last one it printed, and where
+it stood. The stacks taken from real processes and containers: tests/test_stacks.py."""
+from labctl import stackdumps
+
+
+def test_where_a_rank_was_is_its_main_thread_when_no_thread_is_in_a_collective():
+    """A rank whose main thread waits for a lock a thread of its own holds: the dump lists
+    that thread first; where the rank was is the main thread's line (the zoo's lock_stuck
+    case read the thread's line). A thread inside a collective still wins."""
+    dump = ["Thread 0x00007f01 (most recent call first):",
+            '  File "/x/job.py", line 14 in <lambda>',
+            '  File "/usr/lib/python3.11/threading.py", line 982 in run',
+            "Current thread 0x00007f02 (most recent call first):",
+            '  File "/x/job.py", line 18 in <module>',
+            '  File "<frozen runpy>", line 88 in _run_code']
+    assert stackdumps.where_stuck(dump) == {"file": "/x/job.py", "line": 18, "function": "<module>", "call": None}
+    in_op = ["Thread 0x00007f03 (most recent call first):",
+             '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 9 in all_reduce',
+             '  File "/x/job.py", line 30 in worker']
+    assert stackdumps.where_stuck(in_op + dump)["line"] == 30
+
+
+def test_two_stack_dumps_glued_together_are_two_and_the_last_one_is_where_the_rank_is():
+    """A rank asked for its stacks twice (the live watcher, then the deadline) prints two
+    faulthandler dumps with no line between them: the second one is where it is now."""
+    first = ['Thread 0x00007f1 (most recent call first):', '  File "/x/t.py", line 3 in waiter', '',
+             'Current thread 0x00007f2 (most recent call first):',
+             '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1899 in init_process_group',
+             '  File "/x/job.py", line 6 in <module>']
+    second = [line.replace("line 1899 in init_process_group", "line 3252 in all_reduce")
+              .replace("line 6 in", "line 20 in") for line in first]
+    tracker = stackdumps.StackTracker()
+    for line in first + second:
+        tracker.feed(f"[rank0]:{line}")
+    tracker.close()
+    assert stackdumps.where_stuck(tracker.last) == {"file": "/x/job.py", "line": 20, "function": "<module>",
+                                              "call": "all_reduce"}
