@@ -659,6 +659,25 @@ def test_a_hang_without_stacks_has_no_stacks_heading(tmp_path, chromium):
     assert "stack" not in page.js("[...document.querySelectorAll('#hang h3')].map(x => x.textContent).join()")
 
 
+def test_a_passed_run_s_stacks_are_no_hang(tmp_path, chromium):
+    """The live watcher asks every rank for its stack when nothing seems to move (a slow
+    start on a loaded machine): a bench and a links run that passed showed "Where the ranks
+    stopped" over those stacks. They are where the ranks were when labctl looked."""
+    run = write_folder(tmp_path / "run", world=2, nodes=1)
+    (run / "stacks").mkdir()
+    for rank in range(2):
+        (run / "stacks" / f"rank-{rank}.txt").write_text(
+            "Current thread 0x00007f (most recent call first):\n"
+            '  File "/venv/site-packages/torch/__init__.py", line 287 in <module>\n'
+            '  File "/venv/site-packages/workloads/_script.py", line 147 in main\n')
+    html.write(run)
+    page = open_page(chromium, run)
+    _clean(page)
+    assert "hang" not in _sections(page) and "stacks-looked" in _sections(page)
+    assert page.js("[...document.querySelectorAll('#stacks-looked .stack')].map(s => +s.dataset.rank)") == [0, 1]
+    assert "… 1 lab frame" in page.js("document.querySelector('#stacks-looked pre').textContent")
+
+
 def test_the_timeline_zooms_and_pans_within_the_trace_only(tmp_path, chromium):
     """Issue 38: zooming out went on past the trace's range into empty time."""
     synthetic_run(tmp_path / "run", 400, world=4, nodes=2)
