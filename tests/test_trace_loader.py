@@ -164,3 +164,47 @@ def test_a_process_s_second_segment_refers_to_sites_of_its_first(tmp_path):
                                                                  ("broadcast", "job.py:1", 150)]
     assert [(o.begin - ops[0].begin) for o in ops] == [0, 200], "the second segment's times: the first's t0"
     assert summary.ops == 2 and summary.totals[("default_pg", "broadcast")].count == 2
+
+
+# ---------------------------------------------------------------- sources it will not read (issue 52 item 11)
+
+def test_labctl_trace_names_each_record_source_it_will_not_read_and_reads_the_rest(tmp_path):
+    """A record folder a hand or a script spoiled: a shape nested 100,000 deep (was a
+    RecursionError traceback), a FIFO named *.rec (the trace hung on it), a directory
+    named *.rec (the whole trace failed), a 20 GB sparse file (over 120 s reading its
+    zeros). Each is one warning naming it; the good file's op is in trace.json; fast."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    folder = run / "records"
+    folder.mkdir(parents=True)
+    (run / "status.json").write_text(json.dumps({"run_id": "x", "world_size": 2}))
+    (run / "plan.json").write_text(json.dumps({"nodes": [{"index": 0, "hostname": "lab-0"}]}))
+    good = Segment(folder, rank=0)
+    good.write(HEADER + line({"k": "M", "rank": 0, "world": 2, "node": 0, "host": "h"})
+               + line({"k": "G", "pg": "default_pg", "ranks": [0, 1]}) + site(1)
+               + line(f"B 1 1 1 {1_000_000}") + line(f"E 1 {2_000_000}")
+               + line('{"k":"S","s":9,"op":"x","pg":"p","bytes":1,"shape":' + "[" * 100_000 + "]" * 100_000 + "}"))
+    os.mkfifo(folder / segment_name(0, 0, pid=8))
+    (folder / segment_name(1, 0, pid=9)).mkdir()
+    with open(folder / segment_name(1, 0, pid=10), "wb") as f:
+        f.truncate(20 << 30)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "labctl.cli", "trace", str(run)], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert time.monotonic() - started < 30
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr
+    said = done.stdout + done.stderr
+    assert f"{good.path}:7: garbled or truncated trace record" in said
+    assert f"{folder / segment_name(0, 0, pid=8)}:1: a FIFO, not a record source: not read" in said
+    assert f"{folder / segment_name(1, 0, pid=9)}:1: a directory, not a record source: not read" in said
+    assert (f"{folder / segment_name(1, 0, pid=10)}:1: 21,474,836,480 bytes, larger than a record segment "
+            "(8 MiB): not the recorder's, not read") in said
+    events = json.loads((run / "trace.json").read_text())["traceEvents"]
+    assert [e["name"] for e in events if e.get("ph") == "X"] == ["all_reduce"]
+    # the finish's trim passes them by, whatever they are
+    trace.trim_record_files(run)
+    assert (folder / segment_name(1, 0, pid=10)).stat().st_size == 20 << 30

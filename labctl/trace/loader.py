@@ -5,11 +5,12 @@ rank's death is marked TORN). Standard library only."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
-from workloads._protocol import RECORD_FILE_SUFFIX, RECORDS_SUBDIR, TRACE_MARKER
+from workloads._protocol import RECORD_FILE_SUFFIX, RECORD_SEGMENT_BYTES, RECORDS_SUBDIR, TRACE_MARKER
 from workloads._protocol import records
 from workloads._protocol.records import BadRecord
 
@@ -37,12 +38,53 @@ def file_lines(f: Any) -> Iterator[tuple[bytes, bool]]:
         yield line, False
 
 
+class Unreadable(bytes):
+    """What SourceTail hands on, as its one line, for a source it will not read: why (its
+    text). decode_line makes it an UNREADABLE BadLine, so that every reader names it as it
+    names a bad record, and none hangs on it or fails the whole trace."""
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def open_source(path: Path) -> tuple[BinaryIO | None, str | None]:
+    """(the file, None), or (None, why it is not read): a record source must be a regular
+    file, and a record file no larger than a segment (RECORD_SEGMENT_BYTES: the recorder
+    writes no larger one; a 20 GB sparse file took `labctl trace` over 120 s). Opened
+    without blocking and checked on the open file: a FIFO named rank-0.*.rec hung the trace,
+    and one put in its place between a check and an open would too. None, None: gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None, None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None, None
+    why = None
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        why = f"{kind}, not a record source: not read"
+    elif Path(path).suffix == RECORD_FILE_SUFFIX and st.st_size > RECORD_SEGMENT_BYTES:
+        why = (f"{st.st_size:,} bytes, larger than a record segment ({RECORD_SEGMENT_BYTES >> 20} MiB): "
+               "not the recorder's, not read")
+    if why is not None:
+        os.close(fd)
+        return None, why
+    return os.fdopen(fd, "rb"), None
+
+
 def written_size(path: Path) -> int:
     """The bytes a rank wrote into a record file: up to its last non-zero byte (a mapped
     segment is zeros past what was written; a rank that died mid-write leaves a torn last
     line, which the readers name)."""
     chunk = 1 << 16
-    with open(path, "rb") as f:
+    f, _ = open_source(path)
+    if f is None:                        # gone, or no record file (a FIFO, a 20 GB file): nothing written
+        return 0
+    with f:
         end = f.seek(0, 2)
         while end > 0:
             start = max(0, end - chunk)
@@ -91,11 +133,18 @@ class SourceTail:
         self.partial = b""                  # the start of a line not yet ended
         self.skipping = False               # past MAX_LINE of a line: the rest of it is read past
         self.later = False                  # a later segment of its process exists (the follower)
+        self.refused = False                # not a source to read (open_source): said once
 
     def lines(self, final: bool = False) -> Iterator[tuple[int, bytes, bool]]:
-        try:
-            f = open(self.path, "rb")
-        except OSError:
+        if self.refused:
+            return
+        f, why = open_source(self.path)
+        if why is not None:
+            self.refused = True
+            self.number += 1
+            yield self.number, Unreadable(why.encode()), True
+            return
+        if f is None:
             return
         with f:
             f.seek(self.offset)
@@ -152,7 +201,7 @@ def source_lines(path: Path) -> Iterator[tuple[bytes, bool]]:
 @dataclass(frozen=True, slots=True)
 class BadLine:
     """A marked line that is no usable record."""
-    kind: str                           # TORN_LINE, LONG_LINE, GARBLED, or BAD (a record, unusable)
+    kind: str                           # TORN_LINE, LONG_LINE, GARBLED, BAD (a record, unusable), UNREADABLE (a source)
     text: str
 
     @property
@@ -161,11 +210,13 @@ class BadLine:
         return self.kind == BAD
 
 
-TORN_LINE, LONG_LINE, GARBLED, BAD = "torn", "long", "garbled", "bad"
+TORN_LINE, LONG_LINE, GARBLED, BAD, UNREADABLE = "torn", "long", "garbled", "bad", "unreadable"
 
 
 def decode_line(raw: bytes, whole: bool) -> records.Record | BadLine | None:
     """A line as a trace record (the codec's `decode`); None: no trace record is on it."""
+    if type(raw) is Unreadable:
+        return BadLine(UNREADABLE, raw.decode(errors="replace"))
     at = raw.find(_MARKER_BYTES)
     if at < 0:
         return None
@@ -184,8 +235,11 @@ def trim_record_files(run_path: str | Path) -> None:
     zeros past that): done once the ranks are gone, at the finish."""
     for path in (Path(run_path) / RECORDS_SUBDIR).glob(f"*{RECORD_FILE_SUFFIX}"):
         try:
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode) or st.st_size > RECORD_SEGMENT_BYTES:
+                continue                # no record file of the recorder's (the readers name it)
             size = written_size(path)
-            if size < path.stat().st_size:
+            if size < st.st_size:
                 os.truncate(path, size)
         except OSError:
             continue

@@ -66,6 +66,9 @@ def debug_server_missing() -> list[str]:
     return [names[0] for names in DEBUG_SERVER_NEEDS
             if not any(importlib.util.find_spec(n) is not None for n in names)]
 RECORD_FILE_SUFFIX = ".rec"
+# A record file is one segment of this many bytes (sparse until written; the finish trims its
+# unwritten tail): the recorder maps it whole, and labctl reads no .rec file larger.
+RECORD_SEGMENT_BYTES = 8 << 20
 
 # ---- marked lines in a rank's output ---------------------------------------------------
 MARKER_PREFIX = "@@labctl-"                 # every marked line starts so

@@ -272,7 +272,7 @@ def decode(payload: bytes) -> Record:
     try:
         rec = json.loads(payload)
         kind = rec["k"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):     # RecursionError: 100,000 [ in a shape
         raise _garbled(payload) from None
     if not isinstance(rec, dict):
         raise _garbled(payload)
@@ -355,7 +355,7 @@ def decode_fr(payload: bytes) -> FrRecord:
     """One Flight Recorder record's payload, checked."""
     try:
         rec = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadRecord("garbled or truncated Flight Recorder record") from None
     if not isinstance(rec, dict):
         raise BadRecord("garbled or truncated Flight Recorder record")
