@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from . import backends as backend_registry
-from . import commands, fields
+from . import commands, fields, units
 from . import spec as specmod
 from .commands import exit_for, stdout_gone, stop_quietly
 from .errors import Interrupted, LabError
@@ -93,7 +93,7 @@ class Seconds(Read, click.FloatRange):
 class ByteSize(Read, click.ParamType):
     """A message size: bytes, or with a unit (64KiB, 4MiB, 1MB; K/M/G are binary)."""
     name = "size"
-    parse = staticmethod(specmod.message_size)
+    parse = staticmethod(units.message_size)
 
 
 class Choice(click.Choice):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import backends as backend_registry
+from . import labchecks
 from . import spec as specmod
 from .errors import Interrupted, LabError, Refused
 from .rundir import NotARunFolder
@@ -75,13 +76,13 @@ def load_lab(spec_file: str | None, script_args: tuple[str, ...] = (), check_out
              note: Callable[[str], None] | None = None, **flags: Any) -> specmod.LabSpec:
     """The lab from its file and flags, refused (SpecError: exit 2) where it could not
     start here: its fields, the backends' rules, its script and (`check_out`) run folder.
-    `note` is told each setting that cannot act (`spec.idle_settings`)."""
+    `note` is told each setting that cannot act (`labchecks.idle_settings`)."""
     overrides = specmod.from_flags(flags)
     if script_args:
         overrides["script_args"] = list(script_args)
     spec = backend_registry.load(spec_file, overrides)
-    specmod.check_files(spec, spec_file or "lab spec", out=check_out)
-    for line in specmod.idle_settings(spec) if note else ():
+    labchecks.check_files(spec, spec_file or "lab spec", out=check_out)
+    for line in labchecks.idle_settings(spec) if note else ():
         note(line)
     return spec
 

@@ -1,6 +1,10 @@
 """The library's errors: plain exceptions that carry their exit code. The CLI
-(labctl/cli.py, `exit_for`) turns each into one line and that code, in one place."""
+(labctl/cli.py, `exit_for`) turns each into one line and that code, in one place. A lab
+description that cannot run is a SpecError (exit 2); `short` is how a message quotes
+the value it refuses."""
 from __future__ import annotations
+
+from typing import Any
 
 
 class LabError(RuntimeError):
@@ -32,3 +36,18 @@ class Refused(LabError):
     """Input labctl refuses before doing anything (two flags that exclude each other, a
     folder that is no run folder): `error: <message>`, exit 2."""
     exit_code = 2
+
+
+class SpecError(ValueError):
+    """A lab description that cannot run; the message is one line for the user."""
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """repr(value) cut to one readable line: an error message never echoes a 50 MB value."""
+    if isinstance(value, (dict, list, tuple, set)) and len(value) > 20:
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    if len(text) > limit:
+        size = len(value.encode("utf-8", "replace")) if isinstance(value, str) else None
+        text = text[:limit] + (f"... ({size} bytes)" if size is not None else "...")
+    return text

@@ -24,7 +24,7 @@ from workloads._protocol import records
 from .outcome import NodeOutcome, NodeState, RunState
 from .trace.model import Diagnosis, Hazard, Mismatch
 
-# The largest lab labctl runs (labctl/spec.py's MAX_WORLD, MAX_TOTAL_NODES,
+# The largest lab labctl runs (labctl/limits.py's MAX_WORLD, MAX_TOTAL_NODES,
 # MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
 # read against them, since a loop over a damaged status.json's world of 10^30 never ends.
 MAX_WORLD = records.MAX_WORLD   # the codec's bound on a rank number
@@ -618,7 +618,7 @@ def status_damage(meta: Any) -> str | None:
     return None
 
 
-# the sizes a run folder's readers loop over: bounded as a lab is (labctl/spec.py)
+# the sizes a run folder's readers loop over: bounded as a lab is (labctl/limits.py)
 _SIZES = {"nodes": MAX_TOTAL_NODES, "nproc_per_node": MAX_NPROC_PER_NODE, "world_size": MAX_WORLD}
 
 

@@ -40,7 +40,8 @@ from . import atomicfile, procs
 from .errors import LabError
 from .plan import LaunchPlan
 from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
-from .spec import LabSpec, dump, from_dict, out_refusal
+from .labchecks import out_refusal
+from .spec import LabSpec, dump, from_dict
 from workloads._protocol import records, visible
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]

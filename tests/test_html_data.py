@@ -8,7 +8,7 @@ from pathlib import Path
 from html_support import write_folder
 from labctl import html, report
 from labctl.rundir import RunDir
-from labctl.spec import MAX_FILE_BYTES
+from labctl.limits import MAX_FILE_BYTES
 from workloads._protocol import DATA
 
 

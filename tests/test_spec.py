@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from labctl import backends, spec
+from labctl import backends, labchecks, labvalues, spec
 from labctl.backends.k8s import settings as k8s_settings
 from labctl.spec import LabSpec, SpecError
 
@@ -506,12 +506,12 @@ def test_every_variable_the_plan_sets_is_reserved_or_allowed_on_purpose():
             seen |= set(node["env"])
             for process in node.get("processes", []):
                 seen |= set(process.get("env", {}))
-    assert seen - allowed <= set(spec.RESERVED_ENV), seen - allowed - set(spec.RESERVED_ENV)
+    assert seen - allowed <= set(labvalues.RESERVED_ENV), seen - allowed - set(labvalues.RESERVED_ENV)
     assert "LAB_TRACE" in seen and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in seen and "RANK" in seen
 
 
 def test_settings_that_cannot_act_are_said_not_refused():
-    idle = spec.idle_settings
+    idle = labchecks.idle_settings
     assert idle(backends.from_dict({})) == []
     said = idle(backends.from_dict({"image": "mine:1", "resources": {"cpu": "2"}, "workdir": "invoking",
                                     "launcher": "direct", "join_timeout": 30, "last_call_timeout": 5,
@@ -541,7 +541,7 @@ def test_the_files_a_lab_names_are_checked_before_it_starts(tmp_path, monkeypatc
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("")
     (tmp_path / "empty").mkdir()
-    check = spec.check_files
+    check = labchecks.check_files
     check(backends.from_dict({"script": "train.py", "out": "new/run"}))
     check(backends.from_dict({"script": str(tmp_path / "train.py"), "out": "empty"}))
     for data, line in [

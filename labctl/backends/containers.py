@@ -4,7 +4,8 @@ script; where a node's debug server dumps when nothing is mounted (`container_pl
 from __future__ import annotations
 
 from ..plan import Placement, node_hostname, store_hostname
-from ..spec import DEFAULT_DEBUG_SERVER_PORT, LabSpec
+from ..labvalues import DEFAULT_DEBUG_SERVER_PORT
+from ..spec import LabSpec
 from workloads._protocol import Env
 
 DEFAULT_CONTAINER_PORT = 29500

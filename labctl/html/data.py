@@ -21,7 +21,7 @@ from ..outcome import NodeState, RunState
 from ..plan import rendezvous_of
 from ..record import RunRecord, read_bounded
 from ..rundir import RunDir, read_results
-from ..spec import MAX_FILE_BYTES
+from ..limits import MAX_FILE_BYTES
 from ..verdict import as_seen_now
 from .timeline import read as read_trace, stragglers, totals
 from workloads._protocol import Env, one_line
@@ -112,7 +112,7 @@ def _json_object(path: Path) -> dict:
 
 def _yaml_object(path: Path) -> dict:
     """A YAML mapping of the run folder (spec.yaml), read no further than a lab file may
-    be (spec.MAX_FILE_BYTES: a GB-sized one is a damaged folder, named as such)."""
+    be (limits.MAX_FILE_BYTES: a GB-sized one is a damaged folder, named as such)."""
     if not path.is_file():
         return {}
     data = read_bounded(path, "lab description", MAX_FILE_BYTES)

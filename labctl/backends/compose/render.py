@@ -43,7 +43,7 @@ from workloads._protocol import Env
 
 from ...plan import LaunchPlan, NodeLaunch, node_command
 from ...rendered import RUN_LABEL, SPEC_KEY, dump_yaml, stored_spec
-from ...spec import quantity
+from ...units import quantity
 
 NETWORK = "lab"
 SHARED_VOLUME = "shared"

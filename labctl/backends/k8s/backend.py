@@ -32,7 +32,8 @@ from ...outcome import NodeOutcome, NodeState, from_exit_code
 from ...plan import LaunchPlan, Placement, plan as make_plan
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
-from ...spec import LabSpec, quantity
+from ...spec import LabSpec
+from ...units import quantity
 from .. import spec_from_stored
 from ..base import (Action, Backend, BackendFailure, BackendOptions, BackendState, Bound, BoundRun,
                     PreflightError, RunView, UnknownRun, dispatch, option)

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ...errors import SpecError, short
 from ...fields import MAX_SECONDS, seconds_of
-from ...spec import DNS_LABEL, LabSpec, SpecError, bound_items, short
+from ...labvalues import DNS_LABEL
+from ...limits import bound_items
+from ...spec import LabSpec
 
 MAX_K8S_MAP_BYTES = 64 * 1024        # k8s.labels / annotations / node_selector / affinity, each (as JSON)
 MAX_K8S_SCRIPT_BYTES = 1024 * 1024 - 256   # a ConfigMap's 1 MiB, less room for its key
