@@ -150,6 +150,12 @@ class _Finish:
         run.record.notes.extend(f"trace: {h.text}" for h in hazards)
         if summary.cost_note:
             run.record.notes.append(f"trace: {summary.cost_note}")
+        bad = len(summary.problems) + summary.more_problems
+        if bad:                                 # counted in status.json; said where people read
+            first = summary.problems[0] if summary.problems else None
+            where = f" (the first: {Path(first.file).name}:{first.line}: {first.text})" if first else ""
+            run.record.notes.append(f"trace: {bad:,} trace record(s) could not be used and were left out of the "
+                                    f"timeline{where}; `labctl trace {run.path}` lists them")
         if straggler:
             run.record.notes.append(f"trace: {straggler['text']} (`labctl trace` has every rank's)")
         if mismatch and run.record.ok:

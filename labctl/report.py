@@ -19,7 +19,7 @@ from workloads._protocol import DATA, WORKLOAD_DONE, visible
 from workloads._protocol.plugin import InputError, Workload
 
 from . import draw, stepcomm
-from .outcome import NodeState, RunState
+from .outcome import NodeState, RunState, signal_name
 from .record import RunRecord, where as _where
 from .verdict import as_seen_now
 from .errors import LabError, Refused
@@ -251,8 +251,13 @@ def markdown(run: RunDir, brief: bool = False) -> str:
     if codes or bad_nodes:
         parts += ["", "## Failed processes", ""]
         killed = {f.target: f.fault for f in m.faults if f.began and _kills_a_rank(f.fault)}
+        # the first failure's own rank(s) were not stopped after another failure: they were it
+        itself = set() if first is None or first.hang else \
+            {first.rank, *(first.ranks or [])} - {None}
         for rank, code in codes.items():
             why = " (stopped by its launcher after another failure)" if code in (-15, -9) else ""
+            if rank in itself and code < 0:
+                why = f" (killed by {signal_name(-code)}: the first failure)"
             if rank in killed and code == -9:
                 why = f" (killed by fault {killed[rank]})"
             err = errors.get(rank)

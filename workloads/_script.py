@@ -145,10 +145,31 @@ def main() -> None:
         sys.exit(exercise.main(script))
     try:
         runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            raise
+        say_exit_message(exc, script)
+        raise SystemExit(1) from None   # Python's own code for an exit with a message
     except BaseException as exc:
         if _trace.ended_badly(exc):
             _trace.dump_at_the_end()    # the collective this rank was in, for the report
         raise
+
+
+def say_exit_message(exc: SystemExit, script: str) -> None:
+    """`raise SystemExit("...")` (or sys.exit("...")): Python prints the message alone, a
+    line the report cannot tell from any other, so the rank's failure was reported without
+    its words. It is said as every other exception is, its traceback from the script's frame
+    on (the lab's own frames left out), then the rank exits 1 as Python would."""
+    import traceback
+
+    tb = exc.__traceback__
+    mine = os.path.abspath(script)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != mine:
+        tb = tb.tb_next
+    sys.stdout.flush()
+    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+    sys.stderr.flush()
 
 
 if __name__ == "__main__":

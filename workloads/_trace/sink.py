@@ -31,9 +31,10 @@ import threading
 import time
 from typing import Any
 
-from .._protocol import Env, records
+from .._protocol import RECORD_SEGMENT_BYTES, Env, records
 
-SEGMENT = 8 << 20
+SEGMENT = RECORD_SEGMENT_BYTES
+RESERVE = 1 << 20                    # disk reserved ahead of the writes in a segment (a full disk: no SIGBUS)
 PIPE_CHUNK = 4096                   # PIPE_BUF: a write this long to a pipe is never split
 PARK_FD = 1000                      # the recorder's own descriptors are moved at or above this
 RECORDER = "python"                 # the header's name of the recorder that wrote the file
@@ -87,8 +88,15 @@ def _channel_identity(fd: int) -> tuple[int, int] | None:
 
 class _FileSink:
     """Lines into memory-mapped segment files in `folder`; durable at once. Every write
-    takes the lock (any Python)."""
-    __slots__ = ("folder", "stem", "mm", "pos", "segment", "lock", "failed")
+    takes the lock (any Python).
+
+    A mapped page that the disk has no block for kills the process with SIGBUS when it is
+    written (a full disk: the rank died of it before the lab's storage guard stopped the
+    lab). So blocks are reserved ahead of the writes, RESERVE bytes at a time
+    (posix_fallocate, by the file's path: its descriptor is closed once mapped), and a
+    write past the reserved bytes first reserves more; when that fails the rank's tracing
+    ends there, said in one line on its stderr, and the rank goes on."""
+    __slots__ = ("folder", "stem", "mm", "pos", "segment", "lock", "failed", "reserved")
 
     def __init__(self, folder: str):
         self.folder = folder
@@ -98,6 +106,7 @@ class _FileSink:
         self.segment = 0
         self.lock = threading.RLock()   # reentrant: a signal handler may write amid a write
         self.failed = False
+        self.reserved = min(RESERVE, SEGMENT)   # bytes of the segment with blocks on disk (never past SEGMENT)
         self.mm: Any = self._open(0)
         self.pos = 0
 
@@ -109,6 +118,7 @@ class _FileSink:
 
         sink = cls.__new__(cls)
         sink.folder, sink.stem, sink.segment, sink.failed, sink.pos = "", "", 0, True, 0
+        sink.reserved = size
         sink.lock = threading.RLock()
         sink.mm = mmap.mmap(-1, size)
         return sink
@@ -116,12 +126,22 @@ class _FileSink:
     def close(self) -> None:
         self.mm.close()
 
+    def _path(self, segment: int) -> str:
+        return f"{self.stem}.{segment:04d}.rec"
+
     def _open(self, segment: int) -> Any:
+        """A new segment file, mapped, its first RESERVE bytes on disk (OSError: none)."""
         import mmap
         os.makedirs(self.folder, exist_ok=True)
-        fd = os.open(f"{self.stem}.{segment:04d}.rec", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        path = self._path(segment)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, SEGMENT)
+            try:
+                os.posix_fallocate(fd, 0, min(RESERVE, SEGMENT))
+            except OSError:
+                os.unlink(path)             # no block for its first records: not a record file
+                raise
             return mmap.mmap(fd, SEGMENT, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)                # the mapping outlives it: nothing a script can close
@@ -130,18 +150,69 @@ class _FileSink:
         with self.lock:
             pos = self.pos
             end = pos + len(data)
-            if end > SEGMENT:
-                self._next(data)
+            if end > self.reserved:
+                self._grow(data)
                 return
             self.pos = end              # reserved before it is filled: a reentrant write goes after
             self.mm[pos:end] = data
+
+    def _grow(self, data: bytes) -> None:
+        """`data` goes past the bytes reserved on disk: reserve more (under the lock), or go
+        on to a new segment, then write it; tracing ends when the disk has no more. The
+        position is read again after the reserving call: a lock-free writer (or a signal
+        handler, on this thread) may have written meanwhile, and the steps from reading it
+        to copying hold no call."""
+        with self.lock:
+            n = len(data)
+            while True:
+                pos = self.pos
+                end = pos + n
+                if end <= self.reserved:
+                    self.pos = end
+                    self.mm[pos:end] = data
+                    return
+                if end > SEGMENT:
+                    self._next(data)
+                    return
+                if self.failed:
+                    return
+                segment, start = self.segment, self.reserved
+                upto = min(SEGMENT, max(end, start + RESERVE))
+                try:
+                    self._reserve(segment, start, upto)
+                except OSError as exc:
+                    self._end(exc)
+                    return
+                if self.segment == segment and self.reserved == start:   # (not moved on meanwhile)
+                    self.reserved = upto
+
+    def _reserve(self, segment: int, start: int, upto: int) -> None:
+        """Blocks on disk for bytes [start, upto) of a segment (OSError: the disk has none)."""
+        fd = os.open(self._path(segment), os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.posix_fallocate(fd, start, upto - start)
+        finally:
+            os.close(fd)
+
+    def _end(self, exc: OSError) -> None:
+        """The record file cannot grow (a full disk, its folder gone): this rank's tracing ends
+        here, said once on its stderr (its log: labctl's report quotes it), and it goes on."""
+        self.failed = True
+        self.reserved = min(self.reserved, self.pos)    # nothing more goes in, not even a short record
+        rank = os.environ.get("RANK", "?")
+        note = (f"labctl: rank {rank}: its trace ends here: its record file cannot grow "
+                f"({exc.strerror or exc}); the ops after this are not traced\n")
+        try:
+            os.write(2, note.encode(errors="replace"))
+        except OSError:
+            pass
 
     def _next(self, data: bytes) -> None:
         """`data` does not fit: into a new segment (under the lock)."""
         with self.lock:
             n = len(data)
             pos = self.pos
-            if pos + n <= SEGMENT:      # another thread moved on to a new segment meanwhile
+            if pos + n <= min(SEGMENT, self.reserved):   # another thread moved on to a new segment meanwhile
                 self.pos = pos + n
                 self.mm[pos:pos + n] = data
                 return
@@ -151,20 +222,27 @@ class _FileSink:
             # while this thread is in _open (a call: handlers run there) claims the next one
             # (it was the same number, whose O_EXCL open then failed and ended the tracing)
             self.segment = segment = self.segment + 1
+            first = min(RESERVE, SEGMENT)
             try:
                 mm = self._open(segment)
-            except OSError:             # disk full, folder gone: the rank goes on untraced
-                self.failed = True
+                if n > first:           # a record longer than what a segment starts with
+                    self._reserve(segment, first, n)
+                    first = n
+            except OSError as exc:      # disk full, folder gone: the rank goes on untraced
+                self._end(exc)
                 return
             if self.segment != segment:  # a handler moved on to a later segment meanwhile:
                 mm[0:n] = data          # this one holds this record alone (read before it)
                 return
-            # These two stores run with nothing between them: no call, where another thread
-            # or a signal handler could come in, and no deallocation either: the old
-            # mapping is freed only after both (its munmap runs without the GIL: a thread
-            # that wrote then took the old `pos` into the new mapping, and a later record
-            # overwrote half of it).
+            # `reserved` goes down to the new segment's first: a lock-free writer that read
+            # the old `pos` then finds itself past it and comes here for the lock. Then these
+            # two stores run with nothing between them: no call, where another thread or a
+            # signal handler could come in, and no deallocation either: the old mapping is
+            # freed only after both (its munmap runs without the GIL: a thread that wrote
+            # then took the old `pos` into the new mapping, and a later record overwrote
+            # half of it).
             old = self.mm
+            self.reserved = first
             self.mm = mm
             self.pos = n
             mm[0:n] = data
@@ -177,15 +255,16 @@ class _GilFileSink(_FileSink):
     switches threads and runs signal handlers only at a call, a function's start or a
     backward jump, and reserving the bytes (`pos`, `pos + n`, `self.pos = end`) and copying
     them into the mapping (`mm[pos:end] = data`, in C) has none of those. The lock cost
-    0.6-0.75 µs of a 0.9 µs write (timeit), twice per op. A segment change still locks."""
+    0.6-0.75 µs of a 0.9 µs write (timeit), twice per op. Reserving disk and a segment
+    change still lock."""
     __slots__ = ()
 
     def write(self, data: bytes) -> None:
         n = len(data)
         pos = self.pos
         end = pos + n
-        if end > SEGMENT:
-            self._next(data)
+        if end > self.reserved:
+            self._grow(data)
             return
         self.pos = end
         self.mm[pos:end] = data
