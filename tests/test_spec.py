@@ -404,14 +404,16 @@ def test_k8s_script_over_the_configmap_limit_is_refused_at_validate(tmp_path, mo
 
 def test_the_spec_imports_nothing_from_the_backends():
     """The lab description is backend-free: backends check their own rules and sections
-    (`backends.check_spec`), so spec.py names no backend module, not even lazily."""
+    (`backends.check_spec`), so spec.py and its parts name no backend module, not even
+    lazily."""
     import ast
     from pathlib import Path
 
-    tree = ast.parse(Path(spec.__file__).read_text())
-    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    assert not [m for m in imported if "backends" in m], imported
+    for part in ("spec", "labfile", "limits", "units", "labvalues", "workloadspec", "labchecks"):
+        tree = ast.parse((Path(spec.__file__).parent / f"{part}.py").read_text())
+        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in imported if "backends" in m], (part, imported)
     raw = spec.from_dict({"k8s": {"queue": "team-a", "labels": {"n": 42}}})
     assert raw.k8s == {"queue": "team-a", "labels": {"n": 42}}, "kept as given by the spec"
     assert backends.from_dict(raw.to_dict()).k8s == {"queue": "team-a", "labels": {"n": "42"}}
