@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import atomicfile, blame, logs, report, verdict
+from . import atomicfile, blame, report, stackdumps, verdict
 from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
@@ -108,7 +108,7 @@ class _Finish:
         run.write_stacks(found.stacks)
         self.decide()
         rec = run.record
-        rec.stacks = {r: logs.where_stuck(lines) for r, lines in sorted(found.stacks.items())}
+        rec.stacks = {r: stackdumps.where_stuck(lines) for r, lines in sorted(found.stacks.items())}
         rec.finished = now()
         traced = run.spec.trace
         if traced:                              # the outcome is down before the (slow) merge

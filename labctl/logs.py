@@ -23,7 +23,6 @@ from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKE
 from workloads._protocol import records as codec
 
 from .stackdumps import StackTracker
-from .stackdumps import where_stuck  # noqa: F401  (finish.py's `logs.where_stuck`, until it imports stackdumps)
 from .tracebacks import NATIVE_ERROR_HINTS, ErrorTracker
 
 _RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:")
