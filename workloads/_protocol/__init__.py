@@ -24,7 +24,7 @@ from __future__ import annotations
 
 class Env:
     """Environment variables labctl sets for every node (and reserves: a lab's `env:`
-    may not set them, labctl/spec.py)."""
+    may not set them, labctl/labvalues.py RESERVED_ENV)."""
     RUN_ID = "LAB_RUN_ID"              # the run; also how labctl finds a local run's processes
     NAME = "LAB_NAME"
     NODES = "LAB_NODES"

@@ -51,7 +51,7 @@ MAX_TEXT = 4096                     # no string a rank writes is longer (a calle
 MAX_DIMS = 64
 MAX_RANKS = 1 << 20
 MAX_SPAN_NS = 30 * 86_400 * 10**9   # a record's time after its process's t0: no lab runs 30 days
-MAX_WORLD = 65_536                  # ranks in the largest lab (labctl/spec.py's bound; labctl/record.py reads it)
+MAX_WORLD = 65_536                  # ranks in the largest lab (labctl/limits.py's bound; labctl/record.py reads it)
 MAX_HELD_DEPTH = 8                  # a result's list of lists of tensors is as deep as a real record goes
 
 TRACE = TRACE_MARKER.encode()
@@ -567,7 +567,7 @@ def held(v: Any, depth: int = 0) -> bool:
 # ---- the bounds of what a lab can measure: a number a result names is inside them, so that
 # nothing labctl computes from results grows with a number a script printed (a bench row's
 # "world_size": 10^9 once took `labctl up` to 23 GB writing the report; docs/limits.md)
-MAX_NODES = 4_096                   # nodes in the largest lab (labctl/spec.py MAX_TOTAL_NODES)
+MAX_NODES = 4_096                   # nodes in the largest lab (labctl/limits.py MAX_TOTAL_NODES)
 MAX_NPROC = 1_024                   # processes on one node (MAX_NPROC_PER_NODE)
 MAX_MESSAGE_BYTES = 1 << 40         # 1 TiB: the largest message a result names (`labctl predict --size`'s bound)
 MAX_MICROSECONDS = 10 ** 15         # 10^9 s, the longest lab (`timeout`'s bound), in µs
