@@ -60,8 +60,9 @@ def test_render_plan_shows_every_nodes_command(tmp_path):
     # every variable a node gets: the shared directory is the run folder `up` would make
     shared = str(tmp_path.resolve() / "runs" / "fixed" / "shared")
     assert all(n["env"]["LAB_SHARED_DIR"] == shared for n in plan["nodes"])
-    file_init = json.loads(labctl("render", "plan", "--init-method", "file", "--run-id", "fixed",
-                                  "--out", "elsewhere", cwd=tmp_path).stdout)
+    (tmp_path / "lab.yaml").write_text("out: elsewhere\n")       # render takes no --out: a lab file's out: counts
+    file_init = json.loads(labctl("render", "plan", "-f", "lab.yaml", "--init-method", "file", "--run-id", "fixed",
+                                  cwd=tmp_path).stdout)
     shared = str(tmp_path.resolve() / "elsewhere" / "shared")
     assert {n["env"]["LAB_SHARED_DIR"] for n in file_init["nodes"]} == {shared}
     assert {n["env"]["LAB_INIT_METHOD"] for n in file_init["nodes"]} == {f"file://{shared}/fixed.init"}
