@@ -304,11 +304,37 @@ class LiveDiagnosis:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LiveDiagnosis | None":
+        """From status.json's `live`; None when a field is not of its type (a damaged or
+        edited record: the report and the page go on without it)."""
         names = {f.name for f in fields(cls)}
+        given = {k: v for k, v in data.items() if k in names}
+        for key, check in _LIVE_TYPES.items():
+            if key in given and not check(given[key]):
+                return None
         try:
-            return cls(**{k: v for k, v in data.items() if k in names})
+            return cls(**given)
         except TypeError:
             return None
+
+
+def _finite(value: Any) -> bool:
+    return (isinstance(value, float) and value == value and abs(value) != float("inf")) or \
+        (_whole(value) and abs(value) <= 1 << 62)
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
+_LIVE_TYPES: dict[str, Any] = {
+    "made_at": _finite, "since": _finite, "resumed_at": lambda v: v is None or _finite(v),
+    "reason": lambda v: isinstance(v, str), "text": lambda v: isinstance(v, str),
+    "rank": lambda v: v is None or _rank(v),
+    "ranks": lambda v: isinstance(v, list) and len(v) <= MAX_WORLD and all(_rank(x) for x in v),
+    "op": lambda v: v is None or isinstance(v, str), "caller": lambda v: v is None or isinstance(v, str),
+    "verdict": lambda v: v is None or isinstance(v, str), "waiting": _texts,
+    "where": lambda v: isinstance(v, dict) and len(v) <= MAX_WORLD and all(isinstance(w, dict) for w in v.values()),
+}
 
 
 @dataclass(frozen=True)
@@ -576,16 +602,30 @@ def status_damage(meta: Any) -> str | None:
         if item and value is not None and not all(isinstance(x, item) for x in value):
             return f"'{key}' should hold only {_JSON_NAMES[item].split(' ', 1)[1]}s"
     if "state" in meta and meta["state"] not in {s.value for s in RunState}:
-        return f"unknown state {meta['state'][:40]!r} (one of: {', '.join(RunState)})"
+        return f"unknown state {str(meta['state'])[:40]!r} (one of: {', '.join(RunState)})"
     for n in meta.get("node_outcomes") or []:
         if not isinstance(n.get("index"), int) or not isinstance(n.get("state"), str) \
                 or n["state"] not in {s.value for s in NodeState}:
             return "a node outcome without its index or a known state"
     first = meta.get("first_failure") or {}
-    errors = [first.get("error"), first.get("peer_error"), *(meta.get("rank_errors") or {}).values()]
-    if not all(e is None or isinstance(e, dict) and isinstance(e.get("exception"), str)
-               for e in errors):
+    errors = [first.get("error"), first.get("peer_error")]
+    if not all(e is None or isinstance(e, dict) and isinstance(e.get("exception"), str) for e in errors) \
+            or not all(isinstance(e, dict) and isinstance(e.get("exception"), str)
+                       for e in (meta.get("rank_errors") or {}).values()):
         return "an error record without its exception"
+    if not all(isinstance(w, dict) for w in (meta.get("stacks") or {}).values()):
+        return "'stacks' should hold an object per rank (where it was)"
+    if not all(_whole(c) and -(1 << 31) <= c < 1 << 31 for c in (meta.get("rank_exit_codes") or {}).values()):
+        return "'rank_exit_codes' should hold exit codes (whole numbers)"
+    trace = meta.get("trace")
+    if trace is not None and not (isinstance(trace, dict)
+                                  and all(_whole(trace.get(k, 0)) and trace.get(k, 0) >= 0 for k in ("ops", "bad_records"))
+                                  and isinstance(trace.get("file", ""), str)
+                                  and isinstance(trace.get("missing_ranks") or [], list)
+                                  and len(trace.get("missing_ranks") or []) <= MAX_WORLD
+                                  and all(_rank(r) for r in trace.get("missing_ranks") or [])):
+        return ("'trace' should be an object: its 'file' a string, 'ops' and 'bad_records' whole numbers, "
+                "'missing_ranks' rank numbers")
     for f in meta.get("faults") or []:
         if not all(k in f for k in FiredFault.REQUIRED):
             return "a fault record without its fault, kind, target, phase, did or lab_s"

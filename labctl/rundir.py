@@ -121,12 +121,13 @@ def folder_path(run_id: str, out: str | os.PathLike | None = None,
 WARNED_RESULTS = 5                  # skipped result lines warned of one by one; the rest counted
 
 
-def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
+def read_results(f: Path, warn=_warn, named: int | None = None) -> Iterator[dict[str, Any]]:
     """A results.jsonl one record at a time (none when it is missing); a garbled line, or
     a record whose known fields have the wrong type or are outside the lab's bounds
-    (workloads/_protocol/records.py: checked there, once), is skipped: the first
-    WARNED_RESULTS with one warning each, the rest in one line at the end. Also for a
-    folder whose status.json cannot be read."""
+    (workloads/_protocol/records.py: checked there, once), is skipped with one warning
+    each, or (`named`) the first `named` so and the rest in one line at the end. Also for
+    a folder whose status.json cannot be read."""
+    named = named if named is not None else 1 << 62
     if not f.is_file():
         return
     skipped = 0
@@ -141,13 +142,13 @@ def read_results(f: Path, warn=_warn) -> Iterator[dict[str, Any]]:
                 result, damage = None, str(exc)
             if damage:
                 skipped += 1
-                if skipped <= WARNED_RESULTS:
+                if skipped <= named:
                     who = f"{records.result_who(result)}: " if result is not None else ""
                     warn(f"{f}:{number}: skipped {who}{damage}")
                 continue
             yield result
-    if skipped > WARNED_RESULTS:
-        warn(f"{f}: ... and {skipped - WARNED_RESULTS:,} more result lines skipped (garbled, or a field "
+    if skipped > named:
+        warn(f"{f}: ... and {skipped - named:,} more result lines skipped (garbled, or a field "
              "of the wrong type or outside the lab's bounds: docs/limits.md)")
 
 
@@ -308,8 +309,9 @@ class RunDir:
         return path
 
     def iter_results(self, warn=_warn) -> Iterator[dict[str, Any]]:
-        """results.jsonl one record at a time; a garbled line is skipped with one warning."""
-        return read_results(self.results_path, warn)
+        """results.jsonl one record at a time; a garbled line is skipped, the first
+        WARNED_RESULTS with a warning each, the rest counted in one."""
+        return read_results(self.results_path, warn, WARNED_RESULTS)
 
     def results(self) -> list[dict[str, Any]]:
         """results.jsonl's usable records. What was skipped is warned of on the first read

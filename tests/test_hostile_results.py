@@ -76,3 +76,36 @@ def test_hostile_lines_written_into_results_jsonl_by_hand_are_a_few_warnings_and
     assert len(warnings) == 6, warnings
     assert warnings[-1].endswith(f"... and {LINES - 5:,} more result lines skipped (garbled, or a field of "
                                  "the wrong type or outside the lab's bounds: docs/limits.md)")
+
+
+STATUS_EDITS = [   # (key, value, what `labctl report` says: one line naming it, exit 2; None: the report, without it)
+    ("state", None, "unknown state 'None'"),
+    ("rank_exit_codes", {"1": "killed"}, "'rank_exit_codes' should hold exit codes"),
+    ("rank_errors", {"0": None}, "an error record without its exception"),
+    ("trace", {"file": "trace.json", "ops": 3, "missing_ranks": 1e9}, "'trace' should be an object"),
+    ("trace", {"file": 5, "ops": 3}, "'trace' should be an object"),
+    ("stacks", {"0": 7}, "'stacks' should hold an object per rank"),
+    ("live", {"made_at": "soon", "since": 1.0, "reason": "r", "text": "t"}, None),
+]
+
+
+@pytest.mark.parametrize("key,value,said", STATUS_EDITS, ids=[f"{k}={v!r}"[:40] for k, v, _ in STATUS_EDITS])
+def test_a_status_json_edited_out_of_its_types_is_one_line_or_a_report_without_that_part(lab, tmp_path, key, value,
+                                                                                        said):
+    """Numbers read from status.json are bounded where it is read (labctl/record.py): these
+    were tracebacks in report.md, the JSON report or the page."""
+    out = tmp_path / "edited"
+    subprocess.run(["cp", "-r", str(lab[0]), str(out)], check=True)
+    status = json.loads((out / "status.json").read_text())
+    status[key] = value
+    (out / "status.json").write_text(json.dumps(status))
+    for fmt in ("md", "json", "html"):
+        done = labctl("report", str(out), "--format", fmt, timeout=120)
+        assert "Traceback" not in done.stderr, (fmt, done.stderr)
+        if said is None:
+            assert done.returncode == 0, (fmt, done.stderr)
+        elif fmt == "html":                 # the page is made whatever is damaged, the damage named on it
+            assert done.returncode == 0 and said in done.stderr, done.stderr
+            assert said in (out / "report.html").read_text()
+        else:
+            assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, (fmt, done.stderr)
