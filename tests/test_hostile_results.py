@@ -109,3 +109,40 @@ def test_a_status_json_edited_out_of_its_types_is_one_line_or_a_report_without_t
             assert said in (out / "report.html").read_text()
         else:
             assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, (fmt, done.stderr)
+
+
+def _tp_step(rank: int, **edits) -> dict:
+    """A tp rank's last step as workloads/_patterns.py records it (a 4-rank manual run)."""
+    record = {"workload": "tp", "name": "manual-bytes-per-step", "ok": True, "rank": rank, "ranks": 4,
+              "activation_bytes": 1024, "blocks": 2, "formula": 4608.0, "sent": 4608.0, "unit": "bytes",
+              "formula_text": "(2L-1) 2(n-1)/n A = 3 x 2 x 3/4 x 1024 B", "groups": {"default_pg": [0, 1, 2, 3]},
+              "ops": [["all_reduce", "default_pg", 4, 1024, None]] * 3}
+    return {**record, **edits}
+
+
+@pytest.mark.parametrize("edit,said", [
+    ({"ranks": 65536}, "its pattern records say 65,536 ranks in a run of 4 (status.json)"),
+    ({"ops": [["all_reduce", "default_pg", 4, 1 << 40, None]] * 3}, None),
+], ids=["a world of 65,536", "an op of 1 TiB"])
+def test_predict_on_an_edited_pattern_run_refuses_or_answers_without_replaying_millions(tmp_path, edit, said):
+    """A pattern run's `labctl predict` (workloads/_report/_patterncost.py) read `ranks` and
+    each op's size from the results: 65,536 ranks in a 4-rank run looped over 65,536^2 node
+    pairs (over 120 s); a 1 TiB op (the lab's bound) replayed a million segments (over 60 s)."""
+    import time
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"run_id": "r", "lab": "lab", "state": "passed",
+                                                 "backend": "local", "world_size": 4}))
+    (run / "results.jsonl").write_text("".join(json.dumps(_tp_step(r, **edit)) + "\n" for r in range(4)))
+    started = time.monotonic()
+    done = labctl("predict", str(run), "-n", "8", "--link", "1gbit", "--format", "json", timeout=120)
+    assert time.monotonic() - started < 30
+    if said:
+        assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        (row,) = json.loads(done.stdout)["rows"]
+        assert row["model"] == "closed form (more than 50,000 messages to replay)"
+        # the ring's closed form: 3 all_reduces of 2 (n-1)/n x 1 TiB at 1 Gbit/s
+        assert row["beta_term_us"] == pytest.approx(3 * 2 * 7 / 8 * (1 << 40) / 125e6 * 1e6, rel=1e-3)
