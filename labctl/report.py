@@ -271,7 +271,7 @@ def markdown(run: RunDir, brief: bool = False) -> str:
             parts.append(f"- node {n.index} ({n.hostname}): {how}: {run.node_log(n.index)}")
     if m.ranks_without_output and not m.ok:
         parts.append(f"- no output from rank(s) {_ranks_text(m.ranks_without_output)}")
-    if m.stacks:
+    if m.stacks and not m.ok:           # a run that passed: the live watcher's look at a slow start, no finding
         parts += ["", "## Where each rank was (its stack when labctl asked)", "",
                   stacks_table({str(r): w for r, w in m.stacks.items()}, run,
                                {str(r): c for r, c in m.rank_exit_codes.items()})]

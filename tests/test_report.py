@@ -174,6 +174,12 @@ def test_the_stacks_table_says_where_each_rank_was_and_whether_it_had_exited(tmp
     assert lines[3] == f"| 1 | running when asked | /t/a.py:3 in f | barrier | {run.path}/stacks/rank-1.txt |"
 
 
+def test_a_run_that_passed_shows_no_stacks_the_live_watcher_took_at_a_slow_start(tmp_path):
+    run = RunDir.open(write_folder(tmp_path / "run", world=2, nodes=1))
+    run.record.stacks = {0: {"file": "/t/a.py", "line": 3, "function": "f", "call": None}}
+    assert run.record.ok and "Where each rank was" not in report.markdown(run)
+
+
 def test_a_page_that_is_a_folder_is_named_as_the_page_not_its_tmp(tmp_path):
     """Issue 38: `labctl report RUN --format html` with report.html a folder said
     `'.../report.html.tmp': Is a directory`."""
