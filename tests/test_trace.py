@@ -262,6 +262,15 @@ gathered = funcol.all_gather_tensor(torch.ones(6), 0, dist.group.WORLD)         
 scattered = funcol.reduce_scatter_tensor(torch.ones(6 * w), "sum", 0, dist.group.WORLD)   # FUNCOL SCATTER
 gathered, scattered = (t.wait() if hasattr(t, "wait") else t for t in (gathered, scattered))
 assert gathered.shape == (6 * w,) and scattered.shape == (6,)
+
+
+def compiled_step(x):
+    y = x * 2
+    dist.all_reduce(y)                                                 # COMPILED ALL_REDUCE
+    return y + 1
+
+
+assert torch.compile(compiled_step, backend="eager")(torch.ones(3)).tolist() == [2.0 * w + 1] * 3
 if r == 0:
     with open(os.path.join(out_dir, "buckets.json"), "w") as f:
         json.dump(buckets, f)
@@ -363,6 +372,11 @@ def test_fsdp2_and_functional_collectives_show_their_sizes(users_runs):
         assert [("all_gather" in e["name"], e["args"]["bytes"], e["args"]["via"]) for e in g] == [(True, 24, "c++")]
         assert [("reduce_scatter" in e["name"], e["args"]["bytes"]) for e in s] == [(True, 6 * 3 * 4)]
         assert not any(e["args"].get("unfinished") for e in g + s)
+        # under torch.compile the op's line is the script's (its FX node's), not the graph's
+        # generated code's (<eval_with_key>.1:7) nor dynamo's frame's (the def line)
+        compiled = f"{script}:{_line_of('# COMPILED ALL_REDUCE')}"
+        assert [e["name"] for e in ops if e["args"]["caller"] == compiled] == ["all_reduce"], \
+            sorted({e["args"]["caller"] for e in ops})
 
 
 def test_records_reach_the_lab_whatever_a_script_does_to_stdout(users_runs):

@@ -98,7 +98,7 @@ def _dtype_name(dtype: Any) -> str:
 
 _torch_dir = ""
 _c10d_file = ""
-_USER, _PLAIN = 1, 0
+_USER, _PLAIN, _GRAPH = 1, 0, 2     # _GRAPH: torch.compile's generated graph code (<eval_with_key>)
 # Both keyed by id(code): a code object's hash is not cached, and hashes its constants,
 # nested functions' code included (6.9 µs for workloads/bench.py's module: every op of a
 # loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
@@ -159,7 +159,9 @@ def _public_function(code: Any, path: str) -> bool:
 
 def _classify(code: Any) -> Any:
     path = code.co_filename
-    if path.startswith(_HERE) or _shim(path) or path.startswith("<frozen"):
+    if path.startswith("<eval_with_key>"):
+        kind = _GRAPH
+    elif path.startswith(_HERE) or _shim(path) or path.startswith("<frozen"):
         kind = _PLAIN
     elif not path.startswith(_torch_dir):
         kind = _USER
@@ -171,6 +173,52 @@ def _classify(code: Any) -> Any:
     _frames[id(code)] = kind
     _codes.append(code)
     return kind
+
+
+class _Origin:
+    """Where an op of a torch.compile'd graph came from in the script (the file and line
+    its FX node recorded in `stack_trace`), standing in for a code object: the generated
+    graph's own line is no line of the script's, and dynamo's rewritten frame of the
+    function says only its first line."""
+    __slots__ = ("co_filename", "co_firstlineno", "__weakref__")
+
+    def __init__(self, file: str, line: int):
+        self.co_filename, self.co_firstlineno = file, line
+
+    def co_lines(self) -> Any:
+        yield 0, 1 << 30, self.co_firstlineno
+
+
+_origins: dict[tuple[int, int], Any] = {}     # (id(graph code), its line) -> _Origin or None
+_ASSIGNED = None                              # re: the name a generated line assigns
+
+
+def _graph_origin(frame: Any) -> Any:
+    """The script's line behind the generated graph line `frame` runs (None: not found):
+    the FX node the line assigns, and the last frame of its stack trace outside torch."""
+    global _ASSIGNED
+    key = (id(frame.f_code), frame.f_lineno)
+    if key in _origins:
+        return _origins[key]
+    found = None
+    try:
+        import linecache
+        import re
+        _ASSIGNED = _ASSIGNED or re.compile(r"\s*(\w+)\s*=")
+        assigned = _ASSIGNED.match(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+        graph = getattr(frame.f_locals.get("self"), "graph", None)
+        if assigned is not None and graph is not None:
+            node = next((n for n in graph.nodes if n.name == assigned.group(1)), None)
+            trace = str(node.meta.get("stack_trace") or "") if node is not None else ""
+            mine = [(f, int(n)) for f, n in re.findall(r'File "([^"]+)", line (\d+)', trace)
+                    if not f.startswith((_torch_dir, _HERE, "<"))]
+            if mine:
+                found = _Origin(*mine[-1])
+                _codes.append(found)
+    except Exception:          # noqa: BLE001 - a graph we cannot read: the next frame out says where
+        found = None
+    _origins[key] = found
+    return found
 
 
 def _where(frame: Any) -> tuple[Any, int, str | None]:
@@ -188,7 +236,11 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
             kind = _classify(code)
         if kind is _USER:
             return code, frame.f_lasti, api
-        if kind is not _PLAIN:
+        if kind is _GRAPH:
+            origin = _graph_origin(frame)
+            if origin is not None:
+                return origin, 0, api
+        elif kind is not _PLAIN:
             api = kind
         frame = frame.f_back
     return None, 0, api
