@@ -42,12 +42,15 @@ def deadline_text(g: Grade, run: RunDir, r: dict, calls: list[Call], where: str)
 
 
 def stuck_p2p(run: RunDir, file_name: str) -> list[str]:
-    """The hang diagnosis's unfinished p2p ops in the learner's file, its paths shortened."""
+    """The hang diagnosis's unfinished p2p ops in the learner's file, its paths shortened,
+    and the world's group said as the default group (the grader makes a new one per world
+    size: the trace names them default_pg@2, @3 ...; to the learner each is the default)."""
     first = run.record.first_failure
     diagnosis = first.collective if first else None
     found = []
     for line in diagnosis.p2p if diagnosis is not None else []:
         short = re.sub(r"at (?:\S*/)?([^/\s]+\.py:\d+)", r"at \1", str(line))
+        short = re.sub(r"\bdefault_pg@\d+\b", "default_pg", short)
         if f"at {file_name}:" in short:
             found.append(short)
     return sorted(found, key=lambda line: int(m.group(1)) if (m := re.match(r"rank (\d+)", line)) else -1)
