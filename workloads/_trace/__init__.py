@@ -34,8 +34,10 @@ encodes each one; docs/trace.md lists every field):
 
 The parts: sink (where lines go, the process's state), sites (call sites, the user's
 frame), groups (process groups, op numbers), pyops and kernels (the two ways in), works
-(completion), clock (who the rank is, its clock), fr (Flight Recorder), cost (the
-start-up measurement), bound (torch's handles). This module installs them.
+(completion), calls (the calls that are no op of a group: the group's life cycle, the
+script's store calls, a collective on a group the rank is not in), unwaited (an irecv's
+buffer read before its wait), clock (who the rank is, its clock), fr (Flight Recorder),
+cost (the start-up measurement), bound (torch's handles). This module installs them.
 """
 from __future__ import annotations
 
