@@ -50,13 +50,19 @@ def odd_new_group(calls: dict[int, list[Op]], world: int | None = None) -> Misma
     return None
 
 
+def _first(calls: dict[int, list[Op]], name: str) -> tuple[int, Op] | None:
+    """(rank, call) of the earliest call named `name` on any rank."""
+    found = min(((op.start, rank, op) for rank, ops in calls.items() for op in ops if op.op == name),
+                key=lambda x: (x[0], x[1]), default=None)
+    return (found[1], found[2]) if found is not None else None
+
+
 def not_a_member(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first collective a rank called on a group it is not a member of (torch returned
     at once: the rank took no part, its tensors are as they were)."""
-    found = sorted((op.start, rank, op) for rank, ops in calls.items() for op in ops if op.op == "not_a_member")
-    if not found:
+    if (first := _first(calls, "not_a_member")) is None:
         return None
-    _, rank, op = found[0]
+    rank, op = first
     what = op.key or "a collective"
     return Hazard(rank=rank, op=what, caller=op.caller,
                   text=f"rank {rank} called {what} at {op.caller} on a group it is not a member of: torch returned "
@@ -66,10 +72,9 @@ def not_a_member(calls: dict[int, list[Op]]) -> Hazard | None:
 
 def read_before_wait(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first line that read a receive's buffer before the receive was waited on."""
-    found = sorted((op.start, rank, op) for rank, ops in calls.items() for op in ops if op.op == "read_before_wait")
-    if not found:
+    if (first := _first(calls, "read_before_wait")) is None:
         return None
-    _, rank, op = found[0]
+    rank, op = first
     what = op.key or "irecv"
     return Hazard(rank=rank, op=what, caller=op.caller,
                   text=f"rank {rank} read the buffer of its {what} at {op.caller} before waiting on the {what}'s "

@@ -214,6 +214,18 @@ class Csv:
 
 # ---------------------------------------------------------------- the plugin
 
+def csv_text(rows: list[dict], fields: list[str] | None = None) -> str:
+    """Rows as a plugin's `--format csv` text: a header line (`fields`, else the first
+    row's keys), then a line per row."""
+    import csv
+    import io
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields or list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
 class InputError(ValueError):
     """What the user gave a plugin's verb cannot work (`labctl predict --link ...`): one
     line, which labctl says as it says a bad lab description (exit 2)."""

@@ -37,15 +37,13 @@ on (a bench run's `labctl predict` fits α and the links' efficiency); a link's 
 """
 from __future__ import annotations
 
-import csv as _csv
-import io
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from workloads import _patternmath as pm
-from workloads._protocol.plugin import InputError
+from workloads._protocol.plugin import InputError, csv_text
 
 PATTERNS = ("fsdp", "tp", "pp", "cp", "ep", "mesh")
 BYTES = "-bytes-per-step"
@@ -494,11 +492,7 @@ def predict(run, world_size: int, sizes: list[int] | None = None, fmt: str = "md
                            "family": family, "rows": out_rows}, indent=2) + "\n"
     flat = [{k: v for k, v in r.items() if k != "phases"} for r in out_rows]
     if fmt == "csv":
-        buf = io.StringIO()
-        writer = _csv.DictWriter(buf, fieldnames=list(flat[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(flat)
-        return buf.getvalue()
+        return csv_text(flat)
     from labctl.tables import table
 
     head = (f"## One step's communication at world size {big} (from the run's {n}: {run.path})\n\n"

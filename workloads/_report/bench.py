@@ -9,8 +9,6 @@ matplotlib is imported only by `write_plots`.
 """
 from __future__ import annotations
 
-import csv as _csv
-import io
 import json
 from pathlib import Path
 from typing import Any, Iterable
@@ -25,7 +23,7 @@ from labctl.atomicfile import atomic_open
 from labctl.errors import LabError, Refused
 from labctl.draw import csv as _draw_csv, markdown as _draw
 from labctl.tables import table as _table
-from workloads._protocol.plugin import MD, PAGE, Csv, Heading, InputError, Table, Text, Workload
+from workloads._protocol.plugin import MD, PAGE, Csv, Heading, InputError, Table, Text, Workload, csv_text
 
 ROW_FIELDS = ("op", "size_bytes", "count", "dtype", "time_us_median", "time_us_p99",
               "algbw_GBps", "busbw_GBps", "wrong", "ok")
@@ -590,11 +588,7 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
                                    "max_error": fitted.max_error, "points": fitted.points},
                            "rows": out}, indent=2) + "\n"
     if fmt == "csv":
-        buf = io.StringIO()
-        writer = _csv.DictWriter(buf, fieldnames=list(out[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(out)
-        return buf.getvalue()
+        return csv_text(out)
     head = (f"## Predicted at world size {world_size} (fitted at n = {world}: {run.path})\n\n"
             f"Each op's own messages ({family} algorithms, workloads/_protocol/algorithms.py) replayed over "
             f"the links ({described or 'as measured'}; {nproc} rank(s) per node), every rate x "
@@ -679,11 +673,7 @@ def compare(run_a, run_b, fmt: str = "md") -> str:
     if fmt == "json":
         return json.dumps({"a": str(run_a.path), "b": str(run_b.path), "rows": data}, indent=2) + "\n"
     if fmt == "csv":
-        buf = io.StringIO()
-        writer = _csv.DictWriter(buf, fieldnames=COMPARE_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(data)
-        return buf.getvalue()
+        return csv_text(data, COMPARE_FIELDS)
     judged = [r for r in data if r["noise"] is not None]
     noise = sum(1 for r in judged if r["noise"])
     ratios = [r["time_ratio"] for r in data if r["time_ratio"] is not None]
