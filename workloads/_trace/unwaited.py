@@ -30,10 +30,9 @@ def _reads(args: Any, kwargs: Any, tensor: Any) -> bool:
     for value in (*args, *(kwargs or {}).values()):
         items = value if isinstance(value, (list, tuple)) else (value,)
         for v in items:
-            if isinstance(v, tensor) and _storage(v) in _in_flight:
-                entry = _in_flight[_storage(v)]
-                if entry[0]() is not None:
-                    return True
+            entry = _in_flight.get(_storage(v)) if isinstance(v, tensor) else None
+            if entry is not None and entry[0]() is not None:
+                return True
     return False
 
 
@@ -60,6 +59,8 @@ def watch(buffers: Any, work: Any, call: str) -> None:
     global _mode
     import torch
     items = buffers if isinstance(buffers, (list, tuple)) else [buffers]
+    for ptr in [p for p, e in _in_flight.items() if e[0]() is None]:
+        _in_flight.pop(ptr, None)           # works freed unwaited: nothing of theirs is in flight
     ref = weakref.ref(work)
     for t in items:
         ptr = _storage(t) if isinstance(t, torch.Tensor) else None
