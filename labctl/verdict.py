@@ -31,7 +31,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from workloads._protocol.ops import CALLS
+from workloads._protocol.ops import CALLS, STORE_READS
 
 from . import blame, stackdumps, torchsays, tracebacks
 from .outcome import NodeOutcome, NodeState, RunState, spared
@@ -347,9 +347,6 @@ def _sent_what_could_not_be_loaded(first: FirstFailure, found: blame.Findings,
                         peer_rank=raisers[0], peer_error=dict(error), blamed_for="sent it", op=call, caller=at)
 
 
-_STORE_READ_CALLS = ("store.get", "store.wait")
-
-
 def _deleted_before_it_was_read(first: FirstFailure, found: blame.Findings, ended_at: dict[int, dict],
                                 deleted: dict[str, tuple[int, str]]) -> FirstFailure | None:
     """A rank held in (or timed out of) a store read of a key another rank's script had
@@ -357,7 +354,7 @@ def _deleted_before_it_was_read(first: FirstFailure, found: blame.Findings, ende
     None: no such read."""
     reader = first.rank
     ended = ended_at.get(reader) if reader is not None else None
-    if not ended or ended.get("op") not in _STORE_READ_CALLS or first.fault or first.left_early:
+    if not ended or ended.get("op") not in STORE_READS or first.fault or first.left_early:
         return None
     keys = [k.strip() for k in str(ended.get("key") or "").split(",")]
     hit = next(((k, deleted[k]) for k in keys if k in deleted and deleted[k][0] != reader), None)
@@ -381,7 +378,7 @@ def _never_added(first: FirstFailure, found: blame.Findings, ended_at: dict[int,
     if not first.hang or not blamed or not world:
         return None
     keys = {str((ended_at.get(r) or {}).get("key") or "") for r in blamed
-            if (ended_at.get(r) or {}).get("op") in _STORE_READ_CALLS}
+            if (ended_at.get(r) or {}).get("op") in STORE_READS}
     if len(keys) != 1 or next(iter(keys)) not in added:
         return None
     adders, caller = added[next(iter(keys))]
