@@ -31,7 +31,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from workloads._protocol.ops import CALLS, STORE_READS
+from workloads._protocol.ops import CALLS, STORE_OPS, STORE_READS
 
 from . import blame, stackdumps, torchsays, tracebacks
 from .outcome import NodeOutcome, NodeState, RunState, spared
@@ -138,6 +138,8 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             if first is None:                  # a hang: nobody failed, the deadline came
                 first = FirstFailure(diagnosis.rank, hang=True)
             first.collective = diagnosis
+        polled = _polls_apart(ev.found, ev.ended_at, out.world_size) \
+            if first is None and state is RunState.TIMEOUT else None
         if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
                 and not (first.error and first.error.get("file")):
             first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
@@ -152,6 +154,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at) or first
             first = _deleted_before_it_was_read(first, ev.found, ev.ended_at, ev.deleted) or first
             first = _never_added(first, ev.found, ev.ended_at, ev.added, out.world_size) or first
+        first = first or polled
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
                            if k in failed_ranks or (first is not None and first.rank == k)}
@@ -389,6 +392,32 @@ def _never_added(first: FirstFailure, found: blame.Findings, ended_at: dict[int,
     return FirstFailure(one, blame.node_of_rank(one, found) if one is not None else None, None,
                         ranks=skipped if one is None else None, hang=True, collective=first.collective,
                         op="store.add", caller=caller)
+
+
+def _polls_apart(found: blame.Findings, ended_at: dict[int, dict], world: int | None) -> FirstFailure | None:
+    """A hang in which every rank's last call is a store call (a home-made barrier: add,
+    then poll or wait) but not on one key: the ranks on the key fewest share counted or
+    waited apart from the rest (an epoch in the key one rank has wrong). They are the
+    cause, with their call. None: not every rank ended in the store, one key, or no
+    single smallest party."""
+    if not world or any(r not in ended_at for r in range(world)):
+        return None
+    parties: dict[str, list[int]] = {}
+    for r in range(world):
+        ended = ended_at[r]
+        if ended.get("op") not in STORE_OPS or not ended.get("key"):
+            return None
+        parties.setdefault(str(ended["key"]), []).append(r)
+    if len(parties) < 2:
+        return None
+    sizes = sorted(len(p) for p in parties.values())
+    if sizes[0] == sizes[1]:
+        return None                    # no one party fewer than every other: cannot say which is odd
+    odd = min(parties.values(), key=len)
+    one = odd[0] if len(odd) == 1 else None
+    ended = ended_at[odd[0]]
+    return FirstFailure(one, blame.node_of_rank(one, found) if one is not None else None, None,
+                        ranks=odd if one is None else None, hang=True, op=ended["op"], caller=ended.get("caller"))
 
 
 def _destroyed_first(first: FirstFailure, destroyed: dict[int, str]) -> None:

@@ -84,6 +84,20 @@ def test_the_stacks_say_a_setup_hang_and_nothing_while_importing_or_computing():
     assert stall.judge_stacks({0: held}, 2, setup) is None                # a rank without a stack
 
 
+def test_every_rank_repeating_one_store_call_for_the_floor_is_a_stall():
+    """A home-made barrier (store.add(key, 0) in a loop) on every rank writes records all
+    the time: nothing is "still", no op is open, yet nobody left can complete the count."""
+    ranks = _ranks(RankNow(0, ops=90, seen_ns=130 * NS, polling_ns=100 * NS),
+                   RankNow(1, ops=80, seen_ns=130 * NS, polling_ns=101 * NS))
+    assert stall.find(ranks, int(110 * NS), 10.0, lambda op: 10.0, 0, world=2) is None
+    found = stall.find(ranks, int(131 * NS), 10.0, lambda op: 10.0, 0, world=2)
+    assert found is not None and found.kind is Kind.POLL and found.since_ns == 101 * NS
+    # one rank of three not polling (it computes, or has not written yet): the count can still come
+    assert stall.find(ranks, int(131 * NS), 10.0, lambda op: 10.0, 0, world=3) is None
+    busy = _ranks(RankNow(0, ops=90, seen_ns=130 * NS, polling_ns=100 * NS), RankNow(1, ops=80, seen_ns=130 * NS))
+    assert stall.find(busy, int(131 * NS), 10.0, lambda op: 10.0, 0, world=2) is None
+
+
 # ---- following the records ----------------------------------------------------------------
 def _line(payload: str) -> bytes:
     return (TRACE_MARKER + payload + "\n").encode()
@@ -115,6 +129,24 @@ def test_the_follower_reads_complete_lines_only_past_a_nul_tail_and_across_segme
     (records / "rank-1.0000000000000000200.43.0000.rec").write_bytes(
         _line('{"k":"H","v":2,"t0":2000000000,"pid":43}') + b"\0" * 8)
     assert ranks.poll()[1].inside == []
+
+
+def test_a_rank_repeating_one_store_call_is_polling_since_its_first_and_another_call_ends_it(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    header = _line('{"k":"H","v":2,"t0":1000000000,"pid":42}')
+    poll = _line('{"k":"S","s":1,"op":"store.add","pg":"store","kind":"l","bytes":0,"caller":"job.py:22",'
+                 '"key":"epoch-1-done"}')
+    other = _line('{"k":"S","s":2,"op":"all_reduce","pg":"default_pg","kind":"c","bytes":64,'
+                  '"dtype":"float32","shape":[16],"caller":"job.py:9"}')
+    seg = records / "rank-0.0000000000000000100.42.0000.rec"
+    body = header + poll + other + _line("B 1 2 1 100") + _line("E 1 150")
+    calls = b"".join(_line(f"B {i} 1 0 {i * 1000}") + _line(f"E {i} {i * 1000 + 10}") for i in range(2, 5))
+    seg.write_bytes(body + calls + b"\0" * 8)
+    ranks = RankRecords(tmp_path, 1)
+    assert ranks.poll()[0].polling_ns == 1_000_000_000 + 2000
+    seg.write_bytes(body + calls + _line("B 9 2 2 9000") + _line("E 9 9100") + b"\0" * 8)
+    assert ranks.poll()[0].polling_ns is None
 
 
 def test_without_record_files_the_records_come_from_the_node_logs_split_by_rank(tmp_path):

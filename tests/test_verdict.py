@@ -508,3 +508,27 @@ def test_ranks_polling_a_store_counter_others_never_added_to_blame_those_others(
                                   diagnosis=Diagnosis.from_dict(hang), ended_at=polling,
                                   added={"bar/0": ([0, 1, 2], "/x/job.py:16")}), "runs/x")
     assert rec.first_failure.op != "store.add" and rec.first_failure.rank is None
+
+
+def test_ranks_polling_store_counters_on_different_keys_blame_the_fewest():
+    """Every rank ends polling a store counter, but rank 1 on another key (its epoch one
+    ahead): the deadline came with no collective waited in. Rank 1, alone on its key, is the
+    cause, with its store call; a tie between two keys names nobody."""
+    found = Findings(world=3, ranks={0, 1, 2}, finished=set(), total=0, node_ranks={0: [0, 1, 2]})
+    polling = {r: {"op": "store.add", "caller": "/x/job.py:22", "inside": False,
+                   "key": "epoch-2-done" if r == 1 else "epoch-1-done"} for r in (0, 1, 2)}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, ended_at=polling),
+                         "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller, first.hang) == (1, "store.add", "/x/job.py:22", True), first
+    # one key for all: no party is odd
+    same = {r: {**e, "key": "epoch-1-done"} for r, e in polling.items()}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, ended_at=same), "runs/x")
+    assert rec.first_failure is None or rec.first_failure.rank is None
+    # a rank that ended elsewhere (a collective): not a store-only hang
+    other = {**polling, 0: {"op": "all_reduce", "caller": "/x/job.py:9", "inside": True, "key": None}}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, ended_at=other), "runs/x")
+    assert rec.first_failure is None or rec.first_failure.op != "store.add"

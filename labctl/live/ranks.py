@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workloads._protocol import TRACE_MARKER, records
+from workloads._protocol.ops import STORE_OPS
 
 from .. import logs
 from ..trace.builder import RankBuilder
@@ -19,6 +20,7 @@ from .stall import InFlight, RankNow
 
 _MARK = TRACE_MARKER.encode()
 READ_BYTES = 8 << 20                 # at most this much of one node log per poll: a backlog is read over several
+POLLS = 3                            # one store call this often in a row: a rank polling
 MAX_INSIDE = 10_000                  # ops begun and not ended held per rank (isends never waited on)
 
 
@@ -30,17 +32,35 @@ class _Rank:
         self.builder = RankBuilder(rank, max_pending=MAX_INSIDE)
         self.world = world
         self.latest = ""                         # its newest process
+        self.streak: tuple | None = None         # the store call it repeats (op, line, key) ...
+        self.streak_since = 0                    # ... since when, and how often
+        self.streak_calls = 0
 
     def feed(self, process: str, rec: records.Record) -> None:
         if process not in self.builder.processes:
             self.latest = process               # a new process (torchrun restarted it): the old ones' ops are over
+        before = self.builder.last_op
         self.builder.feed(rec, process)
+        op = self.builder.last_op
+        if op is not None and op is not before:
+            self._count(op)
+
+    def _count(self, op) -> None:
+        """A loop that polls the store (add(key, 0) or get until a count is reached) writes
+        the same call again and again: the streak of that one call, and since when."""
+        same = (op.call, op.caller, op.key)
+        if op.call in STORE_OPS and same == self.streak:
+            self.streak_calls += 1
+            return
+        self.streak = same if op.call in STORE_OPS else None
+        self.streak_since, self.streak_calls = op.start, 1
 
     def snapshot(self) -> RankNow:
         b = self.builder
         inside = [self._in_flight(op) for (process, _), op in b.pending.items() if process == self.latest]
+        polling = self.streak_since if self.streak is not None and self.streak_calls >= POLLS else None
         return RankNow(b.rank, b.ops, inside, self._in_flight(b.last_op) if b.last_op else None,
-                       b.alive or None)
+                       b.alive or None, polling)
 
     def _in_flight(self, op) -> InFlight:
         members = len(self.builder.groups.get(op.pg) or ()) or self.world

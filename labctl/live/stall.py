@@ -15,6 +15,9 @@ Two rules, from the records alone:
    others are elsewhere. Every rank at the same place two looks apart is not enough: a
    slow DataLoader warm-up on every rank looks just so (a store wait every rank sits in is
    named at the deadline). A rank still importing, or one with no stack yet, is not stuck.
+3. **Every rank polls**: each rank has made one store call over and over (a home-made
+   barrier: `store.add(key, 0)` or `get` in a loop) for the floor, and wrote nothing
+   else. Nobody left can make the count: a stall, whatever their records' pace.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ class RankNow:
     inside: list[InFlight] = field(default_factory=list)
     last: InFlight | None = None    # the last op it began
     seen_ns: int | None = None      # its newest record's time (rank 0's clock); None: no record yet
+    polling_ns: int | None = None   # since when it has repeated one store call and nothing else
 
     @property
     def innermost(self) -> InFlight | None:
@@ -62,6 +66,7 @@ class RankNow:
 class Kind(enum.Enum):
     OP = "op"                       # an op waited past its window
     STILL = "still"                 # nothing moved: the stacks decide
+    POLL = "poll"                   # every rank polls the store
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,10 @@ class Stall:
 
 
 def find(ranks: dict[int, RankNow], now_ns: int, floor_s: float,
-         window_for: Callable[[InFlight], float], started_ns: int) -> Stall | None:
+         window_for: Callable[[InFlight], float], started_ns: int, world: int = 0) -> Stall | None:
     """The stall the records show now, or None. `started_ns`: when the lab started (a lab
-    whose ranks have written nothing yet is measured from there)."""
+    whose ranks have written nothing yet is measured from there); `world`: the ranks that
+    must all be polling for rule 3."""
     floor = int(floor_s * NS)
     stuck: list[tuple[int, InFlight, float]] = []
     for now_rank in ranks.values():
@@ -87,6 +93,9 @@ def find(ranks: dict[int, RankNow], now_ns: int, floor_s: float,
     if stuck:
         start, op, window = min(stuck, key=lambda s: s[0])
         return Stall(Kind.OP, start, op, window)
+    polling = [r.polling_ns for r in ranks.values() if r.polling_ns is not None and now_ns - r.polling_ns >= floor]
+    if world and len(ranks) >= world and len(polling) == len(ranks):
+        return Stall(Kind.POLL, max(polling), None, floor_s)
     if any(r.inside for r in ranks.values()):
         return None                 # inside ops, within their windows
     newest = max([r.seen_ns for r in ranks.values() if r.seen_ns is not None] or [started_ns])

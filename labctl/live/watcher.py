@@ -88,11 +88,13 @@ class Watcher:
             if self._moved(ranks, total):
                 self._resumed(now)
             return False
-        found = find(ranks, now_ns, self.window.floor_s, self._window_for, int(self.started_s * NS))
+        found = find(ranks, now_ns, self.window.floor_s, self._window_for, int(self.started_s * NS),
+                     self.run.record.world_size)
         if found is None:
             self.probe_at, self.probe_gap = None, self.window.floor_s
             return False
-        reason = self._probe(now) if found.kind is Kind.STILL else self._reason(found, ranks, now_ns)
+        reason = self._probe(now) if found.kind is Kind.STILL else \
+            self._polled(ranks, now_ns) if found.kind is Kind.POLL else self._reason(found, ranks, now_ns)
         if reason is None:
             return False
         self.stalled, self.moved_at_ops = found, total
@@ -112,6 +114,12 @@ class Watcher:
         return (f"{who} waited in {op.label} ({op.pg}) for {(now_ns - op.start_ns) / NS:.0f} s, past "
                 f"its stall window of {found.window_s:.0f} s")
 
+    def _polled(self, ranks: dict, now_ns: int) -> str:
+        calls = sorted({f"{r.last.call} at {r.last.caller}" for r in ranks.values() if r.last is not None})
+        since = max(r.polling_ns for r in ranks.values())
+        return (f"every rank has repeated one store call and nothing else for {(now_ns - since) / NS:.0f} s "
+                f"({'; '.join(calls)}): a count nobody left can complete")
+
     def _probe(self, now: float) -> str | None:
         """Nothing moves: look at the stacks (with a growing gap between looks, so a long
         compute phase costs a few looks); a stall when they say so."""
@@ -127,6 +135,8 @@ class Watcher:
     def _moved(self, ranks: dict, total: int) -> bool:
         if self.stalled.kind is Kind.STILL:
             return total != self.moved_at_ops
+        if self.stalled.kind is Kind.POLL:
+            return any(r.polling_ns is None or r.polling_ns > self.stalled.since_ns for r in ranks.values())
         op = self.stalled.op
         still = ranks.get(op.rank)
         return still is None or all(o.start_ns != op.start_ns for o in still.inside)

@@ -88,6 +88,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
 # counter's add and a delete decide what the others' reads find
 LIFECYCLE_CALLS = ("new_group", "destroy_process_group")
 STORE_CALLS = ("get", "wait", "add", "delete_key")   # Store methods, traced as "store.get" ...
+STORE_OPS = frozenset(f"store.{name}" for name in STORE_CALLS)
 STORE_READS = frozenset({"store.get", "store.wait"})  # ... those that block until another rank writes
 CALLS = frozenset(name for name, op in OPS.items() if op.kind is Kind.CALL)
 
