@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads._protocol import records
+from workloads._protocol import records, results
 
 MAX_PORT = 65535
 # Bounds on what a lab may ask for (docs/limits.md): each keeps validation, the plan and
@@ -16,7 +16,7 @@ MAX_DEPTH = 64                       # nested mappings/sequences in a lab file
 MAX_NODES = 4096                     # nodes of one replica
 MAX_NPROC_PER_NODE = 1024
 MAX_WORLD = records.MAX_WORLD          # ranks in the whole run: nodes * nproc_per_node * replicas (the codec says it)
-MAX_TOTAL_NODES = 4096               # nodes in the whole run: nodes * replicas
+MAX_TOTAL_NODES = results.MAX_TOTAL_NODES   # nodes in the whole run: nodes * replicas (the results' bound)
 # The kernel refuses an exec whose one argument or environment string is over
 # MAX_ARG_STRLEN (128 KiB) or whose argv + environ pass ARG_MAX (2 MiB by default;
 # `getconf ARG_MAX`): a lab keeps well below both, leaving room for the caller's own

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKER, MAX_PIECE as MAX_LINE,
                                 RESULT_MARKER)
-from workloads._protocol import records as codec
+from workloads._protocol import results as codec
 
 from .stackdumps import StackTracker
 from .tracebacks import NATIVE_ERROR_HINTS, ErrorTracker
@@ -476,7 +476,7 @@ class LogSplit:
 
     def _result_line(self, rank: int, line: str) -> None:
         """A line holding the result marker, decoded (undecodable bytes as U+FFFD) and
-        checked once (workloads/_protocol/records.py: its known fields typed and inside the
+        checked once (workloads/_protocol/results.py: its known fields typed and inside the
         lab's bounds): a record that is not is left out of results.jsonl and of the checks,
         counted and the first few named in `ignored` (status.json's `ignored_results`)."""
         for record in parse_results([line], rank=rank):

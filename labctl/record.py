@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, TypedDict
 
-from workloads._protocol import records
+from workloads._protocol import records, results
 
 from .outcome import NodeOutcome, NodeState, RunState
 from .trace.model import Diagnosis, Hazard, Mismatch
@@ -28,7 +28,7 @@ from .trace.model import Diagnosis, Hazard, Mismatch
 # MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
 # read against them, since a loop over a damaged status.json's world of 10^30 never ends.
 MAX_WORLD = records.MAX_WORLD   # the codec's bound on a rank number
-MAX_TOTAL_NODES = 4_096
+MAX_TOTAL_NODES = results.MAX_TOTAL_NODES
 MAX_NPROC_PER_NODE = 1_024
 # status.json (and plan.json) are read no further than this: the largest lab's record
 # (65,536 ranks' exit codes and errors) is a few tens of MB, its plan under 10 MB.
@@ -407,7 +407,7 @@ class RunRecord:
     checks: Checks | None = None
     failed_checks: list[FailedCheck] = field(default_factory=list)
     # result lines the ranks printed that were left out (a field out of the lab's bounds)
-    ignored_results: records.Ignored | None = None
+    ignored_results: results.Ignored | None = None
     finalize_seconds: float | None = None
     unfinished: list[str] = field(default_factory=list)     # a cut finish: what is missing
     rank_logs_by_guards: bool = False
@@ -529,7 +529,7 @@ class RunRecord:
             rec.checks = Checks(**{k: v for k, v in d["checks"].items() if k in ("total", "failed", "skipped")})
         rec.failed_checks = [FailedCheck(**{k: c.get(k) for k in ("workload", "name", "rank", "detail")})
                              for c in d.get("failed_checks") or []]
-        rec.ignored_results = records.Ignored.from_dict(d.get("ignored_results"))
+        rec.ignored_results = results.Ignored.from_dict(d.get("ignored_results"))
         rec.finalize_seconds = d.get("finalize_seconds")
         rec.unfinished = list(d.get("unfinished") or [])
         rec.rank_logs_by_guards = d.get("rank_logs_by_guards") is True

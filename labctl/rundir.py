@@ -42,7 +42,7 @@ from .plan import LaunchPlan
 from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .labchecks import out_refusal
 from .spec import LabSpec, dump, from_dict
-from workloads._protocol import records, visible
+from workloads._protocol import records, results, visible
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
 # A run folder on a disk with less free space than this is refused before the start
@@ -124,7 +124,7 @@ WARNED_RESULTS = 5                  # skipped result lines warned of one by one;
 def read_results(f: Path, warn=_warn, named: int | None = None) -> Iterator[dict[str, Any]]:
     """A results.jsonl one record at a time (none when it is missing); a garbled line, or
     a record whose known fields have the wrong type or are outside the lab's bounds
-    (workloads/_protocol/records.py: checked there, once), is skipped with one warning
+    (workloads/_protocol/results.py: checked there, once), is skipped with one warning
     each, or (`named`) the first `named` so and the rest in one line at the end. Also for
     a folder whose status.json cannot be read."""
     named = named if named is not None else 1 << 62
@@ -136,14 +136,14 @@ def read_results(f: Path, warn=_warn, named: int | None = None) -> Iterator[dict
             if not line.strip():
                 continue
             try:
-                result = records.decode_result(line)
-                damage = records.result_damage(result)
+                result = results.decode_result(line)
+                damage = results.result_damage(result)
             except records.BadRecord as exc:
                 result, damage = None, str(exc)
             if damage:
                 skipped += 1
                 if skipped <= named:
-                    who = f"{records.result_who(result)}: " if result is not None else ""
+                    who = f"{results.result_who(result)}: " if result is not None else ""
                     warn(f"{f}:{number}: skipped {who}{damage}")
                 continue
             yield result

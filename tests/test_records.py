@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workloads._protocol import records
+from workloads._protocol import records, results
 from workloads._protocol.records import BadRecord
 
 
@@ -153,21 +153,21 @@ def test_a_bad_flight_recorder_record_is_a_bad_record():
 def test_results_and_joins_are_the_same_codec():
     """A result and a join line read back; a garbled one is one BadRecord; a result whose
     known fields have the wrong type is named (it would count an "ok": "no" as passed)."""
-    line = records.result_line({"workload": "p2p", "name": "ring", "rank": 1, "ok": True, "seconds": 0.5})
-    assert line.startswith(records.RESULT_MARKER)
-    record = records.decode_result(line[len(records.RESULT_MARKER):])
-    assert record["name"] == "ring" and records.result_damage(record) is None
+    line = results.result_line({"workload": "p2p", "name": "ring", "rank": 1, "ok": True, "seconds": 0.5})
+    assert line.startswith(results.RESULT_MARKER)
+    record = results.decode_result(line[len(results.RESULT_MARKER):])
+    assert record["name"] == "ring" and results.result_damage(record) is None
     for garbled in ("{", "[1, 2]", "[" * 100_000):
         with pytest.raises(BadRecord, match="garbled result line"):
-            records.decode_result(garbled)
-    assert records.result_damage({"workload": "p2p", "name": "ring", "ok": "no"}) == \
+            results.decode_result(garbled)
+    assert results.result_damage({"workload": "p2p", "name": "ring", "ok": "no"}) == \
         "'ok' should be true or false, found a string"
-    assert records.result_damage({"name": "data", "rank": 1, "group": 5}) == \
+    assert results.result_damage({"name": "data", "rank": 1, "group": 5}) == \
         "'group' should be a list of rank numbers or null, found 5"
-    assert records.result_who({"rank": 1, "workload": "p2p", "name": "ring"}) == "rank 1's record p2p/ring"
-    joined = records.joined_line(3, 4242)
-    assert records.decode_joined(joined[len(records.JOINED_MARKER):]) == (3, 4242)
-    assert records.decode_joined('{"rank": "x", "pid": -1}') == (None, None)
+    assert results.result_who({"rank": 1, "workload": "p2p", "name": "ring"}) == "rank 1's record p2p/ring"
+    joined = results.joined_line(3, 4242)
+    assert results.decode_joined(joined[len(results.JOINED_MARKER):]) == (3, 4242)
+    assert results.decode_joined('{"rank": "x", "pid": -1}') == (None, None)
     for garbled in (b"{", b"7"):
         with pytest.raises(BadRecord):
-            records.decode_joined(garbled)
+            results.decode_joined(garbled)

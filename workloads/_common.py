@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ._protocol import (DATA, DATA_ELEMENTS, DATA_TENSORS, JOINED_MARKER, RESULT_MARKER,  # noqa: F401
-                        WORKLOAD_DONE, Env, records)
+                        WORKLOAD_DONE, Env, results)
 
 
 def emit(record: dict[str, Any]) -> None:
     """Write one marked result line (flushed, so a crash right after loses nothing)."""
-    line = records.result_line(record, default=_jsonable)
+    line = results.result_line(record, default=_jsonable)
     # One write per line: with PYTHONUNBUFFERED, print() writes text and newline
     # separately, and torchrun's tee can then glue another rank's line in between.
     sys.stdout.write(line + "\n")
@@ -34,7 +34,7 @@ def say_joined() -> None:
     the faults' clock when every rank's line has come, so that `kill-node:1@2` means
     two seconds into the collectives, however long torch took to import."""
     if os.environ.get(Env.FAULT_CLOCK) == "join":
-        sys.stdout.write(records.joined_line(_env_int("RANK"), os.getpid()) + "\n")
+        sys.stdout.write(results.joined_line(_env_int("RANK"), os.getpid()) + "\n")
         sys.stdout.flush()
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Sequence, Union
 
 BOTH, MD, PAGE = "both", "md", "page"
 
-Results = list  # list[dict]: the run's result records (results.jsonl, checked by workloads/_protocol/records.py)
+Results = list  # list[dict]: the run's result records (results.jsonl, checked by workloads/_protocol/results.py)
 
 
 # ---------------------------------------------------------------- the view model
