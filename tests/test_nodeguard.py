@@ -19,9 +19,11 @@ def test_the_idle_agent_line_is_the_one_the_log_reader_knows():
     assert reader.workers_succeeded
 
 
+# `: > started` is the shell's own (no child): the file says the agent runs and, in the
+# second, that its worker was forked
 @pytest.mark.parametrize("agent, idle", [
-    ("exec sleep 60", True),                      # like torchrun at its exit barrier
-    ("sleep 60 & wait", False),                   # an agent whose worker still runs
+    (": > started; exec sleep 60", True),         # like torchrun at its exit barrier
+    ("sleep 60 & : > started; wait", False),      # an agent whose worker still runs
 ])
 def test_a_stopped_agent_with_no_workers_left_is_said_to_be_idle(tmp_path, agent, idle):
     plan = tmp_path / "plan.json"
@@ -31,10 +33,22 @@ def test_a_stopped_agent_with_no_workers_left_is_said_to_be_idle(tmp_path, agent
     with open(log, "wb") as out:
         guard = subprocess.Popen([sys.executable, nodeguard.__file__, "--plan", str(plan),
                                   "--node", "0", "--status", str(tmp_path / "exit.json"),
-                                  "--grace", "5"], stdout=out, stderr=subprocess.STDOUT)
-        time.sleep(1.0)                           # the agent (and its worker) started
-        guard.send_signal(signal.SIGTERM)
-        assert guard.wait(timeout=30) != 0
+                                  "--grace", "5"], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists():   # the agent (and its worker) started
+            assert guard.poll() is None and time.monotonic() < deadline, "the agent never started"
+            time.sleep(0.02)
+        # a SIGTERM that lands while the guard still sets itself up (its handler is there, the
+        # guard not yet) is dropped: say it again until the guard ends (it acts on the first)
+        deadline = time.monotonic() + 30
+        while guard.poll() is None:
+            assert time.monotonic() < deadline, "the guard did not stop"
+            guard.send_signal(signal.SIGTERM)
+            try:
+                guard.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        assert guard.returncode != 0
     assert (nodeguard.AGENT_IDLE_LINE in log.read_text()) is idle
     assert json.loads((tmp_path / "exit.json").read_text())["stopped"] == "stopped by labctl"
 

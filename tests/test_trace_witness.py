@@ -87,16 +87,17 @@ dist.all_reduce(grads)
 """
 
 # rank 0 stops after 150 all_reduces; rank 1 enters #151 and blocks there, and is SIGKILLed
-# while inside it (by a thread of its own, once the main thread has gone in)
+# while inside it (by a thread of its own, once the main thread has gone in: asleep in the
+# kernel (its /proc state S) five looks in a row, 0.1 s apart, after it said it goes in)
 KILLED = """
 import os, signal, threading, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 r = dist.get_rank()
 t = torch.ones(10)
 going_in = threading.Event()
-def killer():
+def killer(main=threading.get_native_id(), asleep=0):
     going_in.wait()
-    time.sleep(3)                                     # the main thread is blocked in #151 by then
+    while asleep < 5: time.sleep(0.1); asleep = asleep + 1 if open(f"/proc/self/task/{main}/stat").read().rsplit(")", 1)[1].split()[0] == "S" else 0
     os.kill(os.getpid(), signal.SIGKILL)
 threading.Thread(target=killer, daemon=True).start()
 for i in range(1, 152):
