@@ -8,7 +8,7 @@ what 2 shared cores push through a veth, so that the time is the links':
   whose last node is at --slow (50mbit; "slow node"), the bench at 1 and 4 MiB.
 
 Each target is predicted from the fit alone (`labctl predict FIT --world-size N --link ...`
-with the target's links: workloads/_report/bench.py `predict`, the replay of each op's
+with the target's links: labctl/reports/benchpredict.py `predict`, the replay of each op's
 gloo messages), and compared with what it measured. Printed: per op, size and lab the
 predicted and measured times and the error, then per op the worst |error| at 3 and 4
 nodes and the median; the α–β closed form fitted per op on the same 2-node run (what
@@ -29,6 +29,7 @@ from _harness import labctl, table, write_lab
 
 from labctl.rundir import RunDir
 from workloads import _costmodel as cm
+from labctl.reports import benchpredict
 from workloads._report import bench
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "pingpong", "ring")
@@ -57,7 +58,7 @@ def run_lab(folder, name: str, nodes: int, links, options: dict, image: str | No
 def links_of(run: RunDir) -> dict:
     """The target lab's `links:` as --link overrides (what `labctl predict --link` takes)."""
     raw = json.loads(bench.environment(run.results()).get("links") or "{}")
-    data = bench._links_data(raw)
+    data = benchpredict.links_data(raw)
     return {k: ({int(n) if k == "nodes" else n: v for n, v in data[k].items()} if isinstance(data[k], dict)
                 else data[k]) for k in data}
 
@@ -113,7 +114,7 @@ def main() -> int:
         targets += [run_lab(folder, f"slow{n}", n, {"default": args.link, "nodes": {n - 1: args.slow}},
                             targets_opts, args.image) for n in (3, 4)]
     fit_results = fit_run.results()
-    fitted, family, _ = bench.replay_fit(fit_results)
+    fitted, family, _ = benchpredict.replay_fit(fit_results)
     closed = cm.fits(bench.rows(fit_results), cm.MODELS["gloo"])
     print(f"\nFit on {fit_run.path} (n = 2): α = {fitted.alpha_s * 1e6:.0f} us per message, links x "
           f"{fitted.efficiency:.3f}, on the {fitted.source} (rms {100 * fitted.rms_error:.1f} %)\n")
@@ -125,7 +126,7 @@ def main() -> int:
         overrides = links_of(target)
         kind = "uniform" if "nodes" not in overrides else "slow node"
         sizes = sorted({r["size_bytes"] for r in data})       # 1 and 4 MiB, in whole elements per rank
-        predicted = json.loads(bench.predict(fit_run, n, sizes, "json", links=overrides))
+        predicted = json.loads(benchpredict.predict(fit_run, n, sizes, "json", links=overrides))
         by = {(r["op"], r["size_bytes"]): r for r in predicted["rows"]}
         for r in data:
             if (r["op"], r["size_bytes"]) not in by:

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from labctl.rundir import RunDir  # noqa: E402
 from workloads._protocol import algorithms as alg  # noqa: E402
 from workloads._protocol.replay import Network, replay  # noqa: E402
+from labctl.reports import benchpredict  # noqa: E402
 from workloads._report import bench  # noqa: E402
 
 MBIT = 1e6 / 8                   # bytes per second in one Mbit/s
@@ -64,7 +65,7 @@ def main() -> int:
     print("| run | target | replay (ms) | rank 0 | rank 1 | rank 2 | rank 3 | rank 2 implied by rank 1's share |")
     print("|---|---|---|---|---|---|---|---|")
     for folder in map(Path, args.folders):
-        fitted, *_ = bench.replay_fit(RunDir.open(folder / "fit2").results())
+        fitted, *_ = benchpredict.replay_fit(RunDir.open(folder / "fit2").results())
         e = fitted.efficiency
         for n, op, name, size in ((4, "all_gather", "all_gather_single", 1 << 20),
                                   (4, "all_gather", "all_gather_single", 4 << 20),

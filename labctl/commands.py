@@ -172,18 +172,18 @@ def ending(run) -> tuple[str, int] | None:
 
 
 def preflight_table(run) -> tuple[bool, str]:
-    """(passed, its table): the preflight workload's hook makes the table."""
-    from . import lab, report
+    """(passed, its table): the preflight workload's table, drawn by its host part."""
+    from .reports import preflight as preflight_report
 
-    return run.record.ok, report.hook(lab.PREFLIGHT).run_table(run)
+    return run.record.ok, preflight_report.run_table(run)
 
 
 def preflight_failure(run) -> str:
     """`preflight failed: dns (node 1 -> node 0), port (...); logs in <folder>`: the
     failed checks by name; the first failing rank when no check could say."""
-    from . import lab, report
+    from .reports import preflight as preflight_report
 
-    named = report.hook(lab.PREFLIGHT).failed_checks(run)
+    named = preflight_report.failed_checks(run)
     if not named:
         return failure_line(run, "preflight")
     return f"preflight failed: {named}; logs in {run.path}"

@@ -2,9 +2,9 @@
 
 The one place labctl loads a workload's report module, at run time and by name (the
 import graph, tests/import_graph.py, reads the f-string below as an import of every
-`workloads._report` module). Those modules are torch-free and stand on labctl's
-values only (tables, links, record, errors, atomicfile), never on a module that loads
-a plugin, so there is no circle at run time either (tests/test_layers.py).
+`workloads._report` module). Those modules are torch-free and never import labctl (they
+describe: typed views and data; labctl/reports/ draws, writes and predicts), so there is
+no circle at run time either (tests/test_layers.py).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from workloads._protocol.plugin import Workload
 
 
 def module(name: str) -> ModuleType | None:
-    """The workload's report module (its `WORKLOAD` and helpers of its own, such as
-    preflight's `run_table`), or None when it has none."""
+    """The workload's report module (its `WORKLOAD` and helpers of its own), or None when
+    it has none. `name` is a record's: anything."""
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
         return None
     try:
@@ -37,3 +37,9 @@ def plugin(name: str) -> Workload | None:
         raise TypeError(f"{found.__file__}: WORKLOAD should be a workloads._protocol.plugin.Workload, "
                         f"found {type(declared).__name__}")
     return declared
+
+
+def part(name: str) -> ModuleType:
+    """A report module labctl's own code names (labctl/reports/: the bench's rows, the
+    patterns' cost model, `_patterncost`): a name labctl spells, never a record's."""
+    return importlib.import_module(f"workloads._report.{name}")

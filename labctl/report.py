@@ -3,8 +3,9 @@
 Which rank is where (env)? Did every check pass, per workload? What failed,
 on which rank, why (the exception and where it was raised), and where is its
 log? What was skipped and why? What had to be killed? A workload adds its own
-sections, files and comparison through its report hook
-(`workloads/_report/<name>.py`); the core names no workload.
+sections through its plugin (`workloads/_report/<name>.py`), and its files, comparison
+and prediction through the host part the plugin names (labctl/reports/hosts.py); the
+core names no workload.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from .record import RunRecord, where as _where
 from .verdict import as_seen_now
 from .errors import LabError, Refused
 from .faults import parse as parse_fault
-from .plugins import module as hook, plugin  # noqa: F401  (hook: a workload's own module, e.g. preflight's run_table)
+from .plugins import plugin
+from .reports import hosts
 from .rundir import RunDir
 from .spec import SpecError
 from .tables import table  # noqa: F401  (re-exported: report.table is the table format)
@@ -46,9 +48,10 @@ def write_files(run: RunDir, note: Callable[[str], None] = lambda line: None) ->
     """Files the run's workloads add next to report.md (plots); a failure is a note."""
     written: list[Path] = []
     for _, workload in hooks_for(run.results()):
-        if workload.write_files is not None:
+        write = hosts.of(workload).write_files
+        if write is not None:
             try:
-                written += workload.write_files(run)
+                written += write(run)
             except LabError as exc:
                 note(f"note: {exc}")
     return written
@@ -57,8 +60,9 @@ def write_files(run: RunDir, note: Callable[[str], None] = lambda line: None) ->
 def compare(run_a: RunDir, run_b: RunDir, fmt: str = "md") -> str:
     """`labctl compare`: the first workload of run A that knows how to compare."""
     for _, workload in hooks_for(run_a.results()):
-        if workload.compare is not None:
-            return workload.compare(run_a, run_b, fmt)
+        answer = hosts.of(workload).compare
+        if answer is not None:
+            return answer(run_a, run_b, fmt)
     raise Refused(f"{run_a.path}: nothing to compare: none of its workloads has comparable "
                    "measurements (make some with: labctl up --workload bench)")
 
@@ -68,9 +72,10 @@ def predict(run: RunDir, world_size: int, sizes: list[int] | None = None, fmt: s
     to another world size (bench: each op's messages replayed over the links; `links`: the
     --link overrides, as the lab file's `links:` mapping)."""
     for _, workload in hooks_for(run.results()):
-        if workload.predict is not None:
+        scale = hosts.of(workload).predict
+        if scale is not None:
             try:
-                return workload.predict(run, world_size, sizes, fmt, **({"links": links} if links else {}))
+                return scale(run, world_size, sizes, fmt, **({"links": links} if links else {}))
             except InputError as exc:
                 raise SpecError(str(exc)) from None
     raise LabError(f"{run.path}: nothing to predict from: none of its workloads fits a cost "

@@ -13,12 +13,19 @@ import threading
 import pytest
 
 from workloads._report import bench
+from labctl import draw
+from labctl.reports import benchcompare, benchfiles
 from labctl.errors import LabError
 from labctl.rundir import RunDir
 from workloads import _benchmath as bm
 from workloads import _link
 
 from conftest import REPO
+
+
+def _markdown(results: list[dict]) -> str:
+    """The bench's section as report.md draws it."""
+    return draw.markdown(bench.views(results)) + "\n"
 
 
 # ---- the math, against nccl-tests' definitions ------------------------------
@@ -137,7 +144,7 @@ def test_rows_keep_one_record_per_op_and_size_from_the_lowest_rank():
 
 
 def test_markdown_has_nccl_tests_columns_env_and_link():
-    md = bench.markdown(synthetic(wrong=3))
+    md = _markdown(synthetic(wrong=3))
     assert "### all_reduce (busbw factor 2(n-1)/n)" in md
     assert "### pingpong (busbw factor 1; one-way time = round trip / 2)" in md
     assert ("| size (B) | count (elements) | type | time median (us) | time p99 (us) | "
@@ -151,13 +158,13 @@ def test_markdown_has_nccl_tests_columns_env_and_link():
 
 
 def test_markdown_without_link_has_no_link_column():
-    md = bench.markdown([r for r in synthetic() if r.get("name") != "link"])
+    md = _markdown([r for r in synthetic() if r.get("name") != "link"])
     assert "% link" not in md and "| 4096 | 1024 | float32 | 100.0 |" in md
 
 
 def test_csv_and_json_carry_the_same_rows():
     results = synthetic()
-    table = list(csv.DictReader(io.StringIO(bench.csv(results))))
+    table = list(csv.DictReader(io.StringIO(draw.csv(bench.table(results)))))
     assert [r["op"] for r in table] == ["all_reduce", "all_reduce", "pingpong"]
     assert table[1]["busbw_GBps"] == "1.572864" and table[1]["link_GBps"] == "2.0"
     data = bench.as_json(results)
@@ -179,14 +186,14 @@ def fake_run(path, results, **meta) -> RunDir:
 def test_compare_gives_b_over_a_per_op_and_size(tmp_path):
     a = fake_run(tmp_path / "a", synthetic())
     b = fake_run(tmp_path / "b", synthetic(scale=2.0)[:3])       # B: twice as slow, fewer rows
-    data = bench.comparison(a, b)
+    data = benchcompare.comparison(a, b)
     assert [(r["op"], r["size_bytes"]) for r in data] == [("all_reduce", 4096)]
     assert data[0]["time_ratio"] == 2.0 and data[0]["busbw_ratio"] == 0.5
-    md = bench.compare(a, b, "md")
+    md = benchcompare.compare(a, b, "md")
     assert "| all_reduce | 4096 | float32 | 100.0 | 200.0 | 2.000 |" in md
-    rows = list(csv.DictReader(io.StringIO(bench.compare(a, b, "csv"))))
+    rows = list(csv.DictReader(io.StringIO(benchcompare.compare(a, b, "csv"))))
     assert rows[0]["busbw_ratio"] == "0.5"
-    assert json.loads(bench.compare(a, b, "json"))["rows"][0]["time_ratio"] == 2.0
+    assert json.loads(benchcompare.compare(a, b, "json"))["rows"][0]["time_ratio"] == 2.0
 
 
 def _timed(op: str, size: int, times: list[float]) -> dict:
@@ -206,7 +213,7 @@ def test_compare_marks_the_ratios_two_runs_of_the_same_lab_fall_within_as_noise(
                                   _row("all_reduce", 1 << 20, 1000)])
     b = fake_run(tmp_path / "b", [ENV, _timed("all_reduce", 4096, noisy()), _timed("pingpong", 4096, tight(150)),
                                   _row("all_reduce", 1 << 20, 1000)])
-    rows = {(r["op"], r["size_bytes"]): r for r in bench.comparison(a, b)}
+    rows = {(r["op"], r["size_bytes"]): r for r in benchcompare.comparison(a, b)}
     same = rows[("all_reduce", 4096)]          # the same distribution: whatever the ratio, noise
     assert same["same_lab_low"] < 1 < same["same_lab_high"] and same["noise"] is True
     assert same["same_lab_low"] <= same["time_ratio"] <= same["same_lab_high"]
@@ -215,14 +222,14 @@ def test_compare_marks_the_ratios_two_runs_of_the_same_lab_fall_within_as_noise(
     assert slower["same_lab_high"] < 1.1
     old = rows[("all_reduce", 1 << 20)]        # a row without its iterations: not judged
     assert old["noise"] is None and old["same_lab_low"] is None
-    md = bench.compare(a, b, "md")
+    md = benchcompare.compare(a, b, "md")
     ratios = sorted(r["time_ratio"] for r in rows.values())
     assert (f"**1 of 2 time ratios ({ratios[0]:.2f} to {ratios[-1]:.2f} in all) are inside the spread of the same "
             "lab: noise. 1 row(s) without 6 iterations' times or more are not judged.**") in md
     assert f"| {same['time_ratio']:.3f} noise | {same['same_lab_low']:.2f}–{same['same_lab_high']:.2f} |" in md
     assert f"| {slower['time_ratio']:.3f} | {slower['same_lab_low']:.2f}–{slower['same_lab_high']:.2f} |" in md
     assert "same lab: how far apart the medians of two runs of the same lab fall (about 95 % of them)" in md
-    rows_csv = list(csv.DictReader(io.StringIO(bench.compare(a, b, "csv"))))
+    rows_csv = list(csv.DictReader(io.StringIO(benchcompare.compare(a, b, "csv"))))
     assert [r["noise"] for r in rows_csv] == ["True", "", "False"]
 
 
@@ -245,11 +252,11 @@ def test_compare_errors_are_one_clear_line(tmp_path):
     a = fake_run(tmp_path / "a", synthetic())
     empty = fake_run(tmp_path / "e", [{"workload": "env", "name": "env", "rank": 0, "ok": True}])
     with pytest.raises(LabError, match=r"no bench results to compare \(make some with: labctl up"):
-        bench.compare(a, empty, "md")
+        benchcompare.compare(a, empty, "md")
     other = fake_run(tmp_path / "o", [_row("broadcast", 512, 10)])
     with pytest.raises(LabError, match="share no .op, size, dtype.: A has all_reduce/pingpong at "
                                        "4096..1048576 B, B has broadcast at 512..512 B"):
-        bench.compare(a, other, "md")
+        benchcompare.compare(a, other, "md")
 
 
 def test_cli_compare_exit_code_and_output(tmp_path):
@@ -267,11 +274,11 @@ def test_cli_compare_exit_code_and_output(tmp_path):
 # ---- plots ----------------------------------------------------------------------
 def test_write_plots_writes_two_pngs(tmp_path):
     run = fake_run(tmp_path / "r", synthetic())
-    paths = bench.write_plots(run)
-    assert [p.name for p in paths] == list(bench.PLOTS)
+    paths = benchfiles.write_plots(run)
+    assert [p.name for p in paths] == list(benchfiles.PLOTS)
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
-    assert bench.write_plots(fake_run(tmp_path / "none", [ENV])) == []
+    assert benchfiles.write_plots(fake_run(tmp_path / "none", [ENV])) == []
 
 
 # ---- nccl-tests' JSON -------------------------------------------------------------
@@ -310,7 +317,7 @@ def test_nccl_tests_json_has_nccl_tests_fields_in_their_order():
     """The bench's file per op is nccl-tests' -J document (src/util.cu, version 3: a copy
     of its shape in tests/golden/nccl-tests/, README.md there says where it came from)."""
     golden = json.loads(GOLDEN_NCCL.read_text())
-    docs = bench.nccl_tests_documents(_swept(), "2026-11-26T10:00:00+00:00", "2026-11-26T10:00:05+00:00")
+    docs = benchfiles.nccl_tests_documents(_swept(), "2026-11-26T10:00:00+00:00", "2026-11-26T10:00:05+00:00")
     assert list(docs) == ["all_reduce_perf", "all_gather_perf"]
     mine, theirs = _shape(docs["all_reduce_perf"]), _shape(golden)
     assert list(mine) == list(theirs)
@@ -331,7 +338,7 @@ def test_nccl_tests_json_has_nccl_tests_fields_in_their_order():
 
 
 def test_nccl_tests_json_numbers_are_nccl_tests_own():
-    doc = bench.nccl_tests_documents(_swept())["all_reduce_perf"]
+    doc = benchfiles.nccl_tests_documents(_swept())["all_reduce_perf"]
     first, second = doc["results"]
     per_iter = first["in_place_per_iter"]
     # computeIterStats: mean, population stdev, p50 = sorted[n/2], p99 = sorted[ceil(n*.99)-1]
@@ -343,7 +350,7 @@ def test_nccl_tests_json_numbers_are_nccl_tests_own():
     assert first["in_place"]["bus_bw"] == pytest.approx(first["in_place"]["alg_bw"] * 1.0)
     assert (first["size"], first["count"], first["type"], first["redop"], first["root"]) == (
         4096, 1024, "float", "sum", "    -1")
-    gathered = bench.nccl_tests_documents(_swept())["all_gather_perf"]["results"][0]
+    gathered = benchfiles.nccl_tests_documents(_swept())["all_gather_perf"]["results"][0]
     assert (gathered["count"], gathered["redop"]) == (512, "none")          # per rank, as nccl-tests
     # what tools/analyze_perf_json.py reads: per-process rows whose max is times_us
     rows = per_iter["per_process_max_times_us"]
@@ -358,12 +365,12 @@ def test_nccl_tests_json_numbers_are_nccl_tests_own():
 
 def test_the_run_folder_gets_one_nccl_tests_file_per_op(tmp_path):
     run = fake_run(tmp_path / "r", _swept(), started="2026-11-26T10:00:00+00:00", seconds=5.0)
-    paths = bench.write_files(run)
+    paths = benchfiles.write_files(run)
     names = [p.name for p in paths]
     assert names[:2] == ["bench-nccl-tests-all_reduce_perf.json", "bench-nccl-tests-all_gather_perf.json"]
     doc = json.loads(paths[0].read_text())
     assert doc["version"] == 3 and doc["end_time"] and doc["start_time"]
-    assert bench.write_nccl_tests(fake_run(tmp_path / "none", [ENV])) == []
+    assert benchfiles.write_nccl_tests(fake_run(tmp_path / "none", [ENV])) == []
 
 
 # ---- the TCP link helper ----------------------------------------------------------
@@ -402,5 +409,5 @@ def test_a_traced_bench_says_its_small_times_carry_the_recorder():
     """Traced (the default), the recorder is in every timed call: the report says so, and
     how to measure without it; untraced, it says nothing of it."""
     traced = [dict(r, traced=True) if r.get("name") == "bench_env" else r for r in synthetic()]
-    assert bench.TRACED_NOTE in bench.markdown(traced)
-    assert "--no-trace" not in bench.markdown(synthetic())
+    assert bench.TRACED_NOTE in _markdown(traced)
+    assert "--no-trace" not in _markdown(synthetic())

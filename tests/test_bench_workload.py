@@ -6,6 +6,8 @@ import json
 import pytest
 
 from labctl.rundir import RunDir
+from labctl import draw
+from labctl.reports import benchfiles
 
 from conftest import assert_nothing_left, labctl
 
@@ -47,7 +49,7 @@ def test_bench_sweep_tables_plots_and_no_wrong_elements(tmp_path, nodes, nproc, 
     assert all(m["address"] == "127.0.0.1" and m["bytes"] > 0 for m in links)
     for text in (stdout, (run.path / "report.md").read_text()):
         assert "### all_reduce (busbw factor 2(n-1)/n)" in text and "% link" in text
-    for name in bench.PLOTS:
+    for name in benchfiles.PLOTS:
         assert (run.path / name).read_bytes()[:4] == b"\x89PNG"
 
 
@@ -150,6 +152,6 @@ def test_two_runs_of_one_lab_compare_with_their_spread_and_every_op_is_fitted_or
     assert md.count(" noise | ") == noise
     from workloads._report import bench
 
-    section = bench.cost_model_section(a.results())
+    section = draw.markdown(bench.cost_model_views(a.results()))
     for op in ("all_reduce", "pingpong"):
         assert f"| {op} |" in section or f"**{op}**: " in section, section

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from labctl.errors import LabError
+from labctl import draw
+from labctl.reports import benchpredict
 from labctl.rundir import RunDir
 from workloads import _costmodel as cm
 from workloads._benchmath import busbw_factor
@@ -90,7 +92,7 @@ def bench_results(n: int, alpha: float, bandwidth: float, links: str | None = "1
 
 def test_the_report_puts_the_model_next_to_every_busbw():
     results = bench_results(3, 100e-6, 12.5e6)
-    md = bench.markdown(results)
+    md = draw.markdown(bench.views(results)) + "\n"
     assert "| busbw (GB/s) | model (GB/s) | busbw / model |" in md
     assert "the configured 100 Mbit/s" in md and "### Cost model" in md
     data = bench.as_json(results)
@@ -105,7 +107,7 @@ def test_the_report_puts_the_model_next_to_every_busbw():
 
 def test_without_a_link_there_is_no_model_column():
     results = [r for r in bench_results(2, 1e-4, 1e7, links=None)]
-    assert "model (GB/s)" not in bench.markdown(results)
+    assert "model (GB/s)" not in draw.markdown(bench.views(results)) + "\n"
     assert bench.as_json(results)["model"]["link"] is None
 
 
@@ -121,7 +123,7 @@ def _run_folder(tmp_path, results) -> str:
 
 def test_predict_scales_a_two_node_fit_to_another_world_size(tmp_path):
     folder = _run_folder(tmp_path, bench_results(2, 200e-6, 12.5e6))
-    text = bench.predict(RunDir.open(folder), 4, [1 << 20], "json")
+    text = benchpredict.predict(RunDir.open(folder), 4, [1 << 20], "json")
     rows = {r["op"]: r for r in json.loads(text)["rows"]}
     expected = cm.predict(GLOO["broadcast"], 200e-6, 12.5e6, 4, 1 << 20)
     assert rows["broadcast"]["time_us"] == pytest.approx(expected.seconds * 1e6, rel=1e-5)
@@ -141,7 +143,7 @@ def test_predict_replays_each_op_over_other_links(tmp_path):
     run = RunDir.open(folder)
 
     def rows(**links):
-        data = json.loads(bench.predict(run, 4, [1 << 22], "json", **links))
+        data = json.loads(benchpredict.predict(run, 4, [1 << 22], "json", **links))
         return data, {r["op"]: r for r in data["rows"]}
 
     data, base = rows()
@@ -195,7 +197,7 @@ def test_predict_reads_the_measured_pair_matrix_and_refuses_links_it_cannot_know
         if r.get("name") == "pingpong":
             results.append({**r, "name": "ring"})
     folder = _run_folder(tmp_path / "m", results)
-    data = json.loads(bench.predict(RunDir.open(folder), 3, [1 << 22], "json"))
+    data = json.loads(benchpredict.predict(RunDir.open(folder), 3, [1 << 22], "json"))
     rows = {r["op"]: r for r in data["rows"]}
     assert "pair matrix measured (6 directions; slow: 1->2, 2->1)" in data["links"]
     assert data["fit"]["efficiency"] == pytest.approx(1.0, rel=1e-6)
@@ -203,7 +205,7 @@ def test_predict_reads_the_measured_pair_matrix_and_refuses_links_it_cannot_know
     assert rows["ring"]["beta_term_us"] == pytest.approx((1 << 22) / 4e6 * 1e6, rel=1e-6)
     bare = _run_folder(tmp_path / "u", bench_results(2, 1e-4, 12e6, links=None))
     with pytest.raises(LabError, match="no link rate to replay over"):
-        bench.predict(RunDir.open(bare), 4, None, "md")
+        benchpredict.predict(RunDir.open(bare), 4, None, "md")
 
 
 # ---- edited results: one line and exit 2, or the answer of the rows that are right --------
@@ -262,7 +264,7 @@ def test_predict_and_report_on_edited_bench_results_answer_or_refuse_in_one_line
         assert done.returncode == 0, done.stderr
         assert f"'{field}' should be" in done.stderr and done.stderr.count("\n") == 1, done.stderr
         kept = [r for r in results if not (r.get("name") == name and r.get("size_bytes") == size)]
-        clean = json.loads(bench.predict(RunDir.open(_run_folder(tmp_path / "clean", kept)), 4, None, "json"))
+        clean = json.loads(benchpredict.predict(RunDir.open(_run_folder(tmp_path / "clean", kept)), 4, None, "json"))
         assert json.loads(done.stdout)["rows"] == clean["rows"]
         assert all(math.isfinite(r["time_us"]) and r["time_us"] > 0 for r in clean["rows"])
     else:
@@ -290,7 +292,7 @@ def test_a_size_a_row_may_name_is_predicted_without_replaying_millions_of_messag
     assert time.monotonic() - started < 60
     rows = {(r["op"], r["size_bytes"]): r for r in json.loads(done.stdout)["rows"]}
     huge = rows[("all_reduce", 1 << 40)]
-    assert huge["model"] == f"closed form (more than {bench.REPLAY_MAX_MESSAGES:,} messages to replay)"
+    assert huge["model"] == f"closed form (more than {benchpredict.REPLAY_MAX_MESSAGES:,} messages to replay)"
     expected = cm.predict(GLOO["all_reduce"], 200e-6, 12.5e6, 8, 1 << 40)
     assert huge["beta_term_us"] == pytest.approx(expected.beta_term_s * 1e6, rel=1e-3)
     assert rows[("all_reduce", SIZES[-1])]["model"] == "replay"
@@ -328,7 +330,7 @@ def test_the_cost_model_table_says_each_op_it_could_not_fit_and_why():
     results.append({"workload": "bench", "name": "reduce", "rank": 0, "ok": True, "size_bytes": 1 << 16,
                     "count": 1 << 14, "dtype": "float32", "wrong": 0, "world_size": 2, "iters": 5,
                     "time_us_median": 300.0, "time_us_p99": 300.0, "algbw_GBps": 0.2, "busbw_GBps": 0.2})
-    section = bench.cost_model_section(results)
+    section = draw.markdown(bench.cost_model_views(results))
     assert "| broadcast |" in section and "| pingpong |" in section and "| all_reduce |" not in section
     assert ("Not fitted: **all_reduce**: its time does not grow with the size (64 KiB 900 µs, 256 KiB 700 µs, "
             "1 MiB 650 µs, 4 MiB 400 µs): noise larger than what the bytes cost") in section

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from labctl import draw
 from workloads import _linkmath
 from workloads._report import links as hook
 
@@ -87,7 +88,7 @@ def records(slow_node=2, links='{"nodes":{"2":"100mbit"}}') -> list[dict]:
 
 
 def test_the_report_draws_the_matrix_and_names_the_shaped_node():
-    md = hook.markdown(records())
+    md = draw.markdown(hook.views(records())) + "\n"
     assert "| 2 | lab-2 | 100 Mbit/s |" in md and "| 0 | lab-0 | unshaped |" in md
     assert "### Bandwidth matrix, Mbit/s" in md and "| node 0 | — | 20,000 █ | 95 ▁ |" in md
     assert "**Slow pairs: 0-2, 1-2.**" in md
@@ -98,11 +99,11 @@ def test_the_report_draws_the_matrix_and_names_the_shaped_node():
     shaped = [d for d in data["directions"] if 2 in (d["src_node"], d["dst_node"])]
     assert all(d["configured_Bps"] == 100e6 / 8 for d in shaped)
     assert data["configured"]["nodes"] == {"0": "unshaped", "1": "unshaped", "2": "100 Mbit/s"}
-    assert hook.csv(records()).splitlines()[0].startswith("src_node,dst_node,p2p_Bps")
+    assert draw.csv(hook.table(records())).splitlines()[0].startswith("src_node,dst_node,p2p_Bps")
 
 
 def test_an_unshaped_lab_names_nothing():
-    md = hook.markdown(records(slow_node=None, links=None))
+    md = draw.markdown(hook.views(records(slow_node=None, links=None))) + "\n"
     assert "**No slow pair.**" in md and "Topology" not in md
 
 

@@ -184,6 +184,8 @@ def test_a_mesh_step_at_8_ranks_keeps_its_rows_and_its_columns_share_each_node_s
     from types import SimpleNamespace
 
     from labctl.links import parse
+    from labctl.reports import patterns as patterns_host
+    from workloads._protocol.plugin import InputError
     from workloads._report import _patterncost as cost
 
     ops = [["all_reduce", "mesh_tp", 2, 512, None]] * 3 + [["all_reduce", "mesh_dp", 2, s, None]
@@ -193,7 +195,7 @@ def test_a_mesh_step_at_8_ranks_keeps_its_rows_and_its_columns_share_each_node_s
                for r in range(4)]
     run = SimpleNamespace(path="RUN", results=lambda: results,
                           spec=SimpleNamespace(links=parse({"default": "1gbit"}, 4), nproc_per_node=2))
-    (row,) = json.loads(cost.predict(run, 8, fmt="json"))["rows"]
+    (row,) = json.loads(patterns_host.predict(run, 8, fmt="json"))["rows"]
     steps = cost.phases("mesh", "manual", {r["rank"]: r for r in results}, 4, 8)
     assert steps[0].groups == ((0, 1), (2, 3), (4, 5), (6, 7)) and steps[3].groups == ((0, 2, 4, 6), (1, 3, 5, 7))
     want = _patterns.mesh_bytes(512, 4, 2, 2, 8448)                  # 1,536 + 12,672 B
@@ -202,14 +204,14 @@ def test_a_mesh_step_at_8_ranks_keeps_its_rows_and_its_columns_share_each_node_s
     # once, so each gets half of it: the dp all_reduces take twice their bytes over the link
     dp_share = _patterns.ring("all_reduce", 8448, 4)
     assert 2 * dp_share / 125e6 * 1e6 <= row["time_us"] <= 2 * dp_share / 125e6 * 1e6 * 1.02 + 2
-    with pytest.raises(cost.InputError, match="multiple of 2"):
-        cost.predict(run, 7)
-    with pytest.raises(cost.InputError, match="--size"):
-        cost.predict(run, 8, [1024])
+    with pytest.raises(InputError, match="multiple of 2"):
+        patterns_host.predict(run, 7)
+    with pytest.raises(InputError, match="--size"):
+        patterns_host.predict(run, 8, [1024])
     bare = SimpleNamespace(path="RUN", results=lambda: results, spec=SimpleNamespace(links=None, nproc_per_node=2))
-    with pytest.raises(cost.InputError, match="--link"):
-        cost.predict(bare, 8)
-    assert json.loads(cost.predict(bare, 8, fmt="json", links={"default": "1gbit"}))["rows"][0]["time_us"] == \
+    with pytest.raises(InputError, match="--link"):
+        patterns_host.predict(bare, 8)
+    assert json.loads(patterns_host.predict(bare, 8, fmt="json", links={"default": "1gbit"}))["rows"][0]["time_us"] == \
         row["time_us"]
 
 

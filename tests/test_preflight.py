@@ -18,6 +18,7 @@ import pytest
 import plan_runner
 from conftest import assert_nothing_left, labctl
 from labctl import lab
+from labctl import draw
 from labctl import plan as planmod
 from labctl.backends.local.placement import local_placement
 from labctl.spec import from_dict
@@ -165,7 +166,7 @@ def test_the_table_has_one_row_per_node_pair_and_check_worst_record_first():
         ("node 0 <-> node 1", "p2p", True), ("all nodes", "all_reduce", True)]
     assert rows[1]["value"] == "a:1 not reachable: connection refused" and rows[1]["ranks"] == [2, 3]
     assert rows[2]["value"] == "1 ms round trip"
-    assert "1 of 4 preflight check(s) failed: port" in hook.markdown(records)
+    assert "1 of 4 preflight check(s) failed: port" in draw.markdown(hook.views(records))
     assert hook.as_json(records)["ok"] is False
 
 

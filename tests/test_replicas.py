@@ -15,6 +15,7 @@ import pytest
 
 from conftest import assert_nothing_left, labctl
 from labctl import logs, plan as planmod, spec
+from labctl import draw
 from labctl.backends.containers import DEFAULT_STORE_PORT, container_placement
 from labctl.backends.local.placement import local_placement
 from labctl.plan import node_command
@@ -110,7 +111,7 @@ def test_one_replica_skips_the_replicas_workload_with_the_reason():
         replicas.run(ctx)
     (record,) = logs.parse_results(buf.getvalue().splitlines())
     assert record["skipped"] and "REPLICA_NUM is 1" in record["reason"] and "--replicas 2" in record["reason"]
-    assert "skipped: REPLICA_NUM is 1" in replicas_report.markdown([record])
+    assert "skipped: REPLICA_NUM is 1" in draw.markdown(replicas_report.views([record])) + "\n"
 
 
 # ---- real processes ---------------------------------------------------------------
@@ -136,7 +137,7 @@ def test_replicas_workload_two_replicas(tmp_path, nodes, nproc, launcher):
     groups = {(x["replica"], x["rank"]): (x["group_rank"], x["group_size"])
               for x in run.named("replicas", "cross-replica-join")}
     assert groups == {(k, r): (k, 2) for k, r in everyone}
-    table = replicas_report.markdown(run.results)
+    table = draw.markdown(replicas_report.views(run.results)) + "\n"
     assert "| 0 | 2 |" in table and "| 1 | 2 |" in table and "| none |" in table
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from plan_runner import local_plan, run_plan
+from labctl import draw
 from workloads import init_methods, store
 from workloads._report import init_methods as init_methods_report, store as store_report
 
@@ -59,7 +60,7 @@ def test_store_workload_every_check_on_every_rank(tmp_path, launcher, nodes, npr
     # torch 2.13 gives each restart attempt a new TCPStore instead of a /worker/attempt_<n> prefix
     assert {r["key_layout"] for r in facts} == {"default_pg/0//<key>"}
     assert {r["attempt_prefix"] for r in facts} == {None}
-    section = store_report.markdown(run.results)
+    section = draw.markdown(store_report.views(run.results)) + "\n"
     assert "default_pg/0//<key>" in section and "| set | 2 | 300 |" in section
 
 
@@ -100,7 +101,7 @@ def test_each_init_method_with_each_launcher(tmp_path, method, launcher, nodes, 
     order = [r["name"] for r in run.results if r.get("rank") == 0 and r["name"].startswith("join-")]
     assert order[-1] == f"join-{method}", "the lab's own method goes last"
     assert _ranks(run.named("barrier", "barrier")) == [0, 1], "the group still works afterwards"
-    table = init_methods_report.markdown(run.results)
+    table = draw.markdown(init_methods_report.views(run.results)) + "\n"
     assert table.count("| yes |") == 3 and "(slowest of 2)" in table
 
 
@@ -113,13 +114,13 @@ def test_report_sections_are_pure_and_say_what_was_skipped():
         {"workload": "init_methods", "name": "join-file", "rank": 0, "ok": True, "skipped": True,
          "reason": "/tmp is not one directory"},
     ]
-    table = init_methods_report.markdown(results)
+    table = draw.markdown(init_methods_report.views(results)) + "\n"
     lines = table.splitlines()
     assert lines[0] == "### init methods"
     assert "| env:// |" in lines[4] and "| yes | 0.030 (slowest of 2) |" in lines[4]
     assert "| no (1 of 2 ranks failed) |" in lines[5]
     assert "skipped: /tmp is not one directory" in lines[6]
-    assert init_methods_report.markdown([]) is None and store_report.markdown([]) is None
+    assert init_methods_report.views([]) == [] and store_report.views([]) == []
     assert store.percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
     assert store.percentile(list(range(1, 201)), 99) == 198
 

@@ -12,6 +12,7 @@ from conftest import REPO
 from html_support import write_folder
 from labctl import draw, html, plugins, report
 from labctl.rundir import RunDir
+from labctl.reports import hosts
 from workloads._protocol import DATA
 from workloads._protocol.plugin import (MD, PAGE, BeforeAfter, Csv, Group, Heading, Lines, Matrix, Messages,
                                         Table, Text, Workload)
@@ -39,7 +40,7 @@ def test_a_report_module_without_a_plugin_is_named(monkeypatch):
 def test_a_workload_s_checks_are_no_ops_where_it_has_none():
     p2p = plugins.plugin("p2p")
     assert p2p.check_options({}, {}) is None and p2p.check_lab(None, {}, {}) is None
-    assert p2p.compare is None and p2p.predict is None and p2p.csv is None and p2p.data is None
+    assert hosts.of(p2p).compare is None and hosts.of(p2p).predict is None and p2p.csv is None and p2p.data is None
 
 
 # ---------------------------------------------------------------- the renderers

@@ -255,9 +255,12 @@ class Workload:
     check_placement(spec, shared_dir, options, defaults)
                                          the same, on where the nodes run: `shared_dir`
                                          the backend's `Placement.shared_dir`, never its name
-    write_files(run) -> [Path]           plots and other files next to report.md
-    compare(run_a, run_b, fmt) -> str    `labctl compare A B`
-    predict(run, world_size, sizes, fmt, links=None) -> str   `labctl predict`
+    host                                 the name of its part on labctl's side
+                                         (labctl/reports/hosts.py: "bench", "patterns"),
+                                         which writes its files next to report.md, and
+                                         answers `labctl compare A B` and `labctl predict`:
+                                         a plugin describes, the host draws, writes and
+                                         predicts
     brief                                False: its views are in report.md and on the page
                                          but not in what `labctl up` prints at the end
                                          (p2p, collectives, ddp: a table row per call)
@@ -272,6 +275,4 @@ class Workload:
     check_options: Callable[[dict, dict], None] = _no_rule
     check_lab: Callable[[Any, dict, dict], None] = _no_rule
     check_placement: Callable[[Any, Any, dict, dict], None] = _no_rule
-    write_files: Callable[[Any], list] | None = None
-    compare: Callable[[Any, Any, str], str] | None = None
-    predict: Callable[..., str] | None = None
+    host: str = ""

@@ -11,7 +11,9 @@ what each field is; `_views.py` has builders and the helpers that find a workloa
 records. labctl draws the views as report.md (labctl/draw.py) and as the page
 (labctl/html), the same views for both; `show` keeps one to one of them.
 
-labctl finds the plugin by the workload's name (labctl/plugins.py). A plugin may use
-labctl's values (labctl.tables, links, record, errors, atomicfile, draw), never a
-module that loads plugins (labctl.spec, report, ...): tests/test_layers.py.
+labctl finds the plugin by the workload's name (labctl/plugins.py). A plugin describes:
+typed views and data, no I/O, and it never imports labctl (tests/test_layers.py); what
+labctl does with a run beyond drawing the views (files next to report.md, `labctl
+compare`, `labctl predict`) is the part its `Workload.host` names in labctl/reports/.
+What both sides read (the links model, the lab's bounds) is workloads/_protocol's.
 """

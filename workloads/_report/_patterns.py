@@ -5,7 +5,8 @@ difference from ONE process, its tolerance, whether bitwise) and `<variant>-byte
 (what the rank sent in a step, the formula's bytes and text): workloads/_patterns.py.
 The section is one table, a row per variant: the check over every rank, the largest
 difference, and the bytes per rank per step beside the formula's. `labctl predict RUN
---world-size N` plays each variant's step at N ranks over the links (_patterncost.py).
+--world-size N` plays each variant's step at N ranks over the links (the model:
+_patterncost.py; the host's part: labctl/reports/patterns.py).
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any, Callable
 
 from workloads._protocol.plugin import Heading, Table, Text, Workload
 
-from . import _patterncost
 
 MATCH, BYTES = "-matches-single-process", "-bytes-per-step"
 COLUMNS = ("variant", "matches one process", "max diff", "tolerance", "bitwise", "bytes per rank per step",
@@ -77,7 +77,7 @@ def plugin(workload: str, title: str, caption: str, options: dict[str, tuple[str
         if rule is not None:
             rule(merged, n)
     return Workload(workload, views=views or section(workload, title, caption), check_options=check_options,
-                    check_lab=check_lab, predict=_patterncost.predict)
+                    check_lab=check_lab, host="patterns")
 
 
 def _passed(records: list[dict]) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from labctl.draw import markdown as _draw
 from workloads._protocol.plugin import Table, Text, Workload
 
 def check_options(options: dict, defaults: dict) -> None:
@@ -157,11 +156,6 @@ def views(results: list[dict]) -> list:
                           f"{x['resumed_step']}; world size {before} -> {after}){split}",
                           id=f"elastic-restart-{x['attempt']}"))
     return parts
-
-
-def markdown(results: list[dict]) -> str:
-    found = views(results)
-    return _draw(found) + "\n" if found else ""
 
 
 def as_json(results: list[dict]) -> dict[str, Any]:

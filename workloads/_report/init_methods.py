@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from labctl.draw import markdown as _draw
 from workloads._protocol.plugin import Table, Workload
 from workloads.init_methods import METHODS, NEEDS
 
@@ -33,12 +32,6 @@ def views(results: list[dict]) -> list:
                      f"{max(seconds):.3f} (slowest of {len(seconds)})" if seconds else ""])
     return [Table("init methods", ("method", "what it needs", "worked", "join seconds"), rows,
                   id="init-methods", level=3)]
-
-
-def markdown(results: list[dict]) -> str | None:
-    """The section as report.md draws it (None: no join was recorded)."""
-    found = views(results)
-    return _draw(found) + "\n" if found else None
 
 
 WORKLOAD = Workload("init_methods", views=views)

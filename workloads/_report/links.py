@@ -12,10 +12,9 @@ from typing import Any
 
 from workloads._linkmath import Verdict, round_count, verdict
 
-from labctl import links as linkmod
-from labctl.draw import csv as _draw_csv, markdown as _draw
-from labctl.record import MAX_TOTAL_NODES
+from workloads._protocol import links as linkmod
 from workloads._protocol.plugin import MD, PAGE, Csv, Heading, Matrix, Table, Text, Workload
+from workloads._protocol.results import MAX_TOTAL_NODES
 
 NAME = "links"
 SHADES = "▁▂▃▄▅▆▇█"
@@ -192,12 +191,6 @@ def views(results: list[dict]) -> list:
     return views
 
 
-def markdown(results: list[dict]) -> str | None:
-    """The section as report.md draws it (None: nothing measured, no topology)."""
-    found = views(results)
-    return _draw(found) + "\n" if found else None
-
-
 def as_json(results: list[dict]) -> dict[str, Any]:
     env = environment(results)
     result = analysis(results)
@@ -226,9 +219,6 @@ def table(results: list[dict]) -> Csv:
     fields = [*MATRIX_FIELDS, "tcp_error"]
     return Csv(fields, [[row.get(f) for f in fields] for row in directions(results)])
 
-
-def csv(results: list[dict]) -> str:
-    return _draw_csv(table(results))
 
 
 WORKLOAD = Workload(NAME, views=views, data=as_json, csv=table, check_options=check_options)

@@ -1,14 +1,13 @@
 """The preflight workload's plugin: one table, node (pair) x check, pass/FAIL and the value.
 
-Torch-free: labctl imports it to print `labctl preflight`'s table and the
-report section; the checks themselves are in workloads/preflight.py.
+Torch-free: labctl imports it for the report section and `labctl preflight`'s table
+(labctl/reports/preflight.py, which adds the nodes that said nothing); the checks
+themselves are in workloads/preflight.py.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from labctl.draw import markdown as _draw
-from labctl.tables import table as _table
 from workloads._protocol.plugin import Table, Workload
 
 # Node-level checks first (in the order a node meets them), then pairs, then everyone.
@@ -55,12 +54,6 @@ def _label(check: str, node: Any, peer: Any) -> str:
     return f"node {node}"
 
 
-def table(results: list[dict]) -> str:
-    return _table(("nodes", "check", "result", "value"),
-                  ((r["nodes"], r["check"], "pass" if r["ok"] else "FAIL", r["value"])
-                   for r in rows(results)))
-
-
 def views(results: list[dict]) -> list:
     found = rows(results)
     if not found:
@@ -74,45 +67,9 @@ def views(results: list[dict]) -> list:
                   head, id="preflight", level=2)]
 
 
-def markdown(results: list[dict]) -> str:
-    return _draw(views(results))
-
-
 def as_json(results: list[dict]) -> dict[str, Any]:
     found = rows(results)
     return {"ok": all(r["ok"] for r in found) and bool(found), "checks": found}
 
 
 WORKLOAD = Workload("preflight", views=views, data=as_json)
-
-
-def silent_nodes(run) -> list[int]:
-    """Nodes of the preflight lab (a RunDir) from which no check came back."""
-    heard = {r.get("node") for r in run.results() if r.get("workload") == "preflight"}
-    return [n.index for n in run.planned_nodes if n.index not in heard]
-
-
-def run_table(run) -> str:
-    """`labctl preflight`'s table: the report section, plus a line per node that said nothing
-    (a node that never started must not read as passing)."""
-    section = markdown(run.results()) or "no preflight check reported"
-    silent = silent_nodes(run)
-    if silent:
-        section += "\n\n" + "\n".join(f"- node {i}: no check reported (never started, or died "
-                                      f"first): {run.node_log(i)}" for i in silent)
-    return section
-
-
-def failed_checks(run) -> str | None:
-    """`dns (node 1 -> node 0); port (...)`: the failed checks by name and where; None when
-    no check failed (then the run's first failure says why)."""
-    failed: dict[str, list[str]] = {}
-    for row in rows(run.results()):
-        if not row["ok"]:
-            failed.setdefault(row["check"], []).append(row["nodes"])
-    silent = silent_nodes(run)
-    if silent:
-        failed["no check reported"] = [f"node {i}" for i in silent]
-    if not failed:
-        return None
-    return "; ".join(f"{check} ({', '.join(where)})" for check, where in failed.items())

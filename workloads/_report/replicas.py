@@ -8,7 +8,6 @@ from typing import Any
 
 from workloads._protocol import WORKLOAD_DONE
 
-from labctl.draw import markdown as _draw
 from workloads._protocol.plugin import Heading, Table, Text, Workload
 
 
@@ -31,12 +30,6 @@ def views(results: list[dict]) -> list:
                      ", ".join(failed) or "none"])
     return [Table("replicas", ("replica", "ranks", "cross-replica join s (slowest)", "checks passed",
                                "failed"), rows, id="replicas", level=3)]
-
-
-def markdown(results: list[dict]) -> str | None:
-    """The section as report.md draws it (None: no replicas record)."""
-    found = views(results)
-    return _draw(found) + "\n" if found else None
 
 
 WORKLOAD = Workload("replicas", views=views)

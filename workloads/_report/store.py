@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import statistics
 
-from labctl.draw import markdown as _draw
 from workloads._protocol.plugin import Heading, Table, Workload
 
 
@@ -36,12 +35,6 @@ def views(results: list[dict]) -> list:
         parts.append(Table("store latency", ("op", "ranks", "calls/rank", "median us (median of ranks)",
                                              "p99 us (worst rank)"), rows, id="store-latency"))
     return parts
-
-
-def markdown(results: list[dict]) -> str | None:
-    """The section as report.md draws it (None: no store record)."""
-    found = views(results)
-    return _draw(found) + "\n" if found else None
 
 
 WORKLOAD = Workload("store", views=views)
