@@ -82,7 +82,7 @@ class EngineEvents:
 def compose_by_hand(layout: list[str], folder: Path, rep: int) -> Timed:
     """Render the lab's compose file (not timed), then time `up --abort-on-container-exit`
     + `down -v` of it; every node's container must have exited with code 0."""
-    from labctl.backends.compose.backend import compose_command
+    from labctl.backends.compose.docker import compose_command
 
     done, _ = labctl("render", "compose", *layout)
     if done.returncode != 0:

@@ -10,7 +10,7 @@ import pytest
 
 from docker_support import require_compose, require_image
 from labctl import lab
-from labctl.backends.compose import backend
+from labctl.backends.compose import backend, docker, engine, logsources
 from labctl.backends.base import PreflightError
 from labctl.errors import LabError
 from labctl.backends.compose import render as render_compose
@@ -48,13 +48,13 @@ def test_placement_rejects_a_missing_script(tmp_path):
 
 def test_no_docker_on_path_is_one_clear_line(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))          # an empty folder: no docker anywhere
-    backend.forget_compose()
+    docker.forget_compose()
     try:
         with pytest.raises(LabError, match="docker not found on PATH.*ensure-docker.sh") as err:
-            backend.compose_command()
+            docker.compose_command()
         assert "\n" not in str(err.value)
     finally:
-        backend.forget_compose()
+        docker.forget_compose()
 
 
 def test_a_standalone_docker_compose_v2_binary_is_used_when_the_plugin_is_missing(monkeypatch, tmp_path):
@@ -67,12 +67,12 @@ def test_a_standalone_docker_compose_v2_binary_is_used_when_the_plugin_is_missin
     (tmp_path / "docker-compose").symlink_to(binary)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "config"))     # no plugin file anywhere
-    monkeypatch.setattr(backend, "SYSTEM_PLUGIN_DIRS", ())
-    backend.forget_compose()
+    monkeypatch.setattr(docker, "SYSTEM_PLUGIN_DIRS", ())
+    docker.forget_compose()
     try:
-        assert backend.compose_command() == ("docker-compose",)
+        assert docker.compose_command() == ("docker-compose",)
     finally:
-        backend.forget_compose()
+        docker.forget_compose()
 
 
 def test_the_compose_plugin_is_found_where_docker_looks_without_starting_it(monkeypatch, tmp_path):
@@ -86,18 +86,18 @@ def test_the_compose_plugin_is_found_where_docker_looks_without_starting_it(monk
     (bin_dir / "docker").chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setenv("DOCKER_CONFIG", str(config))
-    monkeypatch.setattr(backend, "SYSTEM_PLUGIN_DIRS", ())
+    monkeypatch.setattr(docker, "SYSTEM_PLUGIN_DIRS", ())
     try:
         (config / "cli-plugins").mkdir(parents=True)
         (config / "cli-plugins" / "docker-compose").write_text("#!/bin/sh\n")
         (config / "cli-plugins" / "docker-compose").chmod(0o755)
-        backend.forget_compose()
-        assert backend.compose_command() == ("docker", "compose") and not asked.exists()
+        docker.forget_compose()
+        assert docker.compose_command() == ("docker", "compose") and not asked.exists()
         (config / "cli-plugins" / "docker-compose").unlink()
-        backend.forget_compose()
-        assert backend.compose_command() == ("docker", "compose") and asked.exists()
+        docker.forget_compose()
+        assert docker.compose_command() == ("docker", "compose") and asked.exists()
     finally:
-        backend.forget_compose()
+        docker.forget_compose()
 
 
 @pytest.mark.docker
@@ -215,9 +215,9 @@ def test_joins_are_counted_per_container_where_two_replicas_rank_0_may_share_a_p
 
     line = b'[rank0]:@@labctl-joined {"rank": 0, "pid": 20}\n'
     reads = [subprocess.CompletedProcess([], 0, line * 2, b""), subprocess.CompletedProcess([], 0, line, line)]
-    monkeypatch.setattr(backend, "_docker_all", lambda *calls, **kw: reads[:len(calls)])
+    monkeypatch.setattr(logsources, "docker_all", lambda *calls, **kw: reads[:len(calls)])
     compose = backend.ComposeBackend()
-    compose.seen = [backend._Container(f"lab-{i}", f"id{i}", "running", None, None, None) for i in (0, 1)]
+    compose.seen = [engine.Container(f"lab-{i}", f"id{i}", "running", None, None, None) for i in (0, 1)]
     assert compose.describe(joins=True).joined == 2
 
 
@@ -238,9 +238,9 @@ def test_the_join_clock_reads_each_containers_log_from_where_it_stopped(monkeypa
         calls.extend(argvs)
         return [subprocess.CompletedProcess([], 0, next(replies), b"") for _ in argvs]
 
-    monkeypatch.setattr(backend, "_docker_all", docker_all)
+    monkeypatch.setattr(logsources, "docker_all", docker_all)
     compose = backend.ComposeBackend()
-    compose.seen = [backend._Container("lab-0", "id0", "running", None, None, None)]
+    compose.seen = [engine.Container("lab-0", "id0", "running", None, None, None)]
     assert compose.describe(joins=True).joined == 1
     assert compose.describe(joins=True).joined == 2
     assert calls == [["logs", "--timestamps", "id0"],

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from docker_support import REPO, require_compose, require_image
-from labctl.backends.compose.backend import compose_command
+from labctl.backends.compose.docker import compose_command
 from labctl.rendered import RUN_LABEL
 
 pytestmark = pytest.mark.docker
@@ -94,14 +95,18 @@ def test_collect_of_the_shipped_compose_lab_then_delete(tmp_path):
         remove(SHIPPED_RUN_ID)
 
 
+# the line the test appends to the (bind-mounted, same inode) script once collect has seen
+# both nodes running; the script itself holds it only in two pieces
+SEEN = "# collect saw both nodes running"
 FAILING = """\
 import os, sys, time
 import torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 print(f"rank {rank} of {dist.get_world_size()} on {os.uname().nodename}", flush=True)
-if rank == 1:
-    time.sleep(5)                # seen running by collect first: it saw who ended first
+if rank == 1:                    # seen running by collect first: it saw who ended first
+    while "#" " collect saw both nodes running" not in open(__file__).read():
+        time.sleep(0.1)
     print("rank 1 gives up", flush=True)
     sys.exit(3)
 dist.barrier()                   # rank 1 is gone: gloo says so, and rank 0 fails too
@@ -122,8 +127,7 @@ def test_collect_of_a_compose_lab_with_a_failing_rank_names_it_and_keeps_its_log
         assert len(unknown.stderr.strip().splitlines()) == 1
         compose_up(tmp_path / "lab" / "compose.yaml")
         out = tmp_path / "run"
-        done = labctl("collect", "--backend", "compose", "--run-id", run_id, "--out", str(out),
-                      "--delete", "--timeout", "240", cwd=tmp_path)
+        done = _collect_telling_rank_1_once_both_run(tmp_path, run_id, out)
         assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
         status = json.loads((out / "status.json").read_text())
         assert status["state"] == "failed"
@@ -136,6 +140,30 @@ def test_collect_of_a_compose_lab_with_a_failing_rank_names_it_and_keeps_its_log
         assert left_of(run_id) == ("", "")
     finally:
         remove(run_id)
+
+
+def _collect_telling_rank_1_once_both_run(tmp_path: Path, run_id: str, out: Path) -> subprocess.CompletedProcess:
+    """`labctl collect --delete` of the failing lab; once its progress shows both nodes
+    running (the event rank 1 waits for, was a 5 s sleep), SEEN is appended to the script."""
+    said, err = tmp_path / "collect.out", tmp_path / "collect.err"
+    argv = [sys.executable, "-m", "labctl.cli", "collect", "--backend", "compose", "--run-id", run_id,
+            "--out", str(out), "--delete", "--timeout", "240"]
+    with open(said, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=o, stderr=e, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(x.startswith("[") and x.count("running") == 2 for x in err.read_text().splitlines()):
+            assert proc.poll() is None, err.read_text()[-3000:]
+            assert time.monotonic() < deadline, "collect never showed both nodes running: " + err.read_text()[-3000:]
+            time.sleep(0.1)
+        with open(tmp_path / "lab" / "fail.py", "a") as script:
+            script.write(SEEN + "\n")
+        proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, said.read_text(), err.read_text())
 
 
 HANGING = """\
@@ -158,7 +186,7 @@ def test_watch_of_a_compose_lab_docker_compose_started_names_its_hang_live(tmp_p
     run_id = f"chang-{uuid.uuid4().hex[:8]}"
     (tmp_path / "hang.py").write_text(HANGING)
     rendered = labctl("render", "compose", "--script", "hang.py", "--name", "chang", "--nodes", "2",
-                      "--nproc-per-node", "1", "--run-id", run_id, "--timeout", "70", "-o", "lab", cwd=tmp_path)
+                      "--nproc-per-node", "1", "--run-id", run_id, "--timeout", "50", "-o", "lab", cwd=tmp_path)
     assert rendered.returncode == 0, rendered.stderr
     (tmp_path / "lab" / "hang.py").write_text(HANGING)
     try:

@@ -289,7 +289,7 @@ def test_compose_partition_ends_in_the_collectives_timeout_not_the_deadline(comp
 
 @pytest.mark.docker
 def test_compose_refuses_a_delay_on_a_kernel_without_netem(tmp_path, write_script):
-    from labctl.backends.compose.backend import kernel_has_netem
+    from labctl.backends.compose.preflight import kernel_has_netem
 
     require_compose()
     require_image()

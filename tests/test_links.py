@@ -138,7 +138,7 @@ def test_bad_links_in_a_lab_file_name_the_field(raw, says):
 
 
 def test_a_latency_on_a_kernel_without_netem_is_refused_before_anything_starts(tmp_path):
-    from labctl.backends.compose.backend import kernel_has
+    from labctl.backends.compose.preflight import kernel_has
 
     if kernel_has("netem") is not False:
         pytest.skip("this kernel has netem (or it cannot be told): nothing to refuse")
@@ -151,7 +151,7 @@ def test_a_latency_on_a_kernel_without_netem_is_refused_before_anything_starts(t
 
 
 def test_the_kernel_check_reads_the_kernel_config(monkeypatch):
-    from labctl.backends.compose import backend as compose
+    from labctl.backends.compose import preflight as compose
 
     monkeypatch.setattr(compose.os.path, "isdir", lambda p: False)
     monkeypatch.setattr(compose.os.path, "exists", lambda p: False)

@@ -4,437 +4,44 @@
 `describe` reads every container's state (waiting on the engine's events);
 `signal(Stop)` stops containers; `stream` copies each node's log into the run
 folder; `delete` is `docker compose down -v`. The driver calls them in that
-order, always: logs before teardown. Only
-the docker CLI is used (no Python docker lib). The compose project is named
-after the run id, and every container and network carries the run label, so
-a run started by `docker compose up` can be attached to (collect, down).
+order, always: logs before teardown. The compose project is named after the run
+id, and every container and network carries the run label, so a run started by
+`docker compose up` can be attached to (collect, down). The verbs only: the CLI
+calls are docker.py, the containers' state engine.py, the logs logsources.py and
+the checks before a start preflight.py.
 """
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import os
-import select
-import shutil
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from ...collect import ProcessSource, Tally, last_line as _last_line, read_by_processes, run_all
+from ...collect import Tally, last_line, read_by_processes
 from ...errors import LabError
 from ...faults import Fault, NotYet
-from ...logs import joins_in
-from ...outcome import NodeOutcome, NodeState, from_exit_code
+from ...outcome import NodeOutcome
 from ...plan import LaunchPlan, Placement, plan as make_plan
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
-from ...spec import DEFAULT_CUDA_IMAGE, LabSpec
+from ...spec import LabSpec
 from .. import spec_from_stored
 from ..base import (Action, Backend, BackendState, Bound, BoundRun, PreflightError, RunView,
                     UnknownRun, dispatch)
 from ..containers import container_placement, container_shared_dir
 from ..runfolder import local_debug_server_dir, local_records_dir
 from . import render as render_compose
+from .docker import DOCKER_MISSING, Project, docker, labelled, remove_by_label
+from .engine import Container, Events, outcome, project_containers
+from .logsources import LOGS_TIMEOUT_S, JoinReader, log_source
+from .preflight import check_engine_and_image, kernel_has_netem, links_kernel_refusal
 
 STOP_TIMEOUT_S = 5         # docker stop: SIGTERM, then SIGKILL after this many seconds
-CLI_TIMEOUT_S = 120.0      # any single docker/compose call
 ASK_AT_LEAST_S = 10.0      # a poll asks the engine this often even when no event came
-LOGS_TIMEOUT_S = 900.0     # one node's whole log (hundreds of MB on a loaded machine)
-DOCKER_MISSING = "docker not found on PATH (install: bash scripts/ensure-docker.sh)"
-
-
-def _cli(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """Run a docker/compose CLI call in a session of its own: a Ctrl-C at the terminal
-    goes to labctl's process group only, and labctl decides (a `docker logs` that
-    dies with labctl's Ctrl-C would lose the log). When labctl gives up on the call
-    (a signal raising in labctl, the timeout), subprocess.run kills it."""
-    return subprocess.run(argv, timeout=timeout, stdin=subprocess.DEVNULL,
-                          start_new_session=True, **kwargs)
-
-
-@functools.cache
-def compose_command() -> tuple[str, ...]:
-    """`docker compose` (v2 plugin) or a `docker-compose` v2 binary, whichever works;
-    found once per process."""
-    return _find_compose()
-
-
-def forget_compose() -> None:
-    """Look Compose up again at the next call (PATH changed: tests)."""
-    compose_command.cache_clear()
-
-
-# where the docker CLI looks for plugins besides $DOCKER_CONFIG/cli-plugins (Linux)
-SYSTEM_PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins",
-                      "/usr/lib/docker/cli-plugins", "/usr/libexec/docker/cli-plugins")
-
-
-def _compose_plugin_file() -> Path | None:
-    """The docker CLI's Compose plugin, found where the CLI looks for it. Only Compose v2
-    ever shipped as a plugin (v1 was a standalone program), so the file answers the
-    question without starting it: that costs 0.2 s of CPU on these 2 cores, on every
-    `labctl up`, while the lab's containers start."""
-    config = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    for folder in (os.path.join(config, "cli-plugins"), *SYSTEM_PLUGIN_DIRS):
-        path = Path(folder, "docker-compose")
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def _find_compose() -> tuple[str, ...]:
-    if shutil.which("docker") is not None and _compose_plugin_file() is not None:
-        return ("docker", "compose")
-    candidates = [("docker", "compose"), ("docker-compose",)]
-    for argv in candidates:
-        if shutil.which(argv[0]) is None:
-            continue
-        try:
-            done = _cli([*argv, "version", "--short"], 30, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            continue
-        if done.returncode == 0 and done.stdout.strip().lstrip("v").startswith(("2.", "3.")):
-            return argv
-    if shutil.which("docker") is None:
-        raise LabError("docker not found on PATH; the compose backend needs Docker and "
-                       "Compose v2 (install both: bash scripts/ensure-docker.sh)")
-    raise LabError("Compose v2 not found (neither 'docker compose' nor a v2 'docker-compose'); "
-                   "install it with: bash scripts/ensure-docker.sh")
-
-
-def _docker(*args: str, timeout: float = CLI_TIMEOUT_S, check: bool = False,
-            text: bool = True, **kwargs) -> subprocess.CompletedProcess:
-    if "stdout" not in kwargs:
-        kwargs["capture_output"] = True
-    try:
-        done = _cli(["docker", *args], timeout, text=text, **kwargs)
-    except FileNotFoundError:
-        raise LabError(DOCKER_MISSING) from None
-    except subprocess.TimeoutExpired:
-        raise LabError(f"docker {' '.join(args[:2])} did not answer within {timeout:g}s") from None
-    if check and done.returncode != 0:
-        raise LabError(f"docker {' '.join(args[:2])} failed: {_last_line(done.stderr)}")
-    return done
-
-
-def _docker_all(*calls: list[str], timeout: float = CLI_TIMEOUT_S, outputs: list | None = None,
-                text: bool = True) -> list[subprocess.CompletedProcess]:
-    """`docker ARGS` for every list of ARGS in `calls`, at once (each docker CLI start costs
-    0.02-0.3 s of a small machine; in a row they add up), each in a session of its own as
-    in `_cli` (collect.run_all); errors as `_docker`'s."""
-    try:
-        return run_all([["docker", *args] for args in calls], timeout, outputs, text)
-    except FileNotFoundError:
-        raise LabError(DOCKER_MISSING) from None
-    except subprocess.TimeoutExpired as exc:
-        raise LabError(f"docker {' '.join(exc.cmd[1:3])} did not answer within {timeout:g}s") from None
-
-
-JOIN_REREAD_S = 1.0      # each join read starts this long before the last line read
 # `docker exec` as the lab's user: a shaped node's container is configured as root (for its
 # shaping step), and root without CAP_KILL / CAP_SYS_PTRACE may not signal or read uid 1000.
 _AS_LAB_USER = ("--user", str(render_compose.IMAGE_UID))
-
-
-def _since(epoch: float | None) -> list[str]:
-    return ["--since", f"{epoch - JOIN_REREAD_S:.6f}"] if epoch else []
-
-
-def _last_timestamp(data: bytes) -> float:
-    """When the last whole line of `data` was logged (Unix seconds, from the stamp
-    `docker logs --timestamps` puts before it), or 0."""
-    end = data.rfind(b"\n")
-    if end < 0:
-        return 0.0
-    stamp = data[data.rfind(b"\n", 0, end) + 1:end].split(b" ", 1)[0]
-    when = _when(stamp.decode("ascii", "replace"))
-    return when.timestamp() if when else 0.0
-
-
-def _check_engine_and_image(image: str, needs_gpu: bool = False) -> None:
-    """Refuse before starting: no Compose v2, no engine, no image, or nccl on an engine
-    without GPUs. The engine (`docker version`: `docker info` starts every CLI plugin
-    to list it, 0.2 s of CPU) and image questions go out while Compose is looked for;
-    the runtimes (`docker info`) only for nccl."""
-    calls = [["docker", "version", "--format", "{{.Server.Version}}"],
-             ["docker", "image", "inspect", "--format", "{{.Id}}", image]]
-    if needs_gpu:
-        calls.append(["docker", "info", "--format", "{{json .Runtimes}}"])
-    try:
-        procs = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, start_new_session=True, text=True)
-                 for argv in calls]
-    except FileNotFoundError:
-        procs = []                    # no docker: compose_command says so in one line
-    try:
-        try:
-            compose_command()
-        except LabError as exc:
-            raise PreflightError(str(exc)) from None
-        if not procs:
-            raise PreflightError("docker not found on PATH; the compose backend needs Docker "
-                                 "(install: bash scripts/ensure-docker.sh)")
-        outputs = [p.communicate(timeout=30) for p in procs]
-        engine, inspected, *info = (subprocess.CompletedProcess(argv, p.returncode, *out)
-                                    for argv, p, out in zip(calls, procs, outputs))
-    except subprocess.TimeoutExpired:
-        raise PreflightError("no Docker engine answers (docker version did not answer within 30s); "
-                             "start one with: bash scripts/ensure-docker.sh") from None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if engine.returncode != 0:
-        raise PreflightError(f"no Docker engine answers ({_last_line(engine.stderr)}); "
-                             "start one with: bash scripts/ensure-docker.sh")
-    if inspected.returncode != 0:
-        hint = "make images-cuda" if image == DEFAULT_CUDA_IMAGE else "make images"
-        raise PreflightError(f"image {image} not found; build it with: {hint} (or pass --image)")
-    if info and "nvidia" not in info[0].stdout:
-        raise PreflightError("dist_backend nccl needs GPUs in the containers, and this Docker "
-                             "engine has no NVIDIA runtime (docker info: runtimes "
-                             f"{info[0].stdout.strip() or 'none'}); use --dist-backend gloo, or a "
-                             "machine with the NVIDIA Container Toolkit")
-
-
-# Containers share this machine's kernel: what tc can do in them is what it was built with.
-# (kernel config option, module, where the module lives under /lib/modules/<release>/kernel)
-KERNEL_FEATURES = {
-    "netem": ("CONFIG_NET_SCH_NETEM", "sch_netem", "net/sched"),
-    "htb": ("CONFIG_NET_SCH_HTB", "sch_htb", "net/sched"),
-    "ingress": ("CONFIG_NET_SCH_INGRESS", "sch_ingress", "net/sched"),
-    "u32": ("CONFIG_NET_CLS_U32", "cls_u32", "net/sched"),
-    "mirred": ("CONFIG_NET_ACT_MIRRED", "act_mirred", "net/sched"),
-    "ifb": ("CONFIG_IFB", "ifb", "drivers/net"),
-    "bfifo": ("CONFIG_NET_SCH_FIFO", "sch_fifo", "net/sched"),
-}
-# What `links:` needs: every rate is an htb class with a byte FIFO, and a node's incoming
-# traffic is redirected (ingress qdisc, u32 filter, mirred action) to an ifb device and
-# shaped there.
-LINK_RATE_FEATURES = ("htb", "bfifo", "ingress", "u32", "mirred", "ifb")
-
-
-def kernel_has(feature: str) -> bool | None:
-    """Whether this machine's kernel can do tc `feature` (KERNEL_FEATURES): loaded, shipped
-    as a module, or built in; None when it cannot be told (a remote engine, no config)."""
-    option, module, folder = KERNEL_FEATURES[feature]
-    if os.environ.get("DOCKER_HOST", "unix://").startswith(("tcp://", "ssh://")):
-        return None
-    release = os.uname().release
-    if os.path.isdir(f"/sys/module/{module}") or any(
-            os.path.exists(f"/lib/modules/{release}/kernel/{folder}/{module}.ko{ext}")
-            for ext in ("", ".xz", ".zst", ".gz")):
-        return True
-    config = _kernel_config()
-    if config is None:
-        return None
-    return f"{option}=y" in config or f"{option}=m" in config
-
-
-@functools.cache
-def _kernel_config() -> str | None:
-    try:
-        import gzip
-
-        with gzip.open("/proc/config.gz", "rt") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def kernel_has_netem() -> bool | None:
-    """Whether this machine's kernel can do `tc ... netem` (the delay fault, link latency)."""
-    return kernel_has("netem")
-
-
-def links_kernel_refusal(spec: LabSpec) -> str | None:
-    """Why this kernel cannot shape the lab's links (one line), or None: checked before
-    anything starts, so a lab never half-starts on a missing qdisc."""
-    links = spec.links
-    if links is None:
-        return None
-    release = os.uname().release
-    if links.has_latency and kernel_has("netem") is False:
-        return (f"links: a latency needs tc netem, and this machine's kernel ({release}) has none "
-                "(CONFIG_NET_SCH_NETEM is not set); leave the latency out, or run on a kernel "
-                "with sch_netem")
-    missing = [f for f in LINK_RATE_FEATURES if kernel_has(f) is False]
-    if missing:
-        options = ", ".join(KERNEL_FEATURES[f][0] for f in missing)
-        return (f"links: shaping a link needs tc {', '.join(missing)}, and this machine's kernel "
-                f"({release}) lacks {'it' if len(missing) == 1 else 'them'} ({options} not set); "
-                "leave links out, or run on a kernel with them")
-    return None
-
-
-class _Project:
-    """One compose project: the fixed part of every `docker compose` call for a run."""
-
-    def __init__(self, run_id: str, compose_file: Path | None, project_dir: str,
-                 name: str | None = None):
-        self.name = name or render_compose.project_name(run_id)
-        argv = [*compose_command(), "-p", self.name]
-        if compose_file is not None:
-            argv += ["-f", str(compose_file), "--project-directory", project_dir]
-        self.argv = argv
-
-    def __call__(self, *args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
-        try:
-            return _cli([*self.argv, *args], timeout, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            raise LabError(f"docker compose {args[0]} did not finish within {timeout:g}s "
-                           f"(project {self.name})") from None
-
-    def containers(self, known: list[str] | None = None) -> list["_Container"]:
-        """Every container of the project, running or not, from one `docker inspect` of
-        `known` ids (those of the last call); listed again (`docker ps`) when there are
-        none or one is gone. The `docker` CLI, not `docker compose ps`: one start of
-        the compose CLI costs several of docker's, and a poll runs every second."""
-        if known:
-            rows, ok = _inspect(known)
-            if ok:
-                return rows
-        ids = _docker("ps", "--all", "--quiet", "--no-trunc", "--filter",
-                      f"label=com.docker.compose.project={self.name}", "--filter",
-                      "label=com.docker.compose.oneoff=False").stdout.split()
-        return _inspect(ids)[0] if ids else []
-
-
-class _Events:
-    """The engine's events for one compose project, read as they come (`docker events`):
-    a poll needs to ask the engine again only after something happened to a container,
-    and a wait ends as soon as one dies. One stream, not a `docker inspect` and a new
-    `docker events` every second: each docker CLI start costs 0.05 s of CPU, which the
-    lab's own processes are short of on a small machine. The stream is renewed every
-    SPAN_S seconds (`--until`), so that one left behind by a killed labctl ends by itself;
-    the next one starts where the last one ended (`--since`: the engine replays)."""
-
-    SPAN_S = 30.0
-
-    def __init__(self, project: str, since: float):
-        self.project = project
-        self.since = since
-        self.changed = True                      # nothing read yet: ask the engine
-        self.proc: subprocess.Popen | None = None
-        self.until = since
-        self.pending = b""
-        self.broken = False                      # no stream could be had: sleep and ask
-
-    def _open(self) -> None:
-        self.until = max(time.time(), self.since) + self.SPAN_S
-        try:
-            self.proc = subprocess.Popen(
-                ["docker", "events", "--since", f"{self.since:.3f}", "--until", f"{self.until:.3f}",
-                 "--filter", "type=container", "--filter", f"label=com.docker.compose.project={self.project}",
-                 "--format", "{{.Action}}"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                start_new_session=True)
-        except OSError:
-            self.broken = True
-
-    def wait(self, seconds: float) -> None:
-        """At most `seconds`; less when a container of the project dies."""
-        deadline = time.monotonic() + seconds
-        while not self.broken:
-            if self.proc is None:
-                self._open()
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
-                return
-            chunk = os.read(self.proc.stdout.fileno(), 4096)
-            if not chunk:                        # --until reached (or the engine went away)
-                self.close()
-                self.since = self.until
-                self.changed = True
-                continue
-            *lines, self.pending = (self.pending + chunk).split(b"\n")
-            if lines:
-                self.changed = True
-            if any(line.strip() == b"die" for line in lines):
-                return
-        time.sleep(max(0.0, deadline - time.monotonic()))
-
-    def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            self.proc.stdout.close()
-            self.proc = None
-
-
-@dataclass(frozen=True)
-class _Container:
-    """One container of a compose project, as `docker inspect` sees it."""
-    service: str
-    id: str
-    status: str                   # created, running, paused, restarting, removing, exited, dead
-    exit_code: int | None         # when exited
-    started: _dt.datetime | None
-    finished: _dt.datetime | None
-
-    @property
-    def state(self) -> tuple[str, int | None]:
-        return self.status, self.exit_code
-
-    @property
-    def ended(self) -> bool:
-        return self.status == "exited"
-
-    @property
-    def running(self) -> bool:
-        """docker's State.Running: its processes exist (paused ones too), its log may grow."""
-        return self.status in ("running", "paused", "restarting")
-
-
-_INSPECT = ('{{index .Config.Labels "com.docker.compose.service"}}\t{{.Id}}\t{{.State.Status}}\t'
-            "{{.State.ExitCode}}\t{{.State.StartedAt}}\t{{.State.FinishedAt}}")
-
-
-def _when(text: str) -> _dt.datetime | None:
-    """A docker timestamp (RFC 3339, nanoseconds), or None (never, or unreadable here)."""
-    try:
-        when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        head, dot, rest = text.partition(".")       # Python < 3.11: at most microseconds
-        digits = "".join(c for c in rest if c.isdigit())
-        zone = rest[len(digits):].replace("Z", "+00:00")
-        try:
-            when = _dt.datetime.fromisoformat(f"{head}.{digits[:6].ljust(6, '0')}{zone}" if dot else text)
-        except ValueError:
-            return None
-    return when if when.year > 1 else None
-
-
-def _inspect(ids: list[str]) -> tuple[list[_Container], bool]:
-    """The containers `ids` (one `docker inspect`), and whether every one was found."""
-    done = _docker("inspect", "--format", _INSPECT, *ids)
-    rows = []
-    for line in done.stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 6:
-            continue
-        service, cid, status, code, started, finished = parts
-        rows.append(_Container(service, cid, status.lower(),
-                               int(code) if status.lower() == "exited" and code.lstrip("-").isdigit()
-                               else None, _when(started), _when(finished)))
-    return rows, done.returncode == 0 and len(rows) == len(ids)
-
-
-def _outcome(index: int, hostname: str, state: tuple[str, int | None] | None) -> NodeOutcome:
-    if state is None:
-        return NodeOutcome(index, hostname)
-    status, code = state
-    if status != "exited":
-        return NodeOutcome(index, hostname, state=NodeState.PENDING if status == "created"
-                           else NodeState.RUNNING, reason=None if status in ("running", "created")
-                           else status)
-    node_state, sig = from_exit_code(code, shell_convention=True)
-    return NodeOutcome(index, hostname, code, node_state, signal=sig)
 
 
 class ComposeBackend(Backend):
@@ -457,12 +64,11 @@ class ComposeBackend(Backend):
         self.exit_times: dict[str, float] = {}     # service -> when it exited (seconds)
         self.started_at: _dt.datetime | None = None  # when start() began: the driver's t0
         self.known: list[str] = []                 # container ids of the last poll
-        self.seen: list[_Container] = []           # the containers as the last poll saw them
+        self.seen: list[Container] = []           # the containers as the last poll saw them
         self.asked_at = 0.0                        # when the engine was last asked (monotonic)
         self.asked_epoch = time.time()             # the same, on the engine's (wall) clock
-        self.events: _Events | None = None         # the project's event stream, once bound
-        self.joins: dict[str, set[tuple[int | None, int | None]]] = {}  # container id -> (rank, pid) joined
-        self.joins_read_to: dict[str, float] = {}  # container id -> when its last line read was logged
+        self.events: Events | None = None         # the project's event stream, once bound
+        self.joins = JoinReader()                  # the join lines read so far, per container
 
     def placement(self, spec: LabSpec, run_folder: Path | None = None) -> Placement:
         """Containers reach node 0 by its service hostname; the script must exist to be mounted."""
@@ -474,7 +80,7 @@ class ComposeBackend(Backend):
         refusal = links_kernel_refusal(plan.spec)
         if refusal:
             raise PreflightError(refusal)
-        _check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
+        check_engine_and_image(plan.spec.resolved_image, plan.spec.dist_backend == "nccl")
         delays = [f for f in plan.spec.faults if f.kind == "delay"]
         if delays and kernel_has_netem() is False:
             raise PreflightError(f"fault {delays[0]} needs tc netem, and this machine's kernel "
@@ -492,11 +98,11 @@ class ComposeBackend(Backend):
             os.chmod(folder, 0o777)    # no sticky bit: whoever runs labctl may remove what the ranks wrote
         compose_file = rundir.write_rendered("compose.yaml", render_compose.text(plan, records, debug))
         self._bind(BoundRun.of_plan(plan, Bound.STARTED, rundir),
-                   _Project(plan.run_id, compose_file, os.getcwd()))
+                   Project(plan.run_id, compose_file, os.getcwd()))
         up = self.project("up", "--detach", "--no-build", "--pull", "never", "--quiet-pull")
         if up.returncode != 0:
             raise LabError(f"docker compose up failed for project {self.project.name}: "
-                           f"{_last_line(up.stderr)}")
+                           f"{last_line(up.stderr)}")
         self.progress(f"compose project {self.project.name} started ({len(plan.nodes)} containers)")
         return self.for_record                      # nothing for the record: the labels say it all
 
@@ -508,11 +114,11 @@ class ComposeBackend(Backend):
         done = self.project("port", plan.nodes[0].hostname, str(port))
         published = done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else ""
         if not published:
-            why = _last_line(done.stderr) or "docker compose port said nothing"
+            why = last_line(done.stderr) or "docker compose port said nothing"
             return f"node 0 publishes no port for it ({why})"
         return f"http://{published}"
 
-    def _bind(self, run: BoundRun, project: "_Project") -> None:
+    def _bind(self, run: BoundRun, project: Project) -> None:
         """The run and the compose project every call of this instance names."""
         run = self.bind(run)
         self.project = project
@@ -541,9 +147,9 @@ class ComposeBackend(Backend):
         self.asked_at, self.asked_epoch = time.monotonic(), time.time()
         return self._outcomes(self._containers())
 
-    def _outcomes(self, containers: list[_Container]) -> list[NodeOutcome]:
+    def _outcomes(self, containers: list[Container]) -> list[NodeOutcome]:
         states = {c.service: c.state for c in containers}
-        outcomes = [_outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
+        outcomes = [outcome(i, h, states.get(h)) for i, h in sorted(self.hostnames.items())]
         origin = self.started_at or min((c.started for c in containers if c.started), default=None)
         for c in containers:
             if c.status == "exited" and c.finished and origin and c.service not in self.exit_times:
@@ -560,7 +166,7 @@ class ComposeBackend(Backend):
             time.sleep(seconds)
             return
         if self.events is None:
-            self.events = _Events(self.project.name, self.asked_epoch - 0.5)   # none missed since
+            self.events = Events(self.project.name, self.asked_epoch - 0.5)   # none missed since
         self.events.wait(seconds)
 
     def _close_events(self) -> None:
@@ -568,33 +174,19 @@ class ComposeBackend(Backend):
             self.events.close()
             self.events = None
 
-    def _containers(self) -> list[_Container]:
+    def _containers(self) -> list[Container]:
         """The project's containers now (one `docker inspect` of those seen last, when the
         same are all there still); a node with no container yet is listed again."""
-        containers = self.project.containers(self.known)
+        containers = project_containers(self.project, self.known)
         if not set(self.hostnames.values()) <= {c.service for c in containers} and self.known:
-            containers = self.project.containers()
+            containers = project_containers(self.project)
         self.known = [c.id for c in containers]
         self.seen = containers
         return containers
 
     def _joined(self) -> int:
-        """The join lines in the containers' logs so far. Each `docker logs --timestamps`
-        starts JOIN_REREAD_S before the last line the previous one read (stdout and stderr
-        are logged apart: a line of one may land after a later line of the other; a line
-        read twice is one join), so a rank that prints much before it joins is not read
-        again on every poll. Counted per container: each has its own pid namespace, so
-        two replicas' rank 0 may share a pid."""
-        containers = [c for c in self.seen if c.status != "created"]
-        calls = [["logs", "--timestamps", *_since(self.joins_read_to.get(c.id)), c.id] for c in containers]
-        reads = _docker_all(*calls, text=False) if containers else []
-        for container, read in zip(containers, reads):
-            out, err = read.stdout or b"", read.stderr or b""
-            self.joins.setdefault(container.id, set()).update(joins_in(out) | joins_in(err))
-            last = max(_last_timestamp(out), _last_timestamp(err))
-            if last:
-                self.joins_read_to[container.id] = last
-        return sum(len(found) for found in self.joins.values())
+        """The ranks that joined so far, from the containers' logs (logsources.JoinReader)."""
+        return self.joins.count(self.seen)
 
     def signal(self, action: Action) -> list[str]:
         return dispatch(self.name, action, stop=self._stop, stacks=self._take_stacks, begin=self._inject,
@@ -620,7 +212,7 @@ class ComposeBackend(Backend):
         for index, hostname in sorted(self.hostnames.items()):
             if hostname not in by_service:
                 raise LabError(f"no container for node {index} ({hostname})")
-            sources.append(_log_source(index, by_service[hostname]))
+            sources.append(log_source(index, by_service[hostname]))
         tally = Tally()
         read_by_processes(rundir, sources, LOGS_TIMEOUT_S, tally, not_found=DOCKER_MISSING)
         tally.check()
@@ -635,10 +227,10 @@ class ComposeBackend(Backend):
         if self.run.how is not Bound.STARTED:
             return self._remove_leftovers()
         down = self.project("down", "--volumes", "--remove-orphans", "--timeout", "0")
-        left_containers, left_networks = _remove_by_label(self.run_id)
+        left_containers, left_networks = remove_by_label(self.run_id)
         if down.returncode != 0 and (left_containers or left_networks):
             raise LabError(f"docker compose down failed for project {self.project.name}: "
-                           f"{_last_line(down.stderr)}")
+                           f"{last_line(down.stderr)}")
         return f"removed compose project {self.project.name}"
 
     # ---- the failure lab -------------------------------------------------------------
@@ -649,7 +241,7 @@ class ComposeBackend(Backend):
             done = self.project("exec", "-T", *_AS_LAB_USER, hostname, "python3", "-m",
                                 "workloads._stacks", self.run_id, timeout=30)
             if done.returncode != 0:
-                notes.append(f"node {index}: could not ask for stacks: {_last_line(done.stderr)}")
+                notes.append(f"node {index}: could not ask for stacks: {last_line(done.stderr)}")
         time.sleep(1.5)
         return notes or ["asked every rank for its stack"]
 
@@ -668,7 +260,7 @@ class ComposeBackend(Backend):
         others through the engine: kill, pause, network disconnect, tc netem."""
         if fault.kind == "kill-rank":
             for index in sorted(self.hostnames):
-                done = _docker("exec", *_AS_LAB_USER, self._container(index), "python3", "-m",
+                done = docker("exec", *_AS_LAB_USER, self._container(index), "python3", "-m",
                                "workloads._stacks", "kill-rank", self.run_id, str(fault.target),
                                timeout=30)
                 if done.returncode == 0:
@@ -677,16 +269,16 @@ class ComposeBackend(Backend):
             raise NotYet(f"rank {fault.target} is not running yet in any container")
         cid, host = self._container(fault.target), self.hostnames[fault.target]
         if fault.kind == "kill-node":
-            _docker("kill", "--signal", "KILL", cid, check=True)
+            docker("kill", "--signal", "KILL", cid, check=True)
             return f"docker kill {host} (SIGKILL)"
         if fault.kind == "stop-node":
-            _docker("pause", cid, check=True)
+            docker("pause", cid, check=True)
             return f"docker pause {host} (cgroup freezer)"
         if fault.kind == "partition":
-            _docker("network", "disconnect", self._network(), cid, check=True)
+            docker("network", "disconnect", self._network(), cid, check=True)
             return f"docker network disconnect {self._network()} {host}"
         if fault.kind == "delay":
-            _docker("exec", "--user", "0", cid, "tc", "qdisc", "add", "dev", "eth0", "root",
+            docker("exec", "--user", "0", cid, "tc", "qdisc", "add", "dev", "eth0", "root",
                     "netem", "delay", f"{fault.ms}ms", check=True)
             return f"tc qdisc add dev eth0 root netem delay {fault.ms}ms in {host}"
         raise LabError(f"the compose backend cannot do {fault.kind}")
@@ -694,11 +286,11 @@ class ComposeBackend(Backend):
     def _heal(self, fault: Fault) -> str:
         cid, host = self._container(fault.target), self.hostnames[fault.target]
         if fault.kind == "stop-node":
-            _docker("unpause", cid, check=True)
+            docker("unpause", cid, check=True)
             return f"docker unpause {host}"
         if fault.kind == "partition":
             # the service name is how the others resolve it: give it back as an alias
-            _docker("network", "connect", "--alias", host, self._network(), cid, check=True)
+            docker("network", "connect", "--alias", host, self._network(), cid, check=True)
             return f"docker network connect {self._network()} {host}"
         raise LabError(f"the compose backend cannot end {fault.kind}")
 
@@ -706,9 +298,9 @@ class ComposeBackend(Backend):
     def find_runs(self) -> list[str]:
         key = render_compose.RUN_LABEL
         fmt = f'{{{{.Label "{key}"}}}}'
-        found = set(_docker("ps", "--all", "--filter", f"label={key}", "--format", fmt,
+        found = set(docker("ps", "--all", "--filter", f"label={key}", "--format", fmt,
                             check=True).stdout.split())
-        found |= set(_docker("network", "ls", "--filter", f"label={key}", "--format", fmt,
+        found |= set(docker("network", "ls", "--filter", f"label={key}", "--format", fmt,
                              check=True).stdout.split())
         return sorted(found)
 
@@ -716,15 +308,15 @@ class ComposeBackend(Backend):
         """A run id: the plan of a compose-started lab, from its network's `labctl.dev/spec`
         label. A run folder: the run its record names."""
         if isinstance(target, RunDir):
-            self._bind(BoundRun.of_folder(target), _Project(target.record.run_id, None, os.getcwd()))
+            self._bind(BoundRun.of_folder(target), Project(target.record.run_id, None, os.getcwd()))
             return None
         run_id = target
-        containers, networks = _labelled(run_id)
+        containers, networks = labelled(run_id)
         if not containers and not networks:
             raise UnknownRun.of(run_id, "on this Docker engine", self.find_runs())
         stored = None
         if networks:
-            inspected = json.loads(_docker("network", "inspect", *networks, check=True).stdout)
+            inspected = json.loads(docker("network", "inspect", *networks, check=True).stdout)
             stored = next((n["Labels"][SPEC_KEY] for n in inspected
                            if SPEC_KEY in (n.get("Labels") or {})), None)
         if stored is None:
@@ -733,7 +325,7 @@ class ComposeBackend(Backend):
         spec = spec_from_stored(stored, f"the network of run {run_id}")
         the_plan = make_plan(spec, container_placement(spec, "compose"), run_id)
         expected = {n.hostname for n in (*the_plan.nodes, *the_plan.services)}
-        rows = _docker("ps", "--all", "--filter", f"label={render_compose.RUN_LABEL}={run_id}", "--format",
+        rows = docker("ps", "--all", "--filter", f"label={render_compose.RUN_LABEL}={run_id}", "--format",
                        '{{.Label "com.docker.compose.service"}} {{.Label "com.docker.compose.project"}}',
                        check=True).stdout.split("\n")
         services = {r.split(" ")[0] for r in rows if r.strip()}
@@ -744,20 +336,20 @@ class ComposeBackend(Backend):
                            f"lab description (nodes {', '.join(sorted(expected))})")
         # `docker compose -p NAME up` may have renamed the project: follow the containers
         self._bind(BoundRun.of_plan(the_plan, Bound.FOUND),
-                   _Project(run_id, None, os.getcwd(), name=projects.pop() if len(projects) == 1 else None))
+                   Project(run_id, None, os.getcwd(), name=projects.pop() if len(projects) == 1 else None))
         return the_plan
 
     def _alive(self) -> bool:
-        containers, networks = _labelled(self.run_id)
+        containers, networks = labelled(self.run_id)
         return bool(containers or networks)
 
     def _remove_leftovers(self) -> str:
-        containers, networks = _labelled(self.run_id)
+        containers, networks = labelled(self.run_id)
         if not containers and not networks:
             return f"nothing left of run {self.run_id}: no containers or networks"
         self.project("down", "--volumes", "--remove-orphans", "--timeout", "0")
         # Whatever compose did not remove (e.g. a project renamed by hand) goes by label.
-        left_containers, left_networks = _remove_by_label(self.run_id)
+        left_containers, left_networks = remove_by_label(self.run_id)
         if left_containers or left_networks:
             raise LabError(f"could not remove {len(left_containers)} container(s) and "
                            f"{len(left_networks)} network(s) of run {self.run_id}; see: docker ps -a "
@@ -765,36 +357,3 @@ class ComposeBackend(Backend):
         return (f"removed {len(containers)} container(s) and {len(networks)} network(s) "
                 f"of run {self.run_id} (compose project {self.project.name})")
 
-
-def _log_source(index: int, c: _Container) -> ProcessSource:
-    """Where a container's log comes from: `docker logs`, byte for byte as its processes
-    wrote it (stdout and stderr in the engine's order: both go to the one file). A stopped
-    container's log no longer changes, so its last entry is asked for while the whole log
-    is read (`--tail 1`, the witness): the file must end with it (empty only when the
-    container printed nothing)."""
-    witness = None if c.running else ["docker", "logs", "--tail", "1", c.id]  # a running one grows on
-    return ProcessSource(index, c.service, ["docker", "logs", c.id], f"docker logs {c.service}",
-                         witness, f"docker logs --tail 1 {c.service}", holder="the engine")
-
-
-def _labelled(run_id: str) -> tuple[list[str], list[str]]:
-    """Ids of the containers and networks that carry the run's label (asked at once)."""
-    label = f"label={render_compose.RUN_LABEL}={run_id}"
-    ps, nets = _docker_all(["ps", "--all", "--quiet", "--filter", label],
-                           ["network", "ls", "--quiet", "--filter", label])
-    for done in (ps, nets):
-        if done.returncode != 0:
-            raise LabError(f"docker {' '.join(done.args[1:3])} failed: {_last_line(done.stderr)}")
-    return ps.stdout.split(), nets.stdout.split()
-
-
-def _remove_by_label(run_id: str) -> tuple[list[str], list[str]]:
-    """Force-remove the run's labelled containers and networks; returns what could not be removed."""
-    containers, networks = _labelled(run_id)
-    if not containers and not networks:
-        return [], []
-    if containers:
-        _docker("rm", "--force", "--volumes", *containers)
-    if networks:
-        _docker("network", "rm", *networks)
-    return _labelled(run_id)
