@@ -16,6 +16,7 @@ from workloads._protocol.results import MAX_TOTAL_NODES
 from ..errors import LabError, Refused
 from ..plugins import part
 from ..tables import table
+from .linkrates import pair_caps
 
 bench = part("bench")
 
@@ -104,18 +105,7 @@ def replay_network(results: list[dict], nodes: int, ranks_per_node: int, overrid
         into = [v for (a, b), v in matrix.items() if b == i]
         egress.append(max(out) if out else fallback)
         ingress.append(max(into) if into else fallback)
-    pair: dict[tuple[int, int], float] = {}
-    latency: dict[tuple[int, int], float] = {}
-    for a in range(nodes):
-        for b in range(nodes):
-            if a == b or links is None:
-                continue
-            rule = links.pair(a, b).rate_bps
-            if rule:
-                pair[(a, b)] = rule / 8
-            delay = links.path(a, b).latency_us
-            if delay:
-                latency[(a, b)] = delay * 1e-6
+    pair, latency = pair_caps(links, nodes)
     if matrix:
         nominal = {k: min(egress[k[0]], ingress[k[1]], pair.get(k, math.inf)) for k in matrix
                    if max(k) < nodes}

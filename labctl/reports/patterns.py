@@ -21,6 +21,7 @@ from workloads._protocol.results import MAX_TOTAL_NODES
 
 from ..plugins import part
 from ..tables import table
+from .linkrates import pair_caps
 
 cost = part("_patterncost")
 
@@ -64,18 +65,7 @@ def network(run, nodes: int, per_node: int, overrides: dict | None):
         rate = links.node(i).rate_bps
         egress.append(rate / 8 if rate else math.inf)
         ingress.append(rate / 8 if rate else math.inf)
-    pair: dict[tuple[int, int], float] = {}
-    latency: dict[tuple[int, int], float] = {}
-    for a in range(nodes):
-        for b in range(nodes):
-            if a == b:
-                continue
-            rule = links.pair(a, b).rate_bps
-            if rule:
-                pair[(a, b)] = rule / 8
-            delay = links.path(a, b).latency_us
-            if delay:
-                latency[(a, b)] = delay * 1e-6
+    pair, latency = pair_caps(links, nodes)
     said = "; ".join(links.describe(nodes)) + (" (with --link)" if overrides else "")
     said += f"; ranks of one node: loopback {LOOPBACK_Bps / 1e9:g} GB/s; no per-message overhead (α = 0)"
     return Network(nodes, tuple(egress), tuple(ingress), pair, latency, per_node), said
