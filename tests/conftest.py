@@ -63,6 +63,19 @@ def labctl_in_background(folder: Path, *args: str):
                 proc.wait()
 
 
+@pytest.fixture(scope="session")
+def default_lab_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`labctl up`, the default lab (2 nodes x 2 processes, every default workload), run once
+    for the whole session: tests/test_cli.py checks its folder and the CLI around it,
+    tests/test_html_report.py its page, tests/test_tour.py the README's `labctl up` line.
+    Run from a folder of its own with `--out run` (its stdout names `run/...`); its users
+    only read it (the page's test has `labctl report --format html` write the same page
+    again). Returns (run folder, the finished `labctl up`)."""
+    folder = tmp_path_factory.mktemp("default-lab")
+    done = labctl("up", "--out", "run", cwd=folder)
+    return folder / "run", done
+
+
 @pytest.fixture
 def write_script(tmp_path):
     def write(body: str, name: str = "script.py") -> Path:

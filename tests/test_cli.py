@@ -102,11 +102,11 @@ def test_an_unwritable_run_folder_is_a_one_line_refusal(tmp_path):
 
 
 @pytest.mark.slow
-def test_default_lab_passes_and_its_run_folder_answers_logs_and_report(tmp_path):
-    done = labctl("up", "--out", "run", cwd=tmp_path)
+def test_default_lab_passes_and_its_run_folder_answers_logs_and_report(default_lab_run):
+    run, done = default_lab_run                   # `labctl up --out run`, shared (conftest.py)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "# Lab lab: PASSED" in done.stdout
-    run = tmp_path / "run"
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "passed" and status["checks"]["failed"] == 0
     for name in ("spec.yaml", "plan.json", "results.jsonl", "report.md",

@@ -190,10 +190,17 @@ def test_the_tour_block_is_read_as_the_readme_has_it():
     assert background and all(lines[background[0] - 1].command.startswith("labctl up") for _ in background)
     for pattern, _, _ in EXPECTED:
         assert [x for x in lines if pattern.search(x.command)], f"the tour has no line {pattern.pattern}"
+    assert set(SHARED) <= {x.command for x in local(lines)}          # the shared lines are the tour's
+
+
+# A line this session runs once for several tests: checked on that run, not run again.
+# `labctl up` (the default lab): conftest.default_lab_run, the same command with `--out run`
+# (tests/test_cli.py checks its folder and its CLI, tests/test_html_report.py its page).
+SHARED = {"labctl up": "default_lab_run"}
 
 
 @pytest.mark.slow
-def test_every_local_command_of_the_readme_s_tour_runs_as_written(tmp_path):
+def test_every_local_command_of_the_readme_s_tour_runs_as_written(tmp_path, request):
     t = Tour(tmp_path)
     lines = local(tour())
     i = 0
@@ -208,8 +215,12 @@ def test_every_local_command_of_the_readme_s_tour_runs_as_written(tmp_path):
             continue
         for command in variants(line.command):
             command = t.resolve(command)
-            done = t.run(command)
-            print(f"{t.times[-1][1]:6.1f} s  {command}", flush=True)
+            if command in SHARED:
+                _, done = request.getfixturevalue(SHARED[command])
+                print(f"shared  {command}  ({SHARED[command]})", flush=True)
+            else:
+                done = t.run(command)
+                print(f"{t.times[-1][1]:6.1f} s  {command}", flush=True)
             said = done.stdout[-3000:] + done.stderr[-3000:]
             want = next(((code, check) for pattern, code, check in EXPECTED if pattern.search(command)), (0, None))
             assert done.returncode == want[0], f"{command}: exit {done.returncode}\n{said}"
