@@ -31,7 +31,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from workloads._protocol.ops import CALLS, STORE_OPS, STORE_READS
+from workloads._protocol.ops import CALLS, DEFAULT_PG, P2P, STORE_OPS, STORE_READS
 
 from . import blame, stackdumps, torchsays, tracebacks
 from .outcome import NodeOutcome, NodeState, RunState, spared
@@ -148,8 +148,8 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             _the_leavers_waited_for(first, diagnosis)
         if first is not None:
             _name_the_call(first, ev.ended_at, where)
-            _destroyed_first(first, ev.destroyed)
-            first = _named_by_torch(first, ev.found, out.world_size) or first
+            _destroyed_first(first, ev.destroyed, ev.ended_at)
+            first = _named_by_torch(first, ev.found, out.world_size, ev.ended_at) or first
             _everyone_raised_it(first, ev.found)
             first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at) or first
             first = _deleted_before_it_was_read(first, ev.found, ev.ended_at, ev.deleted) or first
@@ -280,7 +280,8 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     first.op, first.caller = op, caller
 
 
-def _named_by_torch(first: FirstFailure, found: blame.Findings, world: int | None) -> FirstFailure | None:
+def _named_by_torch(first: FirstFailure, found: blame.Findings, world: int | None,
+                    ended_at: dict[int, dict] | None = None) -> FirstFailure | None:
     """torch's own check named the rank at fault in another rank's error (torchsays.py): a
     first failure that is not that rank is its victim. The named rank is the first failure,
     the victim its `peer_rank`/`peer_error`; the op is the check's call (the monitored
@@ -293,6 +294,11 @@ def _named_by_torch(first: FirstFailure, found: blame.Findings, world: int | Non
         return None
     said = found.errors.get(named.by) or {}
     at = f"{said['file']}:{said['line']}" if said.get("file") else None
+    if named.op == torchsays.MONITORED_BARRIER and _waited_for_the_caller(named, ended_at or {}):
+        # the ranks it names sat in a collective of everyone's group that the caller never
+        # entered: they waited for it; its monitored_barrier was the odd call
+        return FirstFailure(named.by, blame.node_of_rank(named.by, found), found.exit_codes.get(named.by),
+                            error=dict(said) or None, blamed_for="odd call", op=named.op, caller=at)
     if first.rank is not None and first.rank in named.ranks:      # the first failure is among them: it stays
         if named.op is not None and len(named.ranks) == 1:
             first.op = named.op
@@ -306,6 +312,19 @@ def _named_by_torch(first: FirstFailure, found: blame.Findings, world: int | Non
                         ranks=list(named.ranks) if one is None else None, error=own,
                         peer_rank=named.by, peer_error=dict(said) or {"exception": named.text},
                         blamed_for="named by torch", op=named.op or first.op, caller=caller or first.caller)
+
+
+def _waited_for_the_caller(named: torchsays.Named, ended_at: dict[int, dict]) -> bool:
+    """Every rank a monitored barrier named ended inside one collective of the default
+    group (a plain `barrier`) that the barrier's caller did not end in."""
+    ends = [ended_at.get(r) or {} for r in named.ranks]
+    if not ends or any(not e.get("inside") or e.get("op") in CALLS or e.get("op") in P2P
+                       or not str(e.get("pg") or "").startswith(DEFAULT_PG) for e in ends):
+        return False
+    if len({(e.get("op"), e.get("pg")) for e in ends}) != 1:
+        return False
+    mine = ended_at.get(named.by) or {}
+    return not (mine.get("inside") and mine.get("op") == ends[0].get("op"))
 
 
 def _everyone_raised_it(first: FirstFailure, found: blame.Findings) -> None:
@@ -420,13 +439,17 @@ def _polls_apart(found: blame.Findings, ended_at: dict[int, dict], world: int | 
                         ranks=odd if one is None else None, hang=True, op=ended["op"], caller=ended.get("caller"))
 
 
-def _destroyed_first(first: FirstFailure, destroyed: dict[int, str]) -> None:
+def _destroyed_first(first: FirstFailure, destroyed: dict[int, str], ended_at: dict[int, dict]) -> None:
     """A rank that raised "not initialized" (or "destroyed") after destroying the group
-    itself: the destroy is the call to name, its line the one to show (its error's line
-    is where it found out)."""
+    itself, or one the others waited for whose records end with that destroy (it tore the
+    group down and re-made it alone: an in-process restart): the destroy is the call to
+    name, its line the one to show (its error's line is where it found out)."""
     if first.rank is None or first.rank not in destroyed or first.left_early:
         return
-    if says_uninitialized((first.error or {}).get("exception")):
+    ended = ended_at.get(first.rank) or {}
+    waited_for = first.blamed_for == "absence" or first.hang
+    if says_uninitialized((first.error or {}).get("exception")) or \
+            (waited_for and ended.get("op") == "destroy_process_group" and not ended.get("inside")):
         first.op, first.caller = "destroy_process_group", destroyed[first.rank]
 
 

@@ -1350,6 +1350,36 @@ def test_a_recv_from_a_rank_that_sent_it_nothing_blames_the_receiver(tmp_path):
                                 "rank 0's send to rank 1 at job.py:9 was never received (the wrong source?)")
 
 
+def test_a_recv_from_a_peer_that_skipped_it_in_an_all_to_all_exchange_blames_the_peer(tmp_path):
+    """An MoE dispatch: every rank isends a count to every peer from line 25, then receives
+    from each in rank order. Rank 2 routed nothing to rank 0 and sent it no count: rank 0
+    waits to receive from rank 2 while rank 3's count to it waits unreceived. Every other
+    rank sent to every peer from line 25; rank 2 skipped rank 0: the cause is its send."""
+    def sends(r, skip=()):
+        return [{"op": "send", "api": "isend", "p2p": i + 1, "peer": p, "t": 1 + i, "end": 2 + i,
+                 "caller": "job.py:25"} for i, p in enumerate(p for p in range(4) if p != r and p not in skip)]
+
+    def recvs(r, peers):
+        return [{"op": "recv", "p2p": 1, "peer": p, "t": 9 + i, "end": 10 + i, "caller": "job.py:32"}
+                for i, p in enumerate(peers)]
+
+    ranks = {0: sends(0) + recvs(0, [1]) + [{"op": "recv", "p2p": 1, "peer": 2, "t": 11, "caller": "job.py:32"}],
+             1: sends(1) + recvs(1, [0, 2, 3]), 2: sends(2, skip=(0,)) + recvs(2, [0, 1, 3]),
+             3: sends(3) + recvs(3, [0, 1, 2])}
+    d = trace.diagnosis(_diagnosed(tmp_path, ranks)).to_dict()
+    assert (d["rank"], d["op"], d["caller"]) == (2, "isend", "job.py:25"), d
+    assert d["text"].startswith("rank 2 sent to rank(s) 1, 3 at job.py:25 but not as often to rank 0"), d["text"]
+    # a ring (each rank sends to one neighbour from that line): no exchange to skip in, the
+    # receiver that waits on a rank that sent it nothing named the wrong source
+    ring = {r: [{"op": "send", "api": "isend", "p2p": 1, "peer": (r + 1) % 4, "t": 1, "end": 2, "caller": "job.py:25"}]
+            for r in range(4)}
+    for r in (1, 2, 3):
+        ring[r] = ring[r] + [{"op": "recv", "p2p": 1, "peer": r - 1, "t": 3, "end": 4, "caller": "job.py:32"}]
+    ring[0] = ring[0] + [{"op": "recv", "p2p": 1, "peer": 1, "t": 3, "caller": "job.py:32"}]
+    d = trace.diagnosis(_diagnosed(tmp_path / "ring", ring)).to_dict()
+    assert (d["rank"], d["op"]) == (0, "recv"), d
+
+
 def test_a_send_and_the_recv_that_took_it_with_other_sizes_is_a_mismatch(tmp_path):
     """Rank 0 sent 12 bytes where rank 1's recv took 20: gloo completes it; the pair's
     sizes differ, said as the completed mismatch of a run that passed."""
@@ -1389,6 +1419,26 @@ def test_a_straggler_is_summed_up_per_rank(tmp_path):
     assert found["text"] in trace.text(s)
     s = _diagnosed(tmp_path / "even", {r: loop(r, lambda r, i: 3 * ((r + i) % 3)) for r in range(3)})
     assert trace.straggler(s) is None and "arrived last at" not in trace.text(s)
+
+
+def test_a_rank_whose_few_late_arrivals_make_most_of_the_waiting_is_the_straggler(tmp_path):
+    """Rank 1 does extra work every step (an SVD for its logs) before the first of six
+    all_reduces: last at only 12 of 72 collectives by the share rule, yet 400 ms each time,
+    where the others' turns at last are 1 ms: it made nearly all the waiting."""
+    def steps(rank):
+        ops, seq = [], 0
+        for step in range(12):
+            for i in range(6):
+                seq += 1
+                t = seq * 1000                       # ms
+                late = 400 if (rank == 1 and i == 0) else (rank + seq) % 3
+                ops.append({"op": "all_reduce", "seq": seq, "t": t + late, "end": t + 500,
+                            "caller": "job.py:34"})
+        return ops
+
+    found = trace.straggler(_diagnosed(tmp_path, {r: steps(r) for r in range(3)}))
+    assert (found["rank"], found["op"], found["caller"]) == (1, "all_reduce", "job.py:34"), found
+    assert found["text"].startswith("rank 1 kept the others waiting"), found["text"]
 
 
 def test_a_mismatch_that_completed_is_kept_for_a_run_that_passed(tmp_path):

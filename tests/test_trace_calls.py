@@ -137,6 +137,9 @@ elif rank == 0:
     store.wait(["read"])
     dist.send(torch.ones(4), dst=1)
 dist.barrier()
+from torch.distributed.tensor import DTensor, Shard, init_device_mesh
+mesh = init_device_mesh("cpu", (3,))
+whole = DTensor.from_local(torch.ones(2, 2), mesh, [Shard(0)]).full_tensor()
 dist.destroy_process_group()
 """
 
@@ -162,6 +165,12 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
     assert f"rank 1 read the buffer of its irecv at {script}:21 before waiting" in notes, notes
     assert f"rank 2 received from any source at lines 14, 16 of {script}" in notes, notes
     assert "came from ranks 1, 0 in that order" in notes, notes
+    # the call DTensor's gather came from is the method the script's line called
+    # (full_tensor), not the private machinery under it (redistribute_local_tensor)
+    sites = [json.loads(line.split(" ", 1)[1]) for path in sorted((out / "records").glob("rank-*.rec"))
+             for line in path.read_bytes().rstrip(b"\0").decode().splitlines() if line.startswith("@@labctl-trace {")]
+    at_30 = {s.get("api") or s["op"] for s in sites if s.get("caller") == f"{script}:30"}
+    assert at_30 == {"full_tensor"}, at_30
 
 def test_a_line_that_keeps_what_recv_returns_does_not_drop_the_sender():
     from workloads._trace.calls import drops_result

@@ -362,6 +362,30 @@ def test_a_rank_torch_s_monitored_barrier_names_is_the_cause_not_the_rank_that_r
     assert first.describe().startswith("rank 2 on node 0 is the rank torch's own check named in monitored_barrier")
 
 
+def test_a_monitored_barrier_that_names_ranks_waiting_in_a_plain_barrier_blames_its_caller():
+    """Only rank 0 called monitored_barrier; ranks 1 and 2 sat in a plain barrier of the
+    default group, which rank 0 never entered: torch names 1 and 2, yet they waited for
+    rank 0, whose monitored_barrier was the odd call. A named rank that ended outside any
+    collective (held in its own code) stays the one torch named."""
+    said = {"exception": "RuntimeError: [Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 10000 ms",
+            "file": "/x/job.py", "line": 20, "function": "sync", "called": "monitored_barrier"}
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={0: 1, 1: 1, 2: 1}, errors={0: said},
+                     root_causes={0: 0}, node_ranks={0: [0, 1, 2]})
+    failed = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    waiting = {r: {"op": "barrier", "caller": "/x/job.py:22", "inside": True, "pg": "default_pg"} for r in (1, 2)}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found,
+                                  ended_at=waiting), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller, first.blamed_for) == (0, "monitored_barrier", "/x/job.py:20",
+                                                                       "odd call"), first
+    held = {**waiting, 2: {"op": "all_reduce", "caller": "/x/job.py:9", "inside": False, "pg": "default_pg"}}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found,
+                                  ended_at=held), "runs/x")
+    assert rec.first_failure.ranks == [1, 2] and rec.first_failure.blamed_for == "named by torch"
+
+
 def test_a_rank_that_destroyed_its_group_is_named_with_the_destroy():
     """Rank 1 raised "not initialized" at its all_reduce on line 15: its own
     destroy_process_group on line 14 is the call to name."""
@@ -376,6 +400,24 @@ def test_a_rank_that_destroyed_its_group_is_named_with_the_destroy():
     assert "its own destroy_process_group at /x/job.py:14 had torn the group down" in first.describe()
     rec = _decide(Seen(Ending.NODE_FAILED, [failed, _ok(1)]), found)          # no destroy recorded: its own line
     assert (rec.first_failure.op, rec.first_failure.caller) == ("all_reduce", "/x/job.py:15")
+
+
+def test_a_rank_the_others_wait_for_whose_records_end_with_its_destroy_is_named_with_it():
+    """An in-process restart on one rank: rank 1 destroyed the group (line 33) and re-made
+    it alone, while ranks 0 and 2 wait in an all_reduce it never entered. The destroy is the
+    call to name, not the all_reduce it missed; a rank whose records end elsewhere after a
+    destroy long before keeps the collective."""
+    hang = {"rank": 1, "ranks": [1], "op": "all_reduce", "caller": "/x/job.py:21",
+            "text": "ranks 0, 2 wait in all_reduce (collective #3 of default_pg) which rank 1 never entered"}
+    ended = {1: {"op": "destroy_process_group", "caller": "/x/job.py:33", "inside": False}}
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=Diagnosis.from_dict(hang),
+                  ended_at=ended, destroyed={1: "/x/job.py:33"})
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (1, "destroy_process_group", "/x/job.py:33"), first
+    later = {1: {"op": "all_reduce", "caller": "/x/job.py:40", "inside": False}}
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=Diagnosis.from_dict(hang),
+                  ended_at=later, destroyed={1: "/x/job.py:33"})
+    assert rec.first_failure.op == "all_reduce", rec.first_failure
 
 
 def test_a_rank_held_in_a_store_read_is_named_with_it():

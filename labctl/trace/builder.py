@@ -107,7 +107,7 @@ class RankBuilder:
             inside = bool(pending)
             op = max(pending.values(), key=lambda o: o.start) if inside else self.last_op
             self.info.ended_at = {"op": op.call, "caller": op.caller, "inside": inside, "root": op.root,
-                                 "key": op.key}
+                                 "key": op.key, "pg": op.pg}
         ops = [self._unfinished(op) for op in pending.values()]
         self.pending = OrderedDict()
         self._before = {}

@@ -14,6 +14,8 @@ from .model import Diagnosis, Mismatch, Op, Stuck, Summary
 STRAGGLER_SHARE = 0.75              # a rank last at this share of its collectives (at least
 STRAGGLER_MIN = 4                   # this many), typically this late, is the run's straggler
 STRAGGLER_NS = 20_000_000
+STRAGGLER_SHARE_OF_WAIT = 0.8       # or: a rank that caused this share of all the waiting at collectives,
+STRAGGLER_WAIT_NS = 1_000_000_000   # this much in all (its worst once left out), in many short waits
 
 
 def _differs(seen: dict[int, Op]) -> list[str]:
@@ -277,6 +279,9 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
             return op.peer, [op.peer], send.call, caller, [
                 f"rank {op.peer} sent to rank {dst} at {caller}, and rank {dst} never received it, while "
                 f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (a send to the wrong peer?)"]
+    skipped = _skipped_a_peer(s)
+    if skipped is not None:
+        return skipped
     wrong_source = _waits_on_the_wrong_source(s)
     if wrong_source is not None:
         return wrong_source
@@ -301,6 +306,34 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     mine = next(op for op in blocked if op.rank == ranks[0])
     culprit = ranks[0] if len(ranks) == 1 else None
     return culprit, ranks, mine.call, mine.caller, []
+
+
+def _skipped_a_peer(s: Summary) -> tuple[int | None, list[int], str | None, str | None, list[str]] | None:
+    """A rank waiting to receive from a peer that sent it fewer messages than it sent the
+    others from one line, where every other rank sent every other rank alike from that line
+    (an all-to-all exchange: an MoE dispatch, a round of counts): the peer skipped a send
+    (nothing to route there, so no count either). None: no such receive."""
+    for op in s.blocked_p2p:
+        if op.op not in RECVS or op.peer is None:
+            continue
+        sender = op.peer
+        for (pg, src, caller), site in s.send_sites.items():
+            if pg != op.pg or src != sender:
+                continue
+            others = {r: o.sent for (g, r, c), o in s.send_sites.items() if g == pg and c == caller and r != sender}
+            everyone = set(others) | {sender, op.rank}
+            if len(everyone) < 3 or not any(op.rank in sent for sent in others.values()):
+                continue
+            alike = all(len({sent.get(d, 0) for d in everyone - {r}}) == 1 for r, sent in others.items())
+            rest = [site.sent.get(d, 0) for d in everyone - {sender, op.rank}]
+            if alike and rest and site.sent.get(op.rank, 0) < min(rest):
+                send = site.send
+                to = ", ".join(map(str, sorted(d for d in site.sent if d != op.rank)))
+                return sender, [sender], send.call, send.caller, [
+                    f"rank {sender} sent to rank(s) {to} at {send.caller} but not as often to rank {op.rank}, "
+                    f"which waits to receive from it at {op.caller}; every other rank sent to every peer alike "
+                    f"from that line (rank {sender} skipped a send?)"]
+    return None
 
 
 def _waits_on_the_wrong_source(s: Summary) -> tuple[int | None, list[int], str | None, str | None, list[str]] | None:
@@ -352,18 +385,32 @@ def _left_in_a_mismatch(s: Summary) -> Mismatch | None:
 
 def straggler(s: Summary) -> dict[str, Any] | None:
     """The rank that arrived last at most of its collectives (STRAGGLER_SHARE of at least
-    STRAGGLER_MIN), typically STRAGGLER_NS or more after the first: status.json's
+    STRAGGLER_MIN), typically STRAGGLER_NS or more after the first; else the rank whose
+    late arrivals made most of all the waiting (STRAGGLER_SHARE_OF_WAIT, STRAGGLER_WAIT_NS
+    without its worst: extra work every step, before one of many collectives): status.json's
     `trace.straggler`. None: no rank stands out."""
     found = [(late.last, late.late_ns, rank) for rank, late in s.lateness.items()
              if late.last >= max(STRAGGLER_MIN, STRAGGLER_SHARE * late.collectives)
              and late.typical_ns >= STRAGGLER_NS]
-    if not found:
+    if found:
+        rank = max(found)[2]
+        late = s.lateness[rank]
+        call, caller = late.most() or (None, None)
+        mean = late.late_ns / late.last / 1e6
+        return {"rank": rank, "ranks": [rank], "op": call, "caller": caller, "last": late.last,
+                "of": late.collectives, "late_ms": round(mean, 3),
+                "text": f"rank {rank} arrived last at {late.last} of {late.collectives} collectives, by "
+                        f"{mean:.0f} ms on average (most often in {call} at {caller})"}
+    total = sum(late.late_ns for late in s.lateness.values())
+    rank, late = max(s.lateness.items(), key=lambda kv: kv[1].late_ns, default=(None, None))
+    if late is None or not total or late.last < STRAGGLER_MIN or late.late_ns < STRAGGLER_SHARE_OF_WAIT * total \
+            or late.late_ns - late.worst_ns < STRAGGLER_WAIT_NS:
         return None
-    rank = max(found)[2]
-    late = s.lateness[rank]
     call, caller = late.most() or (None, None)
-    mean = late.late_ns / late.last / 1e6
     return {"rank": rank, "ranks": [rank], "op": call, "caller": caller, "last": late.last,
-            "of": late.collectives, "late_ms": round(mean, 3),
-            "text": f"rank {rank} arrived last at {late.last} of {late.collectives} collectives, by "
-                    f"{mean:.0f} ms on average (most often in {call} at {caller})"}
+            "of": late.collectives, "late_ms": round(late.late_ns / late.last / 1e6, 3),
+            "text": f"rank {rank} kept the others waiting {late.late_ns / 1e9:.1f} s in all "
+                    f"({100 * late.late_ns / total:.0f} % of all the waiting at collectives), arriving last at "
+                    f"{late.last} of {late.collectives} (most often in {call} at {caller})"}
+
+

@@ -20,7 +20,8 @@ from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
 from .matcher import mismatch_of, mismatch_text, splits_mismatch, stuck_collectives
 from .calls import odd_new_group
-from .model import MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, Straggler, Stuck, Summary, Unreceived
+from .model import (MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, SendSite, Straggler, Stuck,
+                    Summary, Unreceived)
 
 TRACE_FILE = "trace.json"
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
@@ -28,6 +29,7 @@ MIN_PENDING_PER_RANK = 10_000       # (about 400 B each), shared out, but at lea
 MAX_LANES = 16                      # threads per rank for overlapping ops; past that: async events
 LANE_TID = 1_000_000                # a lane's thread id: rank + lane * LANE_TID
 MAX_UNFINISHED_DRAWN = 10_000       # ops never ended drawn to the trace's end; the rest: instants
+MAX_SEND_SITES = 10_000             # (group, sender, line) kept for the shape of an exchange
 
 
 def _flow_id(pg: str, src: int, dst: int, k: int) -> int:
@@ -69,6 +71,7 @@ class _Merge:
         self.last_send: dict[tuple[str, int, int], Op] = {}   # (pg, src, dst) -> its last send
         self.last_recv: dict[tuple[str, int, int], Op] = {}   # ... -> the last receive of one
         self.received: dict[tuple[str, int, int], int] = {}
+        self.send_sites: dict[tuple[str, int, str], SendSite] = {}   # (pg, src, caller) -> its sends' shape
         self.pairs = _P2pPairs(summary)
         # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
         self.open: dict[tuple[str, int], dict[int, tuple[int, Op]]] = {}
@@ -202,6 +205,11 @@ class _Merge:
             key = (op.pg, op.rank, op.peer)
             k = self.sent[key] = self.sent.get(key, 0) + 1
             self.last_send[key] = op
+            site = self.send_sites.get((op.pg, op.rank, op.caller))
+            if site is None and len(self.send_sites) < MAX_SEND_SITES:
+                site = self.send_sites[(op.pg, op.rank, op.caller)] = SendSite(op, {})
+            if site is not None:
+                site.sent[op.peer] = site.sent.get(op.peer, 0) + 1
             self.event({"ph": "s", "id": _flow_id(op.pg, op.rank, op.peer, k), "name": "p2p",
                         "cat": "p2p", "pid": node, "tid": tid, "ts": _us(start)})
             self.s.flows += 1
@@ -292,6 +300,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         m.finish(end)
         summary.unmatched_sends = {key: Unreceived(m.last_send[key], n, m.received.get(key, 0), m.last_recv.get(key))
                                    for key, n in m.sent.items() if n > m.received.get(key, 0)}
+        summary.send_sites = m.send_sites
         summary.stragglers = [s for _, _, s in sorted(m.worst, key=lambda x: (-x[0], x[1]))]
         expected = range(world) if world is not None else sorted(logs)
         summary.missing_ranks = [r for r in expected if summary.ranks.get(r) is None

@@ -308,6 +308,14 @@ class Unreceived:
 
 
 @dataclass(frozen=True)
+class SendSite:
+    """One line of the script that sent from one rank: one of its sends, and how many it
+    sent to each rank from there (an exchange's shape: to every peer, or to one neighbour)."""
+    send: Op
+    sent: dict[int, int]
+
+
+@dataclass(frozen=True)
 class Hazard:
     """A call torch let pass that is almost always a bug, seen in a rank's calls (status.json's
     `trace.hazard`): a collective on a group the rank is not a member of (torch returns at
@@ -411,6 +419,7 @@ class Summary:
     lateness: dict[int, Lateness] = field(default_factory=dict)  # rank -> how often it arrived last
     blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
     unmatched_sends: dict[tuple[str, int, int], "Unreceived"] = field(default_factory=dict)  # (pg, src, dst) ->
+    send_sites: dict[tuple[str, int, str], SendSite] = field(default_factory=dict)  # (pg, src, caller) ->
     calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS
     group_mismatch: "Mismatch | None" = None   # the ranks whose new_group members differed (labctl/trace/calls.py)
 

@@ -86,6 +86,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
 # cycle, which every member must go through alike, and the store calls a script makes
 # itself: reads block until another rank writes (a rank held there holds up the others), a
 # counter's add and a delete decide what the others' reads find
+DEFAULT_PG = "default_pg"           # the name the trace gives the default group (a new generation: "default_pg@2")
 LIFECYCLE_CALLS = ("new_group", "destroy_process_group")
 STORE_CALLS = ("get", "wait", "add", "delete_key")   # Store methods, traced as "store.get" ...
 STORE_OPS = frozenset(f"store.{name}" for name in STORE_CALLS)

@@ -25,7 +25,7 @@ _call_sites: dict[tuple, int] = {}
 def _group_name(group: Any) -> str:
     """The trace's name of the group a call acts on (None: the default group)."""
     if group is None:
-        return "default_pg"
+        return ops.DEFAULT_PG
     named = _groups.get(id(group))
     if named is not None and named[0]() is group:
         return named[1]
@@ -73,7 +73,7 @@ def _record(name: str, pg: str, members: list[int] | None, key: str | None, call
 def _lifecycle(name: str, original: Any) -> Any:
     def traced(*args: Any, **kwargs: Any) -> Any:
         if name == "new_group":
-            members, pg = _members(args[0] if args else kwargs.get("ranks")), "default_pg"
+            members, pg = _members(args[0] if args else kwargs.get("ranks")), ops.DEFAULT_PG
         else:
             members, pg = None, _group_name(args[0] if args else kwargs.get("group"))
         result = _record(name, pg, members, None, lambda: original(*args, **kwargs), sys._getframe(1))

@@ -113,7 +113,7 @@ def _name_group(group: Any) -> tuple[Any, str, list[int]]:
     c10d = dist.distributed_c10d
     world = getattr(getattr(c10d, "_world", None), "default_pg", None)
     if group is world:
-        name = "default_pg"
+        name = ops.DEFAULT_PG
     else:
         desc = getattr(group, "group_desc", "") or ""
         name = desc if desc and desc != "undefined" else f"pg{getattr(group, 'group_name', id(group))}"

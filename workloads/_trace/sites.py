@@ -104,6 +104,7 @@ _USER, _PLAIN, _GRAPH = 1, 0, 2     # _GRAPH: torch.compile's generated graph co
 # loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
 _frames: dict[int, Any] = {}         # id(code) -> _USER, _PLAIN, or the torch.distributed function's name
 _names: dict[int, Any] = {}          # id(code of the direct caller) -> the op's name (isend ...) or None
+_methods: dict[int, Any] = {}        # id(code) -> a public torch.distributed method's name, or None
 _codes: list[Any] = []               # every code in either: alive, so that their ids stay theirs
 _WRAPPERS = frozenset({"wrapper", "_wrapper", "inner", "decorator", "decorate_context", "_fn"})
 _PUBLIC: frozenset[str] = frozenset()
@@ -125,15 +126,16 @@ def forgetting_frames() -> Any:
     before install torch's folder is not known, and they would stay classified wrong); a
     frame there outside the recorder is the user's."""
     global _torch_dir
-    known, kept, torch_dir = set(_frames), len(_codes), _torch_dir
+    known, kept, torch_dir = {id(c) for c in _codes}, len(_codes), _torch_dir
     if not torch_dir:
         _torch_dir = os.sep + "\0"     # no path: the first frame outside the recorder is the user's
     try:
         yield
     finally:
         _torch_dir = torch_dir
-        for key in [key for key in _frames if key not in known]:
-            del _frames[key]
+        for table in (_frames, _names, _methods):
+            for key in [key for key in table if key not in known]:
+                del table[key]
         del _codes[kept:]
 
 
@@ -155,6 +157,24 @@ def _public_function(code: Any, path: str) -> bool:
         return False
     inside = path.split(os.sep + "distributed" + os.sep, 1)[1]
     return not any(part.startswith("_") for part in inside.split(os.sep)[:-1])
+
+
+def _public_method(code: Any) -> str | None:
+    """The name of a public torch.distributed class's public method (DTensor.full_tensor,
+    a pipeline schedule's step), else None: the call the script's line made when it is the
+    frame right inside the script's (the collective DTensor issues under it comes from
+    private machinery, `redistribute_local_tensor`)."""
+    path, qualname = code.co_filename, getattr(code, "co_qualname", code.co_name)
+    found = None
+    if _torch_dir and path.startswith(_torch_dir) and os.sep + "distributed" + os.sep in path:
+        parts = qualname.split(".")
+        inside = path.split(os.sep + "distributed" + os.sep, 1)[1]
+        if len(parts) == 2 and all(p[:1].isalpha() for p in parts) and "<" not in qualname \
+                and not any(part.startswith("_") for part in inside.split(os.sep)[:-1]):
+            found = parts[1]
+    _methods[id(code)] = found
+    _codes.append(code)
+    return found
 
 
 def _classify(code: Any) -> Any:
@@ -229,12 +249,18 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
     3,000-line module; the site's S line, written once, has the line (`_line_of`)."""
     api = None
     get = _frames.get
+    inner = None
     while frame is not None:
         code = frame.f_code
         kind = get(id(code))
         if kind is None:
             kind = _classify(code)
         if kind is _USER:
+            if inner is not None:
+                method = _methods.get(id(inner), False)
+                if method is False:
+                    method = _public_method(inner)
+                api = method or api
             return code, frame.f_lasti, api
         if kind is _GRAPH:
             origin = _graph_origin(frame)
@@ -242,6 +268,7 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
                 return origin, 0, api
         elif kind is not _PLAIN:
             api = kind
+        inner = code
         frame = frame.f_back
     return None, 0, api
 
