@@ -9,6 +9,7 @@ import pytest
 
 from workloads import _benchmath, _costmodel
 from workloads._protocol import algorithms as A
+from workloads._protocol import schedules
 from workloads._protocol import exercises
 from workloads._protocol import replay as R
 
@@ -146,7 +147,7 @@ def test_alpha_counts_the_messages_one_after_another(n):
 def test_flows_share_a_cable_max_min():
     """0 -> 1 and 0 -> 2 share the root's cable; 0 -> 2 is also capped by node 2's slower
     cable. Max-min, unweighted (the lab's queues do not drop: docs/network.md)."""
-    fan = A.Schedule("test", 3, S, (A.Message(0, 1, S), A.Message(0, 2, S)))
+    fan = schedules.Schedule("test", 3, S, (schedules.Message(0, 1, S), schedules.Message(0, 2, S)))
     slow = R.Network.uniform(3, B).with_node(2, B / 2)
     assert R.replay(fan, slow).end == [pytest.approx(2.0), pytest.approx(2.0)]
     # below its fair share, the slow flow leaves the rest of the cable to the other
@@ -158,12 +159,12 @@ def test_flows_share_a_cable_max_min():
 
 
 def test_a_connection_sends_one_message_after_another_and_links_are_shared():
-    two = A.Schedule("test", 3, S, (A.Message(0, 1, S), A.Message(0, 1, S)))
+    two = schedules.Schedule("test", 3, S, (schedules.Message(0, 1, S), schedules.Message(0, 1, S)))
     result = R.replay(two, R.Network.uniform(3, B))
     assert result.end == [pytest.approx(1.0), pytest.approx(2.0)]        # one TCP connection: in turn
-    fan = A.Schedule("test", 3, S, (A.Message(0, 1, S), A.Message(0, 2, S)))
+    fan = schedules.Schedule("test", 3, S, (schedules.Message(0, 1, S), schedules.Message(0, 2, S)))
     assert R.replay(fan, R.Network.uniform(3, B)).end == [pytest.approx(2.0)] * 2   # one cable: shared
-    into = A.Schedule("test", 3, S, (A.Message(1, 0, S), A.Message(2, 0, S)))
+    into = schedules.Schedule("test", 3, S, (schedules.Message(1, 0, S), schedules.Message(2, 0, S)))
     assert R.replay(into, R.Network.uniform(3, B)).end == [pytest.approx(2.0)] * 2  # the receiver's too
     # a pair rule caps only its pair; a latency delays the arrival, not the link
     net = R.Network.uniform(3, B).with_pair(0, 1, B / 4)
@@ -225,8 +226,8 @@ def test_nccl_on_paper_ring_is_nccl_tests_busbw_and_the_pipelines_approach_it():
 def test_gloo_all_to_all_pairs_one_after_the_other_by_hand(n, serial_c_over_B):
     net = R.Network.uniform(n, B)
     c = (S // n) / B
-    serial = A.gloo_alltoall_entered(n, S, list(range(n)), [])
-    together = A.gloo_alltoall_entered(n, S, list(range(n)), [(a, b) for a in range(n) for b in range(a + 1, n)])
+    serial = schedules.gloo_alltoall_entered(n, S, list(range(n)), [])
+    together = schedules.gloo_alltoall_entered(n, S, list(range(n)), [(a, b) for a in range(n) for b in range(a + 1, n)])
     assert R.replay(serial, net).seconds == pytest.approx(serial_c_over_B * c, rel=1e-6)
     assert R.replay(together, net).seconds == pytest.approx((n - 1) * c, rel=1e-6)
     # every way sends the same blocks as the registry's schedule (bytes per pair, messages)
@@ -241,7 +242,7 @@ def test_gloo_all_to_all_pairs_one_after_the_other_by_hand(n, serial_c_over_B):
 def test_gloo_all_to_all_one_pair_together_by_hand():
     """n = 3, entered 0, 1, 2, ranks 0 and 1 together: 0 <-> 1 both ways, 2 -> 0 and 2 -> 1
     at once, every flow at B / 2 (2 c / B); then 0 -> 2 and 1 -> 2 share 2's cable in: 4 c / B."""
-    schedule = A.gloo_alltoall_entered(3, S, [0, 1, 2], [(0, 1)])
+    schedule = schedules.gloo_alltoall_entered(3, S, [0, 1, 2], [(0, 1)])
     assert R.replay(schedule, R.Network.uniform(3, B)).seconds == pytest.approx(4 * (S // 3) / B, rel=1e-6)
 
 
@@ -250,26 +251,26 @@ def test_the_expected_all_to_all_weighs_every_way_by_its_odds_up_to_4_ranks(monk
     odds PAIR_TOGETHER), ways with the same messages merged: the mean is the plain average
     over all n! 2^(n(n-1)/2) cases, and the same at every size once scaled."""
     net = R.Network.uniform(3, B).with_node(2, B / 2)
-    ways = A.gloo_alltoall_variants(3, S)
+    ways = schedules.gloo_alltoall_variants(3, S)
     assert sum(w.weight for w in ways) == pytest.approx(6.0)      # 3! orders, each's odds add to 1
     assert len(ways) < 48 and len({w.messages for w in ways}) == len(ways)
-    p, pairs = A.PAIR_TOGETHER, [(0, 1), (0, 2), (1, 2)]
+    p, pairs = schedules.PAIR_TOGETHER, [(0, 1), (0, 2), (1, 2)]
     plain = 0.0
     for order in itertools.permutations(range(3)):
         for k in range(8):
             together = [q for i, q in enumerate(pairs) if k >> i & 1]
             odds = p ** len(together) * (1 - p) ** (3 - len(together)) / 6
-            plain += odds * R.replay(A.gloo_alltoall_entered(3, S, order, together), net).seconds
+            plain += odds * R.replay(schedules.gloo_alltoall_entered(3, S, order, together), net).seconds
     assert R.expected(ways, net).seconds == pytest.approx(plain, rel=1e-9)
-    small = R.expected(A.gloo_alltoall_variants(3, S // 4), net).seconds
+    small = R.expected(schedules.gloo_alltoall_variants(3, S // 4), net).seconds
     assert small * 4 == pytest.approx(plain, rel=1e-3)           # no draw to move it with the size
     # the odds at their ends: all together is the all-at-once schedule; none together at
     # n = 2 is one direction after the other, 2 c / B
-    monkeypatch.setattr(A, "PAIR_TOGETHER", 1.0)
-    assert R.expected(A.gloo_alltoall_variants(4, S), R.Network.uniform(4, B)).seconds == pytest.approx(
-        R.replay(A.all_at_once(4, S), R.Network.uniform(4, B)).seconds, rel=1e-9)
-    monkeypatch.setattr(A, "PAIR_TOGETHER", 0.0)
-    assert R.expected(A.gloo_alltoall_variants(2, S), R.Network.uniform(2, B)).seconds == pytest.approx(
+    monkeypatch.setattr(schedules, "PAIR_TOGETHER", 1.0)
+    assert R.expected(schedules.gloo_alltoall_variants(4, S), R.Network.uniform(4, B)).seconds == pytest.approx(
+        R.replay(schedules.all_at_once(4, S), R.Network.uniform(4, B)).seconds, rel=1e-9)
+    monkeypatch.setattr(schedules, "PAIR_TOGETHER", 0.0)
+    assert R.expected(schedules.gloo_alltoall_variants(2, S), R.Network.uniform(2, B)).seconds == pytest.approx(
         2 * (S // 2) / B, rel=1e-9)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from workloads._protocol import links as linkmod
 from workloads._protocol.plugin import InputError, csv_text
 from workloads._protocol.results import MAX_TOTAL_NODES
+from workloads._protocol.schedules import ScheduleTooLong, at_most
 
 from ..errors import LabError, Refused
 from ..plugins import part
@@ -154,14 +155,14 @@ def replay_fit(results: list[dict], overrides: dict | None = None, ops: tuple[st
                                                             if r["op"] in wanted}) >= 2 else []
     chosen = chosen or data
     points, too_long = [], []
-    with registry.at_most(REPLAY_MAX_MESSAGES):
+    with at_most(REPLAY_MAX_MESSAGES):
         for r in chosen:
             if not r.get("time_us_median"):
                 continue
             try:
                 schedule = registry.algorithm(family, r["op"]).schedule(r["world_size"] or world, r["size_bytes"],
                                                                         itemsize)
-            except registry.ScheduleTooLong:
+            except ScheduleTooLong:
                 too_long.append(r)
                 continue
             points.append((schedule, r["time_us_median"] / 1e6))
@@ -247,9 +248,9 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
             schedules, how = None, "closed form (too many ranks to replay)"
             if world_size <= REPLAY_MAX_RANKS:
                 try:
-                    with registry.at_most(REPLAY_MAX_MESSAGES):
+                    with at_most(REPLAY_MAX_MESSAGES):
                         schedules = algo.schedules(world_size, size, itemsize)
-                except registry.ScheduleTooLong:
+                except ScheduleTooLong:
                     how = f"closed form (more than {REPLAY_MAX_MESSAGES:,} messages to replay)"
             if schedules is not None:
                 played = expected(schedules, net)

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
-from .algorithms import Schedule
+from .schedules import Schedule
 
 LOOPBACK_Bps = 3.0e9      # two ranks of one node: ~iperf3 over 127.0.0.1 here (docs/bench.md)
 _EPS = 1e-12

@@ -127,7 +127,7 @@ def _collectives(pattern: str, records: dict[int, dict], n: int, big: int) -> li
 
 def _pp_schedule(big: int, per_rank: int, microbatches: int, act: int, gpipe: bool):
     """Every activation and gradient message of one pipeline step (see the module's text)."""
-    from workloads._protocol.algorithms import Message, Schedule
+    from workloads._protocol.schedules import Message, Schedule
 
     stages = big * per_rank
     messages: list[Message] = []
@@ -152,7 +152,7 @@ def _pp_schedule(big: int, per_rank: int, microbatches: int, act: int, gpipe: bo
 
 def _ring_pass(big: int, nbytes: int, step: int):
     """One ring pass of N-1 hops: at hop h each rank passes on the block it received at h-1."""
-    from workloads._protocol.algorithms import Message, Schedule
+    from workloads._protocol.schedules import Message, Schedule
 
     messages: list[Message] = []
     prev: dict[int, int] = {}
@@ -254,7 +254,7 @@ def formula(pattern: str, variant: str, records: dict[int, dict], n: int, big: i
 def _spread(schedule, members: tuple[int, ...], big: int, offset: int):
     """A schedule over a group's ranks 0..k-1 put on its global ranks (its waits shifted by
     `offset`, the messages before it in the merged schedule)."""
-    from workloads._protocol.algorithms import Message
+    from workloads._protocol.schedules import Message
 
     return [Message(members[m.src], members[m.dst], m.nbytes, tuple(a + offset for a in m.after), m.step)
             for m in schedule.messages]
@@ -284,6 +284,7 @@ def play(phase: Phase, net, family: str, big: int, cache: dict) -> Played:
     """One phase's time over `net` (replayed, or above REPLAY_MAX_RANKS the closed form over
     the slowest link), its ring share per rank and what gloo's algorithm sends per rank."""
     from workloads._protocol import algorithms as registry
+    from workloads._protocol.schedules import ScheduleTooLong, at_most
     from workloads._protocol.replay import expected
 
     key = phase.key
@@ -301,9 +302,9 @@ def play(phase: Phase, net, family: str, big: int, cache: dict) -> Played:
     ways = None
     if big <= REPLAY_MAX_RANKS:
         try:        # a size a results line may name (1 TiB: gloo's ring is a million segments) is not replayed
-            with registry.at_most(REPLAY_MAX_MESSAGES):
+            with at_most(REPLAY_MAX_MESSAGES):
                 ways = _ways(phase, family, big)
-        except registry.ScheduleTooLong:
+        except ScheduleTooLong:
             ways = None
     if ways is None:
         link = net.slowest()
