@@ -298,7 +298,7 @@ dist.init_process_group("gloo")
 t = torch.ones(4)
 dist.all_reduce(t)
 if dist.get_rank() == 1:
-    time.sleep(3600)
+    print("rank 1 sleeps", flush=True); time.sleep(3600)
 dist.all_reduce(t)
 """
 
@@ -316,8 +316,13 @@ def test_ctrl_c_on_a_hang_takes_every_rank_s_stack_before_the_stop(tmp_path):
                                      "--timeout", "300", "--out", str(run)],
                            stdout=open(tmp_path / "up.log", "w"), stderr=subprocess.STDOUT, cwd=REPO,
                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    node_log = run / "nodes" / "node-0.log"         # written as the ranks print
     try:
-        assert _wait_for(lambda: _live(run), 180, lab), (tmp_path / "up.log").read_text()[-3000:]
+        # the event: rank 1 said it sleeps (line 9), rank 0 is then in the all_reduce; Ctrl-C
+        # takes the stacks whether or not the live watcher named the hang yet (was: waited
+        # for the naming, the 10 s window more)
+        assert _wait_for(lambda: node_log.is_file() and "rank 1 sleeps" in node_log.read_text(), 180, lab), \
+            (tmp_path / "up.log").read_text()[-3000:]
         os.killpg(lab.pid, signal.SIGINT)
         assert lab.wait(timeout=180) == 130, (tmp_path / "up.log").read_text()[-3000:]
     finally:
