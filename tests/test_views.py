@@ -29,6 +29,14 @@ def test_every_report_module_declares_one_plugin_named_as_its_file():
     assert plugins.plugin("../x") is None and plugins.plugin(5) is None      # a record's name: anything
 
 
+def test_every_host_part_a_plugin_names_is_one_labctl_has():
+    """A plugin describes; what labctl does beyond drawing is the part its `host` names
+    (labctl/reports/hosts.py): a name labctl lacks would be a part that silently does nothing."""
+    named = {name: plugins.plugin(name).host for name in NAMES if plugins.plugin(name).host}
+    assert set(named.values()) <= set(hosts.HOSTS), named
+    assert named["bench"] == "bench" and {named[p] for p in ("fsdp", "tp", "pp", "cp", "ep", "mesh")} == {"patterns"}
+
+
 def test_a_report_module_without_a_plugin_is_named(monkeypatch):
     from workloads._report import env
 

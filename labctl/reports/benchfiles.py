@@ -27,7 +27,6 @@ def write_files(run) -> list[Path]:
     return written + write_plots(run)
 
 
-
 # ---- nccl-tests' JSON (-J), one file per op --------------------------------------------
 # The schema nccl-tests 2.19 writes (src/util.cu, JSON_FILE_VERSION 3; a copy of its shape:
 # tests/golden/nccl-tests/all_reduce_perf.json). A file holds one program's run, so one op:

@@ -33,11 +33,13 @@ _BOOKKEEPING = ("workload", "name", "rank", "ok")
 
 
 def bench_records(results: Iterable[dict]) -> list[dict]:
+    """The bench's own records (labctl/reports/benchfiles.py reads the raw ones too)."""
     return [r for r in results if r.get("workload") == "bench"]
 
 
 def measured_rows(results: Iterable[dict]) -> dict[tuple, dict]:
-    """(op, size, dtype) -> its record from the lowest rank that recorded it."""
+    """(op, size, dtype) -> its record from the lowest rank that recorded it (with its
+    iterations' `times_us`, which `labctl compare` reads)."""
     best: dict[tuple, dict] = {}
     for r in bench_records(results):
         if r.get("name") not in OPS or "size_bytes" not in r:
@@ -76,6 +78,7 @@ def link_GBps(results: Iterable[dict]) -> float | None:
 
 
 def fixed(x: Any, digits: int = 2) -> str:
+    """A number as the tables show it (`digits` after the point; empty for none)."""
     return "" if x is None else f"{x:.{digits}f}"
 
 
