@@ -204,11 +204,13 @@ def test_a_failed_collection_is_an_error_deletes_nothing_and_down_saves_the_logs
                            cwd=tmp_path, capture_output=True, timeout=120)
 
 
+# 20,000 ops in all: their merge takes over a second here (the SIGINT, sent when it begins,
+# lands within milliseconds); 40,000 took 14 s more of all_reduces between the containers
 MANY_OPS = """\
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(4)
-for _ in range(20000):
+for _ in range(10000):
     dist.all_reduce(t)
 print(f"rank {dist.get_rank()} ok", flush=True)
 dist.destroy_process_group()
@@ -217,7 +219,7 @@ dist.destroy_process_group()
 
 def test_ctrl_c_while_the_run_folder_is_finished_lets_it_finish(tmp_path):
     """Issue 28: both containers succeeded, their logs are collected, and labctl merges a
-    40,000-op trace: Ctrl-C then is noted, the folder is finished (trace.json, report.md,
+    20,000-op trace: Ctrl-C then is noted, the folder is finished (trace.json, report.md,
     the lab's own outcome: exit 0), and nothing is left."""
     script = tmp_path / "ops.py"
     script.write_text(MANY_OPS)
@@ -239,7 +241,7 @@ def test_ctrl_c_while_the_run_folder_is_finished_lets_it_finish(tmp_path):
         assert up.returncode == 0, text[-3000:]
         assert "SIGINT: finishing the run folder first" in text, text[-3000:]
         status = json.loads((out / "status.json").read_text())
-        assert status["state"] == "passed" and status["trace"]["ops"] == 40000, status
+        assert status["state"] == "passed" and status["trace"]["ops"] == 20000, status
         assert any("SIGINT arrived while the run folder was being finished" in n
                    for n in status["notes"])
         assert (out / "report.md").is_file() and (out / "trace.json").is_file()
