@@ -13,17 +13,16 @@ import re
 from typing import Iterable
 
 from workloads._protocol import MARKER_PREFIX
+from workloads._protocol.frames import TORCH_WRAPPERS, user_frame
 
 _PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|ECONNRESET|"
                         r"EPIPE|Connection refused|peer closed|recvBytes|Socket closed", re.I)
 _TORCH_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
-_LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
 # torch's collective fingerprints (TORCH_DISTRIBUTED_DEBUG=DETAIL) spell out every tensor
 # option; shortened, the two ranks' op and shapes fit in the quoted line.
 _TENSOR_OPTIONS = re.compile(r"TensorOptions\((?:[^()]|\([^()]*\))*\)")
-# torch's own wrappers around a torch.distributed call: no call's name
-DIST_WRAPPERS = {"wrapper", "_wrapper", "inner", "decorator"}
+DIST_WRAPPERS = TORCH_WRAPPERS          # torch's own wrappers around a torch.distributed call: no call's name
 
 
 # torchrun's own wrapper of a failed worker (its summary follows): says only that a rank
@@ -217,13 +216,7 @@ def _quoted(line: str) -> str:
 # labctl's own machinery inside a rank: the runner, the stack dumper, the recorder (whose
 # wrappers stand between a script's call and torch's C++: an error raised there is the
 # script's call's)
-_HARNESS = ("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py", "workloads/_trace.py",
-            "workloads/_record.py")
-_HARNESS_PACKAGES = ("/workloads/_trace/",)     # the recorder, a package of its own
-
-
 def own_frame(file: str) -> bool:
-    """A frame in the user's script or a workload, not in a library or labctl's harness."""
-    if file.endswith(_HARNESS) or any(p in file for p in _HARNESS_PACKAGES):
-        return False
-    return "/workloads/" in file or not any(s in file for s in _LIBRARY)
+    """A frame in the user's script or a workload, not in a library or labctl's harness
+    (the recorder's own rule: workloads/_protocol/frames.py)."""
+    return user_frame(file)

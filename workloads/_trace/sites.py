@@ -9,7 +9,7 @@ import itertools
 import os
 from typing import Any
 
-from .._protocol import ops, records
+from .._protocol import frames, ops, records
 from .bound import T
 from .sink import _new_sink, proc, write
 
@@ -106,9 +106,8 @@ _frames: dict[int, Any] = {}         # id(code) -> _USER, _PLAIN, or the torch.d
 _names: dict[int, Any] = {}          # id(code of the direct caller) -> the op's name (isend ...) or None
 _methods: dict[int, Any] = {}        # id(code) -> a public torch.distributed method's name, or None
 _codes: list[Any] = []               # every code in either: alive, so that their ids stay theirs
-_WRAPPERS = frozenset({"wrapper", "_wrapper", "inner", "decorator", "decorate_context", "_fn"})
+_WRAPPERS = frames.TORCH_WRAPPERS
 _PUBLIC: frozenset[str] = frozenset()
-_STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
 def bind(torch: Any) -> None:
@@ -137,14 +136,6 @@ def forgetting_frames() -> Any:
             for key in [key for key in table if key not in known]:
                 del table[key]
         del _codes[kept:]
-
-
-def _shim(path: str) -> bool:
-    """The standard library's or typing_extensions' code (a `@deprecated` wrapper around a
-    torch function): not the script's line."""
-    if path.startswith(_STDLIB) and "-packages" + os.sep not in path:
-        return True
-    return path.endswith(os.sep + "typing_extensions.py")
 
 
 def _public_function(code: Any, path: str) -> bool:
@@ -181,15 +172,16 @@ def _classify(code: Any) -> Any:
     path = code.co_filename
     if path.startswith("<eval_with_key>"):
         kind = _GRAPH
-    elif path.startswith(_HERE) or _shim(path) or path.startswith("<frozen"):
+    elif path.startswith(_HERE):
         kind = _PLAIN
-    elif not path.startswith(_torch_dir):
+    elif path.startswith(_torch_dir):
+        kind = code.co_name if os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
+            and code.co_name not in _WRAPPERS and _public_function(code, path) else _PLAIN
+        # a public torch.distributed function (all_gather_object ...), else torch's machinery
+    elif frames.user_frame(path):
         kind = _USER
-    elif os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
-            and code.co_name not in _WRAPPERS and _public_function(code, path):
-        kind = code.co_name             # a public torch.distributed function (all_gather_object ...)
     else:
-        kind = _PLAIN
+        kind = _PLAIN                   # another library's (accelerate's gather): its caller is the user's
     _frames[id(code)] = kind
     _codes.append(code)
     return kind
