@@ -38,17 +38,10 @@ def test_a_stopped_agent_with_no_workers_left_is_said_to_be_idle(tmp_path, agent
         while not (tmp_path / "started").exists():   # the agent (and its worker) started
             assert guard.poll() is None and time.monotonic() < deadline, "the agent never started"
             time.sleep(0.02)
-        # a SIGTERM that lands while the guard still sets itself up (its handler is there, the
-        # guard not yet) is dropped: say it again until the guard ends (it acts on the first)
-        deadline = time.monotonic() + 30
-        while guard.poll() is None:
-            assert time.monotonic() < deadline, "the guard did not stop"
-            guard.send_signal(signal.SIGTERM)
-            try:
-                guard.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
-        assert guard.returncode != 0
+        # one SIGTERM, as soon as the agent runs: the guard may still be starting its processes
+        # (was dropped then, 5 runs in 20 here; nodeguard.main keeps it now)
+        guard.send_signal(signal.SIGTERM)
+        assert guard.wait(timeout=30) != 0
     assert (nodeguard.AGENT_IDLE_LINE in log.read_text()) is idle
     assert json.loads((tmp_path / "exit.json").read_text())["stopped"] == "stopped by labctl"
 

@@ -286,13 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # labctl decides what a Ctrl-C means
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     guard: Guard | None = None
+    early: list[int] = []        # a SIGTERM while the guard starts its processes: kept, not lost
 
     def on_term(signum, frame):
         if guard is not None:
             guard.request_stop("stopped by labctl")
+        else:
+            early.append(signum)
     signal.signal(signal.SIGTERM, on_term)
     guard = Guard(processes, args.grace, args.lifeline, args.rank_logs, args.own_log,
                   agents=args.node is not None)
+    if early:
+        guard.request_stop("stopped by labctl")
     outcome = guard.run()
     tmp = args.status + ".tmp"
     try:
