@@ -82,7 +82,9 @@ dist.barrier()
 def test_a_system_exit_with_a_message_before_init_is_reported_with_its_message(tmp_path):
     """Python prints a SystemExit's message alone, no traceback: the first failure said
     'rank 1 on node 0 exited with code 1' and nothing of why."""
-    done, out, status = up(tmp_path, SYSTEM_EXIT, "--launcher", "direct", "--pg-timeout", "15")
+    # rank 0 waits in init_process_group for rank 1, who never comes, until --pg-timeout: the
+    # node (direct: both ranks under one guard) ends then; 5 s (was 15), rank 1 has long exited
+    done, out, status = up(tmp_path, SYSTEM_EXIT, "--launcher", "direct", "--pg-timeout", "5")
     assert done.returncode == 1
     want = ("rank 1 on node 0 exited with code 1: SystemExit: bad config: the learning rate must be above 0 "
             f"at {tmp_path / 'script.py'}:4")
