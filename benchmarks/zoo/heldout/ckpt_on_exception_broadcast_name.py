@@ -1,5 +1,5 @@
 # zoo: culprit=1 op=broadcast_object_list line=24|39|35 kind=hang nproc=3 timeout=30
-# zoo: about=the trainer wraps the loop in try/except and saves an emergency checkpoint on any error; rank 1 hits a ValueError on a malformed batch, enters the checkpoint path and waits in broadcast_object_list for rank 0's file name, while ranks 0 and 2 wait in the next step's gradient all_reduce: the hang hides the ValueError
+# zoo: about=the trainer wraps the loop in try/except and saves an emergency checkpoint on any error; rank 1 hits a ValueError on a malformed batch, enters the checkpoint path and waits in broadcast_object_list for rank 0's file name, while ranks 0 and 2 wait in step 3's gradient all_reduce: the hang hides the ValueError
 # zoo: source=https://github.com/Lightning-AI/pytorch-lightning/issues/6430
 import torch
 import torch.distributed as dist

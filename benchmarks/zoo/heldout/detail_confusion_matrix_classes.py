@@ -1,6 +1,6 @@
 # zoo: culprit=2 op=all_reduce line=28|21 kind=mismatch nproc=3 timeout=30
 # zoo: about=each rank sizes its confusion matrix from the largest label it saw (max + 1); rank 2's validation shard has no example of the last class, so its matrix is 9x9 where the others' are 10x10, and TORCH_DISTRIBUTED_DEBUG=DETAIL stops the all_reduce on every rank with a shape mismatch
-# zoo: source=https://github.com/Lightning-AI/torchmetrics/issues/1809 (metric states all_gathered / reduced across ranks) https://github.com/EchoseChen/SPA-VL-RLHF/issues/2 (DETAIL: "Tensor shapes: 33554432vs 38838272")
+# zoo: source=https://github.com/Lightning-AI/pytorch-lightning/issues/2724 (item 3: the inferred number of classes differs across DDP processes when one never sees the last class, and the reduction hangs)
 import os
 
 os.environ.setdefault("TORCH_DISTRIBUTED_DEBUG", "DETAIL")

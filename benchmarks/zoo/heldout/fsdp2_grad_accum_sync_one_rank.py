@@ -1,5 +1,5 @@
 # zoo: culprit=1 op=reduce_scatter_tensor|all_gather_into_tensor line=29|22|30 kind=hang nproc=2 timeout=40
-# zoo: about=gradient accumulation with FSDP2: the loop turns gradient sync off for the micro-batches before the last, counting micro-batches from the rank's own batch list; rank 1's loader yields one micro-batch more, so on the last micro-batch of the step rank 0 reduce-scatters while rank 1 still has sync off and goes on to the next forward's all-gather
+# zoo: about=gradient accumulation with FSDP2: the loop turns gradient sync off for the micro-batches before the last, counting micro-batches from the rank's own batch list; rank 1's loader yields one micro-batch more, so on the last micro-batch of the step rank 0 reduce-scatters while rank 1 still has sync off and goes on to its extra micro-batch's forward: the two ranks' FSDP collectives no longer pair up and the step hangs
 # zoo: source=https://github.com/huggingface/picotron/pull/5 (one rank's gradient-sync flag goes wrong under accumulation) https://github.com/pytorch/torchtitan/issues/292 (set_requires_gradient_sync(is_last_microbatch))
 import torch
 import torch.distributed as dist

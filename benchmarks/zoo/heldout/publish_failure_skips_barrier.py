@@ -1,5 +1,5 @@
 # zoo: culprit=0 op=barrier line=34|33|28 kind=exit nproc=3 timeout=30
-# zoo: about=rank 0 alone writes the results file; when the write fails it logs the error, skips the closing barrier (run_failed) and destroys its process group and exits 0; the others reach the barrier, lose rank 0's connection and exit 1, so the first failure torchrun sees is a healthy rank
+# zoo: about=rank 0 alone writes the results file; when the write fails it logs the error, skips the closing barrier (run_failed) and destroys its process group and leaves without an error of its own; the others reach the barrier, lose rank 0's connection and exit 1, so the first failure torchrun sees is a healthy rank (rank 0 has exited 0, or is still tearing down and is stopped by torchrun)
 # zoo: source=https://github.com/ai-dynamo/aiconfigurator/pull/1542
 import os
 import sys

@@ -1,5 +1,5 @@
 # zoo: culprit=0 op=barrier line=25|29 kind=exception nproc=3 timeout=30
-# zoo: about=after an auto-resume from the last complete checkpoint, the save at step 4 finds the partial step_4 directory the killed run left behind; the exists() guard raises FileExistsError on rank 0 alone (only rank 0 writes), so rank 0 never reaches the save's barrier and the others fail there when it dies (rank 0 prints its FileExistsError, then aborts at exit with gloo still connected)
+# zoo: about=after an auto-resume from the last complete checkpoint, the save at step 4 finds the partial step_4 directory the killed run left behind; the exists() guard raises FileExistsError on rank 0 alone (only rank 0 writes), so rank 0 never reaches the save's barrier and the others fail there when it dies (rank 0 exits 1 with its FileExistsError, sometimes as a SIGABRT at exit with gloo still connected)
 # zoo: source=https://github.com/NVIDIA-NeMo/Automodel/issues/3254
 import tempfile
 from pathlib import Path
