@@ -35,7 +35,7 @@ from kubernetes.client.rest import RESTResponse
 
 from labctl import driver, lab
 from labctl import spec as specmod
-from labctl.backends.k8s import api as k8s_api, backend
+from labctl.backends.k8s import api as k8s_api, backend, collection
 from labctl.errors import LabError
 from labctl.plan import plan
 from labctl.backends.k8s import render
@@ -1032,7 +1032,7 @@ def test_a_100_mb_log_is_streamed_to_the_node_log_in_bounded_memory(tmp_path):
     cluster, lines = fake_cluster(state), []
     tracemalloc.start()
     try:
-        backend._collect({0: "lab-0", 1: "lab-1"}, "lab", "lab-applied", rundir, cluster, lines.append)
+        collection.collect_run({0: "lab-0", 1: "lab-1"}, "lab", "lab-applied", rundir, cluster, lines.append)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

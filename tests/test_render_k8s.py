@@ -21,7 +21,7 @@ from labctl.errors import LabError
 from labctl.backends.containers import SCRIPT_MOUNT, container_placement
 from labctl.plan import node_command, plan
 from labctl.backends import spec_from_stored
-from labctl.backends.k8s import render as k8s
+from labctl.backends.k8s import podspec, render as k8s
 from labctl.rendered import SPEC_KEY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def pod_environment(job: dict, index: int) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in container["env"]:
         if "valueFrom" in item:
-            assert item["valueFrom"] == {"fieldRef": {"fieldPath": k8s.COMPLETION_INDEX_FIELD}}
+            assert item["valueFrom"] == {"fieldRef": {"fieldPath": podspec.COMPLETION_INDEX_FIELD}}
             env[item["name"]] = str(index)
         else:
             env[item["name"]] = kubelet_expand(item["value"], env)
@@ -302,7 +302,7 @@ def test_gpu_overlay_validates_strictly_and_equals_the_k8s_section(version):
     job = job_of(built)
     assert job["spec"]["suspend"] is True
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lab-queue"
-    assert job["spec"]["template"]["spec"]["tolerations"] == [k8s.GPU_TOLERATION]
+    assert job["spec"]["template"]["spec"]["tolerations"] == [podspec.GPU_TOLERATION]
     # the overlay is the k8s: section it documents, applied to the default lab
     assert built == k8s.render(base_plan(**GPU_OVERLAY_SETTINGS))
 
@@ -380,7 +380,7 @@ def test_kube_escape_survives_kubelet_expansion():
     rng = random.Random(7)
     samples += ["".join(rng.choice("$()X a") for _ in range(rng.randint(1, 12))) for _ in range(2000)]
     for s in samples:
-        assert kubelet_expand(k8s.kube_escape(s), {"X": "EXPANDED", "N": "9"}) == s, s
+        assert kubelet_expand(podspec.kube_escape(s), {"X": "EXPANDED", "N": "9"}) == s, s
 
 
 # ---- what the objects say -------------------------------------------------------

@@ -7,8 +7,13 @@
     jobset.py       the pure renderer of `k8s.kind: jobset`: one JobSet
     api.py          the API as a real server answers: retries, bytes, one-line failures
     scheduling.py   why a lab waits on the cluster (unschedulable pods, Kueue admission)
-    backend.py      K8sBackend: apply, watch, collect, delete
+    connect.py      finding the cluster as kubectl does, asked once that it answers
+    objects.py      the run's objects by its label: created, found, deleted
+    status.py       what the pods and their Job (or JobSet) say now: outcomes, stuck, verdict
+    collection.py   pod logs and events into the run folder, every item tried
+    backend.py      K8sBackend: the verbs (apply, watch, collect, delete)
 
-Only `api.py` and `backend.py` talk to a cluster, and they import the `kubernetes`
-client only inside a call: rendering and `labctl --help` never load it.
+Only `api.py`, `connect.py`, `objects.py`, `status.py`, `collection.py` and `backend.py`
+talk to a cluster, and the `kubernetes` client is imported only inside a call
+(`api.api_client`, `connect.connect`): rendering and `labctl --help` never load it.
 """

@@ -13,22 +13,22 @@ read and deleted through the custom objects API; its pods are found by the same
 run label. A cluster without the JobSet CRD is refused (exit 2) before anything
 is created.
 
-The `kubernetes` package is imported only inside `connect()`, so that
-`labctl --help` and `labctl render k8s` never pay for it. Tests inject a
-`Cluster` made of small fakes in place of the real API objects.
+The verbs only: finding the cluster is connect.py (the `kubernetes` package is
+imported only inside `connect()`, so that `labctl --help` and `labctl render k8s`
+never pay for it), the run's objects objects.py, what the pods say status.py, the
+logs and events brought home collection.py. Tests inject a `Cluster` made of small
+fakes in place of the real API objects.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ...collect import Tally
 from ...errors import LabError
 from ...faults import Fault, NotYet
-from ...outcome import NodeOutcome, NodeState, from_exit_code
+from ...outcome import NodeOutcome, NodeState
 from ...plan import LaunchPlan, Placement, plan as make_plan
 from ...rendered import SPEC_KEY
 from ...rundir import RunDir
@@ -39,70 +39,17 @@ from ..base import (Action, Backend, BackendFailure, BackendOptions, BackendStat
                     PreflightError, RunView, UnknownRun, dispatch, option)
 from ..containers import container_placement, container_shared_dir
 from . import jobset as jobset_render
+from . import podspec
 from . import render as k8s_render
 from . import scheduling as k8s_scheduling
 from . import settings as k8s_settings
-from .api import (CONNECT_RETRY_S, ApiUnavailable, Cluster, api_client, api_status,
-                  failure_text, retry_call)
-from workloads._protocol import one_line
+from .api import ApiUnavailable, Cluster
+from .collection import collect_run
+from .connect import connect
+from .objects import create, delete_run, jobsets, objects, require_jobset_crd, run_location
+from .status import POD_GONE, Watched, outcome, pods_by_index, read_watched, stuck
 
 POLL_S = 2.0
-# Container waiting reasons that never resolve by themselves: fail now, not at the deadline.
-STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
-                           "CreateContainerConfigError", "CreateContainerError"})
-SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-# Why a node's pod can be missing once its Job exists: said where the log is missed.
-POD_GONE = ("pod gone before its log was read (deleted, evicted, or removed with its Job "
-            f"ttlSecondsAfterFinished={k8s_render.TTL_AFTER_FINISHED_S}s after the Job finished): "
-            "its log is lost")
-
-
-def connect(context: str | None = None, namespace: str | None = None) -> Cluster:
-    """Find the cluster the way kubectl does: KUBECONFIG, ~/.kube/config (with
-    --context), else in-cluster config when running inside a pod."""
-    try:
-        import tenacity  # noqa: F401  (api.py retries every call with it)
-        from kubernetes import client, config
-    except ImportError as exc:
-        raise LabError(f"the k8s backend needs the kubernetes Python client and tenacity ({exc}); "
-                       "install them with: pip install 'labctl[k8s]'") from None
-    hint = "set KUBECONFIG or --context"
-    kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    has_kubeconfig = any(Path(p).is_file() for p in kubeconfig.split(os.pathsep) if p)
-    try:
-        if not has_kubeconfig and not context and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-            context = "in-cluster"
-            if namespace is None and Path(SA_NAMESPACE_FILE).is_file():
-                namespace = Path(SA_NAMESPACE_FILE).read_text().strip()
-        elif not has_kubeconfig:
-            raise LabError(f"no Kubernetes cluster reachable: no kubeconfig at {kubeconfig} and "
-                           f"not running in a pod; {hint}")
-        else:
-            # KUBECONFIG is read now, not when `kubernetes` was imported; ':'-lists merge.
-            config.load_kube_config(config_file=kubeconfig, context=context)
-            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            if context is None:
-                context = active.get("name")
-            if namespace is None:
-                chosen = next((c for c in contexts if c.get("name") == context), active)
-                namespace = (chosen.get("context") or {}).get("namespace")
-    except LabError:
-        raise
-    except Exception as exc:       # ConfigException, bad YAML, missing cert files ...
-        raise LabError(f"no Kubernetes cluster reachable: {one_line(exc, 300)}; {hint}") from None
-    api = api_client()
-    version = client.VersionApi(api)
-    try:                           # a busy or rolling server is waited for; a refusal is not
-        retry_call("GET /version", lambda timeout: version.get_code(_request_timeout=timeout),
-                   time.monotonic() + CONNECT_RETRY_S, connection_errors=False)
-    except Exception as exc:       # connection refused, TLS, 401 ...
-        host = api.configuration.host
-        what = str(exc) if isinstance(exc, LabError) else failure_text(exc)
-        raise LabError(f"no Kubernetes cluster reachable at {host} (context {context}): "
-                       f"{one_line(what, 300)}; {hint}") from None
-    return Cluster(client.CoreV1Api(api), client.BatchV1Api(api), client.NetworkingV1Api(api),
-                   namespace or "default", context, custom=client.CustomObjectsApi(api))
 
 
 def _count(value: Any) -> int:
@@ -113,321 +60,6 @@ def _count(value: Any) -> int:
         return 0
 
 
-def _status(exc: BaseException) -> int | None:
-    """The API server's answer to a failed call (404, 409 ...), None when it gave none."""
-    return api_status(exc)
-
-
-# ---- creating -------------------------------------------------------------
-def _create(cluster: Cluster, obj: dict[str, Any]) -> None:
-    ns, kind = cluster.namespace, obj["kind"]
-    try:
-        if kind == jobset_render.KIND:
-            cluster.call(cluster.custom.create_namespaced_custom_object, jobset_render.GROUP,
-                         jobset_render.VERSION, ns, jobset_render.PLURAL, obj)
-        else:
-            create = {
-                "ConfigMap": cluster.core.create_namespaced_config_map,
-                "Service": cluster.core.create_namespaced_service,
-                "NetworkPolicy": cluster.networking.create_namespaced_network_policy,
-                "Job": cluster.batch.create_namespaced_job,
-            }[kind]
-            cluster.call(create, ns, obj)
-    except ApiUnavailable:
-        raise
-    except Exception as exc:
-        name, lab = obj["metadata"]["name"], obj["metadata"]["labels"]["app.kubernetes.io/name"]
-        if _status(exc) == 409 and _made_by_this_run(cluster, obj):
-            return                  # an earlier try created it; its answer was lost on the way
-        if _status(exc) == 409:
-            raise LabError(
-                f"{kind.lower()} {name} already exists in namespace {ns} (another run of lab "
-                f"{lab}?); delete it with: labctl down <its run folder>, or kubectl delete -n {ns} "
-                f"{'jobset,' if kind == jobset_render.KIND else ''}job,pod,service,networkpolicy,configmap -l "
-                f"app.kubernetes.io/name={lab},app.kubernetes.io/managed-by=labctl") from None
-        if _status(exc) is not None:
-            raise LabError(f"creating {kind.lower()} {name} in namespace {ns} failed: "
-                           f"{failure_text(exc)}") from None
-        raise
-
-
-def _made_by_this_run(cluster: Cluster, obj: dict[str, Any]) -> bool:
-    """Whether the object of `obj`'s kind and name that exists carries `obj`'s run label:
-    a create retried after a dropped answer finds its own object (409), not another run's."""
-    run_id = obj["metadata"]["labels"].get(k8s_render.RUN_LABEL)
-    selector, name = k8s_render.run_selector(run_id), obj["metadata"]["name"]
-    if obj["kind"] == jobset_render.KIND:
-        return any(j["metadata"]["name"] == name for j in _jobsets(cluster, selector))
-    list_fn = {"ConfigMap": cluster.core.list_namespaced_config_map,
-               "Service": cluster.core.list_namespaced_service,
-               "NetworkPolicy": cluster.networking.list_namespaced_network_policy,
-               "Job": cluster.batch.list_namespaced_job}[obj["kind"]]
-    found = cluster.call(list_fn, cluster.namespace, label_selector=selector).items
-    return any(o.metadata.name == name for o in found)
-
-
-def require_jobset_crd(cluster: Cluster) -> None:
-    """`k8s.kind: jobset` on a cluster that does not serve JobSets: one line, exit 2,
-    before anything is created. Listing jobsets (limit 1) needs only the namespace
-    rights the run needs anyway, not the cluster-wide right to read CRDs; an API
-    server answers 404 for a resource it does not serve."""
-    where = f"namespace {cluster.namespace}" + (f" (context {cluster.context})" if cluster.context else "")
-    if cluster.custom is None:
-        raise PreflightError(f"k8s.kind jobset: no custom objects API to create JobSets in {where}")
-    try:
-        cluster.call(cluster.custom.list_namespaced_custom_object,
-                     jobset_render.GROUP, jobset_render.VERSION, cluster.namespace,
-                     jobset_render.PLURAL, limit=1)
-    except Exception as exc:
-        status = _status(exc)
-        if status == 404:
-            raise PreflightError(
-                f"k8s.kind jobset needs the JobSet CRD ({jobset_render.PLURAL}.{jobset_render.GROUP}, "
-                f"{jobset_render.API_VERSION}), and the cluster does not serve it in {where}; install "
-                "JobSet (https://jobset.sigs.k8s.io/docs/installation/) or use k8s.kind: job") from None
-        if status == 403:
-            raise PreflightError(
-                f"k8s.kind jobset: not allowed to list {jobset_render.PLURAL}.{jobset_render.GROUP} in "
-                f"{where} (403); ask for get/list/create/delete on jobsets, or use k8s.kind: job") from None
-        if status is not None:
-            raise LabError(f"checking for the JobSet CRD in {where} failed: "
-                           f"{failure_text(exc)}") from None
-        raise
-
-
-def _jobsets(cluster: Cluster, selector: str, required: bool = False) -> list[dict[str, Any]]:
-    """The JobSets matching `selector`; none where the cluster has no JobSet CRD, and none
-    where listing them is forbidden (403) unless `required` (a JobSet lab's own cleanup):
-    a `job` lab must not fail on a right it never needed."""
-    if cluster.custom is None:
-        return []
-    try:
-        found = cluster.call(cluster.custom.list_namespaced_custom_object,
-                             jobset_render.GROUP, jobset_render.VERSION, cluster.namespace,
-                             jobset_render.PLURAL, label_selector=selector)
-    except Exception as exc:
-        if _status(exc) == 404 or (_status(exc) == 403 and not required):
-            return []                    # no JobSet CRD (or no right to see JobSets): none
-        if _status(exc) == 403:
-            raise LabError(f"not allowed to list {jobset_render.PLURAL}.{jobset_render.GROUP} in "
-                           f"namespace {cluster.namespace} (403), so this JobSet lab cannot be found "
-                           "or deleted; ask for get/list/delete on jobsets") from None
-        raise
-    return list(found.get("items") or [])
-
-
-# ---- watching ---------------------------------------------------------------
-@dataclass
-class Watched:
-    """What a run's pods belong to, read once per poll: the lab's Job (kind job: the
-    first replica's) or its JobSet. `verdict` is ('Complete'|'Failed', reason) once decided."""
-    kind: str                              # "Job" | "JobSet"
-    name: str
-    start: Any = None                      # the (node) Job's start time: exit times count from it
-    verdict: tuple[str, str] | None = None
-    suspended: bool = False                # waiting for Kueue (or someone) to un-suspend it
-
-
-def _read_watched(cluster: Cluster, kind: str, name: str) -> Watched | None:
-    """The Job or JobSet as it is now; None once it is gone (404)."""
-    try:
-        if kind == "Job":
-            job = cluster.call(cluster.batch.read_namespaced_job, name, cluster.namespace)
-            return Watched(kind, name, job.status.start_time if job.status else None,
-                           _job_condition(job), bool(job.spec is not None and job.spec.suspend))
-        found = cluster.call(cluster.custom.get_namespaced_custom_object, jobset_render.GROUP,
-                             jobset_render.VERSION, cluster.namespace, jobset_render.PLURAL, name)
-    except Exception as exc:
-        if _status(exc) != 404:
-            raise
-        return None
-    return Watched(kind, name, _jobset_start(cluster, found), _jobset_condition(found),
-                   bool((found.get("spec") or {}).get("suspend")))
-
-
-def _jobset_condition(jobset: dict[str, Any]) -> tuple[str, str] | None:
-    """The JobSet controller's verdict: its `Completed` or `Failed` condition, as the Job's words."""
-    for cond in (jobset.get("status") or {}).get("conditions") or []:
-        if cond.get("status") == "True" and cond.get("type") in ("Completed", "Failed"):
-            return ("Complete" if cond["type"] == "Completed" else "Failed"), cond.get("reason") or ""
-    return None
-
-
-def _jobset_start(cluster: Cluster, jobset: dict[str, Any]) -> Any:
-    """When the first node Job of the JobSet started (a JobSet has no start time of its own)."""
-    selector = f"{jobset_render.JOBSET_NAME_LABEL}={jobset['metadata']['name']}"
-    jobs = cluster.call(cluster.batch.list_namespaced_job, cluster.namespace,
-                        label_selector=selector).items
-    starts = [j.status.start_time for j in jobs if j.status is not None and j.status.start_time
-              and (j.metadata.labels or {}).get("app.kubernetes.io/component") == "node"]
-    return min(starts) if starts else None
-
-
-def _index(pod: Any) -> int | None:
-    annotations = pod.metadata.annotations or {}
-    value = annotations.get("batch.kubernetes.io/job-completion-index")
-    return int(value) if value is not None and value.isdigit() else None
-
-
-def _pods_by_index(cluster: Cluster, run_id: str, nodes_per_replica: int = 0) -> dict[int, Any]:
-    """The newest pod of every node: its completion index, plus replica x nodes when the
-    lab has replicas (each replica is an Indexed Job of its own; the store pod has no index)."""
-    pods = cluster.call(cluster.core.list_namespaced_pod, cluster.namespace,
-                        label_selector=k8s_render.run_selector(run_id)).items
-    found: dict[int, Any] = {}
-    for pod in sorted(pods, key=lambda p: str(p.metadata.creation_timestamp or "")):
-        index = _index(pod)
-        if (pod.metadata.labels or {}).get("app.kubernetes.io/component") == "store":
-            continue                # a JobSet's store Job is Indexed too: it is no node
-        if index is not None:
-            replica = (pod.metadata.labels or {}).get(k8s_render.REPLICA_LABEL)
-            if replica is not None and str(replica).isdigit():
-                index += int(replica) * nodes_per_replica
-            found[index] = pod
-    return found
-
-
-def _container_state(pod: Any) -> Any:
-    statuses = (pod.status.container_statuses or []) if pod.status else []
-    return statuses[0].state if statuses else None
-
-
-def _stuck(pods: dict[int, Any]) -> str | None:
-    for index, pod in sorted(pods.items()):
-        state = _container_state(pod)
-        waiting = getattr(state, "waiting", None) if state else None
-        if waiting is not None and waiting.reason in STUCK_REASONS:
-            return f"pod {pod.metadata.name} (node {index}): {waiting.reason}: {waiting.message or ''}".strip()
-    return None
-
-
-def _job_condition(job: Any) -> tuple[str, str] | None:
-    """('Complete'|'Failed', reason) once the Job controller has decided."""
-    for cond in (job.status.conditions or []) if job.status else []:
-        if cond.type in ("Complete", "Failed") and cond.status == "True":
-            return cond.type, cond.reason or ""
-    return None
-
-
-# ---- collecting -------------------------------------------------------------
-def _outcome(index: int, hostname: str, pod: Any | None, job_start: Any = None) -> NodeOutcome:
-    """A pod's outcome: its container's exit code (128 + N: killed by signal N)."""
-    if pod is None:
-        return NodeOutcome(index, hostname)
-    state = _container_state(pod)
-    done = getattr(state, "terminated", None) if state else None
-    if done is None:
-        phase = (pod.status.phase if pod.status else None) or "Pending"
-        waiting = getattr(state, "waiting", None) if state else None
-        return NodeOutcome(index, hostname, state=NodeState.RUNNING if phase == "Running"
-                           else NodeState.PENDING, reason=getattr(waiting, "reason", None))
-    exited = None
-    if job_start is not None and done.finished_at is not None:
-        exited = round((done.finished_at - job_start).total_seconds(), 3)
-    node_state, sig = from_exit_code(done.exit_code, shell_convention=True)
-    return NodeOutcome(index, hostname, done.exit_code, node_state, exited, signal=sig)
-
-
-def _never_started(pod: Any) -> bool:
-    """A pod whose container has not run yet (unschedulable, pulling its image) has no
-    log to read: the API answers 400 ("waiting to start"), and waiting cannot change that."""
-    if pod.status is None or (pod.status.phase or "Pending") != "Pending":
-        return False
-    statuses = pod.status.container_statuses or []
-    if not statuses:
-        return True
-    status = statuses[0]
-    ran = status.state is not None and (status.state.running or status.state.terminated)
-    before = status.last_state is not None and status.last_state.terminated
-    return not (ran or before or status.restart_count)
-
-
-def _collect(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir,
-             cluster: Cluster, progress: Callable[[str], None],
-             strict: bool = False, nodes_per_replica: int = 0, kind: str = "Job") -> list[NodeOutcome]:
-    """Every pod's log and the Job's (or JobSet's: `kind`) and pods' events into the run folder.
-
-    Every item is tried (one unreadable pod does not cost the others' logs); then,
-    if a log could not be saved whole, or events could not be read because the API
-    kept failing, this raises (LabError), so that the driver and `down` delete
-    nothing: a later `labctl down` can still save them. A pod that is gone (404)
-    or never started has no log to wait for. `strict`: any failure raises.
-    """
-    events = rundir.path / "events"
-    events.mkdir(exist_ok=True)
-    tally = Tally(progress)              # what could not be saved is said; kept ones raise
-
-    # No pod list, nothing saved: the error (one line) goes up, and the lab is kept.
-    pods = _pods_by_index(cluster, run_id, nodes_per_replica)
-    for index, pod in sorted(pods.items()):
-        name = pod.metadata.name
-        if _never_started(pod):
-            progress(f"pod {name} (node {index}) never started: it has no log")
-            continue
-        tally.attempt(f"could not read the log of pod {name}",
-                      lambda: cluster.save_pod_log(name, k8s_render.CONTAINER, rundir.node_log(index)),
-                      counts=lambda exc: strict or _status(exc) not in (400, 404))
-    for what, obj in [(kind, job)] + [("Pod", p.metadata.name) for _, p in sorted(pods.items())]:
-        tally.attempt(f"could not read the events of {what.lower()}/{obj}",
-                      lambda: cluster.save_events(what, obj, events / f"{what.lower()}-{obj}.log"),
-                      counts=lambda exc: strict or isinstance(exc, ApiUnavailable))
-    tally.check()
-    job_start, verdict = None, None
-    try:
-        found = _read_watched(cluster, kind, job)
-        if found is not None:
-            job_start, verdict = found.start, found.verdict
-    except Exception:
-        pass
-    missing = sorted(set(hostnames) - set(pods))
-    out = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(hostnames.items())]
-    for o in out:
-        if o.index in missing:
-            o.state, o.reason = NodeState.LOST, POD_GONE + (
-                f"; the {kind} says {verdict[0]}" + (f" ({verdict[1]})" if verdict[1] else "")
-                if verdict else "")
-    return out
-
-
-# ---- deleting ---------------------------------------------------------------
-def delete_run(cluster: Cluster, run_id: str, jobset: bool = False) -> list[str]:
-    """Delete every object labelled with this run; returns `kind/name` of each.
-    `jobset`: the run is a JobSet lab, so not being allowed to list JobSets is an error."""
-    ns, selector = cluster.namespace, k8s_render.run_selector(run_id)
-    background = {"propagation_policy": "Background"}
-    kinds = [
-        ("job", cluster.batch.list_namespaced_job, cluster.batch.delete_namespaced_job, background),
-        ("pod", cluster.core.list_namespaced_pod, cluster.core.delete_namespaced_pod, {}),
-        ("service", cluster.core.list_namespaced_service, cluster.core.delete_namespaced_service, {}),
-        ("networkpolicy", cluster.networking.list_namespaced_network_policy,
-         cluster.networking.delete_namespaced_network_policy, {}),
-        ("configmap", cluster.core.list_namespaced_config_map,
-         cluster.core.delete_namespaced_config_map, {}),
-    ]
-    deleted = []
-    # The JobSet first: its controller would recreate Jobs deleted under it. Its Jobs and
-    # pods go with it (Background), as a Job's pods go with the Job.
-    for obj in _jobsets(cluster, selector, required=jobset):
-        name = obj["metadata"]["name"]
-        try:
-            cluster.call(cluster.custom.delete_namespaced_custom_object, jobset_render.GROUP,
-                         jobset_render.VERSION, ns, jobset_render.PLURAL, name, **background)
-            deleted.append(f"jobset/{name}")
-        except Exception as exc:
-            if _status(exc) != 404:
-                raise
-    for kind, list_fn, delete_fn, extra in kinds:
-        for obj in cluster.call(list_fn, ns, label_selector=selector).items:
-            try:
-                cluster.call(delete_fn, obj.metadata.name, ns, **extra)
-                deleted.append(f"{kind}/{obj.metadata.name}")
-            except Exception as exc:
-                if _status(exc) != 404:      # gone already (the Job took its pods along)
-                    raise
-    return deleted
-
-
-# ---- the backend ------------------------------------------------------------------
 def _is_jobset(spec: LabSpec) -> bool:
     return k8s_settings.settings(spec).kind == "jobset"
 
@@ -469,7 +101,7 @@ class K8sBackend(Backend):
 
     @classmethod
     def links_refusal(cls, spec: LabSpec) -> str | None:
-        return k8s_render.links_refusal(spec)
+        return podspec.links_refusal(spec)
 
     @classmethod
     def shared_dir(cls, spec: LabSpec) -> str | None:
@@ -535,18 +167,18 @@ class K8sBackend(Backend):
         except Exception:             # LabError (no cluster), ApiRefused (403: RBAC)
             return
         gpus = {n.metadata.name: _count(((n.status and n.status.allocatable) or {})
-                                        .get(k8s_render.GPU_RESOURCE, "0")) for n in nodes}
+                                        .get(podspec.GPU_RESOURCE, "0")) for n in nodes}
         where = f"context {cluster.context}" if cluster.context else "this cluster"
         if not any(gpus.values()):
             raise PreflightError(
                 f"dist_backend nccl needs GPUs, and no node of {where} advertises "
-                f"{k8s_render.GPU_RESOURCE} ({len(gpus)} node(s); see: kubectl get nodes -o "
+                f"{podspec.GPU_RESOURCE} ({len(gpus)} node(s); see: kubectl get nodes -o "
                 "custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu); "
                 "use --dist-backend gloo, or a cluster with the NVIDIA device plugin")
         if max(gpus.values()) < spec.nproc_per_node:
             best = max(gpus, key=gpus.get)
             raise PreflightError(
-                f"each pod asks for {spec.nproc_per_node} {k8s_render.GPU_RESOURCE} (one per "
+                f"each pod asks for {spec.nproc_per_node} {podspec.GPU_RESOURCE} (one per "
                 f"worker, nproc_per_node), and the most any node of {where} has is "
                 f"{gpus[best]} ({best}); use --nproc-per-node {gpus[best]} or fewer")
 
@@ -568,9 +200,9 @@ class K8sBackend(Backend):
         cluster.deadline = time.monotonic() + plan.spec.timeout
         # where it runs, in the record before anything is created (`labctl down` finds the
         # run there, even after a labctl killed while creating)
-        self.tell(BackendState(_where(cluster, plan.run_id)))
+        self.tell(BackendState(run_location(cluster, plan.run_id)))
         for obj in manifests:
-            _create(cluster, obj)
+            create(cluster, obj)
             self.created.append(obj["kind"])
             self.progress(f"created {obj['kind'].lower()}/{obj['metadata']['name']} "
                           f"in namespace {cluster.namespace}")
@@ -581,7 +213,7 @@ class K8sBackend(Backend):
         if plan.placement.debug_server_port is None or self.cluster is None:
             return None
         try:
-            pod = _pods_by_index(self.api, self.run_id, self.nodes_per_replica).get(0)
+            pod = pods_by_index(self.api, self.run_id, self.nodes_per_replica).get(0)
         except Exception:            # noqa: BLE001 - the command by labels says as much
             pod = None
         name = pod.metadata.name if pod is not None else None
@@ -595,16 +227,16 @@ class K8sBackend(Backend):
         """Pods (and why they wait); of a run recorded in a folder (`labctl down`), each
         node's pod as it is now, no more."""
         if self.run.how is Bound.ATTACHED:
-            pods = _pods_by_index(self.api, self.run_id, self.nodes_per_replica)
-            return [_outcome(i, h, pods.get(i)) for i, h in sorted(self.hostnames.items())]
+            pods = pods_by_index(self.api, self.run_id, self.nodes_per_replica)
+            return [outcome(i, h, pods.get(i)) for i, h in sorted(self.hostnames.items())]
         # None: deleted (by hand, or its TTL) while watched
-        job = _read_watched(self.api, self.kind, self.job)
-        pods = _pods_by_index(self.api, self.run_id, self.nodes_per_replica)
-        stuck = _stuck(pods)
-        if stuck:
-            raise BackendFailure(f"stuck: {stuck}")
+        job = read_watched(self.api, self.kind, self.job)
+        pods = pods_by_index(self.api, self.run_id, self.nodes_per_replica)
+        why_stuck = stuck(pods)
+        if why_stuck:
+            raise BackendFailure(f"stuck: {why_stuck}")
         job_start = job.start if job is not None else None
-        outcomes = [_outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
+        outcomes = [outcome(i, h, pods.get(i), job_start) for i, h in sorted(self.hostnames.items())]
         if job is None or job.verdict:
             for o in outcomes:              # the Job is done or gone: a missing pod never comes
                 if o.index not in pods:
@@ -652,7 +284,7 @@ class K8sBackend(Backend):
         if not self.bound or (self.run.how is Bound.STARTED and self.kind not in self.created):
             return [NodeOutcome(i, h) for i, h in sorted(self.hostnames.items())] if self.bound else []
         self.api.deadline = None
-        return self._blame(_collect(self.hostnames, self.job, self.run_id, rundir, self.api,
+        return self._blame(collect_run(self.hostnames, self.job, self.run_id, rundir, self.api,
                                     self.progress, strict=strict,
                                     nodes_per_replica=self.nodes_per_replica, kind=self.kind))
 
@@ -661,7 +293,7 @@ class K8sBackend(Backend):
         """kill-node: delete the node's pod at once (grace period 0: its container gets SIGKILL)."""
         if fault.kind != "kill-node":
             raise LabError(f"the k8s backend cannot do {fault.kind}")
-        pod = _pods_by_index(self.api, self.run_id, self.nodes_per_replica).get(fault.target)
+        pod = pods_by_index(self.api, self.run_id, self.nodes_per_replica).get(fault.target)
         if pod is None:
             raise NotYet(f"node {fault.target} has no pod yet")
         name = pod.metadata.name
@@ -699,7 +331,7 @@ class K8sBackend(Backend):
             for obj in cluster.call(list_fn, cluster.namespace,
                                     label_selector=k8s_render.RUN_LABEL).items:
                 found.add((obj.metadata.labels or {}).get(k8s_render.RUN_LABEL, ""))
-        for jobset in _jobsets(cluster, k8s_render.RUN_LABEL):
+        for jobset in jobsets(cluster, k8s_render.RUN_LABEL):
             found.add((jobset["metadata"].get("labels") or {}).get(k8s_render.RUN_LABEL, ""))
         return sorted(found - {""})
 
@@ -712,10 +344,10 @@ class K8sBackend(Backend):
         run_id = target
         cluster = self._connect(self.options.context, self.options.namespace)
         where = f"in namespace {cluster.namespace} (context {cluster.context})"
-        jobsets = [j for j in _jobsets(cluster, k8s_render.run_selector(run_id))
+        stored_sets = [j for j in jobsets(cluster, k8s_render.run_selector(run_id))
                    if SPEC_KEY in (j["metadata"].get("annotations") or {})]
-        if jobsets:
-            jobset = sorted(jobsets, key=lambda j: j["metadata"]["name"])[0]
+        if stored_sets:
+            jobset = sorted(stored_sets, key=lambda j: j["metadata"]["name"])[0]
             name = jobset["metadata"]["name"]
             return self._plan_of(spec_from_stored(jobset["metadata"]["annotations"][SPEC_KEY],
                                                   f"jobset/{name} {where}"), run_id)
@@ -723,7 +355,7 @@ class K8sBackend(Backend):
                             label_selector=k8s_render.run_selector(run_id)).items
         stored = [j for j in jobs if SPEC_KEY in (j.metadata.annotations or {})]
         if not stored:
-            left = _objects(cluster, run_id)
+            left = objects(cluster, run_id)
             if not left:
                 raise UnknownRun.of(run_id, where, self.find_runs())
             if not jobs:
@@ -752,11 +384,11 @@ class K8sBackend(Backend):
         cluster = self._connect(context, self.options.namespace or where.get("namespace"))
         self._bind(BoundRun.of_folder(rundir))
         if not where:                       # a folder `labctl collect` made: say where it ran
-            self.for_record = BackendState(_where(cluster, self.run_id))
+            self.for_record = BackendState(run_location(cluster, self.run_id))
         return None
 
     def _alive(self) -> bool:
-        return bool(_objects(self.api, self.run_id, self.kind))
+        return bool(objects(self.api, self.run_id, self.kind))
 
     def _delete_leftovers(self) -> str:
         deleted = delete_run(self.api, self.run_id, jobset=self.kind == jobset_render.KIND)
@@ -765,21 +397,3 @@ class K8sBackend(Backend):
                     f"in namespace {self.api.namespace}")
         return f"deleted {len(deleted)} object(s) in namespace {self.api.namespace}: {', '.join(deleted)}"
 
-
-def _where(cluster: Cluster, run_id: str) -> dict[str, Any]:
-    """Where a run is, as its record holds it (status.json's `k8s`)."""
-    return {"namespace": cluster.namespace, "context": cluster.context,
-            "selector": k8s_render.run_selector(run_id)}
-
-
-def _objects(cluster: Cluster, run_id: str, kind: str = "Job") -> list[str]:
-    """What of a run is on the cluster: its JobSet, Jobs, pods and Services, by name."""
-    ns, selector = cluster.namespace, k8s_render.run_selector(run_id)
-    found = [f"jobset/{j['metadata']['name']}" for j in
-             _jobsets(cluster, selector, required=kind == jobset_render.KIND)]
-    for what, list_fn in (("job", cluster.batch.list_namespaced_job),
-                          ("pod", cluster.core.list_namespaced_pod),
-                          ("service", cluster.core.list_namespaced_service)):
-        found += [f"{what}/{o.metadata.name}" for o in
-                  cluster.call(list_fn, ns, label_selector=selector).items]
-    return found
