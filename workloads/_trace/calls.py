@@ -90,10 +90,10 @@ def _lifecycle(name: str, original: Any) -> Any:
 def _script_made(frame: Any) -> bool:
     """The direct caller is the script's (or a workload's) own line."""
     code = frame.f_code
-    kind = _frames.get(id(code))
-    if kind is None:
-        kind = _classify(code)
-    return kind is _USER
+    role = _frames.get(id(code))
+    if role is None:
+        role = _classify(code)
+    return role is _USER
 
 
 def _store_call(name: str, original: Any) -> Any:

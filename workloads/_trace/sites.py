@@ -102,7 +102,7 @@ _USER, _PLAIN, _GRAPH = 1, 0, 2     # _GRAPH: torch.compile's generated graph co
 # Both keyed by id(code): a code object's hash is not cached, and hashes its constants,
 # nested functions' code included (6.9 µs for workloads/bench.py's module: every op of a
 # loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
-_frames: dict[int, Any] = {}         # id(code) -> _USER, _PLAIN, or the torch.distributed function's name
+_frames: dict[int, Any] = {}         # id(code) -> its role: _USER, _PLAIN, _GRAPH, or the torch.distributed function's name
 _names: dict[int, Any] = {}          # id(code of the direct caller) -> the op's name (isend ...) or None
 _methods: dict[int, Any] = {}        # id(code) -> a public torch.distributed method's name, or None
 _codes: list[Any] = []               # every code in either: alive, so that their ids stay theirs
@@ -171,20 +171,20 @@ def _public_method(code: Any) -> str | None:
 def _classify(code: Any) -> Any:
     path = code.co_filename
     if path.startswith("<eval_with_key>"):
-        kind = _GRAPH
+        role = _GRAPH
     elif path.startswith(_HERE):
-        kind = _PLAIN
+        role = _PLAIN
     elif path.startswith(_torch_dir):
-        kind = code.co_name if os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
+        role = code.co_name if os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
             and code.co_name not in _WRAPPERS and _public_function(code, path) else _PLAIN
         # a public torch.distributed function (all_gather_object ...), else torch's machinery
     elif frames.user_frame(path):
-        kind = _USER
+        role = _USER
     else:
-        kind = _PLAIN                   # another library's (accelerate's gather): its caller is the user's
-    _frames[id(code)] = kind
+        role = _PLAIN                   # another library's (accelerate's gather): its caller is the user's
+    _frames[id(code)] = role
     _codes.append(code)
-    return kind
+    return role
 
 
 class _Origin:
@@ -244,22 +244,22 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
     inner = None
     while frame is not None:
         code = frame.f_code
-        kind = get(id(code))
-        if kind is None:
-            kind = _classify(code)
-        if kind is _USER:
+        role = get(id(code))
+        if role is None:
+            role = _classify(code)
+        if role is _USER:
             if inner is not None:
                 method = _methods.get(id(inner), False)
                 if method is False:
                     method = _public_method(inner)
                 api = method or api
             return code, frame.f_lasti, api
-        if kind is _GRAPH:
+        if role is _GRAPH:
             origin = _graph_origin(frame)
             if origin is not None:
                 return origin, 0, api
-        elif kind is not _PLAIN:
-            api = kind
+        elif role is not _PLAIN:
+            api = role
         inner = code
         frame = frame.f_back
     return None, 0, api
