@@ -6,18 +6,24 @@ holds is either the old one or the new one: never half of one, and never a
 """
 from __future__ import annotations
 
+import itertools
 import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+_writes = itertools.count(1)            # a name of its own for every write of this process
+
 
 @contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
-    """Open `<path>.tmp` for writing; on a clean exit it replaces `path`, on any
-    exception (KeyboardInterrupt and labctl's Interrupted included) it is removed."""
+    """Open `<path>.<pid>.<n>.tmp` for writing; on a clean exit it replaces `path`, on any
+    exception (KeyboardInterrupt and labctl's Interrupted included) it is removed. Each
+    write has a name of its own: two writers of one file (the watcher's status.json and the
+    finish's, two labctl processes) never write into each other's half-written file; the
+    last to finish wins, whole."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{next(_writes)}.tmp")
     try:
         with open(tmp, mode, **kwargs) as f:
             yield f
