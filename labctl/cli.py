@@ -125,7 +125,7 @@ def preflight(spec_file, script_args, quiet, **flags) -> None:
     say(section)
     if not passed:
         fail(commands.preflight_failure(run), commands.exit_code(run))
-    click.echo(f"preflight passed in {run.record.seconds or 0:.1f} s; report: {run.path / 'report.md'}")
+    click.echo(f"preflight passed in {run.record.seconds or 0:.1f} s; report: {run.report_path}")
 
 
 for _command in cli_runs.COMMANDS:

@@ -144,7 +144,7 @@ def stacks_text(r, progress: Callable[[str], None], options) -> str:
     where = lab.stacks(r, progress=progress, options=options)
     if not where:
         raise LabError(f"no rank printed a stack (ranks started before labctl could ask, or not "
-                       f"Python?); see {r.path / 'nodes'}")
+                       f"Python?); see {r.nodes_dir}")
     return report.stacks_table(where, r)
 
 
@@ -213,7 +213,7 @@ def log_paths(r, node: int | None, rank: int | None) -> list[Path]:
     elif node is not None:
         paths = [r.node_log(node)]
     else:
-        paths = sorted((r.path / "nodes").glob("node-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        paths = [p for _, p in sorted(r.node_logs())]
     for p in paths:
         if not p.is_file():
             known = sorted(x.stem for x in p.parent.glob("*.log"))

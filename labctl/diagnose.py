@@ -13,6 +13,7 @@ from typing import Any
 from workloads._protocol import Env
 
 from .errors import LabError, Refused
+from .rundir import RECORDS_SUBDIR, STATUS_FILE, TRACE_FILE
 from .trace.frdiag import Reading, read
 from .trace.frdump import BadDump, load
 
@@ -114,12 +115,12 @@ def run_text(run: Path) -> str:
     try:
         traced = r.spec.trace
     except (OSError, ValueError, LabError):     # no spec.yaml (a copied folder): its records tell
-        traced = (r.path / "records").is_dir() or (r.path / "ranks").is_dir()
+        traced = (r.path / RECORDS_SUBDIR).is_dir() or r.ranks_dir.is_dir()
     if not rec.ok:
         with tempfile.TemporaryDirectory(prefix="labctl-diagnose-") as scratch:
             if traced:
                 summary = trace.merge(r.path, world=rec.world_size, hostnames=r.hostnames,
-                                      out=Path(scratch) / trace.TRACE_FILE)
+                                      out=Path(scratch) / TRACE_FILE)
                 made = trace.diagnosis(summary)
             made = made or trace.flight_recorder(r.path, rec.world_size)
     if made is not None:
@@ -139,7 +140,7 @@ def run_text(run: Path) -> str:
 def diagnose(path: str, fmt: str = "text") -> str:
     """What `labctl diagnose PATH` prints: a run folder's (status.json) or the dumps'."""
     p = Path(path)
-    if (p / "status.json").is_file():
+    if (p / STATUS_FILE).is_file():
         if fmt == "json":
             dumps = run_dumps(p)
             if dumps is None:

@@ -60,7 +60,7 @@ def _interrupted(g: Grade, run: RunDir) -> Grade:
     rec = run.record
     why = rec.message or f"the lab was stopped by {g.interrupted}"
     g.findings.append(Finding(Check.VALUES, None, f"{why}: not graded (the calls that ran are in "
-                                                  f"{run.path / 'results.jsonl'})"))
+                                                  f"{run.results_path})"))
     return g
 
 

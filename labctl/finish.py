@@ -27,7 +27,8 @@ from .outcome import signal_name
 from .record import TraceSummary
 from .trace.calls import added_keys, deleted_keys, destroyed_before, not_a_member, read_before_wait, swapped_senders
 from .trace.model import Diagnosis
-from .rundir import RunDir, StorageError, now, storage_cause
+from .rundir import (PAGE_FILE, REPORT_FILE, RESULTS_FILE, TRACE_FILE, RunDir, StorageError, now,
+                     storage_cause)
 from .verdict import Cut, Evidence, Seen
 
 Progress = Callable[[str], None]
@@ -44,13 +45,13 @@ class FinishStep(enum.Enum):
         """What a cut at or before this step leaves out of the folder at `run`, given the
         files this finish has `written` (None: nothing; a cut may come between two files)."""
         if self is FinishStep.SPLIT:
-            return "ranks/ and results.jsonl are incomplete (the node logs in nodes/ are whole)"
+            return f"ranks/ and {RESULTS_FILE} are incomplete (the node logs in nodes/ are whole)"
         if self is FinishStep.TRACE:
-            return None if "trace.json" in written else \
-                f"no trace.json (`labctl trace {run}` writes it)"
-        absent = [name for name in ("report.md", "report.html") if name not in written]
-        how = {"report.md": f"`labctl report {run}` prints it",
-               "report.html": f"`labctl report {run} --format html` writes it"}
+            return None if TRACE_FILE in written else \
+                f"no {TRACE_FILE} (`labctl trace {run}` writes it)"
+        absent = [name for name in (REPORT_FILE, PAGE_FILE) if name not in written]
+        how = {REPORT_FILE: f"`labctl report {run}` prints it",
+               PAGE_FILE: f"`labctl report {run} --format html` writes it"}
         return "; ".join(f"no {name} ({how[name]})" for name in absent) or None
 
 
@@ -136,7 +137,7 @@ class _Finish:
             if not traced:
                 return trace.flight_recorder(run.path, run.record.world_size) if failed else None
             summary = trace.merge(run.path, world=run.record.world_size, hostnames=run.hostnames)
-            self.written.add(trace.TRACE_FILE)
+            self.written.add(TRACE_FILE)
         except Exception as exc:                # noqa: BLE001 - the run's results matter more
             run.record.notes.append(f"trace: merge failed: {exc}")
             return None
@@ -144,7 +145,7 @@ class _Finish:
         mismatch = summary.group_mismatch or (summary.mismatch_found[0] if summary.mismatch_found else None)
         hazards = [h for h in (not_a_member(summary.calls), read_before_wait(summary.calls),
                                swapped_senders(summary.calls, summary.ranks)) if h is not None]
-        run.record.trace = TraceSummary(trace.TRACE_FILE, summary.ops, summary.missing_ranks,
+        run.record.trace = TraceSummary(TRACE_FILE, summary.ops, summary.missing_ranks,
                                         len(summary.problems) + summary.more_problems, straggler, mismatch,
                                         hazards[0] if hazards else None)
         run.record.notes.extend(f"trace: {h.text}" for h in hazards)
@@ -285,12 +286,12 @@ def write_reports(run: RunDir, progress: Progress, written: set[str] | None = No
     for path in report.write_files(run, progress):
         progress(f"plot: {path}")
     if write_page(run, progress) is not None:
-        written.add("report.html")
+        written.add(PAGE_FILE)
     try:
-        atomicfile.write_text(run.path / "report.md", report.markdown(run))
+        atomicfile.write_text(run.report_path, report.markdown(run))
     except OSError as exc:
         raise run.storage_error(exc) from None
-    written.add("report.md")
+    written.add(REPORT_FILE)
 
 
 def write_page(run: RunDir, progress: Progress) -> Path | None:

@@ -396,7 +396,7 @@ def _down(run: RunDir, discard_logs: bool, progress: Progress, force: bool,
     if signals.deferred:            # a signal during the protected finish: stop before deleting
         raise Interrupted(signals.deferred[0])
     done = _delete(backend, signals, step)
-    return f"saved the logs into {run.path} (report: {run.path / 'report.md'}); {done}"
+    return f"saved the logs into {run.path} (report: {run.report_path}); {done}"
 
 
 def _delete(backend: Backend, signals, step: _DownStep, note: str = "") -> str:
@@ -456,7 +456,7 @@ def stacks(run: RunDir, progress: Progress = print,
     _attach(backend, run)
     if not backend.describe().exists:
         raise LabError(f"run {run.record.run_id} is not running: nothing to ask "
-                       f"(stacks taken at its deadline are in {run.path / 'stacks'})")
+                       f"(stacks taken at its deadline are in {run.stacks_dir})")
     for note in backend.signal(TakeStacks(run)):
         progress(note)
     if not backend.live_logs:

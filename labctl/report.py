@@ -27,11 +27,9 @@ from .errors import LabError, Refused
 from .faults import parse as parse_fault
 from .plugins import plugin
 from .reports import hosts
-from .rundir import RunDir
+from .rundir import PAGE_FILE, RunDir
 from .spec import SpecError
 from .tables import table  # noqa: F401  (re-exported: report.table is the table format)
-
-PAGE_FILE = "report.html"          # the run's page, written by labctl/html (which reads this module)
 
 
 def hooks_for(results: list[dict]) -> list[tuple[str, Workload]]:
@@ -296,8 +294,8 @@ def markdown(run: RunDir, brief: bool = False) -> str:
         picture = run.path / TIMELINE_FILE
         if picture.is_file():           # `labctl trace RUN --png` draws it
             parts.append(f"- timeline picture: {picture}")
-    parts += ["", f"Logs: {run.path}/nodes/ (per node), {run.path}/ranks/ (per rank); "
-              f"results: {run.path}/results.jsonl"]
+    parts += ["", f"Logs: {run.nodes_dir}/ (per node), {run.ranks_dir}/ (per rank); "
+              f"results: {run.results_path}"]
     if (run.path / PAGE_FILE).is_file():
         parts.append(f"Page: {run.path / PAGE_FILE} (open it in a browser; it needs no network)")
     parts.append("")

@@ -42,9 +42,51 @@ from .plan import LaunchPlan
 from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .labchecks import out_refusal
 from .spec import LabSpec, dump, from_dict
-from workloads._protocol import records, results, visible
+from .trace.merge import TRACE_FILE
+from workloads._protocol import DEBUG_SERVER_SUBDIR, RECORDS_SUBDIR, records, results, visible
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
+# The run folder's names, declared here once (the layout above): whoever reads or writes
+# one names it by these, or by a RunDir's paths. records/ and debug-server/ are the
+# ranks' own names (workloads/_protocol, imported here), the same on both sides; trace.json
+# is the merge's (labctl/trace/merge.py, below this module: record.py stands on trace).
+SPEC_FILE = "spec.yaml"
+PLAN_FILE = "plan.json"
+STATUS_FILE = "status.json"
+RESULTS_FILE = "results.jsonl"
+FAULTS_FILE = "faults.jsonl"
+REPORT_FILE = "report.md"
+PAGE_FILE = "report.html"
+NODES_SUBDIR = "nodes"
+RANKS_SUBDIR = "ranks"
+RENDERED_SUBDIR = "rendered"
+WORK_SUBDIR = "work"
+STACKS_SUBDIR = "stacks"
+EVENTS_SUBDIR = "events"
+LIVE_SUBDIR = "live"                # the live watcher's copies and diagnosis (labctl/live/)
+SHARED_SUBDIR = "shared"            # the local nodes' shared directory (LAB_SHARED_DIR)
+# torchrun's --log-dir in the run folder (the local backend's placement sets it; the finish
+# reads the workers' error files there, labctl/finish.py): node i's agent writes
+# <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
+TORCHRUN_LOGS_SUBDIR = "torchrun"
+__all__ += ["RECORDS_SUBDIR", "DEBUG_SERVER_SUBDIR", "TRACE_FILE"]
+
+
+def node_log_name(index: int) -> str:
+    """`node-<i>.log`: node i's log, under NODES_SUBDIR."""
+    return f"node-{index}.log"
+
+
+def rank_log_name(rank: int) -> str:
+    """`rank-<r>.log`: rank r's log, under RANKS_SUBDIR."""
+    return f"rank-{rank}.log"
+
+
+def node_logs_in(folder: Path) -> list[tuple[int, Path]]:
+    """The node logs `folder` (a run folder's NODES_SUBDIR) holds, with each one's index,
+    in the order of their names."""
+    found = sorted(folder.glob("node-*.log")) if folder.is_dir() else []
+    return [(int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit()]
 # A run folder on a disk with less free space than this is refused before the start
 # (docs/failures.md); while the lab runs, under FULL_BYTES free counts as full.
 MIN_FREE_BYTES = 1 << 20
@@ -98,11 +140,7 @@ def _warn(text: str) -> None:
     print(f"warning: {visible(text)}", file=sys.stderr)     # a result line's text: shown, not obeyed
 
 
-RUN_FILES = ("status.json", "plan.json", "results.jsonl")
-# torchrun's --log-dir in the run folder (the local backend's placement sets it; the finish
-# reads the workers' error files there, labctl/finish.py): node i's agent writes
-# <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
-TORCHRUN_LOGS_SUBDIR = "torchrun"
+RUN_FILES = (STATUS_FILE, PLAN_FILE, RESULTS_FILE)
 
 
 def is_run_folder(path: Path) -> bool:
@@ -196,10 +234,10 @@ class RunDir:
     @classmethod
     def _write_new(cls, path: Path, plan: LaunchPlan) -> "RunDir":
         cls._claim(path)
-        for sub in ("nodes", "ranks", "rendered"):
+        for sub in (NODES_SUBDIR, RANKS_SUBDIR, RENDERED_SUBDIR):
             (path / sub).mkdir(parents=True, exist_ok=True)
-        (path / "spec.yaml").write_text(dump(plan.spec))
-        (path / "plan.json").write_text(plan.to_json())
+        (path / SPEC_FILE).write_text(dump(plan.spec))
+        (path / PLAN_FILE).write_text(plan.to_json())
         st = os.stat(path)
         spec = plan.spec
         record = RunRecord(plan.run_id, spec.name, spec.backend, spec.launcher, spec.dist_backend,
@@ -232,11 +270,11 @@ class RunDir:
     def open(cls, path: str | os.PathLike) -> "RunDir":
         """An existing run folder; a damaged status.json is one clear error (exit 2)."""
         path = Path(path)
-        if not (path / "status.json").is_file():
+        if not (path / STATUS_FILE).is_file():
             raise NotARunFolder(f"{path}: not a run folder (no status.json); "
                                 "runs live under runs/<lab>-<stamp>/")
         try:
-            record = RunRecord.read(path / "status.json")
+            record = RunRecord.read(path / STATUS_FILE)
         except RecordDamaged as exc:
             raise FolderRefused(f"{path}/status.json: {exc}; the run folder is damaged") from None
         return cls(path, record)
@@ -245,13 +283,13 @@ class RunDir:
     @cached_property
     def spec(self) -> LabSpec:
         """The lab as it ran (spec.yaml), read once."""
-        return from_dict(yaml.safe_load((self.path / "spec.yaml").read_text()) or {},
-                         source=str(self.path / "spec.yaml"))
+        return from_dict(yaml.safe_load((self.path / SPEC_FILE).read_text()) or {},
+                         source=str(self.path / SPEC_FILE))
 
     @cached_property
     def planned_nodes(self) -> list[PlannedNode]:
         """plan.json's nodes (index, hostname, ranks), read once."""
-        nodes = json.loads(read_bounded(self.path / "plan.json", "plan.json")).get("nodes", [])
+        nodes = json.loads(read_bounded(self.path / PLAN_FILE, PLAN_FILE)).get("nodes", [])
         return [PlannedNode(n["index"], n.get("hostname") or "",
                             tuple(p["rank"] for p in n.get("processes", []) if p.get("rank") is not None))
                 for n in nodes]
@@ -266,45 +304,78 @@ class RunDir:
         return {n.index: n.hostname for n in self.planned_nodes}
 
     def node_log(self, index: int) -> Path:
-        return self.path / "nodes" / f"node-{index}.log"
+        return self.nodes_dir / node_log_name(index)
 
     def guard_log(self, index: int) -> Path:
         """A local direct-mode node guard's own lines (exits, leftovers), also in its node log."""
-        return self.path / "nodes" / f"node-{index}.guard.txt"
+        return self.nodes_dir / f"node-{index}.guard.txt"
 
     def torchrun_logs(self, index: int) -> Path:
         """Node `index`'s torchrun --log-dir (local runs: the workers' error files)."""
         return self.path / TORCHRUN_LOGS_SUBDIR / f"node-{index}"
 
     def rank_log(self, rank: int) -> Path:
-        return self.path / "ranks" / f"rank-{rank}.log"
+        return self.ranks_dir / rank_log_name(rank)
 
     def node_logs(self) -> list[tuple[int, Path]]:
         """The node logs the folder holds (node_log's names), with each one's index, in the
         order of their names."""
-        folder = self.path / "nodes"
-        found = sorted(folder.glob("node-*.log")) if folder.is_dir() else []
-        return [(int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit()]
+        return node_logs_in(self.nodes_dir)
 
     def stack_file(self, rank: int) -> Path:
         """A rank's last stack dump (write_stacks)."""
-        return self.path / "stacks" / f"rank-{rank}.txt"
+        return self.stacks_dir / f"rank-{rank}.txt"
 
     def stack_files(self) -> list[tuple[int, Path]]:
         """The stack dumps the folder holds, by rank."""
-        folder = self.path / "stacks"
+        folder = self.stacks_dir
         found = folder.glob("rank-*.txt") if folder.is_dir() else []
         return sorted((int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit())
 
     @property
     def results_path(self) -> Path:
-        return self.path / "results.jsonl"
+        return self.path / RESULTS_FILE
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / STATUS_FILE
+
+    @property
+    def trace_path(self) -> Path:
+        return self.path / TRACE_FILE
+
+    @property
+    def report_path(self) -> Path:
+        """report.md: the report printed at the end of `labctl up`."""
+        return self.path / REPORT_FILE
+
+    @property
+    def page_path(self) -> Path:
+        """report.html: the run's page (labctl/html)."""
+        return self.path / PAGE_FILE
+
+    @property
+    def nodes_dir(self) -> Path:
+        return self.path / NODES_SUBDIR
+
+    @property
+    def ranks_dir(self) -> Path:
+        return self.path / RANKS_SUBDIR
+
+    @property
+    def stacks_dir(self) -> Path:
+        return self.path / STACKS_SUBDIR
+
+    @property
+    def events_dir(self) -> Path:
+        """Backend events (Kubernetes), when there are any."""
+        return self.path / EVENTS_SUBDIR
 
     def workdir(self, index: int) -> Path:
         """A local node's working directory, or the invoking one when the spec says so."""
         if self.record.workdir == "invoking":
             return Path.cwd()
-        path = self.path / "work" / f"node-{index}"
+        path = self.path / WORK_SUBDIR / f"node-{index}"
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -381,20 +452,20 @@ class RunDir:
     def save(self) -> None:
         """status.json from the record, replaced atomically: a failed or cut write leaves
         the previous one and no status.json.tmp."""
-        atomicfile.write_text(self.path / "status.json", self.record.to_json())
+        atomicfile.write_text(self.status_path, self.record.to_json())
 
     def write_node_log(self, index: int, text: str) -> None:
         self.node_log(index).write_text(text)
 
     def write_rendered(self, name: str, text: str) -> Path:
-        target = self.path / "rendered" / name
+        target = self.path / RENDERED_SUBDIR / name
         target.write_text(text)
         return target
 
     def record_fault(self, fired: FiredFault) -> None:
         """One fired fault event: appended to faults.jsonl at once (it survives a crash of
         labctl) and kept in the record for the report."""
-        with open(self.path / "faults.jsonl", "a") as f:
+        with open(self.path / FAULTS_FILE, "a") as f:
             f.write(json.dumps(fired.to_dict(), sort_keys=True) + "\n")
         self.record.faults.append(fired)
         self.save()
@@ -403,6 +474,6 @@ class RunDir:
         """stacks/rank-<r>.txt for every rank that printed a stack dump."""
         if not dumps:
             return
-        (self.path / "stacks").mkdir(exist_ok=True)
+        self.stacks_dir.mkdir(exist_ok=True)
         for rank, lines in sorted(dumps.items()):
             atomicfile.write_text(self.stack_file(rank), "\n".join(lines) + "\n")

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 
 from workloads._protocol.plugin import MD, Grid, Table, Text
 
-TRACE_FILE = "trace.json"
+from .rundir import TRACE_FILE
+
 MAX_ROWS = 200                      # rows of one step's table; the rest are counted
 MAX_TAIL = 8 << 20                  # bytes read from trace.json's end for its metadata
 MAX_WHOLE = 64 << 20                # a trace.json not written a line an event is read whole up to this

@@ -199,7 +199,9 @@ def _renderer(target: str, spec: "LabSpec"):
 def render_files(target: str, plan: "LaunchPlan") -> dict[str, str]:
     """What `labctl render <target> -o DIR` writes: {file name: text}."""
     if target == "plan":
-        return {"plan.json": plan.to_json()}
+        from ..rundir import PLAN_FILE
+
+        return {PLAN_FILE: plan.to_json()}
     return _renderer(target, plan.spec).files(plan)
 
 

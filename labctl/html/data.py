@@ -20,7 +20,7 @@ from .. import logs, report, stackdumps, tracebacks
 from ..outcome import NodeState, RunState
 from ..plan import rendezvous_of
 from ..record import RunRecord, read_bounded
-from ..rundir import RunDir, read_results
+from ..rundir import PLAN_FILE, RESULTS_FILE, SPEC_FILE, STATUS_FILE, TRACE_FILE, RunDir, read_results
 from ..limits import MAX_FILE_BYTES
 from ..verdict import as_seen_now
 from .timeline import read as read_trace, stragglers, totals
@@ -51,20 +51,20 @@ def page_data(run_path: str | Path) -> dict[str, Any]:
     path = Path(run_path)
     problems = _Problems()
     # the typed record, or None when status.json is missing or damaged (named in problems)
-    raw = problems.guard("status.json", lambda: _json_object(path / "status.json"), {}) or {}
-    record: RunRecord | None = problems.guard("status.json", lambda: RunRecord.from_dict(raw), None) \
+    raw = problems.guard(STATUS_FILE, lambda: _json_object(path / STATUS_FILE), {}) or {}
+    record: RunRecord | None = problems.guard(STATUS_FILE, lambda: RunRecord.from_dict(raw), None) \
         if raw else None
     run = RunDir(path, record)      # the folder's names (its record may be None)
-    plan = problems.guard("plan.json", lambda: _json_object(path / "plan.json"), {}) or {}
-    spec = problems.guard("spec.yaml", lambda: _yaml_object(path / "spec.yaml"), {}) or {}
-    results = problems.guard("results.jsonl", lambda: _results(path, problems), []) or []
+    plan = problems.guard(PLAN_FILE, lambda: _json_object(path / PLAN_FILE), {}) or {}
+    spec = problems.guard(SPEC_FILE, lambda: _yaml_object(path / SPEC_FILE), {}) or {}
+    results = problems.guard(RESULTS_FILE, lambda: _results(path, problems), []) or []
     state = problems.guard("the run's state", lambda: as_seen_now(
         record, run.controller_gone()).value, None) if record is not None else None
     state = state or "?"
     # bounded as a lab's by the record's own check (a damaged 10^30 looped for ever)
     world = record.world_size if record is not None else None
-    trace_path = path / "trace.json"
-    timeline = problems.guard("trace.json", lambda: read_trace(trace_path), None) \
+    trace_path = run.trace_path
+    timeline = problems.guard(TRACE_FILE, lambda: read_trace(trace_path), None) \
         if trace_path.is_file() else None
     trace_nodes = timeline.rank_nodes() if timeline is not None else {}
     log_nodes = problems.guard("the node logs", lambda: ranks_in_node_logs(path), {}) or {}
@@ -121,11 +121,11 @@ def _yaml_object(path: Path) -> dict:
 
 
 def _results(path: Path, problems: _Problems) -> list[dict]:
-    if not (path / "results.jsonl").is_file():
-        problems.append("results.jsonl is missing: no checks or data to show")
+    if not (path / RESULTS_FILE).is_file():
+        problems.append(f"{RESULTS_FILE} is missing: no checks or data to show")
         return []
     garbled: list[str] = []
-    results = list(read_results(path / "results.jsonl", warn=garbled.append))
+    results = list(read_results(path / RESULTS_FILE, warn=garbled.append))
     if garbled:
         problems.extend(garbled[:10])
         if len(garbled) > 10:
@@ -517,4 +517,4 @@ def _logs(run: RunDir, world: int | None, problems: _Problems) -> dict:
         problems.append(f"rank logs missing: {named}" + (f" and {len(missing) - 20} more" if len(missing) > 20 else ""))
     nodes = sorted(str(p) for _, p in run.node_logs())
     return {"ranks": ranks[:256], "nodes": nodes[:256], "results": str(run.results_path),
-            "report_md": str(run.path / "report.md")}
+            "report_md": str(run.report_path)}

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..report import PAGE_FILE  # noqa: F401  (the page's name, known to the Markdown report too)
+from ..rundir import PAGE_FILE  # noqa: F401  (the page's name: the run folder's, known to the report too)
 
 ASSETS = Path(__file__).parent
 SCRIPTS = ("views.js", "report.js")     # in this order: report.js draws, views.js adds kinds first

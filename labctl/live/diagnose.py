@@ -12,10 +12,9 @@ from .. import blame, logs, stackdumps, verdict
 from ..backends.base import Backend, TakeStacks
 from ..outcome import NodeOutcome
 from ..record import LiveDiagnosis
-from ..rundir import RunDir
+from ..rundir import RANKS_SUBDIR, RESULTS_FILE, TRACE_FILE, RunDir, rank_log_name
 from ..verdict import Ending, Evidence, Seen
 
-LIVE_SUBDIR = "live"
 IMPORTING = "<frozen importlib._bootstrap"     # a frame of a rank still importing (torch takes seconds)
 
 
@@ -32,11 +31,11 @@ class _LiveTarget:
         return self.run.guard_log(index)
 
     def rank_log(self, rank: int) -> Path:
-        return self.folder / "ranks" / f"rank-{rank}.log"
+        return self.folder / RANKS_SUBDIR / rank_log_name(rank)
 
     @property
     def results_path(self) -> Path:
-        return self.folder / "results.jsonl"
+        return self.folder / RESULTS_FILE
 
 
 def take_stacks(run: RunDir, backend: Backend) -> list[str]:
@@ -67,7 +66,7 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
     reads and writes go under `folder` (the run folder's live/)."""
     from .. import trace
 
-    (folder / "ranks").mkdir(parents=True, exist_ok=True)
+    (folder / RANKS_SUBDIR).mkdir(parents=True, exist_ok=True)
     rec = run.record
     spec = run.spec
     reading = blame.LogReading(_LiveTarget(run, folder), [n.index for n in run.planned_nodes],
@@ -80,7 +79,7 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
             # the record files where the ranks write them, else their logs as split just now
             source = run.path if trace.record_files(run.path) else folder
             summary = trace.merge(source, world=rec.world_size, hostnames=run.hostnames,
-                                  out=folder / "trace.json")
+                                  out=folder / TRACE_FILE)
         except Exception:           # noqa: BLE001 - the stacks alone still say something
             summary = None
     diagnosis = trace.diagnosis(summary) if summary is not None else None

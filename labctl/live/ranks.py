@@ -14,6 +14,7 @@ from workloads._protocol import TRACE_MARKER, records
 from workloads._protocol.ops import STORE_OPS
 
 from .. import logs
+from ..rundir import NODES_SUBDIR
 from ..trace.builder import RankBuilder
 from ..trace.loader import RecordFollower
 from .stall import InFlight, RankNow
@@ -74,7 +75,7 @@ class LogFollower:
     them (logs.NodeLogReader). A rank's process is numbered by its H lines."""
 
     def __init__(self, run_path: Path):
-        self.folder = run_path / "nodes"
+        self.folder = run_path / NODES_SUBDIR
         self.offsets: dict[Path, int] = {}
         self.readers: dict[Path, logs.NodeLogReader] = {}
         self.headers: dict[int, int] = {}

@@ -26,7 +26,8 @@ from ..links import Links
 from ..outcome import NodeOutcome
 from ..record import LiveDiagnosis
 from ..rundir import RunDir
-from .diagnose import LIVE_SUBDIR, diagnose, stacks_now, take_stacks
+from ..rundir import LIVE_SUBDIR
+from .diagnose import diagnose, stacks_now, take_stacks
 from .ranks import RankRecords
 from .stall import NS, InFlight, Kind, Stall, find, judge_stacks
 from .view import View

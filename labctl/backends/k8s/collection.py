@@ -24,7 +24,7 @@ def collect_run(hostnames: dict[int, str], job: str, run_id: str, rundir: RunDir
     nothing: a later `labctl down` can still save them. A pod that is gone (404)
     or never started has no log to wait for. `strict`: any failure raises.
     """
-    events = rundir.path / "events"
+    events = rundir.events_dir
     events.mkdir(exist_ok=True)
     tally = Tally(progress)              # what could not be saved is said; kept ones raise
 

@@ -31,12 +31,12 @@ from ...logs import JoinReader
 from ...outcome import NodeOutcome, NodeState, from_exit_code
 from ...plan import LaunchPlan, Placement
 from ...record import Leftover
-from ...rundir import RunDir
+from ...rundir import NODES_SUBDIR, PLAN_FILE, RANKS_SUBDIR, SHARED_SUBDIR, RunDir
 from ...spec import LabSpec, ports_taken
 from ..base import (Action, Backend, BackendState, Bound, BoundRun, PreflightError, RunView,
                     dispatch)
 from . import nodeguard
-from .placement import LOCAL_SHARED_SUBDIR, local_placement
+from .placement import local_placement
 from workloads._protocol import Env, debug_server_missing
 from workloads._protocol.ports import free_port
 
@@ -159,7 +159,7 @@ class LocalBackend(Backend):
     @classmethod
     def shared_dir(cls, spec: LabSpec) -> str | None:
         """Always one: the run folder's `shared/` (its absolute path comes with the folder)."""
-        return LOCAL_SHARED_SUBDIR
+        return SHARED_SUBDIR
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -237,11 +237,11 @@ class LocalBackend(Backend):
             for node in plan.nodes:
                 which = ["--node", str(node.index)]
                 if by_guards:
-                    which += ["--rank-logs", str((rundir.path / "ranks").resolve()),
+                    which += ["--rank-logs", str(rundir.ranks_dir.resolve()),
                               "--own-log", str(rundir.guard_log(node.index).resolve())]
                 self.guards[node.index] = self._guard(
                     rundir, read_end, which,
-                    rundir.path / "nodes" / f"node-{node.index}", rundir.workdir(node.index))
+                    rundir.nodes_dir / f"node-{node.index}", rundir.workdir(node.index))
                 guards[str(node.index)] = self.guards[node.index].pid
         except OSError as exc:      # the run folder failed under us: say which and why
             if exc.errno in (errno.EADDRINUSE, errno.E2BIG, errno.ENOEXEC):
@@ -257,7 +257,7 @@ class LocalBackend(Backend):
         log = open(stem.with_name(stem.name + ".log"), "ab")
         self.logs.append(log)
         return subprocess.Popen(
-            [sys.executable, nodeguard.__file__, "--plan", str((rundir.path / "plan.json").resolve()),
+            [sys.executable, nodeguard.__file__, "--plan", str((rundir.path / PLAN_FILE).resolve()),
              *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
              "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -265,7 +265,7 @@ class LocalBackend(Backend):
             start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
-        return (self.folder.path / "nodes" / f"node-{index}.exit.json").resolve()
+        return (self.folder.nodes_dir / f"node-{index}.exit.json").resolve()
 
     def _outcome(self, index: int, hostname: str) -> NodeOutcome:
         guard = self.guards.get(index)
@@ -291,8 +291,8 @@ class LocalBackend(Backend):
     def _joined(self) -> int:
         """The join lines in the node logs (direct mode: the rank logs the guards write)."""
         folder = self.folder.path
-        logs = folder.glob("ranks/rank-*.log") if self.for_record.rank_logs_by_guards \
-            else folder.glob("nodes/node-*.log")
+        logs = folder.glob(f"{RANKS_SUBDIR}/rank-*.log") if self.for_record.rank_logs_by_guards \
+            else folder.glob(f"{NODES_SUBDIR}/node-*.log")
         return self.joins.read(sorted(logs))
 
     def signal(self, action: Action) -> list[str]:

@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 from ...plan import Placement, node_hostname
-from ...rundir import TORCHRUN_LOGS_SUBDIR
+from ...rundir import SHARED_SUBDIR, TORCHRUN_LOGS_SUBDIR
 from ...spec import LabSpec
 from ..runfolder import local_debug_server_dir, local_records_dir
 from workloads._protocol import Env
 
-LOCAL_SHARED_SUBDIR = "shared"      # the local nodes' shared directory, in the run folder
 
 
 def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
@@ -58,7 +57,7 @@ def local_placement(spec: LabSpec, port: int, script_path: str | None = None,
 def local_shared_dir(run_folder: str | os.PathLike) -> str:
     """The directory local nodes share: the run folder's `shared/` (kept with the run),
     absolute (every node works in a directory of its own)."""
-    return str((Path(run_folder) / LOCAL_SHARED_SUBDIR).resolve())
+    return str((Path(run_folder) / SHARED_SUBDIR).resolve())
 
 
 def local_torchrun_log_dir(run_folder: str | os.PathLike) -> str:
