@@ -198,6 +198,19 @@ class PlannedNode:
     ranks: tuple[int, ...]          # its processes' global ranks, when the plan fixes them (direct)
 
 
+class InFolder:
+    """A name in the run folder as a RunDir's attribute: `run.<attr>` is `run.path / name`,
+    one line per name instead of a property each."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, run: "RunDir | None", owner: type | None = None) -> Path:
+        if run is None:
+            raise AttributeError(f"a run folder's {self.name}: ask a RunDir")
+        return run.path / self.name
+
+
 @dataclass
 class RunDir:
     path: Path
@@ -332,44 +345,16 @@ class RunDir:
         found = folder.glob("rank-*.txt") if folder.is_dir() else []
         return sorted((int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit())
 
-    @property
-    def results_path(self) -> Path:
-        return self.path / RESULTS_FILE
-
-    @property
-    def status_path(self) -> Path:
-        return self.path / STATUS_FILE
-
-    @property
-    def trace_path(self) -> Path:
-        return self.path / TRACE_FILE
-
-    @property
-    def report_path(self) -> Path:
-        """report.md: the report printed at the end of `labctl up`."""
-        return self.path / REPORT_FILE
-
-    @property
-    def page_path(self) -> Path:
-        """report.html: the run's page (labctl/html)."""
-        return self.path / PAGE_FILE
-
-    @property
-    def nodes_dir(self) -> Path:
-        return self.path / NODES_SUBDIR
-
-    @property
-    def ranks_dir(self) -> Path:
-        return self.path / RANKS_SUBDIR
-
-    @property
-    def stacks_dir(self) -> Path:
-        return self.path / STACKS_SUBDIR
-
-    @property
-    def events_dir(self) -> Path:
-        """Backend events (Kubernetes), when there are any."""
-        return self.path / EVENTS_SUBDIR
+    # the folder's own files and folders, each `self.path / <its name>`
+    results_path = InFolder(RESULTS_FILE)
+    status_path = InFolder(STATUS_FILE)
+    trace_path = InFolder(TRACE_FILE)
+    report_path = InFolder(REPORT_FILE)       # the report printed at the end of `labctl up`
+    page_path = InFolder(PAGE_FILE)           # the run's page (labctl/html)
+    nodes_dir = InFolder(NODES_SUBDIR)
+    ranks_dir = InFolder(RANKS_SUBDIR)
+    stacks_dir = InFolder(STACKS_SUBDIR)
+    events_dir = InFolder(EVENTS_SUBDIR)      # backend events (Kubernetes), when there are any
 
     def workdir(self, index: int) -> Path:
         """A local node's working directory, or the invoking one when the spec says so."""
