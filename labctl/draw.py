@@ -3,7 +3,7 @@
 The views (workloads/_protocol/plugin.py) are drawn by kind: a table as a Markdown
 table (labctl/tables.py), a chart as a table of its series, messages and the tensors
 ranks held as tables of values. The page draws the same views itself
-(`View.as_dict`, labctl/html/report.js); `show` says which of the two a view is for.
+(`View.as_dict`, labctl/html/workload_views.js); `show` says which of the two a view is for.
 """
 from __future__ import annotations
 

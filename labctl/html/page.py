@@ -17,7 +17,10 @@ from typing import Any
 from ..rundir import PAGE_FILE  # noqa: F401  (the page's name: the run folder's, known to the report too)
 
 ASSETS = Path(__file__).parent
-SCRIPTS = ("views.js", "report.js")     # in this order: report.js draws, views.js adds kinds first
+# in this order: each file takes the names of those before it (window.labctlPage), start.js
+# draws the page; views.js, first, adds the view kinds the workloads' views ask it for
+SCRIPTS = ("views.js", "common.js", "outcome.js", "hang.js", "workload_views.js", "timeline.js",
+           "checks.js", "start.js")
 _SLOT = re.compile(r"\{\{(title|style|data|script)\}\}")
 
 

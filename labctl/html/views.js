@@ -1,7 +1,8 @@
-/* The page's view kinds drawn beside report.js: "gantt" (boxes on a time axis, a row per
- * lane: a pipeline's stages) and "grid" (the ranks as a grid, once per process group name,
- * the cells of one group one colour). report.js asks window.labctlViews[kind] for a kind
- * it does not draw itself; this file runs first (labctl/html/page.py). */
+/* The page's view kinds drawn beside workload_views.js: "gantt" (boxes on a time axis, a
+ * row per lane: a pipeline's stages) and "grid" (the ranks as a grid, once per process
+ * group name, the cells of one group one colour). workload_views.js asks
+ * window.labctlViews[kind] for a kind it does not draw itself; this file runs first
+ * (labctl/html/page.py). */
 (function () {
   "use strict";
   const SVGNS = "http://www.w3.org/2000/svg";
