@@ -555,6 +555,19 @@ def setup_hang(where: dict[int, dict], world: int | None) -> Diagnosis | None:
     call = max(set(calls), key=calls.count)
     first = held[min(held)]
     waiting = ", ".join(map(str, sorted(held)))
+    went_on = {(where.get(r, {}).get("file"), where.get(r, {}).get("line"), where.get(r, {}).get("call"))
+               for r in others}
+    if call != "init_process_group" and len(held) < len(others) and len(went_on) == 1 \
+            and next(iter(went_on))[2] is not None:
+        # the fewer ranks made a group the rest never make (one made only in rank 0's logger):
+        # the rest went on together to one collective; the odd call is the held ranks'
+        file, line, their = next(iter(went_on))
+        one = min(held) if len(held) == 1 else None
+        return Diagnosis(rank=one, ranks=sorted(held), op=call, caller=f"{first['file']}:{first['line']}",
+                         source=STACKS,
+                         text=f"rank{'s' if len(held) > 1 else ''} {waiting} alone call{'' if len(held) > 1 else 's'} "
+                              f"{call} (at {first['file']}:{first['line']}), which every rank must call, while "
+                              f"rank {', '.join(map(str, others))} went on to {their} at {file}:{line}")
     elsewhere = "; ".join(f"rank {r} at {where[r]['file']}:{where[r]['line']}"
                           + (f" in {where[r]['call']}" if where[r].get("call") else "")
                           if where.get(r, {}).get("file") else f"rank {r}: no stack" for r in others)

@@ -25,7 +25,8 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
-from .trace.calls import added_keys, deleted_keys, destroyed_before, not_a_member, read_before_wait, swapped_senders
+from .trace.calls import (added_keys, deleted_keys, destroyed_before, not_a_member, read_before_wait, set_keys,
+                          swapped_senders)
 from .trace.model import Diagnosis
 from .rundir import (PAGE_FILE, REPORT_FILE, RESULTS_FILE, TRACE_FILE, RunDir, StorageError, now,
                      storage_cause)
@@ -71,13 +72,15 @@ class _Finish:
         self.destroyed: dict[int, str] = {}    # rank -> where it last called destroy_process_group
         self.deleted: dict[str, tuple[int, str]] = {}   # store key -> (rank, caller) that deleted it
         self.added: dict[str, tuple[list[int], str]] = {}   # store key -> (ranks, caller) that added to it
+        self.set_keys: dict[str, tuple[int, str]] = {}      # store key -> (rank, caller) that last set it
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
         return Evidence(self.seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads),
                         list(self.run.record.faults), self.found, self.diagnosis,
                         ended_in=self.ended_in, ended_at=self.ended_at, destroyed=self.destroyed,
-                        deleted=self.deleted, added=self.added, previous=self.previous, **more)
+                        deleted=self.deleted, added=self.added, set_keys=self.set_keys, previous=self.previous,
+                        **more)
 
     def decide(self, **more) -> None:
         self.run.record = verdict.decide(self.run.record, self.evidence(**more), str(self.run.path))
@@ -170,6 +173,7 @@ class _Finish:
                               if (op := destroyed_before(calls)) is not None}
             self.deleted = deleted_keys(summary.calls)
             self.added = added_keys(summary.calls)
+            self.set_keys = set_keys(summary.calls)
         if summary.raised_count:
             first = summary.raised[0] if summary.raised else ""
             run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "

@@ -36,6 +36,7 @@ from workloads._protocol.ops import CALLS, DEFAULT_PG, P2P, STORE_OPS, STORE_REA
 from . import blame, stackdumps, torchsays, tracebacks
 from .outcome import NodeOutcome, NodeState, RunState, spared
 from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
+from .trace import branches
 from .trace.calls import says_uninitialized
 from .trace.model import Diagnosis, Mismatch, Stuck
 
@@ -98,6 +99,7 @@ class Evidence:
     destroyed: dict[int, str] = field(default_factory=dict)  # rank -> where it called destroy_process_group
     deleted: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that deleted it
     added: dict[str, tuple[list[int], str]] = field(default_factory=dict)  # store key -> (ranks, caller) that added
+    set_keys: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that last set it
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -154,6 +156,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at) or first
             first = _deleted_before_it_was_read(first, ev.found, ev.ended_at, ev.deleted) or first
             first = _never_added(first, ev.found, ev.ended_at, ev.added, out.world_size) or first
+            first = _store_writer(first, ev.found, ev.ended_at, ev.set_keys, out.world_size) or first
         first = first or polled
         failed_ranks = ev.found.failed_ranks
         out.rank_errors = {k: v for k, v in sorted(ev.found.errors.items())
@@ -411,6 +414,47 @@ def _never_added(first: FirstFailure, found: blame.Findings, ended_at: dict[int,
     return FirstFailure(one, blame.node_of_rank(one, found) if one is not None else None, None,
                         ranks=skipped if one is None else None, hang=True, collective=first.collective,
                         op="store.add", caller=caller)
+
+
+def _store_writer(first: FirstFailure, found: blame.Findings, ended_at: dict[int, dict],
+                  set_keys: dict[str, tuple[int, str]], world: int | None) -> FirstFailure | None:
+    """A hang whose blamed ranks are held by a store read of one key, the others waiting
+    for them: the key's writer is the cause. A rank that set the key while the readers poll
+    on (their reads return, the value is not the one they wait for): its store.set. No rank
+    set it, and the script has one set of that key, on a line the other ranks have gone
+    past (a set skipped in a branch): those ranks, with that line. None: not so, or the
+    writers have not reached the set yet (a deadlock of the read and what comes before)."""
+    blamed = list(first.ranks or []) or ([first.rank] if first.rank is not None else []) \
+        or list(first.collective.ranks if first.collective is not None else [])
+    if not first.hang or not blamed or not world:
+        return None
+    reads = [ended_at.get(r) or {} for r in blamed]
+    keys = {str(e.get("key") or "") for e in reads}
+    if any(e.get("op") not in STORE_READS for e in reads) or len(keys) != 1 or "" in keys:
+        return None
+    key = keys.pop()
+    if key in set_keys:
+        rank, caller = set_keys[key]
+        if rank in blamed or any(e.get("inside") for e in reads):
+            return None                 # a read still blocked on a key that was set: another store
+        return FirstFailure(rank, blame.node_of_rank(rank, found), None, hang=True, collective=first.collective,
+                            op="store.set", caller=caller)
+    file = str(reads[0].get("caller") or "").rpartition(":")[0]
+    line = branches.set_line(file, key) if file else None
+    writers = [r for r in range(world) if r not in blamed]
+    past = [r for r in writers if _line_in(ended_at.get(r), file) > (line or 0)]
+    if line is None or not writers or past != writers:
+        return None
+    one = writers[0] if len(writers) == 1 else None
+    return FirstFailure(one, blame.node_of_rank(one, found) if one is not None else None, None,
+                        ranks=writers if one is None else None, hang=True, collective=first.collective,
+                        op="store.set", caller=f"{file}:{line}")
+
+
+def _line_in(ended: dict | None, file: str) -> int:
+    """The line of `file` a rank's records end at (0: elsewhere, or none)."""
+    at, _, line = str((ended or {}).get("caller") or "").rpartition(":")
+    return int(line) if at == file and line.isdigit() else 0
 
 
 def _polls_apart(found: blame.Findings, ended_at: dict[int, dict], world: int | None) -> FirstFailure | None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labctl.trace.calls import deleted_keys, destroyed_before, odd_new_group, says_uninitialized
+from labctl.trace.calls import deleted_keys, destroyed_before, odd_new_group, says_uninitialized, set_keys
 from labctl.trace.model import Op
 
 from conftest import REPO
@@ -51,6 +51,15 @@ def test_the_first_delete_of_each_store_key_and_who_made_it():
     calls = {0: [delete(0, "run_id", 9, 17)], 2: [delete(2, "run_id", 5, 30), delete(2, "other", 7, 31)],
              1: [_call(1, "store.get", start=3)]}
     assert deleted_keys(calls) == {"run_id": (2, "/x/job.py:30"), "other": (2, "/x/job.py:31")}
+
+
+def test_the_last_set_of_each_store_key_and_who_made_it():
+    def put(rank, key, start, line, end=True):
+        return Op(rank=rank, op="store.set", pg="store", seq=None, p2p=None, peer=None, root=None, shape=None,
+                  dtype=None, nbytes=0, caller=f"/x/job.py:{line}", start=start, end=start + 1 if end else None,
+                  key=key)
+    calls = {0: [put(0, "step", 5, 34), put(0, "step", 9, 34)], 1: [put(1, "step", 7, 40), put(1, "cfg", 8, 22, False)]}
+    assert set_keys(calls) == {"step": (0, "/x/job.py:34")}      # the last set; one never finished is no set
 
 
 SCRIPT = """\
@@ -105,7 +114,7 @@ def test_a_rank_records_its_calls_and_the_odd_new_group_is_the_first_failure(tmp
     calls = {(s["op"], s["caller"].rsplit(":", 1)[1], tuple(s.get("members") or ()), s.get("key")) for s in sites}
     assert ("new_group", "9", (0, 1), None) in calls and ("new_group", "11", (0, 1, 2), None) in calls, calls
     assert ("store.get", "16", (), "k") in calls and ("store.add", "17", (), "n") in calls, calls
-    assert ("store.delete_key", "19", (), "n") in calls, calls
+    assert ("store.delete_key", "19", (), "n") in calls and ("store.set", "15", (), "k") in calls, calls
     assert all(s["caller"].startswith(str(script)) for s in sites), sites     # torch's own store reads are not the script's
 
 

@@ -256,6 +256,15 @@ def test_ranks_held_in_new_group_wait_for_the_ranks_elsewhere():
     assert first.collective.text == ("ranks 0, 1 wait in new_group (at /x/job.py:12), which every rank must call; "
                                         "rank 2, 3 never called it (rank 2 at /x/job.py:15 in all_reduce; rank 3 at "
                                         "/x/job.py:15 in all_reduce)")
+    # one rank alone in new_group (a group made only in rank 0's logger), the other two gone
+    # on together to one all_reduce: the lone call is the odd one, not the two that skipped it
+    found = _found(stacks={0: _stack((TORCH, 5000, "new_group"), ("/x/job.py", 17, "log")), 1: waits, 2: waits})
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                         Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found,
+                                  diagnosis=Diagnosis.from_dict({**records, "ranks": [1, 2], "rank": None})), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.op, first.caller) == (0, "new_group", "/x/job.py:17"), first
+    assert first.collective.text.startswith("rank 0 alone calls new_group (at /x/job.py:17)"), first.collective.text
     sleeper = _stack(("/usr/lib/python3.11/time.py", 1, "sleep"), ("/x/job.py", 10, "<module>"))
     joins = _stack((TORCH, 1700, "init_process_group"), ("/x/job.py", 11, "<module>"))
     found = _found(stacks={0: joins, 1: sleeper})
@@ -574,3 +583,36 @@ def test_ranks_polling_store_counters_on_different_keys_blame_the_fewest():
     rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
                          Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, ended_at=other), "runs/x")
     assert rec.first_failure is None or rec.first_failure.op != "store.add"
+
+
+def test_ranks_held_by_a_store_key_blame_its_writer(tmp_path):
+    """Ranks 1 and 2 read a store key while rank 0 waits for them in an all_reduce. Rank 0
+    set the key and they poll on (the value is not the step they wait for): rank 0's set is
+    the cause. Nobody set it, and the script's one set of that key is on a line rank 0 has
+    gone past (a branch that skipped it): rank 0, at that line. Where rank 0 has not reached
+    the set yet (it waits in a barrier before it), the readers stay blamed."""
+    script = tmp_path / "job.py"
+    script.write_text("\n" * 20 + "store.set('run_config', text)\n")      # line 21
+    hang = {"rank": None, "ranks": [1, 2], "op": "all_reduce", "caller": None,
+            "text": "rank 0 waits in all_reduce (collective #1 of default_pg) which rank 1, rank 2 never entered"}
+    found = Findings(world=3, ranks={0, 1, 2}, finished=set(), total=0, node_ranks={0: [0, 1, 2]})
+
+    def decide(ended, set_keys=None):
+        return verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                              Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found,
+                                       diagnosis=Diagnosis.from_dict(hang), ended_at=ended,
+                                       set_keys=set_keys or {}), "runs/x").first_failure
+
+    polling = {r: {"op": "store.get", "caller": f"{script}:17", "inside": False, "key": "ckpt_step"} for r in (1, 2)}
+    first = decide({**polling, 0: {"op": "all_reduce", "caller": f"{script}:30", "inside": True}},
+                   {"ckpt_step": (0, f"{script}:34")})
+    assert (first.rank, first.op, first.caller) == (0, "store.set", f"{script}:34"), first
+    held = {r: {"op": "store.get", "caller": f"{script}:24", "inside": True, "key": "run_config"} for r in (1, 2)}
+    first = decide({**held, 0: {"op": "all_reduce", "caller": f"{script}:30", "inside": True}})
+    assert (first.rank, first.op, first.caller) == (0, "store.set", f"{script}:21"), first
+    first = decide({**held, 0: {"op": "barrier", "caller": f"{script}:15", "inside": True}})
+    assert first.op != "store.set", first
+    # blocked on a key that was set (another store: a PrefixStore's): the reader's own fault
+    first = decide({**held, 0: {"op": "all_reduce", "caller": f"{script}:30", "inside": True}},
+                   {"run_config": (0, f"{script}:21")})
+    assert first.op != "store.set", first

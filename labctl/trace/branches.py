@@ -4,8 +4,9 @@ extra forward" and "rank 1 skipped it" leave the same records. A reader of the s
 breaks it by the code: `if rank == 0:` around the extra call names rank 0; `if rank != 1:`
 around it names rank 1 (the one left out). So do we: the ranks an `if` compares the rank
 with, first those of the branches around the ranks' own calls, else those of every branch
-in the script that does more than print. Standard library only; a file that cannot be read
-or parsed names nobody."""
+in the script that does more than print. And where the script sets a store key the ranks
+wait for (`set_line`): a set that never ran is in no record, only in the code. Standard
+library only; a file that cannot be read or parsed names nobody."""
 from __future__ import annotations
 
 import ast
@@ -104,3 +105,30 @@ def singled_out(tied: dict[int, str]) -> int | None:
         if hit:
             return hit[0] if len(hit) == 1 else None
     return None
+
+
+def set_line(path: str, key: str) -> int | None:
+    """The line of the file's one `<store>.set("<key>", ...)` call (the key a literal, as
+    written), else None (none, several, or a file that cannot be read)."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    lines = _store_sets(path, st.st_mtime_ns, st.st_size).get(key, [])
+    return lines[0] if len(lines) == 1 else None
+
+
+@functools.lru_cache(maxsize=32)
+def _store_sets(path: str, mtime_ns: int, size: int) -> dict[str, list[int]]:
+    if size > 4 << 20:
+        return {}
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return {}
+    found: dict[str, list[int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "set" \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.setdefault(node.args[0].value, []).append(node.lineno)
+    return found

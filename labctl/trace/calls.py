@@ -123,6 +123,17 @@ def deleted_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
     return {k: (r, c) for k, (r, c, _) in found.items()}
 
 
+def set_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
+    """key -> (rank, caller) of the last store.set of each key the script set."""
+    found: dict[str, tuple[int, str, int]] = {}
+    for rank, ops in sorted(calls.items()):
+        for op in ops:
+            if op.op == "store.set" and op.key and op.end is not None:
+                if op.key not in found or op.start > found[op.key][2]:
+                    found[op.key] = (rank, op.caller, op.start)
+    return {k: (r, c) for k, (r, c, _) in found.items()}
+
+
 def added_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[list[int], str]]:
     """key -> (the ranks whose script added to it, where the first of them did): a counter on
     the store (a home-made barrier: add, then poll get until it reaches the world)."""

@@ -77,6 +77,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("store.wait", Kind.CALL),
     Op("store.add", Kind.CALL),
     Op("store.delete_key", Kind.CALL),
+    Op("store.set", Kind.CALL),
     Op("not_a_member", Kind.CALL),  # a collective on a group the rank is not in (its key: which)
     Op("sender_dropped", Kind.CALL),  # a recv from any source whose sender (its result) the line drops
     Op("read_before_wait", Kind.CALL),  # an irecv's buffer read before its work was waited on
@@ -88,7 +89,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
 # counter's add and a delete decide what the others' reads find
 DEFAULT_PG = "default_pg"           # the name the trace gives the default group (a new generation: "default_pg@2")
 LIFECYCLE_CALLS = ("new_group", "destroy_process_group")
-STORE_CALLS = ("get", "wait", "add", "delete_key")   # Store methods, traced as "store.get" ...
+STORE_CALLS = ("get", "wait", "add", "delete_key", "set")   # Store methods, traced as "store.get" ...
 STORE_OPS = frozenset(f"store.{name}" for name in STORE_CALLS)
 STORE_READS = frozenset({"store.get", "store.wait"})  # ... those that block until another rank writes
 CALLS = frozenset(name for name, op in OPS.items() if op.kind is Kind.CALL)
