@@ -13,6 +13,7 @@ from ..backends.base import Backend, TakeStacks
 from ..outcome import NodeOutcome
 from ..record import LiveDiagnosis
 from ..rundir import RANKS_SUBDIR, RESULTS_FILE, TRACE_FILE, RunDir, rank_log_name
+from ..trace.calls import added_keys, deleted_keys, destroyed_before, set_keys
 from ..verdict import Ending, Evidence, Seen
 
 IMPORTING = "<frozen importlib._bootstrap"     # a frame of a rank still importing (torch takes seconds)
@@ -85,9 +86,12 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
     diagnosis = trace.diagnosis(summary) if summary is not None else None
     ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in} if summary else {}
     ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at} if summary else {}
+    calls = summary.calls if summary else {}
     seen = Seen(Ending.DEADLINE, outcomes, reason)
     ev = Evidence(seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads), list(rec.faults), found,
-                  diagnosis, ended_in=ended_in, ended_at=ended_at)
+                  diagnosis, ended_in=ended_in, ended_at=ended_at,
+                  destroyed={r: op.caller for r, ops in calls.items() if (op := destroyed_before(ops)) is not None},
+                  deleted=deleted_keys(calls), added=added_keys(calls), set_keys=set_keys(calls))
     decided = verdict.decide(rec, ev, str(run.path))
     first = decided.first_failure
     rank, ranks, op, caller = first.answer() if first is not None else (None, [], None, None)
