@@ -1228,6 +1228,26 @@ def _diagnosed(tmp_path: Path, per_rank: dict[int, list[dict]], groups: dict[str
     return trace.merge(run, world=world)
 
 
+def test_groups_that_share_a_name_are_matched_by_their_members(tmp_path):
+    """A 2x2 DeviceMesh names both tp groups `mesh_tp` ([0, 1] and [2, 3]). Ranks 0 and 1
+    complete their tp all_reduce; rank 2 waits in its own, which rank 3 never entered (it
+    reduced over dp instead). The two groups' #1 are two collectives, not one of three
+    ranks: the stuck one is said with its members, and rank 3 is the one missing."""
+    def groups(rank):
+        return {"default_pg": [0, 1, 2, 3], "mesh_tp": [0, 1] if rank < 2 else [2, 3],
+                "mesh_dp": [0, 2] if rank % 2 == 0 else [1, 3]}
+
+    def op(pg, end):
+        return {"op": "all_reduce", "pg": pg, "seq": 1, "t": 1, "caller": "job.py:18", **({"end": 2} if end else {})}
+
+    per_rank = {0: [op("mesh_tp", True)], 1: [op("mesh_tp", True)], 2: [op("mesh_tp", False)], 3: [op("mesh_dp", False)]}
+    run = _fake_run(tmp_path, {r: _calls(r, ops, groups(r)) for r, ops in per_rank.items()}, world=4)
+    s = trace.merge(run, world=4)
+    tp = next(st for st in s.stuck if st.pg.startswith("mesh_tp"))
+    assert (tp.pg, tp.waiting, tp.missing) == ("mesh_tp[2, 3]", [2], [3]), tp
+    assert s.mismatch_found == [] and all(late.collectives <= 2 for late in s.lateness.values())
+
+
 def test_a_mismatch_says_what_differs_and_who_the_odd_one_is(tmp_path):
     """The root is part of what must agree (a broadcast from another root hangs); the text
     says what differs; the odd rank is blamed, with its call and line."""

@@ -74,7 +74,7 @@ class _Merge:
         self.send_sites: dict[tuple[str, int, str], SendSite] = {}   # (pg, src, caller) -> its sends' shape
         self.pairs = _P2pPairs(summary)
         # (pg, seq) -> rank -> (start, op): collectives not every member reached yet
-        self.open: dict[tuple[str, int], dict[int, tuple[int, Op]]] = {}
+        self.open: dict[tuple[str, tuple | None, int], dict[int, tuple[int, Op]]] = {}
         self.worst: list[tuple[int, int, Straggler]] = []     # min-heap of the worst ten
         self.tiebreak = 0
         self.unfinished: list[tuple[int, int, Op]] = []       # drawn at the end; heap of the latest
@@ -108,7 +108,9 @@ class _Merge:
             self.s.lanes[rank] = max(self.s.lanes.get(rank, 0), lane + 1)
         return tid
 
-    def add(self, op: Op, groups: dict[str, list[int]]) -> None:
+    def add(self, op: Op, members: list[int] | None) -> None:
+        """One op; `members`: its group's ranks as its own rank declared them (two groups may
+        share a name: DeviceMesh names every tp group `mesh_tp`)."""
         s = self.s
         if op.raised is not None:               # never issued: an error instant, no slice, no count
             s.raised_count += 1
@@ -143,7 +145,7 @@ class _Merge:
             if dur > total.slowest_ns:
                 total.slowest_ns, total.slowest_rank = dur, op.rank
         if op.seq is not None:
-            self.collective(op, groups.get(op.pg))
+            self.collective(op, members)
         elif op.p2p is not None and op.peer is not None:
             self.pairs.add(op)
 
@@ -234,7 +236,7 @@ class _Merge:
         self.unfinished = []
 
     def collective(self, op: Op, members: list[int] | None) -> None:
-        key = (op.pg, op.seq)
+        key = (op.pg, tuple(members) if members else None, op.seq)
         seen = self.open.setdefault(key, {})
         seen[op.rank] = (op.start, op)
         if members is None or not set(members) <= set(seen):
@@ -291,7 +293,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         for _, op, reader in heapq.merge(*(tagged(r) for r in readers), key=lambda x: x[0]):
             for pg, members in reader.groups.items():
                 groups.setdefault(pg, members)
-            m.add(op, groups)
+            m.add(op, reader.groups.get(op.pg) or groups.get(op.pg))
         for reader in readers:
             for pg, members in reader.groups.items():
                 groups.setdefault(pg, members)
@@ -393,10 +395,22 @@ def _metadata(s: Summary) -> dict[str, Any]:
 
 def _stuck_from_readers(readers: list[RankReader], groups: dict[str, list[int]], silent: list[int]
                         ) -> tuple[list[Stuck], list[str]]:
+    """Per group, each rank's last collective; a name that several groups share (DeviceMesh's
+    `mesh_tp` for every tp group) is split by members and said with them (`mesh_tp[2, 3]`)."""
+    declared: dict[str, set[tuple[int, ...]]] = {}
+    for reader in readers:
+        for pg, members in reader.groups.items():
+            declared.setdefault(pg, set()).add(tuple(members))
     last: dict[str, dict[int, Op]] = {}
+    named = dict(groups)
     for reader in readers:
         for pg, op in reader.last.items():
-            last.setdefault(pg, {})[reader.rank] = op
-    return stuck_collectives(last, groups, silent=silent)
+            members = reader.groups.get(pg)
+            key = pg
+            if members and len(declared.get(pg, ())) > 1:
+                key = f"{pg}[{', '.join(map(str, members))}]"
+                named[key] = list(members)
+            last.setdefault(key, {})[reader.rank] = op
+    return stuck_collectives(last, named, silent=silent)
 
 
