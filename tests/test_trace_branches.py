@@ -44,6 +44,11 @@ def test_the_branch_around_a_rank_s_call_names_it_and_a_print_branch_names_nobod
     job.write_text("import torch.distributed as dist\nif rank == 0:\n    print('hi')\ndist.barrier()\n")
     assert singled_out({0: f"{job}:4", 1: f"{job}:4"}) is None       # a branch that only prints
     assert singled_out({0: f"{tmp_path}/gone.py:3", 1: "?"}) is None  # nothing to read
+    # a rank test outside an `if`: an assignment, a conditional expression
+    job.write_text("padded = rank == 1\nrows = 64 if padded else 50\nw = load(rows)\nshard(w)\n")
+    assert singled_out({0: f"{job}:4", 1: f"{job}:4"}) == 1
+    job.write_text("dest = [1, 3] if rank == 2 else list(range(4))\nsend(dest)\n")
+    assert singled_out({2: f"{job}:2", 3: f"{job}:2"}) == 2
     (tmp_path / "bad.py").write_text("if rank == 0:\n  x = (\n")
     assert singled_out({0: f"{tmp_path}/bad.py:1", 1: f"{tmp_path}/bad.py:1"}) is None
 

@@ -2,9 +2,10 @@
 different things at one collective are a tie the counting cannot break: "rank 0 ran an
 extra forward" and "rank 1 skipped it" leave the same records. A reader of the script
 breaks it by the code: `if rank == 0:` around the extra call names rank 0; `if rank != 1:`
-around it names rank 1 (the one left out). So do we: the ranks an `if` compares the rank
-with, first those of the branches around the ranks' own calls, else those of every branch
-in the script that does more than print. And where the script sets a store key the ranks
+around it names rank 1 (the one left out); `padded = rank == 1` and `x if rank == 1 else y`
+name rank 1. So do we: the ranks such a test compares the rank with, first those of the
+branches around the ranks' own calls, else those of every one in the script (an `if`
+that only prints left out). And where the script sets a store key the ranks
 wait for (`set_line`): a set that never ran is in no record, only in the code. Standard
 library only; a file that cannot be read or parsed names nobody."""
 from __future__ import annotations
@@ -79,9 +80,16 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozen
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and not _quiet(node.body):
-            named = _named(node.test)
-            if named:
-                found.append((node.lineno, node.end_lineno or node.lineno, frozenset(named)))
+            test = node.test
+        elif isinstance(node, ast.IfExp):
+            test = node.test                # rows = 64 if rank == 1 else 50
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, (ast.Compare, ast.BoolOp)):
+            test = node.value               # padded = rank == 1
+        else:
+            continue
+        named = _named(test)
+        if named:
+            found.append((node.lineno, node.end_lineno or node.lineno, frozenset(named)))
     return tuple(found)
 
 
