@@ -1420,6 +1420,13 @@ def test_a_p2p_deadlock_names_every_rank_in_it(tmp_path):
     s = _diagnosed(tmp_path, {r: [{"op": "recv", "p2p": 1, "peer": 1 - r, "t": 1}] for r in (0, 1)})
     d = trace.diagnosis(s).to_dict()
     assert (d["rank"], d["ranks"], d["op"], d["caller"]) == (None, [0, 1], "recv", "job.py:11")
+    # ... unless the script singles one out: `if stage == 0:` around stage 0's sends
+    job = tmp_path / "pp.py"
+    job.write_text("stage = dist.get_rank()\nif stage == 0:\n    dist.send(a, 1)\nelse:\n    dist.send(g, 0)\n")
+    s = _diagnosed(tmp_path / "pp", {r: [{"op": "send", "p2p": 1, "peer": 1 - r, "t": 1,
+                                          "caller": f"{job}:{3 if r == 0 else 5}"}] for r in (0, 1)})
+    d = trace.diagnosis(s).to_dict()
+    assert (d["rank"], d["op"], d["caller"]) == (0, "send", f"{job}:3"), d
 
 
 def test_a_straggler_is_summed_up_per_rank(tmp_path):

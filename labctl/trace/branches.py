@@ -18,16 +18,36 @@ _RANK_NAMES = ("rank", "global_rank", "local_rank", "my_rank", "rank_id", "get_r
 _QUIET_CALLS = ("print", "info", "debug", "warning", "log", "write", "flush", "sleep")
 
 
+_aliases: frozenset[str] = frozenset()      # the file being read: names it gives dist.get_rank()
+
+
 def _is_rank(node: ast.AST) -> bool:
     """A name, attribute or call that reads the rank: rank, args.rank, self.local_rank,
-    dist.get_rank()."""
+    dist.get_rank(), or a name the file assigned from get_rank() (`stage = dist.get_rank()`)."""
     if isinstance(node, ast.Call):
         node = node.func
     if isinstance(node, ast.Name):
-        return node.id.lower() in _RANK_NAMES
+        return node.id.lower() in _RANK_NAMES or node.id in _aliases
     if isinstance(node, ast.Attribute):
         return node.attr.lower() in _RANK_NAMES
     return False
+
+
+def _rank_aliases(tree: ast.AST) -> frozenset[str]:
+    """The names a file assigns from a get_rank() call, alone or in a tuple
+    (`stage, n = dist.get_rank(), dist.get_world_size()`)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                pairs = zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple) \
+                    and isinstance(node.value, ast.Tuple) else [(target, node.value)]
+                for name, value in pairs:
+                    func = value.func if isinstance(value, ast.Call) else None
+                    called = getattr(func, "attr", None) or getattr(func, "id", None)
+                    if isinstance(name, ast.Name) and called == "get_rank":
+                        found.add(name.id)
+    return frozenset(found)
 
 
 def _named(test: ast.AST) -> set[int]:
@@ -77,6 +97,8 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozen
         tree = ast.parse(Path(path).read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError, RecursionError):
         return ()
+    global _aliases
+    _aliases = _rank_aliases(tree)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and not _quiet(node.body):

@@ -303,6 +303,9 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     ranks = sorted({op.rank for op in blocked})
     if not ranks:
         return None, [], None, None, []
+    if len(ranks) == 2:                 # two ranks blocked on each other: the one the script singles out
+        one = singled_out({op.rank: op.caller for op in blocked if op.rank in ranks})
+        ranks = [one] if one is not None else ranks
     mine = next(op for op in blocked if op.rank == ranks[0])
     culprit = ranks[0] if len(ranks) == 1 else None
     return culprit, ranks, mine.call, mine.caller, []
