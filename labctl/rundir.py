@@ -436,7 +436,7 @@ class RunDir:
     # ---- writing --------------------------------------------------------
     def save(self) -> None:
         """status.json from the record, replaced atomically: a failed or cut write leaves
-        the previous one and no status.json.tmp."""
+        the previous one and no temporary file beside it."""
         atomicfile.write_text(self.status_path, self.record.to_json())
 
     def write_node_log(self, index: int, text: str) -> None:
