@@ -49,6 +49,9 @@ def test_the_branch_around_a_rank_s_call_names_it_and_a_print_branch_names_nobod
     assert singled_out({0: f"{job}:4", 1: f"{job}:4"}) == 1
     job.write_text("dest = [1, 3] if rank == 2 else list(range(4))\nsend(dest)\n")
     assert singled_out({2: f"{job}:2", 3: f"{job}:2"}) == 2
+    # an `if` that does something comes before tests that only give each rank its data
+    job.write_text("splits = [3, 3] if rank == 0 else [2, 4]\nif rank == 1:\n    splits = [4, 4]\na2a(splits)\n")
+    assert singled_out({0: f"{job}:4", 1: f"{job}:4"}) == 1
     # the rank by another name: what the file assigns from get_rank()
     job.write_text("stage, n = dist.get_rank(), dist.get_world_size()\nif stage == 0:\n    dist.send(a, 1)\n"
                    "else:\n    dist.send(g, 0)\n")

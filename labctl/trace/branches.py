@@ -4,8 +4,8 @@ extra forward" and "rank 1 skipped it" leave the same records. A reader of the s
 breaks it by the code: `if rank == 0:` around the extra call names rank 0; `if rank != 1:`
 around it names rank 1 (the one left out); `padded = rank == 1` and `x if rank == 1 else y`
 name rank 1. So do we: the ranks such a test compares the rank with, first those of the
-branches around the ranks' own calls, else those of every one in the script (an `if`
-that only prints left out). And where the script sets a store key the ranks
+tests around the ranks' own calls, else those of the script's `if` statements (one that
+only prints left out), else those of its other rank tests. And where the script sets a store key the ranks
 wait for (`set_line`): a set that never ran is in no record, only in the code. Standard
 library only; a file that cannot be read or parsed names nobody."""
 from __future__ import annotations
@@ -80,8 +80,9 @@ def _quiet(body: list[ast.stmt]) -> bool:
     return True
 
 
-def _branches(path: str) -> tuple[tuple[int, int, frozenset[int]], ...]:
-    """(first line, last line, ranks named) of each `if` on the rank in the file."""
+def _branches(path: str) -> tuple[tuple[int, int, frozenset[int], bool], ...]:
+    """(first line, last line, ranks named, an `if` statement?) of each test on the rank in
+    the file: `if` statements, and tests in an assignment or a conditional expression."""
     try:
         st = Path(path).stat()
     except OSError:
@@ -90,7 +91,7 @@ def _branches(path: str) -> tuple[tuple[int, int, frozenset[int]], ...]:
 
 
 @functools.lru_cache(maxsize=32)
-def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozenset[int]], ...]:
+def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozenset[int], bool], ...]:
     if size > 4 << 20:                  # no script is that long: not one to read
         return ()
     try:
@@ -111,7 +112,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozen
             continue
         named = _named(test)
         if named:
-            found.append((node.lineno, node.end_lineno or node.lineno, frozenset(named)))
+            found.append((node.lineno, node.end_lineno or node.lineno, frozenset(named), isinstance(node, ast.If)))
     return tuple(found)
 
 
@@ -128,9 +129,12 @@ def singled_out(tied: dict[int, str]) -> int | None:
         return None
     files = {file for file, _ in where.values()}
     around = set().union(*(named for file, line in where.values()
-                           for first, last, named in _branches(file) if first <= line <= last))
-    anywhere = set().union(*(named for file in files for _, _, named in _branches(file)))
-    for named in (around, anywhere):
+                           for first, last, named, _ in _branches(file) if first <= line <= last))
+    # then the file's `if` statements; only then its rank tests in values (`x if rank == 0
+    # else y` often just gives each rank its own data, where an `if` does something else)
+    ifs = set().union(*(named for file in files for _, _, named, is_if in _branches(file) if is_if))
+    values = set().union(*(named for file in files for _, _, named, is_if in _branches(file) if not is_if))
+    for named in (around, ifs, values):
         hit = [r for r in tied if r in named]
         if hit:
             return hit[0] if len(hit) == 1 else None
