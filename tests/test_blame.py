@@ -280,7 +280,9 @@ SHAPE_MISMATCH = """\
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 # rank 0 sends 1000 floats where rank 1 expects 10: gloo's own thread throws, the rank aborts
-dist.all_reduce(torch.ones(1000 if dist.get_rank() == 0 else 10))
+# (sizes by index, no rank test: a tie the script does not break, so the rank that aborted
+# heads the report; `1000 if rank == 0 else 10` would single out rank 0 as the odd call)
+dist.all_reduce(torch.ones([1000, 10][dist.get_rank()]))
 dist.barrier()
 """
 

@@ -521,7 +521,10 @@ def test_a_hang_names_the_mismatch_and_the_rank_that_never_came_as_torchfrtrace_
                 f"rank 1 called broadcast [1000] at {script}:{lines.index('    dist.broadcast(t, src=0, group=a)') + 1}, "
                 "collective #3 of pg1 (the op differs; no rank is the odd one out)")
     assert any(mismatch in s["text"] for s in comm["stuck"]), comm
-    assert (comm["rank"], status["first_failure"]["rank"]) == (3, 3), comm     # the one rank waited for
+    # rank 3, the one rank waited for in pg2, and rank 1, whose broadcast the script's
+    # `if r == 1:` singles out in pg1 (torchfrtrace's "Culprit rank 1" below): two bugs, both named
+    assert (comm["rank"], comm["ranks"], status["first_failure"]["rank"]) == (None, [1, 3], None), comm
+    assert any(s["text"].endswith("the script's branches single out rank 1") for s in comm["stuck"]), comm
     missing = next(s for s in comm["stuck"] if s["missing"])
     assert missing["missing"] == [3] and missing["waiting"] == [2] and missing["seq"] == 3
     assert missing["last"]["3"] == "#2 all_reduce [1000]"
