@@ -25,7 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .record import TraceSummary
-from .trace.calls import (added_keys, deleted_keys, destroyed_before, not_a_member, read_before_wait, set_keys,
+from .trace.calls import (added_keys, deleted_keys, destroyed_at, not_a_member, read_before_wait, set_keys,
                           swapped_senders)
 from .trace.model import Diagnosis
 from .rundir import (PAGE_FILE, REPORT_FILE, RESULTS_FILE, TRACE_FILE, RunDir, StorageError, now,
@@ -169,8 +169,7 @@ class _Finish:
         if not run.record.ok:
             self.ended_in = {r: i.ended_in for r, i in summary.ranks.items() if i.ended_in}
             self.ended_at = {r: i.ended_at for r, i in summary.ranks.items() if i.ended_at}
-            self.destroyed = {r: op.caller for r, calls in summary.calls.items()
-                              if (op := destroyed_before(calls)) is not None}
+            self.destroyed = destroyed_at(summary.calls)
             self.deleted = deleted_keys(summary.calls)
             self.added = added_keys(summary.calls)
             self.set_keys = set_keys(summary.calls)

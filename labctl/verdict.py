@@ -398,8 +398,7 @@ def _never_added(first: FirstFailure, found: blame.Findings, ended_at: dict[int,
     """A hang whose blamed ranks poll a store counter (their last call a read of a key they
     added to: a home-made barrier) that some ranks never added to: those ranks are the
     cause, with the add they skipped, at the line the others made it. None: no such key."""
-    blamed = list(first.ranks or []) or ([first.rank] if first.rank is not None else []) \
-        or list(first.collective.ranks if first.collective is not None else [])
+    blamed = _blamed(first)
     if not first.hang or not blamed or not world:
         return None
     keys = {str((ended_at.get(r) or {}).get("key") or "") for r in blamed
@@ -416,6 +415,12 @@ def _never_added(first: FirstFailure, found: blame.Findings, ended_at: dict[int,
                         op="store.add", caller=caller)
 
 
+def _blamed(first: FirstFailure) -> list[int]:
+    """The ranks a first failure blames: its ranks, its rank, else its diagnosis' ranks."""
+    return list(first.ranks or []) or ([first.rank] if first.rank is not None else []) \
+        or list(first.collective.ranks if first.collective is not None else [])
+
+
 def _store_writer(first: FirstFailure, found: blame.Findings, ended_at: dict[int, dict],
                   set_keys: dict[str, tuple[int, str]], world: int | None) -> FirstFailure | None:
     """A hang whose blamed ranks are held by a store read of one key, the others waiting
@@ -424,8 +429,7 @@ def _store_writer(first: FirstFailure, found: blame.Findings, ended_at: dict[int
     set it, and the script has one set of that key, on a line the other ranks have gone
     past (a set skipped in a branch): those ranks, with that line. None: not so, or the
     writers have not reached the set yet (a deadlock of the read and what comes before)."""
-    blamed = list(first.ranks or []) or ([first.rank] if first.rank is not None else []) \
-        or list(first.collective.ranks if first.collective is not None else [])
+    blamed = _blamed(first)
     if not first.hang or not blamed or not world:
         return None
     reads = [ended_at.get(r) or {} for r in blamed]

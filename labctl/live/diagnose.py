@@ -13,7 +13,7 @@ from ..backends.base import Backend, TakeStacks
 from ..outcome import NodeOutcome
 from ..record import LiveDiagnosis
 from ..rundir import RANKS_SUBDIR, RESULTS_FILE, TRACE_FILE, RunDir, rank_log_name
-from ..trace.calls import added_keys, deleted_keys, destroyed_before, set_keys
+from ..trace.calls import added_keys, deleted_keys, destroyed_at, set_keys
 from ..verdict import Ending, Evidence, Seen
 
 IMPORTING = "<frozen importlib._bootstrap"     # a frame of a rank still importing (torch takes seconds)
@@ -90,7 +90,7 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
     seen = Seen(Ending.DEADLINE, outcomes, reason)
     ev = Evidence(seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads), list(rec.faults), found,
                   diagnosis, ended_in=ended_in, ended_at=ended_at,
-                  destroyed={r: op.caller for r, ops in calls.items() if (op := destroyed_before(ops)) is not None},
+                  destroyed=destroyed_at(calls),
                   deleted=deleted_keys(calls), added=added_keys(calls), set_keys=set_keys(calls))
     decided = verdict.decide(rec, ev, str(run.path))
     first = decided.first_failure

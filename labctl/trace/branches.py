@@ -18,16 +18,13 @@ _RANK_NAMES = ("rank", "global_rank", "local_rank", "my_rank", "rank_id", "get_r
 _QUIET_CALLS = ("print", "info", "debug", "warning", "log", "write", "flush", "sleep")
 
 
-_aliases: frozenset[str] = frozenset()      # the file being read: names it gives dist.get_rank()
-
-
-def _is_rank(node: ast.AST) -> bool:
+def _is_rank(node: ast.AST, aliases: frozenset[str] = frozenset()) -> bool:
     """A name, attribute or call that reads the rank: rank, args.rank, self.local_rank,
     dist.get_rank(), or a name the file assigned from get_rank() (`stage = dist.get_rank()`)."""
     if isinstance(node, ast.Call):
         node = node.func
     if isinstance(node, ast.Name):
-        return node.id.lower() in _RANK_NAMES or node.id in _aliases
+        return node.id.lower() in _RANK_NAMES or node.id in aliases
     if isinstance(node, ast.Attribute):
         return node.attr.lower() in _RANK_NAMES
     return False
@@ -50,18 +47,18 @@ def _rank_aliases(tree: ast.AST) -> frozenset[str]:
     return frozenset(found)
 
 
-def _named(test: ast.AST) -> set[int]:
+def _named(test: ast.AST, aliases: frozenset[str] = frozenset()) -> set[int]:
     """The int constants `test` compares a rank with (rank == 0, rank != 1, rank in (0, 2),
     not rank, with `and`/`or`/`not` around them)."""
     if isinstance(test, ast.BoolOp):
-        return set().union(*(_named(v) for v in test.values))
+        return set().union(*(_named(v, aliases) for v in test.values))
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return {0} if _is_rank(test.operand) else _named(test.operand)
+        return {0} if _is_rank(test.operand, aliases) else _named(test.operand, aliases)
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         left, right = test.left, test.comparators[0]
-        if _is_rank(right):
+        if _is_rank(right, aliases):
             left, right = right, left
-        if not _is_rank(left):
+        if not _is_rank(left, aliases):
             return set()
         values = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
         return {v.value for v in values if isinstance(v, ast.Constant) and type(v.value) is int}
@@ -98,8 +95,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozen
         tree = ast.parse(Path(path).read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError, RecursionError):
         return ()
-    global _aliases
-    _aliases = _rank_aliases(tree)
+    aliases = _rank_aliases(tree)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and not _quiet(node.body):
@@ -110,7 +106,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozen
             test = node.value               # padded = rank == 1
         else:
             continue
-        named = _named(test)
+        named = _named(test, aliases)
         if named:
             found.append((node.lineno, node.end_lineno or node.lineno, frozenset(named), isinstance(node, ast.If)))
     return tuple(found)

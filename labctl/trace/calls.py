@@ -146,6 +146,11 @@ def added_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[list[int], str]]:
     return {k: (sorted(r), c) for k, (r, c) in found.items()}
 
 
+def destroyed_at(calls: dict[int, list[Op]]) -> dict[int, str]:
+    """rank -> where it last called destroy_process_group."""
+    return {rank: op.caller for rank, ops in calls.items() if (op := destroyed_before(ops)) is not None}
+
+
 def destroyed_before(calls: list[Op], before_ns: int | None = None) -> Op | None:
     """The rank's last destroy_process_group call (before `before_ns`, when given)."""
     found = [o for o in calls if o.op == "destroy_process_group" and (before_ns is None or o.start <= before_ns)]
