@@ -43,6 +43,11 @@ def test_the_branch_around_a_rank_s_call_names_it_and_a_print_branch_names_nobod
     assert singled_out({0: f"{job}:6", 1: f"{job}:6"}) == 1          # no branch around: the file's one
     job.write_text("import torch.distributed as dist\nif rank == 0:\n    print('hi')\ndist.barrier()\n")
     assert singled_out({0: f"{job}:4", 1: f"{job}:4"}) is None       # a branch that only prints
+    job.write_text("import torch.distributed as dist\nif rank == 0 and epoch == 1:\n    print('acc', evaluate())\n"
+                   "dist.barrier()\n")
+    assert singled_out({0: f"{job}:4", 1: f"{job}:4"}) == 0          # its print calls what does the work
+    job.write_text("if rank == 0:\n    print(f'loss {loss.item():.3f}', len(x), str(dist.get_rank()))\ndist.barrier()\n")
+    assert singled_out({0: f"{job}:3", 1: f"{job}:3"}) is None       # formatting inside a print is still a print
     assert singled_out({0: f"{tmp_path}/gone.py:3", 1: "?"}) is None  # nothing to read
     # a rank test outside an `if`: an assignment, a conditional expression
     job.write_text("padded = rank == 1\nrows = 64 if padded else 50\nw = load(rows)\nshard(w)\n")

@@ -15,6 +15,8 @@ import functools
 from pathlib import Path
 
 _RANK_NAMES = ("rank", "global_rank", "local_rank", "my_rank", "rank_id", "get_rank")
+_FORMATTING = ("str", "repr", "format", "len", "round", "int", "float", "item", "tolist", "sum", "mean", "norm", "max",
+               "min", "numel", "size", "get_rank", "get_world_size")   # inside a print: still a print
 _QUIET_CALLS = ("print", "info", "debug", "warning", "log", "write", "flush", "sleep")
 
 
@@ -66,14 +68,16 @@ def _named(test: ast.AST, aliases: frozenset[str] = frozenset()) -> set[int]:
 
 
 def _quiet(body: list[ast.stmt]) -> bool:
-    """A branch that only prints or logs (rank 0's progress line) says nothing of who is odd."""
+    """A branch that only prints or logs (rank 0's progress line) says nothing of who is odd;
+    one whose print calls something else (`print(evaluate())`) does something."""
     for stmt in body:
         if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
             return False
-        func = stmt.value.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name not in _QUIET_CALLS:
-            return False
+        for call in (n for n in ast.walk(stmt.value) if isinstance(n, ast.Call)):
+            func = call.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name not in _QUIET_CALLS and name not in _FORMATTING:
+                return False
     return True
 
 
