@@ -57,8 +57,10 @@ EVERY_FAMILY = [
     records.End(7, 9_000, 2),
     records.Raised(7, 10, "ValueError: x"),
     records.Alive(123),
-    records.OldOp(4, "all_reduce", "default_pg", 2, None, None, None, [4], "float32", 16, "job.py:3", 10**9),
-    records.OldOp(5, "send", "default_pg", None, 1, 1, None, None, None, 0, "?", 10**9),
+    records.OldOp(4, records.Site(0, "all_reduce", "default_pg", False, 16, "float32", [4], None, None, "job.py:3",
+                                  None, None), 2, None, 10**9),
+    records.OldOp(5, records.Site(0, "send", "default_pg", True, 0, None, None, 1, None, "?", None, None),
+                  None, 1, 10**9),
     records.OldEnd(4, 10**9 + 5, None),
     records.OldEnd(5, 10**9 + 5, 1),
 ]

@@ -185,20 +185,15 @@ class RankBuilder:
         return t
 
     def _begin(self, p: _Process, rec: records.Begin | records.OldOp) -> tuple[Op, Any]:
-        if isinstance(rec, records.OldOp):          # the first recorder's lines: everything inline
-            return Op(rank=self.rank, op=rec.op, pg=rec.pg, seq=rec.seq, p2p=rec.p2p, peer=rec.peer,
-                      root=rec.root, shape=rec.shape, dtype=rec.dtype, nbytes=rec.nbytes, caller=rec.caller,
-                      start=self._abs_time(rec.t), end=None), rec.ident
+        if isinstance(rec, records.OldOp):          # the first recorder's lines: the site inline
+            return _op_at(self.rank, rec.site, rec.seq, rec.p2p, self._abs_time(rec.t), None), rec.ident
         site = p.sites.get(rec.site)
         if site is None:
             raise BadRecord(f"op of call site {rec.site}, which no S line described")
         start = self._time(p, rec.t)
         end = max(self._time(p, rec.end), start) if rec.end is not None else None
-        return Op(rank=self.rank, op=site.op, pg=site.pg, seq=None if site.p2p or site.call else rec.seq,
-                  p2p=rec.seq if site.p2p else None, peer=site.peer, root=site.root, shape=site.shape,
-                  dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
-                  api=site.api, via=site.via, reduce=site.reduce, members=site.members,
-                  key=site.key, splits=site.splits), rec.ident
+        seq = None if site.p2p or site.call else rec.seq
+        return _op_at(self.rank, site, seq, rec.seq if site.p2p else None, start, end), rec.ident
 
     def _other(self, p: _Process, rec: records.Record) -> None:
         if isinstance(rec, records.Site):
@@ -237,6 +232,15 @@ class RankBuilder:
                 said = f"rank {op.rank} never finished {op.op} {way} {peer}"
             self.summary.stuck_p2p.append(f"{said} {where}")
         return op
+
+
+def _op_at(rank: int, site: records.Site, seq: int | None, p2p: int | None, start: int,
+           end: int | None) -> Op:
+    """One op of `rank` at call site `site`: its number in its group (`seq`, `p2p`) and times."""
+    return Op(rank=rank, op=site.op, pg=site.pg, seq=seq, p2p=p2p, peer=site.peer, root=site.root,
+              shape=site.shape, dtype=site.dtype, nbytes=site.nbytes, caller=site.caller, start=start, end=end,
+              api=site.api, via=site.via, reduce=site.reduce, members=site.members, key=site.key,
+              splits=site.splits)
 
 
 class RankReader(RankBuilder):

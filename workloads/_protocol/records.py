@@ -171,18 +171,11 @@ class Alive:
 
 @dataclass(frozen=True, slots=True)
 class OldOp:
-    """The first recorder's B line: every field inline, absolute time, no site."""
+    """The first recorder's B line: its call site inline (`site`, ident 0), absolute time."""
     ident: Any
-    op: str
-    pg: str
+    site: Site
     seq: int | None
     p2p: int | None
-    peer: int | None
-    root: int | None
-    shape: list[int] | None
-    dtype: str | None
-    nbytes: int
-    caller: str
     t: int
 
 
@@ -339,12 +332,13 @@ def _decode_json(kind: Any, rec: dict) -> Record:
     if kind == "R":
         return Raised(whole(rec["i"], "op id"), when(rec["t"]), text(rec.get("error", "?"), "error")[:300])
     if kind == "B":                      # the first recorder: everything inline
-        return OldOp(ident=rec["i"], op=text(rec["op"], "op"), pg=text(rec["pg"], "pg"),
-                     seq=opt_whole(rec.get("seq"), "sequence number"), p2p=opt_whole(rec.get("p2p"), "p2p number"),
-                     peer=opt_whole(rec.get("peer"), "peer"), root=opt_whole(rec.get("root"), "root"),
-                     shape=shape(rec.get("shape")), dtype=opt_text(rec.get("dtype"), "dtype"),
-                     nbytes=whole(rec.get("bytes", 0), "bytes"), caller=text(rec.get("caller", "?"), "caller"),
-                     t=whole(rec["t"], "time"))
+        p2p = opt_whole(rec.get("p2p"), "p2p number")
+        site = Site(ident=0, op=text(rec["op"], "op"), pg=text(rec["pg"], "pg"), p2p=p2p is not None,
+                    nbytes=whole(rec.get("bytes", 0), "bytes"), dtype=opt_text(rec.get("dtype"), "dtype"),
+                    shape=shape(rec.get("shape")), peer=opt_whole(rec.get("peer"), "peer"),
+                    root=opt_whole(rec.get("root"), "root"), caller=text(rec.get("caller", "?"), "caller"),
+                    api=None, via=None)
+        return OldOp(rec["i"], site, opt_whole(rec.get("seq"), "sequence number"), p2p, whole(rec["t"], "time"))
     if kind == "E":
         peer = rec.get("peer")
         return OldEnd(rec["i"], whole(rec["t"], "time"), peer if type(peer) is int else None)
@@ -448,9 +442,11 @@ def _end(r: End) -> bytes:
 
 
 def _old_op(r: OldOp) -> bytes:
-    return trace_line({"k": "B", "i": r.ident, "op": r.op, "pg": r.pg, "bytes": r.nbytes, "caller": r.caller,
-                       "t": r.t, **_present(seq=r.seq, p2p=r.p2p, peer=r.peer, root=r.root, shape=r.shape,
-                                            dtype=r.dtype)})
+    site = r.site
+    return trace_line({"k": "B", "i": r.ident, "op": site.op, "pg": site.pg, "bytes": site.nbytes,
+                       "caller": site.caller, "t": r.t,
+                       **_present(seq=r.seq, p2p=r.p2p, peer=site.peer, root=site.root, shape=site.shape,
+                                  dtype=site.dtype)})
 
 
 def _old_end(r: OldEnd) -> bytes:
