@@ -22,6 +22,7 @@ from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKE
                                 RESULT_MARKER)
 from workloads._protocol import results as codec
 
+from .runnames import rank_logs_in
 from .stackdumps import StackTracker
 from .tracebacks import NATIVE_ERROR_HINTS, ErrorTracker
 
@@ -453,7 +454,7 @@ class LogSplit:
         self.guard_ranks = {i: r for i, r in (guard_ranks or {}).items() if i in indices and r}
         self.open_logs: dict[int, Any] = {}
         kept = {target.rank_log(r) for ranks in self.guard_ranks.values() for r in ranks}
-        for old in target.rank_log(0).parent.glob("rank-*.log"):
+        for _, old in rank_logs_in(target.rank_log(0).parent):
             if old not in kept:
                 old.unlink()
         self.results = open(target.results_path, "w")

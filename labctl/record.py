@@ -21,6 +21,7 @@ from typing import Any, Mapping, TypedDict
 
 from workloads._protocol import records, results
 
+from .runnames import STATUS_FILE, TRACE_FILE
 from .outcome import NodeOutcome, NodeState, RunState
 from .trace.model import Diagnosis, Hazard, Mismatch
 
@@ -509,7 +510,7 @@ class RunRecord:
         rec.faults = [FiredFault.from_dict(f) for f in d.get("faults") or []]
         if isinstance(d.get("trace"), dict):
             t = d["trace"]
-            rec.trace = TraceSummary(t.get("file", "trace.json"), t.get("ops", 0),
+            rec.trace = TraceSummary(t.get("file", TRACE_FILE), t.get("ops", 0),
                                      list(t.get("missing_ranks") or []), t.get("bad_records", 0),
                                      t["straggler"] if isinstance(t.get("straggler"), dict) else None,
                                      Mismatch.from_dict(t.get("mismatch")), Hazard.from_dict(t.get("hazard")))
@@ -540,7 +541,7 @@ class RunRecord:
     def read(cls, path: "os.PathLike[str] | str") -> "RunRecord":
         """status.json at `path`, read no further than MAX_RECORD_BYTES (RecordDamaged
         past it: a damaged or hostile file, not a run record)."""
-        return cls.from_json(read_bounded(path, "status.json"))
+        return cls.from_json(read_bounded(path, STATUS_FILE))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "RunRecord":

@@ -42,51 +42,19 @@ from .plan import LaunchPlan
 from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .labchecks import out_refusal
 from .spec import LabSpec, dump, from_dict
-from .trace.merge import TRACE_FILE
-from workloads._protocol import DEBUG_SERVER_SUBDIR, RECORDS_SUBDIR, records, results, visible
+from . import runnames
+from .runnames import (  # noqa: F401 (the run folder's names, re-exported)
+    SPEC_FILE, PLAN_FILE, STATUS_FILE, RESULTS_FILE, FAULTS_FILE, REPORT_FILE, PAGE_FILE,
+    TRACE_FILE, WATCH_FILE, NODES_SUBDIR, RANKS_SUBDIR, RENDERED_SUBDIR, WORK_SUBDIR, STACKS_SUBDIR,
+    EVENTS_SUBDIR, LIVE_SUBDIR, SHARED_SUBDIR, SERVICES_SUBDIR, TORCHRUN_LOGS_SUBDIR, RECORDS_SUBDIR,
+    DEBUG_SERVER_SUBDIR, node_log_name, rank_log_name, guard_log_name, node_exit_name, stack_file_name, node_logs_in, rank_logs_in, stack_files_in)
+from workloads._protocol import records, results, visible
 
 __all__ = ["RunDir", "StorageError", "FolderRefused", "PlannedNode"]
-# The run folder's names, declared here once (the layout above): whoever reads or writes
-# one names it by these, or by a RunDir's paths. records/ and debug-server/ are the
-# ranks' own names (workloads/_protocol, imported here), the same on both sides; trace.json
-# is the merge's (labctl/trace/merge.py, below this module: record.py stands on trace).
-SPEC_FILE = "spec.yaml"
-PLAN_FILE = "plan.json"
-STATUS_FILE = "status.json"
-RESULTS_FILE = "results.jsonl"
-FAULTS_FILE = "faults.jsonl"
-REPORT_FILE = "report.md"
-PAGE_FILE = "report.html"
-NODES_SUBDIR = "nodes"
-RANKS_SUBDIR = "ranks"
-RENDERED_SUBDIR = "rendered"
-WORK_SUBDIR = "work"
-STACKS_SUBDIR = "stacks"
-EVENTS_SUBDIR = "events"
-LIVE_SUBDIR = "live"                # the live watcher's copies and diagnosis (labctl/live/)
-SHARED_SUBDIR = "shared"            # the local nodes' shared directory (LAB_SHARED_DIR)
-# torchrun's --log-dir in the run folder (the local backend's placement sets it; the finish
-# reads the workers' error files there, labctl/finish.py): node i's agent writes
-# <dir>/node-<i>/<run id>_*/attempt_<n>/<local rank>/{error.json,stdout.log,stderr.log}
-TORCHRUN_LOGS_SUBDIR = "torchrun"
-__all__ += ["RECORDS_SUBDIR", "DEBUG_SERVER_SUBDIR", "TRACE_FILE"]
+# The run folder's names: labctl/runnames.py, re-exported here.
+__all__ += runnames.__all__
 
 
-def node_log_name(index: int) -> str:
-    """`node-<i>.log`: node i's log, under NODES_SUBDIR."""
-    return f"node-{index}.log"
-
-
-def rank_log_name(rank: int) -> str:
-    """`rank-<r>.log`: rank r's log, under RANKS_SUBDIR."""
-    return f"rank-{rank}.log"
-
-
-def node_logs_in(folder: Path) -> list[tuple[int, Path]]:
-    """The node logs `folder` (a run folder's NODES_SUBDIR) holds, with each one's index,
-    in the order of their names."""
-    found = sorted(folder.glob("node-*.log")) if folder.is_dir() else []
-    return [(int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit()]
 # A run folder on a disk with less free space than this is refused before the start
 # (docs/failures.md); while the lab runs, under FULL_BYTES free counts as full.
 MIN_FREE_BYTES = 1 << 20
@@ -321,7 +289,7 @@ class RunDir:
 
     def guard_log(self, index: int) -> Path:
         """A local direct-mode node guard's own lines (exits, leftovers), also in its node log."""
-        return self.nodes_dir / f"node-{index}.guard.txt"
+        return self.nodes_dir / guard_log_name(index)
 
     def torchrun_logs(self, index: int) -> Path:
         """Node `index`'s torchrun --log-dir (local runs: the workers' error files)."""
@@ -331,19 +299,17 @@ class RunDir:
         return self.ranks_dir / rank_log_name(rank)
 
     def node_logs(self) -> list[tuple[int, Path]]:
-        """The node logs the folder holds (node_log's names), with each one's index, in the
-        order of their names."""
+        """The node logs the folder holds (node_log's names), with each one's index, by
+        index."""
         return node_logs_in(self.nodes_dir)
 
     def stack_file(self, rank: int) -> Path:
         """A rank's last stack dump (write_stacks)."""
-        return self.stacks_dir / f"rank-{rank}.txt"
+        return self.stacks_dir / stack_file_name(rank)
 
     def stack_files(self) -> list[tuple[int, Path]]:
         """The stack dumps the folder holds, by rank."""
-        folder = self.stacks_dir
-        found = folder.glob("rank-*.txt") if folder.is_dir() else []
-        return sorted((int(p.stem[5:]), p) for p in found if p.stem[5:].isdigit())
+        return stack_files_in(self.stacks_dir)
 
     # the folder's own files and folders, each `self.path / <its name>`
     results_path = InFolder(RESULTS_FILE)

@@ -236,14 +236,15 @@ def test_two_real_labs_with_the_same_out_started_together_one_runs(tmp_path):
 
 
 def test_the_folder_s_node_logs_and_stack_dumps_are_found_by_the_names_it_writes(tmp_path):
-    """node_logs and stack_files (the page's readers) find what node_log and write_stacks name."""
+    """node_logs and stack_files (the page's readers) find what node_log and write_stacks
+    name, by number (node-10 after node-2)."""
     run = RunDir(tmp_path, None)        # names only: no record needed
     (tmp_path / "nodes").mkdir()
     for index in (10, 2):
         run.node_log(index).write_text("")
     run.guard_log(2).write_text("")
     (tmp_path / "nodes" / "node-x.log").write_text("")
-    assert run.node_logs() == [(10, run.node_log(10)), (2, run.node_log(2))]
+    assert run.node_logs() == [(2, run.node_log(2)), (10, run.node_log(10))]     # by index, not by name
     assert run.stack_files() == []
     run.write_stacks({11: ["Current thread 0x1 (most recent call first):"], 3: ["Thread 0x2:"]})
     assert run.stack_files() == [(3, run.stack_file(3)), (11, run.stack_file(11))]

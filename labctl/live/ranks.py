@@ -14,7 +14,7 @@ from workloads._protocol import TRACE_MARKER, records
 from workloads._protocol.ops import STORE_OPS
 
 from .. import logs
-from ..rundir import NODES_SUBDIR
+from ..rundir import NODES_SUBDIR, node_logs_in
 from ..trace.builder import RankBuilder
 from ..trace.loader import RecordFollower
 from .stall import InFlight, RankNow
@@ -84,7 +84,7 @@ class LogFollower:
 
     def poll(self):
         try:
-            paths = sorted(p for p in self.folder.glob("node-*.log") if p.is_file())
+            paths = [p for _, p in node_logs_in(self.folder) if p.is_file()]
         except OSError:
             return
         for path in paths:

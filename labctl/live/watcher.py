@@ -26,7 +26,7 @@ from ..links import Links
 from ..outcome import NodeOutcome
 from ..record import LiveDiagnosis
 from ..rundir import RunDir
-from ..rundir import LIVE_SUBDIR
+from ..rundir import LIVE_SUBDIR, WATCH_FILE
 from .diagnose import diagnose, stacks_now, take_stacks
 from .ranks import RankRecords
 from .stall import NS, InFlight, Kind, Stall, find, judge_stacks
@@ -204,7 +204,7 @@ class Watcher:
                 self.run.record.live = d
                 self.run.save()
             else:                        # another labctl owns status.json
-                atomicfile.write_text(self.folder / "watch.json", json.dumps(d.to_dict(), indent=2) + "\n")
+                atomicfile.write_text(self.folder / WATCH_FILE, json.dumps(d.to_dict(), indent=2) + "\n")
         except OSError:                  # the storage guard says it at the next poll
             pass
 

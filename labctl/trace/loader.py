@@ -14,6 +14,7 @@ from workloads._protocol import RECORD_FILE_SUFFIX, RECORD_SEGMENT_BYTES, RECORD
 from workloads._protocol import records
 from workloads._protocol.records import BadRecord
 
+from ..runnames import RANKS_SUBDIR, rank_logs_in
 from .model import MAX_PROBLEMS, Problem
 
 _MARKER_BYTES = TRACE_MARKER.encode()
@@ -247,12 +248,7 @@ def trim_record_files(run_path: str | Path) -> None:
 
 
 def rank_logs(run_path: Path) -> dict[int, Path]:
-    found = {}
-    for path in (run_path / "ranks").glob("rank-*.log"):
-        number = path.stem.split("-", 1)[1]
-        if number.isdigit():
-            found[int(number)] = path
-    return found
+    return dict(rank_logs_in(run_path / RANKS_SUBDIR))
 
 
 def record_files(run_path: Path) -> dict[int, list[Path]]:

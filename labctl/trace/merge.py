@@ -16,6 +16,7 @@ from workloads._protocol import CLOCK_ROUNDS
 from workloads._protocol.ops import RECVS, SENDS
 
 from .. import atomicfile
+from ..runnames import TRACE_FILE
 from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
 from .matcher import mismatch_of, mismatch_text, splits_mismatch, stuck_collectives
@@ -23,7 +24,6 @@ from .calls import odd_new_group
 from .model import (MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, SendSite, Straggler, Stuck,
                     Summary, Unreceived)
 
-TRACE_FILE = "trace.json"
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
 MIN_PENDING_PER_RANK = 10_000       # (about 400 B each), shared out, but at least this many a rank
 MAX_LANES = 16                      # threads per rank for overlapping ops; past that: async events

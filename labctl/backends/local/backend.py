@@ -31,7 +31,7 @@ from ...logs import JoinReader
 from ...outcome import NodeOutcome, NodeState, from_exit_code
 from ...plan import LaunchPlan, Placement
 from ...record import Leftover
-from ...rundir import NODES_SUBDIR, PLAN_FILE, RANKS_SUBDIR, SHARED_SUBDIR, RunDir
+from ...rundir import PLAN_FILE, SHARED_SUBDIR, SERVICES_SUBDIR, RunDir, node_exit_name, rank_logs_in
 from ...spec import LabSpec, ports_taken
 from ..base import (Action, Backend, BackendState, Bound, BoundRun, PreflightError, RunView,
                     dispatch)
@@ -224,10 +224,10 @@ class LocalBackend(Backend):
         try:
             # services (the replica store) first: they must be up before any node dials them
             for i, svc in enumerate(plan.services):
-                (rundir.path / "services").mkdir(exist_ok=True)
-                self.services.append(self._guard(rundir, read_end, ["--service", str(i)],
-                                                 rundir.path / "services" / f"{svc.hostname}",
-                                                 rundir.path))
+                (rundir.path / SERVICES_SUBDIR).mkdir(exist_ok=True)
+                stem = rundir.path / SERVICES_SUBDIR / svc.hostname
+                self.services.append(self._guard(rundir, read_end, ["--service", str(i)], stem.with_name(stem.name + ".log"),
+                                                 stem.with_name(stem.name + ".exit.json"), rundir.path))
             if plan.placement.shared_dir:
                 Path(plan.placement.shared_dir).mkdir(parents=True, exist_ok=True)
             ranks = [p.rank for node in plan.nodes for p in node.processes if p.rank is not None]
@@ -240,8 +240,8 @@ class LocalBackend(Backend):
                     which += ["--rank-logs", str(rundir.ranks_dir.resolve()),
                               "--own-log", str(rundir.guard_log(node.index).resolve())]
                 self.guards[node.index] = self._guard(
-                    rundir, read_end, which,
-                    rundir.nodes_dir / f"node-{node.index}", rundir.workdir(node.index))
+                    rundir, read_end, which, rundir.node_log(node.index), self._status_file(node.index),
+                    rundir.workdir(node.index))
                 guards[str(node.index)] = self.guards[node.index].pid
         except OSError as exc:      # the run folder failed under us: say which and why
             if exc.errno in (errno.EADDRINUSE, errno.E2BIG, errno.ENOEXEC):
@@ -251,21 +251,21 @@ class LocalBackend(Backend):
             os.close(read_end)
         return self.for_record
 
-    def _guard(self, rundir: RunDir, lifeline: int, which: list[str], stem: Path,
+    def _guard(self, rundir: RunDir, lifeline: int, which: list[str], log_path: Path, status_path: Path,
                cwd: Path) -> subprocess.Popen:
-        """One node guard: `stem`.log gets the output, `stem`.exit.json the outcome."""
-        log = open(stem.with_name(stem.name + ".log"), "ab")
+        """One node guard: `log_path` gets the output, `status_path` the outcome."""
+        log = open(log_path, "ab")
         self.logs.append(log)
         return subprocess.Popen(
             [sys.executable, nodeguard.__file__, "--plan", str((rundir.path / PLAN_FILE).resolve()),
-             *which, "--status", str(stem.with_name(stem.name + ".exit.json").resolve()),
+             *which, "--status", str(status_path.resolve()),
              "--lifeline", str(lifeline), "--grace", str(TERM_GRACE_S)],
             cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, Env.RUN_ID: self.run.run_id},
             start_new_session=True, pass_fds=(lifeline,))
 
     def _status_file(self, index: int) -> Path:
-        return (self.folder.nodes_dir / f"node-{index}.exit.json").resolve()
+        return (self.folder.nodes_dir / node_exit_name(index)).resolve()
 
     def _outcome(self, index: int, hostname: str) -> NodeOutcome:
         guard = self.guards.get(index)
@@ -290,10 +290,9 @@ class LocalBackend(Backend):
 
     def _joined(self) -> int:
         """The join lines in the node logs (direct mode: the rank logs the guards write)."""
-        folder = self.folder.path
-        logs = folder.glob(f"{RANKS_SUBDIR}/rank-*.log") if self.for_record.rank_logs_by_guards \
-            else folder.glob(f"{NODES_SUBDIR}/node-*.log")
-        return self.joins.read(sorted(logs))
+        folder = self.folder
+        logs = rank_logs_in(folder.ranks_dir) if self.for_record.rank_logs_by_guards else folder.node_logs()
+        return self.joins.read([path for _, path in logs])
 
     def signal(self, action: Action) -> list[str]:
         return dispatch(self.name, action, stop=self._stop, stacks=self._take_stacks, begin=self._inject,
