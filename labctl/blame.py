@@ -4,7 +4,7 @@ When one rank dies its peers fail too (closed connections) or are stopped;
 naming the first one, with its exception, saves the reader a log hunt. The
 log pass (logs.LogSplit, driven by labctl/finish.py) fills `Findings`;
 `first_failure` and `fault_cause` turn them into one `FirstFailure`
-(labctl/record.py), whose `describe()` is the sentence status.json's message and
+(labctl/runrecord.py), whose `describe()` is the sentence status.json's message and
 report.md print. How the run ended is decided from these by labctl/verdict.py.
 Standard library only, no run folder.
 
@@ -27,7 +27,7 @@ from workloads._protocol import DATA, WORKLOAD_DONE
 
 from . import logs, tracebacks
 from .faults import parse as parse_fault
-from .record import FiredFault, FirstFailure
+from .runrecord import FiredFault, FirstFailure
 from .trace.model import STACKS, Diagnosis
 from .outcome import NodeOutcome, NodeState, signal_name
 from .rundir import RunDir

@@ -41,7 +41,7 @@ from .faults import Fault, FaultClock, NotYet
 from .blame import LogReading
 from .outcome import NodeOutcome, NodeState, signal_name, spared
 from .plan import LaunchPlan
-from .record import FiredFault
+from .runrecord import FiredFault
 from .rundir import RunDir
 from .signals import Signals, signals_raise
 from .verdict import Collection, Ending, Seen

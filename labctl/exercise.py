@@ -27,7 +27,7 @@ from .exercise_checks import MAX_FILE_BYTES, Check, Grade
 from .exercise_grade import Entry, grade
 from .exercise_text import text
 from .outcome import INTERRUPT_EXIT, RunState, signal_name
-from .record import FailedCheck
+from .runrecord import FailedCheck
 from .rundir import RunDir
 from .spec import LabSpec, SpecError
 from .tables import table

@@ -24,7 +24,7 @@ from . import atomicfile, blame, report, stackdumps, verdict
 from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
-from .record import TraceSummary
+from .runrecord import TraceSummary
 from .trace.calls import (added_keys, deleted_keys, destroyed_at, not_a_member, read_before_wait, set_keys,
                           swapped_senders)
 from .trace.model import Diagnosis

@@ -14,7 +14,7 @@ from .backends.base import Backend, BackendOptions, TakeStacks
 from .errors import Interrupted, LabError, Refused
 from .outcome import INTERRUPT_EXIT, NodeState
 from .plan import LaunchPlan, new_run_id, plan
-from .record import Collected
+from .runrecord import Collected
 from .rundir import RunDir, folder_path
 from .signals import Signals, signals_raise
 from .spec import LabSpec, WorkloadSpec

@@ -21,7 +21,7 @@ from workloads._protocol.plugin import InputError, Workload
 
 from . import draw, stepcomm
 from .outcome import NodeState, RunState, signal_name
-from .record import RunRecord, where as _where
+from .runrecord import RunRecord, where as _where
 from .verdict import as_seen_now
 from .errors import LabError, Refused
 from .faults import parse as parse_fault

@@ -17,7 +17,7 @@ writes it all down labctl/finish.py.
       faults.jsonl         every injected fault that fired, when, and what was done
       stacks/rank-<r>.txt  each rank's stack, when labctl asked for them (a hang)
       trace.json           every rank's ops (Chrome trace events), when traced
-      status.json          the run record (labctl/record.py), machine-readable
+      status.json          the run record (labctl/runrecord.py), machine-readable
       report.md            the report printed at the end of `labctl up`
       report.html          the run's page (labctl/html)
 """
@@ -39,7 +39,7 @@ import yaml
 from . import atomicfile, procs
 from .errors import LabError
 from .plan import LaunchPlan
-from .record import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
+from .runrecord import Controller, FiredFault, RecordDamaged, RunRecord, read_bounded
 from .labchecks import out_refusal
 from .spec import LabSpec, dump, from_dict
 from . import runnames

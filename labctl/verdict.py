@@ -35,7 +35,7 @@ from workloads._protocol.ops import CALLS, DEFAULT_PG, P2P, STORE_OPS, STORE_REA
 
 from . import blame, stackdumps, torchsays, tracebacks
 from .outcome import NodeOutcome, NodeState, RunState, spared
-from .record import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
+from .runrecord import Checks, FailedCheck, FiredFault, FirstFailure, RunRecord
 from .trace import branches
 from .trace.calls import says_uninitialized
 from .trace.model import Diagnosis, Mismatch, Stuck

@@ -39,7 +39,7 @@ from labctl.backends.k8s import api as k8s_api, backend, collection
 from labctl.errors import LabError
 from labctl.plan import plan
 from labctl.backends.k8s import render
-from labctl.record import Controller
+from labctl.runrecord import Controller
 from labctl.rundir import RunDir
 from conftest import decided, finalize
 

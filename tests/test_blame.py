@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from labctl.blame import Findings, first_failure, read_error_files
-from labctl.record import FiredFault
+from labctl.runrecord import FiredFault
 from labctl.outcome import NodeOutcome, NodeState, RunState
 from labctl.backends.local.placement import local_placement
 from labctl.plan import plan

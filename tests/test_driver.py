@@ -446,7 +446,7 @@ class Recording(ScriptedBackend):
         return self.for_record
 
     def stream(self, rundir, strict=False):
-        from labctl.record import Leftover
+        from labctl.runrecord import Leftover
 
         self.for_record = dataclasses.replace(self.for_record, leftovers=(Leftover(1, 99, "sleep 600"),))
         return super().stream(rundir)

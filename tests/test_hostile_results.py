@@ -92,7 +92,7 @@ STATUS_EDITS = [   # (key, value, what `labctl report` says: one line naming it,
 @pytest.mark.parametrize("key,value,said", STATUS_EDITS, ids=[f"{k}={v!r}"[:40] for k, v, _ in STATUS_EDITS])
 def test_a_status_json_edited_out_of_its_types_is_one_line_or_a_report_without_that_part(lab, tmp_path, key, value,
                                                                                         said):
-    """Numbers read from status.json are bounded where it is read (labctl/record.py): these
+    """Numbers read from status.json are bounded where it is read (labctl/runrecord.py): these
     were tracebacks in report.md, the JSON report or the page."""
     out = tmp_path / "edited"
     subprocess.run(["cp", "-r", str(lab[0]), str(out)], check=True)

@@ -55,7 +55,7 @@ def test_a_stopped_node_that_never_finished_is_not_blamed(tmp_path):
 
 
 def _fault(kind, target, lab_s, text):
-    from labctl.record import FiredFault
+    from labctl.runrecord import FiredFault
 
     return FiredFault(text, kind, target, "begin", "SIGKILL", lab_s, ok=True, took_s=0.1)
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from labctl import trace
-from labctl.record import RunRecord
+from labctl.runrecord import RunRecord
 from labctl.trace import Diagnosis, Mismatch, Stuck
 
 GOLDEN = Path(__file__).parent / "golden" / "status"

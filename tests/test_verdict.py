@@ -14,7 +14,7 @@ import pytest
 from labctl import verdict
 from labctl.blame import Findings
 from labctl.outcome import NodeOutcome, NodeState, RunState
-from labctl.record import FailedCheck, FiredFault, RunRecord
+from labctl.runrecord import FailedCheck, FiredFault, RunRecord
 from labctl.trace.model import Diagnosis
 from labctl.verdict import Collection, Cut, Ending, Evidence, Seen
 
@@ -192,7 +192,7 @@ def test_no_module_but_verdict_decides_a_runs_state():
         if path.name in allowed:
             continue
         hits = run_state_assignments(path.read_text(), str(path.relative_to(LABCTL.parent)))
-        if path.name == "record.py":                # the field's default, and reading status.json
+        if path.name == "runrecord.py":                # the field's default, and reading status.json
             hits = [h for h in hits if h.split(": ", 1)[1] not in (
                 "RunState.RUNNING", "RunState(d.get('state', 'running'))")]
         found += hits

@@ -52,7 +52,7 @@ from ..errors import LabError
 from ..faults import Fault
 from ..outcome import NodeOutcome
 from ..plan import LaunchPlan, Placement
-from ..record import Leftover
+from ..runrecord import Leftover
 from ..rundir import RunDir
 from ..spec import LabSpec
 

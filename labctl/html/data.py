@@ -1,7 +1,7 @@
 """`page_data(run folder) -> dict`: everything the run's page shows, read in one place.
 
 The page's script reads only this dict (the JSON island), so how a run is stored
-(the run record, labctl/record.py, as status.json) is known here and nowhere else in
+(the run record, labctl/runrecord.py, as status.json) is known here and nowhere else in
 the page. Every read is guarded: a damaged or missing file becomes a line in `problems`
 and the rest of the page is still made, never a traceback.
 """
@@ -19,7 +19,7 @@ import yaml
 from .. import logs, report, stackdumps, tracebacks
 from ..outcome import NodeState, RunState
 from ..plan import rendezvous_of
-from ..record import RunRecord, read_bounded
+from ..runrecord import RunRecord, read_bounded
 from ..rundir import PLAN_FILE, RESULTS_FILE, SPEC_FILE, STATUS_FILE, TRACE_FILE, RunDir, read_results
 from ..limits import MAX_FILE_BYTES
 from ..verdict import as_seen_now

@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import blame, logs, stackdumps, verdict
 from ..backends.base import Backend, TakeStacks
 from ..outcome import NodeOutcome
-from ..record import LiveDiagnosis
+from ..runrecord import LiveDiagnosis
 from ..rundir import RANKS_SUBDIR, RESULTS_FILE, TRACE_FILE, RunDir, rank_log_name
 from ..trace.calls import added_keys, deleted_keys, destroyed_at, set_keys
 from ..verdict import Ending, Evidence, Seen

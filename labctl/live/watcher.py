@@ -24,7 +24,7 @@ from .. import atomicfile
 from ..backends.base import Backend
 from ..links import Links
 from ..outcome import NodeOutcome
-from ..record import LiveDiagnosis
+from ..runrecord import LiveDiagnosis
 from ..rundir import RunDir
 from ..rundir import LIVE_SUBDIR, WATCH_FILE
 from .diagnose import diagnose, stacks_now, take_stacks

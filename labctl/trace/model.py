@@ -1,7 +1,7 @@
 """The trace's types (labctl/trace/): one op of one rank, what the merge saw of each rank,
 per (pg, op) totals, stragglers, where the ranks of a process group stopped (`Stuck`), the
 merge's `Summary`, and the hang diagnosis status.json carries (`Diagnosis`, `Mismatch`).
-Data and small properties only; standard library only (labctl/record.py stores a
+Data and small properties only; standard library only (labctl/runrecord.py stores a
 `Diagnosis`)."""
 from __future__ import annotations
 

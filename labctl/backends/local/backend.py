@@ -30,7 +30,7 @@ from ...faults import Fault, NotYet
 from ...logs import JoinReader
 from ...outcome import NodeOutcome, NodeState, from_exit_code
 from ...plan import LaunchPlan, Placement
-from ...record import Leftover
+from ...runrecord import Leftover
 from ...rundir import PLAN_FILE, SHARED_SUBDIR, SERVICES_SUBDIR, RunDir, node_exit_name, rank_logs_in
 from ...spec import LabSpec, ports_taken
 from ..base import (Action, Backend, BackendState, Bound, BoundRun, PreflightError, RunView,

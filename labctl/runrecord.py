@@ -26,7 +26,7 @@ from .outcome import NodeOutcome, NodeState, RunState
 from .trace.model import Diagnosis, Hazard, Mismatch
 
 # The largest lab labctl runs (labctl/limits.py's MAX_WORLD, MAX_TOTAL_NODES,
-# MAX_NPROC_PER_NODE; tests/test_record.py holds them equal): a run folder's sizes are
+# MAX_NPROC_PER_NODE; tests/test_runrecord.py holds them equal): a run folder's sizes are
 # read against them, since a loop over a damaged status.json's world of 10^30 never ends.
 MAX_WORLD = records.MAX_WORLD   # the codec's bound on a rank number
 MAX_TOTAL_NODES = results.MAX_TOTAL_NODES

@@ -1,4 +1,4 @@
-"""labctl/record.py: the typed run record, and status.json in and out.
+"""labctl/runrecord.py: the typed run record, and status.json in and out.
 
 tests/golden/status/*.json were written by labctl before the record existed (commit
 876aa0b: a passing lab, a failing rank, a traced hang at the deadline, a kill-node
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from labctl.outcome import NodeOutcome, NodeState, RunState
-from labctl.record import (Checks, Collected, Controller, FailedCheck, FiredFault, FirstFailure,
+from labctl.runrecord import (Checks, Collected, Controller, FailedCheck, FiredFault, FirstFailure,
                            Leftover, RecordDamaged, RunRecord, TraceSummary)
 from labctl.trace.model import Mismatch
 
@@ -103,14 +103,14 @@ def test_a_size_in_status_json_past_a_lab_s_bounds_is_damage_not_a_loop(text, wh
 
 
 def test_the_record_s_bounds_are_the_lab_s():
-    from labctl import record, spec
+    from labctl import runrecord as record, spec
 
     assert (record.MAX_WORLD, record.MAX_TOTAL_NODES, record.MAX_NPROC_PER_NODE) == \
         (spec.MAX_WORLD, spec.MAX_TOTAL_NODES, spec.MAX_NPROC_PER_NODE)
 
 
 def test_a_status_json_larger_than_the_bound_is_not_read_past_it(tmp_path, monkeypatch):
-    from labctl import record
+    from labctl import runrecord as record
 
     path = tmp_path / "status.json"
     path.write_text('{"state": "passed", "notes": ["' + "x" * 5000 + '"]}')
