@@ -6,7 +6,9 @@ around it names rank 1 (the one left out); `padded = rank == 1` and `x if rank =
 name rank 1. So do we: the ranks such a test compares the rank with, first those of the
 tests around the ranks' own calls, else those of the script's `if` statements (one that
 only prints left out), else those of its other rank tests. And where the script sets a store key the ranks
-wait for (`set_line`): a set that never ran is in no record, only in the code. Standard
+wait for (`set_line`): a set that never ran is in no record, only in the code. And a
+rank waiting past the end of the loop the others are still in ran fewer iterations
+(`left_loop_early`): what it skipped is what they wait in. Standard
 library only; a file that cannot be read or parsed names nobody."""
 from __future__ import annotations
 
@@ -120,11 +122,8 @@ def singled_out(tied: dict[int, str]) -> int | None:
     """The one rank of `tied` (rank -> its call's "file:line") that the script's branches
     single out: first by the branches around those calls, else by every branch of the
     files. None: they name none of the tied ranks, or more than one."""
-    where = {}
-    for rank, caller in tied.items():
-        file, _, line = (caller or "").rpartition(":")
-        if file and line.isdigit():
-            where[rank] = (file, int(line))
+    where = {rank: _where(caller) for rank, caller in tied.items()}
+    where = {rank: w for rank, w in where.items() if w[0] is not None}
     if not where:
         return None
     files = {file for file, _ in where.values()}
@@ -139,6 +138,47 @@ def singled_out(tied: dict[int, str]) -> int | None:
         if hit:
             return hit[0] if len(hit) == 1 else None
     return None
+
+
+def left_loop_early(ahead: str, behind: str) -> int | None:
+    """Where `ahead` ("file:line", a rank's call) is past the end of a loop of the file that
+    holds `behind` (the others' call, the same file): that loop's first line (a rank that
+    ran fewer iterations, an uneven last batch or a `break`, waits after it while the
+    others are still inside it), else None; None too where `ahead` is under an `if` that
+    `behind` is not (`if step % eval_every == 0: dist.all_reduce(metrics)` after the
+    gradients' loop is an extra call, made on a step the others did not make it on)."""
+    (file, line), (their_file, theirs) = _where(ahead), _where(behind)
+    if file is None or file != their_file:
+        return None
+    try:
+        st = Path(file).stat()
+    except OSError:
+        return None
+    loops, ifs = _blocks(file, st.st_mtime_ns, st.st_size)
+    inside = [(first, last) for first, last in loops if first <= theirs <= last and not first <= line <= last]
+    if not inside or any(first <= line <= last and not first <= theirs <= last for first, last in ifs):
+        return None                         # a call under an `if` of its own: an extra one
+    first, last = min(inside)               # the outermost one: the loop the rank left
+    return first if line > last else None
+
+
+def _where(caller: str) -> tuple[str | None, int]:
+    file, _, line = (caller or "").rpartition(":")
+    return (file, int(line)) if file and line.isdigit() else (None, 0)
+
+
+@functools.lru_cache(maxsize=32)
+def _blocks(path: str, mtime_ns: int, size: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """(the loops, the `if` statements) of the file, as (first line, last line)."""
+    if size > 4 << 20:
+        return (), ()
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return (), ()
+    nodes = list(ast.walk(tree))
+    return (tuple((n.lineno, n.end_lineno or n.lineno) for n in nodes if isinstance(n, (ast.For, ast.While, ast.AsyncFor))),
+            tuple((n.lineno, n.end_lineno or n.lineno) for n in nodes if isinstance(n, ast.If)))
 
 
 def set_line(path: str, key: str) -> int | None:

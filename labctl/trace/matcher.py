@@ -8,7 +8,7 @@ from typing import Any
 
 from workloads._protocol.ops import BLOCKING_P2P, RECVS
 
-from .branches import singled_out
+from .branches import left_loop_early, singled_out
 from .model import Diagnosis, Mismatch, Op, Stuck, Summary
 
 STRAGGLER_SHARE = 0.75              # a rank last at this share of its collectives (at least
@@ -294,6 +294,9 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
         earlier = _mismatch_before(s, culprit)
         if earlier is not None:             # the odd call it made first is what the rest follows from
             return culprit, ranks, earlier.op, earlier.caller, [earlier.text]
+        fewer = _ran_fewer_iterations(s.stuck, culprit)
+        if fewer is not None:
+            return (culprit, ranks, *fewer)
         if ranks:
             return culprit, ranks, op, caller, []
     if s.mismatch_found:
@@ -309,6 +312,26 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     mine = next(op for op in blocked if op.rank == ranks[0])
     culprit = ranks[0] if len(ranks) == 1 else None
     return culprit, ranks, mine.call, mine.caller, []
+
+
+def _ran_fewer_iterations(stuck: list[Stuck], culprit: int | None) -> tuple[str, str, list[str]] | None:
+    """(op, caller, sentence) where the culprit of a stuck collective called something after
+    the end of the loop the others are still in, waiting there: it ran fewer iterations
+    (branches.left_loop_early), so the call it skipped is the one they wait in. None: not so."""
+    if culprit is None:
+        return None
+    for st in stuck:
+        mine = st.calls.get(culprit)
+        theirs = next((c for r, c in sorted(st.calls.items()) if r not in st.targets), None)
+        if mine is None or theirs is None or not mine.get("caller") or not theirs.get("caller"):
+            continue
+        loop = left_loop_early(mine["caller"], theirs["caller"])
+        if loop is not None:
+            return theirs["call"], theirs["caller"], [
+                f"rank {culprit} left the loop at line {loop} before the others: it called {mine['call']} at "
+                f"{mine['caller']} while they wait in {theirs['call']} at {theirs['caller']} (it ran fewer "
+                "iterations: it skipped that call)"]
+    return None
 
 
 def _skipped_a_peer(s: Summary) -> tuple[int | None, list[int], str | None, str | None, list[str]] | None:
