@@ -1,5 +1,5 @@
-# zoo: culprit=1 op=DistributedDataParallel line=30|21 kind=hang nproc=3 timeout=40
-# zoo: about=the encoder registers a position_ids buffer only in the newer version of the model code, and rank 1's node runs that version; DDP's constructor broadcasts rank 0's parameters and buffers, the byte counts differ on rank 1, and the constructor's broadcast never completes
+# zoo: culprit=1 op=broadcast|DistributedDataParallel line=34|30|21 kind=hang nproc=3 timeout=40
+# zoo: about=the encoder registers a position_ids buffer only in the newer version of the model code, and rank 1's node runs that version; DDP broadcasts rank 0's buffers before every forward, rank 1's buffer broadcast has more to receive than the others send, so in the first step rank 1 is still in the forward's buffer broadcast while the others wait in the backward's gradient all_reduce
 # zoo: source=https://github.com/lucidrains/CoCa-pytorch/issues/17 (registered buffers that differ across ranks break DDP's buffer broadcast)
 import os
 import torch

@@ -1,5 +1,5 @@
-# zoo: culprit=1 op=new_subgroups|all_reduce line=12|10|18 kind=hang nproc=4 timeout=40
-# zoo: about=the expert-parallel groups come from dist.new_subgroups(group_size=EP); rank 1 reads EP=4 from a stale launcher config where the others read 2, so it creates one group of four where they create two of two, and the groups do not meet
+# zoo: culprit=1 op=new_subgroups line=12|10 kind=hang nproc=4 timeout=40
+# zoo: about=the expert-parallel groups come from dist.new_subgroups(group_size=EP); rank 1 reads EP=4 from a stale launcher config where the others read 2, so it creates one group of four where they create two of two: rank 1 and rank 0 wait in new_subgroups for groups nobody else creates, ranks 2 and 3 go on to the barrier
 # zoo: source=https://github.com/PaddlePaddle/Paddle/pull/68847 (a hang from ranks creating different communication groups: some create [0, 2], others do not)
 import os
 import torch

@@ -1,4 +1,4 @@
-# zoo: culprit=1 op=gather_object line=29|44 kind=hang nproc=3 timeout=40
+# zoo: culprit=1 op=gather_object line=29|45|44 kind=hang nproc=3 timeout=40
 # zoo: about=the trainer saves a checkpoint every SAVE_EVERY_S seconds of wall clock, each rank reading its own clock, started once its own data index is built; rank 1's node has the index cached and starts its timer 3 s before the others, so its timer fires first and it enters the save's gather_object (each rank's optimizer state to rank 0) while the others are in the next gradient all_reduce
 # zoo: source=https://github.com/microsoft/superbenchmark/pull/347 (a duration limit checked on each rank's own clock: some rank enters one more step and never finishes; fixed with an all_reduce of the decision)
 import time
