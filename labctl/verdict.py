@@ -147,7 +147,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
         if first is not None and diagnosis is not None:
             first = _odd_call_behind(first, diagnosis, ev.found) or first
-            _the_leavers_waited_for(first, diagnosis)
+            first = _the_leavers_waited_for(first, diagnosis, ev.found) or first
         if first is not None:
             _name_the_call(first, ev.ended_at, where)
             _destroyed_first(first, ev.destroyed, ev.ended_at)
@@ -220,23 +220,36 @@ def _killed_by_fault(first: FirstFailure) -> bool:
     return bool(first.fault) and first.fault.split(":", 1)[0] in ("kill-rank", "kill-node")
 
 
-def _the_leavers_waited_for(first: FirstFailure, diagnosis: Diagnosis) -> None:
+def _the_leavers_waited_for(first: FirstFailure, diagnosis: Diagnosis, found: blame.Findings
+                            ) -> FirstFailure | None:
     """Of the ranks that left early, the ones the stuck collective waits for: ranks that
     exited 0 after a world all_reduce while rank 2 waits in its subgroup's for rank 3 did
-    nothing wrong but rank 3."""
+    nothing wrong but rank 3. Where the diagnosis names one rank and none of them (their
+    scripts ran to the end; rank 3 reduced over the wrong mesh dimension, with rank 1,
+    which never did), that rank is the first failure (returned), the first leaver its
+    `peer_rank`. Else None (narrowed in place, or left as it is)."""
     if not first.left_early:
-        return
+        return None
     leavers = first.ranks or ([first.rank] if first.rank is not None else [])
     named = diagnosis.ranks or ([diagnosis.rank] if diagnosis.rank is not None else [])
     kept = [r for r in leavers if r in named]
+    culprit = diagnosis.rank
+    if not kept and culprit is not None and leavers:
+        absent = any(culprit in st.missing for st in diagnosis.stuck)
+        return FirstFailure(culprit, blame.node_of_rank(culprit, found), found.exit_codes.get(culprit),
+                            collective=diagnosis, peer_rank=leavers[0],
+                            peer_error={"exception": "exited 0 (its script ran to its end) while the others "
+                                                     "were still in a collective"},
+                            blamed_for="absence" if absent else "odd call")
     if not kept or len(kept) == len(leavers):
-        return
+        return None
     nodes = [first.nodes[leavers.index(r)] for r in kept] if first.nodes and len(first.nodes) == len(leavers) \
         else None
     first.rank = kept[0] if len(kept) == 1 else None
     first.ranks = kept if len(kept) > 1 else None
     first.node = nodes[0] if nodes else first.node
     first.nodes = nodes if nodes and len(kept) > 1 and len(set(nodes)) > 1 else None
+    return None
 
 
 def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[int, dict]) -> None:

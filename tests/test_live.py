@@ -220,7 +220,9 @@ def test_a_mismatch_hang_is_named_live_while_the_lab_runs_and_labctl_watch_shows
                                timeout=180)
         live = _live(run)
         assert live is not None, (tmp_path / "up.log").read_text()[-3000:]
-        assert live["rank"] == 3 and live["op"] == "barrier" and live["caller"].endswith("missing_collective.py:14")
+        # rank 3 waits in the barrier past the loop the others are still in: it ran one
+        # iteration fewer, and the call it skipped (the loop's all_reduce) is the op
+        assert live["rank"] == 3 and live["op"] == "all_reduce" and live["caller"].endswith("missing_collective.py:13")
         assert live["made_at"] - live["since"] < 20
         up_said = (tmp_path / "up.log").read_text()
         assert "HANG (live," in up_said and "kept as they are" in up_said

@@ -329,6 +329,36 @@ def test_of_the_ranks_that_left_early_the_one_the_stuck_collective_waits_for_is_
     assert first.describe().startswith("rank 3 on node 0 exited 0 while the others were still in a collective")
 
 
+def test_where_the_ranks_that_left_early_finished_and_the_diagnosis_names_another_that_one_is_first():
+    """Ranks 0 and 1 ran their scripts to the end (exit 0); ranks 2 and 3 then lost them:
+    rank 3 reduced over mesh_dp with rank 1, which never did, so rank 2 waits for it in
+    mesh_tp. The diagnosis names rank 3 and neither leaver: rank 3 is the first failure,
+    with its call and line, rank 0 (the first leaver) its peer."""
+    closed = {"exception": "RuntimeError: [pair.cc:553] Connection closed by peer", "file": "/x/job.py", "line": 19}
+    found = Findings(world=4, ranks={0, 1, 2, 3}, exit_codes={2: 1, 3: 1}, errors={2: closed, 3: closed},
+                     root_causes={0: 3}, node_ranks={0: [0, 1, 2, 3]},
+                     exits={0: [(0, 0), (1, 0), (3, 1), (2, 1)]},
+                     exit_times={0: (1.0, 0), 1: (1.0, 0), 3: (2.0, 1), 2: (2.1, 1)})
+    stuck = {"rank": 3, "ranks": [3], "op": "all_reduce", "caller": "/x/job.py:18",
+             "text": "rank 1 never entered collective #1 of mesh_dp; rank 3 never entered collective #1 of mesh_tp",
+             "stuck": [{"pg": "mesh_dp", "waiting": [], "missing": [1], "ranks": [1], "mismatch": None,
+                        "calls": {"3": {"call": "all_reduce", "caller": "/x/job.py:18"}}},
+                       {"pg": "mesh_tp[2, 3]", "waiting": [], "missing": [3], "ranks": [3], "mismatch": None,
+                        "calls": {"2": {"call": "all_reduce", "caller": "/x/job.py:18"}}}]}
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "direct", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                  1, 1, False, found=found, diagnosis=Diagnosis.from_dict(stuck)), "runs/x")
+    first = rec.first_failure
+    assert (first.rank, first.left_early, first.peer_rank, first.op, first.caller) == \
+        (3, False, 0, "all_reduce", "/x/job.py:18"), first
+    assert first.describe().startswith("rank 3 on node 0 is the rank the others waited for: rank 1 never entered")
+    named = {**stuck, "rank": 1, "ranks": [1]}          # the diagnosis names a leaver: it stays the first failure
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "direct", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                  1, 1, False, found=found, diagnosis=Diagnosis.from_dict(named)), "runs/x")
+    assert (rec.first_failure.left_early, rec.first_failure.rank) == (True, 1), rec.first_failure
+
+
 def test_a_rank_whose_peer_went_away_while_it_waited_for_another_is_that_one_s_symptom():
     """torchrun stopped ranks 0, 1 and 3 (SIGTERM) after rank 2 raised 'Connection closed':
     rank 2 waited in its subgroup's all_reduce for rank 3, which never entered it. Rank 3

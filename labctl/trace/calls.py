@@ -7,6 +7,8 @@ next collective, and the destroy is the cause. Functions over the merge's calls;
 library only."""
 from __future__ import annotations
 
+from workloads._protocol.ops import DESTROY
+
 from .model import Hazard, Mismatch, Op, RankInfo
 
 _UNINITIALIZED = ("has not been initialized", "not initialized", "Invalid process group", "destroyed")
@@ -153,5 +155,5 @@ def destroyed_at(calls: dict[int, list[Op]]) -> dict[int, str]:
 
 def destroyed_before(calls: list[Op], before_ns: int | None = None) -> Op | None:
     """The rank's last destroy_process_group call (before `before_ns`, when given)."""
-    found = [o for o in calls if o.op == "destroy_process_group" and (before_ns is None or o.start <= before_ns)]
+    found = [o for o in calls if o.op == DESTROY and (before_ns is None or o.start <= before_ns)]
     return found[-1] if found else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads._protocol.ops import BLOCKING_P2P, RECVS
+from workloads._protocol.ops import BLOCKING_P2P, DESTROY, RECVS
 
 from .branches import left_loop_early, singled_out
 from .model import Diagnosis, Mismatch, Op, Stuck, Summary
@@ -172,18 +172,20 @@ def _unlike_the_rest(split: dict[int, list[list[int]]], suspects: set[int]) -> l
 
 def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int]], only_clear: bool = False,
            silent: list[int] | None = None) -> tuple[list[Stuck], list[str]]:
-    """Per process group with an op some rank never completed: the furthest collective,
-    who is inside it, who never entered it, and a mismatch at that sequence number.
+    """Per process group with an op some rank never completed, or whose furthest collective
+    ended (an error: a peer gone) without a member that recorded ops elsewhere: the furthest
+    collective, who is inside it, who never entered it, and a mismatch at that sequence number.
     `only_clear`: name a group only for a missing rank or a mismatch (Flight Recorder
     entries on gloo never say whether an op completed). `silent`: ranks that wrote no op
     record at all (said so, not "last entered: none")."""
     found, mismatches = [], []
     for pg, by_rank in sorted(last.items()):
-        if all(op.end is not None for op in by_rank.values()):
-            continue                                # every rank left its last collective
         members = groups.get(pg) or sorted(by_rank)
         top = max(op.seq for op in by_rank.values())
         inside = {r: op for r, op in by_rank.items() if op.seq == top}
+        absent = [r for r in members if r not in inside and r not in (silent or [])]
+        if all(op.end is not None for op in by_rank.values()) and not absent:
+            continue                                # every rank left its last collective, all of them in it
         waiting = sorted(r for r, op in inside.items() if op.end is None)
         missing = sorted(r for r in members if r not in inside)
         mismatch = None
@@ -208,13 +210,17 @@ def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int
     return found, mismatches
 
 
-def blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None, str | None]:
+def blame_stuck(stuck: list[Stuck], finished: frozenset[int] = frozenset()
+                ) -> tuple[int | None, list[int], str | None, str | None]:
     """Who the stuck collectives wait for, across process groups: the rank the most ranks
     wait for (a rank that reduced in its subgroup first, while the three others wait for it
     in the world's collective, is the one; the rank it waits for in the subgroup is not).
     Several as many: no one culprit, all of them named. With the culprit (or the first of
     them), its call (the one it made that the others did not, or the one they wait in that
-    it never entered) and its line when it made the call. (culprit, ranks, op, caller)."""
+    it never entered) and its line when it made the call. (culprit, ranks, op, caller).
+    Of ranks waited for alike, one whose records end with its own destroy of the group
+    (`finished`: its script ran to its end) is not the one late: a rank alone in a group
+    whose other member finished without ever using it called on the wrong group."""
     waited: dict[int, set[int]] = {}
     for st in stuck:
         for target in st.targets:
@@ -227,11 +233,15 @@ def blame_stuck(stuck: list[Stuck]) -> tuple[int | None, list[int], str | None, 
         return None, ranks, st.calls[ranks[0]]["call"], None
     top = max(len(w) for w in waited.values())
     ranks = sorted(r for r, w in waited.items() if len(w) == top)
+    ranks = [r for r in ranks if r not in finished] or ranks
     culprit = ranks[0] if len(ranks) == 1 else None
     st = min((st for st in stuck if ranks[0] in st.targets), key=lambda st: st.started)
     call = st.calls.get(ranks[0])
     if call is not None:                # it called something else
         return culprit, ranks, call["call"], call["caller"]
+    elsewhere = next((other.calls[ranks[0]] for other in stuck if ranks[0] in other.calls), None)
+    if culprit is not None and elsewhere is not None and elsewhere.get("caller"):
+        return culprit, ranks, elsewhere["call"], elsewhere["caller"]     # it waits in another group's
     return culprit, ranks, st.call or st.op, None
 
 
@@ -290,7 +300,7 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
         return left_in.rank, left_in.ranks, left_in.op, left_in.caller, [
             f"{left_in.text}; rank {', '.join(map(str, left_in.unfinished))} never left it"]
     if s.stuck:
-        culprit, ranks, op, caller = blame_stuck(s.stuck)
+        culprit, ranks, op, caller = blame_stuck(s.stuck, _finished(s))
         earlier = _mismatch_before(s, culprit)
         if earlier is not None:             # the odd call it made first is what the rest follows from
             return culprit, ranks, earlier.op, earlier.caller, [earlier.text]
@@ -312,6 +322,13 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     mine = next(op for op in blocked if op.rank == ranks[0])
     culprit = ranks[0] if len(ranks) == 1 else None
     return culprit, ranks, mine.call, mine.caller, []
+
+
+def _finished(s: Summary) -> frozenset[int]:
+    """The ranks whose records end after their own destroy_process_group: their scripts ran
+    to the end."""
+    return frozenset(r for r, info in s.ranks.items()
+                     if info.ended_at and not info.ended_at.get("inside") and info.ended_at.get("op") == DESTROY)
 
 
 def _ran_fewer_iterations(stuck: list[Stuck], culprit: int | None) -> tuple[str, str, list[str]] | None:

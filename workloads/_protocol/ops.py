@@ -88,7 +88,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
 # itself: reads block until another rank writes (a rank held there holds up the others), a
 # counter's add and a delete decide what the others' reads find
 DEFAULT_PG = "default_pg"           # the name the trace gives the default group (a new generation: "default_pg@2")
-LIFECYCLE_CALLS = ("new_group", "destroy_process_group")
+DESTROY = "destroy_process_group"
+LIFECYCLE_CALLS = ("new_group", DESTROY)
 STORE_CALLS = ("get", "wait", "add", "delete_key", "set")   # Store methods, traced as "store.get" ...
 STORE_OPS = frozenset(f"store.{name}" for name in STORE_CALLS)
 STORE_READS = frozenset({"store.get", "store.wait"})  # ... those that block until another rank writes
