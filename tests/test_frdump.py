@@ -261,3 +261,18 @@ def test_a_run_folder_says_its_own_diagnosis_then_its_torch_dumps(tmp_path, dump
     assert "culprit: rank 1\nop: all_reduce\n" in theirs
     (run / "status.json").write_text('{"state": ')
     _refused(run, "the run folder is damaged")
+
+
+def test_a_scatter_s_ranks_agree_on_their_output_not_on_the_input_only_the_source_has():
+    """torch records scatter's input on the source alone (an empty list elsewhere): the
+    ranks' outputs are what must agree, so a scatter every rank called alike is no mismatch
+    (it was read as 'the dtype differs'); one whose output differs on rank 2 is."""
+    def scatter(rank: int, out=(4,), dtype="Float") -> dict:
+        src = rank == 0
+        return _entry(1, "gloo:scatter", sizes=((3, 4),) if src else (), output_sizes=[list(out)],
+                      input_dtypes=["Float"] if src else [], output_dtypes=[dtype])
+    alike = [frdump.decode(_dump([scatter(r)]), r) for r in range(3)]
+    assert [(op.shape, op.dtype) for d in alike for op in frdump.ops_of(d)] == [([4], "float32")] * 3
+    assert frdiag.read(alike).diagnosis is None or not frdiag.read(alike).diagnosis.mismatches
+    odd = alike[:2] + [frdump.decode(_dump([scatter(2, dtype="Double")]), 2)]
+    assert "dtype" in frdiag.read(odd).diagnosis.text

@@ -56,6 +56,7 @@ class Entry:
     input_sizes: list[list[int]]
     input_dtypes: list[str]
     output_sizes: list[list[int]]
+    output_dtypes: list[str]
     state: str                      # scheduled, started, completed
     time_created_ns: int
     completed_ns: int | None        # time_discovered_completed_ns
@@ -148,6 +149,10 @@ def _text(v: Any) -> str:
     return v[:MAX_TEXT] if isinstance(v, str) else ""
 
 
+def _dtypes(value: Any) -> list[str]:
+    return [_text(d) for d in value[:64]] if isinstance(value, (list, tuple)) else []
+
+
 def _sizes(v: Any) -> list[list[int]]:
     if not isinstance(v, (list, tuple)):
         return []
@@ -172,9 +177,8 @@ def _entry(e: Any) -> Entry | None:
                  pg_desc=_text(pg[1]), seq=_int(e.get("collective_seq_id"), 0) or 0,
                  p2p_seq=_int(e.get("p2p_seq_id"), 0) or 0, op_id=_int(e.get("op_id")),
                  profiling_name=_text(e["profiling_name"]), input_sizes=_sizes(e.get("input_sizes")),
-                 input_dtypes=[_text(d) for d in (e.get("input_dtypes") or [])[:64]]
-                 if isinstance(e.get("input_dtypes"), (list, tuple)) else [],
-                 output_sizes=_sizes(e.get("output_sizes")), state=_text(e.get("state")) or "scheduled",
+                 input_dtypes=_dtypes(e.get("input_dtypes")), output_sizes=_sizes(e.get("output_sizes")),
+                 output_dtypes=_dtypes(e.get("output_dtypes")), state=_text(e.get("state")) or "scheduled",
                  time_created_ns=_int(e.get("time_created_ns"), 0) or 0, completed_ns=done or None,
                  is_p2p=e.get("is_p2p") is True, frames=_frames(e.get("frames")))
 
@@ -336,9 +340,10 @@ def ops_of(dump: Dump) -> list[Op]:
             end = (e.completed_ns or e.time_created_ns) if e.state == "completed" else None
         else:
             end = None if p2p or e.record_id == newest else e.time_created_ns
-        sizes = e.output_sizes if name == "scatter" else e.input_sizes
+        # scatter's input is the source's alone (empty elsewhere): its output is what agrees
+        sizes, dtypes = (e.output_sizes, e.output_dtypes) if name == "scatter" else (e.input_sizes, e.input_dtypes)
         caller, api = where_called(e.frames)
-        dtype = e.input_dtypes[0] if e.input_dtypes else None
+        dtype = dtypes[0] if dtypes else None
         ops.append(Op(rank=dump.rank, op=name, pg=e.group, seq=None if p2p else e.seq,
                       p2p=e.p2p_seq if p2p else None, peer=peer, root=None,
                       shape=sizes[0] if sizes else None, dtype=_DTYPES.get(dtype, dtype) if dtype else None,
