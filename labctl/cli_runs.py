@@ -120,7 +120,7 @@ def down(run, discard_logs, force, **options) -> None:
 def stacks(run, **options) -> None:
     """Show where every rank of a running lab is, without stopping it.
 
-    Each rank prints all its threads' Python stacks (SIGUSR1, faulthandler) into
+    Each rank prints all its threads' Python stacks (SIGRTMIN+6, faulthandler) into
     its log; they are saved as stacks/rank-<r>.txt and summarized here.
     """
     r = open_run_folder(run)

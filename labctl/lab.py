@@ -447,7 +447,7 @@ def stacks(run: RunDir, progress: Progress = print,
            options: BackendOptions | None = None) -> dict[str, dict]:
     """Every rank's stack of a lab that is still running, without stopping it.
 
-    The ranks print their stacks into their logs (SIGUSR1, workloads/_stacks.py);
+    The ranks print their stacks into their logs (SIGRTMIN+6, workloads/_stacks.py);
     they are read back from the node logs and written to stacks/rank-<r>.txt.
     """
     from . import logs, stackdumps

@@ -319,7 +319,7 @@ def new_run_id(spec: LabSpec, now: _dt.datetime | None = None) -> str:
 def workload_argv(spec: LabSpec, placement: Placement) -> tuple[str, ...]:
     """What a worker executes after the interpreter/launcher: a module or the user's script."""
     if spec.script:
-        # through a thin runpy wrapper that installs the SIGUSR1 stack dump (workloads/_script.py)
+        # through a thin runpy wrapper that installs the stack dump (workloads/_script.py)
         return ("-m", "workloads._script", placement.script_path or spec.script, *spec.script_args)
     argv = ["-m", "workloads", "--workloads", ",".join(w.name for w in spec.workloads)]
     options = {w.name: dict(w.options) for w in spec.workloads if w.options}

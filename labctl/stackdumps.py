@@ -1,4 +1,4 @@
-"""A rank's faulthandler dumps (workloads/_stacks.py prints them on SIGUSR1, at the
+"""A rank's faulthandler dumps (workloads/_stacks.py prints them on SIGRTMIN+6, at the
 deadline, on Ctrl-C): the last one a rank printed (`StackTracker`, fed by the node-log
 split, labctl/logs.py), a dump as its threads (`dump_threads`), and where the rank stood
 (`where_stuck`: its innermost frame of the user's or a workload's code, by the one rule of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 from conftest import LABCTL, REPO, assert_nothing_left, labctl, labctl_in_background, processes_of_run
 from docker_support import compose_lab_in_background, require_compose, require_image
 from labctl import stackdumps
-from workloads import _stacks
+from workloads import _proc, _stacks
 
 HANG = """
 import time, torch.distributed as dist
@@ -216,7 +217,7 @@ def test_stacks_at_the_deadline_on_compose(compose_deadline_run):
 
 FORKS = """
 import faulthandler, os, signal, sys, time
-faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+faulthandler.register(signal.SIGRTMIN + 6, file=sys.stderr, all_threads=True, chain=False)
 child = os.fork()
 if child == 0:
     time.sleep(120)
@@ -227,7 +228,7 @@ time.sleep(120)
 
 
 def test_only_the_rank_s_own_process_is_asked_not_a_child_it_forked(tmp_path):
-    """A forked DataLoader worker inherits RANK and the SIGUSR1 dump: asked too, it printed
+    """A forked DataLoader worker inherits RANK and the stack dump: asked too, it printed
     its stack into the rank's log, and the rank's own stack was read as the worker's line."""
     script = tmp_path / "forks.py"
     script.write_text(FORKS)
@@ -247,3 +248,26 @@ def test_only_the_rank_s_own_process_is_asked_not_a_child_it_forked(tmp_path):
             os.kill(child, 9)
         except (OSError, NameError):
             pass
+
+
+def test_the_stack_signal_leaves_sigusr1_to_the_script(tmp_path):
+    """A rank with the stack dump installed catches the lab's real-time signal and not
+    SIGUSR1: schedulers send SIGUSR1 as a preemption notice, and a rank without a handler of
+    its own must die of it as it does under plain torchrun (the zoo's
+    sigusr1_handler_rank0_only ran to the end under the lab: its handler caught it)."""
+    script = tmp_path / "job.py"
+    script.write_text("import os, signal, sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "workloads._script", str(script)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        for line in proc.stdout:            # the recorder's records come first
+            if line.strip() == "ready":
+                break
+        masks = _proc.signals(proc.pid)
+        assert masks.catches(_stacks.SIGNAL) and not masks.catches(signal.SIGUSR1), masks
+        assert _stacks.SIGNAL != signal.SIGUSR1 and _stacks.SIGNAL_NAME == "SIGRTMIN+6"
+        os.kill(proc.pid, signal.SIGUSR1)
+        assert proc.wait(timeout=60) == -signal.SIGUSR1
+    finally:
+        proc.kill()
+        proc.wait()

@@ -29,7 +29,7 @@ def main_single(name: str) -> None:
 
 def run_workloads(names: list[str], options: dict[str, dict]) -> int:
     _settle.install()                     # first registered, last to run: torch's threads settle before finalization
-    _stacks.install()                     # SIGUSR1: print every thread's stack (labctl stacks)
+    _stacks.install()                     # SIGRTMIN+6: print every thread's stack (labctl stacks)
     _trace.install_flight_recorder()      # its newest entries when labctl asks through a FIFO (a hang without --debug)
     _trace.install()                      # LAB_TRACE=1: record every collective and p2p op
     _debugserver.install()                # LAB_DEBUG_SERVER: torch's debug server, started after init

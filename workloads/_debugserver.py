@@ -17,7 +17,7 @@ What the lab adds around torch's call, each so that the lab's own diagnosis stay
 - the frontend process logs and prints into `frontend.log` in the dump folder, not into
   rank 0's output (torch logs a traceback there each time a dump fails, the Flight
   Recorder's on gloo, and a frontend whose port is taken dies with one: the lab would
-  read it as rank 0's error); it ignores SIGUSR1 (`labctl stacks`
+  read it as rank 0's error); it ignores the stack signal (`labctl stacks`
   asks the ranks; the frontend is not one) and dies with rank 0 (PR_SET_PDEATHSIG);
 - missing dependencies (Jinja2, tabulate, aiohttp or requests) or a failed start: one
   `labctl: debug server ...` line on rank 0's stderr, and the lab goes on.
@@ -34,6 +34,7 @@ import socket
 import sys
 from typing import Any
 
+from . import _stacks
 from ._protocol import Env, debug_server_missing
 
 # Dumps torch's frontend writes (its default set is stacks, fr_trace and
@@ -214,8 +215,8 @@ def _in_frontend() -> None:
             pass
     try:
         import faulthandler
-        faulthandler.unregister(signal.SIGUSR1)
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        faulthandler.unregister(_stacks.SIGNAL)
+        signal.signal(_stacks.SIGNAL, signal.SIG_IGN)
     except (AttributeError, ValueError, OSError, RuntimeError):
         pass
     try:

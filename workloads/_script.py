@@ -1,5 +1,5 @@
 """`python -m workloads._script SCRIPT [ARGS]`: run a user's script as `python SCRIPT ARGS` would,
-after installing the stack dump on SIGUSR1 (workloads/_stacks.py), so that
+after installing the stack dump on SIGRTMIN+6 (workloads/_stacks.py), so that
 `labctl stacks` and the deadline can show where a script that knows nothing
 of labctl was stuck. sys.argv, __main__ and sys.path[0] are what the script
 expects.

@@ -1,15 +1,16 @@
-"""Every rank's Python stack on demand: SIGUSR1 makes a rank print all its threads.
+"""Every rank's Python stack on demand: a signal (SIGNAL, SIGRTMIN+6) makes a rank print
+all its threads.
 
-`install()` registers faulthandler for SIGUSR1 (all threads, to stderr). The
+`install()` registers faulthandler for SIGNAL (all threads, to stderr). The
 handler is C code: it prints even while the main thread is blocked inside a
 collective (gloo or NCCL waiting in C++), which a Python signal handler could
 not. The workloads runner installs it, and so does `workloads._script`, the
 wrapper labctl starts a user's `--script` through, so a script that knows
 nothing of labctl can be asked too.
 
-`signal_ranks(run_id)` is the asking side: SIGUSR1 to every process of the run
-that has RANK in its environment *and* catches SIGUSR1 (the default action of
-SIGUSR1 is to terminate: a subprocess a rank exec'd must not get it). Once those
+`signal_ranks(run_id)` is the asking side: SIGNAL to every process of the run
+that has RANK in its environment *and* catches SIGNAL (its default action is to
+terminate: a subprocess a rank exec'd must not get it). Once those
 signals were delivered, each rank that runs the Flight Recorder dump thread of
 workloads/_trace/fr.py gets a byte on its request FIFO (`fr_request_path`) and prints its
 newest Flight Recorder entries: the stacks first, then the entries, never both at once
@@ -31,8 +32,15 @@ import time
 from . import _proc
 from ._protocol import Env
 
-SIGNAL = signal.SIGUSR1
-DELIVERY_WAIT_S = 2.0       # for SIGUSR1 to reach every rank before its Flight Recorder is asked
+# A real-time signal, not SIGUSR1: schedulers send SIGUSR1 (Slurm's preemption notice) and
+# scripts handle it themselves (a requeue handler on rank 0 only). On SIGUSR1 the lab's
+# handler kept a rank alive that the signal kills without it, and asking a rank that
+# installed its own handler for its stack ran that handler (a preemption it never got).
+if hasattr(signal, "SIGRTMIN"):
+    SIGNAL, SIGNAL_NAME = int(signal.SIGRTMIN) + 6, "SIGRTMIN+6"
+else:                       # no real-time signals (macOS)
+    SIGNAL, SIGNAL_NAME = int(signal.SIGUSR1), "SIGUSR1"
+DELIVERY_WAIT_S = 2.0       # for the signal to reach every rank before its Flight Recorder is asked
 AFTER_STACKS_S = 0.2        # faulthandler writes a dump in well under a millisecond
 
 
@@ -67,7 +75,7 @@ def install() -> None:
     try:
         faulthandler.register(SIGNAL, file=sys.stderr, all_threads=True, chain=False)
     except (AttributeError, ValueError, OSError, RuntimeError):
-        pass            # no SIGUSR1 here (Windows), or stderr has no file descriptor
+        pass            # no such signal here (Windows), or stderr has no file descriptor
 
 
 def _catches(pid: int, signum: int) -> bool:
@@ -77,7 +85,7 @@ def _catches(pid: int, signum: int) -> bool:
 
 def _rank_processes(run_id: str | None) -> list[tuple[int, str]]:
     """(pid, RANK) of each rank's own process: the topmost process with RANK in its
-    environment. A rank's children inherit its environment and its SIGUSR1 handler (a
+    environment. A rank's children inherit its environment and its SIGNAL handler (a
     forked DataLoader worker): asked too, they would print their stacks into the rank's
     log, and the rank's own stack would be read as theirs."""
     found: dict[int, tuple[int, str]] = {}          # pid -> (its parent, RANK)

@@ -8,7 +8,7 @@ view, and names a hang while it hangs (issue 49; docs/diagnosis.md, "Live diagno
       └─► progress again after a stall: "resumed", and the watcher re-arms
 
 The driver calls `poll` from its loop (labctl up); `labctl watch` calls it from its own.
-Nothing here stops, signals or slows a rank, except one SIGUSR1 per stack look (faulthandler
+Nothing here stops, signals or slows a rank, except one stack signal (SIGRTMIN+6) per stack look (faulthandler
 writes the stacks and the rank goes on).
 """
 from __future__ import annotations

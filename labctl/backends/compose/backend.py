@@ -235,7 +235,7 @@ class ComposeBackend(Backend):
 
     # ---- the failure lab -------------------------------------------------------------
     def _take_stacks(self) -> list[str]:
-        """SIGUSR1 to every rank inside each container (python3 -m workloads._stacks)."""
+        """The stack signal (SIGRTMIN+6) to every rank inside each container (python3 -m workloads._stacks)."""
         notes = []
         for index, hostname in sorted(self.hostnames.items()):
             done = self.project("exec", "-T", *_AS_LAB_USER, hostname, "python3", "-m",

@@ -42,7 +42,7 @@ from workloads._protocol.ports import free_port
 
 TERM_GRACE_S = 5.0         # SIGTERM, then SIGKILL
 GUARD_EXIT_S = TERM_GRACE_S + 5.0
-STACK_WAIT_S = 1.5         # after SIGUSR1, until every dump reached the node log
+STACK_WAIT_S = 1.5         # after the stack signal, until every dump reached the node log
 
 
 def port_taken(port: int) -> bool:
@@ -85,7 +85,7 @@ def processes_of_run(run_id: str) -> list[int]:
 
 def _helper(*args: str) -> subprocess.CompletedProcess:
     """`python -m workloads._stacks ARGS` on this machine: the ranks' own helper, which the
-    container backends run inside each container (stacks: SIGUSR1 to every rank of the run;
+    container backends run inside each container (stacks: SIGRTMIN+6 to every rank of the run;
     kill-rank: SIGKILL to one, exit 3 when it is not running yet)."""
     argv = [sys.executable, "-m", "workloads._stacks", *args]
     try:
@@ -360,7 +360,7 @@ class LocalBackend(Backend):
 
     # ---- the failure lab -------------------------------------------------------------
     def _take_stacks(self) -> list[str]:
-        """SIGUSR1 to every rank: the helper every backend runs in the node's context
+        """The stack signal (SIGRTMIN+6) to every rank: the helper every backend runs in the node's context
         (`python -m workloads._stacks RUN_ID`, here on this machine); the dumps land in
         the node logs."""
         folder = getattr(self, "folder", None)
