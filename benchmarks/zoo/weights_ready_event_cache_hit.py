@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-cache = os.path.join(tempfile.gettempdir(), f"zoo_teacher_cache_node{rank}")
+cache = tempfile.mkdtemp(prefix=f"zoo_teacher_cache_node{rank}_")   # this run's own: no cache left by an earlier one
 os.makedirs(cache, exist_ok=True)
 if rank == 1:  # this node ran the job before: the weights are in its cache
     torch.save(torch.nn.Linear(16, 16).state_dict(), os.path.join(cache, "teacher.pt"))
