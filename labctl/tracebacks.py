@@ -135,7 +135,7 @@ class ErrorTracker:
                 self.sources[last] = stripped.strip()[:300]
             return
         self.in_traceback, self._native = False, False
-        self.error = {"exception": _quoted(stripped), **self._where()}
+        self.error = {"exception": _quoted(stripped), **self._where(stripped)}
 
     def _native_line(self, text: str) -> bool:
         """A native abort's line: kept as the error (True), or False for any other line."""
@@ -165,7 +165,7 @@ class ErrorTracker:
         self.in_traceback, self.frames, self._native = False, [], True
         self.error = {"exception": _quoted(text)}
 
-    def _where(self) -> dict:
+    def _where(self, exception: str = "") -> dict:
         if not self.frames:
             return {}
         own = [f for f in self.frames if own_frame(f[0])]
@@ -179,6 +179,8 @@ class ErrorTracker:
                 where["call"] = call
             called = called_on_line(self.sources.get(self.frames.index(own[-1]), ""), [f[2] for f in inner]) \
                 if any(_DIST_SOURCE in f[0] or _DDP_SOURCE in f[0] for f in inner) else None
+            if called is None and not inner and exception.startswith(_DIST_ERRORS):
+                called = called_in_native(self.sources.get(self.frames.index(own[-1]), ""))
             if called is not None:      # a call into torch.distributed or DDP; load_state_dict is no op to name
                 where["called"] = called      # what the script's line called (DistributedDataParallel)
         return where
@@ -186,6 +188,20 @@ class ErrorTracker:
 
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
 _DIST_SOURCE, _DDP_SOURCE = "torch/distributed/", "torch/nn/parallel/"
+
+
+# torch.distributed's own error types (DistNetworkError, DistStoreError ...), raised by its
+# C++ with no Python frame under the script's line
+_DIST_ERRORS = ("torch.distributed.", "DistError", "DistNetworkError", "DistStoreError", "DistBackendError")
+_DIST_CALL = re.compile(r"\b(?:dist|distributed|c10d)\.([A-Za-z_]\w*)\s*\(")
+
+
+def called_in_native(source: str) -> str | None:
+    """The torch.distributed call a script's line made where torch's C++ raised under it
+    (`dist.TCPStore(host, port, ...)` -> TCPStore: no Python frame of torch's to name it):
+    the line's one `dist.<name>(` call. None: none, or several."""
+    found = set(_DIST_CALL.findall(source))
+    return found.pop() if len(found) == 1 else None
 
 
 def called_on_line(source: str, inner: list[str]) -> str | None:

@@ -100,6 +100,7 @@ class Evidence:
     deleted: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that deleted it
     added: dict[str, tuple[list[int], str]] = field(default_factory=dict)  # store key -> (ranks, caller) that added
     set_keys: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that last set it
+    resets: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that set it after others added
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -140,7 +141,8 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             if first is None:                  # a hang: nobody failed, the deadline came
                 first = FirstFailure(diagnosis.rank, hang=True)
             first.collective = diagnosis
-        polled = _polls_apart(ev.found, ev.ended_at, out.world_size) \
+        polled = (_polls_apart(ev.found, ev.ended_at, out.world_size)
+                  or _counter_reset(ev.found, ev.ended_at, ev.resets, out.world_size)) \
             if first is None and state is RunState.TIMEOUT else None
         if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
                 and not (first.error and first.error.get("file")):
@@ -259,8 +261,9 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     names for it (the call it made where the others made another, or the
     one they wait in that it never entered), else, for a rank that died without a line of
     its own, where its records end. The line: its error's, else the diagnosis', else, for
-    a rank the others waited for, the line they called the collective it never entered at,
-    else where its records end (it died without a line), else its stack at the deadline."""
+    a rank the others waited for (or one that died between ops, named with the collective
+    it then never entered), the line they called that collective at, else where its
+    records end (it died without a line), else its stack at the deadline."""
     rank = first.rank
     if rank is None or _killed_by_fault(first):
         return
@@ -287,6 +290,10 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     if first.blamed_for == "absence" and diagnosis is not None:
         absent = next(((st.calls.get(first.peer_rank) or {}).get("caller")
                        for st in diagnosis.stuck if rank in st.missing), None)
+    elif silent and named and not ended.get("inside") and op == diagnosis.op:
+        # it died between ops, and the op named is the one the others then waited in: its line
+        absent = next((c.get("caller") for st in diagnosis.stuck if rank in st.missing
+                       for _, c in sorted(st.calls.items()) if c.get("caller")), None)
     inside = ended.get("caller") if silent and ended.get("inside") else None
     caller = at or inside or (diagnosis.caller if diagnosis and named else None) or absent or \
         (ended.get("caller") if silent else None)
@@ -498,6 +505,24 @@ def _polls_apart(found: blame.Findings, ended_at: dict[int, dict], world: int | 
     ended = ended_at[odd[0]]
     return FirstFailure(one, blame.node_of_rank(one, found) if one is not None else None, None,
                         ranks=odd if one is None else None, hang=True, op=ended["op"], caller=ended.get("caller"))
+
+
+def _counter_reset(found: blame.Findings, ended_at: dict[int, dict], resets: dict[str, tuple[int, str]],
+                   world: int | None) -> FirstFailure | None:
+    """A hang in which every rank's last call is a store call on one key, a counter one rank
+    set after other ranks had added to it (calls.reset_keys): the set erased their counts,
+    and the count they poll for never comes. That rank is the cause, with its set. None:
+    not so."""
+    if not world or any(r not in ended_at for r in range(world)):
+        return None
+    keys = {str(ended_at[r].get("key") or "") for r in range(world)}
+    if len(keys) != 1 or any(ended_at[r].get("op") not in STORE_OPS for r in range(world)):
+        return None
+    key = keys.pop()
+    if key not in resets:
+        return None
+    rank, caller = resets[key]
+    return FirstFailure(rank, blame.node_of_rank(rank, found), None, hang=True, op="store.set", caller=caller)
 
 
 def _destroyed_first(first: FirstFailure, destroyed: dict[int, str], ended_at: dict[int, dict]) -> None:

@@ -139,27 +139,3 @@ def test_a_rank_that_ran_fewer_iterations_is_named_with_the_call_it_skipped(tmp_
     calls[1] = {"call": "broadcast", "caller": f"{job}:10"}
     assert blame(Summary(stuck=[stuck]))[:4] == (1, [1], "broadcast", f"{job}:10")
 
-
-def _in(pg: str, rank: int, seq: int, caller: str, end: int | None) -> Op:
-    return Op(rank=rank, op="all_reduce", pg=pg, seq=seq, p2p=None, peer=None, root=None, shape=[], dtype="float32",
-              nbytes=4, caller=caller, start=seq, end=end)
-
-
-def test_a_rank_alone_in_a_group_its_finished_peer_never_used_is_named_where_it_waits():
-    """2x2 mesh: rank 3 reduced over mesh_dp (with rank 1, which reduced over mesh_tp with
-    rank 0 three times and destroyed its group); rank 2 waits for rank 3 in mesh_tp[2, 3].
-    Their ops ended (with the error of a peer gone), yet each of those collectives lacks a
-    member: both are named. Ranks 1 and 3 are each waited for once; rank 1 finished, so
-    rank 3 is the culprit, with the call it waits in (another group's) and its line."""
-    from labctl.trace.matcher import stuck_collectives
-    from labctl.trace.model import RankInfo
-    last = {"mesh_tp[0, 1]": {0: _in("mesh_tp[0, 1]", 0, 3, "job.py:18", 9), 1: _in("mesh_tp[0, 1]", 1, 3, "job.py:18", 9)},
-            "mesh_tp[2, 3]": {2: _in("mesh_tp[2, 3]", 2, 1, "job.py:18", 8)},
-            "mesh_dp": {3: _in("mesh_dp", 3, 1, "job.py:18", 8)}}
-    groups = {"mesh_tp[0, 1]": [0, 1], "mesh_tp[2, 3]": [2, 3], "mesh_dp": [1, 3]}
-    stuck, _ = stuck_collectives(last, groups)
-    assert [(st.pg, st.missing) for st in stuck] == [("mesh_dp", [1]), ("mesh_tp[2, 3]", [3])]
-    done = {"op": "destroy_process_group", "caller": "job.py:22", "inside": False}
-    s = Summary(stuck=stuck, ranks={0: RankInfo(0, ended_at=done), 1: RankInfo(1, ended_at=done)})
-    assert blame(s)[:4] == (3, [3], "all_reduce", "job.py:18")
-    assert blame(Summary(stuck=stuck))[:2] == (None, [1, 3])        # no one known to have finished: a tie

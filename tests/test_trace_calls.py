@@ -2,6 +2,8 @@
 recorded by a real rank (workloads/_trace/calls.py) all the way to the first failure."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import subprocess
 import sys
@@ -28,6 +30,15 @@ def test_the_ranks_whose_new_group_names_other_members_are_the_odd_ones():
     assert "rank 3 with [0, 1, 2, 3] (at /x/job.py:13)" in odd.text
     assert odd_new_group({r: [_call(r, "new_group", [1, 0])] for r in range(2)}) is None   # the same ranks
     assert odd_new_group({0: [_call(0, "new_group", [0, 1])], 1: [_call(1, "new_group", [0, 2])]}).ranks == [0, 1]
+
+
+def test_groups_made_by_new_subgroups_are_named_with_the_call_the_script_made():
+    """new_subgroups makes its groups with new_group: the odd rank's call is new_subgroups."""
+    calls = {r: [replace(_call(r, "new_group", [0, 1] if r != 1 else [0, 1, 2, 3], 12), api="new_subgroups")]
+             for r in range(4)}
+    odd = odd_new_group(calls)
+    assert (odd.rank, odd.op, odd.calls[1]["call"]) == (1, "new_subgroups", "new_subgroups"), odd
+    assert odd.text.startswith("new_group #1 (made by new_subgroups) was called with other members"), odd.text
 
 
 def test_the_second_new_group_is_compared_with_the_second():
@@ -149,6 +160,7 @@ dist.barrier()
 from torch.distributed.tensor import DTensor, Shard, init_device_mesh
 mesh = init_device_mesh("cpu", (3,))
 whole = DTensor.from_local(torch.ones(2, 2), mesh, [Shard(0)]).full_tensor()
+ep_group, _ = dist.new_subgroups(group_size=3)
 dist.destroy_process_group()
 """
 
@@ -180,6 +192,9 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
              for line in path.read_bytes().rstrip(b"\0").decode().splitlines() if line.startswith("@@labctl-trace {")]
     at_30 = {s.get("api") or s["op"] for s in sites if s.get("caller") == f"{script}:30"}
     assert at_30 == {"full_tensor"}, at_30
+    # the groups new_subgroups makes with new_group: the call the script's line made
+    at_31 = {(s["op"], s.get("api")) for s in sites if s.get("caller") == f"{script}:31"}
+    assert at_31 == {("new_group", "new_subgroups")}, at_31
 
 def test_a_line_that_keeps_what_recv_returns_does_not_drop_the_sender():
     from workloads._trace.calls import drops_result

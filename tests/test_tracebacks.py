@@ -124,3 +124,21 @@ def test_an_error_says_the_call_the_script_s_line_made():
     for line in stale:
         tracker.feed(line)
     assert tracker.error["line"] == 15 and "called" not in tracker.error, tracker.error
+    # torch's C++ raised under the script's line (a TCPStore that cannot listen): no frame
+    # of torch's names the call, the line does; a Python error there names nothing
+    native = [
+        "Traceback (most recent call last):",
+        '  File "/x/job.py", line 23, in <module>',
+        "    meta_store = dist.TCPStore(host, port, world, is_master=(local_rank == 0))",
+        "                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address.",
+    ]
+    tracker = tracebacks.ErrorTracker()
+    for line in native:
+        tracker.feed(line)
+    assert (tracker.error["line"], tracker.error["called"]) == (23, "TCPStore"), tracker.error
+    tracker = tracebacks.ErrorTracker()
+    for line in native[:4] + ["KeyError: 'MASTER_ADDR'"]:
+        tracker.feed(line)
+    assert "called" not in tracker.error, tracker.error
+    assert tracebacks.called_in_native("a = dist.new_group(r); dist.barrier()") is None    # two calls: no one

@@ -17,7 +17,8 @@ _UNINITIALIZED = ("has not been initialized", "not initialized", "Invalid proces
 def odd_new_group(calls: dict[int, list[Op]], world: int | None = None) -> Mismatch | None:
     """The first new_group (by its order on each rank) whose member lists differ across the
     ranks that made it: the ranks of the rarer lists are the odd ones (every rank that made it,
-    where no list is the most common). None: every rank's lists agree."""
+    where no list is the most common), with the call the script made (new_subgroups, which
+    makes its groups with new_group). None: every rank's lists agree."""
     made: dict[int, list[Op]] = {r: [o for o in ops if o.op == "new_group"] for r, ops in calls.items()}
     deepest = max((len(v) for v in made.values()), default=0)
     for k in range(deepest):
@@ -40,13 +41,14 @@ def odd_new_group(calls: dict[int, list[Op]], world: int | None = None) -> Misma
 
         def said(key: tuple[int, ...] | None) -> str:
             return "every rank" if key is None else "[" + ", ".join(map(str, key)) + "]"
-        text = (f"new_group #{k + 1} was called with other members on different ranks: "
+        made_by = "" if first.call == "new_group" else f" (made by {first.call})"
+        text = (f"new_group #{k + 1}{made_by} was called with other members on different ranks: "
                 + "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} "
                             f"with {said(key)} (at {seen[rs[0]].caller})" for key, rs in ordered)
                 + f"; every rank must call new_group with the same ranks, in the same order")
         return Mismatch(pg=first.pg, seq=k + 1, ranks=odd, rank=odd[0] if len(odd) == 1 else None,
-                        op="new_group", caller=first.caller, differs=["members"],
-                        calls={r: {"op": "new_group", "call": "new_group", "members": op.members,
+                        op=first.call, caller=first.caller, differs=["members"],
+                        calls={r: {"op": "new_group", "call": op.call, "members": op.members,
                                    "caller": op.caller} for r, op in sorted(seen.items())},
                         unfinished=sorted(r for r, op in seen.items() if op.end is None), text=text)
     return None
@@ -133,6 +135,22 @@ def set_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
             if op.op == "store.set" and op.key and op.end is not None:
                 if op.key not in found or op.start > found[op.key][2]:
                     found[op.key] = (rank, op.caller, op.start)
+    return {k: (r, c) for k, (r, c, _) in found.items()}
+
+
+def reset_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
+    """key -> (rank, caller) of a store.set of a counter after another rank's store.add to it
+    had returned: the set erased that rank's count (a "ready" counter reset by a rank that
+    came late)."""
+    found: dict[str, tuple[int, str, int]] = {}
+    adds = [(rank, op) for rank, ops in calls.items() for op in ops
+            if op.op == "store.add" and op.key and op.end is not None]
+    for rank, ops in sorted(calls.items()):
+        for op in ops:
+            if op.op != "store.set" or not op.key or (op.key in found and found[op.key][2] <= op.start):
+                continue
+            if any(r != rank and a.key == op.key and a.end <= op.start for r, a in adds):
+                found[op.key] = (rank, op.caller, op.start)
     return {k: (r, c) for k, (r, c, _) in found.items()}
 
 

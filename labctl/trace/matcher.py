@@ -207,7 +207,29 @@ def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int
                            mismatch=mismatch, silent=[r for r in missing if r in (silent or [])],
                            call=any_op.call, calls={r: op.where() for r, op in inside.items()}, odd=odd,
                            started=min(op.start for op in inside.values())))
+        if not only_clear:
+            found += _held_behind(pg, top, by_rank, members, silent or [])
     return found, mismatches
+
+
+def _held_behind(pg: str, top: int, by_rank: dict[int, Op], members: list[int], silent: list[int]) -> list[Stuck]:
+    """The collectives of a group before its furthest that ranks are still inside, each with
+    the members that never reached it: a broadcast's root still sending to a rank that
+    never came, while a rank it already sent to waits in the next broadcast for both."""
+    found = []
+    for seq in sorted({op.seq for op in by_rank.values() if op.seq < top and op.end is None}):
+        held = {r: op for r, op in by_rank.items() if op.seq == seq}
+        behind = sorted(r for r in members if r not in by_rank or by_rank[r].seq < seq)
+        if not behind:
+            continue
+        first = next(op for _, op in sorted(held.items()))
+        found.append(Stuck(pg=pg, seq=seq, op=first.op, waiting=sorted(r for r, op in held.items() if op.end is None),
+                           missing=behind, culprit=behind[0] if len(behind) == 1 else None,
+                           last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},
+                           silent=[r for r in behind if r in silent], call=first.call,
+                           calls={r: op.where() for r, op in held.items()},
+                           started=min(op.start for op in held.values())))
+    return found
 
 
 def blame_stuck(stuck: list[Stuck], finished: frozenset[int] = frozenset()

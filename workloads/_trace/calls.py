@@ -42,24 +42,28 @@ def _members(value: Any) -> list[int] | None:
         return None
 
 
-def _site(name: str, pg: str, code: Any, lasti: int, members: list[int] | None, key: str | None) -> int:
-    skey = (name, pg, id(code), lasti, tuple(members) if members is not None else None, key)
+def _site(name: str, pg: str, code: Any, lasti: int, members: list[int] | None, key: str | None,
+          api: str | None = None) -> int:
+    skey = (name, pg, id(code), lasti, tuple(members) if members is not None else None, key, api)
     site = _call_sites.get(skey)
     if site is None:
         site = _call_sites[skey] = next(_site_ids)
         write(records.Site(ident=site, op=name, pg=pg, p2p=False, nbytes=0, dtype=None, shape=None, peer=None,
-                           root=None, caller=f"{code.co_filename}:{_line_of(code, lasti)}", api=None, via=None,
+                           root=None, caller=f"{code.co_filename}:{_line_of(code, lasti)}",
+                           api=api if api != name else None, via=None,
                            call=True, members=members, key=key))
     return site
 
 
 def _record(name: str, pg: str, members: list[int] | None, key: str | None, call: Any, frame: Any) -> Any:
-    """`call()` between its B line and its E (or R) line."""
-    code, lasti, _ = _where(frame)
+    """`call()` between its B line and its E (or R) line; the public torch.distributed
+    function the script called on the way, where it is another (new_subgroups makes its
+    groups with new_group), is the site's api."""
+    code, lasti, api = _where(frame)
     if code is None:
         return call()
     ident = next(op_ids)
-    site = _site(name, pg, code, lasti, members, key)
+    site = _site(name, pg, code, lasti, members, key, api)
     (proc.sink or _new_sink()).write(records.BEGIN % (ident, site, 0, time.time_ns() - proc.t0))
     try:
         result = call()
