@@ -259,3 +259,9 @@ def test_the_node_runs_as_the_lab_user_with_no_capability_after_shaping():
     assert argv[:6] == ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups",
                         "--inh-caps=-all", "--bounding-set=-all"]
     assert argv[-3:] == ["--", "torchrun", "--nnodes=2"]
+
+
+def test_a_size_is_said_in_the_largest_unit_it_is_a_whole_number_of():
+    from workloads._protocol.links import human_size
+    assert [human_size(s) for s in (4 << 20, 1 << 30, 3 << 10, 1000, 1536.0)] == \
+        ["4 MiB", "1 GiB", "3 KiB", "1000 B", "1536 B"]

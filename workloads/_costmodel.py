@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ._protocol import algorithms as registry
+from ._protocol.links import human_size
 from ._protocol.algorithms import Algorithm  # noqa: F401  (the registry's: op, name, steps, factor)
 
 MODELS: dict[str, dict[str, Algorithm]] = {
@@ -136,16 +137,9 @@ def why_not(points: Iterable[tuple[float, float]]) -> str:
     sizes = sorted({s for s, _ in pts})
     if len(sizes) < 2:
         return f"{len(sizes)} size{'' if len(sizes) == 1 else 's'} with a time: a line needs two or more"
-    shown = ", ".join(f"{_size_text(s)} {t * 1e6:,.0f} µs" for s, t in pts)
+    shown = ", ".join(f"{human_size(s)} {t * 1e6:,.0f} µs" for s, t in pts)
     return (f"its time does not grow with the size ({shown}): noise larger than what the bytes cost "
             "(a loaded machine, the recorder in small ops)")
-
-
-def _size_text(size: float) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{int(size) >> shift} {unit}"
-    return f"{size:.0f} B"
 
 
 def unfitted(rows: Sequence[dict], model: dict[str, Algorithm]) -> dict[str, str]:

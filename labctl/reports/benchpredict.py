@@ -184,18 +184,11 @@ def _unfittable(chosen: list[dict], points: list, too_long: list[dict]) -> str:
         return why
     op = min({r["op"] for r in chosen}, key=bench.OPS.index)
     times = sorted((r["size_bytes"], r["time_us_median"]) for r in chosen if r["op"] == op and r.get("time_us_median"))
-    shown = ", ".join(f"{_size_text(s)} {t:,.0f} µs" for s, t in times)
+    shown = ", ".join(f"{linkmod.human_size(s)} {t:,.0f} µs" for s, t in times)
     return (f"its times do not grow with the size as a link's would ({op}, the median by size: {shown}): "
             "the cost per message its small sizes give (α) is more than its largest sizes took, which leaves "
             "no rate for the link. That is timing noise (a loaded machine, the recorder in small ops); "
             "measure again (more iters, --no-trace, an idle machine)")
-
-
-def _size_text(size: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{size >> shift} {unit}"
-    return f"{size} B"
 
 
 def _sweep(run) -> tuple[list[dict], list[dict]]:
@@ -298,4 +291,3 @@ def predict(run, world_size: int, sizes_: list[int] | None = None, fmt: str = "m
           bench.fixed(r["alpha_term_us"], 1),
           bench.fixed(r["beta_term_us"], 1), r["dominant"], bench.fixed(r["busbw_GBps"], 4),
           r["messages"] if r["messages"] is not None else r["model"]] for r in out)) + "\n"
-

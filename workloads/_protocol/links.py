@@ -190,6 +190,14 @@ def human_rate(bps: float) -> str:
     return f"{bps:.4g} bit/s"
 
 
+def human_size(size: float) -> str:
+    """A message size as bench tables say it: 4 MiB where it is a whole number of them, else bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{int(size) >> shift} {unit}"
+    return f"{size:.0f} B"
+
+
 # ---- parsing -----------------------------------------------------------------------
 def parse_rate(value: Any, where: str) -> int:
     """`100mbit` -> 100000000 (bits/s), or LinkError."""
