@@ -275,9 +275,10 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     # died without a line of its own; not the odd caller the diagnosis named, which the
     # launcher stopped wherever it waited after its odd call
     silent = at is None and not first.hang and not first.left_early and first.blamed_for != "odd call"
-    if first.hang and ended.get("inside") and ended.get("op") in CALLS:
+    if first.hang and ended.get("inside") and (ended.get("op") in CALLS or ended.get("op") == torchsays.MONITORED_BARRIER):
         # held in a call the others cannot see (a store read nobody answers, a new_group the
-        # others made otherwise): that call, not the collective it never entered
+        # others made otherwise, a monitored_barrier, whose sends no plain barrier answers):
+        # that call, not the collective it never entered
         first.op, first.caller = ended["op"], ended.get("caller")
         return
     op = ended.get("op") if at is not None and ended.get("caller") == at else None

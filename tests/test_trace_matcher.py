@@ -39,3 +39,17 @@ def test_a_rank_inside_an_earlier_collective_waits_for_the_one_that_never_came()
     assert "rank 0 waits in all_reduce (collective #1 of default_pg) which rank 1 never entered" in stuck[1].describe()
     # torch's dumps (gloo's entries never say they ended): the furthest collective only
     assert [st.seq for st in stuck_collectives(last, {"default_pg": [0, 1, 2]}, only_clear=True)[0]] == [2]
+
+
+def test_two_ranks_that_disagree_are_the_evidence_not_the_rank_not_there_yet():
+    """Ranks 1 and 2 called collective #1 with other sizes (4 rows and 3: DTensor.from_local
+    of uneven shards) and rank 0 had not come yet (a loaded machine): the two that
+    disagree are named, not rank 0, which is only late."""
+    def gather(rank: int, rows: int) -> Op:
+        return Op(rank=rank, op="all_gather_into_tensor_coalesced", pg="default_pg", seq=1, p2p=None, peer=None,
+                  root=None, shape=[rows, 4], dtype="float32", nbytes=rows * 16, caller="job.py:26", start=rank,
+                  end=None)
+    last = {"default_pg": {1: gather(1, 4), 2: gather(2, 3)}}
+    stuck, _ = stuck_collectives(last, {"default_pg": [0, 1, 2]}, silent=[0])
+    assert [(st.missing, st.targets, st.culprit) for st in stuck] == [([0], [], None)]
+    assert blame(Summary(stuck=stuck))[:2] == (None, [1, 2])

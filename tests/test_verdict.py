@@ -467,6 +467,11 @@ def test_a_rank_held_in_a_store_read_is_named_with_it():
                   ended_at={0: {"op": "store.get", "caller": "/x/job.py:13", "inside": True}})
     first = rec.first_failure
     assert (first.rank, first.op, first.caller) == (0, "store.get", "/x/job.py:13"), first
+    # a monitored_barrier the others' plain barrier never answers: the same (no error yet:
+    # the lab was stopped before its timeout)
+    rec = _decide(Seen(Ending.DEADLINE, [_ok(0), _ok(1)]), _found(), diagnosis=Diagnosis.from_dict(hang),
+                  ended_at={0: {"op": "monitored_barrier", "caller": "/x/job.py:20", "inside": True}})
+    assert (rec.first_failure.op, rec.first_failure.caller) == ("monitored_barrier", "/x/job.py:20")
 
 
 def test_the_call_the_script_s_line_made_is_the_op_not_the_collective_inside_it():

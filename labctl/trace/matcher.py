@@ -200,7 +200,7 @@ def stuck_collectives(last: dict[str, dict[int, Op]], groups: dict[str, list[int
             mismatches[-1] = mismatch
         common = [op for r, op in sorted(inside.items()) if r not in odd]
         any_op = (common or list(inside.values()))[0]
-        targets = odd or missing
+        targets = odd or ([] if mismatch else missing)
         found.append(Stuck(pg=pg, seq=top, op=any_op.op, waiting=waiting, missing=missing,
                            culprit=targets[0] if len(targets) == 1 else None,
                            last={r: f"#{op.seq} {op.label}" for r, op in by_rank.items()},

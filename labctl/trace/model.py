@@ -203,8 +203,10 @@ class Stuck:
 
     @property
     def targets(self) -> list[int]:
-        """The ranks the others wait for here: the odd ones of a mismatch, else the missing."""
-        return self.odd or self.missing
+        """The ranks the others wait for here: the odd ones of a mismatch, else the missing;
+        none where the ranks inside called it differently with no odd one out (two ranks
+        that disagree: the mismatch is the evidence, a rank not there yet may only be late)."""
+        return self.odd or ([] if self.mismatch else self.missing)
 
     @property
     def said_op(self) -> str:
