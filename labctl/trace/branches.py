@@ -94,12 +94,21 @@ def _branches(path: str) -> tuple[tuple[int, int, frozenset[int], bool], ...]:
 
 
 @functools.lru_cache(maxsize=32)
-def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozenset[int], bool], ...]:
+def _tree(path: str, mtime_ns: int, size: int) -> ast.Module | None:
+    """The file parsed once per version (its mtime and size), for every reading here; None:
+    too long to be a script, unreadable, or not Python."""
     if size > 4 << 20:                  # no script is that long: not one to read
-        return ()
+        return None
     try:
-        tree = ast.parse(Path(path).read_text(errors="replace"))
+        return ast.parse(Path(path).read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(path: str, mtime_ns: int, size: int) -> tuple[tuple[int, int, frozenset[int], bool], ...]:
+    tree = _tree(path, mtime_ns, size)
+    if tree is None:
         return ()
     aliases = _rank_aliases(tree)
     found = []
@@ -170,11 +179,8 @@ def _where(caller: str) -> tuple[str | None, int]:
 @functools.lru_cache(maxsize=32)
 def _blocks(path: str, mtime_ns: int, size: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
     """(the loops, the `if` statements) of the file, as (first line, last line)."""
-    if size > 4 << 20:
-        return (), ()
-    try:
-        tree = ast.parse(Path(path).read_text(errors="replace"))
-    except (OSError, SyntaxError, ValueError, RecursionError):
+    tree = _tree(path, mtime_ns, size)
+    if tree is None:
         return (), ()
     nodes = list(ast.walk(tree))
     return (tuple((n.lineno, n.end_lineno or n.lineno) for n in nodes if isinstance(n, (ast.For, ast.While, ast.AsyncFor))),
@@ -194,11 +200,8 @@ def set_line(path: str, key: str) -> int | None:
 
 @functools.lru_cache(maxsize=32)
 def _store_sets(path: str, mtime_ns: int, size: int) -> dict[str, list[int]]:
-    if size > 4 << 20:
-        return {}
-    try:
-        tree = ast.parse(Path(path).read_text(errors="replace"))
-    except (OSError, SyntaxError, ValueError, RecursionError):
+    tree = _tree(path, mtime_ns, size)
+    if tree is None:
         return {}
     found: dict[str, list[int]] = {}
     for node in ast.walk(tree):
