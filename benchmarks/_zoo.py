@@ -34,6 +34,18 @@ DIST_CALLS = (
 )
 
 
+# the calls that make a case a collective case (its bug in a collective, where torch's
+# dumps hold every rank's part): the collectives of torch.distributed and of the
+# ProcessGroup, the object collectives, and DTensor's calls, which issue collectives
+COLLECTIVE_CALLS = frozenset({
+    "all_gather_into_tensor", "all_gather_object", "all_gather", "all_gather_single", "all_reduce",
+    "all_reduce_coalesced", "all_to_all_single", "all_to_all", "barrier", "broadcast_object_list", "broadcast",
+    "gather_object", "gather", "monitored_barrier", "reduce_scatter_tensor", "reduce_scatter", "reduce",
+    "scatter_object_list", "scatter", "allreduce", "allgather", "alltoall", "alltoall_base",
+    "distribute_tensor", "full_tensor", "redistribute", "from_local",
+})
+DUMPED_KINDS = ("mismatch", "hang", "deadlock")   # failures that leave the others waiting: the dumps' cases
+
 class BadCase(ValueError):
     """A case that cannot be scored: no header, or a header that does not parse (one line)."""
 
@@ -65,6 +77,12 @@ class Case:
     @property
     def blameless(self) -> bool:
         return not self.culprits
+
+    @property
+    def collective(self) -> bool:
+        """A collective case (issue 50's bar for torch's dumps): a hang or mismatch whose op
+        is a collective call; a p2p, store or group life-cycle bug is not one."""
+        return self.kind in DUMPED_KINDS and bool(self.ops & COLLECTIVE_CALLS)
 
 
 def _ints(value: str, key: str, name: str) -> frozenset[int]:

@@ -287,6 +287,19 @@ def live_summary(cases: list[Case], results: dict[str, dict]) -> str:
             f"cases that pass{': ' + ', '.join(alarms) if alarms else ''}")
 
 
+def collective_summary(cases: list[Case], results: dict[str, dict], tools: list[str]) -> str:
+    """torch's dumps on the collective cases (issue 50's bar: culprit and op right in 80 %):
+    the hangs and mismatches whose op is a collective call (`Case.collective`)."""
+    rows = []
+    for tool in tools:
+        for split in sorted({c.split for c in cases}):
+            ran = [c for c in cases if c.split == split and c.collective and "found" in results.get(c.name, {})]
+            right = sum(1 for c in ran if (v := score(c, results[c.name]["found"][tool]["answer"])).culprit and v.op)
+            rows.append((tool, split, len(ran), f"{right}/{len(ran)} ({100 * right / len(ran):.0f} %)" if ran else "-"))
+    return "\ntorch's dumps alone, the collective cases (hangs and mismatches whose op is a collective call):\n\n" \
+        + table(("tool", "split", "cases", "culprit and op"), rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="local", choices=("local", "compose"))
@@ -381,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
           f"answer (launch to answer, less the tool's time on {CONTROL}: "
           + ", ".join(f"{t} {s:.1f} s" for t, s in baseline.items() if t != "live")
           + "; live: seconds from the hang's start, the first rank's last op)")
+    dumped = [t for t in ("dumps", "fr_trace") if t in tools]
+    if dumped:
+        print(collective_summary(cases, results, dumped))
     if "live" in tools:
         print(live_summary(cases, results))
     if args.json:

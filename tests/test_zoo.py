@@ -271,3 +271,28 @@ def test_the_dumps_answer_reads_labctl_diagnose_json():
     assert a.silent and a.text == "nothing stuck"
     a = _zoo.dumps_answer("error: /x: no dump in it\n", "c.py")
     assert a.silent and a.text == "error: /x: no dump in it"
+
+
+@pytest.mark.parametrize("header, collective", [
+    ("culprit=1 op=all_reduce line=3 kind=mismatch", True),
+    ("culprit=1 op=broadcast_object_list line=3 kind=hang", True),
+    ("culprit=0 op=full_tensor|distribute_tensor line=3 kind=mismatch", True),
+    ("culprit=0 op=add|all_reduce line=3 kind=hang", True),         # a collective among its ops
+    ("culprit=0|1 op=send line=3 kind=deadlock", False),            # p2p
+    ("culprit=1 op=get line=3 kind=hang", False),                   # a store call
+    ("culprit=1 op=new_group line=3 kind=hang", False),             # the group's life cycle
+    ("culprit=1 op=all_reduce line=3 kind=exception", False),       # a rank raised: not the dumps' kind
+])
+def test_a_collective_case_is_a_hang_or_mismatch_in_a_collective_call(header, collective):
+    assert case(f"# zoo: {header}").collective is collective
+
+
+def test_the_collective_summary_counts_culprit_and_op_on_collective_cases_only():
+    import zoo
+    right = Answer((1,), "all_reduce", 3, "")
+    cases = [case("# zoo: culprit=1 op=all_reduce line=3 kind=mismatch", "a"),
+             case("# zoo: culprit=1 op=broadcast line=3 kind=hang", "b"),
+             case("# zoo: culprit=0|1 op=send line=3 kind=deadlock", "c")]
+    results = {c.name: {"case": c, "found": {"dumps": {"answer": right}}} for c in cases}
+    text = zoo.collective_summary(cases, results, ["dumps"])
+    assert "| dumps | dev | 2 | 1/2 (50 %) |" in text
