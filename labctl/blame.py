@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workloads._protocol import DATA, WORKLOAD_DONE
 
-from . import logs, tracebacks
+from . import logs, torchsays, tracebacks
 from .faults import parse as parse_fault
 from .runrecord import FiredFault, FirstFailure
 from .trace.model import STACKS, Diagnosis
@@ -147,6 +147,7 @@ class Findings:
     finished: set[int] = field(default_factory=set)              # ranks that said workload_done
     finished_world: set[int] = field(default_factory=set)        # the world sizes they said it in
     stacks: dict[int, list[str]] = field(default_factory=dict)   # rank -> its last stack dump
+    store_unreached: dict[int, str] = field(default_factory=dict)  # rank -> the store it said it cannot reach
     error_files: dict[int, ErrorFile] = field(default_factory=dict)  # rank -> its torch elastic error file
     summaries: dict[int, list[logs.FailedWorker]] = field(default_factory=dict)  # node -> its agent's failure summary
     nproc_per_node: int | None = None
@@ -188,6 +189,7 @@ class Findings:
         self.exit_times.update({r: (t, index) for r, t in reader.exit_times.items()})
         self.errors.update(reader.errors())
         self.stacks.update(reader.stack_dumps())
+        self.store_unreached.update(reader.store_unreached)
         agent_error = reader.agent_error()
         if agent_error and not tracebacks.launcher_wrapper(agent_error.get("exception")):
             self.agent_errors[index] = agent_error
@@ -537,20 +539,23 @@ SETUP_CALLS = ("init_process_group", "new_group", "new_subgroups", "new_subgroup
                "init_device_mesh")
 
 
-def setup_hang(where: dict[int, dict], world: int | None) -> Diagnosis | None:
+def setup_hang(where: dict[int, dict], world: int | None,
+               unreached: dict[int, str] | None = None) -> Diagnosis | None:
     """At a hang, from the ranks' stacks (stackdumps.where_stuck: their innermost own frame and
     the torch.distributed call it is in): ranks held in a call every rank must make
     (init_process_group, new_group) wait for the ranks that are not in it, and those are to
     blame, whatever the others' op records say after it (ranks that skipped a new_group
-    wait in the next collective for the ranks held in it). The diagnosis in the trace's
-    form (rank, ranks, op, caller, text; `source`: stacks). None: no rank is held so, or
-    every rank is."""
+    wait in the next collective for the ranks held in it). Every rank held in
+    init_process_group: the ranks whose logs say they cannot reach the rendezvous store
+    (`unreached`, torch's retry warnings) while the others reached it. The diagnosis in
+    the trace's form (rank, ranks, op, caller, text; `source`: stacks). None: no rank is
+    held so, or every rank is and no log tells them apart."""
     held = {r: w for r, w in where.items() if w.get("call") in SETUP_CALLS}
     if not held or not world:
         return None
     others = sorted(set(range(world)) - set(held))
     if not others:
-        return None
+        return _store_unreached(held, world, unreached or {})
     calls = [w["call"] for _, w in sorted(held.items())]
     call = max(set(calls), key=calls.count)
     first = held[min(held)]
@@ -577,4 +582,25 @@ def setup_hang(where: dict[int, dict], world: int | None) -> Diagnosis | None:
     one = others[0] if len(others) == 1 else None
     at = where.get(one, {}) if one is not None else {}
     return Diagnosis(rank=one, ranks=others, op=call, caller=f"{at['file']}:{at['line']}" if at.get("file") else None,
+                     source=STACKS, text=text)
+
+
+def _store_unreached(held: dict[int, dict], world: int, unreached: dict[int, str]) -> Diagnosis | None:
+    """Every rank held in init_process_group: the ranks that said they cannot reach the
+    rendezvous store (another MASTER_ADDR or MASTER_PORT than the others'), when not all did."""
+    if len(held) < world or any(w.get("call") != "init_process_group" for w in held.values()):
+        return None
+    away = torchsays.unreached_store(unreached, sorted(held))
+    if not away:
+        return None
+    first = held[away[0]]
+    endpoints = ", ".join(sorted({unreached[r] for r in away}))
+    rest = sorted(set(held) - set(away))
+    text = (f"rank{'s' if len(away) > 1 else ''} {', '.join(map(str, away))} cannot reach the rendezvous store "
+            f"at {endpoints} (torch: failed to connect), so init_process_group "
+            f"(at {first['file']}:{first['line']}) waits on every rank: "
+            f"rank {', '.join(map(str, rest))} reached the store and wait{'s' if len(rest) == 1 else ''} for "
+            f"{'them' if len(away) > 1 else 'it'} (all ranks must use one MASTER_ADDR and MASTER_PORT)")
+    return Diagnosis(rank=away[0] if len(away) == 1 else None, ranks=away, op="init_process_group",
+                     caller=f"{first['file']}:{first['line']}" if first.get("file") else None,
                      source=STACKS, text=text)

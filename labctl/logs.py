@@ -24,6 +24,7 @@ from workloads._protocol import results as codec
 
 from .runnames import rank_logs_in
 from .stackdumps import StackTracker
+from .torchsays import STORE_UNREACHED_HINT, store_unreached
 from .tracebacks import NATIVE_ERROR_HINTS, ErrorTracker
 
 _RANK_PREFIX = re.compile(rb"^\[rank(\d+)\]:")
@@ -153,7 +154,8 @@ def _needs_a_closer_look(data: bytes) -> bool:
     often no '('."""
     return (b"@" in data and _RESULT_MARKER_BYTES in data
             or b"(" in data and b"most recent call" in data
-            or _native_error_hint(data))
+            or _native_error_hint(data)
+            or STORE_UNREACHED_HINT in data)
 
 
 def _native_error_hint(data: bytes) -> bool:
@@ -187,6 +189,7 @@ class NodeLogReader:
         self.exits: list[tuple[int, int]] = []
         self.exit_times: dict[int, float] = {}      # rank -> epoch seconds, when the line says
         self.ranks_seen: set[int] = set()
+        self.store_unreached: dict[int, str] = {}   # rank -> the store endpoint torch said it cannot reach
         # torchrun's agent said its worker group ended 0 (LOGLEVEL=INFO), or the local guard
         # found it with no workers left when labctl stopped it (waiting at its exit barrier)
         self.workers_succeeded = False
@@ -265,6 +268,10 @@ class NodeLogReader:
                 stack = self.stacks[rank] = StackTracker(rank)
             text = text if text is not None else data.decode(errors="replace")
             stack.feed(text)
+        if STORE_UNREACHED_HINT in data:
+            endpoint = store_unreached(text if text is not None else data.decode(errors="replace"))
+            if endpoint:
+                self.store_unreached[rank] = endpoint
         if self.on_result is not None and _RESULT_MARKER_BYTES in data:
             self.on_result(rank, text if text is not None else data.decode(errors="replace"))
 

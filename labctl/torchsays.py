@@ -67,3 +67,24 @@ def named_culprits(errors: dict[int, dict], world: int | None) -> Named | None:
         by = min(detail)
         return Named(_votes(detail), by, None, texts[by])
     return None
+
+
+# torch's warning while a rank retries the rendezvous store (TCPStore.cpp, socket.cpp):
+# "TCP client failed to connect/validate to host 127.0.0.1:29533 - retrying ...",
+# "The client socket has failed to connect to [localhost]:29500 (errno: 111 ...)"
+STORE_UNREACHED_HINT = b"failed to connect"
+_STORE_UNREACHED = re.compile(r"failed to connect(?:/validate)? to (?:host )?\[?(?P<host>[^\]\s]+?)\]?:(?P<port>\d+)\b")
+
+
+def store_unreached(line: str) -> str | None:
+    """The store endpoint ("host:port") a rank's log line says it cannot reach, else None."""
+    m = _STORE_UNREACHED.search(line)
+    return f"{m.group('host')}:{m.group('port')}" if m else None
+
+
+def unreached_store(unreached: dict[int, str], held: list[int]) -> list[int]:
+    """Of ranks all held in init_process_group, those that told they cannot reach the
+    rendezvous store: the others reached it and wait for them. Empty when none did, or
+    every held rank did (then no rank is the odd one: the store itself is away)."""
+    failing = sorted(r for r in held if r in unreached)
+    return failing if failing and len(failing) < len(held) else []

@@ -136,7 +136,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             # ranks held in a call every rank must make (new_group) wait for those elsewhere,
             # whatever the records of the ops after it say (unless the records show that every
             # rank made it, with other members: that is the cause)
-            diagnosis = blame.setup_hang(where, out.world_size) or diagnosis
+            diagnosis = blame.setup_hang(where, out.world_size, ev.found.store_unreached) or diagnosis
         if diagnosis is not None and state is not RunState.PASSED:
             if first is None:                  # a hang: nobody failed, the deadline came
                 first = FirstFailure(diagnosis.rank, hang=True)

@@ -429,3 +429,15 @@ def test_an_error_file_says_the_call_the_script_s_line_made(tmp_path):
         "labctl": {"rank": 0, "local_rank": 0, "time_ns": 1}}))
     read, notes = read_error_files(tmp_path / "node-0", 0)
     assert not notes and read[0].error()["called"] == "broadcast", read
+
+
+def test_every_rank_held_in_init_blames_the_ranks_that_cannot_reach_the_store():
+    from labctl.blame import setup_hang
+    held = {"file": "job.py", "line": 17, "function": "<module>", "call": "init_process_group"}
+    where = {0: held, 1: dict(held), 2: held}
+    d = setup_hang(where, 3, {1: "127.0.0.1:29533"})
+    assert (d.rank, d.ranks, d.op, d.caller) == (1, [1], "init_process_group", "job.py:17")
+    assert "127.0.0.1:29533" in d.text and "rank 0, 2 reached the store" in d.text
+    assert setup_hang(where, 3, {}) is None                                     # nothing tells them apart
+    assert setup_hang(where, 3, {0: "h:1", 1: "h:1", 2: "h:1"}) is None         # the store itself is away
+    assert setup_hang({0: held, 1: dict(held, call="new_group"), 2: held}, 3, {1: "h:1"}) is None

@@ -338,3 +338,13 @@ def test_ctrl_c_on_a_hang_takes_every_rank_s_stack_before_the_stop(tmp_path):
     assert (run / "stacks" / "rank-1.txt").is_file()
     first = status["first_failure"]
     assert first["rank"] == 1 and first["caller"] == f"{script}:9", first
+
+
+def test_every_rank_in_init_is_a_stall_when_some_say_they_cannot_reach_the_store():
+    setup = frozenset({"init_process_group"})
+    held = {"file": "job.py", "line": 4, "function": "<module>", "call": "init_process_group"}
+    away = dict(held, store_unreached="127.0.0.1:29533")
+    said = stall.judge_stacks({0: held, 1: away, 2: held}, 3, setup)
+    assert said and "rank(s) 1 cannot reach the rendezvous store" in said
+    assert stall.judge_stacks({0: held, 1: held}, 2, setup) is None            # all wait: not yet told apart
+    assert stall.judge_stacks({0: away, 1: away}, 2, setup) is None            # nobody reached it

@@ -281,3 +281,21 @@ def test_text_a_rank_prints_after_its_prefix_is_its_own_whatever_prefix_it_begin
     assert written[0].startswith(b"[rank1]:Traceback") and written[0].endswith(b"half rest\n"), written
     assert [(r["name"], r["rank"]) for r in results] == [("c", 0)]
     assert all(t.error is None for t in reader.error_trackers.values()), reader.error_trackers
+
+
+@pytest.mark.parametrize("path", ["bytes", "lines"])
+def test_a_rank_s_store_retry_warning_is_read_on_both_paths(path):
+    """The fast skip of plain runs must not skip torch's warning that a rank cannot reach
+    the rendezvous store (blame.setup_hang reads it)."""
+    plain = "".join(f"[rank0]:step {i}\n" for i in range(50))
+    warning = ("[rank1]:[W1129 21:12:15.893 TCPStore.cpp:340] [c10d] TCP client failed to connect/validate "
+               "to host 127.0.0.1:29533 - retrying (try=0, timeout=300000ms, delay=7954ms)\n")
+    reader = logs.NodeLogReader()
+    data = (plain + warning + "[rank1]:more\n").encode()
+    if path == "bytes":
+        reader.feed_bytes(data)
+    else:
+        for line in data.split(b"\n")[:-1]:
+            reader.feed_line(line)
+    reader.close()
+    assert reader.store_unreached == {1: "127.0.0.1:29533"}

@@ -38,3 +38,21 @@ def test_detail_s_mismatch_names_the_rank_running_the_other_collective():
 
 def test_nothing_named_is_none():
     assert named_culprits({0: _e("RuntimeError: Connection closed by peer"), 1: {}}, 2) is None
+
+
+def test_torch_s_store_retry_warnings_say_which_endpoint_a_rank_cannot_reach():
+    from labctl.torchsays import store_unreached
+    assert store_unreached("[W1129 21:12:15.893845121 TCPStore.cpp:340] [c10d] TCP client failed to "
+                           "connect/validate to host 127.0.0.1:29533 - retrying (try=0, timeout=300000ms, "
+                           "delay=7954ms): Interrupted system call") == "127.0.0.1:29533"
+    assert store_unreached("[W socket.cpp:663] [c10d] The client socket has failed to connect to "
+                           "[node-0.lab]:29500 (errno: 111 - Connection refused).") == "node-0.lab:29500"
+    assert store_unreached("epoch 3: loss 0.25") is None
+
+
+def test_the_ranks_that_cannot_reach_the_store_are_named_only_when_others_could():
+    from labctl.torchsays import unreached_store
+    assert unreached_store({1: "h:1"}, [0, 1, 2]) == [1]
+    assert unreached_store({0: "h:1", 1: "h:1", 2: "h:1"}, [0, 1, 2]) == []   # the store itself is away
+    assert unreached_store({}, [0, 1]) == []
+    assert unreached_store({5: "h:1"}, [0, 1]) == []                         # not a held rank

@@ -49,15 +49,19 @@ def take_stacks(run: RunDir, backend: Backend) -> list[str]:
 
 
 def stacks_now(run: RunDir) -> dict[int, dict]:
-    """Every rank's place in its latest stack dump (stackdumps.where_stuck), read from the node logs."""
+    """Every rank's place in its latest stack dump (stackdumps.where_stuck), read from the node
+    logs, and the rendezvous store it said it cannot reach (torchsays.store_unreached)."""
     dumps: dict[int, list[str]] = {}
+    unreached: dict[int, str] = {}
     for node in run.planned_nodes:
         if run.node_log(node.index).is_file():
             reader = logs.NodeLogReader()
             reader.feed_file(run.node_log(node.index))
             reader.close()
             dumps.update(reader.stack_dumps())
-    return {rank: {**stackdumps.where_stuck(lines), "importing": any(IMPORTING in line for line in lines)}
+            unreached.update(reader.store_unreached)
+    return {rank: {**stackdumps.where_stuck(lines), "importing": any(IMPORTING in line for line in lines),
+                   "store_unreached": unreached.get(rank)}
             for rank, lines in dumps.items()}
 
 

@@ -25,6 +25,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..torchsays import unreached_store
+
 NS = 1_000_000_000
 
 
@@ -118,4 +120,9 @@ def judge_stacks(where: dict[int, dict], world: int, setup_calls: frozenset[str]
     if held and len(held) < world:
         return (f"rank(s) {', '.join(map(str, held))} wait in {where[held[0]]['call']} "
                 f"for rank(s) {', '.join(str(r) for r in sorted(set(where) - set(held)))}")
+    if len(held) == world and all(where[r].get("call") == "init_process_group" for r in held):
+        away = unreached_store({r: w["store_unreached"] for r, w in where.items() if w.get("store_unreached")}, held)
+        if away:
+            return (f"rank(s) {', '.join(map(str, away))} cannot reach the rendezvous store; every rank "
+                    f"waits in init_process_group")
     return None
