@@ -18,8 +18,8 @@ the node's log file. The guard
   the outcome and those leftovers (pid, command) to the status file.
 
 Run by path; besides the standard library it imports `labctl.procs` (its process
-tree, with psutil) and `workloads._protocol` (the node log's own lines), found from
-the folder that holds the labctl package.
+tree, with psutil), `labctl.runnames` (the rank logs' names) and `workloads._protocol`
+(the node log's own lines), found from the folder that holds the labctl package.
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ if not __package__:
     _root = os.path.dirname(os.path.dirname(os.path.dirname(_here)))
     sys.path[:] = [_root] + [p for p in sys.path if os.path.abspath(p or ".") != _here]
 from labctl import procs  # noqa: E402
+from labctl.runnames import rank_log_name  # noqa: E402
 from workloads._protocol import AGENT_IDLE_LINE, EXIT_LINE_PREFIX, MAX_PIECE   # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -95,7 +96,7 @@ class Guard:
         for popen, proc in started:
             pump = None
             if proc.get("rank") is not None:
-                rank_log = (open(os.path.join(self.rank_logs, f"rank-{proc['rank']}.log"), "ab",
+                rank_log = (open(os.path.join(self.rank_logs, rank_log_name(proc["rank"])), "ab",
                                  buffering=0) if self.rank_logs else None)
                 pump = threading.Thread(target=self._pump, daemon=True,
                                         args=(popen, f"[rank{proc['rank']}]:".encode(), rank_log))
