@@ -40,6 +40,18 @@ def peer_gone(error: str | None) -> bool:
     return bool(error and _PEER_GONE.search(error))
 
 
+# a collective's own timeout: gloo's transport ("Timed out waiting 10000ms for send
+# operation to complete"), NCCL's watchdog ("Watchdog caught collective operation timeout")
+_COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting \d+ ?ms for (?:send|recv) operation|"
+                                 r"Watchdog caught collective operation timeout")
+
+
+def timed_out_waiting(error: str | None) -> bool:
+    """An error that says the rank's collective timed out waiting for its peers: a symptom
+    of a peer that never came, when the records name one."""
+    return bool(error and _COLLECTIVE_TIMEOUT.search(error))
+
+
 # What a process prints when it dies in C++ (libstdc++'s verbose terminate handler, as
 # when gloo throws from its own thread: no Python exception, no error file, SIGABRT) or
 # in the interpreter itself (faulthandler).

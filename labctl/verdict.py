@@ -185,8 +185,9 @@ def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Fin
     """The cause behind a first failure that is only a symptom, where the trace names it: a
     rank that died without a line of its own (gloo's size check aborts the rank that
     receives more than it expected: SIGABRT) inside a collective whose ranks' calls differed
-    is the symptom of the odd call; a rank whose error only says a peer went away while it
-    waited in a collective another rank never entered is the symptom of that rank's absence
+    is the symptom of the odd call; a rank whose error only says a peer went away, or that
+    the collective timed out, while it waited in a collective another rank never entered
+    (rank 0 still preparing data past the group's timeout) is the symptom of that rank's absence
     (a rank that finished and was then stopped with the others, SIGTERM, is no failure of
     its own). The other rank is then the first failure, the first rank's end its
     `peer_rank`, `peer_error`. None: not so."""
@@ -194,7 +195,7 @@ def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Fin
     if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early:
         return None
     error = first.error or {}
-    gone = tracebacks.peer_gone(error.get("exception"))
+    gone = tracebacks.peer_gone(error.get("exception")) or tracebacks.timed_out_waiting(error.get("exception"))
     if error.get("file") and not gone:
         return None                     # its own error, in its own code
     stuck = diagnosis.stuck
@@ -261,9 +262,10 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     names for it (the call it made where the others made another, or the
     one they wait in that it never entered), else, for a rank that died without a line of
     its own, where its records end. The line: its error's, else the diagnosis', else, for
-    a rank the others waited for (or one that died between ops, named with the collective
-    it then never entered), the line they called that collective at, else where its
-    records end (it died without a line), else its stack at the deadline."""
+    a rank the others waited for, where its stack had it when it was stopped outside any
+    torch.distributed call, else (or for one that died between ops, named with the
+    collective it then never entered) the line they called that collective at, else where
+    its records end (it died without a line), else its stack at the deadline."""
     rank = first.rank
     if rank is None or _killed_by_fault(first):
         return
@@ -287,10 +289,14 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     if silent and ended.get("inside"):       # it died inside an op (gloo's abort): that op, not the one it then missed
         op = op or ended.get("op")
     op = op or (diagnosis.op if diagnosis and named else None) or (ended.get("op") if silent else None)
+    stack = where.get(rank) or {}
     absent = None                       # the collective it never entered, where the others called it
     if first.blamed_for == "absence" and diagnosis is not None:
-        absent = next(((st.calls.get(first.peer_rank) or {}).get("caller")
-                       for st in diagnosis.stuck if rank in st.missing), None)
+        # alive elsewhere when it was stopped (its stack at the SIGTERM: still computing, late
+        # past the others' timeout): there; else where the others called what it never entered
+        absent = (f"{stack['file']}:{stack['line']}" if stack.get("file") and stack.get("call") is None
+                  else None) or next(((st.calls.get(first.peer_rank) or {}).get("caller")
+                                      for st in diagnosis.stuck if rank in st.missing), None)
     elif silent and named and not ended.get("inside") and op == diagnosis.op:
         # it died between ops, and the op named is the one the others then waited in: its line
         absent = next((c.get("caller") for st in diagnosis.stuck if rank in st.missing
@@ -298,7 +304,6 @@ def _name_the_call(first: FirstFailure, ended_at: dict[int, dict], where: dict[i
     inside = ended.get("caller") if silent and ended.get("inside") else None
     caller = at or inside or (diagnosis.caller if diagnosis and named else None) or absent or \
         (ended.get("caller") if silent else None)
-    stack = where.get(rank) or {}
     if caller is None and stack.get("file") and not first.left_early:
         caller = f"{stack['file']}:{stack['line']}"
     first.op, first.caller = op, caller

@@ -142,3 +142,13 @@ def test_an_error_says_the_call_the_script_s_line_made():
         tracker.feed(line)
     assert "called" not in tracker.error, tracker.error
     assert tracebacks.called_in_native("a = dist.new_group(r); dist.barrier()") is None    # two calls: no one
+
+
+def test_a_collective_s_own_timeout_is_told_from_other_errors():
+    from labctl.tracebacks import timed_out_waiting
+    assert timed_out_waiting("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] "
+                             "Timed out waiting 10000ms for send operation to complete")
+    assert timed_out_waiting("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+                             "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.")
+    assert not timed_out_waiting("ValueError: bad batch")
+    assert not timed_out_waiting(None)

@@ -382,6 +382,46 @@ def test_a_rank_whose_peer_went_away_while_it_waited_for_another_is_that_one_s_s
                                 + "; rank 2 raised RuntimeError")
 
 
+
+def test_ranks_that_timed_out_waiting_for_a_rank_still_busy_elsewhere_blame_it_at_its_line():
+    """Rank 0 prepares data past the group's 10 s timeout while ranks 1 and 2 wait at a
+    barrier: gloo's transport times them out ("Timed out waiting 10000ms for send
+    operation"), torchrun stops rank 0 (SIGTERM: its stack, written then, has it in its
+    loop). The timeouts are the symptom; rank 0 is the cause, at the line it was at, not
+    the barrier line the others waited at (the zoo's rank0_prep_past_pg_timeout)."""
+    timed_out = {"exception": "RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting "
+                              "10000ms for send operation to complete", "file": "/x/job.py", "line": 13,
+                 "call": "barrier"}
+    stack = ["Current thread 0x00007f194d24ab80 (most recent call first):",
+             '  File "/x/workloads/_trace/fr.py", line 123 in _stacks_to_stderr',
+             '  File "/x/job.py", line 17 in <listcomp>',
+             '  File "/x/job.py", line 17 in <module>']
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={0: -15, 1: 1, 2: 1},
+                     errors={1: timed_out, 2: dict(timed_out)}, root_causes={0: 2},
+                     node_ranks={0: [0, 1, 2]}, stacks={0: stack})
+    stuck = {"rank": 0, "ranks": [0], "op": "barrier", "caller": None,
+             "text": "ranks 1, 2 wait in barrier (collective #1 of default_pg) which rank 0 never entered",
+             "stuck": [{"pg": "default_pg", "waiting": [1, 2], "missing": [0], "ranks": [0], "mismatch": None,
+                        "calls": {"1": {"call": "barrier", "caller": "/x/job.py:13"},
+                                  "2": {"call": "barrier", "caller": "/x/job.py:13"}}}]}
+
+    def decide(found):
+        return verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                              Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                       1, 1, False, found=found, diagnosis=Diagnosis.from_dict(stuck)),
+                              "runs/x").first_failure
+
+    first = decide(found)
+    assert (first.rank, first.blamed_for, first.peer_rank, first.op, first.caller) == (
+        0, "absence", 2, "barrier", "/x/job.py:17"), first
+    # no stack of its own: where the others called the collective it never entered
+    first = decide(Findings(**{**found.__dict__, "stacks": {}}))
+    assert (first.rank, first.caller) == (0, "/x/job.py:13"), first
+    # its own error, not a timeout: it stays the first failure
+    own = {**timed_out, "exception": "ValueError: bad batch"}
+    first = decide(Findings(**{**found.__dict__, "errors": {1: own, 2: own}}))
+    assert (first.rank, first.ranks, first.blamed_for) == (None, [1, 2], None), first
+
 # ---------------------------------------------------------------- the cause before the first victim (issue 50)
 
 def test_a_rank_torch_s_monitored_barrier_names_is_the_cause_not_the_rank_that_raised():

@@ -82,11 +82,14 @@ def ended_badly(exc: BaseException) -> bool:
     return not (isinstance(exc, SystemExit) and exc.code in (None, 0))
 
 
-def dump_at_the_end() -> None:
+def dump_at_the_end(stacks: bool = False) -> None:
     """A rank that ends abnormally (an exception of its own; a SIGTERM from torchrun or
     labctl because another rank failed) writes its pending trace lines and its Flight
     Recorder entries, once: the report then names the collective each rank was in and
-    who never entered it, tracing on or off, before any deadline."""
+    who never entered it, tracing on or off, before any deadline. `stacks` (a SIGTERM):
+    first where every thread was (faulthandler's dump on stderr, as the stack signal
+    writes it), so that a rank stopped outside any op (computing, still preparing data
+    while the others timed out waiting for it) is placed at its line."""
     global _dump_thread
     if os.getpid() != _dump_owner:
         return                          # a forked child (a DataLoader worker) is no rank
@@ -99,6 +102,8 @@ def dump_at_the_end() -> None:
         return
     _dump_thread = threading.get_ident()
     try:
+        if stacks:
+            _stacks_to_stderr()
         tick()                          # a T line (every record is written already)
         dump_flight_recorder()
     except BaseException as exc:        # noqa: BLE001 - the rank is ending anyway
@@ -109,6 +114,15 @@ def dump_at_the_end() -> None:
     finally:
         _dump_thread = None
         _dump_done.set()
+
+
+def _stacks_to_stderr() -> None:
+    try:
+        import faulthandler
+
+        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        pass                            # no stderr to write to: the rank ends without it
 
 
 def _dump_on_sigterm() -> None:
@@ -139,7 +153,7 @@ def _dump_on_sigterm() -> None:
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:          # the main thread, in Python
-        dump_at_the_end()
+        dump_at_the_end(stacks=True)
         if signal.getsignal(signal.SIGTERM) is not on_sigterm:
             return                                            # chained from the script's own
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -152,7 +166,7 @@ def _dump_on_sigterm() -> None:
             except OSError:
                 return
             if bytes([signal.SIGTERM]) in data and signal.getsignal(signal.SIGTERM) is on_sigterm:
-                dump_at_the_end()
+                dump_at_the_end(stacks=True)
                 _die_of(signal.SIGTERM)
 
     def forget_in_child() -> None:
