@@ -193,6 +193,8 @@ class ErrorTracker:
                 if any(_DIST_SOURCE in f[0] or _DDP_SOURCE in f[0] for f in inner) else None
             if called is None and not inner and exception.startswith(_DIST_ERRORS):
                 called = called_in_native(self.sources.get(self.frames.index(own[-1]), ""))
+            if called is None:
+                called = pybind_refused(exception, self.sources.get(self.frames.index(own[-1]), ""))
             if called is not None:      # a call into torch.distributed or DDP; load_state_dict is no op to name
                 where["called"] = called      # what the script's line called (DistributedDataParallel)
         return where
@@ -214,6 +216,19 @@ def called_in_native(source: str) -> str | None:
     the line's one `dist.<name>(` call. None: none, or several."""
     found = set(_DIST_CALL.findall(source))
     return found.pop() if len(found) == 1 else None
+
+
+# pybind11's refusal of a C++ function's arguments names the function:
+# "TypeError: set(): incompatible function arguments. The following argument types ..."
+_PYBIND_REFUSED = re.compile(r"^TypeError: ([A-Za-z_]\w*)\(\): incompatible function arguments")
+
+
+def pybind_refused(exception: str, source: str) -> str | None:
+    """The function the script's line called where torch's C++ binding refused its
+    arguments (`store.set(key, 42)`: set): the name pybind's TypeError gives, when the
+    line calls it. None: not such an error, or another function's (one torch called)."""
+    m = _PYBIND_REFUSED.match(exception or "")
+    return m.group(1) if m and m.group(1) in _CALLED.findall(source) else None
 
 
 def called_on_line(source: str, inner: list[str]) -> str | None:

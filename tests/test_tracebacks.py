@@ -152,3 +152,19 @@ def test_a_collective_s_own_timeout_is_told_from_other_errors():
                              "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.")
     assert not timed_out_waiting("ValueError: bad batch")
     assert not timed_out_waiting(None)
+
+
+def test_a_binding_that_refused_the_line_s_arguments_names_the_call():
+    """store.set(key, 42): torch's C++ binding refuses an int ("set(): incompatible function
+    arguments"); the recorder's wrapper is the only Python frame under the script's line.
+    The call is the one pybind names, when the line calls it; not when it is another's."""
+    def error(source: str, message: str) -> dict:
+        tracker = tracebacks.ErrorTracker()
+        for line in ["Traceback (most recent call last):", '  File "/x/job.py", line 31, in main', f"    {source}",
+                     '  File "/r/workloads/_trace/calls.py", line 110, in traced', message]:
+            tracker.feed(line)
+        return tracker.error
+    refused = "TypeError: set(): incompatible function arguments. The following argument types are supported:"
+    assert error('store.set("corpus/num_samples", sum(sizes.values()))', refused)["called"] == "set"
+    assert "called" not in error("helper(store)", refused)
+    assert "called" not in error('store.set("k", "v")', "TypeError: bad value")
