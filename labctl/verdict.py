@@ -196,13 +196,17 @@ def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Fin
         return None
     error = first.error or {}
     gone = tracebacks.peer_gone(error.get("exception")) or tracebacks.timed_out_waiting(error.get("exception"))
-    if error.get("file") and not gone:
-        return None                     # its own error, in its own code
     stuck = diagnosis.stuck
     mismatches: list[Stuck | Mismatch] = [st for st in stuck if st.mismatch]
     mismatches += [diagnosis.mismatch] if diagnosis.mismatch is not None else []
     odd = any(culprit in (m.ranks if isinstance(m, Mismatch) else m.targets) and first.rank in m.calls
               for m in mismatches)
+    # raised inside a torch.distributed call after a collective whose odd call was
+    # another's (DDP's join, its shadow collectives met by another all_reduce: rank 0's
+    # _broadcast_coalesced then fails on what it received): the odd call's symptom
+    symptom = odd and bool(error.get("call"))
+    if error.get("file") and not gone and not symptom:
+        return None                     # its own error, in its own code
     waited = gone and any(culprit in st.missing and first.rank in st.waiting for st in stuck)
     if not (odd or waited):
         return None

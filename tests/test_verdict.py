@@ -422,6 +422,36 @@ def test_ranks_that_timed_out_waiting_for_a_rank_still_busy_elsewhere_blame_it_a
     first = decide(Findings(**{**found.__dict__, "errors": {1: own, 2: own}}))
     assert (first.rank, first.ranks, first.blamed_for) == (None, [1, 2], None), first
 
+
+def test_an_error_raised_inside_torch_after_another_rank_s_odd_call_is_its_symptom():
+    """DDP's join: rank 2, out of batches, shadows DDP's collectives while ranks 0 and 1
+    all_reduce a logging scalar (collective #29: rank 2 the odd call). Rank 0 then raises a
+    TypeError inside torch (the join's __exit__, _broadcast_coalesced fed what it received):
+    a symptom of rank 2's odd call, which is the first failure. An error raised in the
+    script's own code stays its rank's."""
+    calls = {str(r): {"op": "all_reduce", "call": "all_reduce", "caller": f"/x/job.py:{24 if r == 2 else 31}"}
+             for r in range(3)}
+    mismatch = {"rank": 2, "ranks": [2], "op": "all_reduce", "caller": "/x/job.py:24",
+                "text": "rank 2 called all_reduce [1] where rank 0 called all_reduce [], collective #29 of "
+                        "default_pg (the shape differs)",
+                "stuck": [{"mismatch": "...", "ranks": [2], "calls": calls}]}
+    inside = {"exception": "TypeError: _broadcast_coalesced(): incompatible function arguments.",
+              "file": "/x/job.py", "line": 24, "function": "main", "call": "__exit__"}
+
+    def decide(error):
+        found = Findings(world=3, ranks={0, 1, 2}, exit_codes={0: 1, 1: -15, 2: -6}, errors={0: error},
+                         root_causes={0: 0}, node_ranks={0: [0, 1, 2]})
+        return verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                              Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                       1, 1, False, found=found, diagnosis=Diagnosis.from_dict(mismatch)),
+                              "runs/x").first_failure
+
+    first = decide(inside)
+    assert (first.rank, first.blamed_for, first.peer_rank, first.op, first.caller) == (
+        2, "odd call", 0, "all_reduce", "/x/job.py:24"), first
+    own = {k: v for k, v in inside.items() if k != "call"} | {"exception": "ValueError: bad batch"}
+    assert decide(own).rank == 0
+
 # ---------------------------------------------------------------- the cause before the first victim (issue 50)
 
 def test_a_rank_torch_s_monitored_barrier_names_is_the_cause_not_the_rank_that_raised():
