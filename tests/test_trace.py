@@ -1215,6 +1215,56 @@ def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
 
 
 
+FORKS = """
+import os, time, torch.distributed as dist
+dist.init_process_group("gloo")
+pid = os.fork()
+if pid == 0:
+    time.sleep(120)
+    os._exit(0)
+print(f"child {pid}", flush=True)
+_, status = os.waitpid(pid, 0)
+print(f"child ended {os.waitstatus_to_exitcode(status)}", flush=True)
+"""
+
+
+def _catches_sigterm(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(int(x.split()[1], 16) for x in status if x.startswith("SigCgt:"))
+    return bool(caught >> (15 - 1) & 1)
+
+
+def test_a_forked_child_dies_of_sigterm_as_untraced(tmp_path):
+    """A rank catches SIGTERM (to dump where it was); a child it forks (a Pool or
+    DataLoader worker) must not: wedged in C, no Python handler of its would ever run, and
+    a Pool's terminate() would join it for ever (the zoo's tokenize_pool_worker_segfault
+    hung so on rank 2, whose pool was fine)."""
+    import signal
+    import time
+
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS)
+    log = tmp_path / "rank-0.log"
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "LAB_TRACE": "1", "PYTHONPATH": str(REPO)}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "workloads._script", str(script)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while "child " not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        child = int(log.read_text().split("child ", 1)[1].split()[0])
+        assert _catches_sigterm(proc.pid), "the rank itself catches SIGTERM (its dump)"
+        assert not _catches_sigterm(child), "its forked child must die of SIGTERM as untraced"
+        os.kill(child, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
+        assert f"child ended {-signal.SIGTERM}" in log.read_text()
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
 # ---------------------------------------------------------------- the diagnosis, told right (issue 37)
 
 def _calls(rank: int, ops: list[dict], groups: dict[str, list[int]]) -> str:

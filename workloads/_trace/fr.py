@@ -174,6 +174,11 @@ def _dump_on_sigterm() -> None:
             signal.set_wakeup_fd(-1)
         except ValueError:          # forked from another thread: the child cannot reset it
             pass
+        # a forked child (a Pool or DataLoader worker) is no rank: SIGTERM kills it at once,
+        # as untraced, even wedged in C where no Python handler would ever run (a Pool's
+        # terminate() then joins it for ever)
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:
+            _default(signal.SIGTERM)
 
     global _dump_owner
     _dump_owner = os.getpid()
@@ -182,16 +187,28 @@ def _dump_on_sigterm() -> None:
     threading.Thread(target=waiter, name="labctl-sigterm-dump", daemon=True).start()
 
 
+def _default(signum: int) -> None:
+    """`signum`'s default action back, from any thread: Python's signal.signal works only
+    in the main thread, libc's signal() in any."""
+    import signal
+
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+        return
+    except ValueError:
+        pass
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.signal.argtypes, libc.signal.restype = (ctypes.c_int, ctypes.c_void_p), ctypes.c_void_p
+    libc.signal(signum, 0)                                    # SIG_DFL
+
+
 def _die_of(signum: int) -> None:
     """End the process by `signum`'s default action, as if no handler had been installed
-    (torchrun and labctl read a death by SIGTERM). Python's signal.signal works only in
-    the main thread: libc's signal() resets the handler from any."""
+    (torchrun and labctl read a death by SIGTERM)."""
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        libc.signal.argtypes, libc.signal.restype = (ctypes.c_int, ctypes.c_void_p), ctypes.c_void_p
-        libc.signal(signum, 0)                                # SIG_DFL
+        _default(signum)
         os.kill(os.getpid(), signum)
     finally:
         os._exit(128 + signum)                                # not reached unless the kill failed
