@@ -1311,6 +1311,32 @@ def test_groups_that_share_a_name_are_matched_by_their_members(tmp_path):
     assert s.mismatch_found == [] and all(late.collectives <= 2 for late in s.lateness.values())
 
 
+def test_the_merge_counts_each_rank_s_collectives_per_line_and_the_diagnosis_names_the_skipper(tmp_path):
+    """The expert-parallel norm (the zoo's expert_clip_norm_skips_ep_reduce), as records:
+    every rank reduces its dense grads (job.py:48) and its expert group's norm (job.py:16)
+    twice, but rank 3 skips the second norm and waits in the barrier (job.py:54) with ranks
+    0 and 1, while rank 2 waits in the norm for rank 3. The merge counts the collectives per
+    rank and line; the diagnosis names rank 3, the call it skipped and its line."""
+    def groups(rank):
+        return {"default_pg": [0, 1, 2, 3], "ep": [0, 1] if rank < 2 else [2, 3]}
+
+    def step(k, skip=False, stuck=False):
+        ops = [{"op": "all_reduce", "seq": k + 1, "t": 10 * k + 1, "end": 10 * k + 2, "caller": "job.py:48"}]
+        if not skip:
+            ops.append({"op": "all_reduce", "pg": "ep", "seq": k + 1, "t": 10 * k + 3, "caller": "job.py:16",
+                        **({} if stuck else {"end": 10 * k + 4})})
+        return ops
+
+    barrier = {"op": "barrier", "seq": 3, "t": 30, "caller": "job.py:54"}
+    per_rank = {0: step(0) + step(1) + [barrier], 1: step(0) + step(1) + [barrier],
+                2: step(0) + step(1, stuck=True), 3: step(0) + step(1, skip=True) + [barrier]}
+    run = _fake_run(tmp_path, {r: _calls(r, ops, groups(r)) for r, ops in per_rank.items()}, world=4)
+    s = trace.merge(run, world=4)
+    assert {r: s.collective_sites.get((r, "job.py:16")) for r in range(4)} == {0: 2, 1: 2, 2: 2, 3: 1}
+    d = trace.diagnosis(s)
+    assert (d.rank, d.op, d.caller) == (3, "all_reduce", "job.py:16"), d.text
+
+
 def test_a_mismatch_says_what_differs_and_who_the_odd_one_is(tmp_path):
     """The root is part of what must agree (a broadcast from another root hangs); the text
     says what differs; the odd rank is blamed, with its call and line."""

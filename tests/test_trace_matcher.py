@@ -53,3 +53,27 @@ def test_two_ranks_that_disagree_are_the_evidence_not_the_rank_not_there_yet():
     stuck, _ = stuck_collectives(last, {"default_pg": [0, 1, 2]}, silent=[0])
     assert [(st.missing, st.targets, st.culprit) for st in stuck] == [([0], [], None)]
     assert blame(Summary(stuck=stuck))[:2] == (None, [1, 2])
+
+
+def _barrier(rank: int, seq: int) -> Op:
+    return Op(rank=rank, op="barrier", pg="default_pg", seq=seq, p2p=None, peer=None, root=None, shape=None,
+              dtype=None, nbytes=0, caller="job.py:54", start=100 + rank, end=None)
+
+
+def test_of_two_ranks_waiting_for_each_other_the_one_that_skipped_a_call_is_to_blame():
+    """Expert-parallel clipping: ranks 0, 1 and 3 wait in the world's barrier (#5) for rank 2,
+    which waits in its expert group's all_reduce (#2 of pg[2, 3], job.py:16) for rank 3.
+    Rank 2 is the one most waited for; but rank 3 made one all_reduce from job.py:16 where
+    every other rank made two: it skipped the one rank 2 waits in, and is to blame. Where
+    the other ranks made none there (rank 2's call was the extra one), rank 2 stays."""
+    last = {"default_pg": {r: _barrier(r, 5) for r in (0, 1, 3)} | {2: _in("default_pg", 2, 4, "job.py:48", 9)},
+            "pg[2, 3]": {2: _in("pg[2, 3]", 2, 2, "job.py:16", None), 3: _in("pg[2, 3]", 3, 1, "job.py:16", 7)}}
+    stuck, _ = stuck_collectives(last, {"default_pg": [0, 1, 2, 3], "pg[2, 3]": [2, 3]})
+    ranks = {r: RankInfo(r) for r in range(4)}
+    assert blame(Summary(stuck=stuck, ranks=ranks))[:2] == (2, [2])     # without the counts: the most waited for
+    sites = {(0, "job.py:16"): 2, (1, "job.py:16"): 2, (2, "job.py:16"): 2, (3, "job.py:16"): 1}
+    culprit, blamed, op, caller, lead = blame(Summary(stuck=stuck, ranks=ranks, collective_sites=sites))
+    assert (culprit, blamed, op, caller) == (3, [3], "all_reduce", "job.py:16")
+    assert "rank 3 made fewer collectives from job.py:16 (rank 3 1) than every other rank (2)" in lead[0]
+    extra = {(2, "job.py:16"): 2, (3, "job.py:16"): 1}                   # nobody else calls there
+    assert blame(Summary(stuck=stuck, ranks=ranks, collective_sites=extra))[:2] == (2, [2])

@@ -326,6 +326,9 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
         earlier = _mismatch_before(s, culprit)
         if earlier is not None:             # the odd call it made first is what the rest follows from
             return culprit, ranks, earlier.op, earlier.caller, [earlier.text]
+        skipped = _skipped_a_call(s, culprit)
+        if skipped is not None:
+            return skipped
         fewer = _ran_fewer_iterations(s.stuck, culprit)
         if fewer is not None:
             return (culprit, ranks, *fewer)
@@ -351,6 +354,37 @@ def _finished(s: Summary) -> frozenset[int]:
     to the end."""
     return frozenset(r for r, info in s.ranks.items()
                      if info.ended_at and not info.ended_at.get("inside") and info.ended_at.get("op") == DESTROY)
+
+
+def _skipped_a_call(s: Summary, culprit: int | None
+                    ) -> tuple[int | None, list[int], str | None, str | None, list[str]] | None:
+    """The rank the most ranks wait for waits itself, in another group's collective, for
+    ranks that wait in turn for it elsewhere (a cycle); of the two, the one that skipped a
+    call is to blame: the ranks it waits for made fewer collectives from that line than it
+    did and than every other rank did (an expert-parallel gradient norm all_reduced only
+    when the rank had expert gradients: one rank skipped it and went on to the barrier the
+    others then wait in for the rank held in the all_reduce). Not when the others made none
+    there (the rank held made an extra call: it stays the one), nor with no other rank to
+    tell which count is the usual one."""
+    if culprit is None or not s.collective_sites:
+        return None
+    elsewhere = {r for st in s.stuck if culprit in st.targets for r in st.waiting}
+    for st in s.stuck:
+        mine = st.calls.get(culprit) or {}
+        line = mine.get("caller")
+        if culprit not in st.waiting or not line or not st.missing:
+            continue
+        made = s.collective_sites.get((culprit, line), 0)
+        behind = [r for r in st.missing if r in elsewhere and s.collective_sites.get((r, line), 0) < made]
+        others = [r for r in s.ranks if r != culprit and r not in st.missing]
+        if not behind or not others or any(s.collective_sites.get((r, line), 0) != made for r in others):
+            continue
+        counts = ", ".join(f"rank {r} {s.collective_sites.get((r, line), 0)}" for r in behind)
+        return (behind[0] if len(behind) == 1 else None, behind, mine.get("call"), line, [
+            f"rank {', '.join(map(str, behind))} made fewer collectives from {line} ({counts}) than every other "
+            f"rank ({made}): it skipped the {mine.get('call')} rank {culprit} waits in there "
+            f"(collective #{st.seq} of {st.pg}), and waits for rank {culprit} elsewhere"])
+    return None
 
 
 def _ran_fewer_iterations(stuck: list[Stuck], culprit: int | None) -> tuple[str, str, list[str]] | None:

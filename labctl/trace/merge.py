@@ -29,7 +29,7 @@ MIN_PENDING_PER_RANK = 10_000       # (about 400 B each), shared out, but at lea
 MAX_LANES = 16                      # threads per rank for overlapping ops; past that: async events
 LANE_TID = 1_000_000                # a lane's thread id: rank + lane * LANE_TID
 MAX_UNFINISHED_DRAWN = 10_000       # ops never ended drawn to the trace's end; the rest: instants
-MAX_SEND_SITES = 10_000             # (group, sender, line) kept for the shape of an exchange
+MAX_SEND_SITES = 10_000             # (group, sender, line) kept for the shape of an exchange; (rank, line) of collectives
 
 
 def _flow_id(pg: str, src: int, dst: int, k: int) -> int:
@@ -145,6 +145,9 @@ class _Merge:
             if dur > total.slowest_ns:
                 total.slowest_ns, total.slowest_rank = dur, op.rank
         if op.seq is not None:
+            key = (op.rank, op.caller)
+            if key in s.collective_sites or len(s.collective_sites) < MAX_SEND_SITES:
+                s.collective_sites[key] = s.collective_sites.get(key, 0) + 1
             self.collective(op, members)
         elif op.p2p is not None and op.peer is not None:
             self.pairs.add(op)

@@ -422,6 +422,7 @@ class Summary:
     blocked_p2p: list[Op] = field(default_factory=list)   # blocking p2p ops never finished (the first 50)
     unmatched_sends: dict[tuple[str, int, int], "Unreceived"] = field(default_factory=dict)  # (pg, src, dst) ->
     send_sites: dict[tuple[str, int, str], SendSite] = field(default_factory=dict)  # (pg, src, caller) ->
+    collective_sites: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, caller) -> collectives issued there
     calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS
     group_mismatch: "Mismatch | None" = None   # the ranks whose new_group members differed (labctl/trace/calls.py)
 
