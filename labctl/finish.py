@@ -25,7 +25,7 @@ from .driver import RunResult, Signals, safe_progress
 from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .runrecord import TraceSummary
-from .trace.calls import (added_keys, deleted_keys, destroyed_at, not_a_member, read_before_wait, reset_keys,
+from .trace.calls import (added_keys, deleted_keys, destroyed_at, elections, not_a_member, read_before_wait, reset_keys,
                           set_keys, swapped_senders)
 from .trace.model import Diagnosis
 from .rundir import (PAGE_FILE, REPORT_FILE, RESULTS_FILE, TRACE_FILE, RunDir, StorageError, now,
@@ -74,13 +74,14 @@ class _Finish:
         self.added: dict[str, tuple[list[int], str]] = {}   # store key -> (ranks, caller) that added to it
         self.set_keys: dict[str, tuple[int, str]] = {}      # store key -> (rank, caller) that last set it
         self.resets: dict[str, tuple[int, str]] = {}        # store key -> (rank, caller) that reset a counter
+        self.elected: dict[str, tuple[int, str]] = {}       # store key -> (rank, caller) that won its compare_set
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
         return Evidence(self.seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads),
                         list(self.run.record.faults), self.found, self.diagnosis,
                         ended_in=self.ended_in, ended_at=self.ended_at, destroyed=self.destroyed,
-                        deleted=self.deleted, added=self.added, set_keys=self.set_keys, resets=self.resets,
+                        deleted=self.deleted, added=self.added, set_keys=self.set_keys, resets=self.resets, elected=self.elected,
                         previous=self.previous,
                         **more)
 
@@ -176,6 +177,7 @@ class _Finish:
             self.added = added_keys(summary.calls)
             self.set_keys = set_keys(summary.calls)
             self.resets = reset_keys(summary.calls)
+            self.elected = elections(summary.calls)
         if summary.raised_count:
             first = summary.raised[0] if summary.raised else ""
             run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "

@@ -101,6 +101,7 @@ class Evidence:
     added: dict[str, tuple[list[int], str]] = field(default_factory=dict)  # store key -> (ranks, caller) that added
     set_keys: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that last set it
     resets: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that set it after others added
+    elected: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that won its compare_set
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -142,7 +143,8 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
                 first = FirstFailure(diagnosis.rank, hang=True)
             first.collective = diagnosis
         polled = (_polls_apart(ev.found, ev.ended_at, out.world_size)
-                  or _counter_reset(ev.found, ev.ended_at, ev.resets, out.world_size)) \
+                  or _counter_reset(ev.found, ev.ended_at, ev.resets, out.world_size)
+                  or _elected_never_set(ev.found, ev.ended_at, ev.elected, ev.set_keys, out.world_size)) \
             if first is None and state is RunState.TIMEOUT else None
         if first is not None and not first.hang and first.rank is not None and first.rank in ev.ended_in \
                 and not (first.error and first.error.get("file")):
@@ -533,6 +535,26 @@ def _counter_reset(found: blame.Findings, ended_at: dict[int, dict], resets: dic
         return None
     rank, caller = resets[key]
     return FirstFailure(rank, blame.node_of_rank(rank, found), None, hang=True, op="store.set", caller=caller)
+
+
+def _elected_never_set(found: blame.Findings, ended_at: dict[int, dict], elected: dict[str, tuple[int, str]],
+                       set_keys: dict[str, tuple[int, str]], world: int | None) -> FirstFailure | None:
+    """A hang in which every rank waits in a store read of one key that no rank set, after
+    the ranks held an election (store.compare_set of one key: calls.elections): the rank
+    that won it was to set the key, and never did (it did not see itself elected: a
+    result compared as str where the store returns bytes). That rank, with its
+    compare_set. None: not so, or several elections."""
+    if not world or any(r not in ended_at for r in range(world)):
+        return None
+    reads = [ended_at[r] for r in range(world)]
+    keys = {str(e.get("key") or "") for e in reads}
+    if len(keys) != 1 or "" in keys or any(e.get("op") not in STORE_READS or not e.get("inside") for e in reads):
+        return None
+    if keys.pop() in set_keys or len(elected) != 1:
+        return None
+    (rank, caller), = elected.values()
+    return FirstFailure(rank, blame.node_of_rank(rank, found), None, hang=True, op="store.compare_set",
+                        caller=caller)
 
 
 def _destroyed_first(first: FirstFailure, destroyed: dict[int, str], ended_at: dict[int, dict]) -> None:

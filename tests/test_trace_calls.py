@@ -93,6 +93,7 @@ assert store.get("k") == b"v"
 store.add("n", 1)
 if rank == 0:
     store.delete_key("n")
+store.compare_set("lead", "", str(rank))
 dist.all_reduce(t)
 dist.destroy_process_group()
 """
@@ -126,6 +127,7 @@ def test_a_rank_records_its_calls_and_the_odd_new_group_is_the_first_failure(tmp
     assert ("new_group", "9", (0, 1), None) in calls and ("new_group", "11", (0, 1, 2), None) in calls, calls
     assert ("store.get", "16", (), "k") in calls and ("store.add", "17", (), "n") in calls, calls
     assert ("store.delete_key", "19", (), "n") in calls and ("store.set", "15", (), "k") in calls, calls
+    assert ("store.compare_set", "20", (), "lead") in calls, calls
     assert all(s["caller"].startswith(str(script)) for s in sites), sites     # torch's own store reads are not the script's
 
 

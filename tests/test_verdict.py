@@ -690,6 +690,39 @@ def test_ranks_polling_store_counters_on_different_keys_blame_the_fewest():
     assert rec.first_failure is None or rec.first_failure.op != "store.add"
 
 
+def test_every_rank_waiting_for_a_key_nobody_set_blames_the_winner_of_the_election():
+    """The first rank to finish indexing elects itself with store.compare_set and should
+    then set the cache's path; it compares the result (bytes) with a str, never sees itself
+    elected, and every rank waits in store.wait for the path. The election's winner (the
+    first compare_set: calls.elections) is the cause, with its compare_set. A key someone
+    set, or no election, names nobody so."""
+    found = Findings(world=3, ranks={0, 1, 2}, finished=set(), total=0, node_ranks={0: [0, 1, 2]})
+    waiting = {r: {"op": "store.wait", "caller": "/x/job.py:35", "inside": True, "key": "vocab/path"}
+               for r in (0, 1, 2)}
+    elected = {"vocab/builder": (0, "/x/job.py:30")}
+
+    def decide(**kw):
+        ev = Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, ended_at=waiting, **kw)
+        return verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3), ev, "runs/x").first_failure
+
+    first = decide(elected=elected)
+    assert (first.rank, first.op, first.caller, first.hang) == (0, "store.compare_set", "/x/job.py:30", True), first
+    for kw in ({}, {"elected": elected, "set_keys": {"vocab/path": (1, "/x/job.py:34")}}):
+        first = decide(**kw)
+        assert first is None or first.op != "store.compare_set", first
+
+
+def test_an_election_is_the_first_compare_set_of_a_key_two_ranks_made():
+    from labctl.trace.calls import elections
+    from labctl.trace.model import Op
+
+    def cas(rank, start, key="lock"):
+        return Op(rank=rank, op="store.compare_set", pg="store", seq=None, p2p=None, peer=None, root=None,
+                  shape=None, dtype=None, nbytes=0, caller=f"/x/job.py:{30 + rank}", start=start, end=start + 1,
+                  key=key)
+    assert elections({0: [cas(0, 50)], 1: [cas(1, 20)], 2: [cas(2, 90)]}) == {"lock": (1, "/x/job.py:31")}
+    assert elections({0: [cas(0, 50, "mine")]}) == {}                     # one rank's own key: no election
+
 def test_ranks_held_by_a_store_key_blame_its_writer(tmp_path):
     """Ranks 1 and 2 read a store key while rank 0 waits for them in an all_reduce. Rank 0
     set the key and they poll on (the value is not the step they wait for): rank 0's set is

@@ -13,7 +13,7 @@ from ..backends.base import Backend, TakeStacks
 from ..outcome import NodeOutcome
 from ..runrecord import LiveDiagnosis
 from ..rundir import RANKS_SUBDIR, RESULTS_FILE, TRACE_FILE, RunDir, rank_log_name
-from ..trace.calls import added_keys, deleted_keys, destroyed_at, reset_keys, set_keys
+from ..trace.calls import added_keys, deleted_keys, destroyed_at, elections, reset_keys, set_keys
 from ..verdict import Ending, Evidence, Seen
 
 IMPORTING = "<frozen importlib._bootstrap"     # a frame of a rank still importing (torch takes seconds)
@@ -96,7 +96,7 @@ def diagnose(run: RunDir, outcomes: list[NodeOutcome], since_ns: int, reason: st
                   diagnosis, ended_in=ended_in, ended_at=ended_at,
                   destroyed=destroyed_at(calls),
                   deleted=deleted_keys(calls), added=added_keys(calls), set_keys=set_keys(calls),
-                  resets=reset_keys(calls))
+                  resets=reset_keys(calls), elected=elections(calls))
     decided = verdict.decide(rec, ev, str(run.path))
     first = decided.first_failure
     rank, ranks, op, caller = first.answer() if first is not None else (None, [], None, None)

@@ -138,6 +138,18 @@ def set_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
     return {k: (r, c) for k, (r, c, _) in found.items()}
 
 
+def elections(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
+    """key -> (rank, caller) of the first store.compare_set of a key that two or more ranks
+    compare_set: a leader election, which the first caller wins (the store serializes
+    them, and only the first finds the key still unset)."""
+    found: dict[str, list[tuple[int, int, str]]] = {}
+    for rank, ops in sorted(calls.items()):
+        for op in ops:
+            if op.op == "store.compare_set" and op.key:
+                found.setdefault(op.key, []).append((op.start, rank, op.caller))
+    return {k: (min(v)[1], min(v)[2]) for k, v in found.items() if len({r for _, r, _ in v}) > 1}
+
+
 def reset_keys(calls: dict[int, list[Op]]) -> dict[str, tuple[int, str]]:
     """key -> (rank, caller) of a store.set of a counter after another rank's store.add to it
     had returned: the set erased that rank's count (a "ready" counter reset by a rank that

@@ -48,6 +48,11 @@ def _p(name: str, sends: bool, blocking: bool, where: Where | None = Where.PEER)
     return Op(name, Kind.P2P, where, sends=sends, blocking=blocking)
 
 
+# the Store methods the recorder records when the script's own line calls them, traced as
+# "store.get" ...: reads block until another rank writes, an add, a delete or a set decide
+# what the others' reads find, a compare_set of one key by several ranks is an election
+STORE_CALLS = ("get", "wait", "add", "delete_key", "set", "compare_set")
+
 OPS: dict[str, Op] = {op.name: op for op in (
     _c("all_reduce", reduces=True),
     _c("all_reduce_coalesced", reduces=True),
@@ -73,11 +78,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     _p("batch_p2p_ops", sends=False, blocking=False, where=None),
     Op("new_group", Kind.CALL),
     Op("destroy_process_group", Kind.CALL),
-    Op("store.get", Kind.CALL),
-    Op("store.wait", Kind.CALL),
-    Op("store.add", Kind.CALL),
-    Op("store.delete_key", Kind.CALL),
-    Op("store.set", Kind.CALL),
+    *(Op(f"store.{name}", Kind.CALL) for name in STORE_CALLS),
     Op("not_a_member", Kind.CALL),  # a collective on a group the rank is not in (its key: which)
     Op("sender_dropped", Kind.CALL),  # a recv from any source whose sender (its result) the line drops
     Op("read_before_wait", Kind.CALL),  # an irecv's buffer read before its work was waited on
@@ -90,7 +91,6 @@ OPS: dict[str, Op] = {op.name: op for op in (
 DEFAULT_PG = "default_pg"           # the name the trace gives the default group (a new generation: "default_pg@2")
 DESTROY = "destroy_process_group"
 LIFECYCLE_CALLS = ("new_group", DESTROY)
-STORE_CALLS = ("get", "wait", "add", "delete_key", "set")   # Store methods, traced as "store.get" ...
 STORE_OPS = frozenset(f"store.{name}" for name in STORE_CALLS)
 STORE_READS = frozenset({"store.get", "store.wait"})  # ... those that block until another rank writes
 CALLS = frozenset(name for name, op in OPS.items() if op.kind is Kind.CALL)
