@@ -276,3 +276,35 @@ def test_a_scatter_s_ranks_agree_on_their_output_not_on_the_input_only_the_sourc
     assert frdiag.read(alike).diagnosis is None or not frdiag.read(alike).diagnosis.mismatches
     odd = alike[:2] + [frdump.decode(_dump([scatter(2, dtype="Double")]), 2)]
     assert "dtype" in frdiag.read(odd).diagnosis.text
+
+
+def test_dumps_with_stacks_name_the_rank_that_skipped_a_call_in_a_wait_cycle():
+    """Expert-parallel clipping from the dumps alone: rank 3 skipped its expert group's
+    second all_reduce (job.py:16) and waits in the barrier with ranks 0 and 1 for rank 2,
+    which waits in that all_reduce for rank 3. With stacks, each rank's collectives per line
+    say who skipped (matcher._skipped_a_call); a ring that wrapped (its first record_id not
+    0) counts nothing, and the rank most waited for stays."""
+    def at(line):
+        return (("all_reduce", "/t/torch/distributed/distributed_c10d.py", 9), ("main", "/w/job.py", line))
+
+    def entries(rank, skip=False, wrapped=0):
+        ep = ("1", "ep01") if rank < 2 else ("2", "ep23")
+        out = [_entry(1, "gloo:all_reduce", frames=at(48)), _entry(1, "gloo:all_reduce", pg=ep, frames=at(16)),
+               _entry(2, "gloo:all_reduce", frames=at(48))]
+        if not skip:
+            out.append(_entry(2, "gloo:all_reduce", pg=ep, frames=at(16)))
+        if rank != 2:
+            out.append(_entry(3, "gloo:barrier", frames=at(54)))
+        return [{**e, "record_id": i + wrapped, "op_id": i + 1, "time_created_ns": 1000 + i} for i, e in enumerate(out)]
+
+    def dump(rank, wrapped=0):
+        return pickle.dumps({"version": "2.10", "entries": entries(rank, skip=rank == 3, wrapped=wrapped),
+                             "pg_status": {}, "pg_config": {
+                                 "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+                                 "1": {"name": "1", "desc": "ep01", "ranks": "[0, 1]"},
+                                 "2": {"name": "2", "desc": "ep23", "ranks": "[2, 3]"}}})
+
+    r = frdiag.read([frdump.decode(dump(rank), rank) for rank in range(4)])
+    assert (r.diagnosis.rank, r.diagnosis.op, r.line) == (3, "all_reduce", "/w/job.py:16"), r.diagnosis.text
+    wrapped = frdiag.read([frdump.decode(dump(rank, wrapped=5), rank) for rank in range(4)])
+    assert wrapped.diagnosis.rank == 2, wrapped.diagnosis.text

@@ -11,7 +11,7 @@ from workloads._protocol.ops import SENDS
 
 from .frdump import Dump, ops_of
 from .matcher import diagnosis, mismatch_of, stuck_collectives
-from .model import Diagnosis, Mismatch, Op, Stuck, Summary, Unreceived
+from .model import Diagnosis, Mismatch, Op, RankInfo, Stuck, Summary, Unreceived
 
 
 @dataclass
@@ -87,7 +87,13 @@ def _summary(dumps: list[Dump], ops: dict[int, list[Op]], all_said: bool) -> Sum
     silent = [r for pg in members.values() for r in pg if r not in ops]
     stuck, texts = stuck_collectives(last, members, only_clear=not known, silent=sorted(set(silent)))
     found = _mismatches(ops, members)
-    s = Summary(stuck=stuck, mismatch_found=found,
+    sites: dict[tuple[int, str], int] = {}
+    whole = all(not d.entries or d.entries[0].record_id == 0 for d in dumps)   # no ring wrapped: counts are whole
+    for r in dumped if whole else ():   # each rank's collectives per line, where the dumps carry stacks
+        for op in ops[r]:
+            if op.seq is not None and op.caller not in (None, "?"):
+                sites[(r, op.caller)] = sites.get((r, op.caller), 0) + 1
+    s = Summary(stuck=stuck, mismatch_found=found, ranks={r: RankInfo(r) for r in dumped}, collective_sites=sites,
                 mismatches=[*texts, *(m.text for m in found if m.text not in texts)])
     if known:                       # p2p ops never ended (NCCL's say; gloo records none)
         s.blocked_p2p = [op for r in dumped for op in ops[r] if op.p2p is not None and op.end is None][:50]

@@ -372,7 +372,7 @@ def _skipped_a_call(s: Summary, culprit: int | None
     for st in s.stuck:
         mine = st.calls.get(culprit) or {}
         line = mine.get("caller")
-        if culprit not in st.waiting or not line or not st.missing:
+        if culprit not in st.waiting or not line or line == "?" or not st.missing:
             continue
         made = s.collective_sites.get((culprit, line), 0)
         behind = [r for r in st.missing if r in elsewhere and s.collective_sites.get((r, line), 0) < made]
