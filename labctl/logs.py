@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 from workloads._protocol import (AGENT_IDLE_LINE, EXIT_LINE_PREFIX, JOINED_MARKER, MAX_PIECE as MAX_LINE,
-                                RESULT_MARKER)
+                                RESULT_MARKER, SIGTERM_STACKS_MARKER)
 from workloads._protocol import results as codec
 
 from .runnames import rank_logs_in
@@ -145,6 +145,7 @@ READ_CHUNK = 1 << 20             # node logs are read this much at a time
 # A run of whole lines of one rank: split with a few C-level bytes operations, not per line.
 _RANK_RUN = re.compile(rb"\[rank(\d+)\]:[^\n]*\n(?:\[rank\1\]:[^\n]*\n)*")
 _RESULT_MARKER_BYTES = RESULT_MARKER.encode()
+_SIGTERM_STACKS_BYTES = SIGTERM_STACKS_MARKER.encode()
 AGENT_TAIL_LINES = 400           # torchrun's failure summary sits at the end of a node log
 
 
@@ -155,7 +156,8 @@ def _needs_a_closer_look(data: bytes) -> bool:
     return (b"@" in data and _RESULT_MARKER_BYTES in data
             or b"(" in data and b"most recent call" in data
             or _native_error_hint(data)
-            or STORE_UNREACHED_HINT in data)
+            or STORE_UNREACHED_HINT in data
+            or b"@" in data and _SIGTERM_STACKS_BYTES in data)
 
 
 def _native_error_hint(data: bytes) -> bool:
@@ -263,7 +265,8 @@ class NodeLogReader:
             text = data.decode(errors="replace")
             tracker.feed(text)
         stack = self.stacks.get(rank)
-        if stack is not None and stack.capturing is not None or b"(most recent call first):" in data:
+        if stack is not None and stack.capturing is not None or b"(most recent call first):" in data \
+                or _SIGTERM_STACKS_BYTES in data:
             if stack is None:
                 stack = self.stacks[rank] = StackTracker(rank)
             text = text if text is not None else data.decode(errors="replace")
@@ -385,7 +388,7 @@ class NodeLogReader:
     def stack_dumps(self) -> dict[int, list[str]]:
         for tracker in self.stacks.values():
             tracker.close()
-        return {r: t.last for r, t in self.stacks.items() if t.last}
+        return {r: t.best for r, t in self.stacks.items() if t.best}
 
     def errors(self) -> dict[int, dict]:
         return {r: t.error for r, t in self.error_trackers.items() if t.error}

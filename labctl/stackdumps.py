@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from workloads._protocol import SIGTERM_STACKS_MARKER
+
 from .tracebacks import DIST_WRAPPERS, own_frame, without_rank_prefix
 
 _STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
@@ -17,16 +19,30 @@ MAX_STACK_LINES = 500
 
 
 class StackTracker:
-    """The last faulthandler dump (all threads) one rank printed (workloads/_stacks.py)."""
+    """The last faulthandler dump (all threads) one rank printed when asked (workloads/_stacks.py:
+    at a deadline, `labctl stacks`), and the last it printed on its own when stopped
+    (SIGTERM_STACKS_MARKER before it: workloads/_trace/fr.py). `best`: the asked one where
+    there is one (a rank stopped after a deadline is in its teardown by then), else the other."""
 
     def __init__(self, rank: int | None = None) -> None:
         self.rank = rank                        # the stream's rank: only its own torch prefix is cut
         self.capturing: list[str] | None = None
         self.threads: set[str] = set()          # the thread ids of the dump being read
         self.last: list[str] | None = None
+        self.at_sigterm: list[str] | None = None
+        self._marked = False                    # the next dump follows the SIGTERM marker
+        self._reading_marked = False            # ... and the one being read did
+
+    @property
+    def best(self) -> list[str] | None:
+        return self.last or self.at_sigterm
 
     def feed(self, line: str) -> None:
         text = without_rank_prefix(line, self.rank)
+        if text.startswith(SIGTERM_STACKS_MARKER):
+            self.close()
+            self._marked = True
+            return
         if self.capturing is not None and text.startswith("@@labctl-"):
             return      # a marker line (stdout: the trace flusher, results) amid a dump on stderr
         if _STACK_HEADER.match(text):
@@ -35,6 +51,7 @@ class StackTracker:
                 self.close()            # the next dump, glued to this one: a thread seen twice
             if self.capturing is None:
                 self.capturing, self.threads = [], set()
+                self._reading_marked, self._marked = self._marked, False
             self.threads.add(thread)
             if len(self.capturing) < MAX_STACK_LINES:
                 self.capturing.append(text)
@@ -50,7 +67,10 @@ class StackTracker:
         if self.capturing:
             while self.capturing and not self.capturing[-1].strip():
                 self.capturing.pop()
-            self.last = self.capturing
+            if self._reading_marked:
+                self.at_sigterm = self.capturing
+            else:
+                self.last = self.capturing
         self.capturing = None
 
 

@@ -35,3 +35,23 @@ def test_two_stack_dumps_glued_together_are_two_and_the_last_one_is_where_the_ra
     tracker.close()
     assert stackdumps.where_stuck(tracker.last) == {"file": "/x/job.py", "line": 20, "function": "<module>",
                                               "call": "all_reduce"}
+
+
+def test_a_dump_asked_for_beats_the_one_a_rank_writes_when_stopped():
+    """At a deadline labctl asks every rank for its stack, then stops it; a rank back in
+    Python then writes its stack again on SIGTERM (after the marker), in its teardown. The
+    asked dump is where it hung; the SIGTERM one counts only where none was asked for (a
+    rank stopped by torchrun after a peer failed)."""
+    from workloads._protocol import SIGTERM_STACKS_MARKER
+    asked = ['Current thread 0x00007f2 (most recent call first):',
+             '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4000 in barrier',
+             '  File "/x/job.py", line 9 in <module>']
+    stopped = [SIGTERM_STACKS_MARKER, 'Current thread 0x00007f2 (most recent call first):',
+               '  File "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 60 in _get_msg_dict',
+               '  File "/x/job.py", line 9 in <module>']
+    for lines, call in ((asked + stopped, "barrier"), (stopped, "_get_msg_dict"), (stopped + asked, "barrier")):
+        tracker = stackdumps.StackTracker()
+        for line in lines:
+            tracker.feed(f"[rank0]:{line}")
+        tracker.close()
+        assert stackdumps.where_stuck(tracker.best)["call"] == call, lines

@@ -1163,9 +1163,9 @@ dist.all_reduce(torch.ones(7))
 def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
     """Trace lines wait in memory (no flush per op); the flusher thread still writes the B
     line of the op a rank is blocked in, since gloo's wait releases the GIL. A SIGTERM (what
-    torchrun sends the others when a rank fails) makes a rank write where its threads were
-    and dump its Flight Recorder ring, then die of SIGTERM as before: blocked in the
-    collective (a thread woken by the signal's wakeup fd) or in Python (the handler)."""
+    torchrun sends the others when a rank fails) makes a rank dump its Flight Recorder ring,
+    then die of SIGTERM as before: blocked in the collective (a thread woken by the signal's
+    wakeup fd) or in Python (the handler, which first writes where its threads were)."""
     import signal
     import time
 
@@ -1197,16 +1197,18 @@ def test_the_op_a_rank_hangs_in_reaches_its_log_while_it_hangs(tmp_path):
                      if trace.FR_MARKER in x] for r in (0, 1)}
         assert [(d["op"], d["seq"], d["shape"]) for d in dumps[0] if "op" in d] == [("all_reduce", 1, [7])]
         assert dumps[0][-1] == {"rank": 0, "done": 1} and dumps[1] == [{"rank": 1, "done": 0}], dumps
-        # and, first, where each rank was: the lab places a rank stopped outside any op at its line
+        # and, first, where a rank in Python was (rank 1, asleep): the lab places a rank stopped
+        # outside any op at its line; rank 0, blocked in the op, is placed by its record
         from labctl import stackdumps
-        for rank, line in ((0, 7), (1, 6)):
+        assert "(most recent call first)" not in logs[0].read_text()
+        for rank, line in ((1, 6),):
             tracker = stackdumps.StackTracker()
             for text in logs[rank].read_text().splitlines():
                 tracker.feed(text)
             tracker.close()
-            assert tracker.last, logs[rank].read_text()[-2000:]
-            where = stackdumps.where_stuck(tracker.last)
-            assert (where["file"], where["line"]) == (str(script), line), (where, tracker.last)
+            assert tracker.at_sigterm and tracker.best == tracker.at_sigterm, logs[rank].read_text()[-2000:]
+            where = stackdumps.where_stuck(tracker.best)
+            assert (where["file"], where["line"]) == (str(script), line), (where, tracker.best)
     finally:
         for p in procs:
             p.kill()

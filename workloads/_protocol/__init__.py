@@ -76,6 +76,9 @@ RESULT_MARKER = MARKER_PREFIX + "result "   # one JSON result record (a check or
 JOINED_MARKER = MARKER_PREFIX + "joined "   # {"rank", "pid"}: this rank's process group is up
 TRACE_MARKER = MARKER_PREFIX + "trace "     # one trace record (docs/trace.md)
 FR_MARKER = MARKER_PREFIX + "fr "           # a Flight Recorder entry, written at a dump
+# the stack dump that follows was written at SIGTERM (the rank being stopped), not asked for:
+# a stack labctl asked for (at a deadline, `labctl stacks`) is the one to show where it exists
+SIGTERM_STACKS_MARKER = MARKER_PREFIX + "stacks-at-sigterm"
 
 # ---- records ---------------------------------------------------------------------------
 WORKLOAD_DONE = "workload_done"    # the record every rank writes after each workload

@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any
 
-from .._protocol import Env, records
+from .._protocol import SIGTERM_STACKS_MARKER, Env, records
 from .sink import _park, open_channel, out, tick
 
 FR_BUFFER = "2000"                  # TORCH_FR_BUFFER_SIZE unless the user set it (torch's default size)
@@ -75,6 +75,7 @@ _dump_done = threading.Event()
 _dump_thread: int | None = None     # the thread writing the dump, while it does
 _dump_owner = os.getpid()
 DUMP_WAIT_S = 10.0                  # a second caller waits this long for the first one's dump
+HANDLER_GRACE_S = 0.2               # how long SIGTERM's thread lets the main thread's handler come first
 
 
 def ended_badly(exc: BaseException) -> bool:
@@ -86,10 +87,13 @@ def dump_at_the_end(stacks: bool = False) -> None:
     """A rank that ends abnormally (an exception of its own; a SIGTERM from torchrun or
     labctl because another rank failed) writes its pending trace lines and its Flight
     Recorder entries, once: the report then names the collective each rank was in and
-    who never entered it, tracing on or off, before any deadline. `stacks` (a SIGTERM):
-    first where every thread was (faulthandler's dump on stderr, as the stack signal
-    writes it), so that a rank stopped outside any op (computing, still preparing data
-    while the others timed out waiting for it) is placed at its line."""
+    who never entered it, tracing on or off, before any deadline. `stacks` (a SIGTERM that
+    found the main thread in Python): first where every thread was (faulthandler's dump on
+    stderr, as the stack signal writes it), so that a rank stopped outside any op
+    (computing, still preparing data while the others timed out waiting for it) is placed
+    at its line. Not from the thread that answers a SIGTERM while the main thread is
+    blocked in C: that dump's current thread would be its own, not the main one, and
+    would replace the stacks labctl took at a deadline."""
     global _dump_thread
     if os.getpid() != _dump_owner:
         return                          # a forked child (a DataLoader worker) is no rank
@@ -120,6 +124,7 @@ def _stacks_to_stderr() -> None:
     try:
         import faulthandler
 
+        os.write(sys.__stderr__.fileno(), (SIGTERM_STACKS_MARKER + "\n").encode())
         faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
     except (AttributeError, ValueError, OSError, RuntimeError):
         pass                            # no stderr to write to: the rank ends without it
@@ -152,7 +157,10 @@ def _dump_on_sigterm() -> None:
         os.close(write_fd)
         return
 
+    handled = threading.Event()
+
     def on_sigterm(signum: int, frame: Any) -> None:          # the main thread, in Python
+        handled.set()
         dump_at_the_end(stacks=True)
         if signal.getsignal(signal.SIGTERM) is not on_sigterm:
             return                                            # chained from the script's own
@@ -166,7 +174,11 @@ def _dump_on_sigterm() -> None:
             except OSError:
                 return
             if bytes([signal.SIGTERM]) in data and signal.getsignal(signal.SIGTERM) is on_sigterm:
-                dump_at_the_end(stacks=True)
+                # a main thread in Python (or an interruptible wait: sleep) runs the handler
+                # within this grace, and dumps with its stacks; one blocked in C (an op: its
+                # record says where) never does, and this thread dumps without them
+                handled.wait(HANDLER_GRACE_S)
+                dump_at_the_end()
                 _die_of(signal.SIGTERM)
 
     def forget_in_child() -> None:
