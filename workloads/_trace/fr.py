@@ -75,7 +75,7 @@ _dump_done = threading.Event()
 _dump_thread: int | None = None     # the thread writing the dump, while it does
 _dump_owner = os.getpid()
 DUMP_WAIT_S = 10.0                  # a second caller waits this long for the first one's dump
-HANDLER_GRACE_S = 0.2               # how long SIGTERM's thread lets the main thread's handler come first
+HANDLER_GRACE_S = 1.0               # how long SIGTERM's thread lets the main thread's handler come first
 
 
 def ended_badly(exc: BaseException) -> bool:
