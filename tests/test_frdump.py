@@ -308,3 +308,22 @@ def test_dumps_with_stacks_name_the_rank_that_skipped_a_call_in_a_wait_cycle():
     assert (r.diagnosis.rank, r.diagnosis.op, r.line) == (3, "all_reduce", "/w/job.py:16"), r.diagnosis.text
     wrapped = frdiag.read([frdump.decode(dump(rank, wrapped=5), rank) for rank in range(4)])
     assert wrapped.diagnosis.rank == 2, wrapped.diagnosis.text
+
+
+def test_a_rank_that_went_on_alone_past_where_the_rest_are_held_is_the_odd_one():
+    """A home-made store barrier rank 0 returned early from: it waits alone in the first
+    all_reduce while ranks 1 and 2 entered no collective at all (held in the store). The
+    few that went on are the odd ones (frdiag._went_ahead); where the rest made collectives,
+    or do not outnumber them, the ranks never entered are named as before."""
+    where = (("all_reduce", "/t/torch/distributed/distributed_c10d.py", 9), ("main", "/w/job.py", 27))
+    alone = [frdump.decode(_dump([_entry(1, "gloo:all_reduce", frames=where)] if r == 0 else []), r) for r in range(3)]
+    r = frdiag.read(alone)
+    assert (r.diagnosis.rank, r.diagnosis.op, r.line) == (0, "all_reduce", "/w/job.py:27"), r.diagnosis.text
+    assert "rank 0 went on alone to all_reduce" in r.diagnosis.text
+    two = [frdump.decode(_dump([_entry(1, "gloo:all_reduce", frames=where)] if r == 0 else [], "[0, 1]"), r)
+           for r in range(2)]
+    assert frdiag.read(two).diagnosis.ranks == [1]         # one against one: the one never entered, as ever
+    made = [frdump.decode(_dump([_entry(1, "gloo:all_reduce", frames=where)]
+                                + ([_entry(2, "gloo:all_reduce", rid=1, frames=where)] if r == 0 else [])), r)
+            for r in range(3)]
+    assert frdiag.read(made).diagnosis.ranks == [1, 2]     # the rest made collectives: they are somewhere else

@@ -112,6 +112,32 @@ def _summary(dumps: list[Dump], ops: dict[int, list[Op]], all_said: bool) -> Sum
     return s
 
 
+def _went_ahead(made: Diagnosis, ops: dict[int, list[Op]]) -> Diagnosis | None:
+    """The few ranks that went past where the rest stopped: ranks that entered no collective
+    at all (no entry in any group) are held before their first one, in the same setup step
+    (a store wait, a new group, a home-made barrier); where they outnumber the ranks that
+    went on and wait, those are the odd ones, and their call is what the others never reached.
+    None where the rest made any collective (they are somewhere else: the usual reading
+    stands) or do not outnumber them."""
+    if made.mismatch is not None or len(made.stuck) != 1:
+        return None
+    st = made.stuck[0]
+    if not st.waiting or not st.missing or len(st.waiting) >= len(st.missing):
+        return None
+    if any(ops.get(r) for r in st.missing) or not all(r in ops for r in st.missing):
+        return None                 # they made collectives (or left no dump): not held in setup
+    callers = [st.calls.get(r, {}).get("caller") for r in st.waiting]
+    caller = next((c for c in callers if c and c != "?"), None)
+    inside = ", ".join(map(str, st.waiting))
+    held = ", ".join(map(str, st.missing))
+    text = (f"rank{'s' if len(st.waiting) > 1 else ''} {inside} went on alone to {st.said_op} (collective "
+            f"#{st.seq} of {st.pg}) while rank{'s' if len(st.missing) > 1 else ''} {held} entered no "
+            f"collective at all: they are held before their first (a setup step such as a store wait or a new "
+            f"group, which rank {inside} went past; or p2p calls, which gloo's dumps do not hold)")
+    return replace(made, rank=st.waiting[0] if len(st.waiting) == 1 else None, ranks=list(st.waiting),
+                   op=st.call or st.op, caller=caller, text=text)
+
+
 def read(dumps: list[Dump]) -> Reading:
     """The lab's diagnosis (labctl/trace/matcher.py) of one job's dumps. A group member that
     left no dump counts as absent, not as one that never came; only when the dumps that
@@ -131,6 +157,9 @@ def read(dumps: list[Dump]) -> Reading:
             break
     if made is None:
         return Reading(dumps, None, no_dump)
+    ahead = _went_ahead(made, ops)
+    if ahead is not None:
+        return Reading(dumps, ahead, no_dump, made.stuck[0])
     who = made.rank if made.rank is not None else (made.ranks or [None])[0]
     behind = sorted((st for st in made.stuck if who in st.targets), key=lambda st: st.started)
     stuck = behind[0] if behind else (made.stuck[0] if made.stuck else None)
