@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass, field
 
 from workloads._protocol.ops import CALLS, DEFAULT_PG, P2P, STORE_OPS, STORE_READS
@@ -362,6 +363,15 @@ def _waited_for_the_caller(named: torchsays.Named, ended_at: dict[int, dict]) ->
     return not (mine.get("inside") and mine.get("op") == ends[0].get("op"))
 
 
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{4,}\b")
+
+
+def _one_error(text: object) -> str:
+    """An error's text with its object addresses left out: one error raised on two ranks
+    names each rank's own object (`<ProcessGroup object at 0x7f...>`)."""
+    return _ADDRESS.sub("0x…", str(text or ""))
+
+
 def _everyone_raised_it(first: FirstFailure, found: blame.Findings) -> None:
     """Several ranks raised the same error at the same line of their own (the script's bug
     on each of them, not a peer's symptom): every one of them is the first failure
@@ -370,8 +380,9 @@ def _everyone_raised_it(first: FirstFailure, found: blame.Findings) -> None:
     if first.rank is None or first.blamed_for or first.fault or first.left_early or not error.get("file") \
             or blame.comm_symptom(error.get("exception")):
         return
+    said = _one_error(error.get("exception"))
     same = sorted(r for r, e in found.errors.items()
-                  if found.exit_codes.get(r, 0) != 0 and (e or {}).get("exception") == error.get("exception")
+                  if found.exit_codes.get(r, 0) != 0 and _one_error((e or {}).get("exception")) == said
                   and e.get("file") == error["file"] and e.get("line") == error.get("line"))
     if len(same) > 1 and first.rank in same:
         nodes = [blame.node_of_rank(r, found) for r in same]

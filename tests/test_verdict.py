@@ -589,6 +589,15 @@ def test_ranks_that_each_raised_the_same_error_at_the_same_line_are_all_named():
     assert (first.rank, first.ranks, first.op, first.caller) == (None, [0, 1], "broadcast", "/x/job.py:14"), first
     assert first.describe().startswith("rank 0, 1 on node 0 each exited with code 1: ValueError: Invalid process group")
     assert first.answer()[:2] == (None, [0, 1])
+    # each rank's error names its own group object: still one error
+    own = [{**error, "exception": f"ValueError: Global rank 0 is not part of group <ProcessGroup object at 0x7f{r}a0>"}
+           for r in range(2)]
+    found = Findings(world=4, ranks={0, 1, 2, 3}, exit_codes={0: 1, 1: 1, 2: 1, 3: 1},
+                     errors={0: own[0], 1: own[1], 2: gone, 3: dict(gone)}, root_causes={0: 1},
+                     node_ranks={0: [0, 1, 2, 3]})
+    rec = verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
+                         Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found), "runs/x")
+    assert rec.first_failure.ranks == [0, 1], rec.first_failure
 
 
 def test_the_root_whose_object_the_others_could_not_unpickle_is_the_first_failure():
