@@ -77,3 +77,25 @@ def test_of_two_ranks_waiting_for_each_other_the_one_that_skipped_a_call_is_to_b
     assert "rank 3 made fewer collectives from job.py:16 (rank 3 1) than every other rank (2)" in lead[0]
     extra = {(2, "job.py:16"): 2, (3, "job.py:16"): 1}                   # nobody else calls there
     assert blame(Summary(stuck=stuck, ranks=ranks, collective_sites=extra))[:2] == (2, [2])
+
+
+def test_a_member_that_destroyed_the_group_another_waits_in_is_the_cause():
+    """An evaluator closes its [0, 1] group when its own batches run out: rank 1's ran out
+    first, so it destroyed pg1 (job.py:27) and went on to the world's all_reduce, where it
+    and rank 2 wait for rank 0, held in pg1's all_reduce (job.py:23) for rank 1. Rank 0 is
+    the one most waited for; the destroy is the cause. A destroy of another group says
+    nothing, and without one rank 0 stays."""
+    last = {"default_pg": {r: _in("default_pg", r, 7, "job.py:33", None) for r in (1, 2)}
+            | {0: _in("default_pg", 0, 6, "job.py:33", 5)},
+            "pg1": {0: _in("pg1", 0, 2, "job.py:23", None), 1: _in("pg1", 1, 1, "job.py:23", 4)}}
+    stuck, _ = stuck_collectives(last, {"default_pg": [0, 1, 2], "pg1": [0, 1]})
+    ranks = {r: RankInfo(r) for r in range(3)}
+
+    def destroy(pg: str) -> Op:
+        return Op(rank=1, op="destroy_process_group", pg=pg, seq=None, p2p=None, peer=None, root=None, shape=None,
+                  dtype=None, nbytes=0, caller="job.py:27", start=6, end=6)
+    assert blame(Summary(stuck=stuck, ranks=ranks))[:2] == (0, [0])
+    culprit, blamed, op, caller, lead = blame(Summary(stuck=stuck, ranks=ranks, calls={1: [destroy("pg1")]}))
+    assert (culprit, blamed, op, caller) == (1, [1], "destroy_process_group", "job.py:27")
+    assert lead[0].startswith("rank 1 destroyed pg1 (destroy_process_group at job.py:27) while rank 0 waits in its all_reduce")
+    assert blame(Summary(stuck=stuck, ranks=ranks, calls={1: [destroy("pg2")]}))[:2] == (0, [0])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads._protocol.ops import BLOCKING_P2P, DESTROY, RECVS
+from workloads._protocol.ops import BLOCKING_P2P, DEFAULT_PG, DESTROY, RECVS
 
 from .branches import left_loop_early, singled_out
 from .model import Diagnosis, Mismatch, Op, Stuck, Summary
@@ -321,6 +321,9 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     if left_in:                     # a rank died or hangs inside it: what came after is its effect
         return left_in.rank, left_in.ranks, left_in.op, left_in.caller, [
             f"{left_in.text}; rank {', '.join(map(str, left_in.unfinished))} never left it"]
+    torn_down = _destroyed_while_waited_in(s)
+    if torn_down is not None:
+        return torn_down
     if s.stuck:
         culprit, ranks, op, caller = blame_stuck(s.stuck, _finished(s))
         earlier = _mismatch_before(s, culprit)
@@ -347,6 +350,27 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
     mine = next(op for op in blocked if op.rank == ranks[0])
     culprit = ranks[0] if len(ranks) == 1 else None
     return culprit, ranks, mine.call, mine.caller, []
+
+
+def _destroyed_while_waited_in(s: Summary) -> tuple[int | None, list[int], str | None, str | None, list[str]] | None:
+    """A member that destroyed a group (destroy_process_group(group)) while another member
+    waits in that group's collective, which the destroyer never entered: the destroy is the
+    cause (an evaluator that closes its group when its own batches run out, on the rank whose
+    shard ran out first). Not the default group (its destroy ends the script), nor a
+    destroy made after the others entered (the last member's clean-up of a group it left)."""
+    for st in s.stuck:
+        if st.pg.startswith(DEFAULT_PG) or not st.waiting:
+            continue
+        for rank in st.missing:
+            gone = next((op for op in s.calls.get(rank, []) if op.op == DESTROY and op.pg == st.pg), None)
+            if gone is None:
+                continue
+            inside = ", ".join(map(str, st.waiting))
+            return rank, [rank], DESTROY, gone.caller, [
+                f"rank {rank} destroyed {st.pg} (destroy_process_group at {gone.caller}) while rank{'s' if len(st.waiting) > 1 else ''} "
+                f"{inside} wait{'' if len(st.waiting) > 1 else 's'} in its {st.said_op} (collective #{st.seq} of {st.pg}), "
+                f"which rank {rank} never entered"]
+    return None
 
 
 def _finished(s: Summary) -> frozenset[int]:
