@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,6 +164,8 @@ from torch.distributed.tensor import DTensor, Shard, init_device_mesh
 mesh = init_device_mesh("cpu", (3,))
 whole = DTensor.from_local(torch.ones(2, 2), mesh, [Shard(0)]).full_tensor()
 ep_group, _ = dist.new_subgroups(group_size=3)
+slots = [torch.zeros(2)] * 3
+dist.all_gather(slots, torch.full((2,), float(rank)))
 dist.destroy_process_group()
 """
 
@@ -172,7 +175,8 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
     group of ranks 0 and 1 (torch returns at once: line 17); rank 1 reads its irecv's buffer
     before waiting (line 21); rank 2 receives from any source at two lines that drop the
     sender, and rank 1's message comes first (rank 0 sends once rank 2 has one: lines 14,
-    16). status.json's trace.hazard is the first; a note says each."""
+    16); every rank all_gathers into a list that holds one tensor three times (line 33).
+    status.json's trace.hazard is the first; a note says each."""
     script = tmp_path / "job.py"
     script.write_text(HAZARDS)
     out = tmp_path / "run"
@@ -188,6 +192,8 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
     assert f"rank 1 read the buffer of its irecv at {script}:21 before waiting" in notes, notes
     assert f"rank 2 received from any source at lines 14, 16 of {script}" in notes, notes
     assert "came from ranks 1, 0 in that order" in notes, notes
+    assert re.search(rf"rank \d's all_gather at {re.escape(str(script))}:33 wrote into an output list that holds one "
+                     r"tensor in several slots", notes), notes
     # the call DTensor's gather came from is the method the script's line called
     # (full_tensor), not the private machinery under it (redistribute_local_tensor)
     sites = [json.loads(line.split(" ", 1)[1]) for path in sorted((out / "records").glob("rank-*.rec"))

@@ -85,6 +85,19 @@ def read_before_wait(calls: dict[int, list[Op]]) -> Hazard | None:
                        f"work: what it read may not have arrived yet (call work.wait() first)")
 
 
+def aliased_outputs(calls: dict[int, list[Op]]) -> Hazard | None:
+    """The first collective whose output list held one tensor in two slots: each rank's data
+    was written into that one tensor in turn, and every slot shows the last."""
+    if (first := _first(calls, "aliased_outputs")) is None:
+        return None
+    rank, op = first
+    what = op.key or "a collective"
+    return Hazard(rank=rank, op=what, caller=op.caller,
+                  text=f"rank {rank}'s {what} at {op.caller} wrote into an output list that holds one tensor in "
+                       f"several slots (`[t] * n` makes one tensor, not n): every slot shows the last rank's data "
+                       f"(make one tensor per slot: [torch.zeros_like(t) for _ in range(n)])")
+
+
 def swapped_senders(calls: dict[int, list[Op]], ranks: dict[int, RankInfo]) -> Hazard | None:
     """A rank whose receives from any source, at two or more lines that drop who sent each
     (`dist.recv(t)` returns the sender's rank, and the line threw it away), got their

@@ -82,6 +82,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("not_a_member", Kind.CALL),  # a collective on a group the rank is not in (its key: which)
     Op("sender_dropped", Kind.CALL),  # a recv from any source whose sender (its result) the line drops
     Op("read_before_wait", Kind.CALL),  # an irecv's buffer read before its work was waited on
+    Op("aliased_outputs", Kind.CALL),  # a collective's output list holding one tensor in two slots
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life
@@ -110,14 +111,18 @@ class Method:
     input_index: int                # its input's position (what the op's size is read from); -1: none
     input_key: str | None = None    # ... and its keyword, where it is not `tensors`/`tensor`
     reduces: bool = False
+    output_list: bool = False       # its first argument is a list of output tensors, one per rank
 
     @property
     def where(self) -> Where | None:
         return OPS[self.op].where if self.name != "recv_anysource" else None
 
 
+_OUTPUT_LISTS = ("allgather", "gather", "alltoall")     # methods whose first argument is one output per rank
+
+
 def _m(name: str, op: str, index: int, key: str | None = None) -> Method:
-    return Method(name, op, index, key, OPS[op].reduces)
+    return Method(name, op, index, key, OPS[op].reduces, name in _OUTPUT_LISTS)
 
 
 # A method that is not here (one a later torch adds) is not wrapped: its op still reaches

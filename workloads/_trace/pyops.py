@@ -79,6 +79,7 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
     returns_work = method.name != "monitored_barrier"
     reducing = method.reduces
     a2a = method.op == "all_to_all_single"  # (output, input, output_split_sizes, input_split_sizes, opts)
+    outputs = method.output_list
     routes: dict[int, _Route] = {}          # id(group) -> route
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -121,6 +122,8 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
         if site is None:
             site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api, reduce, splits)
             dropped = anysource and code is not None and drops_result(code, lasti)
+            if outputs and code is not None and _aliased(args[0] if args else kwargs.get("output_tensors")):
+                mark("aliased_outputs", api or name or op, code, lasti)
         (proc.sink or _new_sink()).write(begin_line % (ident, site, seq, entered - proc.t0))
         if dropped:                         # the script's line drops who sent it: said once per site
             mark("sender_dropped", name or "recv", code, lasti)
@@ -152,6 +155,24 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
     traced.__name__, traced.__qualname__ = original.__name__, getattr(original, "__qualname__", original.__name__)
     traced.__doc__, traced.__wrapped__ = original.__doc__, original
     return traced
+
+
+def _aliased(outputs: Any) -> bool:
+    """One tensor in two slots of a collective's output list (`[torch.zeros_like(t)] * world`):
+    every slot ends up holding what the last rank sent. Checked once per call site."""
+    try:
+        items = outputs[0] if len(outputs) == 1 and isinstance(outputs[0], (list, tuple)) else outputs
+        seen = set()
+        for t in items:
+            if t.numel() == 0:
+                continue
+            key = (t.data_ptr(), t.dtype)
+            if key in seen:
+                return True
+            seen.add(key)
+    except Exception:          # noqa: BLE001 - not a list of tensors: nothing to say
+        return False
+    return False
 
 
 def _needs_grad(value: Any) -> bool:
