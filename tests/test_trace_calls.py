@@ -166,6 +166,8 @@ whole = DTensor.from_local(torch.ones(2, 2), mesh, [Shard(0)]).full_tensor()
 ep_group, _ = dist.new_subgroups(group_size=3)
 slots = [torch.zeros(2)] * 3
 dist.all_gather(slots, torch.full((2,), float(rank)))
+counts = torch.ones(2, dtype=torch.int64)
+dist.all_reduce(counts.float())
 dist.destroy_process_group()
 """
 
@@ -175,7 +177,8 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
     group of ranks 0 and 1 (torch returns at once: line 17); rank 1 reads its irecv's buffer
     before waiting (line 21); rank 2 receives from any source at two lines that drop the
     sender, and rank 1's message comes first (rank 0 sends once rank 2 has one: lines 14,
-    16); every rank all_gathers into a list that holds one tensor three times (line 33).
+    16); every rank all_gathers into a list that holds one tensor three times (line 33), and
+    all_reduces into the copy `.float()` made of its int64 counts (line 35).
     status.json's trace.hazard is the first; a note says each."""
     script = tmp_path / "job.py"
     script.write_text(HAZARDS)
@@ -194,6 +197,7 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
     assert "came from ranks 1, 0 in that order" in notes, notes
     assert re.search(rf"rank \d's all_gather at {re.escape(str(script))}:33 wrote into an output list that holds one "
                      r"tensor in several slots", notes), notes
+    assert re.search(rf"rank \d's all_reduce at {re.escape(str(script))}:35 wrote its result into a copy", notes), notes
     # the call DTensor's gather came from is the method the script's line called
     # (full_tensor), not the private machinery under it (redistribute_local_tensor)
     sites = [json.loads(line.split(" ", 1)[1]) for path in sorted((out / "records").glob("rank-*.rec"))

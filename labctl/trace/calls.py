@@ -98,6 +98,19 @@ def aliased_outputs(calls: dict[int, list[Op]]) -> Hazard | None:
                        f"(make one tensor per slot: [torch.zeros_like(t) for _ in range(n)])")
 
 
+def wrote_into_a_copy(calls: dict[int, list[Op]]) -> Hazard | None:
+    """The first collective that wrote its result into a copy its line made and dropped
+    (`dist.all_reduce(counts.float())` where `.float()` copied): the rank kept its own values."""
+    if (first := _first(calls, "into_a_copy")) is None:
+        return None
+    rank, op = first
+    what = op.key or "a collective"
+    return Hazard(rank=rank, op=what, caller=op.caller,
+                  text=f"rank {rank}'s {what} at {op.caller} wrote its result into a copy the line made of its "
+                       f"tensor (a `.float()`, `.to()`, `.contiguous()` that copied on this rank) and dropped: the "
+                       f"rank kept its own values (pass the tensor itself, or keep the copy and use it)")
+
+
 def swapped_senders(calls: dict[int, list[Op]], ranks: dict[int, RankInfo]) -> Hazard | None:
     """A rank whose receives from any source, at two or more lines that drop who sent each
     (`dist.recv(t)` returns the sender's rank, and the line threw it away), got their

@@ -83,6 +83,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("sender_dropped", Kind.CALL),  # a recv from any source whose sender (its result) the line drops
     Op("read_before_wait", Kind.CALL),  # an irecv's buffer read before its work was waited on
     Op("aliased_outputs", Kind.CALL),  # a collective's output list holding one tensor in two slots
+    Op("into_a_copy", Kind.CALL),  # a collective writing into a copy its line made of a tensor and dropped
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life
@@ -112,6 +113,7 @@ class Method:
     input_key: str | None = None    # ... and its keyword, where it is not `tensors`/`tensor`
     reduces: bool = False
     output_list: bool = False       # its first argument is a list of output tensors, one per rank
+    writes_input: bool = False      # it writes its result into its input (on a broadcast's root: reads it)
 
     @property
     def where(self) -> Where | None:
@@ -119,10 +121,11 @@ class Method:
 
 
 _OUTPUT_LISTS = ("allgather", "gather", "alltoall")     # methods whose first argument is one output per rank
+_WRITE_INPUT = ("allreduce", "allreduce_coalesced", "broadcast", "recv", "recv_anysource")
 
 
 def _m(name: str, op: str, index: int, key: str | None = None) -> Method:
-    return Method(name, op, index, key, OPS[op].reduces, name in _OUTPUT_LISTS)
+    return Method(name, op, index, key, OPS[op].reduces, name in _OUTPUT_LISTS, name in _WRITE_INPUT)
 
 
 # A method that is not here (one a later torch adds) is not wrapped: its op still reaches

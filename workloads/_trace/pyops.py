@@ -20,6 +20,7 @@ from .groups import _Route, op_ids, raised, route as find_route
 from .sink import _new_sink, end, proc
 from .sites import _names, _op_name, _site, _sites, _tensor_info, _where, split_sizes
 from .calls import drops_result, mark
+from .copies import into_a_copy
 from .unwaited import watch
 from .works import hold, pending, poll, sweep
 
@@ -79,7 +80,7 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
     returns_work = method.name != "monitored_barrier"
     reducing = method.reduces
     a2a = method.op == "all_to_all_single"  # (output, input, output_split_sizes, input_split_sizes, opts)
-    outputs = method.output_list
+    outputs, writes = method.output_list, method.writes_input
     routes: dict[int, _Route] = {}          # id(group) -> route
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -124,6 +125,10 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
             dropped = anysource and code is not None and drops_result(code, lasti)
             if outputs and code is not None and _aliased(args[0] if args else kwargs.get("output_tensors")):
                 mark("aliased_outputs", api or name or op, code, lasti)
+            if writes and code is not None and index >= 0 and (where is None or op != "broadcast"
+                                                               or route.ranks[self.rank()] != where) \
+                    and into_a_copy(caller, code, lasti, first, api or name or op, tensor_class):
+                mark("into_a_copy", api or name or op, code, lasti)
         (proc.sink or _new_sink()).write(begin_line % (ident, site, seq, entered - proc.t0))
         if dropped:                         # the script's line drops who sent it: said once per site
             mark("sender_dropped", name or "recv", code, lasti)
