@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labctl.trace.calls import deleted_keys, destroyed_before, odd_new_group, says_uninitialized, set_keys
+from labctl.trace.calls import (deleted_keys, destroyed_before, local_group_out_of_step, odd_new_group,
+                               says_uninitialized, set_keys)
 from labctl.trace.model import Op
+from workloads._protocol.ops import LOCAL_SYNC
 
 from conftest import REPO
 
@@ -47,6 +49,25 @@ def test_the_second_new_group_is_compared_with_the_second():
              for r in range(4)}
     odd = odd_new_group(calls)
     assert (odd.seq, odd.rank) == (2, 2)
+
+
+def test_groups_made_by_their_members_alone_are_compared_by_the_groups_made_before():
+    """use_local_synchronization=True: each rank makes only its own tp and dp groups (no
+    k-th call to compare across ranks: a control, nothing said). Where rank 3 first makes
+    a group of its own ([3], for logging), torch names its [2, 3] after one group where rank
+    2 names it after none: they never meet, and rank 3, the one with a group before it
+    that rank 2 did not make, is the odd one, at its [2, 3] call."""
+    def local(rank: int, members: list[int], line: int, start: int, end: int | None = 1) -> Op:
+        return replace(_call(rank, "new_group", members, line, start, end), key=LOCAL_SYNC)
+    tp, dp = {0: [0, 1], 1: [0, 1], 2: [2, 3], 3: [2, 3]}, {0: [0, 2], 1: [1, 3], 2: [0, 2], 3: [1, 3]}
+    fine = {r: [local(r, tp[r], 22, 1), local(r, dp[r], 22, 2)] for r in range(4)}
+    assert odd_new_group(fine) is None and local_group_out_of_step(fine) is None
+    late = {r: [local(r, tp[r], 22, 1, None if r in (2, 3) else 1)] + ([local(r, dp[r], 22, 2, None)] if r < 2 else [])
+            for r in range(4)}
+    late[3].insert(0, local(3, [3], 18, 0))
+    odd = local_group_out_of_step(late)
+    assert (odd.rank, odd.ranks, odd.op, odd.caller, odd.differs) == (3, [3], "new_group", "/x/job.py:22", ["order"])
+    assert "rank 2 after 0 groups; rank 3 after 1 group" in odd.text, odd.text
 
 
 def test_a_destroy_and_the_error_it_leads_to():

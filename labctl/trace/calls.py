@@ -7,7 +7,7 @@ next collective, and the destroy is the cause. Functions over the merge's calls;
 library only."""
 from __future__ import annotations
 
-from workloads._protocol.ops import DESTROY
+from workloads._protocol.ops import DESTROY, LOCAL_SYNC
 
 from .model import Hazard, Mismatch, Op, RankInfo
 
@@ -19,7 +19,8 @@ def odd_new_group(calls: dict[int, list[Op]], world: int | None = None) -> Misma
     ranks that made it: the ranks of the rarer lists are the odd ones (every rank that made it,
     where no list is the most common), with the call the script made (new_subgroups, which
     makes its groups with new_group). None: every rank's lists agree."""
-    made: dict[int, list[Op]] = {r: [o for o in ops if o.op == "new_group"] for r, ops in calls.items()}
+    made: dict[int, list[Op]] = {r: [o for o in ops if o.op == "new_group" and o.key != LOCAL_SYNC]
+                                 for r, ops in calls.items()}
     deepest = max((len(v) for v in made.values()), default=0)
     for k in range(deepest):
         seen = {r: ops[k] for r, ops in made.items() if len(ops) > k}
@@ -51,6 +52,47 @@ def odd_new_group(calls: dict[int, list[Op]], world: int | None = None) -> Misma
                         calls={r: {"op": "new_group", "call": op.call, "members": op.members,
                                    "caller": op.caller} for r, op in sorted(seen.items())},
                         unfinished=sorted(r for r, op in seen.items() if op.end is None), text=text)
+    return None
+
+
+def local_group_out_of_step(calls: dict[int, list[Op]]) -> Mismatch | None:
+    """The first group made with use_local_synchronization=True (by its members alone) whose
+    members had made different numbers of groups before it: torch names such a group after
+    its ranks and the number of groups the rank already has, so members that made other
+    numbers wait for each other in new_group for ever. The odd ones: the members whose
+    number the fewest share; two against each other, the one that made a group before it
+    that no other member made (a group of its own). None: every member in step."""
+    order: dict[tuple[int, ...], dict[int, tuple[int, Op]]] = {}
+    before: dict[int, list[tuple[int, ...] | None]] = {}
+    for rank, ops in calls.items():
+        groups = [o for o in ops if o.op == "new_group"]
+        before[rank] = [tuple(sorted(o.members)) if o.members is not None else None for o in groups]
+        for i, op in enumerate(groups):
+            if op.key == LOCAL_SYNC and op.members is not None:
+                order.setdefault(tuple(sorted(op.members)), {}).setdefault(rank, (i, op))
+    for members, seen in sorted(order.items(), key=lambda kv: min(op.start for _, op in kv[1].values())):
+        counts: dict[int, list[int]] = {}
+        for rank, (i, _) in sorted(seen.items()):
+            counts.setdefault(i, []).append(rank)
+        if len(counts) < 2:
+            continue
+        fewest = min(len(rs) for rs in counts.values())
+        odd = sorted(r for rs in counts.values() if len(rs) == fewest for r in rs)
+        if len(counts) == 2 and fewest * 2 == len(seen):       # a tie: the one with a group of its own before
+            own = [r for r in odd if any(g not in before[o][:seen[o][0]] for g in before[r][:seen[r][0]]
+                                         for o in seen if o != r)]
+            odd = own if len(own) == 1 else odd
+        first = seen[odd[0]][1]
+        said = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} after {i} group"
+                         f"{'' if i == 1 else 's'}" for i, rs in sorted(counts.items()))
+        text = (f"new_group({list(members)}, use_local_synchronization=True) was made by its members after "
+                f"different numbers of groups ({said}; at {first.caller}): torch names such a group after its "
+                f"ranks and the groups each rank already has, so its members never meet")
+        return Mismatch(pg=first.pg, seq=seen[odd[0]][0] + 1, ranks=odd, rank=odd[0] if len(odd) == 1 else None,
+                        op=first.call, caller=first.caller, differs=["order"],
+                        calls={r: {"op": "new_group", "call": op.call, "members": op.members, "caller": op.caller}
+                               for r, (_, op) in sorted(seen.items())},
+                        unfinished=sorted(r for r, (_, op) in seen.items() if op.end is None), text=text)
     return None
 
 

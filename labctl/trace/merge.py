@@ -20,7 +20,7 @@ from ..runnames import TRACE_FILE
 from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
 from .matcher import mismatch_of, mismatch_text, splits_mismatch, stuck_collectives
-from .calls import odd_new_group
+from .calls import local_group_out_of_step, odd_new_group
 from .model import (MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, SendSite, Straggler, Stuck,
                     Summary, Unreceived)
 
@@ -313,7 +313,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         silent = [r for r in expected if summary.ranks.get(r) is None or summary.ranks[r].ops == 0]
         summary.stuck, extra = _stuck_from_readers(readers, groups, silent)
         summary.mismatches.extend(x for x in extra if x not in summary.mismatches)
-        summary.group_mismatch = odd_new_group(summary.calls)
+        summary.group_mismatch = odd_new_group(summary.calls) or local_group_out_of_step(summary.calls)
         f.write("\n],\n")
         f.write('"displayTimeUnit":"ms",\n"metadata":' + json.dumps(_metadata(summary), sort_keys=True)
                 + "}\n")

@@ -93,6 +93,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
 DEFAULT_PG = "default_pg"           # the name the trace gives the default group (a new generation: "default_pg@2")
 DESTROY = "destroy_process_group"
 LIFECYCLE_CALLS = ("new_group", DESTROY)
+LOCAL_SYNC = "local"                 # the key of a new_group made with use_local_synchronization=True
 STORE_OPS = frozenset(f"store.{name}" for name in STORE_CALLS)
 STORE_READS = frozenset({"store.get", "store.wait"})  # ... those that block until another rank writes
 CALLS = frozenset(name for name, op in OPS.items() if op.kind is Kind.CALL)

@@ -76,11 +76,14 @@ def _record(name: str, pg: str, members: list[int] | None, key: str | None, call
 
 def _lifecycle(name: str, original: Any) -> Any:
     def traced(*args: Any, **kwargs: Any) -> Any:
+        key = None
         if name == "new_group":
             members, pg = _members(args[0] if args else kwargs.get("ranks")), ops.DEFAULT_PG
+            if (args[4] if len(args) > 4 else kwargs.get("use_local_synchronization")) is True:
+                key = ops.LOCAL_SYNC         # made by its members alone, named after the groups each has
         else:
             members, pg = None, _group_name(args[0] if args else kwargs.get("group"))
-        result = _record(name, pg, members, None, lambda: original(*args, **kwargs), sys._getframe(1))
+        result = _record(name, pg, members, key, lambda: original(*args, **kwargs), sys._getframe(1))
         if name == "destroy_process_group":
             retire(args[0] if args else kwargs.get("group"))
         return result
