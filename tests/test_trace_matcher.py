@@ -99,3 +99,29 @@ def test_a_member_that_destroyed_the_group_another_waits_in_is_the_cause():
     assert (culprit, blamed, op, caller) == (1, [1], "destroy_process_group", "job.py:27")
     assert lead[0].startswith("rank 1 destroyed pg1 (destroy_process_group at job.py:27) while rank 0 waits in its all_reduce")
     assert blame(Summary(stuck=stuck, ranks=ranks, calls={1: [destroy("pg2")]}))[:2] == (0, [0])
+
+
+def _p2p(rank: int, n: int, op: str, peer: int, line: int, end: int | None = 1) -> Op:
+    return Op(rank=rank, op=op, pg="default_pg", seq=None, p2p=n, peer=peer, root=None, shape=[4], dtype="float32",
+              nbytes=16, caller=f"job.py:{line}", start=n, end=end)
+
+
+def test_of_two_ranks_blocked_in_p2p_the_one_that_broke_its_pattern_skipped_a_call():
+    """A pipeline's stage 0 sends the activations (job.py:27) and then, when the batch is
+    padded, the mask (job.py:29); stage 1 receives both each time (32, 34). At the third
+    micro-batch stage 0 skipped the mask and sends the next activations, while stage 1
+    waits for the mask: rank 0 broke its pattern (27, 29), rank 1 kept its own (32, 34).
+    Rank 0 is named, with the send at line 29 it skipped. In step, or too short a
+    history, the pair stays."""
+    sends, recvs = [27, 29, 27, 29, 27, 27], [32, 34, 32, 34, 32, 34]
+    blocked = [_p2p(0, 6, "send", 1, 27, None), _p2p(1, 6, "recv", 0, 34, None)]
+    calls = {(0, "default_pg", 1): [(n, "send", f"job.py:{x}") for n, x in enumerate(sends, 1)],
+             (1, "default_pg", 0): [(n, "recv", f"job.py:{x}") for n, x in enumerate(recvs, 1)]}
+    culprit, ranks, op, caller, lead = blame(Summary(blocked_p2p=blocked, p2p_calls=calls))
+    assert (culprit, ranks, op, caller) == (0, [0], "send", "job.py:29")
+    assert "rank 0 skipped its send at job.py:29" in lead[0]
+    short = {k: v[-3:] for k, v in calls.items()}           # one round before: no pattern to break
+    assert blame(Summary(blocked_p2p=blocked, p2p_calls=short))[:2] == (None, [0, 1])
+    both = dict(calls)
+    both[(1, "default_pg", 0)] = [(n, "recv", f"job.py:{x}") for n, x in enumerate([32, 34, 32, 34, 32, 32], 1)]
+    assert blame(Summary(blocked_p2p=blocked, p2p_calls=both))[:2] == (None, [0, 1])   # both broke theirs

@@ -337,11 +337,15 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
             return (culprit, ranks, *fewer)
         if ranks:
             return culprit, ranks, op, caller, []
+    blocked = [op for op in s.blocked_p2p if op.op in BLOCKING_P2P] or s.blocked_p2p
+    ranks = sorted({op.rank for op in blocked})
+    if len(ranks) == 2 and (not s.mismatch_found or s.mismatch_found[0].rank is None):
+        broke = _broke_its_pattern(s, blocked)      # ... before a p2p pair's sizes that differ with no odd one
+        if broke is not None:
+            return broke
     if s.mismatch_found:
         m = s.mismatch_found[0]
         return m.rank, m.ranks, m.op, m.caller, []
-    blocked = [op for op in s.blocked_p2p if op.op in BLOCKING_P2P] or s.blocked_p2p
-    ranks = sorted({op.rank for op in blocked})
     if not ranks:
         return None, [], None, None, []
     if len(ranks) == 2:                 # two ranks blocked on each other: the one the script singles out
@@ -371,6 +375,46 @@ def _destroyed_while_waited_in(s: Summary) -> tuple[int | None, list[int], str |
                 f"{inside} wait{'' if len(st.waiting) > 1 else 's'} in its {st.said_op} (collective #{st.seq} of {st.pg}), "
                 f"which rank {rank} never entered"]
     return None
+
+
+def _period(lines: list[str]) -> int | None:
+    """The shortest period (1 to 4) that `lines` repeats at least twice over, else None."""
+    for p in range(1, 5):
+        if len(lines) >= 2 * p and all(lines[i] == lines[i - p] for i in range(p, len(lines))):
+            return p
+    return None
+
+
+def _broke_its_pattern(s: Summary, blocked: list[Op]
+                       ) -> tuple[int | None, list[int], str | None, str | None, list[str]] | None:
+    """Two ranks blocked on each other in p2p, where each had repeated one pattern of calls
+    with the other (a pipeline's send of the activations, then of the mask): the one whose
+    blocked op broke its own pattern, while the other's came where its pattern said, skipped
+    the call its pattern said came next (a send made only when the batch was padded): it is
+    the culprit, with that call and its line. None: both in step, both out, or too short a
+    history to tell (two rounds at least)."""
+    said = {}
+    for op in blocked:
+        kept = sorted(s.p2p_calls.get((op.rank, op.pg, op.peer), []))
+        if not kept or kept[-1][0] != op.p2p:
+            return None
+        lines = [caller for _, _, caller in kept[:-1]]
+        period = _period(lines)
+        if period is None:
+            return None
+        expected = kept[-1 - period]
+        said[op.rank] = (expected, kept[-1], period)
+    broke = [r for r, (expected, last, _) in said.items() if expected[2] != last[2]]
+    if len(said) != 2 or len(broke) != 1:
+        return None
+    rank = broke[0]
+    (_, call, caller), (_, _, instead), period = said[rank]
+    other = next(r for r in said if r != rank)
+    pattern = ", ".join(c.rpartition(":")[2] for _, _, c in sorted(s.p2p_calls[(rank, blocked[0].pg, other)])[-1 - period:-1])
+    return rank, [rank], call, caller, [
+        f"rank {rank}'s p2p calls with rank {other} repeated lines {pattern} until its newest, from {instead} where "
+        f"its pattern said {caller}, while rank {other}'s came where its own said: rank {rank} skipped its {call} "
+        f"at {caller}"]
 
 
 def _finished(s: Summary) -> frozenset[int]:

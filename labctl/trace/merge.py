@@ -21,8 +21,8 @@ from .builder import MAX_PENDING_OPS, RankReader
 from .loader import record_sources
 from .matcher import mismatch_of, mismatch_text, splits_mismatch, stuck_collectives
 from .calls import local_group_out_of_step, odd_new_group
-from .model import (MAX_CALLS, MAX_PROBLEMS, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, SendSite, Straggler, Stuck,
-                    Summary, Unreceived)
+from .model import (MAX_CALLS, MAX_PROBLEMS, P2P_KEPT, STRAGGLERS, Lateness, Mismatch, Op, OpTotal, SendSite,
+                    Straggler, Stuck, Summary, Unreceived)
 
 MAX_OPEN_INSTANCES = 100_000        # collectives waiting for a rank that may never come
 MIN_PENDING_PER_RANK = 10_000       # (about 400 B each), shared out, but at least this many a rank
@@ -151,6 +151,14 @@ class _Merge:
             self.collective(op, members)
         elif op.p2p is not None and op.peer is not None:
             self.pairs.add(op)
+            kept = s.p2p_calls.get((op.rank, op.pg, op.peer))
+            if kept is None and len(s.p2p_calls) < MAX_SEND_SITES:
+                kept = s.p2p_calls[(op.rank, op.pg, op.peer)] = []
+            if kept is not None:
+                kept.append((op.p2p, op.call, op.caller))
+                if len(kept) > 2 * P2P_KEPT:        # the newest by number (ops may come out of order)
+                    kept.sort()
+                    del kept[:-P2P_KEPT]
 
     def place(self, op: Op) -> None:
         """The op's slice; an unfinished one's once the trace's end is known."""

@@ -395,6 +395,9 @@ class Diagnosis:
                    source=_opt(data.get("source"), str), no_dump=_ints(data.get("no_dump")), as_read=dict(data))
 
 
+P2P_KEPT = 16                       # a rank's newest p2p ops kept per peer (the pattern of an exchange)
+
+
 @dataclass
 class Summary:
     path: Path | None = None
@@ -423,6 +426,8 @@ class Summary:
     unmatched_sends: dict[tuple[str, int, int], "Unreceived"] = field(default_factory=dict)  # (pg, src, dst) ->
     send_sites: dict[tuple[str, int, str], SendSite] = field(default_factory=dict)  # (pg, src, caller) ->
     collective_sites: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, caller) -> collectives issued there
+    p2p_calls: dict[tuple[int, str, int], list[tuple[int, str, str]]] = field(default_factory=dict)
+    # (rank, pg, peer) -> its newest p2p ops with that peer: (p2p number, call, caller), P2P_KEPT of them
     calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS
     group_mismatch: "Mismatch | None" = None   # the ranks whose new_group members differed (labctl/trace/calls.py)
 
