@@ -98,11 +98,14 @@ def _dtype_name(dtype: Any) -> str:
 
 _torch_dir = ""
 _c10d_file = ""
-_USER, _PLAIN, _GRAPH = 1, 0, 2     # _GRAPH: torch.compile's generated graph code (<eval_with_key>)
+_USER, _PLAIN, _GRAPH, _TORCH = 1, 0, 2, 3     # _GRAPH: torch.compile's generated graph code (<eval_with_key>)
+# _TORCH: torch's machinery outside torch.distributed (autograd's backward, nn.Module's call):
+# a public torch.distributed function inside it was called by torch (DDP's comm hook from
+# the backward), not by the script's line
 # Both keyed by id(code): a code object's hash is not cached, and hashes its constants,
 # nested functions' code included (6.9 µs for workloads/bench.py's module: every op of a
 # loop at a script's top level paid it). The codes are kept in _codes, so no id is reused.
-_frames: dict[int, Any] = {}         # id(code) -> its role: _USER, _PLAIN, _GRAPH, or the torch.distributed function's name
+_frames: dict[int, Any] = {}         # id(code) -> its role: _USER, _PLAIN, _GRAPH, _TORCH, or the torch.distributed function's name
 _names: dict[int, Any] = {}          # id(code of the direct caller) -> the op's name (isend ...) or None
 _methods: dict[int, Any] = {}        # id(code) -> a public torch.distributed method's name, or None
 _codes: list[Any] = []               # every code in either: alive, so that their ids stay theirs
@@ -175,8 +178,9 @@ def _classify(code: Any) -> Any:
     elif path.startswith(_HERE):
         role = _PLAIN
     elif path.startswith(_torch_dir):
-        role = code.co_name if os.sep + "distributed" + os.sep in path and code.co_name[:1].isalpha() \
-            and code.co_name not in _WRAPPERS and _public_function(code, path) else _PLAIN
+        distributed = os.sep + "distributed" + os.sep in path
+        role = code.co_name if distributed and code.co_name[:1].isalpha() \
+            and code.co_name not in _WRAPPERS and _public_function(code, path) else _PLAIN if distributed else _TORCH
         # a public torch.distributed function (all_gather_object ...), else torch's machinery
     elif frames.user_frame(path):
         role = _USER
@@ -258,6 +262,8 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
             origin = _graph_origin(frame)
             if origin is not None:
                 return origin, 0, api
+        elif role is _TORCH:
+            api = None                  # what torch's machinery called is not the script's call
         elif role is not _PLAIN:
             api = role
         inner = code
