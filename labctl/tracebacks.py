@@ -9,7 +9,9 @@ The node-log split (labctl/logs.py) feeds a tracker each rank's lines.
 """
 from __future__ import annotations
 
+import ast
 import re
+from functools import lru_cache
 from typing import Iterable
 
 from workloads._protocol import MARKER_PREFIX
@@ -196,7 +198,7 @@ class ErrorTracker:
             if called is None:
                 called = pybind_refused(exception, self.sources.get(self.frames.index(own[-1]), ""))
             if called is not None:      # a call into torch.distributed or DDP; load_state_dict is no op to name
-                where["called"] = called      # what the script's line called (DistributedDataParallel)
+                where["called"] = unaliased(called, file)   # what the script's line called (DistributedDataParallel)
         return where
 
 
@@ -248,6 +250,33 @@ def called_on_line(source: str, inner: list[str]) -> str | None:
     if found is None and inner[0] in DIST_WRAPPERS:
         return names[0]         # torch's logging wrapper raised around the call: the call the line made
     return found
+
+
+MAX_SCRIPT_BYTES = 1 << 20          # a script read for its imports' aliases (larger: not read)
+
+
+@lru_cache(maxsize=64)
+def _aliases(file: str) -> dict[str, str]:
+    """The names a script's imports give things under another name (`from
+    torch.nn.parallel import DistributedDataParallel as DDP`: DDP -> DistributedDataParallel);
+    {} for a file not here (a container's path) or not Python."""
+    try:
+        with open(file, "rb") as f:
+            text = f.read(MAX_SCRIPT_BYTES + 1)
+        if len(text) > MAX_SCRIPT_BYTES:
+            return {}
+        tree = ast.parse(text)
+    except (OSError, ValueError, SyntaxError, RecursionError, MemoryError):
+        return {}
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return {a.asname: a.name.rpartition(".")[2] for node in imports for a in node.names
+            if a.asname and a.asname != a.name.rpartition(".")[2]}
+
+
+def unaliased(name: str, file: str) -> str:
+    """The call's own name where the script imported it under another (DDP ->
+    DistributedDataParallel)."""
+    return _aliases(file).get(name, name) if file else name
 
 
 def _quoted(line: str) -> str:

@@ -168,3 +168,21 @@ def test_a_binding_that_refused_the_line_s_arguments_names_the_call():
     assert error('store.set("corpus/num_samples", sum(sizes.values()))', refused)["called"] == "set"
     assert "called" not in error("helper(store)", refused)
     assert "called" not in error('store.set("k", "v")', "TypeError: bad value")
+
+
+def test_a_call_the_script_imported_under_another_name_is_named_by_its_own(tmp_path):
+    """`from torch.nn.parallel import DistributedDataParallel as DDP`, then `DDP(model)`
+    raising in its constructor: the call is DistributedDataParallel (the script's imports
+    say what DDP is); a script not on this machine keeps the name its line gives."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+                      "import torch.distributed as dist\nmodel = DDP(torch.nn.Linear(8, 8))\n")
+    for file, said in ((script, "DistributedDataParallel"), (tmp_path / "elsewhere.py", "DDP")):
+        tracker = tracebacks.ErrorTracker()
+        for line in ["Traceback (most recent call last):", f'  File "{file}", line 4, in <module>',
+                     "    model = DDP(torch.nn.Linear(8, 8))",
+                     '  File "/v/site-packages/torch/nn/parallel/distributed.py", line 825, in __init__',
+                     "    _verify_param_shape_across_processes(self.process_group, parameters)",
+                     "RuntimeError: [1]: params[0] in this process with sizes [8, 8] appears not to match"]:
+            tracker.feed(line)
+        assert tracker.error["called"] == said, tracker.error
