@@ -143,6 +143,12 @@ def test_the_caller_is_the_first_frame_not_torchs_nor_pythons_and_the_api_the_ou
               frdump.Frame("main", "/work/train.py", 12))
     assert frdump.where_called(frames) == ("/work/train.py:12", "all_gather_object")
     assert frdump.where_called(frames[:3]) == ("?", "all_gather_object")
+    # the script's __getstate__ all_reduces while broadcast_object_list pickles: that call's
+    nested = (frdump.Frame("all_reduce", c10d, 1), frdump.Frame("__getstate__", "/work/train.py", 21),
+              frdump.Frame("dumps", "/usr/lib/python3.11/pickle.py", 9),
+              frdump.Frame("_object_to_tensor", c10d, 3), frdump.Frame("broadcast_object_list", c10d, 4),
+              frdump.Frame("<module>", "/work/train.py", 38))
+    assert frdump.where_called(nested) == ("/work/train.py:21", "broadcast_object_list")
 
 
 def test_an_odd_call_is_the_culprit_with_its_own_line():

@@ -46,3 +46,27 @@ def test_a_public_function_torch_s_machinery_called_is_not_the_script_s_call(tmp
     exec(compile("def main(t):\n    all_gather_object(t)\n", str(tmp_path / "job.py"), "exec"), scope)
     scope["main"](1)
     assert said["where"][2] == "all_gather_object"
+
+
+def test_a_collective_the_script_s_code_issues_inside_another_call_is_that_call_s(tmp_path):
+    """A `__getstate__` that all_reduces while broadcast_object_list pickles the object:
+    the script's frame (line 2 of state.py) runs inside broadcast_object_list, which the
+    script's own line further out called: that is the call (sites.enclosing_call); a
+    frame called from torch's machinery (a comm hook from the backward) is not nested."""
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    sites.bind(torch)
+    said: dict = {}
+    scope = {"SAID": said, "sites": sites, "sys": sys}
+    c10d = os.path.join(torch_dir, "distributed", "distributed_c10d.py")
+    exec(compile("def all_reduce(t):\n    f = sys._getframe()\n    code, _, _ = sites._where(f)\n"
+                 "    SAID['outer'] = sites.enclosing_call(code, f)\n"
+                 "def broadcast_object_list(obj):\n    dumps(obj)\n", c10d, "exec"), scope)
+    exec(compile("def dumps(obj):\n    obj.getstate()\n", "/usr/lib/python3.11/pickle.py", "exec"), scope)
+    exec(compile("class State:\n    def getstate(self):\n        all_reduce(1)\n"
+                 "def main():\n    broadcast_object_list(State())\n", str(tmp_path / "state.py"), "exec"), scope)
+    scope["main"]()
+    assert said["outer"] == "broadcast_object_list"
+    exec(compile("def backward(t):\n    t.getstate()\n", os.path.join(torch_dir, "_tensor.py"), "exec"), scope)
+    exec(compile("def step():\n    backward(State())\n", str(tmp_path / "train.py"), "exec"), scope)
+    scope["step"]()
+    assert said["outer"] is None

@@ -314,7 +314,7 @@ def where_called(frames: tuple[Frame, ...]) -> tuple[str, str | None]:
     without one; the outermost torch.distributed function on the way: all_gather_object for
     the all_gather it makes). Frames come innermost first."""
     api = None
-    for f in frames:
+    for i, f in enumerate(frames):
         path = f.file.replace("\\", "/")
         if _torch_own(path):
             if "/distributed/" in path and f.name in _APIS:
@@ -322,8 +322,22 @@ def where_called(frames: tuple[Frame, ...]) -> tuple[str, str | None]:
             continue
         if _PYTHON_OWN.search(path) or not path:
             continue
-        return f"{f.file}:{f.line}", api
+        return f"{f.file}:{f.line}", _enclosing(frames[i + 1:]) or api
     return "?", api
+
+
+def _enclosing(outer: tuple[Frame, ...]) -> str | None:
+    """The torch.distributed call the script's frame runs inside, made by the script's own
+    line further out (a `__getstate__` that all_reduces while broadcast_object_list pickles
+    the object: sites.enclosing_call's rule); None: not nested."""
+    found = None
+    for f in outer:
+        path = f.file.replace("\\", "/")
+        if _torch_own(path):
+            found = f.name if "/distributed/" in path and f.name in _APIS else found if "/distributed/" in path else None
+        elif not _PYTHON_OWN.search(path) and path:
+            return found
+    return None
 
 
 def ops_of(dump: Dump) -> list[Op]:

@@ -18,7 +18,7 @@ from .._protocol import ops, records
 from .bound import T
 from .groups import _Route, op_ids, raised, route as find_route
 from .sink import _new_sink, end, proc
-from .sites import _names, _op_name, _site, _sites, _tensor_info, _where, split_sizes
+from .sites import _names, _op_name, _site, _sites, _tensor_info, _where, enclosing_call, split_sizes
 from .calls import drops_result, mark
 from .copies import into_a_copy
 from .unwaited import watch
@@ -121,7 +121,10 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
         site = sites_get((route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce, splits))
         dropped = False
         if site is None:
-            site = _site(route, dtype, shape, nbytes, where, code, lasti, name, api, reduce, splits)
+            outer = enclosing_call(code, caller) if code is not None else None
+            site = _site(route, dtype, shape, nbytes, where, code, lasti, name, outer or api, reduce, splits)
+            if outer is not None:           # found again by what this path looks up
+                _sites[(route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce, splits)] = site
             dropped = anysource and code is not None and drops_result(code, lasti)
             if outputs and code is not None and _aliased(args[0] if args else kwargs.get("output_tensors")):
                 mark("aliased_outputs", api or name or op, code, lasti)

@@ -271,6 +271,30 @@ def _where(frame: Any) -> tuple[Any, int, str | None]:
     return None, 0, api
 
 
+def enclosing_call(code: Any, frame: Any) -> str | None:
+    """The public torch.distributed function that the script's frame running `code` (found
+    from `frame` outward) runs inside, called by the script's own line further out: a
+    `__getstate__` that all_reduces while broadcast_object_list pickles the object. Its op
+    is then that call's, the one the other ranks wait in. None: not nested (torch's
+    machinery on the way, autograd calling a comm hook, breaks it). Once per call site."""
+    while frame is not None and frame.f_code is not code:
+        frame = frame.f_back
+    found = None
+    frame = frame.f_back if frame is not None else None
+    while frame is not None:
+        role = _frames.get(id(frame.f_code))
+        if role is None:
+            role = _classify(frame.f_code)
+        if role is _USER:
+            return found
+        if role is _TORCH or role is _GRAPH:
+            found = None
+        elif role is not _PLAIN:
+            found = role
+        frame = frame.f_back
+    return None
+
+
 def _op_name(code: Any) -> str | None:
     """The name the direct caller gives the op: the torch.distributed function that called
     the group's method (isend and send both call `group.send`), else None."""
