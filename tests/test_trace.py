@@ -245,7 +245,7 @@ dist.barrier()
 hooked = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
 hooked(torch.ones(1, 4))                                               # a warm-up forward
 hooked.register_comm_hook(None, default_hooks.allreduce_hook)          # then a hook of its own
-hooked(torch.ones(1, 4)).sum().backward()
+hooked(torch.ones(1, 4)).sum().backward()                              # HOOKED STEP
 work = dist.all_reduce(torch.ones(1), async_op=True)
 assert isinstance(work, dist.Work), type(work)
 work.wait()
@@ -344,9 +344,11 @@ def test_ddp_trace_holds_one_all_reduce_per_bucket_per_step_and_the_unused_map(u
                     for s in _steps(ops, _line_of("# UNUSED BARRIER"))][:2]
         assert [sorted((e["args"]["bytes"], e["args"]["dtype"]) for e in s) for s in per_step] == \
             [[(16, "int32"), (288, "float32")]] * 2, (rank, per_step)
-        # the script's own comm hook: its all_reduce is recorded as a script's is
-        hook = [e for e in ops if e["args"].get("api") == "allreduce_hook"]
-        assert [e["args"]["bytes"] for e in hook] == [(4 * 2 + 2) * 4], hook
+        # the comm hook the script registered: its all_reduce is recorded as a script's is, at
+        # the backward's line, and named all_reduce: the backward called the hook, not the line
+        hook = [e for e in ops if e["args"]["caller"] == f"{script}:{_line_of('# HOOKED STEP')}"]
+        assert [(e["name"], e["args"]["bytes"], e["args"].get("api"), e["args"].get("via")) for e in hook] == \
+            [("all_reduce", (4 * 2 + 2) * 4, None, None)], hook
     assert meta["unfinished_ops"] == 0
 
 
