@@ -75,14 +75,15 @@ class _Finish:
         self.set_keys: dict[str, tuple[int, str]] = {}      # store key -> (rank, caller) that last set it
         self.resets: dict[str, tuple[int, str]] = {}        # store key -> (rank, caller) that reset a counter
         self.elected: dict[str, tuple[int, str]] = {}       # store key -> (rank, caller) that won its compare_set
+        self.timeouts: dict[tuple[int, str], int] = {}      # (rank, pg) -> the group's timeout there, ms
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
         return Evidence(self.seen, spec.nodes, spec.fewest_nodes, bool(spec.workloads),
                         list(self.run.record.faults), self.found, self.diagnosis,
                         ended_in=self.ended_in, ended_at=self.ended_at, destroyed=self.destroyed,
-                        deleted=self.deleted, added=self.added, set_keys=self.set_keys, resets=self.resets, elected=self.elected,
-                        previous=self.previous,
+                        deleted=self.deleted, added=self.added, set_keys=self.set_keys, resets=self.resets,
+                        elected=self.elected, timeouts=self.timeouts, previous=self.previous,
                         **more)
 
     def decide(self, **more) -> None:
@@ -180,6 +181,7 @@ class _Finish:
             self.set_keys = set_keys(summary.calls)
             self.resets = reset_keys(summary.calls)
             self.elected = elections(summary.calls)
+            self.timeouts = summary.group_timeouts
         if summary.raised_count:
             first = summary.raised[0] if summary.raised else ""
             run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "

@@ -102,7 +102,8 @@ class Evidence:
     added: dict[str, tuple[list[int], str]] = field(default_factory=dict)  # store key -> (ranks, caller) that added
     set_keys: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that last set it
     resets: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that set it after others added
-    elected: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that won its compare_set
+    elected: dict[str, tuple[int, str]] = field(default_factory=dict)
+    timeouts: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, pg) -> the group's timeout there, ms  # store key -> (rank, caller) that won its compare_set
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -151,7 +152,7 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
                 and not (first.error and first.error.get("file")):
             first.last_op = ev.ended_in[first.rank]      # it died saying nothing of where: its records do
         if first is not None and diagnosis is not None:
-            first = _odd_call_behind(first, diagnosis, ev.found) or first
+            first = _odd_call_behind(first, diagnosis, ev.found, ev.timeouts) or first
             first = _the_leavers_waited_for(first, diagnosis, ev.found) or first
         if first is not None:
             _name_the_call(first, ev.ended_at, where)
@@ -184,7 +185,8 @@ def _group_made_apart(diagnosis: Diagnosis | None) -> bool:
     return diagnosis is not None and diagnosis.mismatch is not None and "members" in diagnosis.mismatch.differs
 
 
-def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Findings) -> FirstFailure | None:
+def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Findings,
+                     timeouts: dict[tuple[int, str], int] | None = None) -> FirstFailure | None:
     """The cause behind a first failure that is only a symptom, where the trace names it: a
     rank that died without a line of its own (gloo's size check aborts the rank that
     receives more than it expected: SIGABRT) inside a collective whose ranks' calls differed
@@ -193,7 +195,9 @@ def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Fin
     (rank 0 still preparing data past the group's timeout) is the symptom of that rank's absence
     (a rank that finished and was then stopped with the others, SIGTERM, is no failure of
     its own). The other rank is then the first failure, the first rank's end its
-    `peer_rank`, `peer_error`. None: not so."""
+    `peer_rank`, `peer_error`. None: not so, or the rank timed out in a group whose timeout
+    it made shorter than the other members did (minutes read as seconds, on its node only):
+    its own timeout is the cause, not the other rank's time."""
     culprit = diagnosis.rank
     if first.rank is None or culprit is None or culprit == first.rank or first.fault or first.left_early:
         return None
@@ -213,6 +217,9 @@ def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Fin
     waited = gone and any(culprit in st.missing and first.rank in st.waiting for st in stuck)
     if not (odd or waited):
         return None
+    if waited and tracebacks.timed_out_waiting(error.get("exception")) and any(
+            _shorter_timeout(first.rank, st, timeouts or {}) for st in stuck if first.rank in st.waiting):
+        return None
     if error.get("file"):
         peer_error = dict(error)
     else:
@@ -222,6 +229,13 @@ def _odd_call_behind(first: FirstFailure, diagnosis: Diagnosis, found: blame.Fin
     return FirstFailure(culprit, blame.node_of_rank(culprit, found), found.exit_codes.get(culprit),
                         collective=diagnosis, peer_rank=first.rank, peer_error=peer_error,
                         blamed_for="odd call" if odd else "absence")
+
+
+def _shorter_timeout(rank: int, st: Stuck, timeouts: dict[tuple[int, str], int]) -> bool:
+    """The group's timeout on `rank` is shorter than on every other member that said its."""
+    mine = timeouts.get((rank, st.pg))
+    theirs = [timeouts[(r, st.pg)] for r in [*st.waiting, *st.missing] if r != rank and (r, st.pg) in timeouts]
+    return mine is not None and bool(theirs) and mine < min(theirs)
 
 
 def _killed_by_fault(first: FirstFailure) -> bool:

@@ -27,6 +27,7 @@ def test_what_the_writer_writes_reads_back():
     assert records.decode(_payload(records.trace_line({"k": "R", "i": 7, "t": 10, "error": "ValueError: x"}))) \
         == records.Raised(7, 10, "ValueError: x")
     assert records.decode(b'{"k":"G","pg":"pg1","ranks":[0,2]}') == records.Group("pg1", [0, 2])
+    assert records.decode(b'{"k":"G","pg":"pg1","ranks":[0,2],"timeout_ms":3000}') == records.Group("pg1", [0, 2], 3000)
     assert records.decode(b'{"k":"C","offset_ns":-5,"rtt_ns":9}') == records.Clock(-5, 9)
     assert records.decode(b'{"k":"C","error":"no store"}') == records.Clock(error="no store")
     assert records.decode(b"X 1 2 3 4 5") == records.Begin(1, 2, 3, 4, 5)       # the earlier recorder's
@@ -41,6 +42,7 @@ EVERY_FAMILY = [
     records.Clock(-5, 9),
     records.Clock(error="no store"),
     records.Group("pg1", [0, 2]),
+    records.Group("pg2", [1, 3], 3_000),
     records.Site(3, "all_reduce", "default_pg", False, 4000, "float32", [1000], None, None, "job.py:9",
                  "all_gather_object", None, "SUM"),
     records.Site(4, "send", "pg2", True, 16, "int64", [2], 1, None, "job.py:12", None, "c++"),

@@ -422,6 +422,20 @@ def test_ranks_that_timed_out_waiting_for_a_rank_still_busy_elsewhere_blame_it_a
     first = decide(Findings(**{**found.__dict__, "errors": {1: own, 2: own}}))
     assert (first.rank, first.ranks, first.blamed_for) == (None, [1, 2], None), first
 
+    # a timeout the rank made shorter than the others' (its node read minutes as seconds):
+    # its own timeout is the cause, not rank 0's time; rank 1 alone timed out, and stays
+    def decide_with(found, timeouts):
+        return verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3),
+                              Evidence(Seen(Ending.BACKEND_FAILURE, [NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)]),
+                                       1, 1, False, found=found, diagnosis=Diagnosis.from_dict(stuck),
+                                       timeouts=timeouts), "runs/x").first_failure
+    alone = Findings(**{**found.__dict__, "exit_codes": {0: -15, 1: 1, 2: -15}, "errors": {1: timed_out},
+                        "root_causes": {0: 1}})
+    first = decide_with(alone, {(1, "default_pg"): 3000, (2, "default_pg"): 1_800_000})
+    assert (first.rank, first.blamed_for) == (1, None), first
+    first = decide_with(alone, {(1, "default_pg"): 1_800_000, (2, "default_pg"): 1_800_000})
+    assert (first.rank, first.blamed_for) == (0, "absence"), first
+
 
 def test_an_error_raised_inside_torch_after_another_rank_s_odd_call_is_its_symptom():
     """DDP's join: rank 2, out of batches, shadows DDP's collectives while ranks 0 and 1

@@ -46,6 +46,7 @@ class RankBuilder:
         self.max_pending = max_pending              # ops begun and not yet ended, held at most
         self.info = self.summary.ranks.setdefault(rank, RankInfo(rank))
         self.groups: dict[str, list[int]] = {}
+        self.timeouts: dict[str, int] = {}     # pg -> its timeout on this rank, ms (where the G line says)
         self.last: dict[str, Op] = {}               # pg -> last collective entered
         self.processes: dict[str, _Process] = {}
         self.alive = 0                              # latest time seen (rank 0's clock)
@@ -204,6 +205,8 @@ class RankBuilder:
             p.base = rec.t0
         elif isinstance(rec, records.Group):
             self.groups[rec.pg] = rec.ranks
+            if rec.timeout_ms is not None:
+                self.timeouts[rec.pg] = rec.timeout_ms
         elif isinstance(rec, records.Who):
             self.info.node = rec.node
             self.info.host = rec.host

@@ -308,6 +308,7 @@ def merge(run_path: str | Path, world: int | None = None, hostnames: dict[int, s
         for reader in readers:
             for pg, members in reader.groups.items():
                 groups.setdefault(pg, members)
+            summary.group_timeouts.update(((reader.rank, pg), ms) for pg, ms in reader.timeouts.items())
         end = max([r.alive for r in readers] + [t0])
         summary.end_ns = end if firsts else None
         m.finish(end)

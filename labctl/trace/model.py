@@ -426,6 +426,7 @@ class Summary:
     unmatched_sends: dict[tuple[str, int, int], "Unreceived"] = field(default_factory=dict)  # (pg, src, dst) ->
     send_sites: dict[tuple[str, int, str], SendSite] = field(default_factory=dict)  # (pg, src, caller) ->
     collective_sites: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, caller) -> collectives issued there
+    group_timeouts: dict[tuple[int, str], int] = field(default_factory=dict)   # (rank, pg) -> its timeout there, ms
     p2p_calls: dict[tuple[int, str, int], list[tuple[int, str, str]]] = field(default_factory=dict)
     # (rank, pg, peer) -> its newest p2p ops with that peer: (p2p number, call, caller), P2P_KEPT of them
     calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS

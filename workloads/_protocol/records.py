@@ -16,7 +16,7 @@ the field; nothing else parses a payload.
                                                         measured at start-up); both absent in older files
     {"k":"M",...}                         Who           rank, world, node, local_rank, backend, host, pid, t
     {"k":"C","offset_ns":..,"rtt_ns":..}  Clock         the clock against rank 0's (or "error")
-    {"k":"G","pg":..,"ranks":[..]}        Group         a process group's global ranks
+    {"k":"G","pg":..,"ranks":[..],"timeout_ms":..}  Group  a process group's global ranks, its timeout here
     {"k":"S","s":..,"op":..,...}          Site          what repeats between ops of one call site
                                                         (op, pg, kind, bytes, dtype, shape, peer|root,
                                                         reduce, caller, api, via)
@@ -118,6 +118,7 @@ class Clock:
 class Group:
     pg: str
     ranks: list[int]
+    timeout_ms: int | None = None       # the group's timeout on this rank (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +317,8 @@ def _decode_json(kind: Any, rec: dict) -> Record:
         ranks = rec["ranks"]
         if type(ranks) is not list or len(ranks) > MAX_RANKS:
             raise BadRecord(f"trace record with unusable ranks: {str(ranks)[:40]}")
-        return Group(text(rec["pg"], "pg"), [whole(r, "rank") for r in ranks])
+        return Group(text(rec["pg"], "pg"), [whole(r, "rank") for r in ranks],
+                     opt_whole(rec.get("timeout_ms"), "timeout"))
     if kind == "M":
         t = rec.get("t")
         return Who(opt_whole(rec.get("rank"), "rank"), opt_whole(rec.get("node"), "node"),
@@ -464,7 +466,8 @@ def _present(**fields: Any) -> dict[str, Any]:
 
 _ENCODERS: dict[type, Any] = {
     Header: _header, Who: _who, Clock: _clock, Site: _site, Begin: _begin, End: _end,
-    Group: lambda r: trace_line({"k": "G", "pg": r.pg, "ranks": r.ranks}),
+    Group: lambda r: trace_line({"k": "G", "pg": r.pg, "ranks": r.ranks}
+                                | ({"timeout_ms": r.timeout_ms} if r.timeout_ms is not None else {})),
     Raised: lambda r: trace_line({"k": "R", "i": r.ident, "t": r.t, "error": r.error[:300]}),
     Alive: lambda r: trace_line({"k": "T", "t": r.t}),
     OldOp: _old_op, OldEnd: _old_end, FrEntry: _fr_entry,

@@ -123,8 +123,21 @@ def _name_group(group: Any) -> tuple[Any, str, list[int]]:
         name = f"{name}@{_retired[name]}"
     ranks = [int(r) for r in dist.get_process_group_ranks(group)]
     named = _groups[id(group)] = (_ref(group), name, ranks)
-    write(records.Group(name, ranks))
+    write(records.Group(name, ranks, _timeout_ms(group)))
     return named
+
+
+def _timeout_ms(group: Any) -> int | None:
+    """The group's timeout on this rank (its backend's options): one made with a shorter
+    timeout on one rank than on the others times out there first."""
+    import torch
+    for device in ("cpu", "cuda"):
+        try:
+            timeout = group._get_backend(torch.device(device)).options._timeout
+            return int(timeout.total_seconds() * 1000)
+        except Exception:          # noqa: BLE001 - no backend for that device, or no options: not known
+            continue
+    return None
 
 
 def raised(ident: int, route: _Route, seq: int, exc: BaseException) -> None:
