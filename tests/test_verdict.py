@@ -735,6 +735,30 @@ def test_every_rank_waiting_for_a_key_nobody_set_blames_the_winner_of_the_electi
         assert first is None or first.op != "store.compare_set", first
 
 
+def test_every_rank_waiting_in_the_store_for_a_key_only_one_of_them_will_set_blames_it():
+    """Each rank publishes `token_count/<rank>` and waits for all counts; the vocabulary
+    owner (rank 2) waits before it publishes. Ranks 0 and 1 set theirs: by that pattern the
+    key nobody set is rank 2's, and rank 2 waits itself: it is the cause, at its read. Keys
+    that do not name their setter, or a missing key of no one rank's, name nobody so."""
+    found = Findings(world=3, ranks={0, 1, 2}, finished=set(), total=0, node_ranks={0: [0, 1, 2]})
+    keys = "token_count/0, token_count/1, token_count/2"
+    waiting = {r: {"op": "store.wait", "caller": "/x/job.py:20", "inside": True, "key": keys} for r in (0, 1, 2)}
+    ranked = {f"token_count/{r}": (r, "/x/job.py:15") for r in (0, 1)}
+
+    def decide(set_keys, ended=waiting):
+        ev = Evidence(Seen(Ending.DEADLINE, [_ok(0)]), 1, 1, False, found=found, ended_at=ended, set_keys=set_keys)
+        return verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3), ev, "runs/x").first_failure
+
+    first = decide(ranked)
+    assert (first.rank, first.op, first.caller, first.hang) == (2, "store.wait", "/x/job.py:20", True), first
+    for other in ({"token_count/0": (1, "/x/job.py:15")}, {}):
+        first = decide(other)
+        assert first is None or first.rank != 2, first
+    odd = {r: {**w, "key": "token_count/0, token_count/1, ready"} for r, w in waiting.items()}
+    first = decide(ranked, odd)
+    assert first is None or first.rank != 2, first
+
+
 def test_an_election_is_the_first_compare_set_of_a_key_two_ranks_made():
     from labctl.trace.calls import elections
     from labctl.trace.model import Op
