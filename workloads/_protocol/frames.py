@@ -9,6 +9,9 @@ import os
 
 # a path with one of these is a library's: installed packages, the standard library, frozen
 LIBRARY = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+# a compiled extension's source (Cython): its frames name it relative to its package
+# ("numpy/random/_mt19937.pyx"), and no script is one
+COMPILED = (".pyx", ".pxd", ".pxi")
 # the lab's harness around the script (workloads/_trace.py: the recorder of older runs' logs)
 HARNESS_FILES = ("workloads/_script.py", "workloads/_stacks.py", "workloads/__main__.py", "workloads/_trace.py",
                  "workloads/_record.py")
@@ -21,7 +24,7 @@ TORCH_WRAPPERS = frozenset({"wrapper", "_wrapper", "inner", "decorator", "decora
 def user_frame(path: str) -> bool:
     """A frame at `path` is the user's: not the harness, and a workload or outside every
     library (a script run from anywhere, `python -c`'s `<string>`)."""
-    if path.endswith(HARNESS_FILES) or any(p in path for p in HARNESS_PACKAGES):
+    if path.endswith(HARNESS_FILES) or any(p in path for p in HARNESS_PACKAGES) or path.endswith(COMPILED):
         return False
     if "/workloads/" in path:
         return True
