@@ -26,7 +26,8 @@ from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .runrecord import TraceSummary
 from .trace.calls import (added_keys, aliased_outputs, deleted_keys, destroyed_at, elections, not_a_member,
-                          read_before_wait, reset_keys, set_keys, swapped_senders, wrote_into_a_copy)
+                          not_contiguous, read_before_wait, reset_keys, set_keys, swapped_senders,
+                          wrote_into_a_copy)
 from .trace.model import Diagnosis
 from .rundir import (PAGE_FILE, REPORT_FILE, RESULTS_FILE, TRACE_FILE, RunDir, StorageError, now,
                      storage_cause)
@@ -152,6 +153,7 @@ class _Finish:
         mismatch = summary.group_mismatch or (summary.mismatch_found[0] if summary.mismatch_found else None)
         hazards = [h for h in (not_a_member(summary.calls), read_before_wait(summary.calls),
                                aliased_outputs(summary.calls), wrote_into_a_copy(summary.calls),
+                               not_contiguous(summary.calls),
                                swapped_senders(summary.calls, summary.ranks))
                    if h is not None]
         run.record.trace = TraceSummary(TRACE_FILE, summary.ops, summary.missing_ranks,

@@ -189,6 +189,8 @@ slots = [torch.zeros(2)] * 3
 dist.all_gather(slots, torch.full((2,), float(rank)))
 counts = torch.ones(2, dtype=torch.int64)
 dist.all_reduce(counts.float())
+table = torch.ones(3, 2)
+dist.broadcast(table[:, 0] if rank == 0 else torch.empty(3), src=0)
 dist.destroy_process_group()
 """
 
@@ -199,7 +201,8 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
     before waiting (line 21); rank 2 receives from any source at two lines that drop the
     sender, and rank 1's message comes first (rank 0 sends once rank 2 has one: lines 14,
     16); every rank all_gathers into a list that holds one tensor three times (line 33), and
-    all_reduces into the copy `.float()` made of its int64 counts (line 35).
+    all_reduces into the copy `.float()` made of its int64 counts (line 35); rank 0 broadcasts
+    a column of a table, not contiguous (line 37).
     status.json's trace.hazard is the first; a note says each."""
     script = tmp_path / "job.py"
     script.write_text(HAZARDS)
@@ -219,6 +222,7 @@ def test_calls_torch_lets_pass_are_said_though_the_run_passed(tmp_path):
     assert re.search(rf"rank \d's all_gather at {re.escape(str(script))}:33 wrote into an output list that holds one "
                      r"tensor in several slots", notes), notes
     assert re.search(rf"rank \d's all_reduce at {re.escape(str(script))}:35 wrote its result into a copy", notes), notes
+    assert f"rank 0's broadcast at {script}:37 was given a tensor that is not contiguous" in notes, notes
     # the call DTensor's gather came from is the method the script's line called
     # (full_tensor), not the private machinery under it (redistribute_local_tensor)
     sites = [json.loads(line.split(" ", 1)[1]) for path in sorted((out / "records").glob("rank-*.rec"))

@@ -140,6 +140,20 @@ def aliased_outputs(calls: dict[int, list[Op]]) -> Hazard | None:
                        f"(make one tensor per slot: [torch.zeros_like(t) for _ in range(n)])")
 
 
+def not_contiguous(calls: dict[int, list[Op]]) -> Hazard | None:
+    """The first collective given a tensor that is not contiguous (a column of a table,
+    `table[:, 0]`): where torch lets it pass (gloo's broadcast), the bytes sent are the
+    storage's as it lies, and the others receive other elements."""
+    if (first := _first(calls, "not_contiguous")) is None:
+        return None
+    rank, op = first
+    what = op.key or "a collective"
+    return Hazard(rank=rank, op=what, caller=op.caller,
+                  text=f"rank {rank}'s {what} at {op.caller} was given a tensor that is not contiguous (a strided "
+                       f"view such as a column of a table): where torch lets it pass, the storage is sent as it lies "
+                       f"and the other ranks get other elements (pass `.contiguous()`, and copy the result back)")
+
+
 def wrote_into_a_copy(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first collective that wrote its result into a copy its line made and dropped
     (`dist.all_reduce(counts.float())` where `.float()` copied): the rank kept its own values."""

@@ -84,6 +84,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("read_before_wait", Kind.CALL),  # an irecv's buffer read before its work was waited on
     Op("aliased_outputs", Kind.CALL),  # a collective's output list holding one tensor in two slots
     Op("into_a_copy", Kind.CALL),  # a collective writing into a copy its line made of a tensor and dropped
+    Op("not_contiguous", Kind.CALL),  # a collective given a tensor that is not contiguous (a strided view)
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life

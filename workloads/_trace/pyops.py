@@ -81,6 +81,8 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
     reducing = method.reduces
     a2a = method.op == "all_to_all_single"  # (output, input, output_split_sizes, input_split_sizes, opts)
     outputs, writes = method.output_list, method.writes_input
+    import torch
+    strided = torch.strided
     routes: dict[int, _Route] = {}          # id(group) -> route
 
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -126,6 +128,9 @@ def _wrap_method(method: ops.Method, original: Any) -> Any:
             if outer is not None:           # found again by what this path looks up
                 _sites[(route.rid, id(code), lasti, shape, dtype, nbytes, where, name, api, reduce, splits)] = site
             dropped = anysource and code is not None and drops_result(code, lasti)
+            if index >= 0 and code is not None and isinstance(first, tensor_class) and first.layout is strided \
+                    and not first.is_contiguous():
+                mark("not_contiguous", api or name or op, code, lasti)
             if outputs and code is not None and _aliased(args[0] if args else kwargs.get("output_tensors")):
                 mark("aliased_outputs", api or name or op, code, lasti)
             if writes and code is not None and index >= 0 and (where is None or op != "broadcast"
