@@ -147,6 +147,7 @@ class Findings:
     finished: set[int] = field(default_factory=set)              # ranks that said workload_done
     finished_world: set[int] = field(default_factory=set)        # the world sizes they said it in
     stacks: dict[int, list[str]] = field(default_factory=dict)   # rank -> its last stack dump
+    spinning: dict[int, int] = field(default_factory=dict)       # rank -> the loop's first line it spins in
     store_unreached: dict[int, str] = field(default_factory=dict)  # rank -> the store it said it cannot reach
     error_files: dict[int, ErrorFile] = field(default_factory=dict)  # rank -> its torch elastic error file
     summaries: dict[int, list[logs.FailedWorker]] = field(default_factory=dict)  # node -> its agent's failure summary
@@ -189,6 +190,7 @@ class Findings:
         self.exit_times.update({r: (t, index) for r, t in reader.exit_times.items()})
         self.errors.update(reader.errors())
         self.stacks.update(reader.stack_dumps())
+        self.spinning.update(reader.spinning())
         self.store_unreached.update(reader.store_unreached)
         agent_error = reader.agent_error()
         if agent_error and not tracebacks.launcher_wrapper(agent_error.get("exception")):

@@ -390,6 +390,11 @@ class NodeLogReader:
             tracker.close()
         return {r: t.best for r, t in self.stacks.items() if t.best}
 
+    def spinning(self) -> dict[int, int]:
+        """rank -> the first line of the loop its last two asked stack dumps show it spin in."""
+        found = {r: t.spinning() for r, t in self.stacks.items()}
+        return {r: line for r, line in found.items() if line is not None}
+
     def errors(self) -> dict[int, dict]:
         return {r: t.error for r, t in self.error_trackers.items() if t.error}
 

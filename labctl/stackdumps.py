@@ -11,6 +11,7 @@ from typing import Iterable
 
 from workloads._protocol import SIGTERM_STACKS_MARKER
 
+from .trace.branches import loop_around
 from .tracebacks import DIST_WRAPPERS, own_frame, without_rank_prefix
 
 _STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
@@ -29,6 +30,7 @@ class StackTracker:
         self.capturing: list[str] | None = None
         self.threads: set[str] = set()          # the thread ids of the dump being read
         self.last: list[str] | None = None
+        self.earlier: list[str] | None = None   # the asked dump before `last`
         self.at_sigterm: list[str] | None = None
         self._marked = False                    # the next dump follows the SIGTERM marker
         self._reading_marked = False            # ... and the one being read did
@@ -70,8 +72,19 @@ class StackTracker:
             if self._reading_marked:
                 self.at_sigterm = self.capturing
             else:
-                self.last = self.capturing
+                self.earlier, self.last = self.last, self.capturing
         self.capturing = None
+
+    def spinning(self) -> int | None:
+        """The first line of the loop this rank spins in: its dumps (the last two asked, the
+        one at SIGTERM) have its own innermost frame in one function, in no torch.distributed
+        call, at two lines or more of one loop (a power iteration whose NaN never converges).
+        None: not seen so."""
+        seen = [where_stuck(d) for d in (self.earlier, self.last, self.at_sigterm) if d]
+        if len(seen) < 2 or any(not w or w.get("call") for w in seen) \
+                or len({(w["file"], w["function"]) for w in seen}) != 1 or len({w["line"] for w in seen}) < 2:
+            return None
+        return loop_around(seen[0]["file"], sorted({w["line"] for w in seen}))
 
 
 def dump_threads(dump: Iterable[str]) -> list[tuple[str, list[str]]]:

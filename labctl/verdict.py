@@ -135,6 +135,9 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             if fired and state is not RunState.INTERRUPTED:
                 first = blame.fault_cause(first, outcomes, ev.found, fired)
         where = {r: stackdumps.where_stuck(lines) for r, lines in ev.found.stacks.items()}
+        for r, loop in ev.found.spinning.items():      # spinning in a loop: the loop is where it is
+            if where.get(r) and not where[r].get("call"):
+                where[r] = {**where[r], "line": loop}
         diagnosis = ev.diagnosis
         if state is RunState.TIMEOUT and (first is None or first.hang) and not _group_made_apart(diagnosis):
             # ranks held in a call every rank must make (new_group) wait for those elsewhere,

@@ -55,3 +55,33 @@ def test_a_dump_asked_for_beats_the_one_a_rank_writes_when_stopped():
             tracker.feed(f"[rank0]:{line}")
         tracker.close()
         assert stackdumps.where_stuck(tracker.best)["call"] == call, lines
+
+
+def test_a_rank_seen_at_two_lines_of_one_loop_spins_there_and_the_loop_is_its_line(tmp_path):
+    """A power iteration whose NaN never converges: the dump labctl asked for has rank 0 at
+    line 5, the one it wrote at SIGTERM at line 6, both in `top` and in no torch call: it
+    spins in the `while` of line 3, and that is its line (StackTracker.spinning). One line
+    twice, or a dump inside a collective, is no spinning."""
+    from workloads._protocol import SIGTERM_STACKS_MARKER
+    script = tmp_path / "job.py"
+    script.write_text("def top(x):\n    s, prev = 0.0, 1.0\n    while not abs(s - prev) < 1e-5:\n"
+                      "        prev = s\n        x = x * 2\n        s = x\n    return s\n")
+
+    def dump(line, call=None):
+        inner = [f'  File "/v/site-packages/torch/distributed/distributed_c10d.py", line 9 in {call}'] if call else []
+        return ['Current thread 0x00007f2 (most recent call first):', *inner,
+                f'  File "{script}", line {line} in top', f'  File "{script}", line 12 in <module>']
+
+    def tracker(*dumps):
+        t = stackdumps.StackTracker()
+        for d in dumps:
+            for line in d:
+                t.feed(line)
+        t.close()
+        return t
+
+    assert tracker(dump(5), [SIGTERM_STACKS_MARKER, *dump(6)]).spinning() == 3
+    assert tracker(dump(5), dump(6)).spinning() == 3                   # two asked dumps alike
+    assert tracker(dump(5), [SIGTERM_STACKS_MARKER, *dump(5)]).spinning() is None
+    assert tracker(dump(5, "all_reduce"), dump(6)).spinning() is None
+    assert tracker(dump(5)).spinning() is None

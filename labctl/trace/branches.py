@@ -171,6 +171,19 @@ def left_loop_early(ahead: str, behind: str) -> int | None:
     return first if line > last else None
 
 
+def loop_around(file: str, lines: list[int]) -> int | None:
+    """The first line of the innermost loop of `file` that holds every one of `lines` (a rank
+    seen at two lines of one loop, between two stack dumps, spins in it: the loop whose
+    condition never ends is the line to show), else None."""
+    try:
+        st = Path(file).stat()
+    except OSError:
+        return None
+    loops, _ = _blocks(file, st.st_mtime_ns, st.st_size)
+    holding = [(first, last) for first, last in loops if all(first <= x <= last for x in lines)]
+    return max(holding)[0] if holding else None
+
+
 def _where(caller: str) -> tuple[str | None, int]:
     file, _, line = (caller or "").rpartition(":")
     return (file, int(line)) if file and line.isdigit() else (None, 0)
