@@ -125,3 +125,23 @@ def test_of_two_ranks_blocked_in_p2p_the_one_that_broke_its_pattern_skipped_a_ca
     both = dict(calls)
     both[(1, "default_pg", 0)] = [(n, "recv", f"job.py:{x}") for n, x in enumerate([32, 34, 32, 34, 32, 32], 1)]
     assert blame(Summary(blocked_p2p=blocked, p2p_calls=both))[:2] == (None, [0, 1])   # both broke theirs
+
+
+def test_a_rank_that_only_sends_to_a_peer_whose_send_to_it_is_never_received_is_the_odd_one():
+    """A 4-stage pipeline's last stage builds its batch with isend where it means irecv: it
+    sends stage 2 two messages a micro-batch and receives none. Stage 2's send to it is never
+    received and stage 1 waits for stage 2: stage 3 is named, with its call and line, not
+    stage 2 (as a send to the wrong peer would be). Where stage 3 also received from stage
+    2, stage 2's send to the wrong peer stays the reading."""
+    from labctl.trace.model import Unreceived
+    recv = _p2p(1, 3, "irecv", 2, 26, None)
+    sent = _p2p(2, 1, "isend", 3, 26)
+    only = [(1, "batch_isend_irecv", "job.py:26", "isend"), (2, "batch_isend_irecv", "job.py:26", "isend")]
+    s = Summary(blocked_p2p=[recv], unmatched_sends={("default_pg", 2, 3): Unreceived(sent, 1, 0, None)},
+                p2p_calls={(3, "default_pg", 2): only})
+    culprit, ranks, op, caller, lead = blame(s)
+    assert (culprit, ranks, op, caller) == (3, [3], "batch_isend_irecv", "job.py:26"), lead
+    assert lead[0].startswith("rank 3 only sent to rank 2")
+    both = only[:1] + [(2, "batch_isend_irecv", "job.py:26", "irecv")]
+    s.p2p_calls = {(3, "default_pg", 2): both}
+    assert blame(s)[:2] == (2, [2])

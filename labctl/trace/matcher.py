@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads._protocol.ops import BLOCKING_P2P, DEFAULT_PG, DESTROY, RECVS
+from workloads._protocol.ops import BLOCKING_P2P, DEFAULT_PG, DESTROY, RECVS, SENDS
 
 from .branches import left_loop_early, singled_out
 from .model import Diagnosis, Mismatch, Op, Stuck, Summary
@@ -306,6 +306,13 @@ def blame(s: Summary) -> tuple[int | None, list[int], str | None, str | None, li
                 f"rank {op.rank} waits to receive from rank {op.peer} at {op.caller} (rank {dst} skipped a receive?)"]
         if wrong:
             dst, u = wrong[0]
+            only_sent = _only_sent(s, op.pg, dst, op.peer) if u.received == 0 else None
+            if only_sent is not None:      # it never receives from that peer at all: its send is the odd call
+                return dst, [dst], only_sent[1], only_sent[2], [
+                    f"rank {dst} only sent to rank {op.peer} ({only_sent[3]} at {only_sent[2]}) and never received "
+                    f"from it: rank {op.peer}'s send to it at {u.send.caller} was never received, while rank "
+                    f"{op.rank} waits to receive from rank {op.peer} at {op.caller} (rank {dst} posts a send where "
+                    f"it should receive?)"]
             send = u.send
             caller = send.caller
             return op.peer, [op.peer], send.call, caller, [
@@ -377,6 +384,15 @@ def _destroyed_while_waited_in(s: Summary) -> tuple[int | None, list[int], str |
     return None
 
 
+def _only_sent(s: Summary, pg: str, rank: int, peer: int) -> tuple | None:
+    """The newest of `rank`'s p2p calls with `peer`, where every one it made (two or more)
+    was a send: (number, call, caller, op). None: it received from `peer` too, or too few."""
+    kept = sorted(s.p2p_calls.get((rank, pg, peer), []))
+    if len(kept) < 2 or any(len(k) < 4 or k[3] not in SENDS for k in kept):
+        return None
+    return kept[-1]
+
+
 def _period(lines: list[str]) -> int | None:
     """The shortest period (1 to 4) that `lines` repeats at least twice over, else None."""
     for p in range(1, 5):
@@ -398,7 +414,7 @@ def _broke_its_pattern(s: Summary, blocked: list[Op]
         kept = sorted(s.p2p_calls.get((op.rank, op.pg, op.peer), []))
         if not kept or kept[-1][0] != op.p2p:
             return None
-        lines = [caller for _, _, caller in kept[:-1]]
+        lines = [k[2] for k in kept[:-1]]
         period = _period(lines)
         if period is None:
             return None
@@ -408,9 +424,10 @@ def _broke_its_pattern(s: Summary, blocked: list[Op]
     if len(said) != 2 or len(broke) != 1:
         return None
     rank = broke[0]
-    (_, call, caller), (_, _, instead), period = said[rank]
+    expected, last, period = said[rank]
+    call, caller, instead = expected[1], expected[2], last[2]
     other = next(r for r in said if r != rank)
-    pattern = ", ".join(c.rpartition(":")[2] for _, _, c in sorted(s.p2p_calls[(rank, blocked[0].pg, other)])[-1 - period:-1])
+    pattern = ", ".join(k[2].rpartition(":")[2] for k in sorted(s.p2p_calls[(rank, blocked[0].pg, other)])[-1 - period:-1])
     return rank, [rank], call, caller, [
         f"rank {rank}'s p2p calls with rank {other} repeated lines {pattern} until its newest, from {instead} where "
         f"its pattern said {caller}, while rank {other}'s came where its own said: rank {rank} skipped its {call} "

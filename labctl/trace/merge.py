@@ -155,7 +155,7 @@ class _Merge:
             if kept is None and len(s.p2p_calls) < MAX_SEND_SITES:
                 kept = s.p2p_calls[(op.rank, op.pg, op.peer)] = []
             if kept is not None:
-                kept.append((op.p2p, op.call, op.caller))
+                kept.append((op.p2p, op.call, op.caller, op.op))
                 if len(kept) > 2 * P2P_KEPT:        # the newest by number (ops may come out of order)
                     kept.sort()
                     del kept[:-P2P_KEPT]

@@ -427,8 +427,8 @@ class Summary:
     send_sites: dict[tuple[str, int, str], SendSite] = field(default_factory=dict)  # (pg, src, caller) ->
     collective_sites: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, caller) -> collectives issued there
     group_timeouts: dict[tuple[int, str], int] = field(default_factory=dict)   # (rank, pg) -> its timeout there, ms
-    p2p_calls: dict[tuple[int, str, int], list[tuple[int, str, str]]] = field(default_factory=dict)
-    # (rank, pg, peer) -> its newest p2p ops with that peer: (p2p number, call, caller), P2P_KEPT of them
+    p2p_calls: dict[tuple[int, str, int], list[tuple[int, str, str, str]]] = field(default_factory=dict)
+    # (rank, pg, peer) -> its newest p2p ops with that peer: (p2p number, call, caller, op), P2P_KEPT of them
     calls: dict[int, list[Op]] = field(default_factory=dict)   # rank -> its calls (new_group ...), the first MAX_CALLS
     group_mismatch: "Mismatch | None" = None   # the ranks whose new_group members differed (labctl/trace/calls.py)
 
