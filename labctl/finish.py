@@ -26,7 +26,7 @@ from .errors import Interrupted, LabError
 from .outcome import signal_name
 from .runrecord import TraceSummary
 from .trace.calls import (added_keys, aliased_outputs, deleted_keys, destroyed_at, elections, not_a_member,
-                          not_contiguous, read_before_wait, reset_keys, set_keys, swapped_senders,
+                          not_contiguous, pickled_by, read_before_wait, reset_keys, set_keys, swapped_senders,
                           wrote_into_a_copy)
 from .trace.model import Diagnosis
 from .rundir import (PAGE_FILE, REPORT_FILE, RESULTS_FILE, TRACE_FILE, RunDir, StorageError, now,
@@ -77,6 +77,7 @@ class _Finish:
         self.resets: dict[str, tuple[int, str]] = {}        # store key -> (rank, caller) that reset a counter
         self.elected: dict[str, tuple[int, str]] = {}       # store key -> (rank, caller) that won its compare_set
         self.timeouts: dict[tuple[int, str], int] = {}      # (rank, pg) -> the group's timeout there, ms
+        self.pickled: dict[int, set[str]] = {}              # rank -> the classes its object collectives sent
 
     def evidence(self, **more) -> Evidence:
         spec = self.run.spec
@@ -84,7 +85,7 @@ class _Finish:
                         list(self.run.record.faults), self.found, self.diagnosis,
                         ended_in=self.ended_in, ended_at=self.ended_at, destroyed=self.destroyed,
                         deleted=self.deleted, added=self.added, set_keys=self.set_keys, resets=self.resets,
-                        elected=self.elected, timeouts=self.timeouts, previous=self.previous,
+                        elected=self.elected, timeouts=self.timeouts, pickled=self.pickled, previous=self.previous,
                         **more)
 
     def decide(self, **more) -> None:
@@ -184,6 +185,7 @@ class _Finish:
             self.resets = reset_keys(summary.calls)
             self.elected = elections(summary.calls)
             self.timeouts = summary.group_timeouts
+            self.pickled = pickled_by(summary.calls)
         if summary.raised_count:
             first = summary.raised[0] if summary.raised else ""
             run.record.notes.append(f"trace: {summary.raised_count} op(s) raised before torch issued them "

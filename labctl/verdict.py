@@ -32,7 +32,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from workloads._protocol.ops import CALLS, DEFAULT_PG, P2P
+from workloads._protocol.ops import CALLS, DEFAULT_PG, OBJECT_APIS, P2P
 
 from . import blame, stackdumps, torchsays, tracebacks
 from .outcome import NodeOutcome, NodeState, RunState, spared
@@ -104,7 +104,8 @@ class Evidence:
     set_keys: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that last set it
     resets: dict[str, tuple[int, str]] = field(default_factory=dict)  # store key -> (rank, caller) that set it after others added
     elected: dict[str, tuple[int, str]] = field(default_factory=dict)
-    timeouts: dict[tuple[int, str], int] = field(default_factory=dict)  # (rank, pg) -> the group's timeout there, ms  # store key -> (rank, caller) that won its compare_set
+    timeouts: dict[tuple[int, str], int] = field(default_factory=dict)
+    pickled: dict[int, set[str]] = field(default_factory=dict)   # rank -> the classes its object collectives sent  # (rank, pg) -> the group's timeout there, ms  # store key -> (rank, caller) that won its compare_set
     storage_failure: str = ""         # the run folder could not be written: why
     cut: Cut | None = None
     previous: RunState | None = None  # `labctl down` of a run whose labctl could not collect
@@ -164,7 +165,8 @@ def decide(record: RunRecord, ev: Evidence, folder: str = "") -> RunRecord:
             _destroyed_first(first, ev.destroyed, ev.ended_at)
             first = _named_by_torch(first, ev.found, out.world_size, ev.ended_at) or first
             _everyone_raised_it(first, ev.found)
-            first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at) or first
+            if not _made_the_odd_call(first, out.trace.mismatch if out.trace else None):
+                first = _sent_what_could_not_be_loaded(first, ev.found, ev.ended_at, ev.pickled) or first
             first = deleted_before_it_was_read(first, ev.found, ev.ended_at, ev.deleted) or first
             first = never_added(first, ev.found, ev.ended_at, ev.added, out.world_size) or first
             first = store_writer(first, ev.found, ev.ended_at, ev.set_keys, out.world_size) or first
@@ -413,18 +415,41 @@ _UNLOADABLE = ("Can't get attribute", "UnpicklingError", "No module named", "Can
 _FROM_ROOT = ("broadcast_object_list", "scatter_object_list")
 
 
-def _sent_what_could_not_be_loaded(first: FirstFailure, found: blame.Findings,
-                                   ended_at: dict[int, dict]) -> FirstFailure | None:
+def _made_the_odd_call(first: FirstFailure, mismatch: Mismatch | None) -> bool:
+    """The rank that raised made the odd call of a collective the trace saw complete with
+    calls that differ (a broadcast_object_list of a longer list: what it then failed to
+    unpickle came of its own call, not of what the root sent)."""
+    raisers = list(first.ranks or []) or ([first.rank] if first.rank is not None else [])
+    return mismatch is not None and mismatch.rank is not None and mismatch.rank in raisers
+
+
+_CLASS_IN_ERROR = re.compile(r"\b([A-Za-z_]\w*)\.__init__\(\)|Can't get attribute '([A-Za-z_]\w*)'")
+
+
+def _sent_what_could_not_be_loaded(first: FirstFailure, found: blame.Findings, ended_at: dict[int, dict],
+                                   pickled: dict[int, set[str]] | None = None) -> FirstFailure | None:
     """The ranks that raised while unpickling what an object collective's root sent them (a
     class only the root defined, a module only it imported) are its victims: the root is
-    the first failure, with the call and the line. None: not such a failure, or the root
-    is among those that raised."""
+    the first failure, with the call and the line. So is, in any object collective, the one
+    rank whose pickled object named the class the error names (an exception class whose
+    `__init__` takes other arguments, in an all_gather_object's records: every rank fails to
+    load it). None: not such a failure, or the root is among those that raised."""
     raisers = list(first.ranks or []) or ([first.rank] if first.rank is not None else [])
     if not raisers or first.fault or first.left_early or first.blamed_for:
         return None
     error = found.errors.get(raisers[0]) or {}
     ended = ended_at.get(raisers[0]) or {}
     call = error.get("called") or error.get("call") or ended.get("op")
+    named = _CLASS_IN_ERROR.search(str(error.get("exception") or ""))
+    if named and pickled and call in OBJECT_APIS:
+        name = named.group(1) or named.group(2)
+        senders = [r for r, names in sorted(pickled.items()) if any(n.rpartition(".")[2] == name for n in names)]
+        if len(senders) == 1:
+            sender = senders[0]
+            at = f"{error['file']}:{error['line']}" if error.get("file") else ended.get("caller")
+            return FirstFailure(sender, blame.node_of_rank(sender, found), found.exit_codes.get(sender),
+                                peer_rank=next((r for r in raisers if r != sender), raisers[0]), peer_error=dict(error),
+                                blamed_for="sent it", op=call, caller=at)
     root = ended.get("root")
     if call not in _FROM_ROOT or not isinstance(root, int) or root in raisers \
             or not any(s in str(error.get("exception") or "") for s in _UNLOADABLE):

@@ -614,6 +614,31 @@ def test_ranks_that_each_raised_the_same_error_at_the_same_line_are_all_named():
     assert rec.first_failure.ranks == [0, 1], rec.first_failure
 
 
+def test_the_rank_whose_pickled_object_named_the_class_nobody_could_load_is_the_first_failure():
+    """Every rank raises inside all_gather_object while unpickling rank 3's record: it holds
+    a ShardFormatError whose __init__ takes two arguments. Only rank 3's pickle named that
+    class (the recorder's `pickled` calls): it is the first failure, "sent it", with the
+    call and the line. Two ranks that sent it, or none: the raisers stay."""
+    error = {"exception": "TypeError: ShardFormatError.__init__() missing 1 required positional argument: 'line_no'",
+             "file": "/x/job.py", "line": 38, "function": "<module>", "call": "all_gather_object",
+             "called": "all_gather_object"}
+    found = Findings(world=4, ranks={0, 1, 2, 3}, exit_codes={r: 1 for r in range(4)},
+                     errors={r: dict(error) for r in range(4)}, root_causes={0: 0}, node_ranks={0: [0, 1, 2, 3]})
+    failed = NodeOutcome(0, "lab-0", 1, NodeState.FAILED, 3.0)
+    sent = {r: {"builtins.dict"} for r in range(3)} | {3: {"job.ShardFormatError"}}
+
+    def decide(pickled):
+        return verdict.decide(RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 4, 4),
+                              Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found,
+                                       pickled=pickled), "runs/x").first_failure
+
+    first = decide(sent)
+    assert (first.rank, first.blamed_for, first.op, first.caller) == (3, "sent it", "all_gather_object",
+                                                                       "/x/job.py:38"), first
+    for other in ({**sent, 1: {"job.ShardFormatError"}}, {}):
+        assert decide(other).blamed_for is None
+
+
 def test_the_root_whose_object_the_others_could_not_unpickle_is_the_first_failure():
     """Ranks 1 and 2 raised the same AttributeError inside broadcast_object_list: rank 0, its
     root, had sent an instance of a class only it defined. Rank 0 is the first failure,
@@ -640,6 +665,19 @@ def test_the_root_whose_object_the_others_could_not_unpickle_is_the_first_failur
                          Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found, ended_at=ended),
                          "runs/x")
     assert rec.first_failure.rank != 0 and rec.first_failure.blamed_for is None
+    # the rank that raised made the odd call (a longer object list: its own sizes were off):
+    # what it could not unpickle came of its call, not of what the root sent
+    from labctl.runrecord import TraceSummary
+    from labctl.trace.model import Mismatch
+    found = Findings(world=3, ranks={0, 1, 2}, exit_codes={2: 1, 0: -15, 1: -15},
+                     errors={2: {**error, "exception": "_pickle.UnpicklingError: invalid load key, '\\x00'."}},
+                     root_causes={0: 2}, node_ranks={0: [0, 1, 2]})
+    record = RunRecord("lab-1", "lab", "local", "torchrun", "gloo", 1, 3, 3)
+    record.trace = TraceSummary("trace.json", 9, mismatch=Mismatch("default_pg", 2, [2], 2, "broadcast_object_list",
+                                                                 "/x/job.py:19", ["size"], {}, [], "rank 2 called ..."))
+    rec = verdict.decide(record, Evidence(Seen(Ending.BACKEND_FAILURE, [failed]), 1, 1, False, found=found,
+                                          ended_at=ended), "runs/x")
+    assert (rec.first_failure.rank, rec.first_failure.blamed_for) == (2, None), rec.first_failure
 
 
 def test_a_rank_held_in_a_store_read_of_a_key_another_rank_deleted_blames_the_delete():

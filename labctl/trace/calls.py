@@ -154,6 +154,12 @@ def not_contiguous(calls: dict[int, list[Op]]) -> Hazard | None:
                        f"and the other ranks get other elements (pass `.contiguous()`, and copy the result back)")
 
 
+def pickled_by(calls: dict[int, list[Op]]) -> dict[int, set[str]]:
+    """rank -> the classes its object collectives' objects named (`module.qualname`)."""
+    return {rank: {name for op in ops if op.op == "pickled" for name in (op.key or "").split() if name != "-"}
+            for rank, ops in calls.items() if any(op.op == "pickled" for op in ops)}
+
+
 def wrote_into_a_copy(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first collective that wrote its result into a copy its line made and dropped
     (`dist.all_reduce(counts.float())` where `.float()` copied): the rank kept its own values."""

@@ -85,6 +85,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("aliased_outputs", Kind.CALL),  # a collective's output list holding one tensor in two slots
     Op("into_a_copy", Kind.CALL),  # a collective writing into a copy its line made of a tensor and dropped
     Op("not_contiguous", Kind.CALL),  # a collective given a tensor that is not contiguous (a strided view)
+    Op("pickled", Kind.CALL),  # an object collective's object, pickled: its key names the classes it holds
 )}
 
 # the calls the recorder records besides the ops (workloads/_trace/calls.py): a group's life

@@ -36,7 +36,8 @@ The parts: sink (where lines go, the process's state), sites (call sites, the us
 frame), groups (process groups, op numbers), pyops and kernels (the two ways in), works
 (completion), calls (the calls that are no op of a group: the group's life cycle, the
 script's store calls, a collective on a group the rank is not in), unwaited (an irecv's
-buffer read before its wait), clock (who the rank is, its clock), fr (Flight Recorder),
+buffer read before its wait), objects (the classes an object collective pickled), clock
+(who the rank is, its clock), fr (Flight Recorder),
 cost (the start-up measurement), bound (torch's handles). This module installs them.
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ import os
 from typing import Any
 
 from .._protocol import Env
-from . import bound, calls, clock, cost, kernels, pyops, sink, sites, works
+from . import bound, calls, clock, cost, kernels, objects, pyops, sink, sites, works
 from .fr import dump_at_the_end, dump_flight_recorder, ended_badly
 from .fr import install_flight_recorder as _install_flight_recorder
 from .kernels import c10d_ops, functional_ops
@@ -96,6 +97,7 @@ def install() -> bool:
     works.install(torch._C._distributed_c10d.Work)
     kernels.install(torch)
     calls.install(torch)
+    objects.install(torch.distributed.distributed_c10d)
 
     c10d = dist.distributed_c10d
     _original_init = c10d.init_process_group
