@@ -7,6 +7,8 @@ next collective, and the destroy is the cause. Functions over the merge's calls;
 library only."""
 from __future__ import annotations
 
+from typing import Any
+
 from workloads._protocol.ops import DESTROY, LOCAL_SYNC
 
 from .model import Hazard, Mismatch, Op, RankInfo
@@ -103,55 +105,49 @@ def _first(calls: dict[int, list[Op]], name: str) -> tuple[int, Op] | None:
     return (found[1], found[2]) if found is not None else None
 
 
+def _hazard(calls: dict[int, list[Op]], name: str, default: str, say: Any) -> Hazard | None:
+    """The earliest call `name` on any rank as a Hazard: its rank, the call it marks (its key,
+    else `default`), its line, and `say(rank, what, caller)`'s sentence."""
+    if (first := _first(calls, name)) is None:
+        return None
+    rank, op = first
+    what = op.key or default
+    return Hazard(rank=rank, op=what, caller=op.caller, text=say(rank, what, op.caller))
+
+
 def not_a_member(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first collective a rank called on a group it is not a member of (torch returned
     at once: the rank took no part, its tensors are as they were)."""
-    if (first := _first(calls, "not_a_member")) is None:
-        return None
-    rank, op = first
-    what = op.key or "a collective"
-    return Hazard(rank=rank, op=what, caller=op.caller,
-                  text=f"rank {rank} called {what} at {op.caller} on a group it is not a member of: torch returned "
-                       f"at once, and the rank took no part (its tensors are as they were; build the group with "
-                       f"every rank that calls it, or call it only on its members)")
+    return _hazard(calls, "not_a_member", "a collective", lambda rank, what, caller:
+                   f"rank {rank} called {what} at {caller} on a group it is not a member of: torch returned "
+                   f"at once, and the rank took no part (its tensors are as they were; build the group with "
+                   f"every rank that calls it, or call it only on its members)")
 
 
 def read_before_wait(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first line that read a receive's buffer before the receive was waited on."""
-    if (first := _first(calls, "read_before_wait")) is None:
-        return None
-    rank, op = first
-    what = op.key or "irecv"
-    return Hazard(rank=rank, op=what, caller=op.caller,
-                  text=f"rank {rank} read the buffer of its {what} at {op.caller} before waiting on the {what}'s "
-                       f"work: what it read may not have arrived yet (call work.wait() first)")
+    return _hazard(calls, "read_before_wait", "irecv", lambda rank, what, caller:
+                   f"rank {rank} read the buffer of its {what} at {caller} before waiting on the {what}'s "
+                   f"work: what it read may not have arrived yet (call work.wait() first)")
 
 
 def aliased_outputs(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first collective whose output list held one tensor in two slots: each rank's data
     was written into that one tensor in turn, and every slot shows the last."""
-    if (first := _first(calls, "aliased_outputs")) is None:
-        return None
-    rank, op = first
-    what = op.key or "a collective"
-    return Hazard(rank=rank, op=what, caller=op.caller,
-                  text=f"rank {rank}'s {what} at {op.caller} wrote into an output list that holds one tensor in "
-                       f"several slots (`[t] * n` makes one tensor, not n): every slot shows the last rank's data "
-                       f"(make one tensor per slot: [torch.zeros_like(t) for _ in range(n)])")
+    return _hazard(calls, "aliased_outputs", "a collective", lambda rank, what, caller:
+                   f"rank {rank}'s {what} at {caller} wrote into an output list that holds one tensor in "
+                   f"several slots (`[t] * n` makes one tensor, not n): every slot shows the last rank's data "
+                   f"(make one tensor per slot: [torch.zeros_like(t) for _ in range(n)])")
 
 
 def not_contiguous(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first collective given a tensor that is not contiguous (a column of a table,
     `table[:, 0]`): where torch lets it pass (gloo's broadcast), the bytes sent are the
     storage's as it lies, and the others receive other elements."""
-    if (first := _first(calls, "not_contiguous")) is None:
-        return None
-    rank, op = first
-    what = op.key or "a collective"
-    return Hazard(rank=rank, op=what, caller=op.caller,
-                  text=f"rank {rank}'s {what} at {op.caller} was given a tensor that is not contiguous (a strided "
-                       f"view such as a column of a table): where torch lets it pass, the storage is sent as it lies "
-                       f"and the other ranks get other elements (pass `.contiguous()`, and copy the result back)")
+    return _hazard(calls, "not_contiguous", "a collective", lambda rank, what, caller:
+                   f"rank {rank}'s {what} at {caller} was given a tensor that is not contiguous (a strided "
+                   f"view such as a column of a table): where torch lets it pass, the storage is sent as it lies "
+                   f"and the other ranks get other elements (pass `.contiguous()`, and copy the result back)")
 
 
 def pickled_by(calls: dict[int, list[Op]]) -> dict[int, set[str]]:
@@ -163,14 +159,10 @@ def pickled_by(calls: dict[int, list[Op]]) -> dict[int, set[str]]:
 def wrote_into_a_copy(calls: dict[int, list[Op]]) -> Hazard | None:
     """The first collective that wrote its result into a copy its line made and dropped
     (`dist.all_reduce(counts.float())` where `.float()` copied): the rank kept its own values."""
-    if (first := _first(calls, "into_a_copy")) is None:
-        return None
-    rank, op = first
-    what = op.key or "a collective"
-    return Hazard(rank=rank, op=what, caller=op.caller,
-                  text=f"rank {rank}'s {what} at {op.caller} wrote its result into a copy the line made of its "
-                       f"tensor (a `.float()`, `.to()`, `.contiguous()` that copied on this rank) and dropped: the "
-                       f"rank kept its own values (pass the tensor itself, or keep the copy and use it)")
+    return _hazard(calls, "into_a_copy", "a collective", lambda rank, what, caller:
+                   f"rank {rank}'s {what} at {caller} wrote its result into a copy the line made of its "
+                   f"tensor (a `.float()`, `.to()`, `.contiguous()` that copied on this rank) and dropped: the "
+                   f"rank kept its own values (pass the tensor itself, or keep the copy and use it)")
 
 
 def swapped_senders(calls: dict[int, list[Op]], ranks: dict[int, RankInfo]) -> Hazard | None:
